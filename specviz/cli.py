@@ -1,0 +1,229 @@
+"""python -m specviz generate | info | bench — the command-line face of the engine."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import sys
+import time
+from collections.abc import Sequence
+
+from specviz.config import DRAFTER_KINDS, EMBEDDED_TARGET, RunConfig, validate_prompt
+
+ANSI = {"accepted": "\033[32m", "resampled": "\033[33m", "bonus": "\033[36m", "target": "\033[0m", "prompt": "\033[90m"}
+RESET = "\033[0m"
+
+
+def _add_run_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--target", default=EMBEDDED_TARGET, help="hub id, local folder or .gguf file (default: embedded SmolLM2-135M-Instruct)")
+    p.add_argument("--draft", default=None, help="draft model for --drafter model (same tokenizer as the target)")
+    p.add_argument("--drafter", choices=DRAFTER_KINDS, default="lookup")
+    p.add_argument("--exit-layer", type=int, default=None, help="early exit: target blocks the draft runs (default ~93%% of the depth)")
+    p.add_argument("--ngram-max", type=int, default=3)
+    p.add_argument("--ngram-min", type=int, default=1)
+    p.add_argument("--num-draft-tokens", "-k", type=int, default=4)
+    p.add_argument("--adaptive-k", action="store_true", help="grow k after fully accepted rounds, shrink after rejections")
+    p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy")
+    p.add_argument("--top-k", type=int, default=0)
+    p.add_argument("--top-p", type=float, default=1.0)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--max-new-tokens", type=int, default=64)
+    p.add_argument("--no-chat", action="store_true", help="feed the prompt raw, without the chat template")
+    p.add_argument("--device", default="auto")
+    p.add_argument("--dtype", default="auto")
+    p.add_argument("--trust-remote-code", action="store_true", help="run code shipped in a model repository (only if you trust it)")
+    p.add_argument("--allow-download", action="store_true", help="let hub ids download (off by default: offline)")
+
+
+def config_from_args(args: argparse.Namespace) -> RunConfig:
+    return RunConfig(
+        target=args.target,
+        draft=args.draft,
+        drafter=args.drafter,
+        exit_layer=args.exit_layer,
+        ngram_max=args.ngram_max,
+        ngram_min=args.ngram_min,
+        num_draft_tokens=args.num_draft_tokens,
+        adaptive_k=args.adaptive_k,
+        temperature=args.temperature,
+        top_k=args.top_k,
+        top_p=args.top_p,
+        seed=args.seed,
+        max_new_tokens=args.max_new_tokens,
+        chat=not args.no_chat,
+        device=args.device,
+        dtype=args.dtype,
+        trust_remote_code=args.trust_remote_code,
+        allow_download=args.allow_download,
+    )
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m specviz", description="Speculative decoding you can watch.")
+    sub = parser.add_subparsers(dest="command", required=True)
+    gen = sub.add_parser("generate", help="decode one prompt speculatively (or plainly with --baseline)")
+    _add_run_options(gen)
+    src = gen.add_mutually_exclusive_group(required=True)
+    src.add_argument("--prompt")
+    src.add_argument("--prompt-file")
+    gen.add_argument("--num-samples", type=int, default=1, help="independent continuations (seeds derived from --seed)")
+    gen.add_argument("--baseline", action="store_true", help="plain target decoding, one token per pass")
+    gen.add_argument("--json", action="store_true", help="print exactly one JSON object on stdout")
+    info = sub.add_parser("info", help="devices, default models and whether they load")
+    info.add_argument("--device", default="auto")
+    from specviz.bench import add_bench_parser  # the sweep lives in its own module
+
+    add_bench_parser(sub)
+    return parser
+
+
+def sample_seed(seed: int, i: int) -> int:
+    """Seed of the i-th sample: the first sample uses --seed itself."""
+    return seed + 1_000_003 * i
+
+
+def step_to_json(r) -> dict:
+    return {
+        "drafted": list(r.drafted),
+        "num_accepted": r.num_accepted,
+        "fates": list(r.draft_fates),
+        "emitted": list(r.emitted),
+        "emitted_fates": list(r.emitted_fates),
+        "num_draft_tokens": r.num_draft_tokens,
+        "draft_ms": round(r.draft_ms, 3),
+        "verify_ms": round(r.verify_ms, 3),
+    }
+
+
+def stats_to_json(s) -> dict:
+    return {
+        "new_tokens": s.new_tokens,
+        "target_passes": s.target_passes,
+        "tokens_per_target_pass": s.tokens_per_target_pass,
+        "drafted": s.drafted,
+        "accepted": s.accepted,
+        "acceptance_rate": s.acceptance_rate,
+        "alpha": s.alpha,
+        "wall_s": s.wall_s,
+        "tokens_per_s": s.tokens_per_s,
+    }
+
+
+def _coloured(tokenizer, prompt_ids: list[int], records) -> str:
+    parts = [ANSI["prompt"] + tokenizer.decode(prompt_ids) + RESET]
+    for r in records:
+        for tok, fate in zip(r.emitted, r.emitted_fates):
+            parts.append(ANSI[fate] + tokenizer.decode([tok]) + RESET)
+    return "".join(parts)
+
+
+def cmd_generate(args: argparse.Namespace) -> int:
+    from specviz.models import encode_prompt, load_model
+    from specviz.runs import build_decoder
+
+    config = config_from_args(args)
+    if args.num_samples < 1:
+        raise ValueError(f"--num-samples must be at least 1; got {args.num_samples}.")
+    if args.prompt_file:
+        with open(args.prompt_file, encoding="utf-8") as fh:
+            text = fh.read()
+    else:
+        text = args.prompt
+    validate_prompt(text)
+    target = load_model(config.target, config.device, config.dtype, trust_remote_code=config.trust_remote_code, allow_download=config.allow_download)
+    draft = None
+    if config.drafter == "model" and not args.baseline:
+        draft = load_model(config.draft, config.device, config.dtype, trust_remote_code=config.trust_remote_code, allow_download=config.allow_download)
+    prompt_ids = encode_prompt(target.tokenizer, text, config.chat)
+    early_exit = None
+    if config.drafter == "early-exit" and not args.baseline:
+        from specviz.models import early_exit_view
+        from specviz.runs import exit_layer_for
+
+        early_exit = early_exit_view(target.model, exit_layer_for(config, target))
+    samples = []
+    for i in range(args.num_samples):
+        decoder = build_decoder(config, target, prompt_ids, draft, early_exit=early_exit, seed=sample_seed(config.seed, i), baseline=args.baseline)
+        decoder.run()
+        samples.append(decoder)
+    if args.json:
+        out = {
+            "config": {**config.to_dict(), "baseline": args.baseline, "num_samples": args.num_samples},
+            "prompt_ids": prompt_ids,
+            "samples": [
+                {
+                    "seed": d.config.seed,
+                    "output_ids": d.generated,
+                    "text": target.tokenizer.decode(d.generated, skip_special_tokens=True),
+                    "steps": [step_to_json(r) for r in d.records],
+                    "stats": stats_to_json(d.stats()),
+                }
+                for d in samples
+            ],
+        }
+        json.dump(out, sys.stdout)
+        sys.stdout.write("\n")
+        return 0
+    tty = sys.stdout.isatty()
+    for d in samples:
+        if tty:
+            print(_coloured(target.tokenizer, prompt_ids, d.records))
+        else:
+            print(target.tokenizer.decode(d.generated, skip_special_tokens=True))
+        s = d.stats()
+        acc = "n/a" if s.acceptance_rate is None else f"{s.acceptance_rate:.2f}"
+        alpha = "n/a" if s.alpha is None else f"{s.alpha:.2f}"
+        mode = "baseline" if args.baseline else config.drafter
+        print(
+            f"[{mode}] {s.new_tokens} tokens in {s.wall_s:.2f}s = {s.tokens_per_s:.1f} tok/s; "
+            f"{s.tokens_per_target_pass:.2f} tokens/target pass; accepted/drafted {acc}; alpha (E[sum min(p,q)]) {alpha}",
+            file=sys.stderr if tty else sys.stdout,
+        )
+    return 0
+
+
+def cmd_info(args: argparse.Namespace) -> int:
+    import torch
+
+    from specviz.models import load_model, resolve_device
+    from specviz.models.loading import cache_root, embedded_gguf_path
+
+    print(f"torch {torch.__version__}; cuda available: {torch.cuda.is_available()}", flush=True)
+    if torch.cuda.is_available():
+        for i in range(torch.cuda.device_count()):
+            print(f"  cuda:{i} {torch.cuda.get_device_name(i)}")
+    print(f"auto device: {resolve_device('auto')}")
+    print(f"default target: {EMBEDDED_TARGET}; default drafter: lookup")
+    print(f"weights cache: {cache_root()}")
+    try:
+        print(f"embedded GGUF: {embedded_gguf_path()}")
+        start = time.perf_counter()
+        m = load_model(EMBEDDED_TARGET, args.device)
+        print(f"loads: yes ({time.perf_counter() - start:.1f}s, {m.num_layers} layers, vocab {m.vocab_size}, {m.device}, {m.dtype})")
+    except ValueError as exc:
+        print(f"loads: no — {exc}")
+        return 1
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    logging.basicConfig(level=os.environ.get("SPECVIZ_LOG", "WARNING"))
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    args = build_parser().parse_args(argv)
+    try:
+        if args.command == "generate":
+            return cmd_generate(args)
+        if args.command == "info":
+            return cmd_info(args)
+        from specviz.bench import cmd_bench
+
+        return cmd_bench(args)
+    except (ValueError, OSError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,84 @@
+"""RunConfig: everything a run needs, validated in one place. Imports neither streamlit nor transformers."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Literal
+
+from specviz.core.decoding import MAX_DRAFT_TOKENS, DecodeConfig
+from specviz.core.sampling import SamplingConfig
+
+DrafterKind = Literal["model", "lookup", "early-exit", "none"]
+DRAFTER_KINDS: tuple[str, ...] = ("lookup", "model", "early-exit", "none")
+EMBEDDED_TARGET = "embedded:SmolLM2-135M-Instruct"  # same string as specviz.models.EMBEDDED_TARGET
+MAX_PROMPT_CHARS = 20_000
+MAX_NEW_TOKENS = 2048
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    target: str = EMBEDDED_TARGET  # hub id, local folder, .gguf file, or the embedded SmolLM2
+    draft: str | None = None  # only for drafter="model"
+    drafter: DrafterKind = "lookup"  # the offline default: no second model needed
+    exit_layer: int | None = None  # early exit: blocks of the target the draft runs; None picks ~93% of the depth
+    ngram_max: int = 3  # prompt lookup: longest n-gram tried first
+    ngram_min: int = 1  # ... down to this one
+    num_draft_tokens: int = 4  # k
+    adaptive_k: bool = False
+    temperature: float = 0.0  # 0 = greedy
+    top_k: int = 0
+    top_p: float = 1.0
+    seed: int = 0
+    max_new_tokens: int = 64
+    chat: bool = True  # wrap the prompt in the tokenizer's chat template
+    device: str = "auto"
+    dtype: str = "auto"
+    trust_remote_code: bool = False
+    allow_download: bool = False
+
+    def __post_init__(self) -> None:
+        self.validate()
+
+    def validate(self) -> None:
+        if self.drafter not in DRAFTER_KINDS:
+            raise ValueError(f"Unknown drafter {self.drafter!r}; choose one of {', '.join(DRAFTER_KINDS)}.")
+        if self.drafter == "model" and not (self.draft or "").strip():
+            raise ValueError("The 'model' drafter needs a draft model: give a hub id or a local folder.")
+        if not (1 <= self.ngram_min <= self.ngram_max <= 16):
+            raise ValueError(f"Need 1 <= ngram_min <= ngram_max <= 16; got {self.ngram_min} and {self.ngram_max}.")
+        if self.drafter != "none" and not (1 <= self.num_draft_tokens <= MAX_DRAFT_TOKENS):
+            raise ValueError(f"Number of draft tokens k must be between 1 and {MAX_DRAFT_TOKENS}; got {self.num_draft_tokens}.")
+        if self.exit_layer is not None and self.exit_layer < 1:
+            raise ValueError(f"The exit layer must be at least 1; got {self.exit_layer}.")
+        if not (1 <= self.max_new_tokens <= MAX_NEW_TOKENS):
+            raise ValueError(f"max new tokens must be between 1 and {MAX_NEW_TOKENS}; got {self.max_new_tokens}.")
+        if self.temperature > 2.0:
+            raise ValueError(f"Temperature must be between 0 and 2; got {self.temperature}.")
+        self.sampling  # temperature, top-k, top-p checks live in SamplingConfig
+        if self.seed < 0:
+            raise ValueError(f"The seed must be >= 0; got {self.seed}.")
+
+    @property
+    def sampling(self) -> SamplingConfig:
+        return SamplingConfig(temperature=self.temperature, top_k=self.top_k, top_p=self.top_p)
+
+    def decode_config(self, eos_token_ids: tuple[int, ...] = (), seed: int | None = None) -> DecodeConfig:
+        return DecodeConfig(
+            num_draft_tokens=0 if self.drafter == "none" else self.num_draft_tokens,
+            sampling=self.sampling,
+            seed=self.seed if seed is None else seed,
+            max_new_tokens=self.max_new_tokens,
+            eos_token_ids=eos_token_ids,
+            adaptive_k=self.adaptive_k,
+        )
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def validate_prompt(text: str) -> str:
+    if not text or not text.strip():
+        raise ValueError("The prompt is empty: type some text to continue.")
+    if len(text) > MAX_PROMPT_CHARS:
+        raise ValueError(f"The prompt is {len(text):,} characters; the limit is {MAX_PROMPT_CHARS:,}. Shorten it.")
+    return text

@@ -1,0 +1,85 @@
+"""Frozen per-round records and the statistics derived from them."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from specviz.core.verify import DraftFate, EmitFate
+
+
+@dataclass(frozen=True)
+class TokenDist:
+    """The top entries of the distributions at one verified position (for charts)."""
+
+    token_ids: tuple[int, ...]
+    p_target: tuple[float, ...]
+    q_draft: tuple[float, ...] | None  # None at the bonus position, where nothing was drafted
+    residual: tuple[float, ...] | None  # normalised max(0, p - q); None where q is None
+
+
+@dataclass(frozen=True)
+class StepRecord:
+    """One round: what was drafted, what the rule decided, what was emitted, and what it cost."""
+
+    index: int  # round number, from 0
+    context_length: int  # committed tokens (prompt included) before this round
+    num_draft_tokens: int  # k asked of the drafter this round
+    drafted: tuple[int, ...]  # what the drafter proposed (may be fewer than k)
+    p_target: tuple[float, ...]  # p_target(x_i) per drafted token
+    q_draft: tuple[float, ...]  # q_draft(x_i); 1.0 for drafters that propose without a distribution
+    accept_prob: tuple[float, ...]  # min(1, p/q)
+    uniforms: tuple[float, ...]  # the uniform draw u_i; x_i is kept when u_i < accept_prob
+    draft_fates: tuple[DraftFate, ...]
+    emitted: tuple[int, ...]  # tokens committed this round (after any EOS / length cut)
+    emitted_fates: tuple[EmitFate, ...]
+    next_p_target: float  # p_target of the resampled / bonus / plain token
+    next_residual: float | None  # its probability under the residual, when resampled
+    overlap: tuple[float, ...]  # sum_v min(p, q) per verified drafted position; empty without a q
+    dists: tuple[TokenDist, ...]  # top-N at each verified position (rejection or bonus position last)
+    has_q: bool  # the drafter supplied a real distribution
+    draft_ms: float
+    verify_ms: float
+    round_ms: float  # the whole round, bookkeeping included
+    finished: bool  # EOS or max_new_tokens reached in this round
+
+    @property
+    def num_accepted(self) -> int:
+        return sum(f == "accepted" for f in self.draft_fates)
+
+    @property
+    def num_drafted(self) -> int:
+        return len(self.drafted)
+
+
+@dataclass(frozen=True)
+class RunStats:
+    new_tokens: int
+    target_passes: int  # verify passes; the prefill is not counted
+    tokens_per_target_pass: float
+    drafted: int
+    accepted: int
+    acceptance_rate: float | None  # accepted / drafted, as vLLM and llama.cpp print it
+    alpha: float | None  # Leviathan's alpha: mean over verified positions of sum_v min(p, q)
+    wall_s: float  # prefill plus every round
+    tokens_per_s: float
+
+
+def summarize(records: list[StepRecord] | tuple[StepRecord, ...], prefill_ms: float = 0.0) -> RunStats:
+    """Derive run statistics from the records alone."""
+    new_tokens = sum(len(r.emitted) for r in records)
+    passes = len(records)
+    drafted = sum(r.num_drafted for r in records)
+    accepted = sum(r.num_accepted for r in records)
+    overlaps = [o for r in records for o in r.overlap]
+    wall_s = (prefill_ms + sum(r.round_ms for r in records)) / 1000.0
+    return RunStats(
+        new_tokens=new_tokens,
+        target_passes=passes,
+        tokens_per_target_pass=new_tokens / passes if passes else 0.0,
+        drafted=drafted,
+        accepted=accepted,
+        acceptance_rate=accepted / drafted if drafted else None,
+        alpha=sum(overlaps) / len(overlaps) if overlaps else None,
+        wall_s=wall_s,
+        tokens_per_s=new_tokens / wall_s if wall_s > 0 else 0.0,
+    )

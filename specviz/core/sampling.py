@@ -1,0 +1,52 @@
+"""Logits -> probabilities under temperature, top-k and top-p; the same warp serves draft and target."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+
+@dataclass(frozen=True)
+class SamplingConfig:
+    temperature: float = 0.0  # 0 means greedy: the warp returns a one-hot on the argmax
+    top_k: int = 0  # keep only the k most likely tokens; 0 keeps all
+    top_p: float = 1.0  # keep the smallest set whose mass reaches top_p; 1.0 keeps all
+
+    def __post_init__(self) -> None:
+        if not (self.temperature >= 0.0):
+            raise ValueError(f"temperature must be >= 0 (0 means greedy); got {self.temperature}.")
+        if self.top_k < 0:
+            raise ValueError(f"top_k must be >= 0 (0 turns it off); got {self.top_k}.")
+        if not (0.0 < self.top_p <= 1.0):
+            raise ValueError(f"top_p must be in (0, 1] (1 turns it off); got {self.top_p}.")
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature == 0.0
+
+
+def warp(logits: torch.Tensor, sampling: SamplingConfig) -> torch.Tensor:
+    """(..., V) logits -> (..., V) float32 probabilities after temperature, top-k, top-p."""
+    logits = logits.float()
+    if sampling.greedy:
+        one_hot = torch.zeros_like(logits)
+        return one_hot.scatter_(-1, logits.argmax(dim=-1, keepdim=True), 1.0)
+    logits = logits / sampling.temperature
+    vocab = logits.shape[-1]
+    if 0 < sampling.top_k < vocab:
+        kth = torch.topk(logits, sampling.top_k, dim=-1).values[..., -1:]
+        logits = logits.masked_fill(logits < kth, float("-inf"))
+    probs = torch.softmax(logits, dim=-1)
+    if sampling.top_p < 1.0:
+        sorted_probs, order = torch.sort(probs, dim=-1, descending=True)
+        mass_before = sorted_probs.cumsum(dim=-1) - sorted_probs
+        sorted_probs = sorted_probs.masked_fill(mass_before >= sampling.top_p, 0.0)  # the top token always stays
+        probs = torch.zeros_like(probs).scatter_(-1, order, sorted_probs)
+        probs = probs / probs.sum(dim=-1, keepdim=True)
+    return probs
+
+
+def sample(probs: torch.Tensor, generator: torch.Generator) -> int:
+    """Draw one token id from a (V,) distribution on the CPU generator."""
+    return int(torch.multinomial(probs.cpu(), 1, generator=generator).item())

@@ -1,0 +1,8 @@
+"""Drafters behind one protocol: a draft model, prompt lookup, early exit (a draft model made of the
+target's first layers, built in specviz.models)."""
+
+from specviz.drafters.base import Draft, Drafter, NoDrafter
+from specviz.drafters.lookup import PromptLookupDrafter, lookup_continuation
+from specviz.drafters.model import ModelDrafter
+
+__all__ = ["Draft", "Drafter", "ModelDrafter", "NoDrafter", "PromptLookupDrafter", "lookup_continuation"]

@@ -1,0 +1,26 @@
+"""The only place that imports transformers: loading (hub id, local folder, GGUF) and the KV-cache adapter."""
+
+from specviz.models.adapter import HFCachedLM, early_exit_view
+from specviz.models.loading import (
+    EMBEDDED_TARGET,
+    LoadedModel,
+    ModelLoadError,
+    check_same_tokenizer,
+    encode_prompt,
+    load_model,
+    resolve_device,
+    resolve_dtype,
+)
+
+__all__ = [
+    "EMBEDDED_TARGET",
+    "HFCachedLM",
+    "LoadedModel",
+    "ModelLoadError",
+    "check_same_tokenizer",
+    "early_exit_view",
+    "encode_prompt",
+    "load_model",
+    "resolve_device",
+    "resolve_dtype",
+]
