@@ -1,0 +1,5 @@
+"""Placeholder: this page is being built."""
+
+import streamlit as st
+
+st.info("This page is being built.")
