@@ -23,6 +23,7 @@ def _add_run_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--exit-layer", type=int, default=None, help="early exit: target blocks the draft runs (default ~93%% of the depth)")
     p.add_argument("--ngram-max", type=int, default=3)
     p.add_argument("--ngram-min", type=int, default=1)
+    p.add_argument("--ngram-threshold", type=float, default=0.3, help="n-gram drafter: stop drafting when its top probability falls below this")
     p.add_argument("--num-draft-tokens", "-k", type=int, default=4)
     p.add_argument("--adaptive-k", action="store_true", help="grow k after fully accepted rounds, shrink after rejections")
     p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy")
@@ -45,6 +46,7 @@ def config_from_args(args: argparse.Namespace) -> RunConfig:
         exit_layer=args.exit_layer,
         ngram_max=args.ngram_max,
         ngram_min=args.ngram_min,
+        ngram_threshold=args.ngram_threshold,
         num_draft_tokens=args.num_draft_tokens,
         adaptive_k=args.adaptive_k,
         temperature=args.temperature,

@@ -8,8 +8,8 @@ from typing import Literal
 from specviz.core.decoding import MAX_DRAFT_TOKENS, DecodeConfig
 from specviz.core.sampling import SamplingConfig
 
-DrafterKind = Literal["model", "lookup", "early-exit", "none"]
-DRAFTER_KINDS: tuple[str, ...] = ("lookup", "model", "early-exit", "none")
+DrafterKind = Literal["model", "lookup", "ngram", "early-exit", "none"]
+DRAFTER_KINDS: tuple[str, ...] = ("lookup", "ngram", "model", "early-exit", "none")
 EMBEDDED_TARGET = "embedded:SmolLM2-135M-Instruct"  # same string as specviz.models.EMBEDDED_TARGET
 MAX_PROMPT_CHARS = 20_000
 MAX_NEW_TOKENS = 2048
@@ -21,8 +21,9 @@ class RunConfig:
     draft: str | None = None  # only for drafter="model"
     drafter: DrafterKind = "lookup"  # the offline default: no second model needed
     exit_layer: int | None = None  # early exit: blocks of the target the draft runs; None picks ~93% of the depth
-    ngram_max: int = 3  # prompt lookup: longest n-gram tried first
+    ngram_max: int = 3  # prompt lookup and n-gram drafter: longest n-gram tried first
     ngram_min: int = 1  # ... down to this one
+    ngram_threshold: float = 0.3  # n-gram drafter: stop drafting when q_draft's top mass falls below this
     num_draft_tokens: int = 4  # k
     adaptive_k: bool = False
     temperature: float = 0.0  # 0 = greedy
@@ -46,6 +47,8 @@ class RunConfig:
             raise ValueError("The 'model' drafter needs a draft model: give a hub id or a local folder.")
         if not (1 <= self.ngram_min <= self.ngram_max <= 16):
             raise ValueError(f"Need 1 <= ngram_min <= ngram_max <= 16; got {self.ngram_min} and {self.ngram_max}.")
+        if not (0.0 <= self.ngram_threshold <= 1.0):
+            raise ValueError(f"The n-gram threshold is a probability between 0 and 1; got {self.ngram_threshold}.")
         if self.drafter != "none" and not (1 <= self.num_draft_tokens <= MAX_DRAFT_TOKENS):
             raise ValueError(f"Number of draft tokens k must be between 1 and {MAX_DRAFT_TOKENS}; got {self.num_draft_tokens}.")
         if self.exit_layer is not None and self.exit_layer < 1:

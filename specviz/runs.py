@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from specviz.config import RunConfig
 from specviz.core.decoding import SpeculativeDecoder
-from specviz.drafters import ModelDrafter, NoDrafter, PromptLookupDrafter
+from specviz.drafters import ModelDrafter, NGramDrafter, NoDrafter, PromptLookupDrafter
 from specviz.drafters.base import Drafter
 from specviz.models import HFCachedLM, LoadedModel, check_same_tokenizer, early_exit_view
 from specviz.models.adapter import default_exit_layer
@@ -19,6 +19,8 @@ def make_drafter(config: RunConfig, target: LoadedModel, draft: LoadedModel | No
     vocab = target.vocab_size
     if config.drafter == "lookup":
         return PromptLookupDrafter(config.ngram_max, config.ngram_min)
+    if config.drafter == "ngram":
+        return NGramDrafter(vocab, config.ngram_max, config.ngram_min, config.ngram_threshold)
     if config.drafter == "none":
         return NoDrafter()
     if config.drafter == "model":

@@ -1,8 +1,9 @@
-"""Drafters behind one protocol: a draft model, prompt lookup, early exit (a draft model made of the
-target's first layers, built in specviz.models)."""
+"""Drafters behind one protocol: a draft model, prompt lookup, a context n-gram model, early exit (a draft
+model made of the target's first layers, built in specviz.models)."""
 
 from specviz.drafters.base import Draft, Drafter, NoDrafter
 from specviz.drafters.lookup import PromptLookupDrafter, lookup_continuation
 from specviz.drafters.model import ModelDrafter
+from specviz.drafters.ngram import NGramDrafter
 
-__all__ = ["Draft", "Drafter", "ModelDrafter", "NoDrafter", "PromptLookupDrafter", "lookup_continuation"]
+__all__ = ["Draft", "Drafter", "ModelDrafter", "NGramDrafter", "NoDrafter", "PromptLookupDrafter", "lookup_continuation"]

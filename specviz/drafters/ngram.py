@@ -1,0 +1,171 @@
+"""A context n-gram language model as drafter: counts of what followed each n-gram in the prompt
+and in everything committed so far, with a real q_draft over the whole vocabulary.
+
+Model. For orders n_min..n_max the drafter keeps ``counts[context tuple] -> Counter(next token)``,
+updated only for newly committed tokens (drafts never enter the counts, so rollback is free).
+To draft after a suffix it backs off from the longest order to the shortest and uses the first
+order whose context has been seen. There q_draft is add-lambda smoothing over the *observed*
+followers only:
+
+    q_draft(v) = (c(v) + lambda) / (N + lambda * S)   for the S distinct followers v, N = sum of counts
+    q_draft(v) = 0                                     for every other token
+
+so q sums to 1 and is zero outside the support (lambda > 0 only pulls rare followers up).
+
+Drafting rule (the choice that keeps the verify rule exact). In ``"sample"`` mode (the default)
+each token is *sampled* from that q_draft with the run's generator, at every temperature, and
+the q it was sampled from is reported; Leviathan's rule is then exact for any target warp, and at
+temperature 0 (one-hot p_target) it keeps x exactly when x is the target's argmax and otherwise
+emits the argmax — plain greedy output, token for token. ``"greedy"`` mode drafts the argmax of
+q_draft and, to stay exact, reports q = one-hot on it (reporting the soft q for a greedy draft
+would be the classic 'greedy draft scored with soft q' bug): higher acceptance at temperature 0,
+but the charts then only show 1.0.
+
+Drafting stops after k tokens, when no order matches the suffix, or when q's top mass falls below
+``threshold`` (the drafter's own confidence). Stopping depends only on the drafted prefix, never
+on the target, so exactness holds for every stop. Cost per drafted token: at most n_max dict
+lookups plus one pass over the (few) followers; the dense (m, V) q_draft is built once per round.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections import Counter
+from collections.abc import Sequence
+from typing import Literal
+
+import torch
+
+from specviz.drafters.base import Draft
+
+NGramMode = Literal["sample", "greedy"]
+DEFAULT_THRESHOLD = 0.3  # stop drafting when q's top mass is below this
+
+
+class NGramCounts:
+    """Follower counts for orders n_min..n_max over one growing token stream."""
+
+    def __init__(self, n_min: int, n_max: int) -> None:
+        self.n_min = n_min
+        self.n_max = n_max
+        self.followers: dict[tuple[int, ...], Counter[int]] = {}
+        self.tokens: list[int] = []  # every token counted so far, in order
+
+    def extend(self, ids: Sequence[int]) -> None:
+        """Append tokens and count each as a follower of the n_min..n_max tokens before it."""
+        toks = self.tokens
+        for tok in ids:
+            t = len(toks)
+            for n in range(self.n_min, min(self.n_max, t) + 1):
+                ctx = tuple(toks[t - n : t])
+                counter = self.followers.get(ctx)
+                if counter is None:
+                    counter = self.followers[ctx] = Counter()
+                counter[tok] += 1
+            toks.append(tok)
+
+    def lookup(self, suffix: Sequence[int]) -> Counter[int] | None:
+        """Followers at the longest order whose context (the suffix's last n tokens) was seen; None on a miss."""
+        for n in range(min(self.n_max, len(suffix)), self.n_min - 1, -1):
+            counter = self.followers.get(tuple(suffix[len(suffix) - n :]))
+            if counter:
+                return counter
+        return None
+
+
+def smoothed(counter: Counter[int], smoothing: float) -> tuple[list[int], list[float]]:
+    """Add-lambda over the observed followers: (ids, probabilities summing to 1), most likely first."""
+    items = counter.most_common()  # ties keep first-seen order, so the result is deterministic
+    total = sum(c for _, c in items) + smoothing * len(items)
+    return [tok for tok, _ in items], [(c + smoothing) / total for _, c in items]
+
+
+class NGramDrafter:
+    """Drafts from an n-gram model of the context itself; q_draft is a real, sparse distribution."""
+
+    has_distribution = True
+
+    def __init__(
+        self,
+        vocab_size: int,
+        n_max: int = 3,
+        n_min: int = 1,
+        threshold: float = DEFAULT_THRESHOLD,
+        smoothing: float = 0.5,
+        mode: NGramMode = "sample",
+    ) -> None:
+        if vocab_size < 1:
+            raise ValueError(f"vocab_size must be at least 1; got {vocab_size}.")
+        if not (1 <= n_min <= n_max):
+            raise ValueError(f"need 1 <= n_min <= n_max; got n_min={n_min}, n_max={n_max}.")
+        if not (0.0 <= threshold <= 1.0):
+            raise ValueError(f"the n-gram threshold is a probability in [0, 1]; got {threshold}.")
+        if smoothing < 0.0:
+            raise ValueError(f"smoothing (lambda) must be >= 0; got {smoothing}.")
+        if mode not in ("sample", "greedy"):
+            raise ValueError(f"mode must be 'sample' or 'greedy'; got {mode!r}.")
+        self.vocab_size = vocab_size
+        self.n_min, self.n_max = n_min, n_max
+        self.threshold = threshold
+        self.smoothing = smoothing
+        self.mode: NGramMode = mode
+        self.name = f"n-gram ({n_min}..{n_max})" if mode == "sample" else f"n-gram greedy ({n_min}..{n_max})"
+        self.counts = NGramCounts(n_min, n_max)
+
+    def prepare(self, prompt_ids: Sequence[int]) -> None:
+        self.counts = NGramCounts(self.n_min, self.n_max)
+        self.counts.extend(prompt_ids)
+
+    def _catch_up(self, committed: Sequence[int]) -> None:
+        """Count the committed tokens not counted yet; start over if committed is not a continuation."""
+        seen = self.counts.tokens
+        if len(committed) < len(seen) or (seen and committed[len(seen) - 1] != seen[-1]):
+            self.prepare(committed)  # a different stream (cheap check: length and last counted token)
+        elif len(committed) > len(seen):
+            self.counts.extend(committed[len(seen) :])
+
+    def propose(self, context: Sequence[int], k: int, generator: torch.Generator) -> Draft:
+        if k <= 0:
+            return Draft(())
+        self._catch_up(context)
+        suffix = list(context[max(0, len(context) - self.n_max) :])  # only the tail is ever looked up
+        ids: list[int] = []
+        support: list[tuple[list[int], list[float]]] = []  # per drafted token: (ids, probabilities)
+        for _ in range(k):
+            counter = self.counts.lookup(suffix)
+            if counter is None:
+                break  # no order matches: nothing to say
+            tokens, probs = smoothed(counter, self.smoothing)
+            if probs[0] < self.threshold:
+                break  # not confident enough to spend verify compute on it
+            if self.mode == "greedy":
+                tok = tokens[0]
+                tokens, probs = [tok], [1.0]  # the draft's actual (deterministic) sampling distribution
+            else:
+                tok = tokens[_draw(probs, generator)]
+            ids.append(tok)
+            support.append((tokens, probs))
+            suffix.append(tok)
+            del suffix[: max(0, len(suffix) - self.n_max)]
+        if not ids:
+            return Draft(())
+        rows = [row for row, (tokens, _) in enumerate(support) for _ in tokens]
+        cols = [tok for tokens, _ in support for tok in tokens]
+        vals = [p for _, probs in support for p in probs]
+        q_draft = torch.zeros(len(ids), self.vocab_size)  # (m, V), built once per round
+        q_draft.index_put_((torch.tensor(rows), torch.tensor(cols)), torch.tensor(vals))
+        return Draft(tuple(ids), q_draft)
+
+    def rollback(self, committed: Sequence[int]) -> None:
+        self._catch_up(committed)
+
+
+def _draw(probs: list[float], generator: torch.Generator) -> int:
+    """Index drawn from a short list of probabilities with one uniform from the run's generator."""
+    u = float(torch.rand((), generator=generator))
+    cumulative = 0.0
+    edges = []
+    for p in probs:
+        cumulative += p
+        edges.append(cumulative)
+    return min(bisect.bisect_right(edges, u * cumulative), len(probs) - 1)
