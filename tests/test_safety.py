@@ -1,0 +1,153 @@
+"""Safety: no remote code unless asked, no pickle checkpoints unless asked, localhost by default, output as text."""
+
+from __future__ import annotations
+
+import inspect
+import json
+import shutil
+import tomllib
+from pathlib import Path
+
+import pytest
+
+from specviz.config import RunConfig
+from specviz.models import ModelLoadError, load_model
+from specviz.models import loading
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+class _Captured(Exception):
+    """Raised by the fake from_pretrained so load_model stops right after we saw its arguments."""
+
+
+@pytest.fixture
+def captured(monkeypatch) -> dict[str, dict]:
+    """Patch the transformers entry points load_model uses; record the kwargs of each call."""
+    calls: dict[str, dict] = {}
+
+    def fake(name):
+        def from_pretrained(source, *args, **kwargs):
+            calls[name] = dict(kwargs, source=source)
+            if name == "model":
+                raise _Captured
+            return object()
+
+        return from_pretrained
+
+    monkeypatch.setattr(loading.AutoTokenizer, "from_pretrained", fake("tokenizer"))
+    monkeypatch.setattr(loading.AutoModelForCausalLM, "from_pretrained", fake("model"))
+    return calls
+
+
+# --- trust_remote_code: off unless the caller opts in ---------------------------------------------------------
+
+
+def test_hub_id_loads_without_remote_code_by_default(captured):
+    with pytest.raises(_Captured):
+        load_model("some-org/some-model", "cpu", "float32")
+    assert captured["model"]["trust_remote_code"] is False
+    assert captured["tokenizer"]["trust_remote_code"] is False
+    assert captured["model"]["local_files_only"] is True  # and no download unless asked
+
+
+def test_remote_code_only_when_asked(captured):
+    with pytest.raises(_Captured):
+        load_model("some-org/some-model", "cpu", "float32", trust_remote_code=True)
+    assert captured["model"]["trust_remote_code"] is True
+    assert captured["tokenizer"]["trust_remote_code"] is True
+
+
+def test_local_folder_loads_without_remote_code_and_safetensors_only(captured, tiny_dir):
+    with pytest.raises(_Captured):
+        load_model(str(tiny_dir["llama"]), "cpu", "float32")
+    assert captured["model"]["trust_remote_code"] is False
+    assert captured["model"]["use_safetensors"] is True
+
+
+def test_every_entry_point_defaults_to_no_remote_code():
+    from specviz.cli import build_parser
+
+    assert RunConfig().trust_remote_code is False
+    assert inspect.signature(load_model).parameters["trust_remote_code"].default is False
+    assert inspect.signature(load_model).parameters["allow_pickle"].default is False
+    args = build_parser().parse_args(["generate", "--prompt", "hi"])
+    assert args.trust_remote_code is False
+
+
+def test_streamlit_loader_defaults_to_no_remote_code():
+    pytest.importorskip("streamlit")
+    from specviz.ui.models import get_model
+
+    assert inspect.signature(get_model).parameters["trust_remote_code"].default is False
+
+
+# --- pickle checkpoints: refused unless the caller opts in -----------------------------------------------------
+
+
+class _Booby:
+    """Unpickling this creates a file: proof that a pickle was executed."""
+
+    def __init__(self, marker: Path) -> None:
+        self.marker = marker
+
+    def __reduce__(self):
+        return (open, (str(self.marker), "w"))
+
+
+def _pickle_only_folder(src: Path, dst: Path, payload) -> Path:
+    """A model folder whose weights exist only as pytorch_model.bin (a pickle)."""
+    import torch
+
+    dst.mkdir()
+    for name in ("config.json", "tokenizer.json", "tokenizer_config.json"):
+        if (src / name).exists():
+            shutil.copy(src / name, dst / name)
+    torch.save(payload, dst / "pytorch_model.bin")
+    return dst
+
+
+def test_pickle_only_folder_is_refused_without_running_it(tiny_dir, tmp_path):
+    marker = tmp_path / "pickle-ran"
+    folder = _pickle_only_folder(tiny_dir["llama"], tmp_path / "pickled", {"x": _Booby(marker)})
+    with pytest.raises(ModelLoadError) as err:
+        load_model(str(folder), "cpu", "float32")
+    message = str(err.value)
+    assert "pickle" in message and "safetensors" in message and "allow" in message.lower()
+    assert not marker.exists(), "the pickle checkpoint was unpickled although the load was refused"
+
+
+def test_pickle_only_folder_loads_when_allowed(tiny_dir, tmp_path):
+    from safetensors.torch import load_file
+
+    state = load_file(str(tiny_dir["llama"] / "model.safetensors"))
+    folder = _pickle_only_folder(tiny_dir["llama"], tmp_path / "pickled", state)
+    loaded = load_model(str(folder), "cpu", "float32", allow_pickle=True)
+    name = next(iter(state))
+    assert loaded.model.state_dict()[name].equal(state[name])
+
+
+def test_folder_with_safetensors_and_pickle_prefers_safetensors(tiny_dir, tmp_path):
+    marker = tmp_path / "pickle-ran"
+    folder = tmp_path / "both"
+    shutil.copytree(tiny_dir["llama"], folder)
+    import torch
+
+    torch.save({"x": _Booby(marker)}, folder / "pytorch_model.bin")
+    loaded = load_model(str(folder), "cpu", "float32")
+    assert loaded.model.config.num_hidden_layers == json.loads((folder / "config.json").read_text())["num_hidden_layers"]
+    assert not marker.exists()
+
+
+# --- the server binds to this machine only ---------------------------------------------------------------------
+
+
+def test_streamlit_config_binds_to_localhost():
+    config = tomllib.loads((REPO / ".streamlit" / "config.toml").read_text())
+    assert config["server"]["address"] in ("localhost", "127.0.0.1")
+    assert config.get("browser", {}).get("gatherUsageStats") is False
+
+
+def test_readme_says_how_to_open_it_to_a_workshop():
+    readme = (REPO / "README.md").read_text()
+    assert "--server.address 0.0.0.0" in readme
