@@ -101,6 +101,10 @@ def cache_root() -> Path:
     return Path(root).expanduser()
 
 
+def _oom_error(source: object) -> ModelLoadError:
+    return ModelLoadError(f"Out of memory loading {source}; pick a smaller model, dtype bfloat16, or the CPU.")
+
+
 def _load_gguf(path: Path, dtype: torch.dtype) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
     """De-quantise a GGUF once and keep the float weights as safetensors, so later starts take seconds."""
     stat = path.stat()
@@ -109,12 +113,16 @@ def _load_gguf(path: Path, dtype: torch.dtype) -> tuple[PreTrainedModel, PreTrai
         try:
             tok = AutoTokenizer.from_pretrained(cached)
             return AutoModelForCausalLM.from_pretrained(cached, dtype=dtype), tok
+        except torch.OutOfMemoryError as exc:  # not a damaged cache: keep it for the next try
+            raise _oom_error(path) from exc
         except Exception as exc:  # a damaged cache is rebuilt, not fatal
             log.warning("ignoring unreadable cache %s: %s", cached, exc)
             shutil.rmtree(cached, ignore_errors=True)
     try:
         tok = AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name)
         model = AutoModelForCausalLM.from_pretrained(path.parent, gguf_file=path.name, dtype=torch.float32)
+    except torch.OutOfMemoryError as exc:
+        raise _oom_error(path) from exc
     except Exception as exc:
         raise ModelLoadError(
             f"Could not read the GGUF file {path} ({type(exc).__name__}: {exc}). "
