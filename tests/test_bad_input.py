@@ -1,0 +1,214 @@
+"""Bad input at the engine level: each case raises ValueError / ModelLoadError with text a user can act on.
+
+The step-through page shows these messages with st.error (tests/test_app_bad_input.py checks that side)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from specviz.config import MAX_PROMPT_CHARS, RunConfig, validate_prompt
+from specviz.core.decoding import MAX_DRAFT_TOKENS
+from specviz.models import ModelLoadError, check_same_tokenizer, encode_prompt, load_model
+from specviz.models import loading
+from specviz.runs import build_decoder
+
+# --- prompt ----------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("text", ["", "   ", "\n\t "])
+def test_empty_prompt(text):
+    with pytest.raises(ValueError, match="empty.*type some text"):
+        validate_prompt(text)
+
+
+def test_empty_prompt_at_the_tokenizer_and_decoder(tiny_models):
+    target = tiny_models["llama"]
+    with pytest.raises(ValueError, match="empty"):
+        encode_prompt(target.tokenizer, "  ")
+    with pytest.raises(ValueError, match="empty"):
+        build_decoder(RunConfig(target="x"), target, [])
+
+
+def test_very_long_prompt():
+    assert validate_prompt("a" * MAX_PROMPT_CHARS) == "a" * MAX_PROMPT_CHARS
+    with pytest.raises(ValueError, match=f"limit is {MAX_PROMPT_CHARS:,}.*Shorten"):
+        validate_prompt("a" * (MAX_PROMPT_CHARS + 1))
+
+
+# --- run settings ----------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("k", [0, -1, MAX_DRAFT_TOKENS + 1, 100])
+def test_num_draft_tokens_out_of_range(k):
+    with pytest.raises(ValueError, match=f"between 1 and {MAX_DRAFT_TOKENS}; got {k}"):
+        RunConfig(num_draft_tokens=k)
+
+
+def test_num_draft_tokens_limits_are_accepted():
+    assert RunConfig(num_draft_tokens=1).num_draft_tokens == 1
+    assert RunConfig(num_draft_tokens=MAX_DRAFT_TOKENS).num_draft_tokens == MAX_DRAFT_TOKENS
+
+
+@pytest.mark.parametrize("temperature", [-0.1, -1.0, float("-inf")])
+def test_negative_temperature(temperature):
+    with pytest.raises(ValueError, match="[Tt]emperature"):
+        RunConfig(temperature=temperature)
+
+
+def test_too_high_temperature():
+    with pytest.raises(ValueError, match="between 0 and 2"):
+        RunConfig(temperature=2.5)
+
+
+@pytest.mark.parametrize("top_p", [0.0, -0.5, 1.0001, 2.0, float("nan")])
+def test_top_p_outside_zero_one(top_p):
+    with pytest.raises(ValueError, match="top.p"):
+        RunConfig(top_p=top_p)
+
+
+@pytest.mark.parametrize("top_p", [1e-6, 0.5, 1.0])
+def test_top_p_inside_zero_one(top_p):
+    assert RunConfig(top_p=top_p).top_p == top_p
+
+
+def test_model_drafter_without_a_draft():
+    with pytest.raises(ValueError, match="needs a draft model"):
+        RunConfig(drafter="model", draft="  ")
+
+
+# --- models ----------------------------------------------------------------------------------------------------
+
+
+def test_unknown_model_id_offline(monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.delenv("SPECVIZ_ALLOW_DOWNLOAD", raising=False)
+    with pytest.raises(ModelLoadError) as err:
+        load_model("no-such-org/no-such-model", "cpu", "float32")
+    message = str(err.value)
+    assert "no-such-org/no-such-model" in message
+    assert "not in the Hugging Face cache" in message and "allow downloads" in message
+
+
+def test_unknown_model_id_offline_with_downloads_allowed(monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with pytest.raises(ModelLoadError, match="no-such-org/no-such-model"):
+        load_model("no-such-org/no-such-model", "cpu", "float32", allow_download=True)
+
+
+def test_draft_with_a_different_tokenizer(tiny_models):
+    target, other = tiny_models["llama"], tiny_models["other_tok"]
+    with pytest.raises(ModelLoadError, match="different tokenizer.*same model family"):
+        check_same_tokenizer(target, other)
+    prompt = encode_prompt(target.tokenizer, "the quick brown fox", chat=False)
+    with pytest.raises(ModelLoadError, match="different tokenizer"):
+        build_decoder(RunConfig(target="t", drafter="model", draft="d"), target, prompt, other)
+    check_same_tokenizer(target, tiny_models["llama_draft"])  # the same tokenizer passes
+
+
+def test_path_that_does_not_exist(tmp_path):
+    with pytest.raises(ModelLoadError, match="No model folder or file"):
+        load_model(str(tmp_path / "missing"), "cpu", "float32")
+
+
+def test_folder_that_is_not_a_model(tmp_path):
+    (tmp_path / "notes.txt").write_text("not a model")
+    with pytest.raises(ModelLoadError, match="not a model folder.*config.json"):
+        load_model(str(tmp_path), "cpu", "float32")
+
+
+def test_folder_with_config_but_no_weights(tiny_dir, tmp_path):
+    (tmp_path / "config.json").write_text((tiny_dir["llama"] / "config.json").read_text())
+    with pytest.raises(ModelLoadError, match="no weights"):
+        load_model(str(tmp_path), "cpu", "float32")
+
+
+def test_file_that_is_not_a_model(tmp_path):
+    path = tmp_path / "notes.txt"
+    path.write_text("not a model")
+    with pytest.raises(ModelLoadError, match="notes.txt"):
+        load_model(str(path), "cpu", "float32")
+
+
+def test_missing_gguf_file(tmp_path):
+    with pytest.raises(ModelLoadError, match="No GGUF file"):
+        load_model(str(tmp_path / "model.gguf"), "cpu", "float32")
+
+
+@pytest.mark.parametrize("num_bytes", [0, 8, 4096, 1_000_000])
+def test_truncated_gguf(tmp_path, monkeypatch, num_bytes):
+    monkeypatch.setenv("SPECVIZ_CACHE_DIR", str(tmp_path / "cache"))
+    source = loading.embedded_gguf_path()
+    with source.open("rb") as f:
+        head = f.read(num_bytes)
+    path = tmp_path / "truncated.gguf"
+    path.write_bytes(head)
+    with pytest.raises(ModelLoadError, match="truncated.*re-download"):
+        load_model(str(path), "cpu", "float32")
+    assert not any((tmp_path / "cache").glob("truncated*")), "a failed load must not leave a cache entry"
+
+
+def test_text_file_named_gguf(tmp_path, monkeypatch):
+    monkeypatch.setenv("SPECVIZ_CACHE_DIR", str(tmp_path / "cache"))
+    path = tmp_path / "fake.gguf"
+    path.write_text("this is not a gguf file\n" * 100)
+    with pytest.raises(ModelLoadError, match="Could not read the GGUF file"):
+        load_model(str(path), "cpu", "float32")
+
+
+def test_unavailable_device():
+    if torch.cuda.is_available():
+        pytest.skip("this machine has CUDA")
+    with pytest.raises(ModelLoadError, match="no CUDA GPU.*'cpu'"):
+        load_model("x", "cuda", "float32")
+    with pytest.raises(ModelLoadError, match="Unknown device"):
+        load_model("x", "tpu", "float32")
+    with pytest.raises(ModelLoadError, match="Unknown dtype"):
+        load_model("x", "cpu", "float17")
+
+
+# --- out of memory while loading -------------------------------------------------------------------------------
+
+
+def _raise_oom(*args, **kwargs):
+    raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 20.00 GiB")
+
+
+def test_out_of_memory_loading_a_folder(tiny_dir, monkeypatch):
+    monkeypatch.setattr(loading.AutoModelForCausalLM, "from_pretrained", _raise_oom)
+    with pytest.raises(ModelLoadError, match="Out of memory.*smaller model"):
+        load_model(str(tiny_dir["llama"]), "cpu", "float32")
+
+
+def test_out_of_memory_loading_a_gguf(tmp_path, monkeypatch):
+    monkeypatch.setenv("SPECVIZ_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setattr(loading.AutoTokenizer, "from_pretrained", lambda *a, **k: object())  # skip a 14 s conversion
+    monkeypatch.setattr(loading.AutoModelForCausalLM, "from_pretrained", _raise_oom)
+    with pytest.raises(ModelLoadError, match="Out of memory.*smaller model"):
+        load_model(loading.EMBEDDED_TARGET, "cpu", "float32")
+
+
+def test_out_of_memory_with_a_cached_gguf_keeps_the_cache(tmp_path, monkeypatch):
+    """Running out of memory is not a damaged cache: the de-quantised copy must survive for the next try."""
+    cache = tmp_path / "cache"
+    monkeypatch.setenv("SPECVIZ_CACHE_DIR", str(cache))
+    path = loading.embedded_gguf_path()
+    stat = path.stat()
+    entry = cache / f"{path.stem}-{stat.st_size}-{int(stat.st_mtime)}"
+    entry.mkdir(parents=True)
+    (entry / "config.json").write_text("{}")
+    (entry / "model.safetensors").write_bytes(b"")
+    monkeypatch.setattr(loading.AutoTokenizer, "from_pretrained", lambda *a, **k: object())
+    monkeypatch.setattr(loading.AutoModelForCausalLM, "from_pretrained", _raise_oom)
+    with pytest.raises(ModelLoadError, match="Out of memory"):
+        load_model(loading.EMBEDDED_TARGET, "cpu", "float32")
+    assert entry.is_dir()
+
+
+def test_out_of_memory_moving_to_the_device(tiny_dir, monkeypatch):
+    def to(self, *args, **kwargs):
+        raise torch.OutOfMemoryError("CUDA out of memory")
+
+    monkeypatch.setattr(torch.nn.Module, "to", to)
+    with pytest.raises(ModelLoadError, match="Out of memory moving"):
+        load_model(str(tiny_dir["llama"]), "cpu", "float32")
