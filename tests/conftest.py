@@ -1,0 +1,117 @@
+"""Shared fixtures: tiny random transformers models built locally (nothing is downloaded), and SmolLM2 once.
+
+The tokenizer is a WordLevel vocabulary trained on a few sentences and wrapped in
+PreTrainedTokenizerFast; both tiny models share it, so they can act as target and draft.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+os.environ.setdefault("HF_HUB_OFFLINE", "1")  # the suite never talks to the hub
+
+SENTENCES = [
+    "the quick brown fox jumps over the lazy dog",
+    "a speculative decoder drafts a few tokens and the target verifies them in one pass",
+    "def reverse ( s ) : return s [ : : - 1 ]",
+    "write a python function that reverses a string",
+    "repeat the following paragraph exactly : the cat sat on the mat and the dog sat on the log",
+    "accepted rejected resampled bonus target draft model prompt lookup early exit",
+    "one two three four five six seven eight nine ten eleven twelve",
+    "red orange yellow green blue indigo violet black white grey",
+    "monday tuesday wednesday thursday friday saturday sunday",
+    "alpha beta gamma delta epsilon zeta eta theta iota kappa lambda mu",
+]
+SPECIAL_TOKENS = ["<unk>", "<s>", "</s>", "<pad>"]
+
+
+def build_tokenizer(sentences: list[str] = SENTENCES):
+    """A small word-level fast tokenizer (vocab in the low hundreds at most), built offline."""
+    from tokenizers import Tokenizer, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    raw = Tokenizer(models.WordLevel(unk_token="<unk>"))
+    raw.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    raw.train_from_iterator(sentences, trainers.WordLevelTrainer(special_tokens=SPECIAL_TOKENS))
+    return PreTrainedTokenizerFast(
+        tokenizer_object=raw, unk_token="<unk>", bos_token="<s>", eos_token="</s>", pad_token="<pad>"
+    )
+
+
+def _save_llama(folder: Path, tokenizer, seed: int, num_layers: int = 2) -> Path:
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(seed)
+    config = LlamaConfig(
+        vocab_size=len(tokenizer),
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=num_layers,
+        num_attention_heads=2,
+        num_key_value_heads=2,
+        max_position_embeddings=256,
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+    )
+    model = LlamaForCausalLM(config)
+    model.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return folder
+
+
+def _save_gpt2(folder: Path, tokenizer, seed: int) -> Path:
+    import torch
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    torch.manual_seed(seed)
+    config = GPT2Config(
+        vocab_size=len(tokenizer),
+        n_embd=32,
+        n_layer=2,
+        n_head=2,
+        n_positions=256,
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+    )
+    model = GPT2LMHeadModel(config)
+    model.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return folder
+
+
+@pytest.fixture(scope="session")
+def tiny_dir(tmp_path_factory) -> dict[str, Path]:
+    """Folders of tiny random models sharing one tokenizer: 'llama' (target), 'llama_draft' (another seed),
+    'gpt2', and 'other_tok' (a llama with a different tokenizer)."""
+    root = tmp_path_factory.mktemp("tiny_models")
+    tok = build_tokenizer()
+    other = build_tokenizer(SENTENCES[:3])
+    return {
+        "llama": _save_llama(root / "llama", tok, seed=1),
+        "llama_draft": _save_llama(root / "llama_draft", tok, seed=2),
+        "gpt2": _save_gpt2(root / "gpt2", tok, seed=3),
+        "other_tok": _save_llama(root / "other_tok", other, seed=4),
+    }
+
+
+@pytest.fixture(scope="session")
+def tiny_models(tiny_dir):
+    """The tiny folders loaded once through specviz.models.load_model on the CPU in float32."""
+    from specviz.models import load_model
+
+    return {name: load_model(str(path), "cpu", "float32") for name, path in tiny_dir.items()}
+
+
+@pytest.fixture(scope="session")
+def smollm():
+    """The embedded SmolLM2-135M-Instruct on the CPU in float32, loaded once for the whole session."""
+    from specviz.models import EMBEDDED_TARGET, load_model
+
+    return load_model(EMBEDDED_TARGET, "cpu", "float32")
