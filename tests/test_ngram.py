@@ -1,0 +1,320 @@
+"""The context n-gram drafter: its q_draft on hand-written sequences, backoff, early stop, incremental
+counts, and exactness of speculative decoding with it (greedy identity; sampled distribution by chi-square)."""
+
+from __future__ import annotations
+
+import functools
+import itertools
+from collections.abc import Sequence
+
+import pytest
+import torch
+from scipy.stats import chisquare
+
+from specviz.core.decoding import DecodeConfig, SpeculativeDecoder
+from specviz.core.sampling import SamplingConfig
+from specviz.drafters import NGramDrafter, NoDrafter
+from specviz.drafters.base import Draft
+from specviz.drafters.ngram import NGramCounts, smoothed
+
+V = 12
+
+
+def gen(seed: int = 0) -> torch.Generator:
+    return torch.Generator().manual_seed(seed)
+
+
+def support(row: torch.Tensor) -> set[int]:
+    return set(torch.nonzero(row).flatten().tolist())
+
+
+@functools.cache
+def logit_table(vocab_size: int, seed: int, sharpness: float = 2.0) -> torch.Tensor:
+    g = torch.Generator().manual_seed(seed)
+    return torch.randn(vocab_size, vocab_size, vocab_size, generator=g) * sharpness  # (prev, cur, V)
+
+
+class TableLM:
+    """A toy CachedLM in plain torch: next-token logits are a fixed table of the last two tokens."""
+
+    def __init__(self, vocab_size: int, seed: int = 0) -> None:
+        self.table = logit_table(vocab_size, seed)  # (prev, cur, V)
+        self.vocab_size = vocab_size
+        self.device = torch.device("cpu")
+        self._tokens: list[int] = []
+
+    @property
+    def tokens(self) -> Sequence[int]:
+        return self._tokens
+
+    def next_logits(self, prev: int, cur: int) -> torch.Tensor:
+        return self.table[prev, cur]
+
+    def extend(self, ids: Sequence[int]) -> torch.Tensor:
+        rows = []
+        for tok in ids:
+            prev = self._tokens[-1] if self._tokens else 0
+            rows.append(self.next_logits(prev, tok))
+            self._tokens.append(int(tok))
+        return torch.stack(rows)  # (len(ids), V)
+
+    def crop(self, length: int) -> None:
+        del self._tokens[length:]
+
+
+class SoftQGreedyDrafter(NGramDrafter):
+    """The known bug, kept as a negative control: drafts the argmax but reports the soft q."""
+
+    def propose(self, context, k, generator):
+        draft = super().propose(context, k, torch.Generator().manual_seed(0))
+        if not draft.token_ids:
+            return draft
+        ids = tuple(int(i) for i in draft.q_draft.argmax(dim=-1))
+        return Draft(ids[:1], draft.q_draft[:1])
+
+
+# --- q_draft on hand-written sequences ---------------------------------------------------------
+
+
+def test_q_sums_to_one_with_the_observed_followers_as_support():
+    seq = [1, 2, 3, 4, 1, 2, 3, 5, 1, 2]
+    drafter = NGramDrafter(V, n_max=3, n_min=1, threshold=0.0, mode="greedy")
+    drafter.prepare(seq)
+    draft = drafter.propose(seq, 2, gen())
+    assert draft.q_draft.shape == (2, V)
+    assert torch.allclose(draft.q_draft.sum(dim=-1), torch.ones(2))
+    # "5 1 2" was never followed yet, so it backs off to "1 2", always followed by 3
+    assert draft.token_ids[0] == 3
+    # in sample mode the reported q is the smoothed one: "1 2 3" was followed by 4 and by 5, once each
+    sampled = NGramDrafter(V, n_max=3, n_min=1, threshold=0.0)
+    sampled.prepare(seq)
+    q = sampled.propose(seq, 2, gen()).q_draft
+    assert torch.allclose(q.sum(dim=-1), torch.ones(2))
+    assert support(q[0]) == {3} and q[0, 3] == 1.0
+    assert support(q[1]) == {4, 5}
+    assert q[1, 4] == pytest.approx(0.5) and q[1, 5] == pytest.approx(0.5)
+    assert (q >= 0).all()
+
+
+def test_q_uses_counts_not_only_the_latest_match():
+    seq = [7, 1, 7, 1, 7, 2, 7]  # 7 was followed by 1, 1, 2: the latest match alone would say 2
+    for lam in (0.0, 0.5, 1.0):
+        drafter = NGramDrafter(V, n_max=1, n_min=1, threshold=0.0, smoothing=lam)
+        drafter.prepare(seq)
+        q = drafter.propose(seq, 1, gen()).q_draft[0]
+        assert q[1] == pytest.approx((2 + lam) / (3 + 2 * lam))
+        assert q[2] == pytest.approx((1 + lam) / (3 + 2 * lam))
+        assert support(q) == {1, 2}
+        assert float(q.sum()) == pytest.approx(1.0)
+
+
+def test_greedy_mode_reports_the_one_hot_of_what_it_drafted():
+    seq = [7, 1, 7, 1, 7, 2, 7]
+    drafter = NGramDrafter(V, n_max=1, n_min=1, threshold=0.0, mode="greedy")
+    drafter.prepare(seq)
+    draft = drafter.propose(seq, 3, gen())
+    assert draft.token_ids[0] == 1
+    for row, tok in enumerate(draft.token_ids):
+        assert support(draft.q_draft[row]) == {tok} and draft.q_draft[row, tok] == 1.0
+
+
+def test_backoff_uses_the_longest_order_that_matches():
+    counts = NGramCounts(1, 3)
+    counts.extend([1, 2, 3, 9, 5, 2, 3, 8, 4, 3, 6])
+    assert counts.lookup([1, 2, 3]) == {9: 1}  # order 3 matches: only what followed "1 2 3"
+    assert counts.lookup([7, 2, 3]) == {9: 1, 8: 1}  # "7 2 3" unseen -> order 2 "2 3"
+    assert counts.lookup([7, 7, 3]) == {9: 1, 8: 1, 6: 1}  # -> order 1 "3"
+    assert counts.lookup([7, 7, 11]) is None  # nothing matches at any order
+    only_long = NGramCounts(2, 3)
+    only_long.extend([1, 2, 3, 9, 5, 2, 3, 8, 4, 3, 6])
+    assert only_long.lookup([7, 7, 3]) is None  # order 1 is below n_min
+
+
+def test_no_match_gives_an_empty_draft():
+    drafter = NGramDrafter(V, n_max=3, n_min=1, threshold=0.0)
+    seq = [1, 2, 3, 4]  # the last token, 4, was never followed by anything
+    drafter.prepare(seq)
+    assert drafter.propose(seq, 4, gen()) == Draft(())
+    assert drafter.propose(seq, 0, gen()) == Draft(())
+
+
+def test_drafting_backs_off_between_orders_while_drafting():
+    seq = [1, 2, 3, 1, 2]  # "3 1 2" unseen -> "1 2" -> 3; then "1 2 3" -> 1; "2 3 1" -> 2; "3 1 2" -> back off -> 3 ...
+    drafter = NGramDrafter(V, n_max=3, n_min=1, threshold=0.0)
+    drafter.prepare(seq)
+    assert drafter.propose(seq, 5, gen()).token_ids == (3, 1, 2, 3, 1)
+    drafter.prepare([4, 5, 9])  # 9 was never followed, at any order
+    assert drafter.propose([4, 5, 9], 3, gen()) == Draft(())
+
+
+def test_early_stop_below_the_threshold():
+    seq = [1, 2, 3, 4, 1, 2, 3, 5, 1, 2]  # q after "1 2" is one-hot; after "1 2 3" it is 0.5 / 0.5
+    confident = NGramDrafter(V, threshold=0.6)
+    confident.prepare(seq)
+    draft = confident.propose(seq, 4, gen())
+    assert draft.token_ids == (3,)
+    loose = NGramDrafter(V, threshold=0.5)
+    loose.prepare(seq)
+    assert len(loose.propose(seq, 4, gen()).token_ids) == 4
+    # below the threshold at the very first token: nothing drafted
+    unsure = NGramDrafter(V, n_max=1, threshold=0.6)
+    unsure.prepare([7, 1, 7, 2, 7])
+    assert unsure.propose([7, 1, 7, 2, 7], 4, gen()) == Draft(())
+
+
+def test_sampling_follows_the_generator_and_q():
+    seq = [7, 1, 7, 2, 7, 3, 7, 1, 7]
+    drafter = NGramDrafter(V, n_max=1, n_min=1, threshold=0.0, smoothing=0.0)
+    drafter.prepare(seq)
+    assert [drafter.propose(seq, 3, gen(s)).token_ids for s in range(5)] == [drafter.propose(seq, 3, gen(s)).token_ids for s in range(5)]
+    g = gen(0)
+    draws = [drafter.propose(seq, 1, g).token_ids[0] for _ in range(4000)]
+    freq = {tok: draws.count(tok) / len(draws) for tok in (1, 2, 3)}
+    assert set(draws) == {1, 2, 3}
+    assert freq[1] == pytest.approx(0.5, abs=0.03) and freq[2] == pytest.approx(0.25, abs=0.03)
+
+
+def test_counts_are_updated_incrementally_and_match_a_fresh_build():
+    stream = [1, 2, 3, 1, 2, 4, 1, 2, 3, 3, 1]
+    drafter = NGramDrafter(V, n_max=3, n_min=1)
+    drafter.prepare(stream[:4])
+    for end in range(5, len(stream) + 1):
+        drafter.rollback(stream[:end])  # the decoder passes every committed token
+    fresh = NGramCounts(1, 3)
+    fresh.extend(stream)
+    assert drafter.counts.followers == fresh.followers
+    # proposals never enter the counts
+    before = {ctx: dict(c) for ctx, c in drafter.counts.followers.items()}
+    drafter.propose(stream, 4, gen())
+    assert {ctx: dict(c) for ctx, c in drafter.counts.followers.items()} == before
+    # a different stream (a new run reusing the drafter) starts over
+    drafter.rollback([9, 9, 9])
+    assert drafter.counts.tokens == [9, 9, 9]
+
+
+def test_smoothed_is_a_distribution_over_the_followers():
+    from collections import Counter
+
+    ids, probs = smoothed(Counter({4: 3, 9: 1, 2: 1}), 0.5)
+    assert ids[0] == 4 and sum(probs) == pytest.approx(1.0)
+    assert probs[0] == pytest.approx(3.5 / 6.5)
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [dict(vocab_size=0), dict(n_min=0), dict(n_min=3, n_max=2), dict(threshold=1.5), dict(smoothing=-1.0), dict(mode="beam")],
+)
+def test_bad_arguments_raise_value_error(kwargs):
+    with pytest.raises(ValueError):
+        NGramDrafter(**{"vocab_size": V, **kwargs})
+
+
+# --- exactness of speculative decoding with the n-gram drafter ------------------------------------
+
+
+def decode(lm_seed: int, drafter, prompt: list[int], sampling: SamplingConfig, seed: int, max_new: int, k: int = 4, adaptive: bool = False):
+    config = DecodeConfig(num_draft_tokens=k, sampling=sampling, seed=seed, max_new_tokens=max_new, adaptive_k=adaptive)
+    decoder = SpeculativeDecoder(TableLM(V, lm_seed), drafter, prompt, config)
+    decoder.run()
+    return decoder
+
+
+def plain_greedy(lm_seed: int, prompt: list[int], max_new: int) -> list[int]:
+    lm = TableLM(V, lm_seed)
+    out = list(prompt)
+    for _ in range(max_new):
+        out.append(int(lm.next_logits(out[-2] if len(out) > 1 else 0, out[-1]).argmax()))
+    return out[len(prompt) :]
+
+
+@pytest.mark.parametrize("mode", ["sample", "greedy"])
+@pytest.mark.parametrize("adaptive", [False, True])
+def test_greedy_output_is_identical_to_plain_greedy(mode, adaptive):
+    drafted = accepted = 0
+    for lm_seed, prompt in [(0, [1, 2, 3, 1, 2, 3, 1, 2]), (1, [5, 5, 6, 7, 5, 6]), (2, [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 0, 1])]:
+        expected = plain_greedy(lm_seed, prompt, 40)
+        for seed in range(3):
+            decoder = decode(lm_seed, NGramDrafter(V, mode=mode), prompt, SamplingConfig(), seed, 40, adaptive=adaptive)
+            assert decoder.generated == expected
+            stats = decoder.stats()
+            drafted += stats.drafted
+            accepted += stats.accepted
+            assert all(r.has_q for r in decoder.records if r.drafted)
+    assert 0 < accepted < drafted  # the drafter did draft, and was sometimes wrong
+
+
+def test_baseline_agrees_with_the_toy_plain_greedy():
+    prompt = [1, 2, 3, 1, 2]
+    assert decode(0, NoDrafter(), prompt, SamplingConfig(), 0, 20).generated == plain_greedy(0, prompt, 20)
+
+
+def exact_sequence_probs(lm_seed: int, prompt: list[int], length: int) -> dict[tuple[int, ...], float]:
+    p_next = torch.softmax(TableLM(V, lm_seed).table.double(), dim=-1).tolist()  # (prev, cur, V)
+    probs = {}
+    for seq in itertools.product(range(V), repeat=length):
+        ctx, p = list(prompt), 1.0
+        for tok in seq:
+            p *= p_next[ctx[-2]][ctx[-1]][tok]
+            ctx.append(tok)
+        probs[seq] = p
+    return probs
+
+
+def chi_square_pvalue(drafter_factory, lm_seed: int, prompt: list[int], n: int, length: int = 2) -> tuple[float, int, int]:
+    exact = exact_sequence_probs(lm_seed, prompt, length)
+    counts = dict.fromkeys(exact, 0)
+    drafted = rejected = 0
+    for seed in range(n):
+        decoder = decode(lm_seed, drafter_factory(), prompt, SamplingConfig(temperature=1.0), seed, length, k=length)
+        counts[tuple(decoder.generated)] += 1
+        drafted += sum(r.num_drafted for r in decoder.records)
+        rejected += sum("rejected" in r.draft_fates for r in decoder.records)
+    # pool cells whose expected count is small so the chi-square approximation holds
+    keys = sorted(exact, key=exact.get, reverse=True)
+    big = [key for key in keys if exact[key] * n >= 5]
+    small = [key for key in keys if exact[key] * n < 5]
+    observed = [counts[key] for key in big] + [sum(counts[key] for key in small)]
+    expected = [exact[key] * n for key in big] + [sum(exact[key] for key in small) * n]
+    expected = [e * n / sum(expected) for e in expected]  # exact probabilities sum to 1 only up to rounding
+    return float(chisquare(observed, expected).pvalue), drafted, rejected
+
+
+PROMPT = [3, 4, 3, 5, 3, 4, 3, 4, 3, 6, 3]  # 3 is followed by 4, 5, 6: a real, non-degenerate q_draft
+
+
+@pytest.fixture
+def one_thread():
+    """Tiny tensors gain nothing from intra-op threads, and on a busy 2-core machine OpenMP spinning makes them slow."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+def test_sampled_distribution_matches_the_target(one_thread):
+    pvalue, drafted, rejected = chi_square_pvalue(lambda: NGramDrafter(V, threshold=0.0), lm_seed=4, prompt=PROMPT, n=1200, length=3)
+    assert drafted > 1500 and rejected > 300  # the rule had real work to do, with two-token drafts
+    assert pvalue > 1e-3
+
+
+def test_chi_square_catches_a_greedy_draft_scored_with_soft_q(one_thread):
+    pvalue, _, _ = chi_square_pvalue(lambda: SoftQGreedyDrafter(V, threshold=0.0), lm_seed=4, prompt=PROMPT, n=1200, length=3)
+    assert pvalue < 1e-6
+
+
+def test_ngram_drafter_on_a_tiny_transformers_model(tiny_models):
+    from specviz.config import RunConfig
+    from specviz.runs import build_decoder, make_drafter
+
+    target = tiny_models["llama"]
+    tok = target.tokenizer
+    prompt_ids = tok("the cat sat on the mat and the dog sat on the log the cat sat on the")["input_ids"]
+    config = RunConfig(target="tiny", drafter="ngram", max_new_tokens=24, num_draft_tokens=4, chat=False)
+    drafter = make_drafter(config, target)
+    assert isinstance(drafter, NGramDrafter) and drafter.vocab_size == target.vocab_size
+    spec = build_decoder(config, target, prompt_ids)
+    spec.run()
+    base = build_decoder(config, target, prompt_ids, baseline=True)
+    base.run()
+    assert spec.generated == base.generated
+    assert spec.stats().drafted > 0
