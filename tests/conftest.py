@@ -86,6 +86,18 @@ def _save_gpt2(folder: Path, tokenizer, seed: int) -> Path:
     return folder
 
 
+@pytest.fixture(scope="module")
+def one_thread():
+    """For modules of toy-sized tensors: a second intra-op thread only adds synchronisation, which
+    costs milliseconds per op (softmax of 10 numbers: ~10 ms) when other processes share the cores."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
 @pytest.fixture(scope="session")
 def tiny_dir(tmp_path_factory) -> dict[str, Path]:
     """Folders of tiny random models sharing one tokenizer: 'llama' (target), 'llama_draft' (another seed),

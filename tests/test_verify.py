@@ -18,6 +18,8 @@ from scipy.stats import chisquare
 from specviz.core.sampling import sample
 from specviz.core.verify import Verdict, one_hot_q, residual, verify
 
+pytestmark = pytest.mark.usefixtures("one_thread")
+
 Rule = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, torch.Generator], Verdict]
 NUM_SAMPLES = 4_000  # one verify() call each (~0.1 ms); expected counts >= 160 per cell here
 PASS_P = 1e-3  # the right rule must clear this

@@ -53,6 +53,11 @@ class DecodeConfig:
             raise ValueError(f"num_draft_tokens must be between 0 and {MAX_DRAFT_TOKENS}; got {self.num_draft_tokens}.")
         if not (1 <= self.max_draft_tokens <= MAX_DRAFT_TOKENS):
             raise ValueError(f"max_draft_tokens must be between 1 and {MAX_DRAFT_TOKENS}; got {self.max_draft_tokens}.")
+        if self.adaptive_k and self.num_draft_tokens > self.max_draft_tokens:
+            raise ValueError(
+                f"num_draft_tokens ({self.num_draft_tokens}) is above max_draft_tokens ({self.max_draft_tokens}), "
+                "the ceiling for adaptive k; lower it or raise the ceiling."
+            )
         if self.max_new_tokens < 1:
             raise ValueError(f"max_new_tokens must be at least 1; got {self.max_new_tokens}.")
         if self.top_n < 1:
@@ -212,7 +217,7 @@ class SpeculativeDecoder:
             draft_ms=(t1 - t0) * 1000.0,
             verify_ms=(t2 - t1) * 1000.0,
             round_ms=(time.perf_counter() - t0) * 1000.0,
-            finished=finished,
+            finished=self.done,  # EOS, or the max_new_tokens limit, reached this round
         )
         self.records.append(record)
         self.k = next_k(self.k, m, n, cfg)

@@ -1,0 +1,298 @@
+"""The decoding loop with toy LMs in plain torch: greedy identity, cache lengths after every round,
+EOS and the length limit inside a round, adaptive k, and the first sampled token's distribution."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import pytest
+import torch
+from scipy.stats import chisquare
+
+from specviz.core.decoding import DecodeConfig, SpeculativeDecoder
+from specviz.core.sampling import SamplingConfig, warp
+from specviz.drafters import ModelDrafter, NoDrafter, PromptLookupDrafter
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+V = 10
+PROMPT = [1, 2, 3, 4, 1, 2, 3]  # "1 2 3" repeats, so prompt lookup hits at once
+
+
+class TableLM:
+    """A toy CachedLM: logits at a position depend on the token there, the one before it, and the
+    position itself, so a cache holding the wrong tokens or the wrong length changes what comes out."""
+
+    def __init__(self, seed: int, vocab_size: int = V, noise: float = 0.0, scale: float = 1.0) -> None:
+        g = torch.Generator().manual_seed(seed)
+        self.cur = torch.randn(vocab_size, vocab_size, generator=g) * 2.5  # (token, V)
+        self.prev = torch.randn(vocab_size, vocab_size, generator=g)  # (previous token, V)
+        self.pos = torch.randn(5, vocab_size, generator=g)  # (position % 5, V)
+        if noise:  # a draft that agrees with its target only partly
+            gn = torch.Generator().manual_seed(99)
+            self.cur = self.cur + noise * torch.randn(vocab_size, vocab_size, generator=gn)
+        self.scale = scale  # < 1 flattens every distribution
+        self.vocab_size = vocab_size
+        self.device = torch.device("cpu")
+        self._tokens: list[int] = []
+        self.extend_calls = 0
+
+    @property
+    def tokens(self) -> Sequence[int]:
+        return self._tokens
+
+    def logits_after(self, seq: Sequence[int]) -> torch.Tensor:
+        """(V,) logits for the token after seq, computed from scratch."""
+        i = len(seq) - 1
+        return (self.cur[seq[i]] + self.prev[seq[i - 1] if i > 0 else 0] + self.pos[i % 5]) * self.scale
+
+    def extend(self, ids: Sequence[int]) -> torch.Tensor:
+        if not ids:
+            raise ValueError("extend() needs at least one token")
+        self.extend_calls += 1
+        rows = []
+        for tok in ids:
+            self._tokens.append(int(tok))
+            rows.append(self.logits_after(self._tokens))
+        return torch.stack(rows)  # (len(ids), V)
+
+    def crop(self, length: int) -> None:
+        del self._tokens[length:]
+
+
+def plain_greedy(prompt: list[int], max_new: int, eos: tuple[int, ...] = (), seed: int = 0) -> list[int]:
+    """The reference: argmax from scratch at every step, no caches involved."""
+    lm, out = TableLM(seed), list(prompt)
+    for _ in range(max_new):
+        out.append(int(lm.logits_after(out).argmax()))
+        if out[-1] in eos:
+            break
+    return out[len(prompt) :]
+
+
+def make_drafter(kind: str, sampling: SamplingConfig = SamplingConfig(), scale: float = 1.0):
+    if kind == "none":
+        return NoDrafter()
+    if kind == "lookup":
+        return PromptLookupDrafter(ngram_max=3)
+    if kind == "model":  # a different toy LM: accepts some drafts, rejects others
+        return ModelDrafter(TableLM(0, noise=2.0, scale=scale), sampling)
+    if kind == "same":  # the draft is the target itself: every draft is accepted
+        return ModelDrafter(TableLM(0, scale=scale), sampling)
+    raise ValueError(kind)
+
+
+def check_caches(dec: SpeculativeDecoder) -> None:
+    """The target caches every committed token but the newest; a draft model's cache is a prefix."""
+    assert list(dec.target.tokens) == dec.tokens[:-1]
+    lm = getattr(dec.drafter, "lm", None)
+    if lm is not None:
+        assert len(lm.tokens) <= len(dec.tokens)
+        assert list(lm.tokens) == dec.tokens[: len(lm.tokens)]
+
+
+def run_checked(dec: SpeculativeDecoder) -> SpeculativeDecoder:
+    check_caches(dec)
+    while not dec.done:
+        before = len(dec.tokens)
+        calls = dec.target.extend_calls
+        record = dec.step()
+        assert dec.target.extend_calls == calls + 1, "one target forward per round"
+        assert dec.tokens[before:] == list(record.emitted)
+        assert record.context_length == before
+        check_caches(dec)
+    return dec
+
+
+def decoder(kind: str, k: int, max_new: int = 40, eos=(), sampling=SamplingConfig(), seed=0, scale=1.0, **kw):
+    config = DecodeConfig(num_draft_tokens=k, sampling=sampling, seed=seed, max_new_tokens=max_new, eos_token_ids=eos, **kw)
+    return SpeculativeDecoder(TableLM(0, scale=scale), make_drafter(kind, sampling, scale), PROMPT, config)
+
+
+# -- greedy: token-identical to plain greedy --------------------------------------------------------
+
+
+def test_plain_greedy_decoder_matches_the_reference():
+    dec = run_checked(decoder("none", 0))
+    assert dec.generated == plain_greedy(PROMPT, 40)
+    assert all(r.emitted_fates == ("target",) and r.drafted == () for r in dec.records)
+
+
+@pytest.mark.parametrize("kind", ["model", "same", "lookup"])
+@pytest.mark.parametrize("k", [1, 2, 4, 8])
+def test_greedy_speculative_equals_plain_greedy(kind, k):
+    dec = run_checked(decoder(kind, k))
+    assert dec.generated == plain_greedy(PROMPT, 40)
+    stats = dec.stats()
+    assert stats.new_tokens == 40 and stats.target_passes == len(dec.records)
+    if kind == "same":  # all accepted: every round but the length-limited last ones emits k+1 tokens
+        assert stats.acceptance_rate == 1.0
+        assert all(len(r.emitted) == r.num_draft_tokens + 1 for r in dec.records)
+        assert all(r.emitted_fates[-1] == "bonus" for r in dec.records if r.drafted)
+    else:
+        assert stats.drafted > 0
+
+
+def test_the_toy_drafts_exercise_both_fates():
+    """Guards the tests above: the 'model' and 'lookup' drafts are sometimes right and sometimes wrong."""
+    for kind in ("model", "lookup"):
+        stats = run_checked(decoder(kind, 4)).stats()
+        assert 0 < stats.accepted < stats.drafted, kind
+
+
+def test_a_one_token_prompt_works():
+    config = DecodeConfig(num_draft_tokens=3, max_new_tokens=12)
+    dec = run_checked(SpeculativeDecoder(TableLM(0), make_drafter("same"), [7], config))
+    assert dec.generated == plain_greedy([7], 12)
+
+
+# -- EOS and the length limit inside a round -----------------------------------------------------------
+
+
+def eos_inside_first_round() -> tuple[int, int]:
+    """A token whose first appearance in the greedy output is at index 2..6: inside a k=8 round."""
+    ref = plain_greedy(PROMPT, 40)
+    for i in range(2, 7):
+        if ref[i] not in ref[:i]:
+            return ref[i], i
+    raise AssertionError("pick another toy seed: no fresh token early in the output")
+
+
+@pytest.mark.parametrize("kind", ["same", "model", "lookup", "none"])
+def test_eos_inside_a_round_stops_there(kind):
+    eos, index = eos_inside_first_round()
+    dec = run_checked(decoder(kind, 8, eos=(eos,)))
+    assert dec.generated == plain_greedy(PROMPT, 40, eos=(eos,))
+    assert len(dec.generated) == index + 1 and dec.generated[-1] == eos  # nothing after EOS
+    assert dec.finished and dec.done and dec.records[-1].finished
+    assert not any(r.finished for r in dec.records[:-1])
+    if kind == "same":  # the round drafted past EOS and the cut dropped the rest
+        assert len(dec.records) == 1 and len(dec.records[0].drafted) == 8
+        assert dec.records[0].emitted_fates == ("accepted",) * (index + 1)
+    with pytest.raises(RuntimeError):
+        dec.step()
+
+
+@pytest.mark.parametrize("kind", ["same", "model", "lookup"])
+@pytest.mark.parametrize("max_new", [1, 3, 6, 10])
+def test_max_new_tokens_is_exact(kind, max_new):
+    dec = run_checked(decoder(kind, 8, max_new=max_new))
+    assert dec.generated == plain_greedy(PROMPT, max_new)
+    remaining = max_new
+    for r in dec.records:  # nobody drafts tokens that could never be emitted
+        assert r.num_draft_tokens == min(8, remaining - 1) and len(r.emitted) <= remaining
+        remaining -= len(r.emitted)
+    assert dec.done and dec.records[-1].finished and not dec.finished  # the limit, not EOS, ended it
+
+
+# -- adaptive k ----------------------------------------------------------------------------------------------
+
+
+def expected_ks(records, k0: int, ceiling: int, max_new: int) -> list[int]:
+    """k per round by the documented rule: +2 after all drafts kept, -1 after a rejection, within [1, ceiling]."""
+    ks, k, remaining = [], k0, max_new
+    for r in records:
+        ks.append(min(k, remaining - 1))
+        remaining -= len(r.emitted)
+        if r.drafted:
+            k = min(ceiling, k + 2) if r.num_accepted == r.num_drafted else max(1, k - 1)
+    return ks
+
+
+@pytest.mark.parametrize("kind, temperature", [("same", 0.0), ("model", 0.0), ("model", 1.0), ("lookup", 0.0)])
+def test_adaptive_k_stays_in_range_and_is_recorded(kind, temperature):
+    sampling = SamplingConfig(temperature=temperature)
+    dec = decoder(kind, 2, max_new=60, sampling=sampling, adaptive_k=True, max_draft_tokens=5)
+    while not dec.done:
+        dec.step()
+        assert 1 <= dec.k <= 5
+    ks = [r.num_draft_tokens for r in dec.records]
+    assert ks == expected_ks(dec.records, 2, 5, 60)
+    assert all(len(r.drafted) <= r.num_draft_tokens <= 5 for r in dec.records)
+    if kind == "same":
+        assert ks[:3] == [2, 4, 5]  # grows by 2, capped at the ceiling
+    elif kind == "model":
+        assert len(set(ks)) > 1  # it moved
+    if temperature == 0.0:
+        assert dec.generated == plain_greedy(PROMPT, 60)
+
+
+def test_adaptive_k_starting_above_the_ceiling_is_refused():
+    with pytest.raises(ValueError, match="max_draft_tokens"):
+        DecodeConfig(num_draft_tokens=8, max_draft_tokens=4, adaptive_k=True)
+
+
+# -- temperature 1: the first emitted token follows the target's warped distribution -------------------------
+
+
+@pytest.mark.parametrize(
+    "kind, sampling",
+    [
+        ("model", SamplingConfig(temperature=1.0)),
+        ("model", SamplingConfig(temperature=0.8, top_k=6, top_p=0.9)),
+        ("lookup", SamplingConfig(temperature=1.0)),
+    ],
+)
+def test_first_sampled_token_follows_the_warped_target(kind, sampling):
+    n, scale = 1_500, 0.3  # flatter toys: p_target spreads over most of the vocabulary
+    p_target = warp(TableLM(0, scale=scale).logits_after(PROMPT), sampling)
+    counts = [0] * V
+    rejected = 0
+    for seed in range(n):
+        dec = decoder(kind, 2, max_new=1 + 2, sampling=sampling, seed=seed, scale=scale)
+        record = dec.step()
+        counts[record.emitted[0]] += 1
+        rejected += "rejected" in record.draft_fates
+    assert sum(c for c, p in zip(counts, p_target.tolist()) if p == 0) == 0  # nothing outside the support
+    big = [i for i in range(V) if p_target[i] * n >= 5]  # pool the rare tokens so the test's approximation holds
+    rare = [i for i in range(V) if 0 < p_target[i] * n < 5]
+    observed = [counts[i] for i in big] + ([sum(counts[i] for i in rare)] if rare else [])
+    expected = [float(p_target[i]) * n for i in big] + ([float(p_target[rare].sum()) * n] if rare else [])
+    expected = [e * n / sum(expected) for e in expected]
+    assert len(big) >= 3
+    assert chisquare(observed, expected).pvalue > 1e-3
+    assert 0 < rejected < n  # both branches of the rule were taken
+
+
+# -- the record and the stats --------------------------------------------------------------------------------
+
+
+def test_records_hold_what_the_round_decided():
+    dec = run_checked(decoder("model", 4, sampling=SamplingConfig(temperature=1.0), seed=3))
+    for r in dec.records:
+        m = len(r.drafted)
+        assert len(r.p_target) == len(r.q_draft) == len(r.accept_prob) == len(r.uniforms) == len(r.draft_fates) == m
+        assert r.has_q == (m > 0) and len(r.overlap) == len(r.dists) - (r.num_accepted == m)
+        assert all(0.0 <= o <= 1.0 + 1e-6 for o in r.overlap)
+        assert len(r.emitted) == r.num_accepted + 1 and r.emitted[: r.num_accepted] == r.drafted[: r.num_accepted]
+        for u, a, fate in zip(r.uniforms, r.accept_prob, r.draft_fates):
+            if fate != "discarded":
+                assert (u < a) == (fate == "accepted")
+    stats = dec.stats()
+    assert stats.new_tokens == len(dec.generated) == 40
+    assert stats.accepted == sum(r.num_accepted for r in dec.records)
+    assert stats.alpha is not None and 0 < stats.alpha <= 1
+
+
+def test_lookup_records_have_one_hot_q_and_no_alpha():
+    dec = run_checked(decoder("lookup", 4))
+    drafted = [r for r in dec.records if r.drafted]
+    assert drafted and all(not r.has_q and r.overlap == () and set(r.q_draft) == {1.0} for r in drafted)
+    assert dec.stats().alpha is None
+
+
+def test_same_seed_same_run():
+    runs = [decoder("model", 3, sampling=SamplingConfig(temperature=1.0), seed=5) for _ in range(2)]
+    for d in runs:
+        d.run()
+    assert runs[0].generated == runs[1].generated
+    assert [r.uniforms for r in runs[0].records] == [r.uniforms for r in runs[1].records]
+
+
+def test_bad_decode_config_and_empty_prompt_raise():
+    with pytest.raises(ValueError, match="num_draft_tokens"):
+        DecodeConfig(num_draft_tokens=17)
+    with pytest.raises(ValueError, match="max_new_tokens"):
+        DecodeConfig(max_new_tokens=0)
+    with pytest.raises(ValueError, match="empty"):
+        SpeculativeDecoder(TableLM(0), NoDrafter(), [], DecodeConfig())
