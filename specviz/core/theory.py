@@ -1,0 +1,92 @@
+"""Expected speedup of speculative decoding, after Leviathan, Kalman & Matias (2023), section 3.
+
+alpha: the probability that one drafted token is accepted, assumed the same and independent at every
+position. k: tokens drafted per round. c: the cost of one draft forward relative to one target
+forward. verify_cost: the cost of one (k+1)-token target pass relative to a 1-token pass (about 1
+when decoding is memory-bound, as on a GPU; larger on a CPU, where compute grows with the tokens).
+Plain decoding costs 1 per token, so speedup = expected tokens per round / cost of a round.
+"""
+
+from __future__ import annotations
+
+MAX_K = 16
+
+
+def _check(alpha: float, k: int | None = None, c: float | None = None, verify_cost: float | None = None) -> None:
+    if not (0.0 <= alpha <= 1.0):
+        raise ValueError(f"alpha is a probability: it must be between 0 and 1; got {alpha}.")
+    if k is not None and (int(k) != k or k < 0):
+        raise ValueError(f"k (tokens drafted per round) must be a whole number >= 0; got {k}.")
+    if c is not None and not (c >= 0.0):
+        raise ValueError(f"c (draft cost relative to the target) must be >= 0; got {c}.")
+    if verify_cost is not None and not (verify_cost > 0.0):
+        raise ValueError(f"verify_cost (a (k+1)-token pass relative to a 1-token pass) must be > 0; got {verify_cost}.")
+
+
+def expected_tokens(alpha: float, k: int) -> float:
+    """Expected tokens emitted per target pass: (1 - alpha^(k+1)) / (1 - alpha); k+1 at alpha = 1.
+
+    The accepted drafts form a run that stops at the first rejection, and every round adds one more
+    token (the resampled one, or the bonus token when all k survive)."""
+    _check(alpha, k)
+    if alpha == 1.0:
+        return float(k + 1)
+    return (1.0 - alpha ** (k + 1)) / (1.0 - alpha)
+
+
+def round_cost(k: int, c: float, verify_cost: float = 1.0) -> float:
+    """Cost of one round in units of a 1-token target pass: k draft forwards and one verify pass."""
+    _check(0.0, k, c, verify_cost)
+    return verify_cost + k * c
+
+
+def speedup(alpha: float, k: int, c: float, verify_cost: float = 1.0) -> float:
+    """Expected wall-clock speedup over plain decoding: expected_tokens / (verify_cost + k*c).
+
+    At k = 0 this is 1 / verify_cost: a round with no drafts is a plain 1-token pass charged as a verify."""
+    return expected_tokens(alpha, k) / round_cost(k, c, verify_cost)
+
+
+def best_k(alpha: float, c: float, verify_cost: float = 1.0, k_max: int = MAX_K) -> int:
+    """The k in 1..k_max with the highest expected speedup (the smallest such k on ties)."""
+    if not (1 <= k_max <= 64):
+        raise ValueError(f"k_max must be between 1 and 64; got {k_max}.")
+    _check(alpha, None, c, verify_cost)
+    return max(range(1, k_max + 1), key=lambda k: (speedup(alpha, k, c, verify_cost), -k))
+
+
+def acceptance_rate(alpha: float, k: int) -> float:
+    """accepted/drafted that alpha implies at a fixed k, when positions are independent.
+
+    A round accepts i tokens with probability alpha^i (1 - alpha) (i < k), so the mean accepted count
+    is alpha (1 - alpha^k) / (1 - alpha), out of k drafted (discarded drafts count as drafted)."""
+    _check(alpha, k)
+    if k == 0:
+        raise ValueError("accepted/drafted is undefined when nothing is drafted (k = 0).")
+    return (expected_tokens(alpha, k) - 1.0) / k
+
+
+def alpha_from_acceptance_rate(rate: float, k: int) -> float:
+    """Invert acceptance_rate: the per-token alpha that gives this accepted/drafted at this k (bisection).
+
+    Only an estimate: it assumes every round drafted exactly k tokens and that positions are independent."""
+    if not (0.0 <= rate <= 1.0):
+        raise ValueError(f"accepted/drafted must be between 0 and 1; got {rate}.")
+    _check(0.0, k)
+    if k == 0:
+        raise ValueError("accepted/drafted is undefined when nothing is drafted (k = 0).")
+    lo, hi = 0.0, 1.0
+    for _ in range(60):  # acceptance_rate rises monotonically in alpha
+        mid = (lo + hi) / 2.0
+        if acceptance_rate(mid, k) < rate:
+            lo = mid
+        else:
+            hi = mid
+    return (lo + hi) / 2.0
+
+
+def alpha_from_tokens_per_pass(tokens_per_pass: float, k: int) -> float:
+    """The alpha whose expected_tokens(alpha, k) equals a measured mean of tokens per target pass."""
+    if not (1.0 <= tokens_per_pass <= k + 1):
+        raise ValueError(f"tokens per target pass must be between 1 and k+1 = {k + 1}; got {tokens_per_pass}.")
+    return alpha_from_acceptance_rate((tokens_per_pass - 1.0) / k, k) if k else 0.0

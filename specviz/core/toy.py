@@ -1,0 +1,129 @@
+"""A vectorised toy of one speculative position, for checking exactness by counting.
+
+Given p_target and q_draft over a small vocabulary, draw N first-emitted tokens at once: a drafted
+token x, kept when u < min(1, p_target(x) / q_draft(x)), otherwise replaced by a draw from the
+residual norm(max(0, p_target - q_draft)). The emitted token is distributed exactly as p_target.
+Two tempting mistakes are here too, so their drift can be seen:
+
+* ``resample_from_target``: on a rejection draw from p_target instead of the residual. Tokens the
+  draft over-weights are then emitted too often.
+* ``greedy_draft_soft_q``: draft x = argmax q_draft (as greedy drafting does) but accept with the
+  soft q_draft(x). The rule's proof needs x to be drawn from q_draft, so this is biased too.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import torch
+
+from specviz.core.verify import residual
+
+ToyVariant = Literal["exact", "resample_from_target", "greedy_draft_soft_q"]
+TOY_VARIANTS: tuple[ToyVariant, ...] = ("exact", "resample_from_target", "greedy_draft_soft_q")
+MAX_TOY_SAMPLES = 1_000_000
+
+
+def normalise(weights: torch.Tensor | list[float], name: str = "distribution") -> torch.Tensor:
+    """(V,) non-negative weights -> (V,) float64 probabilities summing to 1."""
+    w = torch.as_tensor(weights, dtype=torch.float64).flatten()
+    if w.numel() < 2:
+        raise ValueError(f"{name} needs at least two tokens; got {w.numel()}.")
+    if not torch.isfinite(w).all() or (w < 0).any():
+        raise ValueError(f"{name} weights must be finite and >= 0.")
+    total = float(w.sum())
+    if total <= 0:
+        raise ValueError(f"{name} weights are all zero: give at least one token some weight.")
+    return w / total
+
+
+def _check(p_target: torch.Tensor, q_draft: torch.Tensor, variant: str) -> tuple[torch.Tensor, torch.Tensor]:
+    if variant not in TOY_VARIANTS:
+        raise ValueError(f"Unknown variant {variant!r}; choose one of {', '.join(TOY_VARIANTS)}.")
+    p = normalise(p_target, "p_target")
+    q = normalise(q_draft, "q_draft")
+    if p.numel() != q.numel():
+        raise ValueError(f"p_target and q_draft must cover the same vocabulary; got {p.numel()} and {q.numel()} tokens.")
+    return p, q
+
+
+def sample_first_tokens(
+    p_target: torch.Tensor,
+    q_draft: torch.Tensor,
+    num_samples: int,
+    generator: torch.Generator,
+    variant: ToyVariant = "exact",
+) -> torch.Tensor:
+    """Draw num_samples first-emitted tokens of one speculative position -> (N,) long ids."""
+    p, q = _check(p_target, q_draft, variant)
+    if not (1 <= num_samples <= MAX_TOY_SAMPLES):
+        raise ValueError(f"num_samples must be between 1 and {MAX_TOY_SAMPLES:,}; got {num_samples}.")
+    n = num_samples
+    # 1. draft: a sample from q_draft, or its argmax for the greedy-draft bug
+    if variant == "greedy_draft_soft_q":
+        drafted = torch.full((n,), int(q.argmax()), dtype=torch.long)
+    else:
+        drafted = torch.multinomial(q, n, replacement=True, generator=generator)  # (N,)
+    # 2. accept with min(1, p/q) at the drafted token (q > 0 there, since x came from q or its argmax)
+    accept_prob = (p[drafted] / q[drafted]).clamp(max=1.0)
+    accepted = torch.rand(n, generator=generator, dtype=torch.float64) < accept_prob
+    # 3. on a rejection: the residual, or p_target itself for the resampling bug
+    fallback = p if variant == "resample_from_target" else residual(p, q)
+    replacement = torch.multinomial(fallback, n, replacement=True, generator=generator)  # (N,)
+    return torch.where(accepted, drafted, replacement)
+
+
+def emitted_distribution(p_target: torch.Tensor, q_draft: torch.Tensor, variant: ToyVariant = "exact") -> torch.Tensor:
+    """(V,) the exact distribution each variant's samples converge to (p_target for 'exact')."""
+    p, q = _check(p_target, q_draft, variant)
+    if variant == "greedy_draft_soft_q":
+        x = int(q.argmax())
+        keep = min(1.0, float(p[x] / q[x]))
+        out = (1.0 - keep) * residual(p, q)
+        out[x] += keep
+        return out
+    kept = torch.minimum(p, q)  # P(draft v and keep it) = q(v) min(1, p(v)/q(v))
+    rejected_mass = 1.0 - float(kept.sum())
+    fallback = p if variant == "resample_from_target" else residual(p, q)
+    return kept + rejected_mass * fallback
+
+
+def counts_at(samples: torch.Tensor, vocab_size: int, checkpoints: list[int]) -> torch.Tensor:
+    """(N,) ids -> (len(checkpoints), V) counts among the first n samples for each n in checkpoints."""
+    if any(not (1 <= n <= samples.numel()) for n in checkpoints):
+        raise ValueError(f"checkpoints must lie between 1 and the number of samples ({samples.numel()}).")
+    return torch.stack([torch.bincount(samples[:n], minlength=vocab_size) for n in checkpoints])
+
+
+def tv_distance(counts: torch.Tensor, p_target: torch.Tensor) -> torch.Tensor:
+    """(..., V) counts vs (V,) probabilities -> (...) total-variation distance 0.5 * sum |freq - p|."""
+    counts = counts.to(torch.float64)
+    freq = counts / counts.sum(dim=-1, keepdim=True).clamp_min(1.0)
+    return 0.5 * (freq - torch.as_tensor(p_target, dtype=torch.float64)).abs().sum(dim=-1)
+
+
+def chi_square_pvalue(counts: torch.Tensor, p_target: torch.Tensor) -> torch.Tensor:
+    """(..., V) counts vs (V,) probabilities -> (...) Pearson chi-square goodness-of-fit p-values.
+
+    Tokens with p_target = 0 are left out of the statistic; a single count on one of them makes the
+    sample impossible under p_target, so its p-value is 0."""
+    counts = counts.to(torch.float64)
+    p = torch.as_tensor(p_target, dtype=torch.float64)
+    support = p > 0
+    n = counts.sum(dim=-1, keepdim=True)
+    expected = n * p[support]
+    stat = ((counts[..., support] - expected) ** 2 / expected.clamp_min(1e-300)).sum(dim=-1)
+    dof = max(int(support.sum()) - 1, 1)
+    # the chi-square survival function is the regularised upper incomplete gamma Q(dof/2, stat/2)
+    pvalue = torch.special.gammaincc(torch.tensor(dof / 2.0, dtype=torch.float64), stat / 2.0)
+    impossible = (counts[..., ~support] > 0).any(dim=-1)
+    return torch.where(impossible, torch.zeros_like(pvalue), pvalue)
+
+
+def log_checkpoints(num_samples: int, points: int = 30, start: int = 10) -> list[int]:
+    """About `points` sample sizes spread evenly on a log scale from `start` to num_samples (inclusive)."""
+    if num_samples < 1:
+        raise ValueError(f"num_samples must be at least 1; got {num_samples}.")
+    start = min(start, num_samples)
+    grid = torch.logspace(torch.log10(torch.tensor(float(start))), torch.log10(torch.tensor(float(num_samples))), points)
+    return sorted({int(round(float(g))) for g in grid} | {num_samples})
