@@ -42,16 +42,18 @@ def build_tokenizer(sentences: list[str] = SENTENCES):
     )
 
 
-def _save_llama(folder: Path, tokenizer, seed: int, num_layers: int = 2) -> Path:
+def _save_llama(folder: Path, tokenizer, seed: int, noise_seed: int | None = None, pad_vocab_to: int = 0) -> Path:
+    """A 2-layer random Llama. noise_seed: add seeded noise (half the init scale) to every weight, giving a
+    second model that agrees with the first some of the time. pad_vocab_to: pad the embedding/LM head."""
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
 
     torch.manual_seed(seed)
     config = LlamaConfig(
-        vocab_size=len(tokenizer),
+        vocab_size=max(len(tokenizer), pad_vocab_to),
         hidden_size=32,
         intermediate_size=64,
-        num_hidden_layers=num_layers,
+        num_hidden_layers=2,
         num_attention_heads=2,
         num_key_value_heads=2,
         max_position_embeddings=256,
@@ -60,6 +62,11 @@ def _save_llama(folder: Path, tokenizer, seed: int, num_layers: int = 2) -> Path
         pad_token_id=tokenizer.pad_token_id,
     )
     model = LlamaForCausalLM(config)
+    if noise_seed is not None:
+        g = torch.Generator().manual_seed(noise_seed)
+        with torch.no_grad():
+            for param in model.parameters():
+                param.add_(0.5 * config.initializer_range * torch.randn(param.shape, generator=g))
     model.save_pretrained(folder)
     tokenizer.save_pretrained(folder)
     return folder
@@ -100,14 +107,16 @@ def one_thread():
 
 @pytest.fixture(scope="session")
 def tiny_dir(tmp_path_factory) -> dict[str, Path]:
-    """Folders of tiny random models sharing one tokenizer: 'llama' (target), 'llama_draft' (another seed),
-    'gpt2', and 'other_tok' (a llama with a different tokenizer)."""
+    """Folders of tiny random models. Sharing one tokenizer: 'llama' (the target), 'llama_draft' (the llama
+    plus seeded noise, so it agrees with it part of the time), 'llama_padded' (another llama whose logits are
+    27 columns wider than the vocabulary) and 'gpt2'. 'other_tok' is a llama with a different tokenizer."""
     root = tmp_path_factory.mktemp("tiny_models")
     tok = build_tokenizer()
     other = build_tokenizer(SENTENCES[:3])
     return {
         "llama": _save_llama(root / "llama", tok, seed=1),
-        "llama_draft": _save_llama(root / "llama_draft", tok, seed=2),
+        "llama_draft": _save_llama(root / "llama_draft", tok, seed=1, noise_seed=2),
+        "llama_padded": _save_llama(root / "llama_padded", tok, seed=5, pad_vocab_to=len(tok) + 27),
         "gpt2": _save_gpt2(root / "gpt2", tok, seed=3),
         "other_tok": _save_llama(root / "other_tok", other, seed=4),
     }
