@@ -1,5 +1,185 @@
-"""Placeholder: this page is being built."""
+"""Speedup theory: for a given acceptance rate and draft cost, how much faster can it be, and which k is best?"""
 
+from __future__ import annotations
+
+import pandas as pd
 import streamlit as st
 
-st.info("This page is being built.")
+from specviz.bench import SESSION_STATE_KEY as BENCH_KEY
+from specviz.core.theory import MAX_K, acceptance_rate, alpha_from_acceptance_rate, best_k, expected_tokens, round_cost, speedup
+from specviz.viz.bench import measured_points
+from specviz.viz.theory import (
+    MEASURED_COLUMNS,
+    alpha_definitions_figure,
+    curves_figure,
+    heatmap_figure,
+    speedup_vs_k_figure,
+    worked_examples,
+)
+
+STEP_THROUGH_KEY = "specviz_step_through"  # pages/step_through.py keeps its PageState here
+
+
+def step_through_points() -> pd.DataFrame:
+    """The step-through page's current runs as measured points; empty when there are none or their shape changed."""
+    try:
+        from specviz.viz.frames import rounds_frame
+
+        session = getattr(st.session_state.get(STEP_THROUGH_KEY), "session", None)
+        baseline = list(getattr(getattr(session, "baseline", None), "records", None) or [])
+        rows = []
+        for run in list(getattr(session, "runs", None) or []):
+            df = rounds_frame(list(run.records), str(run.label), baseline)
+            if df.empty or pd.isna(df["speedup"].iloc[-1]):
+                continue
+            last = df.iloc[-1]
+            k = int(last["k_mean"])
+            alpha = last["alpha"]
+            if pd.isna(alpha) and pd.notna(last["acceptance_rate"]) and k > 0:
+                alpha = alpha_from_acceptance_rate(float(last["acceptance_rate"]), k)
+            if pd.isna(alpha) or k < 1:
+                continue
+            label = f"{run.label}: {int(last['tokens'])} tokens, {float(last['speedup']):.2f}×"
+            rows.append({"source": "step-through", "label": label, "alpha": float(alpha), "k": k, "speedup": float(last["speedup"])})
+        return pd.DataFrame(rows, columns=list(MEASURED_COLUMNS))
+    except Exception:  # another page's state is read-only here and may be mid-change; the overlay is optional
+        return pd.DataFrame(columns=list(MEASURED_COLUMNS))
+
+
+def bench_points() -> pd.DataFrame:
+    frame = st.session_state.get(BENCH_KEY)
+    if not isinstance(frame, pd.DataFrame) or frame.empty:
+        return pd.DataFrame(columns=list(MEASURED_COLUMNS))
+    try:
+        return measured_points(frame)
+    except (KeyError, AttributeError, TypeError, ValueError):
+        return pd.DataFrame(columns=list(MEASURED_COLUMNS))
+
+
+st.title("Speedup theory")
+st.caption("For a given acceptance rate and draft cost, how much faster can speculative decoding be, and which k is best?")
+
+with st.sidebar:
+    st.subheader("Theory inputs")
+    alpha = st.slider("α: chance a drafted token is accepted", 0.0, 1.0, 0.7, 0.01, key="theory_alpha")
+    k = st.slider("k: tokens drafted per round", 1, MAX_K, 4, key="theory_k")
+    c = st.slider(
+        "c: one draft forward ÷ one target forward", 0.0, 1.0, 0.05, 0.01, key="theory_c",
+        help="0 for prompt lookup; about 0.05 for a draft model ~20× smaller; ~0.93 for an early exit at 28 of 30 layers.",
+    )
+    verify_cost = st.slider(
+        "verify cost: a (k+1)-token target pass ÷ a 1-token pass", 1.0, 3.0, 1.0, 0.05, key="theory_verify_cost",
+        help="About 1 on a GPU, where a pass is limited by reading the weights. On this CPU, 5 tokens measured about 1.6.",
+    )
+    show_measured = st.toggle("overlay this session's measured runs", value=True, key="theory_show_measured")
+
+tokens = expected_tokens(alpha, k)
+gain = speedup(alpha, k, c, verify_cost)
+kb = best_k(alpha, c, verify_cost)
+gain_best = speedup(alpha, kb, c, verify_cost)
+
+cols = st.columns(4)
+cols[0].metric("tokens per target pass", f"{tokens:.2f}", help="(1 − α^(k+1)) / (1 − α); k + 1 when α = 1")
+cols[1].metric("cost of a round", f"{round_cost(k, c, verify_cost):.2f}", help="verify cost + k·c, in 1-token target passes")
+cols[2].metric("expected speedup", f"{gain:.2f}×", delta=f"{gain - 1:+.2f} vs plain")
+cols[3].metric("best k", f"{kb}", help=f"speedup at k = {kb}: {gain_best:.2f}×")
+st.latex(r"\text{speedup} = \frac{1-\alpha^{k+1}}{(1-\alpha)\,(\text{verify cost} + k\,c)}")
+if gain_best <= 1.0:
+    st.warning(
+        f"No k from 1 to {MAX_K} beats plain decoding here (the best is {gain_best:.2f}× at k = {kb}). "
+        "Raise α, or make the draft (c) or the verify pass cheaper."
+    )
+
+measured = pd.DataFrame(columns=list(MEASURED_COLUMNS))
+if show_measured:
+    parts = [p for p in (step_through_points(), bench_points()) if not p.empty]
+    if parts:
+        measured = pd.concat(parts, ignore_index=True)
+
+st.plotly_chart(heatmap_figure(c, verify_cost, alpha, k, measured), width="stretch")
+st.caption(
+    "Blue beats plain decoding, red loses to it; the black line is break-even and the gold steps are the best k for "
+    "each α. Measured runs sit at their (α, k); compare their own speedup (hover) with the colour underneath."
+)
+
+left, right = st.columns(2)
+with left:
+    ks = sorted({1, 2, 4, 8, 16, k})
+    st.plotly_chart(curves_figure(c, verify_cost, ks, alpha, measured), width="stretch")
+    st.caption("Each curve is one k at your c and verify cost; white markers are measured speedups at their α.")
+with right:
+    st.plotly_chart(speedup_vs_k_figure(alpha, c, verify_cost, k), width="stretch")
+    st.caption("More drafts pay only while the next one is still likely to survive: past the gold bar each extra draft costs more than it returns.")
+
+if not measured.empty:
+    with st.expander(f"Measured runs drawn above ({len(measured)})"):
+        st.dataframe(measured, hide_index=True, column_config={"speedup": st.column_config.NumberColumn(format="%.2f×"), "alpha": st.column_config.NumberColumn(format="%.2f")})
+elif show_measured:
+    st.caption("No measured runs in this session yet: step through a run, or run the Benchmark page, and they appear here.")
+
+st.header("Where the formula comes from")
+st.markdown(
+    f"""
+Treat every drafted token as accepted with the same probability α, independently. A round keeps a run
+of drafts that ends at the first rejection, and always adds one token of its own: the replacement drawn
+at the rejection, or a bonus token from the target when all k drafts survive. So a round keeps *i* drafts
+with probability α^i(1 − α) for i < k and α^k for i = k, and emits on average
+1 + α + α² + … + α^k = (1 − α^(k+1)) / (1 − α) tokens: at your settings, **{tokens:.2f}**.
+
+Plain decoding pays one 1-token target pass per token. A speculative round pays k draft forwards
+(k·c) and one target pass over k + 1 positions (the verify cost). On a GPU that pass is limited by
+reading the weights, so it costs about the same as a 1-token pass; on a CPU arithmetic dominates and
+the pass grows with k. If your verify cost grows roughly linearly with k, fold the growth per token into c.
+"""
+)
+
+st.header("Two numbers called α")
+st.markdown(
+    """
+* **Leviathan's α** is a property of the two distributions. At one position, a token drawn from q_draft
+  survives with probability Σ_v q(v)·min(1, p(v)/q(v)) = Σ_v min(p_target(v), q_draft(v)): the overlap of the
+  two histograms. α is that overlap averaged over positions. It does not depend on k.
+* **accepted / drafted** is a count: kept drafts over every drafted token, including the ones thrown away
+  unexamined after the first rejection. This is the acceptance rate vLLM and llama.cpp print.
+
+Under the independence assumption above a round keeps α(1 − α^k)/(1 − α) drafts out of k, so
+accepted/drafted = α(1 − α^k) / (k(1 − α)). The two agree at k = 1 and drift apart as k grows: a
+drafter with α = 0.8 shows about 0.59 accepted/drafted at k = 4 and 0.42 at k = 8. Tokens per target pass
+is 1 + k·(accepted/drafted) either way. The benchmark reports both, plus the α that its accepted/drafted
+implies; real text breaks the independence assumption (acceptances come in streaks while the model copies),
+and prompt lookup often drafts fewer than k tokens, so the implied α is an estimate.
+"""
+)
+st.plotly_chart(alpha_definitions_figure(), width="stretch")
+st.caption("Read across at one α: the larger k, the lower the accepted/drafted a dashboard will show for the same drafter.")
+st.markdown(f"At your settings: α = {alpha:.2f} and k = {k} give accepted/drafted ≈ **{acceptance_rate(alpha, k):.2f}**.")
+
+st.header("Worked examples")
+examples = worked_examples()
+st.dataframe(
+    examples, hide_index=True,
+    column_config={col: st.column_config.NumberColumn(format="%.2f") for col in ("tokens per pass", "accepted/drafted", "round cost", "speedup", "speedup at best k")},
+)
+ex = examples.set_index("setting")
+
+
+def _row(name: str) -> pd.Series:
+    return ex.loc[name]
+
+
+good, long_k, weak = _row("small draft model, GPU"), _row("same draft, k = 12"), _row("weak draft model, GPU")
+copying, prose, early = _row("prompt lookup while copying, CPU"), _row("prompt lookup on fresh prose, CPU"), _row("early exit at 28 of 30 layers, CPU")
+st.markdown(
+    f"""
+* A draft model twenty times cheaper than the target that agrees 80% of the time is the textbook case:
+  {good['speedup']:.2f}× at k = 4. Going to k = 12 buys little ({long_k['speedup']:.2f}×): a streak of twelve
+  acceptances at 0.8 is rare, yet every extra draft is paid for. The best is k = {good['best k']} at {good['speedup at best k']:.2f}×.
+* Halve the agreement to 0.4 and the same draft reaches only {weak['speedup']:.2f}× ({weak['speedup at best k']:.2f}× at k = {weak['best k']}).
+* Prompt lookup costs nothing to draft, so on a CPU its only price is the longer verify pass. While the model
+  copies its prompt (α near 0.9) that is a bargain, {copying['speedup']:.2f}× at k = 8; on fresh prose (α near 0.2)
+  it is a loss, {prose['speedup']:.2f}×, and no k wins back a {prose['verify cost']:.1f}× verify pass. (With c = 0 and a
+  constant verify cost the formula always prefers the largest k; a real CPU pass grows with k, so it does not.)
+* An early exit at 28 of 30 layers agrees often, but each draft costs almost a full target pass:
+  {early['speedup']:.2f}× at k = 4 and at best {early['speedup at best k']:.2f}×. The benchmark on this machine shows the same.
+"""
+)

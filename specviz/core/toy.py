@@ -120,6 +120,14 @@ def chi_square_pvalue(counts: torch.Tensor, p_target: torch.Tensor) -> torch.Ten
     return torch.where(impossible, torch.zeros_like(pvalue), pvalue)
 
 
+def expected_tv_noise(p_target: torch.Tensor, num_samples: torch.Tensor | list[int]) -> torch.Tensor:
+    """(V,), (M,) sample sizes -> (M,) the approximate mean TV distance of an exact sampler's histogram
+    from p_target: sampling noise alone, 0.5 * sum_v sqrt(2 p (1 - p) / (pi n))."""
+    p = torch.as_tensor(p_target, dtype=torch.float64)
+    n = torch.as_tensor(num_samples, dtype=torch.float64)
+    return 0.5 * torch.sqrt(2.0 * p * (1.0 - p) / torch.pi).sum() / torch.sqrt(n)
+
+
 def log_checkpoints(num_samples: int, points: int = 30, start: int = 10) -> list[int]:
     """About `points` sample sizes spread evenly on a log scale from `start` to num_samples (inclusive)."""
     if num_samples < 1:

@@ -1,0 +1,105 @@
+"""Benchmark results (the DataFrame of specviz.bench.rows_to_frame) -> plotly figures and theory points.
+Never imports streamlit."""
+
+from __future__ import annotations
+
+import html
+
+import numpy as np
+import pandas as pd
+import plotly.graph_objects as go
+from plotly.subplots import make_subplots
+
+from specviz.core.theory import speedup
+from specviz.viz.theory import K_COLORS, MEASURED_COLUMNS, alpha_grid
+
+LAYOUT = dict(margin=dict(l=10, r=10, t=50, b=10), height=380, legend=dict(orientation="h", y=-0.25))
+DRAFTER_COLORS = ["#3b7dd8", "#e15759", "#59a14f", "#b07aa1", "#f28e2b"]
+TEMPERATURE_DASH = ["solid", "dash", "dot", "dashdot"]
+
+
+def alpha_for_theory(frame: pd.DataFrame) -> pd.Series:
+    """Leviathan's alpha where the drafter had a q_draft, else the alpha implied by accepted/drafted."""
+    return frame["alpha"].astype(float).fillna(frame["alpha_implied"].astype(float))
+
+
+def mean_by_setting(frame: pd.DataFrame) -> pd.DataFrame:
+    """Mean over prompts per (category, drafter, k, temperature), with the prompt count."""
+    keys = ["category", "drafter", "k", "temperature"]
+    df = frame.assign(alpha_theory=alpha_for_theory(frame))
+    out = df.groupby(keys, sort=False).agg(
+        speedup=("speedup", "mean"), speedup_min=("speedup", "min"), speedup_max=("speedup", "max"),
+        tokens_per_pass=("tokens_per_pass", "mean"), alpha_theory=("alpha_theory", "mean"), prompts=("prompt", "nunique"),
+    )
+    return out.reset_index()
+
+
+def speedup_vs_k_figure(frame: pd.DataFrame) -> go.Figure:
+    """Mean measured speedup against k, one panel per category, a colour per drafter and a dash per temperature."""
+    df = mean_by_setting(frame)
+    categories = list(dict.fromkeys(df["category"]))
+    drafters = list(dict.fromkeys(df["drafter"]))
+    temps = list(dict.fromkeys(df["temperature"]))
+    fig = make_subplots(rows=1, cols=max(1, len(categories)), shared_yaxes=True, subplot_titles=[html.escape(str(c)) for c in categories])
+    for col, cat in enumerate(categories, start=1):
+        for i, drafter in enumerate(drafters):
+            for j, t in enumerate(temps):
+                part = df[(df["category"] == cat) & (df["drafter"] == drafter) & (df["temperature"] == t)].sort_values("k")
+                if part.empty:
+                    continue
+                fig.add_scatter(
+                    x=part["k"], y=part["speedup"], mode="lines+markers", row=1, col=col,
+                    name=f"{html.escape(str(drafter))}, T={t:g}", legendgroup=f"{drafter}-{t}", showlegend=col == 1,
+                    line=dict(color=DRAFTER_COLORS[i % len(DRAFTER_COLORS)], dash=TEMPERATURE_DASH[j % len(TEMPERATURE_DASH)]),
+                    customdata=np.stack([part["speedup_min"], part["speedup_max"], part["prompts"]], axis=-1),
+                    hovertemplate="k=%{x}: mean %{y:.2f}× (min %{customdata[0]:.2f}, max %{customdata[1]:.2f}, %{customdata[2]} prompts)<extra></extra>",
+                )
+        fig.add_hline(y=1.0, line=dict(color="black", dash="dot"), row=1, col=col)
+    fig.update_xaxes(title_text="k", dtick=2)
+    fig.update_yaxes(title_text="speedup (×, measured)", rangemode="tozero", row=1, col=1)
+    fig.update_layout(title="measured speedup over plain decoding, mean over prompts", **LAYOUT)
+    return fig
+
+
+def theory_overlay_figure(frame: pd.DataFrame) -> go.Figure:
+    """Per drafter: the theory curve for each k at that drafter's median measured c and verify cost, and
+    every run placed at (alpha, measured speedup) in the colour of its k."""
+    df = frame.assign(alpha_theory=alpha_for_theory(frame)).dropna(subset=["alpha_theory", "speedup"])
+    drafters = list(dict.fromkeys(frame["drafter"]))
+    fig = make_subplots(rows=1, cols=max(1, len(drafters)), shared_yaxes=True, subplot_titles=[html.escape(str(d)) for d in drafters])
+    ks = sorted(frame["k"].unique())
+    alphas = alpha_grid(0.02)
+    for col, drafter in enumerate(drafters, start=1):
+        part = df[df["drafter"] == drafter]
+        c = float(np.nanmedian(part["draft_cost"].astype(float))) if part["draft_cost"].notna().any() else 0.0
+        vc = float(np.nanmedian(part["verify_cost"].astype(float))) if part["verify_cost"].notna().any() else 1.0
+        vc = vc if vc > 0 else 1.0
+        for i, k in enumerate(ks):
+            color = K_COLORS[i % len(K_COLORS)]
+            fig.add_scatter(
+                x=alphas, y=[speedup(a, int(k), max(0.0, c), vc) for a in alphas], mode="lines", row=1, col=col,
+                line=dict(color=color), name=f"theory k={k}", legendgroup=f"k{k}", showlegend=col == 1,
+                hovertemplate=f"theory k={k} (c={c:.2f}, verify cost={vc:.2f}): " + "%{y:.2f}×<extra></extra>",
+            )
+            pts = part[part["k"] == k]
+            if not pts.empty:
+                fig.add_scatter(
+                    x=pts["alpha_theory"], y=pts["speedup"], mode="markers", row=1, col=col,
+                    marker=dict(color=color, size=8, line=dict(color="black", width=1)), name=f"measured k={k}", legendgroup=f"k{k}",
+                    showlegend=col == 1, text=[html.escape(f"{r.category} · {r.prompt} · T={r.temperature:g}") for r in pts.itertuples()],
+                    hovertemplate="%{text}<br>α=%{x:.2f}: %{y:.2f}×<extra></extra>",
+                )
+        fig.add_hline(y=1.0, line=dict(color="black", dash="dot"), row=1, col=col)
+    fig.update_xaxes(title_text="α (Leviathan, or implied by accepted/drafted)", range=[0, 1])
+    fig.update_yaxes(title_text="speedup (×)", rangemode="tozero", row=1, col=1)
+    fig.update_layout(title="the sweep on the theory curves (c and verify cost measured per drafter)", **LAYOUT)
+    return fig
+
+
+def measured_points(frame: pd.DataFrame, source: str = "benchmark") -> pd.DataFrame:
+    """Benchmark rows -> theory-page points (MEASURED_COLUMNS)."""
+    if frame is None or frame.empty:
+        return pd.DataFrame(columns=list(MEASURED_COLUMNS))
+    labels = [f"{r.category} · {r.prompt} · {r.drafter} k={r.k} T={r.temperature:g}: {r.speedup:.2f}×" for r in frame.itertuples()]
+    out = pd.DataFrame({"source": source, "label": labels, "alpha": alpha_for_theory(frame).to_numpy(), "k": frame["k"].to_numpy(), "speedup": frame["speedup"].to_numpy()})
+    return out[list(MEASURED_COLUMNS)]

@@ -1,0 +1,185 @@
+"""Speedup theory as frames and figures: the (alpha, k) heatmap with its break-even line, speedup
+curves, the two alpha definitions side by side, and measured points drawn on top.
+
+Measured points are a DataFrame with MEASURED_COLUMNS: source (e.g. "benchmark", "step-through"),
+label (hover text), alpha, k, speedup (measured wall clock). Never imports streamlit.
+"""
+
+from __future__ import annotations
+
+import html
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+import plotly.graph_objects as go
+
+from specviz.core.theory import MAX_K, acceptance_rate, best_k, expected_tokens, round_cost, speedup
+
+MEASURED_COLUMNS: tuple[str, ...] = ("source", "label", "alpha", "k", "speedup")
+LAYOUT = dict(margin=dict(l=10, r=10, t=40, b=10), height=380, legend=dict(orientation="h", y=-0.2))
+SOURCE_SYMBOLS = {"benchmark": "circle", "step-through": "diamond"}
+K_COLORS = ["#3b7dd8", "#e15759", "#59a14f", "#b07aa1", "#f28e2b", "#9c755f", "#76b7b2", "#edc948"]
+
+
+def alpha_grid(step: float = 0.01) -> np.ndarray:
+    return np.round(np.arange(0.0, 1.0 + step / 2, step), 6)
+
+
+def speedup_grid(c: float, verify_cost: float = 1.0, k_max: int = MAX_K, step: float = 0.01) -> pd.DataFrame:
+    """One row per (alpha, k): expected tokens per pass and speedup, for k = 1..k_max."""
+    rows = [
+        {"alpha": a, "k": k, "expected_tokens": expected_tokens(a, k), "speedup": speedup(a, k, c, verify_cost)}
+        for k in range(1, k_max + 1)
+        for a in alpha_grid(step)
+    ]
+    return pd.DataFrame(rows, columns=["alpha", "k", "expected_tokens", "speedup"])
+
+
+def empty_measured() -> pd.DataFrame:
+    return pd.DataFrame(columns=list(MEASURED_COLUMNS))
+
+
+def _measured_traces(fig: go.Figure, measured: pd.DataFrame | None, y: str) -> None:
+    if measured is None or measured.empty:
+        return
+    for source, part in measured.dropna(subset=["alpha", y]).groupby("source", sort=False):
+        fig.add_scatter(
+            x=part["alpha"], y=part[y], mode="markers", name=f"measured · {html.escape(str(source))}",
+            marker=dict(symbol=SOURCE_SYMBOLS.get(str(source), "circle"), size=9, color="white", line=dict(color="black", width=1.5)),
+            text=[html.escape(str(t)) for t in part["label"]], hovertemplate="%{text}<br>α=%{x:.2f}<br>" + y + "=%{y:.2f}<extra></extra>",
+        )
+
+
+def heatmap_figure(
+    c: float, verify_cost: float, alpha: float, k: int, measured: pd.DataFrame | None = None, k_max: int = MAX_K
+) -> go.Figure:
+    """Speedup over (alpha, k) for one c and verify cost; the speedup = 1 contour, the best k per alpha,
+    the chosen point, and measured runs placed at their (alpha, k)."""
+    grid = speedup_grid(c, verify_cost, k_max)
+    table = grid.pivot(index="k", columns="alpha", values="speedup")  # (k_max, n_alpha)
+    fig = go.Figure()
+    fig.add_heatmap(
+        x=table.columns, y=table.index, z=table.values, colorscale="RdBu", zmid=1.0,
+        colorbar=dict(title="speedup"), hovertemplate="α=%{x:.2f}<br>k=%{y}<br>speedup=%{z:.2f}×<extra></extra>", name="speedup",
+    )
+    if (table.values > 1).any() and (table.values < 1).any():
+        fig.add_contour(
+            x=table.columns, y=table.index, z=table.values, showscale=False, name="break-even (speedup = 1)", showlegend=True,
+            contours=dict(start=1.0, end=1.0, size=1.0, coloring="lines"), line=dict(color="black", width=2), hoverinfo="skip",
+        )
+    alphas = alpha_grid(0.01)
+    fig.add_scatter(
+        x=alphas, y=[best_k(a, c, verify_cost, k_max) for a in alphas], mode="lines", line=dict(color="gold", width=3, shape="hv"),
+        name="best k for each α", hovertemplate="α=%{x:.2f}: best k=%{y}<extra></extra>",
+    )
+    if measured is not None and not measured.empty:
+        _measured_traces(fig, measured, "k")
+    fig.add_scatter(
+        x=[alpha], y=[k], mode="markers", name="your α and k", marker=dict(symbol="star", size=16, color="gold", line=dict(color="black", width=1)),
+        hovertemplate=f"α={alpha:.2f}, k={k}: {speedup(alpha, k, c, verify_cost):.2f}×<extra></extra>",
+    )
+    fig.update_layout(
+        title=f"expected speedup over plain decoding (c = {c:g}, verify cost = {verify_cost:g})",
+        xaxis=dict(title="α (probability a drafted token is accepted)", range=[0, 1]),
+        yaxis=dict(title="k (tokens drafted per round)", range=[0.5, k_max + 0.5], dtick=1 if k_max <= 16 else None),
+        **LAYOUT,
+    )
+    return fig
+
+
+def curves_figure(c: float, verify_cost: float, ks: Sequence[int], alpha: float | None = None, measured: pd.DataFrame | None = None) -> go.Figure:
+    """Speedup against alpha, one curve per k, with the break-even line and measured runs at (alpha, speedup)."""
+    alphas = alpha_grid(0.01)
+    fig = go.Figure()
+    for i, k in enumerate(ks):
+        fig.add_scatter(
+            x=alphas, y=[speedup(a, k, c, verify_cost) for a in alphas], mode="lines", name=f"k = {k}",
+            line=dict(color=K_COLORS[i % len(K_COLORS)]), hovertemplate=f"k={k}, " + "α=%{x:.2f}: %{y:.2f}×<extra></extra>",
+        )
+    fig.add_hline(y=1.0, line=dict(color="black", dash="dash"), annotation_text="break-even", annotation_position="top left")
+    if alpha is not None:
+        fig.add_vline(x=alpha, line=dict(color="gold", width=2))
+    _measured_traces(fig, measured, "speedup")
+    fig.update_layout(
+        title="speedup against α for a few k", xaxis=dict(title="α", range=[0, 1]), yaxis=dict(title="speedup (×)", rangemode="tozero"), **LAYOUT
+    )
+    return fig
+
+
+def speedup_vs_k_frame(alpha: float, c: float, verify_cost: float, k_max: int = MAX_K) -> pd.DataFrame:
+    rows = [
+        {"k": k, "expected_tokens": expected_tokens(alpha, k), "round_cost": round_cost(k, c, verify_cost), "speedup": speedup(alpha, k, c, verify_cost)}
+        for k in range(1, k_max + 1)
+    ]
+    return pd.DataFrame(rows)
+
+
+def speedup_vs_k_figure(alpha: float, c: float, verify_cost: float, k: int, k_max: int = MAX_K) -> go.Figure:
+    """Bars of speedup for every k at one alpha: the chosen k and the best k are highlighted."""
+    df = speedup_vs_k_frame(alpha, c, verify_cost, k_max)
+    best = best_k(alpha, c, verify_cost, k_max)
+    colors = ["gold" if kk == best else ("#3b7dd8" if kk == k else "#b8c7e0") for kk in df["k"]]
+    fig = go.Figure(go.Bar(x=df["k"], y=df["speedup"], marker_color=colors, hovertemplate="k=%{x}: %{y:.2f}×<extra></extra>", name="speedup"))
+    fig.add_hline(y=1.0, line=dict(color="black", dash="dash"))
+    fig.update_layout(title=f"speedup for each k at α = {alpha:.2f} (gold: best k = {best})", xaxis=dict(title="k", dtick=1), yaxis_title="speedup (×)", **LAYOUT)
+    return fig
+
+
+def alpha_definitions_figure(ks: Sequence[int] = (1, 2, 4, 8, 16)) -> go.Figure:
+    """accepted/drafted against Leviathan's alpha when positions are independent: equal at k = 1, lower for larger k."""
+    alphas = alpha_grid(0.01)
+    fig = go.Figure()
+    for i, k in enumerate(ks):
+        fig.add_scatter(
+            x=alphas, y=[acceptance_rate(a, k) for a in alphas], mode="lines", name=f"k = {k}",
+            line=dict(color=K_COLORS[i % len(K_COLORS)]), hovertemplate=f"k={k}, " + "α=%{x:.2f}: accepted/drafted=%{y:.2f}<extra></extra>",
+        )
+    fig.update_layout(
+        title="accepted/drafted that a given α produces", xaxis=dict(title="α = E[Σ min(p_target, q_draft)]", range=[0, 1]),
+        yaxis=dict(title="accepted / drafted", range=[0, 1]), **LAYOUT,
+    )
+    return fig
+
+
+@dataclass(frozen=True)
+class Scenario:
+    name: str
+    alpha: float
+    k: int
+    c: float
+    verify_cost: float
+
+
+WORKED_EXAMPLES: tuple[Scenario, ...] = (
+    Scenario("small draft model, GPU", 0.8, 4, 0.05, 1.0),
+    Scenario("same draft, k = 12", 0.8, 12, 0.05, 1.0),
+    Scenario("weak draft model, GPU", 0.4, 4, 0.05, 1.0),
+    Scenario("prompt lookup while copying, CPU", 0.9, 8, 0.0, 1.6),
+    Scenario("prompt lookup on fresh prose, CPU", 0.2, 4, 0.0, 1.6),
+    Scenario("early exit at 28 of 30 layers, CPU", 0.6, 4, 28 / 30, 1.6),
+)
+
+
+def worked_examples(scenarios: Sequence[Scenario] = WORKED_EXAMPLES) -> pd.DataFrame:
+    """The formulas evaluated for a few typical settings, one row each."""
+    rows = []
+    for s in scenarios:
+        kb = best_k(s.alpha, s.c, s.verify_cost)
+        rows.append(
+            {
+                "setting": s.name,
+                "α": s.alpha,
+                "k": s.k,
+                "c": round(s.c, 3),
+                "verify cost": s.verify_cost,
+                "tokens per pass": expected_tokens(s.alpha, s.k),
+                "accepted/drafted": acceptance_rate(s.alpha, s.k),
+                "round cost": round_cost(s.k, s.c, s.verify_cost),
+                "speedup": speedup(s.alpha, s.k, s.c, s.verify_cost),
+                "best k": kb,
+                "speedup at best k": speedup(s.alpha, kb, s.c, s.verify_cost),
+            }
+        )
+    return pd.DataFrame(rows)
