@@ -1,0 +1,179 @@
+"""python -m specviz generate: the JSON contract, --baseline equality, --num-samples, and errors as exit code 2.
+
+The contract is checked on a tiny local model (fast, always run) and on the embedded SmolLM2 in a
+subprocess exactly as the README shows it (marked smollm)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from specviz import cli
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+REPO = Path(__file__).resolve().parents[1]
+STEP_KEYS = {"drafted", "num_accepted", "fates", "emitted", "draft_ms", "verify_ms"}
+STATS_KEYS = {"target_passes", "tokens_per_target_pass", "acceptance_rate", "alpha", "wall_s", "tokens_per_s"}
+TINY_PROMPT = "the cat sat on the mat and the dog sat on the log and the cat sat on the"
+
+
+def check_contract(out: dict, num_samples: int, max_new: int) -> None:
+    """The documented shape of --json output."""
+    assert {"config", "prompt_ids", "samples"} <= set(out)
+    assert all(isinstance(i, int) for i in out["prompt_ids"]) and out["prompt_ids"]
+    assert len(out["samples"]) == num_samples
+    for sample in out["samples"]:
+        assert {"output_ids", "text", "steps", "stats"} <= set(sample)
+        assert isinstance(sample["text"], str) and 0 < len(sample["output_ids"]) <= max_new
+        emitted = [t for step in sample["steps"] for t in step["emitted"]]
+        assert emitted == sample["output_ids"]
+        for step in sample["steps"]:
+            assert STEP_KEYS <= set(step)
+            assert step["num_accepted"] == step["fates"].count("accepted") <= len(step["drafted"])
+        stats = sample["stats"]
+        assert STATS_KEYS <= set(stats)
+        assert stats["target_passes"] == len(sample["steps"])
+        assert stats["tokens_per_target_pass"] == pytest.approx(len(sample["output_ids"]) / len(sample["steps"]))
+        drafted = sum(len(s["drafted"]) for s in sample["steps"])
+        accepted = sum(s["num_accepted"] for s in sample["steps"])
+        assert stats["acceptance_rate"] == (pytest.approx(accepted / drafted) if drafted else None)
+        assert stats["wall_s"] > 0 and stats["tokens_per_s"] > 0
+
+
+def run_main(capsys, *argv: str) -> tuple[int, str, str]:
+    code = cli.main(list(argv))
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def parse_one_json(stdout: str) -> dict:
+    """Exactly one JSON object on stdout and nothing else."""
+    text = stdout.strip()
+    obj, end = json.JSONDecoder().raw_decode(text)
+    assert end == len(text), f"extra output after the JSON object: {text[end:end + 80]!r}"
+    assert isinstance(obj, dict)
+    return obj
+
+
+# -- on a tiny local model ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("drafter_args", [["--drafter", "lookup"], ["--drafter", "early-exit", "--exit-layer", "1"]])
+def test_json_contract_and_baseline_equality_on_a_tiny_model(capsys, tiny_dir, drafter_args):
+    common = ["generate", "--target", str(tiny_dir["llama"]), "--no-chat", "--prompt", TINY_PROMPT, "--json", "--max-new-tokens", "10"]
+    code, stdout, _ = run_main(capsys, *common, *drafter_args, "-k", "3")
+    assert code == 0
+    out = parse_one_json(stdout)
+    check_contract(out, 1, 10)
+    assert out["config"]["num_draft_tokens"] == 3 and out["config"]["baseline"] is False
+    code, stdout, _ = run_main(capsys, *common, "--baseline")
+    base = parse_one_json(stdout)
+    assert code == 0 and base["config"]["baseline"] is True
+    assert out["samples"][0]["output_ids"] == base["samples"][0]["output_ids"]
+    assert all(s["drafted"] == [] for s in base["samples"][0]["steps"])
+
+
+def test_draft_model_from_the_command_line(capsys, tiny_dir):
+    args = ["generate", "--target", str(tiny_dir["llama"]), "--draft", str(tiny_dir["llama_draft"]), "--drafter", "model"]
+    code, stdout, _ = run_main(capsys, *args, "--no-chat", "--prompt", TINY_PROMPT, "--json", "--max-new-tokens", "8")
+    assert code == 0
+    out = parse_one_json(stdout)
+    check_contract(out, 1, 8)
+    assert out["samples"][0]["stats"]["alpha"] is not None
+
+
+def test_num_samples_draws_with_distinct_seeds(capsys, tiny_dir):
+    args = ["generate", "--target", str(tiny_dir["llama"]), "--no-chat", "--prompt", TINY_PROMPT, "--json"]
+    code, stdout, _ = run_main(capsys, *args, "--max-new-tokens", "6", "--num-samples", "3", "--temperature", "1", "--seed", "7")
+    assert code == 0
+    out = parse_one_json(stdout)
+    check_contract(out, 3, 6)
+    seeds = [s["seed"] for s in out["samples"]]
+    assert len(set(seeds)) == 3 and seeds[0] == 7
+
+
+def test_plain_output_has_the_text_and_a_stats_line(capsys, tiny_dir):
+    args = ["generate", "--target", str(tiny_dir["llama"]), "--no-chat", "--prompt", TINY_PROMPT, "--max-new-tokens", "5"]
+    code, stdout, _ = run_main(capsys, *args)
+    assert code == 0
+    lines = stdout.strip().splitlines()
+    assert len(lines) == 2 and lines[1].startswith("[lookup] 5 tokens") and "tokens/target pass" in lines[1]
+    assert "\033[" not in stdout  # colours only on a terminal
+
+
+@pytest.mark.parametrize(
+    "args, words",
+    [
+        (["-k", "0"], ["between 1 and 16", "got 0"]),
+        (["-k", "17"], ["between 1 and 16", "got 17"]),
+        (["--temperature", "-1"], ["emperature"]),
+        (["--top-p", "0"], ["top_p"]),
+        (["--top-p", "1.5"], ["top_p"]),
+        (["--drafter", "model"], ["needs a draft model"]),
+        (["--num-samples", "0"], ["--num-samples", "at least 1"]),
+        (["--max-new-tokens", "0"], ["max new tokens"]),
+    ],
+)
+def test_bad_values_exit_2_with_a_message(capsys, args, words):
+    code, stdout, stderr = run_main(capsys, "generate", "--prompt", "hello", *args)
+    assert code == 2 and stdout == ""
+    assert stderr.startswith("error: ")
+    for w in words:
+        assert w in stderr
+
+
+def test_empty_prompt_exits_2(capsys):
+    code, _, stderr = run_main(capsys, "generate", "--prompt", "   ")
+    assert code == 2 and "empty" in stderr
+
+
+def test_a_missing_target_exits_2(capsys, tmp_path):
+    code, _, stderr = run_main(capsys, "generate", "--target", str(tmp_path / "nope"), "--prompt", "hi")
+    assert code == 2 and "No model folder or file" in stderr
+
+
+# -- on the embedded SmolLM2, as the README runs it -----------------------------------------------------------
+
+
+README_PROMPT = "Write a Python function that reverses a string."
+
+
+def run_module(*argv: str) -> subprocess.CompletedProcess:
+    env = dict(os.environ, HF_HUB_OFFLINE="1", OMP_NUM_THREADS="1", PYTHONPATH=str(REPO))
+    return subprocess.run([sys.executable, "-m", "specviz", *argv], cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+
+
+@pytest.mark.smollm
+def test_readme_command_prints_one_json_object_equal_to_the_baseline(capsys, monkeypatch, smollm):
+    proc = run_module("generate", "--prompt", README_PROMPT, "--json", "--max-new-tokens", "24")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    out = parse_one_json(proc.stdout)
+    check_contract(out, 1, 24)
+    assert out["config"]["drafter"] == "lookup" and out["config"]["target"].startswith("embedded:")
+    sample = out["samples"][0]
+    assert sample["text"].strip() and len(sample["output_ids"]) == 24
+    # the baseline, in-process with the already loaded model (the subprocess above proved loading)
+    monkeypatch.setattr("specviz.models.load_model", lambda *a, **k: smollm)
+    code, stdout, _ = run_main(capsys, "generate", "--prompt", README_PROMPT, "--json", "--max-new-tokens", "24", "--baseline")
+    assert code == 0
+    base = parse_one_json(stdout)
+    assert base["prompt_ids"] == out["prompt_ids"]
+    assert base["samples"][0]["output_ids"] == sample["output_ids"]
+    assert base["samples"][0]["text"] == sample["text"]
+
+
+@pytest.mark.smollm
+def test_num_samples_at_temperature_one_on_smollm(capsys, monkeypatch, smollm):
+    monkeypatch.setattr("specviz.models.load_model", lambda *a, **k: smollm)
+    args = ["generate", "--prompt", README_PROMPT, "--json", "--max-new-tokens", "8", "--num-samples", "3", "--temperature", "1"]
+    code, stdout, _ = run_main(capsys, *args)
+    assert code == 0
+    out = parse_one_json(stdout)
+    check_contract(out, 3, 8)
+    assert len({s["seed"] for s in out["samples"]}) == 3

@@ -1,0 +1,63 @@
+"""The embedded SmolLM2-135M-Instruct: greedy speculative output equals plain greedy and transformers' generate."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from specviz.config import RunConfig
+from specviz.models import LoadedModel, encode_prompt
+from specviz.runs import build_decoder
+
+pytestmark = [pytest.mark.smollm, pytest.mark.usefixtures("one_thread")]  # see conftest.one_thread
+
+COPY_PROMPT = (
+    "Repeat the following paragraph exactly: A speculative decoder drafts a few tokens cheaply, "
+    "and the target model checks all of them in one forward pass, keeping the ones it agrees with."
+)
+MAX_NEW = 24
+
+
+@pytest.fixture(scope="module")
+def prompt_ids(smollm: LoadedModel) -> list[int]:
+    return encode_prompt(smollm.tokenizer, COPY_PROMPT, chat=True)
+
+
+@pytest.fixture(scope="module")
+def reference(smollm: LoadedModel, prompt_ids: list[int]) -> list[int]:
+    input_ids = torch.tensor([prompt_ids])
+    out = smollm.model.generate(
+        input_ids,
+        attention_mask=torch.ones_like(input_ids),
+        do_sample=False,
+        max_new_tokens=MAX_NEW,
+        eos_token_id=list(smollm.eos_token_ids),
+    )
+    return out[0, len(prompt_ids) :].tolist()
+
+
+def test_the_prompt_is_wrapped_in_the_chat_template(smollm, prompt_ids):
+    text = smollm.tokenizer.decode(prompt_ids)
+    assert text.count("<|im_start|>") >= 2 and text.rstrip().endswith("<|im_start|>assistant")
+    assert encode_prompt(smollm.tokenizer, COPY_PROMPT, chat=False) != prompt_ids
+
+
+def test_baseline_equals_generate(smollm, prompt_ids, reference):
+    dec = build_decoder(RunConfig(max_new_tokens=MAX_NEW), smollm, prompt_ids, baseline=True)
+    dec.run()
+    assert dec.generated == reference
+    assert len(reference) == MAX_NEW  # the copy is long enough that the limit, not EOS, ends it
+
+
+@pytest.mark.parametrize("drafter", ["lookup", "early-exit"])
+def test_greedy_speculative_equals_generate(smollm, prompt_ids, reference, drafter):
+    config = RunConfig(drafter=drafter, num_draft_tokens=4, max_new_tokens=MAX_NEW)
+    dec = build_decoder(config, smollm, prompt_ids)
+    dec.run()
+    assert dec.generated == reference
+    stats = dec.stats()
+    assert stats.drafted > 0 and stats.target_passes < MAX_NEW  # it drafted, and some drafts saved a pass
+    if drafter == "lookup":
+        assert stats.alpha is None
+    else:
+        assert stats.alpha is not None and 0 < stats.alpha < 1
