@@ -254,6 +254,28 @@ def test_first_sampled_token_follows_the_warped_target(kind, sampling):
     assert 0 < rejected < n  # both branches of the rule were taken
 
 
+def test_first_two_sampled_tokens_follow_the_target_jointly():
+    """k=1: the second token is the bonus (drafted from the cache-extended context) or the next round's."""
+    n, scale, sampling = 1_500, 0.3, SamplingConfig(temperature=1.0)
+    target = TableLM(0, scale=scale)
+    first = warp(target.logits_after(PROMPT), sampling)
+    joint = torch.stack([first[a] * warp(target.logits_after(PROMPT + [a]), sampling) for a in range(V)])  # (V, V)
+    counts = torch.zeros(V, V)
+    bonus = 0
+    for seed in range(n):
+        dec = decoder("model", 1, max_new=2, sampling=sampling, seed=seed, scale=scale)
+        dec.run()
+        counts[dec.generated[0], dec.generated[1]] += 1
+        bonus += dec.records[0].emitted_fates[-1] == "bonus"
+    big = (joint * n >= 5).flatten()
+    observed = counts.flatten()[big].tolist() + [float(counts.flatten()[~big].sum())]
+    expected = (joint.flatten()[big] * n).tolist() + [float(joint.flatten()[~big].sum()) * n]
+    expected = [e * n / sum(expected) for e in expected]
+    assert big.sum() >= 20
+    assert chisquare(observed, expected).pvalue > 1e-3
+    assert 0 < bonus < n
+
+
 # -- the record and the stats --------------------------------------------------------------------------------
 
 
