@@ -317,6 +317,7 @@ def add_bench_parser(sub) -> None:
     p.add_argument("--dtype", default="auto")
     p.add_argument("--trust-remote-code", action="store_true")
     p.add_argument("--allow-download", action="store_true")
+    p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice); 1 is steadier on a busy machine")
     p.add_argument("--out", default=None, help="write the results table here (.csv, or .json for a list of records)")
 
 
@@ -327,6 +328,12 @@ def _print_progress(done: int, total: int, message: str) -> None:
 def cmd_bench(args: argparse.Namespace) -> int:
     from specviz.models import load_model
 
+    if args.threads is not None:
+        if args.threads < 1:
+            raise ValueError(f"--threads must be at least 1; got {args.threads}.")
+        import torch
+
+        torch.set_num_threads(args.threads)
     spec = SweepSpec(
         drafters=tuple(args.drafters), ks=tuple(args.k), temperatures=tuple(args.temperatures),
         max_new_tokens=args.max_new_tokens, seed=args.seed, chat=not args.no_chat, exit_layer=args.exit_layer,

@@ -1,0 +1,137 @@
+"""The benchmark sweep and `python -m specviz bench` on a tiny local random model (fixtures from conftest)."""
+
+from __future__ import annotations
+
+import json
+
+import pandas as pd
+import pytest
+
+from specviz.bench import BENCH_DRAFTERS, COLUMNS, SweepSpec, load_prompts, rows_to_frame, run_sweep, summary_table
+from specviz.cli import main
+from specviz.config import DRAFTER_KINDS
+
+# words from the tiny tokenizer's vocabulary, so prompts are not all <unk>; the first repeats itself
+TINY_PROMPTS = [
+    {"category": "copy", "title": "cat", "prompt": "the cat sat on the mat and the dog sat on the log the cat sat on the"},
+    {"category": "prose", "title": "fox", "prompt": "the quick brown fox jumps over the lazy dog"},
+    {"category": "code", "title": "reverse", "prompt": "def reverse ( s ) : return s [ : : - 1 ]"},
+]
+
+
+@pytest.fixture()
+def prompts_file(tmp_path):
+    path = tmp_path / "prompts.json"
+    path.write_text(json.dumps(TINY_PROMPTS), encoding="utf-8")
+    return path
+
+
+def test_cli_writes_csv_with_documented_columns(tiny_dir, prompts_file, tmp_path, capsys):
+    out = tmp_path / "results.csv"
+    rc = main([
+        "bench", "--target", str(tiny_dir["llama"]), "--prompts", str(prompts_file), "--categories", "copy,prose",
+        "--drafters", "lookup,early-exit", "--k", "2,3", "--temperatures", "0,1", "--max-new-tokens", "6",
+        "--device", "cpu", "--dtype", "float32", "--out", str(out),
+    ])
+    assert rc == 0
+    frame = pd.read_csv(out)
+    assert tuple(frame.columns) == COLUMNS
+    assert len(frame) == 2 * 2 * 2 * 2  # prompts x temperatures x drafters x k
+    assert set(frame["category"]) == {"copy", "prose"}
+    assert set(frame["drafter"]) == {"lookup", "early-exit"}
+    assert (frame["speedup"] > 0).all() and (frame["baseline_tokens_per_s"] > 0).all()
+    assert (frame["new_tokens"] <= 6).all() and (frame["tokens_per_pass"] >= 1).all()
+    # greedy speculative output is token-identical to plain greedy decoding
+    greedy = frame[frame["temperature"] == 0]
+    assert greedy["same_as_baseline"].astype(bool).all()
+    assert frame.loc[frame["temperature"] > 0, "same_as_baseline"].isna().all()
+    # Leviathan's alpha needs a q_draft: empty for prompt lookup, present for early exit
+    assert frame.loc[frame["drafter"] == "lookup", "alpha"].isna().all()
+    assert frame.loc[frame["drafter"] == "early-exit", "alpha"].notna().all()
+    err = capsys.readouterr()
+    total = 2 * 2 * (1 + 2 * 2)
+    assert f"[1/{total}]" in err.err and f"[{total}/{total}]" in err.err and "baseline" in err.err
+    assert "speedup" in err.out  # the table printed at the end
+
+
+def test_cli_json_output(tiny_dir, prompts_file, tmp_path):
+    out = tmp_path / "results.json"
+    rc = main([
+        "bench", "--target", str(tiny_dir["llama"]), "--prompts", str(prompts_file), "--categories", "copy",
+        "--drafters", "lookup", "--k", "2", "--temperatures", "0", "--max-new-tokens", "4", "--device", "cpu", "--out", str(out),
+    ])
+    assert rc == 0
+    records = json.loads(out.read_text())
+    assert len(records) == 1 and set(records[0]) == set(COLUMNS)
+
+
+def test_cli_reports_bad_input(tiny_dir, prompts_file, tmp_path, capsys):
+    args = ["bench", "--target", str(tiny_dir["llama"]), "--prompts", str(prompts_file)]
+    assert main(args + ["--categories", "poetry"]) == 2
+    assert "No prompts in category poetry" in capsys.readouterr().err
+    assert main(args + ["--k", "0"]) == 2
+    assert main(args + ["--drafters", "none"]) == 2
+    assert main(args + ["--out", str(tmp_path / "x.txt")]) == 2
+    with pytest.raises(SystemExit):
+        main(args + ["--k", "two"])
+
+
+def test_run_sweep_in_process(tiny_models, tmp_path, prompts_file):
+    prompts = load_prompts(prompts_file, ["copy"])
+    seen = []
+    spec = SweepSpec(drafters=("lookup",), ks=(2, 4), temperatures=(0.0,), max_new_tokens=8, chat=False)
+    rows = run_sweep(tiny_models["llama"], prompts, spec, on_progress=lambda d, t, m: seen.append((d, t)), warmup=False)
+    assert [r.k for r in rows] == [2, 4]
+    assert seen == [(1, 3), (2, 3), (3, 3)]
+    frame = rows_to_frame(rows)
+    # the copy prompt repeats itself, so prompt lookup finds something to draft (a random model rarely agrees)
+    assert frame["drafted"].sum() > 0
+    assert (frame["accepted"] <= frame["drafted"]).all()
+    assert (frame["tokens_per_pass"] == frame["new_tokens"] / frame["target_passes"]).all()
+    summary = summary_table(frame)
+    assert len(summary) == 2 and {"speedup", "tokens_per_pass"} <= set(summary.columns)
+
+
+def test_bench_drafters_follow_config():
+    assert BENCH_DRAFTERS == tuple(d for d in DRAFTER_KINDS if d != "none")
+
+
+def test_shipped_prompt_set():
+    prompts = load_prompts()
+    by_category = {}
+    for p in prompts:
+        by_category.setdefault(p.category, []).append(p)
+    assert {"code", "prose", "copy", "qa"} <= set(by_category)
+    assert all(len(v) >= 3 for v in by_category.values())
+    assert len({(p.category, p.title) for p in prompts}) == len(prompts)
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        ("not json", "not valid JSON"),
+        ("[]", "non-empty JSON list"),
+        ('[{"category": "code", "title": "x"}]', "needs non-empty strings"),
+    ],
+)
+def test_load_prompts_rejects_bad_files(tmp_path, content, message):
+    path = tmp_path / "p.json"
+    path.write_text(content)
+    with pytest.raises(ValueError, match=message):
+        load_prompts(path)
+    with pytest.raises(ValueError, match="No prompt file"):
+        load_prompts(tmp_path / "missing.json")
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [dict(drafters=()), dict(drafters=("none",)), dict(ks=()), dict(ks=(0,)), dict(ks=(17,)), dict(temperatures=(-1.0,)), dict(max_new_tokens=0), dict(seed=-1)],
+)
+def test_sweep_spec_validation(kwargs):
+    with pytest.raises(ValueError):
+        SweepSpec(**kwargs)
+
+
+def test_model_drafter_needs_a_draft(tiny_models, prompts_file):
+    with pytest.raises(ValueError, match="draft model"):
+        run_sweep(tiny_models["llama"], load_prompts(prompts_file), SweepSpec(drafters=("model",)), warmup=False)

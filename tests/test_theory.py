@@ -1,0 +1,102 @@
+"""Speedup theory against hand-computed values, including alpha = 0 and alpha = 1."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from specviz.core.theory import (
+    acceptance_rate,
+    alpha_from_acceptance_rate,
+    alpha_from_tokens_per_pass,
+    best_k,
+    expected_tokens,
+    round_cost,
+    speedup,
+)
+
+
+@pytest.mark.parametrize(
+    ("alpha", "k", "tokens"),
+    [
+        (0.0, 0, 1.0),
+        (0.0, 4, 1.0),  # every draft rejected: only the replacement token
+        (1.0, 0, 1.0),
+        (1.0, 4, 5.0),  # every draft kept plus the bonus token
+        (0.5, 2, 1.75),  # 1 + 0.5 + 0.25
+        (0.8, 4, 3.3616),  # 1 + 0.8 + 0.64 + 0.512 + 0.4096
+    ],
+)
+def test_expected_tokens_by_hand(alpha, k, tokens):
+    assert expected_tokens(alpha, k) == pytest.approx(tokens)
+
+
+def test_expected_tokens_is_continuous_at_alpha_one():
+    assert expected_tokens(1 - 1e-9, 6) == pytest.approx(7.0, rel=1e-6)
+
+
+@pytest.mark.parametrize(
+    ("alpha", "k", "c", "verify_cost", "expected"),
+    [
+        (0.5, 2, 0.1, 1.0, 1.75 / 1.2),
+        (1.0, 4, 0.0, 1.0, 5.0),
+        (1.0, 4, 0.25, 1.0, 2.5),  # 5 tokens for 1 + 4 * 0.25 = 2 passes
+        (0.0, 3, 0.1, 1.0, 1.0 / 1.3),  # nothing accepted: pure overhead
+        (0.5, 2, 0.0, 1.75, 1.0),  # the verify pass eats the whole gain
+        (0.8, 4, 0.05, 1.6, 3.3616 / 1.8),
+    ],
+)
+def test_speedup_by_hand(alpha, k, c, verify_cost, expected):
+    assert speedup(alpha, k, c, verify_cost) == pytest.approx(expected)
+    assert round_cost(k, c, verify_cost) == pytest.approx(verify_cost + k * c)
+
+
+def test_best_k_by_hand():
+    # alpha 0.8, c 0.05: k=7 -> 3.082, k=8 -> 3.092, k=9 -> 3.078
+    assert best_k(0.8, 0.05) == 8
+    assert best_k(0.0, 0.1) == 1  # nothing is ever accepted: draft as little as possible
+    assert best_k(1.0, 0.0, k_max=16) == 16  # free drafts that always survive: draft as much as allowed
+    assert best_k(0.6, 28 / 30, 1.6) == 1  # an early exit that costs almost a full pass
+    assert speedup(0.6, best_k(0.6, 28 / 30, 1.6), 28 / 30, 1.6) < 1.0
+
+
+def test_acceptance_rate_relates_the_two_alphas():
+    assert acceptance_rate(0.7, 1) == pytest.approx(0.7)  # one draft: the two definitions agree
+    assert acceptance_rate(0.8, 4) == pytest.approx(0.5904)  # (0.8 + 0.64 + 0.512 + 0.4096) / 4
+    assert acceptance_rate(0.0, 4) == 0.0
+    assert acceptance_rate(1.0, 8) == 1.0
+    for alpha in (0.1, 0.5, 0.9):
+        for k in (1, 3, 8):
+            rate = acceptance_rate(alpha, k)
+            assert 1 + k * rate == pytest.approx(expected_tokens(alpha, k))
+            assert alpha_from_acceptance_rate(rate, k) == pytest.approx(alpha, abs=1e-9)
+            assert alpha_from_tokens_per_pass(expected_tokens(alpha, k), k) == pytest.approx(alpha, abs=1e-9)
+
+
+def test_expected_tokens_matches_simulated_rounds():
+    """Draw independent accept/reject per drafted token; count kept drafts before the first rejection, plus one."""
+    g = torch.Generator().manual_seed(0)
+    alpha, k, n = 0.7, 5, 200_000
+    kept = (torch.rand(n, k, generator=g) < alpha).int().cumprod(dim=1).sum(dim=1)  # (n,)
+    assert float((kept + 1).float().mean()) == pytest.approx(expected_tokens(alpha, k), rel=0.01)
+    assert float(kept.float().mean() / k) == pytest.approx(acceptance_rate(alpha, k), rel=0.01)
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda: expected_tokens(1.2, 4),
+        lambda: expected_tokens(-0.1, 4),
+        lambda: expected_tokens(0.5, -1),
+        lambda: expected_tokens(0.5, 2.5),
+        lambda: speedup(0.5, 4, -0.1),
+        lambda: speedup(0.5, 4, 0.1, verify_cost=0.0),
+        lambda: best_k(0.5, 0.1, k_max=0),
+        lambda: acceptance_rate(0.5, 0),
+        lambda: alpha_from_acceptance_rate(1.5, 4),
+        lambda: alpha_from_tokens_per_pass(6.0, 4),
+    ],
+)
+def test_bad_inputs_raise_value_error(call):
+    with pytest.raises(ValueError):
+        call()
