@@ -1,5 +1,130 @@
-"""Placeholder: this page is being built."""
+"""Benchmark: on code, prose, copying and Q&A, how fast is each drafter really, measured against plain decoding?"""
 
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
 import streamlit as st
 
-st.info("This page is being built.")
+from specviz.bench import (
+    BENCH_DRAFTERS,
+    DEFAULT_PROMPTS,
+    SESSION_STATE_KEY,
+    SweepSpec,
+    load_prompts,
+    prompt_categories,
+    rows_to_frame,
+    run_sweep,
+    summary_table,
+)
+from specviz.config import EMBEDDED_TARGET
+from specviz.core.decoding import MAX_DRAFT_TOKENS
+from specviz.viz.bench import speedup_vs_k_figure, theory_overlay_figure
+
+SHIPPED_TABLE = Path(__file__).resolve().parent.parent / "assets" / "bench_cpu.csv"
+TEMPERATURES = (0.0, 0.5, 1.0, 1.5)
+NUMBER_FORMATS = {
+    "alpha": "%.2f", "acceptance_rate": "%.2f", "alpha_implied": "%.2f", "tokens_per_pass": "%.2f", "tokens_per_s": "%.1f",
+    "baseline_tokens_per_s": "%.1f", "speedup": "%.2f×", "draft_cost": "%.2f", "verify_cost": "%.2f", "predicted_speedup": "%.2f×",
+    "wall_s": "%.2f", "baseline_wall_s": "%.2f",
+}
+
+
+def show_results(frame: pd.DataFrame, name: str) -> None:
+    """Table, charts and downloads for one results frame."""
+    st.subheader("Mean over prompts")
+    st.dataframe(summary_table(frame), hide_index=True, column_config={c: st.column_config.NumberColumn(format=f) for c, f in NUMBER_FORMATS.items()})
+    st.plotly_chart(speedup_vs_k_figure(frame), width="stretch")
+    st.caption("Above the dotted line speculation pays. Compare drafters within a category: copying is where prompt lookup earns its keep.")
+    st.plotly_chart(theory_overlay_figure(frame), width="stretch")
+    st.caption(
+        "Lines: the formula at each drafter's measured draft cost c and verify cost; dots: measured runs. Dots below their "
+        "line lose time the formula ignores (prefill, bookkeeping, rounds that draft fewer than k)."
+    )
+    with st.expander(f"Every run ({len(frame)} rows)"):
+        st.dataframe(frame, hide_index=True, column_config={c: st.column_config.NumberColumn(format=f) for c, f in NUMBER_FORMATS.items()})
+    d1, d2 = st.columns(2)
+    d1.download_button("Download CSV", frame.to_csv(index=False), file_name=f"{name}.csv", mime="text/csv", key=f"{name}_csv")
+    d2.download_button("Download JSON", frame.to_json(orient="records", indent=1), file_name=f"{name}.json", mime="application/json", key=f"{name}_json")
+
+
+st.title("Benchmark")
+st.caption("On code, prose, copying and Q&A, how fast is each drafter really, measured against plain decoding?")
+
+try:
+    all_prompts = load_prompts(DEFAULT_PROMPTS)
+except ValueError as exc:
+    st.error(str(exc))
+    st.stop()
+
+with st.sidebar:
+    st.subheader("Sweep")
+    categories = st.multiselect("categories", prompt_categories(all_prompts), default=["copy"], key="bench_categories")
+    per_category = st.slider("prompts per category", 1, 5, 1, key="bench_per_category")
+    drafters = st.multiselect("drafters", BENCH_DRAFTERS, default=["lookup"], key="bench_drafters")
+    ks = st.multiselect("k values", list(range(1, MAX_DRAFT_TOKENS + 1)), default=[2, 4], key="bench_ks")
+    temperatures = st.multiselect("temperatures (0 = greedy)", TEMPERATURES, default=[0.0], key="bench_temperatures", format_func=lambda t: f"{t:g}")
+    max_new_tokens = st.slider("max new tokens", 8, 128, 32, 8, key="bench_max_new_tokens")
+    seed = st.number_input("seed", 0, 2**31 - 1, value=0, key="bench_seed")
+    with st.expander("Models"):
+        target_source = st.text_input("target: hub id, local folder or .gguf", value=EMBEDDED_TARGET, key="bench_target").strip() or EMBEDDED_TARGET
+        draft_source = st.text_input("draft model (for the 'model' drafter)", value="", key="bench_draft").strip()
+        device = st.selectbox("device", ["auto", "cpu", "cuda", "mps"], key="bench_device")
+        chat = st.toggle("chat template", value=True, key="bench_chat")
+
+chosen = [p for c in categories for p in [q for q in all_prompts if q.category == c][:per_category]]
+try:
+    spec = SweepSpec(tuple(drafters), tuple(sorted(ks)), tuple(sorted(temperatures)), int(max_new_tokens), int(seed), bool(chat))
+    if not chosen:
+        raise ValueError("Choose at least one category.")
+    if "model" in drafters and not draft_source:
+        raise ValueError("The 'model' drafter needs a draft model: fill in the Models box in the sidebar.")
+except ValueError as exc:
+    st.info(f"{exc}")
+    spec = None
+
+if spec is not None:
+    runs = spec.num_runs(len(chosen))
+    st.markdown(
+        f"**{len(chosen)} prompts × {len(spec.temperatures)} temperatures × (1 baseline + {len(spec.drafters)} drafters × "
+        f"{len(spec.ks)} k) = {runs} runs** of up to {spec.max_new_tokens} new tokens each. Every speedup divides a run's "
+        "tokens/s by the tokens/s of plain decoding of the same prompt, sampling and seed, measured in this sweep."
+    )
+    if runs > 40:
+        st.warning("That is a long sweep on a CPU; the command line runs the same sweep headless: `python -m specviz bench`.")
+    if st.button("Run benchmark", type="primary", key="bench_run"):
+        try:
+            from specviz.ui.models import get_early_exit, get_model
+
+            target = get_model(target_source, device)
+            draft = get_model(draft_source, device) if "model" in spec.drafters else None
+            early = None
+            if "early-exit" in spec.drafters:
+                from specviz.config import RunConfig
+                from specviz.runs import exit_layer_for
+
+                early = get_early_exit(target, exit_layer_for(RunConfig(target=target_source, drafter="early-exit"), target))
+            bar = st.progress(0.0, text="warming up…")
+            rows = run_sweep(
+                target, chosen, spec, draft=draft, early_exit=early,
+                on_progress=lambda done, total, message: bar.progress(done / total, text=f"[{done}/{total}] {message}"),
+            )
+            bar.empty()
+            st.session_state[SESSION_STATE_KEY] = rows_to_frame(rows)
+        except ValueError as exc:
+            st.error(str(exc))
+
+results = st.session_state.get(SESSION_STATE_KEY)
+if isinstance(results, pd.DataFrame) and not results.empty:
+    st.header("This session's results")
+    st.caption("Other processes on the machine share the CPU, so tokens/s are noisy: run a sweep twice before trusting a 10% difference.")
+    show_results(results, "specviz_bench")
+    st.caption("These runs also appear on the Speedup theory page, drawn on the curves.")
+elif SHIPPED_TABLE.is_file():
+    st.header("Measured earlier on a 2-core CPU")
+    st.caption("The table shipped in assets/bench_cpu.csv, from `python -m specviz bench` with the embedded SmolLM2-135M target. Run a sweep to replace it with your own.")
+    try:
+        show_results(pd.read_csv(SHIPPED_TABLE), "bench_cpu")
+    except (ValueError, KeyError) as exc:
+        st.error(f"Could not read {SHIPPED_TABLE.name}: {exc}")

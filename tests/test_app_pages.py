@@ -1,0 +1,127 @@
+"""AppTest for the Speedup theory, Exactness lab and Benchmark pages. Model loading is patched to a tiny local model."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from streamlit.testing.v1 import AppTest
+
+from specviz.bench import COLUMNS, SESSION_STATE_KEY
+from specviz.core.theory import best_k, expected_tokens, speedup
+
+PAGES = Path(__file__).resolve().parent.parent / "pages"
+TIMEOUT = 180
+
+
+def page(name: str) -> AppTest:
+    return AppTest.from_file(str(PAGES / name), default_timeout=TIMEOUT)
+
+
+def metrics(at: AppTest) -> dict[str, str]:
+    return {m.label: m.value for m in at.metric}
+
+
+@pytest.fixture()
+def tiny_target(tiny_models, monkeypatch):
+    """Every get_model call on these pages returns the tiny llama, whatever the source."""
+    import specviz.ui.models as ui_models
+
+    model = tiny_models["llama"]
+    monkeypatch.setattr(ui_models, "get_model", lambda *args, **kwargs: model)
+    return model
+
+
+# --- Speedup theory ------------------------------------------------------------------------------
+
+
+def test_theory_page_numbers():
+    at = page("theory.py").run()
+    assert not at.exception
+    m = metrics(at)
+    assert m["tokens per target pass"] == f"{expected_tokens(0.7, 4):.2f}"
+    assert m["expected speedup"] == f"{speedup(0.7, 4, 0.05, 1.0):.2f}×"
+    assert m["best k"] == str(best_k(0.7, 0.05, 1.0))
+    assert not at.warning
+    at.slider(key="theory_alpha").set_value(0.2).run()
+    at.slider(key="theory_verify_cost").set_value(1.6).run()
+    assert not at.exception
+    assert metrics(at)["expected speedup"] == f"{speedup(0.2, 4, 0.05, 1.6):.2f}×"
+    assert any("beats plain decoding" in w.value for w in at.warning)  # no k wins at alpha 0.2 with a 1.6x verify pass
+
+
+def test_theory_page_overlays_session_runs():
+    at = page("theory.py")
+    row = {c: None for c in COLUMNS} | dict(category="copy", prompt="p", drafter="lookup", k=4, temperature=0.0, alpha=None, alpha_implied=0.8, speedup=1.7)
+    at.session_state[SESSION_STATE_KEY] = pd.DataFrame([row], columns=list(COLUMNS))
+    at.session_state["specviz_step_through"] = object()  # another page's state of an unexpected shape is ignored
+    at.run()
+    assert not at.exception
+    assert any("Measured runs drawn above (1)" in e.label for e in at.expander)
+
+
+# --- Exactness lab -------------------------------------------------------------------------------
+
+
+def test_lab_toy_exact_then_broken():
+    at = page("exactness.py").run()
+    assert not at.exception
+    assert float(metrics(at)["TV distance from p_target"]) < 0.03
+    assert at.success and "consistent with p_target" in at.success[0].value
+    for variant in ("resample_from_target", "greedy_draft_soft_q"):
+        at.radio(key="lab_variant").set_value(variant).run()
+        assert not at.exception
+        assert float(metrics(at)["TV distance from p_target"]) > 0.1
+        assert float(metrics(at)["chi-square p-value"]) < 1e-6
+        assert any("NOT distributed as p_target" in e.value for e in at.error)
+
+
+def test_lab_toy_rejects_a_bad_table():
+    at = page("exactness.py").run()
+    at.session_state["lab_vocab"] = {"edited_rows": {str(i): {"q_draft": 0.0} for i in range(6)}, "added_rows": [], "deleted_rows": []}
+    at.run()
+    assert not at.exception
+    assert any("all zero" in e.value for e in at.error)
+
+
+def test_lab_real_model_and_greedy(tiny_target):
+    at = page("exactness.py").run()
+    at.text_input(key="lab_real_prompt").set_value("the quick brown fox")
+    at.select_slider(key="lab_real_n").set_value(20)
+    at.button(key="lab_real_run").click().run()
+    assert not at.exception, at.exception
+    m = metrics(at)
+    assert 0.0 <= float(m["speculative: TV from p_target"]) <= 1.0
+    assert 0.0 <= float(m["target alone: chi-square p"]) <= 1.0
+    at.text_input(key="lab_greedy_prompt").set_value("the cat sat on the mat and the cat sat on the")
+    at.button(key="lab_greedy_run").click().run()
+    assert not at.exception, at.exception
+    assert any("Identical" in s.value for s in at.success)  # greedy speculative == plain greedy
+
+
+# --- Benchmark -----------------------------------------------------------------------------------
+
+
+def test_benchmark_page_runs_a_sweep(tiny_target):
+    at = page("benchmark.py").run()
+    assert not at.exception
+    at.multiselect(key="bench_drafters").set_value(["lookup", "early-exit"])
+    at.multiselect(key="bench_ks").set_value([2])
+    at.multiselect(key="bench_temperatures").set_value([0.0, 1.0])
+    at.slider(key="bench_max_new_tokens").set_value(8)
+    at.run()
+    at.button(key="bench_run").click().run()
+    assert not at.exception, at.exception
+    frame = at.session_state[SESSION_STATE_KEY]
+    assert tuple(frame.columns) == COLUMNS
+    assert len(frame) == 1 * 2 * 2  # one copy prompt x two temperatures x two drafters
+    assert frame.loc[frame["temperature"] == 0, "same_as_baseline"].all()
+    assert any(b.label == "Download CSV" for b in at.get("download_button"))
+
+
+def test_benchmark_page_asks_for_a_choice():
+    at = page("benchmark.py").run()
+    at.multiselect(key="bench_drafters").set_value([]).run()
+    assert not at.exception
+    assert any("at least one drafter" in i.value for i in at.info)
