@@ -1,0 +1,266 @@
+"""Records -> tidy pandas DataFrames: one row per round, per drafted token, per shown token, per chart bar.
+
+Figures and the token view are built from these frames on every rerun; nothing here is stored.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from specviz.core.records import StepRecord
+from specviz.core.theory import expected_tokens, speedup
+from specviz.viz.tokens import visible_plain
+
+TokenText = Callable[[int], str]  # token id -> its text (decoded by the caller; untrusted)
+
+
+def num_verified(record: StepRecord) -> int:
+    """Drafted positions the rule looked at: every accepted one plus the first rejection."""
+    return sum(f != "discarded" for f in record.draft_fates)
+
+
+def overlaps(record: StepRecord) -> tuple[float, ...]:
+    """sum_v min(p_target, q_draft) per verified drafted position. A drafter without a distribution
+    proposes a one-hot q, for which the sum is p_target of the drafted token."""
+    if record.has_q:
+        return record.overlap
+    return record.p_target[: num_verified(record)]
+
+
+def rounds_frame(records: Sequence[StepRecord], run: str = "speculative", baseline: Sequence[StepRecord] = ()) -> pd.DataFrame:
+    """One row per round, with running statistics up to and including that round.
+
+    alpha is Leviathan's E[sum min(p, q)] over verified positions; acceptance_rate is accepted / drafted.
+    With baseline records (plain decoding of the same target and prompt) it adds the measured speedup
+    (decode time of the baseline for as many tokens / decode time here) and the predicted one with c measured.
+    """
+    rows = []
+    for r in records:
+        ov = overlaps(r)
+        rows.append(
+            {
+                "run": run,
+                "round": r.index,
+                "k": r.num_draft_tokens,
+                "drafted": r.num_drafted,
+                "accepted": r.num_accepted,
+                "emitted": len(r.emitted),
+                "bonus": int("bonus" in r.emitted_fates),
+                "has_q": r.has_q,
+                "overlap_sum": float(sum(ov)),
+                "overlap_n": len(ov),
+                "draft_ms": r.draft_ms,
+                "verify_ms": r.verify_ms,
+                "round_ms": r.round_ms,
+            }
+        )
+    df = pd.DataFrame(rows, columns=["run", "round", "k", "drafted", "accepted", "emitted", "bonus", "has_q", "overlap_sum", "overlap_n", "draft_ms", "verify_ms", "round_ms"])
+    df["passes"] = np.arange(1, len(df) + 1)
+    df["tokens"] = df["emitted"].cumsum()
+    df["decode_ms"] = df["round_ms"].cumsum()
+    cum_drafted = df["drafted"].cumsum()
+    cum_overlap_n = df["overlap_n"].cumsum()
+    df["acceptance_rate"] = (df["accepted"].cumsum() / cum_drafted.where(cum_drafted > 0)).astype(float)
+    df["alpha"] = (df["overlap_sum"].cumsum() / cum_overlap_n.where(cum_overlap_n > 0)).astype(float)
+    df["tokens_per_pass"] = df["tokens"] / df["passes"]
+    # k for the formulas: the k asked per round, averaged (it moves under adaptive k and near the length limit)
+    df["k_mean"] = (df["k"].expanding().mean() if len(df) else df["k"].astype(float)).round().astype(int)
+    df["theory_tokens_per_pass"] = [expected_tokens(a, k) if pd.notna(a) else np.nan for a, k in zip(df["alpha"], df["k_mean"])]
+    draft_ms_per_token = df["draft_ms"].cumsum() / cum_drafted.where(cum_drafted > 0)
+    base = baseline_cost(baseline)
+    if base is None:
+        df["c"] = np.nan
+        df["baseline_ms"] = np.nan
+        df["speedup"] = np.nan
+        df["predicted_speedup"] = np.nan
+        return df
+    df["c"] = (draft_ms_per_token / base.ms_per_token).fillna(0.0)
+    df["baseline_ms"] = [base.time_for(int(n)) for n in df["tokens"]]
+    df["speedup"] = df["baseline_ms"] / df["decode_ms"]
+    df["predicted_speedup"] = [speedup(a, k, c) if pd.notna(a) else np.nan for a, k, c in zip(df["alpha"], df["k_mean"], df["c"])]
+    return df
+
+
+@dataclass(frozen=True)
+class BaselineCost:
+    """Plain decoding's measured cadence: one target pass per token."""
+
+    cumulative_ms: tuple[float, ...]  # decode time after 1, 2, ... tokens
+
+    @property
+    def ms_per_token(self) -> float:
+        return self.cumulative_ms[-1] / len(self.cumulative_ms)
+
+    def time_for(self, n: int) -> float:
+        """Baseline decode time for n tokens; past the measured run, extrapolated at its mean cadence."""
+        if n <= 0:
+            return 0.0
+        if n <= len(self.cumulative_ms):
+            return self.cumulative_ms[n - 1]
+        return self.ms_per_token * n
+
+
+def baseline_cost(baseline: Sequence[StepRecord]) -> BaselineCost | None:
+    per_token = [r.round_ms for r in baseline for _ in r.emitted]
+    if not per_token:
+        return None
+    return BaselineCost(tuple(np.cumsum(per_token).tolist()))
+
+
+def verify_cost_ratio(records: Sequence[StepRecord], baseline: Sequence[StepRecord]) -> float | None:
+    """Mean target pass time over k+1 tokens (rounds that drafted) / mean one-token pass time of the baseline."""
+    spec = [r.verify_ms for r in records if r.num_drafted > 0]
+    base = [r.verify_ms for r in baseline]
+    if not spec or not base:
+        return None
+    return float(np.mean(spec) / np.mean(base))
+
+
+def drafts_frame(records: Sequence[StepRecord], token_text: TokenText | None = None) -> pd.DataFrame:
+    """One row per drafted token: its p_target, q_draft, min(1, p/q), the uniform draw and its fate."""
+    rows = []
+    for r in records:
+        for i, tok in enumerate(r.drafted):
+            rows.append(
+                {
+                    "round": r.index,
+                    "position": i,
+                    "token_id": tok,
+                    "token": token_text(tok) if token_text else str(tok),
+                    "p_target": r.p_target[i],
+                    "q_draft": r.q_draft[i],
+                    "accept_prob": r.accept_prob[i],
+                    "uniform": r.uniforms[i],
+                    "fate": r.draft_fates[i],
+                    "has_q": r.has_q,
+                }
+            )
+    return pd.DataFrame(rows, columns=["round", "position", "token_id", "token", "p_target", "q_draft", "accept_prob", "uniform", "fate", "has_q"])
+
+
+STREAM_COLUMNS = ["round", "kind", "token_id", "text", "p_target", "q_draft", "accept_prob", "uniform", "residual", "has_q", "first_in_round"]
+
+
+def stream_frame(records: Sequence[StepRecord], token_text: TokenText) -> pd.DataFrame:
+    """Tokens in reading order: each round's accepted drafts, then its thrown-away drafts (rejected, discarded)
+    where they were thrown away, then the resampled / bonus / plain-target token. kind names the fate."""
+    rows: list[dict] = []
+    for r in records:
+        start = len(rows)
+
+        def draft_row(i: int, kind: str) -> dict:
+            tok = r.drafted[i]
+            return {
+                "round": r.index, "kind": kind, "token_id": tok, "text": token_text(tok),
+                "p_target": r.p_target[i], "q_draft": r.q_draft[i], "accept_prob": r.accept_prob[i],
+                "uniform": r.uniforms[i], "residual": np.nan, "has_q": r.has_q,
+            }
+
+        n_acc = r.num_accepted
+        thrown = [draft_row(i, r.draft_fates[i]) for i in range(n_acc, r.num_drafted)]
+        for j, (tok, fate) in enumerate(zip(r.emitted, r.emitted_fates)):
+            if fate == "accepted":
+                rows.append(draft_row(j, "accepted"))
+                continue
+            rows.extend(thrown)
+            thrown = []
+            rows.append(
+                {
+                    "round": r.index, "kind": fate, "token_id": tok, "text": token_text(tok),
+                    "p_target": r.next_p_target, "q_draft": np.nan, "accept_prob": np.nan, "uniform": np.nan,
+                    "residual": r.next_residual if r.next_residual is not None else np.nan, "has_q": r.has_q,
+                }
+            )
+        rows.extend(thrown)  # an EOS cut can end the round before the resampled token
+        for k, row in enumerate(rows[start:]):
+            row["first_in_round"] = k == 0
+    return pd.DataFrame(rows, columns=STREAM_COLUMNS)
+
+
+def latency_frame(records: Sequence[StepRecord], run: str) -> pd.DataFrame:
+    """Gap before each committed token. A round's tokens arrive together: the first waits the whole round,
+    the rest arrive 0 ms later."""
+    gaps = [(r.round_ms if i == 0 else 0.0) for r in records for i in range(len(r.emitted))]
+    return pd.DataFrame({"run": run, "token": np.arange(1, len(gaps) + 1), "gap_ms": gaps})
+
+
+@dataclass(frozen=True)
+class PositionInfo:
+    """What the rule did at one verified position of a round (for the inspector's caption and marks)."""
+
+    position: int
+    kind: str  # "draft" at a drafted position, "bonus" after all drafts, "target" in a round with no draft
+    drafted: int | None  # the drafted token id at a drafted position
+    fate: str | None  # accepted / rejected at a drafted position
+    p_target: float | None
+    q_draft: float | None
+    accept_prob: float | None
+    uniform: float | None
+    next_token: int | None  # the resampled / bonus / plain-target token emitted here
+    next_fate: str | None
+
+
+def num_positions(record: StepRecord) -> int:
+    """Positions the inspector can show: the verified drafted positions, plus the bonus position if reached."""
+    return len(record.dists)
+
+
+def position_info(record: StepRecord, position: int) -> PositionInfo:
+    if not 0 <= position < num_positions(record):
+        raise ValueError(f"round {record.index} has positions 0..{num_positions(record) - 1}; got {position}.")
+    emitted_here = position < len(record.emitted) and record.emitted_fates[position] != "accepted"
+    next_token = record.emitted[position] if emitted_here else None
+    next_fate = record.emitted_fates[position] if emitted_here else None
+    if position < record.num_drafted:
+        i = position
+        return PositionInfo(
+            i, "draft", record.drafted[i], record.draft_fates[i], record.p_target[i], record.q_draft[i],
+            record.accept_prob[i], record.uniforms[i], next_token, next_fate,
+        )
+    kind = "bonus" if record.num_drafted else "target"
+    return PositionInfo(position, kind, None, None, None, None, None, None, next_token, next_fate)
+
+
+def position_frame(record: StepRecord, position: int, token_text: TokenText, top: int = 12) -> pd.DataFrame:
+    """The top tokens at one position by p_target, q_draft and the residual, with a role for the drafted and
+    emitted tokens. Columns: token_id, token, p_target, q_draft, residual, role."""
+    info = position_info(record, position)
+    dist = record.dists[position]
+    df = pd.DataFrame(
+        {
+            "token_id": list(dist.token_ids),
+            "p_target": list(dist.p_target),
+            "q_draft": list(dist.q_draft) if dist.q_draft is not None else np.nan,
+            "residual": list(dist.residual) if dist.residual is not None else np.nan,
+        }
+    )
+    df["role"] = ""
+    if info.drafted is not None:
+        df.loc[df["token_id"] == info.drafted, "role"] = "drafted"
+    if info.next_token is not None:
+        mark = df["token_id"] == info.next_token
+        df.loc[mark, "role"] = np.where(df.loc[mark, "role"] == "drafted", "drafted+" + info.next_fate, info.next_fate)
+    score = df[["p_target", "q_draft", "residual"]].max(axis=1, skipna=True)
+    keep = (df["role"] != "") | score.rank(ascending=False, method="first").le(top)
+    df = df[keep & ((score > 0) | (df["role"] != ""))].copy()
+    df = df.sort_values(["p_target", "q_draft"], ascending=False, na_position="last").reset_index(drop=True)
+    df["token"] = unique_labels([token_text(t) for t in df["token_id"]], df["token_id"].tolist())
+    return df[["token_id", "token", "p_target", "q_draft", "residual", "role"]]
+
+
+def unique_labels(texts: Sequence[str], ids: Sequence[int]) -> list[str]:
+    """Category labels for charts: whitespace made visible; two tokens that print alike get their ids."""
+    shown = [visible_plain(t) or "∅" for t in texts]
+    dupes = {s for s in shown if shown.count(s) > 1}
+    return [f"{s} #{i}" if s in dupes else s for s, i in zip(shown, ids)]
+
+
+def progress_frame(records: Sequence[StepRecord], run: str) -> pd.DataFrame:
+    """Tokens committed after each round against cumulative decode time (prefill excluded); starts at (0, 0)."""
+    tokens = np.cumsum([0] + [len(r.emitted) for r in records])
+    ms = np.cumsum([0.0] + [r.round_ms for r in records])
+    return pd.DataFrame({"run": run, "decode_ms": ms, "tokens": tokens})
