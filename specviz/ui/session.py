@@ -1,0 +1,212 @@
+"""Per-session state of the step-through page: the runs (decoders and their records) and the measured baseline.
+
+Everything lives in st.session_state; models come from the shared caches in specviz.ui.models."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+
+import streamlit as st
+import torch
+
+from specviz.config import RunConfig, validate_prompt
+from specviz.core.decoding import SpeculativeDecoder
+from specviz.core.records import StepRecord
+from specviz.models import LoadedModel, encode_prompt
+from specviz.runs import build_decoder, exit_layer_for
+from specviz.ui.models import get_early_exit, get_model
+
+log = logging.getLogger(__name__)
+
+STATE_KEY = "specviz_step_through"
+MAX_BASELINES = 4  # plain-decoding runs kept per browser session, one per (target, prompt, sampling)
+SHORT_NAMES = {"lookup": "prompt lookup", "ngram": "n-gram model", "model": "draft model", "early-exit": "early exit", "none": "plain decoding"}
+
+
+def short_name(kind: str) -> str:
+    return SHORT_NAMES.get(kind, kind)
+
+
+class TokenTexts:
+    """token id -> its text, decoded one token at a time and remembered. The text is untrusted model output."""
+
+    def __init__(self, tokenizer) -> None:
+        self.tokenizer = tokenizer
+        self.cache: dict[int, str] = {}
+
+    def __call__(self, token_id: int) -> str:
+        text = self.cache.get(token_id)
+        if text is None:
+            text = self.cache[token_id] = self.tokenizer.decode([int(token_id)])
+        return text
+
+
+@dataclass
+class Run:
+    label: str
+    config: RunConfig
+    decoder: SpeculativeDecoder
+    error: str | None = None  # a failed round: the run keeps its records but cannot continue
+
+    @property
+    def records(self) -> list[StepRecord]:
+        return self.decoder.records
+
+    @property
+    def done(self) -> bool:
+        return self.decoder.done or self.error is not None
+
+
+@dataclass
+class Baseline:
+    """Plain decoding of the same target, prompt and sampling, stepped just far enough to time as many tokens."""
+
+    decoder: SpeculativeDecoder
+    error: str | None = None
+
+    @property
+    def records(self) -> list[StepRecord]:
+        return self.decoder.records
+
+    def advance_to(self, num_tokens: int) -> None:
+        try:
+            while not self.decoder.done and len(self.decoder.generated) < num_tokens and self.error is None:
+                self.decoder.step()
+        except Exception as exc:  # the runs stay usable; only the speedup curve goes missing
+            self.error = friendly_error(exc)
+
+
+@dataclass
+class StepSession:
+    """One prompt decoded by one run (or two, side by side), and the baseline that times them."""
+
+    prompt: str
+    config: RunConfig
+    compare: RunConfig | None
+    prompt_ids: list[int]
+    token_text: TokenTexts
+    runs: list[Run]
+    baseline: Baseline
+
+    @property
+    def done(self) -> bool:
+        return all(r.done for r in self.runs)
+
+    @property
+    def num_rounds(self) -> int:
+        return max(len(r.records) for r in self.runs)
+
+    @property
+    def prompt_texts(self) -> list[str]:
+        return [self.token_text(t) for t in self.prompt_ids]
+
+    def matches(self, config: RunConfig | None, compare: RunConfig | None, prompt: str) -> bool:
+        # compare field values, not objects: a dev server that reloads edited modules makes a new RunConfig class
+        return _fields(config) == _fields(self.config) and _fields(compare) == _fields(self.compare) and prompt == self.prompt
+
+    def changes(self, config: RunConfig | None, compare: RunConfig | None, prompt: str) -> list[str]:
+        """What differs between this run's settings and the sidebar's, for the notice."""
+        out = ["the prompt"] if prompt != self.prompt else []
+        out += describe_changes(self.config, config)
+        before, after = (c.drafter if c else "off" for c in (self.compare, compare))
+        if before != after:
+            out.append(f"compare: {before} → {after}")
+        return out
+
+
+def _fields(config: RunConfig | None) -> dict | None:
+    return None if config is None else config.to_dict()
+
+
+@dataclass
+class PageState:
+    session: StepSession | None = None
+    baselines: dict[tuple, Baseline] = field(default_factory=dict)
+    playing: bool = False
+
+
+def page_state() -> PageState:
+    if STATE_KEY not in st.session_state:
+        st.session_state[STATE_KEY] = PageState()
+    return st.session_state[STATE_KEY]
+
+
+def friendly_error(exc: BaseException) -> str:
+    """An exception -> one message that says what to do (no traceback; the traceback goes to the log)."""
+    if isinstance(exc, torch.OutOfMemoryError):
+        return "Out of memory. Press Reset, then lower max new tokens or k, pick a smaller model, dtype bfloat16, or the CPU."
+    if isinstance(exc, ValueError):  # includes ModelLoadError: its message already says what to do
+        return str(exc)
+    log.exception("step-through run failed")
+    return f"Unexpected {type(exc).__name__}: {exc}. Press Reset to start again; if it happens again, try another model or device."
+
+
+def describe_changes(old: RunConfig, new: RunConfig | None) -> list[str]:
+    """'k: 4 → 6'-style lines for the fields that differ."""
+    if new is None:
+        return []
+    a, b = old.to_dict(), new.to_dict()
+    return [f"{name}: {a[name]!r} → {b[name]!r}" for name in a if a[name] != b[name]]
+
+
+def baseline_key(config: RunConfig, prompt: str) -> tuple:
+    """What plain decoding's output and speed depend on: the target, where it runs, the sampling, the prompt."""
+    c = config
+    return (c.target, c.device, c.dtype, c.trust_remote_code, c.temperature, c.top_k, c.top_p, c.seed, c.max_new_tokens, c.chat, prompt)
+
+
+def load_target(config: RunConfig) -> LoadedModel:
+    return get_model(config.target, config.device, config.dtype, trust_remote_code=config.trust_remote_code, allow_download=config.allow_download)
+
+
+def _decoder(config: RunConfig, target: LoadedModel, prompt_ids: list[int]) -> SpeculativeDecoder:
+    draft = early_exit = None
+    if config.drafter == "model":
+        draft = get_model(config.draft or "", config.device, config.dtype, trust_remote_code=config.trust_remote_code, allow_download=config.allow_download)
+    if config.drafter == "early-exit":
+        early_exit = get_early_exit(target, exit_layer_for(config, target))
+    return build_decoder(config, target, prompt_ids, draft, early_exit=early_exit)
+
+
+def start_session(state: PageState, config: RunConfig, compare: RunConfig | None, prompt: str) -> StepSession:
+    """Load models (cached), encode the prompt, build the run(s) and fetch or start the baseline.
+    Raises ValueError with a message for the user."""
+    validate_prompt(prompt)
+    target = load_target(config)
+    prompt_ids = encode_prompt(target.tokenizer, prompt, config.chat)
+    if len(prompt_ids) + config.max_new_tokens > _max_positions(target):
+        raise ValueError(f"The prompt ({len(prompt_ids)} tokens) plus max new tokens ({config.max_new_tokens}) exceeds the model's context of {_max_positions(target)}; shorten one.")
+    configs = [config] + ([compare] if compare is not None else [])
+    labels = [short_name(c.drafter) for c in configs]
+    if compare is not None:
+        labels = [f"A: {labels[0]}", f"B: {labels[1]}"]
+    runs = [Run(label, c, _decoder(c, target, prompt_ids)) for label, c in zip(labels, configs)]
+    key = baseline_key(config, prompt)
+    baseline = state.baselines.get(key)
+    if baseline is None or baseline.error is not None:
+        baseline = Baseline(build_decoder(config, target, prompt_ids, baseline=True))
+        state.baselines[key] = baseline
+        while len(state.baselines) > MAX_BASELINES:
+            state.baselines.pop(next(iter(state.baselines)))
+    return StepSession(prompt, config, compare, prompt_ids, TokenTexts(target.tokenizer), runs, baseline)
+
+
+def _max_positions(target: LoadedModel) -> int:
+    return int(getattr(target.model.config, "max_position_embeddings", None) or 1_000_000)
+
+
+def step_session(session: StepSession) -> None:
+    """One round of every unfinished run. Errors stay on the run. The baseline takes one plain step per round
+    (so Step stays quick; the speedup curve extrapolates its cadence meanwhile) and catches up fully at the end."""
+    for run in session.runs:
+        if run.done:
+            continue
+        try:
+            run.decoder.step()
+        except Exception as exc:
+            run.error = friendly_error(exc)
+    needed = max(len(r.decoder.generated) for r in session.runs)
+    if not session.done:
+        needed = min(needed, len(session.baseline.decoder.generated) + 1)
+    session.baseline.advance_to(needed)

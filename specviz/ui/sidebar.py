@@ -1,0 +1,163 @@
+"""Sidebar widgets -> one RunConfig plus the prompt and the UI-only options.
+
+Widget keys are a contract for automation and tests: prompt, num_draft_tokens, temperature, drafter, seed
+(and the buttons step, run_all, reset on the page)."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+import streamlit as st
+
+from specviz.config import DRAFTER_KINDS, EMBEDDED_TARGET, MAX_NEW_TOKENS, RunConfig
+from specviz.core.decoding import MAX_DRAFT_TOKENS
+from specviz.ui.prompts import load_examples
+
+DRAFTER_LABELS = {
+    "lookup": "prompt lookup (copies n-grams from the context)",
+    "ngram": "context n-gram model (a real q from counts)",
+    "model": "draft model (a smaller LM)",
+    "early-exit": "early exit (the target's first L layers)",
+    "none": "none: plain target decoding",
+}
+CUSTOM = "custom (type the ids below)"
+# label -> (target, draft). The hub presets need a cached download or 'allow downloads'.
+MODEL_PAIRS: dict[str, tuple[str, str]] = {
+    "embedded SmolLM2-135M-Instruct (offline)": (EMBEDDED_TARGET, ""),
+    "SmolLM2-360M-Instruct ← 135M draft (hub)": ("HuggingFaceTB/SmolLM2-360M-Instruct", "HuggingFaceTB/SmolLM2-135M-Instruct"),
+    "SmolLM2-1.7B-Instruct ← 135M draft (hub)": ("HuggingFaceTB/SmolLM2-1.7B-Instruct", "HuggingFaceTB/SmolLM2-135M-Instruct"),
+    "Qwen2.5-1.5B-Instruct ← 0.5B draft (hub)": ("Qwen/Qwen2.5-1.5B-Instruct", "Qwen/Qwen2.5-0.5B-Instruct"),
+}
+DEFAULTS = RunConfig()  # the sidebar starts from the engine's defaults (drafter, k, n-gram settings, ...)
+COMPARE_OFF = "off"
+PLAY_PACES = (0.25, 0.5, 1.0, 2.0)  # seconds between auto-steps
+
+
+def drafter_label(kind: str) -> str:
+    return DRAFTER_LABELS.get(kind, kind)
+
+
+@dataclass(frozen=True)
+class Settings:
+    """What the sidebar says: config is None (and error set) when the widgets don't make a valid RunConfig."""
+
+    config: RunConfig | None
+    prompt: str
+    compare: str | None  # the second drafter kind in compare mode ("none" = plain decoding); None = off
+    play_every_s: float
+    error: str | None = None
+
+    def compare_config(self) -> RunConfig | None:
+        """The main config with only the drafter swapped; raises ValueError if that drafter can't run."""
+        if self.config is None or self.compare is None:
+            return None
+        return dataclasses.replace(self.config, drafter=self.compare)
+
+
+def _default(key: str, value) -> None:
+    """Seed a widget's value through session state, so callbacks may change it later without warnings."""
+    if key not in st.session_state:
+        st.session_state[key] = value
+
+
+def _apply_pair() -> None:
+    pair = MODEL_PAIRS.get(st.session_state["model_pair"])
+    if pair is None:
+        return
+    st.session_state["target"], st.session_state["draft_model"] = pair
+    if pair[1]:
+        st.session_state["drafter"] = "model"
+    elif st.session_state.get("drafter") == "model":
+        st.session_state["drafter"] = DEFAULTS.drafter if DEFAULTS.drafter != "model" else "lookup"
+
+
+def _apply_example() -> None:
+    examples = {e.label: e.prompt for e in load_examples()}
+    if st.session_state["example"] in examples:
+        st.session_state["prompt"] = examples[st.session_state["example"]]
+
+
+def sidebar() -> Settings:
+    """Draw the sidebar and return the settings it describes."""
+    examples = load_examples()
+    _default("example", examples[0].label)
+    _default("prompt", examples[0].prompt)
+    _default("model_pair", next(iter(MODEL_PAIRS)))
+    _default("target", EMBEDDED_TARGET)
+    _default("draft_model", "")
+    _default("drafter", DEFAULTS.drafter)
+    _default("num_draft_tokens", DEFAULTS.num_draft_tokens)
+    _default("temperature", DEFAULTS.temperature)
+    _default("seed", DEFAULTS.seed)
+    sb = st.sidebar
+    with sb:
+        st.selectbox("Example prompt", [e.label for e in examples], key="example", on_change=_apply_example)
+        prompt = st.text_area("Prompt", key="prompt", height=150, help="Sent as a user turn through the chat template (see Models).")
+
+        st.subheader("Drafter")
+        kinds = list(DRAFTER_KINDS)
+        drafter = st.selectbox("Drafter", kinds, key="drafter", format_func=drafter_label)
+        k = st.slider("k: tokens drafted per round", 1, MAX_DRAFT_TOKENS, key="num_draft_tokens", disabled=drafter == "none")
+        adaptive_k = st.toggle("adaptive k", value=DEFAULTS.adaptive_k, key="adaptive_k", help="Grow k by 2 after a round where every draft was kept, shrink by 1 after a rejection.")
+        compare = st.selectbox(
+            "Compare side by side with",
+            [COMPARE_OFF] + [d for d in kinds if d != drafter],
+            key="compare",
+            format_func=lambda d: d if d == COMPARE_OFF else drafter_label(d),
+            help="Runs the same prompt and seed with a second drafter (or plain decoding), a round of each per Step.",
+        )
+        kinds_in_use = {drafter, compare}
+        ngram_max, threshold, exit_layer = DEFAULTS.ngram_max, DEFAULTS.ngram_threshold, 0
+        if kinds_in_use & {"lookup", "ngram"}:
+            ngram_max = st.slider("n: longest n-gram matched", DEFAULTS.ngram_min, 8, value=DEFAULTS.ngram_max, key="ngram_max")
+        if "ngram" in kinds_in_use:
+            threshold = st.slider("n-gram: stop drafting when q's top mass falls below", 0.0, 1.0, value=DEFAULTS.ngram_threshold, step=0.05, key="ngram_threshold")
+        if "early-exit" in kinds_in_use:
+            exit_layer = st.number_input("early exit: layers L the draft runs (0 = auto, ~93% of the depth)", 0, 200, value=0, key="exit_layer")
+
+        st.subheader("Sampling")
+        temperature = st.slider("temperature (0 = greedy)", 0.0, 2.0, step=0.05, key="temperature")
+        top_k = st.number_input("top-k (0 = off)", 0, 100_000, value=DEFAULTS.top_k, key="top_k")
+        top_p = st.slider("top-p (1 = off)", 0.05, 1.0, value=DEFAULTS.top_p, step=0.05, key="top_p")
+        seed = st.number_input("seed", 0, 2**31 - 1, key="seed")
+        max_new = st.number_input("max new tokens", 1, MAX_NEW_TOKENS, value=DEFAULTS.max_new_tokens, key="max_new_tokens")
+        pace = st.select_slider("Play: seconds per round", PLAY_PACES, value=0.5, key="play_every")
+
+        with st.expander("Models", expanded=False):
+            st.selectbox("Model pair", list(MODEL_PAIRS) + [CUSTOM], key="model_pair", on_change=_apply_pair)
+            target = st.text_input("Target model: hub id, local folder or .gguf", key="target")
+            draft = st.text_input("Draft model (for the draft-model drafter)", key="draft_model", help="Must share the target's tokenizer.")
+            device = st.selectbox("Device", ["auto", "cpu", "cuda", "mps"], key="device")
+            dtype = st.selectbox("dtype", ["auto", "float32", "bfloat16", "float16"], key="dtype")
+            chat = st.toggle("chat template", value=DEFAULTS.chat, key="chat", help="Wrap the prompt as a user turn; off feeds it raw.")
+            allow_download = st.checkbox("allow downloads from the hub", value=False, key="allow_download", help="Off: hub ids load only from the local cache, so an offline machine fails at once.")
+            trust = st.checkbox("trust remote code", value=False, key="trust_remote_code", help="Runs code shipped in a model repository. Only for repositories you trust.")
+
+    fields = dict(
+        target=target.strip() or EMBEDDED_TARGET,
+        draft=draft.strip() or None,
+        drafter=drafter,
+        exit_layer=int(exit_layer) or None,
+        ngram_max=int(ngram_max),
+        ngram_min=DEFAULTS.ngram_min,
+        num_draft_tokens=int(k),
+        adaptive_k=bool(adaptive_k),
+        temperature=float(temperature),
+        top_k=int(top_k),
+        top_p=float(top_p),
+        seed=int(seed),
+        max_new_tokens=int(max_new),
+        chat=bool(chat),
+        device=device,
+        dtype=dtype,
+        trust_remote_code=bool(trust),
+        allow_download=bool(allow_download),
+        ngram_threshold=float(threshold),
+    )
+    compare_kind = None if compare == COMPARE_OFF else compare
+    try:
+        config = RunConfig(**fields)
+    except ValueError as exc:
+        return Settings(None, prompt, compare_kind, float(pace), error=str(exc))
+    return Settings(config, prompt, compare_kind, float(pace))

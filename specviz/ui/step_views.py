@@ -1,0 +1,214 @@
+"""The step-through page's views: metrics, token stream, round inspector, curves. Figures are rebuilt from
+the session's records on every rerun (see specviz.viz); nothing drawn is stored."""
+
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+import streamlit as st
+
+from specviz.core.theory import speedup as theory_speedup
+from specviz.ui.session import Run, StepSession
+from specviz.viz import (
+    latency_frame,
+    legend_html,
+    num_positions,
+    position_frame,
+    position_info,
+    progress_frame,
+    rounds_frame,
+    stream_frame,
+    token_stream_html,
+    verify_cost_ratio,
+    visible_plain,
+)
+from specviz.viz import figures
+from specviz.viz.figures import BASELINE_RUN
+
+def _fmt(x: float | None, spec: str = ".2f", suffix: str = "") -> str:
+    if x is None or (isinstance(x, float) and math.isnan(x)):
+        return "–"
+    return f"{x:{spec}}{suffix}"
+
+
+def _last(df: pd.DataFrame, column: str) -> float | None:
+    return float(df[column].iloc[-1]) if len(df) else None
+
+
+def run_frame(session: StepSession, run: Run) -> pd.DataFrame:
+    return rounds_frame(run.records, run.label, session.baseline.records)
+
+
+def metrics(session: StepSession, run: Run, columns: int = 6) -> None:
+    """The run's headline numbers so far; theory in the small print under each."""
+    df = run_frame(session, run)
+    k = int(df["k_mean"].iloc[-1]) if len(df) else run.config.num_draft_tokens
+    cells = [
+        ("rounds", f"{len(df)}", "One target pass each."),
+        ("tokens", f"{len(run.decoder.generated)} / {run.config.max_new_tokens}", None),
+        ("α", _fmt(_last(df, "alpha")), "Leviathan's α = E[Σ_v min(p_target, q_draft)] over the positions the rule checked."),
+        ("accepted / drafted", _fmt(_last(df, "acceptance_rate")), "Kept drafts over all drafts (discarded ones included), as vLLM and llama.cpp report it."),
+        ("tokens / target pass", _fmt(_last(df, "tokens_per_pass")), f"Theory at this α and k={k}: (1−α^(k+1))/(1−α) = {_fmt(_last(df, 'theory_tokens_per_pass'))}."),
+        ("speedup (wall clock)", _fmt(_last(df, "speedup"), ".2f", "×"), f"Against plain decoding of the same prompt, measured. Predicted (1−α^(k+1))/((1−α)(1+kc)): {_fmt(_last(df, 'predicted_speedup'), '.2f', '×')}."),
+    ]
+    cols = st.columns(columns)
+    for i, (label, value, help_text) in enumerate(cells):
+        cols[i % columns].metric(label, value, help=help_text)
+
+
+def token_stream(session: StepSession, run: Run, legend: bool = True) -> None:
+    if legend:
+        st.html(legend_html())
+    st.html(token_stream_html(session.prompt_texts, stream_frame(run.records, session.token_text)))
+    if run.error:
+        st.error(run.error)
+    elif run.decoder.done:
+        st.caption("This run is finished. Press Reset to start again.")
+
+
+def live_progress(session: StepSession) -> None:
+    """What Run to end redraws after every round: the numbers and the streams."""
+    cols = st.columns(len(session.runs))
+    for col, run in zip(cols, session.runs):
+        with col:
+            df = run_frame(session, run)
+            st.markdown(f"**{run.label}** · round {len(df)} · {len(run.decoder.generated)} tokens · α {_fmt(_last(df, 'alpha'))} · {_fmt(_last(df, 'tokens_per_pass'))} tokens/pass")
+            st.html(token_stream_html(session.prompt_texts, stream_frame(run.records, session.token_text), show_prompt=False))
+
+
+def _position_label(record, position: int, token_text) -> str:
+    info = position_info(record, position)
+    if info.kind == "draft":
+        mark = "✓" if info.fate == "accepted" else "✗"
+        return f"{position + 1}: {visible_plain(token_text(info.drafted))} {mark}"
+    return f"{position + 1}: {info.kind}"
+
+
+def inspector(session: StepSession) -> None:
+    """Pick a round and a position; chart p_target, q_draft and the residual there."""
+    st.subheader("Round inspector")
+    runs = [r for r in session.runs if r.records]
+    if not runs:
+        return
+    run = runs[0]
+    if len(runs) > 1:
+        label = st.radio("run", [r.label for r in runs], horizontal=True, key="inspect_run")
+        run = next(r for r in runs if r.label == label)
+    n = len(run.records)
+    left, right = st.columns([1, 3])
+    with left:
+        follow = st.toggle("follow the latest round", value=True, key="inspect_follow")
+        if follow or n == 1:
+            round_index = n - 1
+            st.caption(f"showing round {round_index}, the latest (rounds count from 0)")
+        else:
+            round_index = st.slider("round", 0, n - 1, value=n - 1, key="inspect_round")
+        record = run.records[round_index]
+        positions = list(range(num_positions(record)))
+        rejected = [i for i in positions if position_info(record, i).fate == "rejected"]
+        default = rejected[0] if rejected else positions[-1]
+        position = st.radio(
+            "position in the round",
+            positions,
+            index=default,
+            format_func=lambda i: _position_label(record, i, session.token_text),
+            key=f"inspect_pos_{run.label}_{round_index}",
+        )
+    info = position_info(record, position)
+    df = position_frame(record, position, session.token_text)
+    with left:
+        st.markdown(_position_story(info, session))
+    with right:
+        st.plotly_chart(figures.inspector_figure(df, info), width="stretch", key="inspector_chart")
+        if record.has_q:
+            st.caption(
+                "Blue p_target, orange q_draft, green the residual: p_target − q_draft where the target wants more, renormalised. "
+                "A draft is kept when u falls below min(1, p/q) (the side gauge); after a rejection the replacement is drawn from "
+                "the green bars, so it lands where the draft under-proposed."
+            )
+        else:
+            st.caption(
+                "This drafter gives no distribution, so q_draft is one-hot on its guess: the guess is kept with probability "
+                "p_target(guess), and a rejection resamples from p_target with the guess removed. At temperature 0 p_target is one-hot too."
+            )
+
+
+def _position_story(info, session: StepSession) -> str:
+    t = session.token_text
+    if info.kind == "draft":
+        verdict = "**kept**" if info.fate == "accepted" else "**rejected**"
+        lines = [
+            f"Drafted `{visible_plain(t(info.drafted))}`: p_target = {_fmt(info.p_target, '.3f')}, q_draft = {_fmt(info.q_draft, '.3f')}.",
+            f"min(1, p/q) = {_fmt(info.accept_prob, '.3f')} against u = {_fmt(info.uniform, '.3f')} → {verdict}.",
+        ]
+        if info.next_fate == "resampled":
+            lines.append(f"Resampled `{visible_plain(t(info.next_token))}` from the residual.")
+        return "  \n".join(lines)
+    if info.next_token is None:
+        return "The run stopped before this token."
+    if info.kind == "bonus":
+        return f"Every draft was kept, so this pass's last distribution gives a **bonus** token for free: `{visible_plain(t(info.next_token))}`."
+    return f"Nothing was drafted this round: a plain target step sampled `{visible_plain(t(info.next_token))}`."
+
+
+def curves(session: StepSession) -> None:
+    """Accepted per round, running α, tokens per pass and speedup against theory, inter-token latency."""
+    runs = [r for r in session.runs if r.records]
+    if not runs:
+        return
+    rounds = pd.concat([run_frame(session, r) for r in runs], ignore_index=True)
+    st.subheader("Curves")
+    a, b = st.columns(2)
+    with a:
+        st.plotly_chart(figures.accepted_figure(rounds), width="stretch", key="fig_accepted")
+        if len(runs) == 1:
+            st.caption("Grey: drafted this round; green: kept. A fully green bar also earns a bonus token; a short one means a rejection and a resample.")
+        else:
+            st.caption("Drafts kept per round by each run: the higher line gets more from each target pass.")
+    with b:
+        st.plotly_chart(figures.alpha_figure(rounds), width="stretch", key="fig_alpha")
+        st.caption(
+            "α is Leviathan's E[Σ min(p_target, q_draft)]: the chance a draft survives, read off the distributions. "
+            "accepted/drafted counts what happened (discarded drafts count as drafted, so it sits lower). With a one-hot q, Σ min(p, q) = p_target(draft)."
+        )
+    c, d = st.columns(2)
+    with c:
+        st.plotly_chart(figures.tokens_per_pass_figure(rounds), width="stretch", key="fig_tpp")
+        st.caption("Measured tokens per target pass against (1 − α^(k+1))/(1 − α) at the running α. Rounds where the drafter had nothing to propose pull the measurement below theory.")
+    with d:
+        st.plotly_chart(figures.speedup_figure(rounds), width="stretch", key="fig_speedup")
+        st.caption(speedup_note(session, runs))
+    latency = pd.concat([latency_frame(r.records, r.label) for r in runs] + [latency_frame(session.baseline.records, BASELINE_RUN)], ignore_index=True)
+    e, f = st.columns(2)
+    with e:
+        st.plotly_chart(figures.latency_figure(latency), width="stretch", key="fig_latency")
+        st.caption("Speculative tokens arrive in bursts: a round's tokens come together (gaps near 0 ms), then a long wait for the next round. Plain decoding pays one pass per token, evenly.")
+    with f:
+        progress = pd.concat([progress_frame(r.records, r.label) for r in runs] + [progress_frame(session.baseline.records, BASELINE_RUN)], ignore_index=True)
+        st.plotly_chart(figures.progress_figure(progress), width="stretch", key="fig_progress")
+        st.caption("Tokens committed against decode time: the steeper line is the faster decoder.")
+
+
+def speedup_note(session: StepSession, runs: list[Run]) -> str:
+    """Why measured and predicted speedups differ: the formula charges one target pass per round."""
+    if session.baseline.error:
+        return f"No baseline, so no measured speedup: {session.baseline.error}"
+    if not session.baseline.records:
+        return "The baseline (plain decoding of the same prompt) has not run yet."
+    notes = []
+    for run in runs:
+        df = run_frame(session, run)
+        v = verify_cost_ratio(run.records, session.baseline.records)
+        alpha, c = _last(df, "alpha"), _last(df, "c")
+        if v is None or alpha is None or math.isnan(alpha):
+            continue
+        k = int(df["k_mean"].iloc[-1])
+        corrected = theory_speedup(alpha, k, c, verify_cost=v)
+        notes.append(f"{run.label}: c = {c:.2f}; verifying k+1 tokens took {v:.2f}× a one-token pass (the formula assumes 1×); charging that, it predicts {corrected:.2f}×.")
+    head = (
+        "Measured: the baseline's decode time for as many tokens ÷ this run's (prefill excluded); until the baseline "
+        "catches up at the end of the run, its missing tokens are costed at its mean pace so far. "
+        "Predicted: Leviathan's formula with c = draft time per token ÷ target time per token, both measured. "
+    )
+    return head + " ".join(notes)
