@@ -6,9 +6,11 @@ import inspect
 import json
 import shutil
 import tomllib
+from html.parser import HTMLParser
 from pathlib import Path
 
 import pytest
+import torch
 
 from specviz.config import RunConfig
 from specviz.models import ModelLoadError, load_model
@@ -151,3 +153,85 @@ def test_streamlit_config_binds_to_localhost():
 def test_readme_says_how_to_open_it_to_a_workshop():
     readme = (REPO / "README.md").read_text()
     assert "--server.address 0.0.0.0" in readme
+
+
+# --- model output is drawn as text, never as HTML --------------------------------------------------------------
+
+PAYLOADS = ("<script>alert(1)</script>", '<img src=x onerror=alert(1)>', '" onmouseover="alert(1)', "&amp;<b>bold</b>")
+
+
+class _TagCollector(HTMLParser):
+    def __init__(self) -> None:
+        super().__init__(convert_charrefs=True)
+        self.tags: set[str] = set()
+        self.handlers: list[str] = []
+        self.text: list[str] = []
+        self.titles: list[str] = []
+
+    def handle_starttag(self, tag, attrs):
+        self.tags.add(tag)
+        self.handlers += [name for name, _ in attrs if name.startswith("on")]
+        self.titles += [value for name, value in attrs if name == "title" and value]
+
+    def handle_data(self, data):
+        self.text.append(data)
+
+
+def _parse(markup: str) -> _TagCollector:
+    parser = _TagCollector()
+    parser.feed(markup)
+    parser.close()
+    return parser
+
+
+class _RepeatLM:
+    """A CachedLM that always predicts (next id) = (last id + 1) mod V: every round emits tokens."""
+
+    vocab_size = len(PAYLOADS)
+    device = torch.device("cpu")
+
+    def __init__(self) -> None:
+        self._tokens: list[int] = []
+
+    @property
+    def tokens(self):
+        return self._tokens
+
+    def extend(self, ids):
+        self._tokens.extend(ids)
+        nxt = (torch.tensor(list(ids)) + 1) % self.vocab_size
+        return torch.nn.functional.one_hot(nxt, self.vocab_size).float() * 20.0
+
+    def crop(self, length):
+        del self._tokens[length:]
+
+
+def test_visible_html_escapes_tags():
+    from specviz.viz import visible_html
+
+    for payload in PAYLOADS:
+        out = visible_html(payload)
+        assert "<script" not in out and "<img" not in out and "<b>" not in out
+        assert _parse(out).tags <= {"span", "br"}
+
+
+def test_token_stream_renders_model_output_as_text():
+    """Prompt, drafted, rejected and emitted tokens whose text is HTML: the markup has only our own tags, no
+    event handlers, and the payloads come back as literal text (and as literal text in the hover titles)."""
+    from specviz.core.decoding import DecodeConfig, SpeculativeDecoder
+    from specviz.drafters import PromptLookupDrafter
+    from specviz.viz import stream_frame, token_stream_html
+
+    decoder = SpeculativeDecoder(_RepeatLM(), PromptLookupDrafter(), [0, 1, 2, 3, 0, 1], DecodeConfig(num_draft_tokens=3, max_new_tokens=12))
+    decoder.run()
+    text_of = lambda i: PAYLOADS[i]  # noqa: E731
+    stream = stream_frame(decoder.records, text_of)
+    assert len(stream) >= 12
+    markup = token_stream_html([text_of(i) for i in decoder.tokens[: decoder.prompt_length]], stream)
+    parsed = _parse(markup)
+    assert parsed.tags <= {"div", "span", "br"}
+    assert parsed.handlers == []
+    shown = "".join(parsed.text).replace("␣", " ")
+    for payload in PAYLOADS:
+        assert payload in shown
+    assert any("<script>" in title for title in parsed.titles)  # the hover text keeps the literal token
