@@ -17,20 +17,21 @@ RESET = "\033[0m"
 
 
 def _add_run_options(p: argparse.ArgumentParser) -> None:
+    d = RunConfig  # every default comes from RunConfig, so the CLI and the app agree
     p.add_argument("--target", default=EMBEDDED_TARGET, help="hub id, local folder or .gguf file (default: embedded SmolLM2-135M-Instruct)")
     p.add_argument("--draft", default=None, help="draft model for --drafter model (same tokenizer as the target)")
-    p.add_argument("--drafter", choices=DRAFTER_KINDS, default="lookup")
+    p.add_argument("--drafter", choices=DRAFTER_KINDS, default=d.drafter, help=f"default: {d.drafter}")
     p.add_argument("--exit-layer", type=int, default=None, help="early exit: target blocks the draft runs (default ~93%% of the depth)")
-    p.add_argument("--ngram-max", type=int, default=3)
-    p.add_argument("--ngram-min", type=int, default=1)
-    p.add_argument("--ngram-threshold", type=float, default=0.3, help="n-gram drafter: stop drafting when its top probability falls below this")
-    p.add_argument("--num-draft-tokens", "-k", type=int, default=4)
+    p.add_argument("--ngram-max", type=int, default=d.ngram_max)
+    p.add_argument("--ngram-min", type=int, default=d.ngram_min)
+    p.add_argument("--ngram-threshold", type=float, default=d.ngram_threshold, help=f"n-gram drafter: stop drafting when its top probability falls below this (default {d.ngram_threshold})")
+    p.add_argument("--num-draft-tokens", "-k", type=int, default=d.num_draft_tokens)
     p.add_argument("--adaptive-k", action="store_true", help="grow k after fully accepted rounds, shrink after rejections")
-    p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy")
-    p.add_argument("--top-k", type=int, default=0)
-    p.add_argument("--top-p", type=float, default=1.0)
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--max-new-tokens", type=int, default=64)
+    p.add_argument("--temperature", type=float, default=d.temperature, help="0 = greedy")
+    p.add_argument("--top-k", type=int, default=d.top_k)
+    p.add_argument("--top-p", type=float, default=d.top_p)
+    p.add_argument("--seed", type=int, default=d.seed)
+    p.add_argument("--max-new-tokens", type=int, default=d.max_new_tokens)
     p.add_argument("--no-chat", action="store_true", help="feed the prompt raw, without the chat template")
     p.add_argument("--device", default="auto")
     p.add_argument("--dtype", default="auto")
@@ -197,7 +198,7 @@ def cmd_info(args: argparse.Namespace) -> int:
         for i in range(torch.cuda.device_count()):
             print(f"  cuda:{i} {torch.cuda.get_device_name(i)}")
     print(f"auto device: {resolve_device('auto')}")
-    print(f"default target: {EMBEDDED_TARGET}; default drafter: lookup")
+    print(f"default target: {EMBEDDED_TARGET}; default drafter: {RunConfig.drafter}")
     print(f"weights cache: {cache_root()}")
     try:
         print(f"embedded GGUF: {embedded_gguf_path()}")

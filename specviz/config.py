@@ -23,7 +23,7 @@ class RunConfig:
     exit_layer: int | None = None  # early exit: blocks of the target the draft runs; None picks ~93% of the depth
     ngram_max: int = 3  # prompt lookup and n-gram drafter: longest n-gram tried first
     ngram_min: int = 1  # ... down to this one
-    ngram_threshold: float = 0.3  # n-gram drafter: stop drafting when q_draft's top mass falls below this
+    ngram_threshold: float = 0.5  # n-gram drafter: stop drafting when q_draft's top mass falls below this
     num_draft_tokens: int = 4  # k
     adaptive_k: bool = False
     temperature: float = 0.0  # 0 = greedy

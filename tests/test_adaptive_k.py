@@ -131,3 +131,14 @@ def test_adaptive_k_through_build_decoder_on_a_tiny_model(tiny_models):
     baseline = build_decoder(config, target, prompt_ids, baseline=True)
     baseline.run()
     assert decoder.generated == baseline.generated
+
+
+def test_cli_defaults_are_run_config_defaults():
+    import dataclasses
+
+    from specviz.cli import build_parser, config_from_args
+    from specviz.config import DRAFTER_KINDS, RunConfig
+
+    from_cli = config_from_args(build_parser().parse_args(["generate", "--prompt", "hi"]))
+    assert dataclasses.asdict(from_cli) == dataclasses.asdict(RunConfig())
+    assert DRAFTER_KINDS[0] == RunConfig().drafter  # the app's drafter menu starts at the default

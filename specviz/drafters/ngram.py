@@ -39,7 +39,7 @@ import torch
 from specviz.drafters.base import Draft
 
 NGramMode = Literal["sample", "greedy"]
-DEFAULT_THRESHOLD = 0.3  # stop drafting when q's top mass is below this
+DEFAULT_THRESHOLD = 0.5  # stop drafting when q's top mass is below this (measured: 0.5 beat 0.3 on the prompt set)
 
 
 class NGramCounts:

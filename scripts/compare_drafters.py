@@ -1,0 +1,249 @@
+"""Compare drafters on the embedded target: plain decoding vs prompt lookup vs the context n-gram model
+vs early exit, at a fixed k and with adaptive k, over prompts by category (code, prose, copy, qa).
+
+    python scripts/compare_drafters.py                      # every prompt in assets/prompts.json, T=0
+    python scripts/compare_drafters.py --temperatures 0 1 --repeats 3 --csv /tmp/compare.csv
+
+Every prompt is decoded plainly first (the baseline, same process, same sampling, same seed), then
+with each drafter; runs of one prompt are interleaved and repeated, and the median tokens/s of the
+repeats is kept, because the CPU is shared and single timings are noisy. By default speed is
+tokens per CPU-second of this (single-threaded) process, which other jobs on the same cores disturb
+far less than the wall clock; --clock wall measures what a user would see on an idle machine. The table aggregates
+each category: speedup is the geometric mean of per-prompt speedups; alpha (Leviathan's
+E[sum_v min(p, q)]) and accepted/drafted pool every verified position of the category.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import statistics
+import sys
+import time
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from specviz.config import EMBEDDED_TARGET, RunConfig  # noqa: E402
+from specviz.core.decoding import SpeculativeDecoder  # noqa: E402
+from specviz.drafters import NGramDrafter, NoDrafter  # noqa: E402
+
+DRAFTERS = ("lookup", "ngram", "ngram-greedy", "early-exit")  # ngram-greedy: argmax drafts scored with a one-hot q
+FALLBACK_PROMPTS = [
+    {"category": "code", "title": "reverse words", "prompt": "Write a Python function reverse_words(text) that reverses the order of the words in a sentence."},
+    {"category": "prose", "title": "autumn", "prompt": "Describe a walk through a park on an autumn morning in a few sentences."},
+    {"category": "copy", "title": "repeat", "prompt": "Repeat exactly: The river rose slowly through the night. By morning the lower fields were under water."},
+    {"category": "qa", "title": "capital", "prompt": "What is the capital of France? Answer in one sentence."},
+]
+
+
+@dataclass(frozen=True)
+class Result:
+    """One configuration on one prompt: statistics of the first repeat, the median speed of all repeats."""
+
+    category: str
+    title: str
+    setup: str  # "baseline" or "<drafter> k=<k>[ adaptive]"
+    temperature: float
+    new_tokens: int
+    target_passes: int
+    drafted: int
+    accepted: int
+    overlap_sum: float  # sum over verified positions of sum_v min(p, q); 0 without a q
+    overlap_count: int
+    tokens_per_s: float  # median over repeats, per CPU-second or wall-clock second (--clock)
+    same_as_baseline: bool | None  # greedy only
+
+
+def load_prompts(path: Path, categories: list[str], per_category: int) -> list[dict]:
+    prompts = json.loads(path.read_text(encoding="utf-8")) if path.exists() else FALLBACK_PROMPTS
+    chosen = []
+    for cat in categories:
+        chosen += [p for p in prompts if p["category"] == cat][:per_category]
+    if not chosen:
+        raise ValueError(f"No prompts in {path} for categories {categories}.")
+    return chosen
+
+
+def make_decoder(target, early_exit, prompt_ids: list[int], drafter: str, k: int, adaptive: bool, temperature: float, args) -> SpeculativeDecoder:
+    """A fresh run of one setup; drafter 'none' is the plain-decoding baseline."""
+    from specviz.models import HFCachedLM
+    from specviz.runs import make_drafter
+
+    kind = "ngram" if drafter == "ngram-greedy" else drafter
+    config = RunConfig(
+        drafter=kind,
+        num_draft_tokens=k,
+        adaptive_k=adaptive,
+        temperature=temperature,
+        max_new_tokens=args.max_new_tokens,
+        seed=args.seed,
+        ngram_threshold=args.ngram_threshold,
+        ngram_max=args.ngram_max,
+    )
+    if drafter == "none":
+        built = NoDrafter()
+    elif drafter == "ngram-greedy":
+        built = NGramDrafter(target.vocab_size, config.ngram_max, config.ngram_min, config.ngram_threshold, mode="greedy")
+    else:
+        built = make_drafter(config, target, early_exit=early_exit)
+    decode = config.decode_config(target.eos_token_ids)
+    if adaptive and args.max_k:
+        decode = replace(decode, max_draft_tokens=args.max_k)
+    return SpeculativeDecoder(HFCachedLM(target.model, target.vocab_size), built, prompt_ids, decode)
+
+
+def measure_prompt(target, early_exit, prompt: dict, setups: list[tuple[str, int, bool]], temperature: float, args) -> list[Result]:
+    """Baseline and every setup on one prompt, repeats interleaved so drifting load hits all alike."""
+    from specviz.models import encode_prompt
+
+    prompt_ids = encode_prompt(target.tokenizer, prompt["prompt"], True)
+    all_setups = [("none", 0, False)] + setups
+    speeds: dict[int, list[float]] = {i: [] for i in range(len(all_setups))}
+    first: dict[int, SpeculativeDecoder] = {}
+    for _ in range(args.repeats):
+        for i, (drafter, k, adaptive) in enumerate(all_setups):
+            cpu_start = time.process_time()
+            decoder = make_decoder(target, early_exit, prompt_ids, drafter, k, adaptive, temperature, args)
+            decoder.run()
+            cpu_s = time.process_time() - cpu_start
+            speeds[i].append(decoder.stats().new_tokens / cpu_s if args.clock == "cpu" else decoder.stats().tokens_per_s)
+            first.setdefault(i, decoder)
+    baseline_ids = first[0].generated
+    results = []
+    for i, (drafter, k, adaptive) in enumerate(all_setups):
+        d = first[i]
+        s = d.stats()
+        overlaps = [o for r in d.records for o in r.overlap]
+        setup = "baseline" if drafter == "none" else f"{drafter} k={k}{' adaptive' if adaptive else ''}"
+        results.append(
+            Result(
+                category=prompt["category"],
+                title=prompt["title"],
+                setup=setup,
+                temperature=temperature,
+                new_tokens=s.new_tokens,
+                target_passes=s.target_passes,
+                drafted=s.drafted,
+                accepted=s.accepted,
+                overlap_sum=sum(overlaps),
+                overlap_count=len(overlaps),
+                tokens_per_s=statistics.median(speeds[i]),
+                same_as_baseline=(d.generated == baseline_ids) if temperature == 0 else None,
+            )
+        )
+    return results
+
+
+def summarize(results: list[Result]) -> list[dict]:
+    """One row per (temperature, category, setup): speedups as geometric means over prompts, counts pooled."""
+    base = {(r.temperature, r.title): r.tokens_per_s for r in results if r.setup == "baseline"}
+    groups: dict[tuple, list[Result]] = {}
+    for r in results:
+        groups.setdefault((r.temperature, r.category, r.setup), []).append(r)
+    for r in results:  # an "all" row per setup
+        groups.setdefault((r.temperature, "all", r.setup), []).append(r)
+    rows = []
+    for (temp, cat, setup), rs in groups.items():
+        speedups = [r.tokens_per_s / base[(temp, r.title)] for r in rs]
+        drafted = sum(r.drafted for r in rs)
+        count = sum(r.overlap_count for r in rs)
+        same = [r.same_as_baseline for r in rs if r.same_as_baseline is not None]
+        rows.append(
+            {
+                "T": temp,
+                "category": cat,
+                "setup": setup,
+                "tok/s": statistics.median(r.tokens_per_s for r in rs),
+                "speedup": math.exp(statistics.fmean(math.log(x) for x in speedups)),
+                "alpha": sum(r.overlap_sum for r in rs) / count if count else None,
+                "acc/drafted": sum(r.accepted for r in rs) / drafted if drafted else None,
+                "tok/pass": sum(r.new_tokens for r in rs) / sum(r.target_passes for r in rs),
+                "same": all(same) if same else None,
+            }
+        )
+    return rows
+
+
+def format_table(rows: list[dict]) -> str:
+    """A Markdown table, README-ready."""
+    cols = ["T", "category", "setup", "tok/s", "speedup", "alpha", "acc/drafted", "tok/pass", "same"]
+
+    def cell(v) -> str:
+        if v is None:
+            return "–"
+        if isinstance(v, bool):
+            return "yes" if v else "NO"
+        if isinstance(v, float):
+            return f"{v:.2f}"
+        return str(v)
+
+    lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
+    lines += ["| " + " | ".join(cell(r[c]) for c in cols) + " |" for r in rows]
+    return "\n".join(lines)
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--prompts", type=Path, default=ROOT / "assets" / "prompts.json")
+    p.add_argument("--categories", nargs="+", default=["code", "prose", "copy", "qa"])
+    p.add_argument("--per-category", type=int, default=3, help="prompts per category")
+    p.add_argument("--drafters", nargs="+", choices=DRAFTERS, default=["lookup", "ngram", "early-exit"])
+    p.add_argument("--k", type=int, nargs="+", default=[4], help="fixed k values (each also run adaptively unless --no-adaptive)")
+    p.add_argument("--no-adaptive", action="store_true")
+    p.add_argument("--only-adaptive", action="store_true")
+    p.add_argument("--max-k", type=int, default=0, help="ceiling for adaptive k (0: the engine's default)")
+    p.add_argument("--temperatures", type=float, nargs="+", default=[0.0])
+    p.add_argument("--max-new-tokens", type=int, default=64)
+    p.add_argument("--repeats", type=int, default=2, help="timed repeats per setup; the median is kept")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--ngram-threshold", type=float, default=RunConfig.ngram_threshold)
+    p.add_argument("--ngram-max", type=int, default=RunConfig.ngram_max)
+    p.add_argument("--threads", type=int, default=1, help="torch intra-op threads (1: on a shared, oversubscribed CPU two threads spin and stall)")
+    p.add_argument("--clock", choices=["cpu", "wall"], default="cpu", help="cpu: tokens per CPU-second of this process (robust when other jobs share the cores; use with --threads 1); wall: tokens per wall-clock second")
+    p.add_argument("--csv", type=Path, default=None, help="also write every per-prompt result here")
+    return p.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    from specviz.models import early_exit_view, load_model
+    from specviz.runs import exit_layer_for
+
+    import torch
+
+    args = parse_args(argv)
+    torch.set_num_threads(args.threads)
+    prompts = load_prompts(args.prompts, args.categories, args.per_category)
+    modes = [True] if args.only_adaptive else [False] if args.no_adaptive else [False, True]
+    setups = [(d, k, a) for d in args.drafters for k in args.k for a in modes]
+    start = time.perf_counter()
+    target = load_model(EMBEDDED_TARGET, "cpu", "float32")
+    early_exit = early_exit_view(target.model, exit_layer_for(RunConfig(), target)) if "early-exit" in args.drafters else None
+    make_decoder(target, early_exit, [1, 2, 3], "none", 0, False, 0.0, replace_max_new(args, 4)).run()  # warm-up
+    results: list[Result] = []
+    for temperature in args.temperatures:
+        for prompt in prompts:
+            results += measure_prompt(target, early_exit, prompt, setups, temperature, args)
+            print(f"[{time.perf_counter() - start:6.0f}s] T={temperature} {prompt['category']}/{prompt['title']} done", file=sys.stderr, flush=True)
+    if args.csv:
+        import csv
+
+        with args.csv.open("w", newline="", encoding="utf-8") as fh:
+            writer = csv.DictWriter(fh, fieldnames=list(Result.__dataclass_fields__))
+            writer.writeheader()
+            writer.writerows(r.__dict__ for r in results)
+    rows = summarize(results)
+    rows.sort(key=lambda r: (r["T"], r["category"] != "all", r["category"], r["setup"] != "baseline", r["setup"]))
+    print(format_table(rows))
+    return 0
+
+
+def replace_max_new(args: argparse.Namespace, max_new: int) -> argparse.Namespace:
+    return argparse.Namespace(**{**vars(args), "max_new_tokens": max_new})
+
+
+if __name__ == "__main__":
+    sys.exit(main())
