@@ -37,6 +37,7 @@ DEFAULT_VOCAB = pd.DataFrame(
 )
 SAMPLE_SIZES = (100, 1_000, 10_000, 100_000, 1_000_000)
 REAL_KEY = "exactness_real_result"
+REAL_MODES = {"fast": "fast: the rule on one round's real distributions", "engine": "end to end: N fresh engine runs"}
 GREEDY_KEY = "exactness_greedy_result"
 LAB_DRAFTERS = [d for d in DRAFTER_KINDS if d not in ("none", "model")]  # the ones that need no second model
 TOP_TOKENS = 10
@@ -44,17 +45,19 @@ TOP_TOKENS = 10
 
 @dataclass(frozen=True)
 class RealResult:
-    """First emitted tokens of N fresh speculative runs and N plain target runs, and the target's top-N at that position."""
+    """N first emitted tokens with speculative decoding and N from the target alone, and the target's top tokens there."""
 
     config: RunConfig
     prompt: str
+    mode: str  # a key of REAL_MODES
+    variant: str  # the rule (fast mode); the engine is always exact
     token_ids: tuple[int, ...]  # the target's most likely tokens at the first position
     token_texts: tuple[str, ...]
     p_target: tuple[float, ...]
     q_draft: tuple[float, ...] | None
     spec_tokens: tuple[int, ...]
     target_tokens: tuple[int, ...]
-    drafted_runs: int  # speculative runs in which the drafter proposed a token
+    drafted_runs: int  # samples for which the drafter proposed a token
 
 
 @dataclass(frozen=True)
@@ -88,6 +91,58 @@ def early_exit_for(config: RunConfig, target):
     from specviz.ui.models import get_early_exit
 
     return get_early_exit(target, exit_layer_for(config, target))
+
+
+def sample_fast(config: RunConfig, target, prompt_ids: list[int], early, n: int, variant: str):
+    """Full p_target and q_draft at the first position, then N vectorised draws of the chosen rule and N from p_target."""
+    from specviz.core.sampling import warp
+    from specviz.core.verify import one_hot_q
+    from specviz.models import HFCachedLM
+    from specviz.runs import make_drafter
+
+    generator = torch.Generator().manual_seed(config.seed)
+    p1 = warp(HFCachedLM(target.model, target.vocab_size).extend(prompt_ids)[-1], config.sampling).cpu()  # (V,)
+    drafter = make_drafter(config, target, early_exit=early)
+    drafter.prepare(prompt_ids)
+    draft = drafter.propose(prompt_ids, 1, generator)
+    target_tokens = torch.multinomial(p1, n, replacement=True, generator=generator).tolist()
+    if not draft.token_ids:  # nothing drafted: the first token is the target's own sample
+        return torch.multinomial(p1, n, replacement=True, generator=generator).tolist(), target_tokens, p1, None
+    q1 = draft.q_draft[0].float().cpu() if draft.q_draft is not None else one_hot_q(torch.tensor(draft.token_ids[:1]), p1.numel())[0]
+    return sample_first_tokens(p1, q1, n, generator, variant).tolist(), target_tokens, p1, q1
+
+
+def sample_engine(config: RunConfig, target, prompt_ids: list[int], early, n: int):
+    """N fresh speculative runs (k = 1, two new tokens) and N fresh plain one-token runs, with a progress bar."""
+    from specviz.runs import build_decoder
+
+    bar = st.progress(0.0, text="sampling…")
+    spec_tokens, target_tokens, first, drafted_runs = [], [], None, 0
+    for i in range(n):
+        spec = build_decoder(config, target, prompt_ids, early_exit=early, seed=2 * i)
+        record = spec.step()
+        if first is None:
+            first = record
+        drafted_runs += record.num_drafted > 0
+        spec_tokens.append(record.emitted[0])
+        plain = build_decoder(dataclasses.replace(config, max_new_tokens=1), target, prompt_ids, seed=2 * i + 1, baseline=True)
+        target_tokens.append(plain.step().emitted[0])
+        bar.progress((i + 1) / n, text=f"{i + 1} of {n} speculative + plain runs")
+    bar.empty()
+    dist = first.dists[0]  # top-N at the first position; the rest of p_target is pooled as "other"
+    p1 = torch.zeros(target.vocab_size)
+    p1[list(dist.token_ids)] = torch.tensor(dist.p_target)
+    q1 = None
+    if dist.q_draft is not None:
+        q1 = torch.zeros(target.vocab_size)
+        q1[list(dist.token_ids)] = torch.tensor(dist.q_draft)
+    return spec_tokens, target_tokens, p1, q1, drafted_runs
+
+
+def bucket_counts(tokens: tuple[int, ...], ids: list[int]) -> list[int]:
+    """Counts of each shown token, then one 'other' bucket for the rest."""
+    counts = [sum(t == i for t in tokens) for i in ids]
+    return counts + [len(tokens) - sum(counts)]
 
 
 st.title("Exactness lab")
@@ -161,18 +216,29 @@ else:
         )
 
 # ---------------------------------------------------------------------------------------------
+# ---------------------------------------------------------------------------------------------
 st.header("2 · A real model: the next token, N times")
 st.markdown(
-    "The same experiment on the target's real next-token distribution. Each speculative sample is a complete, "
-    "fresh run of the engine (prefill, draft, one verify pass) with max new tokens = 2 and k = 1, so the drafter "
-    "proposes exactly one token; we keep the first token the run emits: the accepted draft or its replacement. "
-    "(With max new tokens = 1 the loop would not draft at all.) Each target-alone sample is a fresh plain run of one token."
+    "The same experiment on the target's real next-token distribution, two ways:\n\n"
+    f"* **{REAL_MODES['fast']}**: one target pass and one draft proposal give the full p_target and q_draft at the "
+    "first position; the rule above (vectorised, any variant) then draws N first tokens from them, and the target "
+    "alone draws N tokens from p_target.\n"
+    f"* **{REAL_MODES['engine']}**: every speculative sample is a complete, fresh run of the engine (prefill, "
+    "draft, one verify pass) with max new tokens = 2 and k = 1, so the drafter proposes exactly one token, and we keep "
+    "the first token the run emits: the accepted draft or its replacement. (With max new tokens = 1 the loop would "
+    "not draft at all.) Every target-alone sample is a fresh plain run of one token. Slow, so N stays small."
 )
+real_mode = st.radio("method", list(REAL_MODES), format_func=REAL_MODES.get, horizontal=True, key="lab_real_mode")
 c1, c2, c3, c4 = st.columns(4)
 real_prompt = c1.text_input("prompt (fed raw, no chat template)", value="My favourite colour is", key="lab_real_prompt")
 real_drafter = c2.selectbox("drafter", LAB_DRAFTERS, index=LAB_DRAFTERS.index("early-exit") if "early-exit" in LAB_DRAFTERS else 0, key="lab_real_drafter")
 real_temperature = c3.slider("temperature", 0.1, 2.0, 1.0, 0.1, key="lab_real_temperature")
-real_n = c4.select_slider("samples N (each is a run)", [20, 50, 100, 200, 400], value=50, key="lab_real_n")
+if real_mode == "fast":
+    real_n = c4.select_slider("samples N", [1_000, 10_000, 100_000], value=10_000, key="lab_real_n_fast", format_func=lambda n: f"{n:,}")
+    real_variant = st.radio("rule", TOY_VARIANTS, format_func=VARIANT_LABELS.get, key="lab_real_variant", horizontal=True)
+else:
+    real_n = c4.select_slider("samples N (each is a run)", [10, 20, 50, 100, 200], value=20, key="lab_real_n")
+    real_variant = "exact"
 real_target, real_device = target_inputs("lab_real")
 
 if st.button("Sample the next token", key="lab_real_run", type="primary"):
@@ -181,29 +247,19 @@ if st.button("Sample the next token", key="lab_real_run", type="primary"):
         config = RunConfig(target=real_target, drafter=real_drafter, num_draft_tokens=1, temperature=float(real_temperature), max_new_tokens=2, chat=False, device=real_device)
         target = load_target(config.target, config.device)
         from specviz.models import encode_prompt
-        from specviz.runs import build_decoder
 
         prompt_ids = encode_prompt(target.tokenizer, real_prompt, chat=False)
         early = early_exit_for(config, target)
-        bar = st.progress(0.0, text="sampling…")
-        spec_tokens, target_tokens, first, drafted_runs = [], [], None, 0
-        for i in range(int(real_n)):
-            spec = build_decoder(config, target, prompt_ids, early_exit=early, seed=2 * i)
-            record = spec.step()
-            if first is None:
-                first = record
-            drafted_runs += record.num_drafted > 0
-            spec_tokens.append(record.emitted[0])
-            plain = build_decoder(dataclasses.replace(config, max_new_tokens=1), target, prompt_ids, seed=2 * i + 1, baseline=True)
-            target_tokens.append(plain.step().emitted[0])
-            bar.progress((i + 1) / int(real_n), text=f"{i + 1} of {int(real_n)} speculative + plain runs")
-        bar.empty()
-        dist = first.dists[0]  # the first verified position: the drafted one, or the bonus position if nothing was drafted
-        top = min(TOP_TOKENS, len(dist.token_ids))
-        ids = tuple(dist.token_ids[:top])
+        if real_mode == "fast":
+            spec_tokens, target_tokens, p1, q1 = sample_fast(config, target, prompt_ids, early, int(real_n), real_variant)
+            drafted_runs = int(real_n) if q1 is not None else 0
+        else:
+            spec_tokens, target_tokens, p1, q1, drafted_runs = sample_engine(config, target, prompt_ids, early, int(real_n))
+        ids = torch.topk(p1, min(TOP_TOKENS, p1.numel())).indices.tolist()
         st.session_state[REAL_KEY] = RealResult(
-            config=config, prompt=real_prompt, token_ids=ids, token_texts=tuple(target.tokenizer.decode([t]) for t in ids),
-            p_target=tuple(dist.p_target[:top]), q_draft=tuple(dist.q_draft[:top]) if dist.q_draft is not None else None,
+            config=config, prompt=real_prompt, mode=real_mode, variant=real_variant, token_ids=tuple(ids),
+            token_texts=tuple(target.tokenizer.decode([t]) for t in ids), p_target=tuple(p1[ids].tolist()),
+            q_draft=tuple(q1[ids].tolist()) if q1 is not None else None,
             spec_tokens=tuple(spec_tokens), target_tokens=tuple(target_tokens), drafted_runs=drafted_runs,
         )
     except ValueError as exc:
@@ -212,37 +268,31 @@ if st.button("Sample the next token", key="lab_real_run", type="primary"):
 real = st.session_state.get(REAL_KEY)
 if isinstance(real, RealResult):
     ids = list(real.token_ids)
-    other_p = max(0.0, 1.0 - sum(real.p_target))
     names = [repr(t)[1:-1] for t in real.token_texts] + ["(other)"]
-    p_buckets = list(real.p_target) + [other_p]
+    p_buckets = list(real.p_target) + [max(0.0, 1.0 - sum(real.p_target))]
     q_buckets = (list(real.q_draft) + [max(0.0, 1.0 - sum(real.q_draft))]) if real.q_draft is not None else None
-
-    def bucket(tokens: tuple[int, ...]) -> list[int]:
-        counts = [sum(t == i for t in tokens) for i in ids]
-        return counts + [len(tokens) - sum(counts)]
-
+    spec_counts, target_counts = bucket_counts(real.spec_tokens, ids), bucket_counts(real.target_tokens, ids)
     if real.drafted_runs < len(real.spec_tokens):
         st.info(
-            f"The {real.config.drafter} drafter proposed a token in {real.drafted_runs} of {len(real.spec_tokens)} runs; "
+            f"The {real.config.drafter} drafter proposed a token in {real.drafted_runs} of {len(real.spec_tokens)} samples; "
             "in the others the first token came straight from the target. Early exit always drafts."
         )
-    spec_counts, target_counts = bucket(real.spec_tokens), bucket(real.target_tokens)
     expected = torch.tensor(p_buckets, dtype=torch.float64)
-    spec_p = float(chi_square_pvalue(torch.tensor(spec_counts), expected))
-    target_p = float(chi_square_pvalue(torch.tensor(target_counts), expected))
     m = st.columns(4)
     m[0].metric("speculative: TV from p_target", f"{float(tv_distance(torch.tensor(spec_counts), expected)):.3f}")
-    m[1].metric("speculative: chi-square p", f"{spec_p:.3g}")
+    m[1].metric("speculative: chi-square p", f"{float(chi_square_pvalue(torch.tensor(spec_counts), expected)):.3g}")
     m[2].metric("target alone: TV from p_target", f"{float(tv_distance(torch.tensor(target_counts), expected)):.3f}")
-    m[3].metric("target alone: chi-square p", f"{target_p:.3g}")
+    m[3].metric("target alone: chi-square p", f"{float(chi_square_pvalue(torch.tensor(target_counts), expected)):.3g}")
     df = real_frame(names, p_buckets, q_buckets, spec_counts, target_counts)
-    title = f"first token after {real.prompt!r} · {real.config.drafter} · T={real.config.temperature:g} · N={len(real.spec_tokens)} each"
+    rule = "" if real.variant == "exact" else f" · {real.variant}"
+    title = f"first token after {real.prompt!r} · {real.config.drafter} · T={real.config.temperature:g}{rule} · N={len(real.spec_tokens):,} each"
     st.plotly_chart(real_histogram_figure(df, title), width="stretch")
     st.caption(
-        "Both empirical histograms scatter around the blue p_target, whatever the orange q_draft looks like. "
-        f"With N = {len(real.spec_tokens)} the scatter is wide; the chi-square p-value says whether it is more than chance."
+        "Both empirical histograms should scatter around the blue p_target, whatever the orange q_draft looks like; "
+        "the chi-square p-value says whether a gap is more than chance. The last bar pools every token outside the top ten."
     )
-    st.caption("Chi-square needs about 5 expected samples per bar to be accurate; with small N read the p-values loosely.")
+    if real.mode == "engine":
+        st.caption("Chi-square wants about 5 expected samples per bar; with this few runs read the p-values loosely.")
 
 # ---------------------------------------------------------------------------------------------
 st.header("3 · Greedy: speculative and plain, side by side")
