@@ -1,8 +1,11 @@
-"""Bad input at the engine level: each case raises ValueError / ModelLoadError with text a user can act on.
-
-The step-through page shows these messages with st.error (tests/test_app_bad_input.py checks that side)."""
+"""Bad input: each case raises ValueError / ModelLoadError with text a user can act on (engine level), and the
+step-through page shows it with st.error, never a traceback, without losing the rounds a session already has
+(AppTest level, on tiny local models so each case takes a fraction of a second)."""
 
 from __future__ import annotations
+
+import shutil
+from pathlib import Path
 
 import pytest
 import torch
@@ -212,3 +215,142 @@ def test_out_of_memory_moving_to_the_device(tiny_dir, monkeypatch):
     monkeypatch.setattr(torch.nn.Module, "to", to)
     with pytest.raises(ModelLoadError, match="Out of memory moving"):
         load_model(str(tiny_dir["llama"]), "cpu", "float32")
+
+
+# --- the step-through page: st.error, not a traceback; earlier rounds kept ------------------------------------
+
+PAGE = str(Path(__file__).resolve().parents[1] / "pages" / "step_through.py")
+STATE = "specviz_step_through"
+TINY_PROMPT = "the quick brown fox jumps over the lazy dog the quick brown fox"
+
+
+def _widget(at, key: str):
+    for kind in ("text_area", "selectbox", "slider", "number_input", "text_input", "toggle", "checkbox"):
+        found = [w for w in getattr(at, kind) if w.key == key]
+        if found:
+            return found[0]
+    raise KeyError(key)
+
+
+def _page(tiny_dir, **widgets):
+    """The step-through page on the tiny local llama (lookup drafter), then the given widget values on top.
+    Values go in through session state before the first run, so the embedded model is never loaded here."""
+    from streamlit.testing.v1 import AppTest
+
+    at = AppTest.from_file(PAGE, default_timeout=60)
+    for key, value in {"target": str(tiny_dir["llama"]), "prompt": TINY_PROMPT, "drafter": "lookup", "max_new_tokens": 16, **widgets}.items():
+        at.session_state[key] = value
+    at.run()
+    assert not at.exception, at.exception
+    return at
+
+
+def _click(at, key: str):
+    at.button(key=key).click().run()
+    assert not at.exception, [e.value for e in at.exception]
+    return at
+
+
+def _rounds(at) -> int:
+    session = at.session_state[STATE].session
+    return 0 if session is None else session.num_rounds
+
+
+def _errors(at) -> list[str]:
+    return [e.value for e in at.error]
+
+
+def _truncated_gguf(folder: Path) -> Path:
+    with loading.embedded_gguf_path().open("rb") as f:
+        head = f.read(4096)
+    path = folder / "truncated.gguf"
+    path.write_bytes(head)
+    return path
+
+
+# (case id, widgets on top of a valid tiny-model page, text the error must contain)
+BAD_INPUTS = [
+    ("empty prompt", lambda d, tmp: {"prompt": "  "}, "prompt is empty"),
+    ("very long prompt", lambda d, tmp: {"prompt": "fox " * (MAX_PROMPT_CHARS // 4 + 1)}, "Shorten it"),
+    ("unknown model id offline", lambda d, tmp: {"target": "no-such-org/no-such-model"}, "not in the Hugging Face cache"),
+    ("draft with another tokenizer", lambda d, tmp: {"drafter": "model", "draft_model": str(d["other_tok"])}, "different tokenizer"),
+    ("model drafter without a draft", lambda d, tmp: {"drafter": "model", "draft_model": ""}, "needs a draft model"),
+    ("path that is not a model", lambda d, tmp: {"target": str(tmp)}, "not a model folder"),
+    ("missing path", lambda d, tmp: {"target": str(tmp / "nowhere")}, "No model folder or file"),
+    ("truncated GGUF", lambda d, tmp: {"target": str(_truncated_gguf(tmp))}, "truncated"),
+]
+
+
+@pytest.fixture
+def offline(monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.delenv("SPECVIZ_ALLOW_DOWNLOAD", raising=False)
+
+
+@pytest.mark.parametrize("case, widgets, message", BAD_INPUTS, ids=[c[0] for c in BAD_INPUTS])
+def test_page_shows_bad_input_as_an_error(case, widgets, message, tiny_dir, tmp_path, offline):
+    (tmp_path / "notes.txt").write_text("not a model")
+    at = _page(tiny_dir, **widgets(tiny_dir, tmp_path))
+    _click(at, "step")
+    assert any(message in e for e in _errors(at)), (case, _errors(at))
+    assert _rounds(at) == 0
+
+
+def test_page_shows_out_of_memory_while_loading(tiny_dir, tmp_path, offline, monkeypatch):
+    fresh = tmp_path / "fresh-copy"  # a path the process-wide model cache has not seen
+    shutil.copytree(tiny_dir["llama"], fresh)
+    monkeypatch.setattr(loading.AutoModelForCausalLM, "from_pretrained", _raise_oom)
+    at = _page(tiny_dir, target=str(fresh))
+    _click(at, "step")
+    assert any("Out of memory" in e and "smaller model" in e for e in _errors(at)), _errors(at)
+    assert _rounds(at) == 0
+
+
+@pytest.mark.parametrize("case, widgets, message", BAD_INPUTS, ids=[c[0] for c in BAD_INPUTS])
+def test_bad_input_mid_run_keeps_the_earlier_rounds(case, widgets, message, tiny_dir, tmp_path, offline):
+    """Two good rounds, then bad input: no traceback, the two rounds stay on the page, and a message says
+    what happened; Step still continues the kept run."""
+    at = _page(tiny_dir)
+    _click(at, "step")
+    _click(at, "step")
+    assert _rounds(at) == 2
+    shown_before = [h.value for h in at.html if "specviz-stream" in h.value]
+    for key, value in widgets(tiny_dir, tmp_path).items():
+        _widget(at, key).set_value(value)
+    at.run()
+    assert not at.exception, [e.value for e in at.exception]
+    assert _rounds(at) == 2
+    assert [h.value for h in at.html if "specviz-stream" in h.value] == shown_before
+    messages = _errors(at) + [w.value for w in at.warning]
+    assert any(message in m or "settings changed" in m for m in messages), (case, messages)
+    _click(at, "step")
+    assert _rounds(at) == 3
+
+
+def test_sidebar_cannot_produce_out_of_range_settings(tiny_dir):
+    """k, temperature and top-p come from sliders bounded to what RunConfig accepts; values outside are
+    not passed on (streamlit keeps the slider in range), so the page never builds an invalid run."""
+    at = _page(tiny_dir)
+    k, temperature, top_p = (_widget(at, key) for key in ("num_draft_tokens", "temperature", "top_p"))
+    assert (k.min, k.max) == (1, MAX_DRAFT_TOKENS)
+    assert temperature.min == 0.0
+    assert 0.0 < top_p.min and top_p.max == 1.0
+    for key, value in [("num_draft_tokens", 0), ("num_draft_tokens", MAX_DRAFT_TOKENS + 1), ("temperature", -0.5), ("top_p", 0.0), ("top_p", 1.5)]:
+        at.session_state[key] = value
+        at.run()
+        assert not at.exception, (key, value, [e.value for e in at.exception])
+        _click(at, "step")
+        config = at.session_state[STATE].session.config
+        assert 1 <= config.num_draft_tokens <= MAX_DRAFT_TOKENS and config.temperature >= 0 and 0 < config.top_p <= 1
+        _click(at, "reset")
+
+
+def test_settings_the_engine_refuses_show_an_error(tiny_dir, monkeypatch):
+    """If a slider ever allows more than the engine does (here: k up to 32), RunConfig's message is an st.error."""
+    from specviz.ui import sidebar
+
+    monkeypatch.setattr(sidebar, "MAX_DRAFT_TOKENS", 32)
+    at = _page(tiny_dir, num_draft_tokens=20)
+    _click(at, "step")
+    assert any(f"between 1 and {MAX_DRAFT_TOKENS}; got 20" in e for e in _errors(at)), _errors(at)
+    assert _rounds(at) == 0
