@@ -155,16 +155,17 @@ st.markdown(
     "Each sample is one speculative position: draft x from q_draft, keep it with probability min(1, p/q), "
     "otherwise draw a replacement. The emitted tokens should follow p_target, whatever q_draft is."
 )
-left, right = st.columns([2, 3])
+left, right = st.columns(2)
 with left:
     edited = st.data_editor(
         DEFAULT_VOCAB, key="lab_vocab", hide_index=True, num_rows="fixed",
         column_config={
-            "token": st.column_config.TextColumn("token", max_chars=20),
-            "p_target": st.column_config.NumberColumn("p_target weight", min_value=0.0, step=1.0),
-            "q_draft": st.column_config.NumberColumn("q_draft weight", min_value=0.0, step=1.0),
+            "token": st.column_config.TextColumn("token", max_chars=20, width="small"),
+            "p_target": st.column_config.NumberColumn("p_target weight", min_value=0.0, step=1.0, width="small"),
+            "q_draft": st.column_config.NumberColumn("q_draft weight", min_value=0.0, step=1.0, width="small"),
         },
     )
+with right:
     variant = st.radio("Rule", TOY_VARIANTS, format_func=VARIANT_LABELS.get, key="lab_variant")
     num_samples = st.select_slider("samples N", SAMPLE_SIZES, value=10_000, key="lab_num_samples", format_func=lambda n: f"{n:,}")
     seed = st.number_input("seed", 0, 2**31 - 1, value=0, key="lab_seed")
@@ -178,7 +179,7 @@ except ValueError as exc:
     toy_error = f"{exc} Fix the table to continue."
 
 if toy_error:
-    right.error(toy_error)
+    st.error(toy_error)
 else:
     generator = torch.Generator().manual_seed(int(seed))
     samples = sample_first_tokens(p_target, q_draft, int(num_samples), generator, variant)
@@ -187,20 +188,21 @@ else:
     tv = tv_distance(counts, p_target)
     pvalues = chi_square_pvalue(counts, p_target)
     limit = emitted_distribution(p_target, q_draft, variant)
-    with right:
+    with st.container():
         m = st.columns(3)
-        m[0].metric("TV distance from p_target", f"{float(tv[-1]):.4f}", help="½ Σ |empirical − p_target|")
+        m[0].metric("TV from p_target", f"{float(tv[-1]):.4f}", help="½ Σ |empirical − p_target|")
         m[1].metric("chi-square p-value", f"{float(pvalues[-1]):.3g}", help="Small (< 0.01) means these samples are very unlikely under p_target.")
-        m[2].metric("overlap Σ min(p, q)", f"{float(torch.minimum(p_target, q_draft).sum()):.2f}", help="Leviathan's β: the chance the draft is kept")
+        m[2].metric("Σ min(p, q)", f"{float(torch.minimum(p_target, q_draft).sum()):.2f}", help="Leviathan's β: the chance the draft is kept")
         verdict = "consistent with p_target" if float(pvalues[-1]) >= 0.01 else "NOT distributed as p_target"
         (st.success if float(pvalues[-1]) >= 0.01 else st.error)(f"{int(num_samples):,} samples: {verdict}.")
     df = toy_frame(names, p_target.tolist(), q_draft.tolist(), counts[-1].tolist(), limit.tolist())
-    st.plotly_chart(histogram_figure(df, f"{int(num_samples):,} emitted tokens · {variant}"), width="stretch")
-    st.caption("Green bars should match the blue ones. Black diamonds mark where this rule converges: on p_target only for the exact rule.")
+    chart_left, chart_right = st.columns(2)
+    chart_left.plotly_chart(histogram_figure(df, f"{int(num_samples):,} emitted tokens · {variant}"), width="stretch")
+    chart_left.caption("Green bars should match the blue ones. Black diamonds mark where this rule converges: on p_target only for the exact rule.")
     noise = expected_tv_noise(p_target, checkpoints)
-    st.plotly_chart(convergence_figure(convergence_frame(checkpoints, tv.tolist(), pvalues.tolist(), noise.tolist())), width="stretch")
-    st.caption(
-        "An exact sampler's distance falls like 1/√N along the dashed line and its p-value wanders above 0.05; "
+    chart_right.plotly_chart(convergence_figure(convergence_frame(checkpoints, tv.tolist(), pvalues.tolist(), noise.tolist())), width="stretch")
+    chart_right.caption(
+        "An exact sampler's distance falls like 1/√N along the dashed line and its p-value wanders, dipping below 0.05 only now and then; "
         "a biased one levels off at a fixed distance while its p-value collapses to 0."
     )
     with st.expander("Why the two shortcuts fail"):

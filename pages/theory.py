@@ -109,7 +109,7 @@ with left:
     st.caption("Each curve is one k at your c and verify cost; white markers are measured speedups at their α.")
 with right:
     st.plotly_chart(speedup_vs_k_figure(alpha, c, verify_cost, k), width="stretch")
-    st.caption("More drafts pay only while the next one is still likely to survive: past the gold bar each extra draft costs more than it returns.")
+    st.caption("Gold: the best k; blue: yours. More drafts pay only while the next one is still likely to survive.")
 
 if not measured.empty:
     with st.expander(f"Measured runs drawn above ({len(measured)})"):
@@ -173,8 +173,8 @@ st.markdown(
     f"""
 * A draft model twenty times cheaper than the target that agrees 80% of the time is the textbook case:
   {good['speedup']:.2f}× at k = 4. Going to k = 12 buys little ({long_k['speedup']:.2f}×): a streak of twelve
-  acceptances at 0.8 is rare, yet every extra draft is paid for. The best is k = {good['best k']} at {good['speedup at best k']:.2f}×.
-* Halve the agreement to 0.4 and the same draft reaches only {weak['speedup']:.2f}× ({weak['speedup at best k']:.2f}× at k = {weak['best k']}).
+  acceptances at 0.8 is rare, yet every extra draft is paid for. The best is k = {int(good['best k'])} at {good['speedup at best k']:.2f}×.
+* Halve the agreement to 0.4 and the same draft reaches only {weak['speedup']:.2f}× ({weak['speedup at best k']:.2f}× at k = {int(weak['best k'])}).
 * Prompt lookup costs nothing to draft, so on a CPU its only price is the longer verify pass. While the model
   copies its prompt (α near 0.9) that is a bargain, {copying['speedup']:.2f}× at k = 8; on fresh prose (α near 0.2)
   it is a loss, {prose['speedup']:.2f}×, and no k wins back a {prose['verify cost']:.1f}× verify pass. (With c = 0 and a

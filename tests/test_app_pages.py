@@ -67,12 +67,12 @@ def test_theory_page_overlays_session_runs():
 def test_lab_toy_exact_then_broken():
     at = page("exactness.py").run()
     assert not at.exception
-    assert float(metrics(at)["TV distance from p_target"]) < 0.03
+    assert float(metrics(at)["TV from p_target"]) < 0.03
     assert at.success and "consistent with p_target" in at.success[0].value
     for variant in ("resample_from_target", "greedy_draft_soft_q"):
         at.radio(key="lab_variant").set_value(variant).run()
         assert not at.exception
-        assert float(metrics(at)["TV distance from p_target"]) > 0.1
+        assert float(metrics(at)["TV from p_target"]) > 0.1
         assert float(metrics(at)["chi-square p-value"]) < 1e-6
         assert any("NOT distributed as p_target" in e.value for e in at.error)
 

@@ -11,7 +11,7 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 P_COLOR, Q_COLOR, EMP_COLOR, ALT_COLOR = "#3b7dd8", "#f28e2b", "#59a14f", "#9c755f"
-LAYOUT = dict(margin=dict(l=10, r=10, t=40, b=10), height=340, legend=dict(orientation="h", y=-0.25))
+LAYOUT = dict(margin=dict(l=10, r=10, t=40, b=10), height=400, legend=dict(orientation="h", y=-0.2), modebar=dict(orientation="v"))
 
 
 def _labels(names: Sequence[str]) -> list[str]:
@@ -60,10 +60,11 @@ def convergence_figure(df: pd.DataFrame) -> go.Figure:
     fig.add_scatter(x=df["samples"], y=df["noise"], mode="lines", name="typical TV of an exact sampler", line=dict(color="grey", dash="dash"), row=1, col=1)
     fig.add_scatter(x=df["samples"], y=df["pvalue"], mode="lines+markers", name="chi-square p-value", line=dict(color=P_COLOR), row=2, col=1)
     fig.add_hline(y=0.05, line=dict(color="#e15759", dash="dot"), row=2, col=1)
-    fig.update_xaxes(type="log", title_text="samples drawn", row=2, col=1)
-    fig.update_yaxes(type="log", title_text="TV distance", row=1, col=1)
+    fig.update_xaxes(type="log", dtick=1, row=1, col=1)
+    fig.update_xaxes(type="log", dtick=1, title_text="samples drawn", row=2, col=1)
+    fig.update_yaxes(type="log", dtick=1, title_text="TV distance", row=1, col=1)
     fig.update_yaxes(title_text="p-value", range=[0, 1.02], row=2, col=1)
-    fig.update_layout(title="distance from p_target as samples accumulate", **{**LAYOUT, "height": 460})
+    fig.update_layout(title="distance from p_target as N grows", **LAYOUT)
     return fig
 
 

@@ -18,7 +18,7 @@ import plotly.graph_objects as go
 from specviz.core.theory import MAX_K, acceptance_rate, best_k, expected_tokens, round_cost, speedup
 
 MEASURED_COLUMNS: tuple[str, ...] = ("source", "label", "alpha", "k", "speedup")
-LAYOUT = dict(margin=dict(l=10, r=10, t=40, b=10), height=380, legend=dict(orientation="h", y=-0.2))
+LAYOUT = dict(margin=dict(l=10, r=10, t=40, b=10), height=380, legend=dict(orientation="h", y=-0.2), modebar=dict(orientation="v"))
 SOURCE_SYMBOLS = {"benchmark": "circle", "step-through": "diamond"}
 K_COLORS = ["#3b7dd8", "#e15759", "#59a14f", "#b07aa1", "#f28e2b", "#9c755f", "#76b7b2", "#edc948"]
 
@@ -59,15 +59,20 @@ def heatmap_figure(
     the chosen point, and measured runs placed at their (alpha, k)."""
     grid = speedup_grid(c, verify_cost, k_max)
     table = grid.pivot(index="k", columns="alpha", values="speedup")  # (k_max, n_alpha)
+    speedups = table.values
+    ticks = [t for t in (0.125, 0.25, 0.5, 1, 2, 4, 8, 16) if speedups.min() / 2 <= t <= speedups.max() * 2]
     fig = go.Figure()
+    # colour by log2(speedup) so halving and doubling look equally far from break-even (white)
     fig.add_heatmap(
-        x=table.columns, y=table.index, z=table.values, colorscale="RdBu", zmid=1.0,
-        colorbar=dict(title="speedup"), hovertemplate="α=%{x:.2f}<br>k=%{y}<br>speedup=%{z:.2f}×<extra></extra>", name="speedup",
+        x=table.columns, y=table.index, z=np.log2(speedups), customdata=speedups, colorscale="RdBu", zmid=0.0,
+        colorbar=dict(title="speedup", tickvals=np.log2(ticks), ticktext=[f"{t:g}×" for t in ticks]),
+        hovertemplate="α=%{x:.2f}<br>k=%{y}<br>speedup=%{customdata:.2f}×<extra></extra>", name="speedup",
     )
-    if (table.values > 1).any() and (table.values < 1).any():
+    if (speedups > 1).any() and (speedups < 1).any():
         fig.add_contour(
-            x=table.columns, y=table.index, z=table.values, showscale=False, name="break-even (speedup = 1)", showlegend=True,
-            contours=dict(start=1.0, end=1.0, size=1.0, coloring="lines"), line=dict(color="black", width=2), hoverinfo="skip",
+            x=table.columns, y=table.index, z=speedups, showscale=False, name="break-even (speedup = 1)", showlegend=True,
+            contours=dict(start=1.0, end=1.0, size=1.0, coloring="lines"), colorscale=[[0, "black"], [1, "black"]],
+            line=dict(width=2.5), hoverinfo="skip",
         )
     alphas = alpha_grid(0.01)
     fig.add_scatter(
@@ -81,7 +86,7 @@ def heatmap_figure(
         hovertemplate=f"α={alpha:.2f}, k={k}: {speedup(alpha, k, c, verify_cost):.2f}×<extra></extra>",
     )
     fig.update_layout(
-        title=f"expected speedup over plain decoding (c = {c:g}, verify cost = {verify_cost:g})",
+        title=f"expected speedup (c = {c:g}, verify cost = {verify_cost:g})",
         xaxis=dict(title="α (probability a drafted token is accepted)", range=[0, 1]),
         yaxis=dict(title="k (tokens drafted per round)", range=[0.5, k_max + 0.5], dtick=1 if k_max <= 16 else None),
         **LAYOUT,
@@ -103,7 +108,7 @@ def curves_figure(c: float, verify_cost: float, ks: Sequence[int], alpha: float 
         fig.add_vline(x=alpha, line=dict(color="gold", width=2))
     _measured_traces(fig, measured, "speedup")
     fig.update_layout(
-        title="speedup against α for a few k", xaxis=dict(title="α", range=[0, 1]), yaxis=dict(title="speedup (×)", rangemode="tozero"), **LAYOUT
+        title="speedup against α", xaxis=dict(title="α", range=[0, 1]), yaxis=dict(title="speedup (×)", rangemode="tozero"), **LAYOUT
     )
     return fig
 
@@ -123,7 +128,7 @@ def speedup_vs_k_figure(alpha: float, c: float, verify_cost: float, k: int, k_ma
     colors = ["gold" if kk == best else ("#3b7dd8" if kk == k else "#b8c7e0") for kk in df["k"]]
     fig = go.Figure(go.Bar(x=df["k"], y=df["speedup"], marker_color=colors, hovertemplate="k=%{x}: %{y:.2f}×<extra></extra>", name="speedup"))
     fig.add_hline(y=1.0, line=dict(color="black", dash="dash"))
-    fig.update_layout(title=f"speedup for each k at α = {alpha:.2f} (gold: best k = {best})", xaxis=dict(title="k", dtick=1), yaxis_title="speedup (×)", **LAYOUT)
+    fig.update_layout(title=f"speedup by k at α = {alpha:.2f}", xaxis=dict(title="k", dtick=1), yaxis_title="speedup (×)", **LAYOUT)
     return fig
 
 
@@ -137,7 +142,7 @@ def alpha_definitions_figure(ks: Sequence[int] = (1, 2, 4, 8, 16)) -> go.Figure:
             line=dict(color=K_COLORS[i % len(K_COLORS)]), hovertemplate=f"k={k}, " + "α=%{x:.2f}: accepted/drafted=%{y:.2f}<extra></extra>",
         )
     fig.update_layout(
-        title="accepted/drafted that a given α produces", xaxis=dict(title="α = E[Σ min(p_target, q_draft)]", range=[0, 1]),
+        title="accepted/drafted for a given α", xaxis=dict(title="α = E[Σ min(p_target, q_draft)]", range=[0, 1]),
         yaxis=dict(title="accepted / drafted", range=[0, 1]), **LAYOUT,
     )
     return fig
