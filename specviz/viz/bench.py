@@ -13,7 +13,7 @@ from plotly.subplots import make_subplots
 from specviz.core.theory import speedup
 from specviz.viz.theory import K_COLORS, MEASURED_COLUMNS, alpha_grid
 
-LAYOUT = dict(margin=dict(l=10, r=10, t=50, b=10), height=380, legend=dict(orientation="h", y=-0.25))
+LAYOUT = dict(margin=dict(l=10, r=10, t=80, b=10), height=420, legend=dict(orientation="h", y=-0.25), modebar=dict(orientation="v"))
 DRAFTER_COLORS = ["#3b7dd8", "#e15759", "#59a14f", "#b07aa1", "#f28e2b"]
 TEMPERATURE_DASH = ["solid", "dash", "dot", "dashdot"]
 
@@ -90,7 +90,7 @@ def theory_overlay_figure(frame: pd.DataFrame) -> go.Figure:
                     hovertemplate="%{text}<br>α=%{x:.2f}: %{y:.2f}×<extra></extra>",
                 )
         fig.add_hline(y=1.0, line=dict(color="black", dash="dot"), row=1, col=col)
-    fig.update_xaxes(title_text="α (Leviathan, or implied by accepted/drafted)", range=[0, 1])
+    fig.update_xaxes(title_text="α (Leviathan, or implied by accepted/drafted)", range=[-0.03, 1.03])
     fig.update_yaxes(title_text="speedup (×)", rangemode="tozero", row=1, col=1)
     fig.update_layout(title="the sweep on the theory curves (c and verify cost measured per drafter)", **LAYOUT)
     return fig
