@@ -61,6 +61,27 @@ def test_theory_page_overlays_session_runs():
     assert any("Measured runs drawn above (1)" in e.label for e in at.expander)
 
 
+def test_theory_page_overlays_step_through_runs(tiny_models):
+    """The step-through page keeps PageState(session=StepSession(runs=[Run], baseline=Baseline)); only
+    .session.runs[i].label/.records and .session.baseline.records are read."""
+    from types import SimpleNamespace
+
+    from specviz.config import RunConfig
+    from specviz.runs import build_decoder
+
+    target = tiny_models["llama"]
+    ids = target.tokenizer("the cat sat on the mat and the cat sat on the")["input_ids"]
+    config = RunConfig(target="tiny", drafter="lookup", num_draft_tokens=3, max_new_tokens=8, chat=False)
+    spec, plain = build_decoder(config, target, ids), build_decoder(config, target, ids, baseline=True)
+    spec.run(), plain.run()
+    state = SimpleNamespace(session=SimpleNamespace(runs=[SimpleNamespace(label="prompt lookup", records=spec.records)], baseline=SimpleNamespace(records=plain.records)))
+    at = page("theory.py")
+    at.session_state["specviz_step_through"] = state
+    at.run()
+    assert not at.exception
+    assert any("Measured runs drawn above (1)" in e.label for e in at.expander)
+
+
 # --- Exactness lab -------------------------------------------------------------------------------
 
 
