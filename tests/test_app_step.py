@@ -115,7 +115,7 @@ def test_script_in_the_prompt_renders_as_text():
 
 
 def test_compare_mode_runs_both_drafters_side_by_side():
-    at = page(max_new_tokens=4, compare="none")
+    at = page(max_new_tokens=3, compare="none")
     click(at, "step")
     runs = session(at).runs
     assert [r.label for r in runs] == ["A: prompt lookup", "B: plain decoding"]

@@ -121,17 +121,25 @@ def inspector(session: StepSession) -> None:
         st.markdown(_position_story(info, session))
     with right:
         st.plotly_chart(figures.inspector_figure(df, info), width="stretch", key="inspector_chart")
-        if record.has_q:
-            st.caption(
-                "Blue p_target, orange q_draft, green the residual: p_target − q_draft where the target wants more, renormalised. "
-                "A draft is kept when u falls below min(1, p/q) (the side gauge); after a rejection the replacement is drawn from "
-                "the green bars, so it lands where the draft under-proposed."
-            )
-        else:
-            st.caption(
-                "This drafter gives no distribution, so q_draft is one-hot on its guess: the guess is kept with probability "
-                "p_target(guess), and a rejection resamples from p_target with the guess removed. At temperature 0 p_target is one-hot too."
-            )
+        st.caption(_inspector_caption(info, record.has_q))
+
+
+def _inspector_caption(info, has_q: bool) -> str:
+    if info.kind != "draft":
+        return (
+            "Only p_target here: nothing was drafted at this position, so the target's own distribution picks the token "
+            "(after every draft was kept, this is the free bonus token). At temperature 0 it is one-hot on the argmax."
+        )
+    if has_q:
+        return (
+            "Blue p_target, orange q_draft, green the residual: p_target − q_draft where the target wants more, renormalised. "
+            "A draft is kept when u falls below min(1, p/q) (the side gauge); after a rejection the replacement is drawn from "
+            "the green bars, so it lands where the draft under-proposed."
+        )
+    return (
+        "This drafter gives no distribution, so q_draft is one-hot on its guess: the guess is kept with probability "
+        "p_target(guess), and a rejection resamples from p_target with the guess removed. At temperature 0 p_target is one-hot too."
+    )
 
 
 def _position_story(info, session: StepSession) -> str:

@@ -49,22 +49,18 @@ def inspector_figure(position: pd.DataFrame, info: PositionInfo) -> go.Figure:
         fig.add_bar(x=labels, y=position["residual"], name="residual max(0, p−q), normalised", marker_color=RES_COLOR, row=1, col=1)
     top = float(position[["p_target", "q_draft", "residual"]].max().max() or 1.0)
     for label, role in zip(labels, position["role"]):
-        if role:
-            fig.add_annotation(x=label, y=top * 1.02, text=f"<b>{role.replace('+', ' + ')}</b>", showarrow=True, arrowhead=2, ay=-28, row=1, col=1)
+        if role:  # the drafted token leans left, the emitted one right, so neighbours don't collide
+            ax = -30 if role == "drafted" else (30 if "drafted" not in role else 0)
+            fig.add_annotation(x=label, y=top * 1.02, text=f"<b>{role.replace('+', ' + ')}</b>", showarrow=True, arrowhead=2, ax=ax, ay=-30, row=1, col=1)
     if has_gauge:
         kept = info.fate == "accepted"
-        gauge_x = ["min(1, p/q)"]
-        fig.add_bar(
-            x=gauge_x, y=[info.accept_prob], marker_color=RES_COLOR if kept else "#d23c3c", name="min(1, p/q)", showlegend=False,
-            text=[f"{info.accept_prob:.2f}"], textposition="outside", row=1, col=2,
-        )
+        gauge_x = [f"min(1, p/q) = {info.accept_prob:.2f}"]
+        fig.add_bar(x=gauge_x, y=[info.accept_prob], marker_color=RES_COLOR if kept else "#d23c3c", name="min(1, p/q)", showlegend=False, row=1, col=2)
         fig.add_scatter(
             x=gauge_x, y=[info.uniform], mode="markers", marker=dict(symbol="line-ew", size=46, line=dict(width=4, color="#222")),
             name="uniform draw u", showlegend=False, hovertemplate="u = %{y:.3f}<extra></extra>", row=1, col=2,
         )
-        fig.add_annotation(
-            x=gauge_x[0], y=info.uniform, text=f"u = {info.uniform:.2f}", showarrow=False, yshift=12, font=dict(size=11), row=1, col=2,
-        )
+        fig.add_annotation(x=gauge_x[0], y=info.uniform, text=f"u = {info.uniform:.2f}", showarrow=False, yshift=12, font=dict(size=11), row=1, col=2)
         fig.update_yaxes(range=[0, 1.12], title_text=("kept: u < bar" if kept else "rejected: u ≥ bar"), row=1, col=2)
     fig.update_layout(barmode="group", **{**LAYOUT, "height": 360, "margin": dict(l=10, r=10, t=50, b=10)})
     fig.update_yaxes(title_text="probability", range=[0, top * 1.25], row=1, col=1)

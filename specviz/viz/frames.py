@@ -225,9 +225,9 @@ def position_info(record: StepRecord, position: int) -> PositionInfo:
     return PositionInfo(position, kind, None, None, None, None, None, None, next_token, next_fate)
 
 
-def position_frame(record: StepRecord, position: int, token_text: TokenText, top: int = 12) -> pd.DataFrame:
-    """The top tokens at one position by p_target, q_draft and the residual, with a role for the drafted and
-    emitted tokens. Columns: token_id, token, p_target, q_draft, residual, role."""
+def position_frame(record: StepRecord, position: int, token_text: TokenText, top: int = 12, min_prob: float = 1e-3) -> pd.DataFrame:
+    """The top tokens at one position by p_target, q_draft and the residual (those above min_prob), with a role
+    for the drafted and emitted tokens. Columns: token_id, token, p_target, q_draft, residual, role."""
     info = position_info(record, position)
     dist = record.dists[position]
     df = pd.DataFrame(
@@ -246,7 +246,7 @@ def position_frame(record: StepRecord, position: int, token_text: TokenText, top
         df.loc[mark, "role"] = np.where(df.loc[mark, "role"] == "drafted", "drafted+" + info.next_fate, info.next_fate)
     score = df[["p_target", "q_draft", "residual"]].max(axis=1, skipna=True)
     keep = (df["role"] != "") | score.rank(ascending=False, method="first").le(top)
-    df = df[keep & ((score > 0) | (df["role"] != ""))].copy()
+    df = df[keep & ((score >= min_prob) | (df["role"] != ""))].copy()
     df = df.sort_values(["p_target", "q_draft"], ascending=False, na_position="last").reset_index(drop=True)
     df["token"] = unique_labels([token_text(t) for t in df["token_id"]], df["token_id"].tolist())
     return df[["token_id", "token", "p_target", "q_draft", "residual", "role"]]
