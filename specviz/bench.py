@@ -7,10 +7,11 @@ category, prompt (its title), drafter, k, temperature, seed, max_new_tokens, new
 target_passes, drafted, accepted, alpha (Leviathan's E[sum min(p, q)]; empty for drafters without a
 q_draft), acceptance_rate (accepted/drafted), alpha_implied (the alpha that accepted/drafted implies at
 this k under independence), tokens_per_pass, tokens_per_s, baseline_tokens_per_s, speedup
-(tokens_per_s / baseline_tokens_per_s), draft_cost (c: ms per drafted token / ms per baseline pass),
+(tokens_per_s / baseline_tokens_per_s), speedup_cpu (the same ratio from process CPU time, steadier
+than wall clock on a shared machine), draft_cost (c: ms per drafted token / ms per baseline pass),
 verify_cost (ms per verify pass / ms per baseline pass), predicted_speedup (the theory formula at the
 measured alpha, k, c and verify cost), same_as_baseline (greedy only: identical output), wall_s,
-baseline_wall_s.
+baseline_wall_s, cpu_s, baseline_cpu_s.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import argparse
 import json
 import logging
 import sys
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
@@ -110,12 +112,15 @@ class BenchRow:
     tokens_per_s: float
     baseline_tokens_per_s: float
     speedup: float  # tokens_per_s / baseline_tokens_per_s
+    speedup_cpu: float  # the same ratio from process CPU time: what an idle machine would show (threads=1)
     draft_cost: float | None  # c: ms per drafted token / ms per baseline target pass
     verify_cost: float | None  # ms per verify pass of this run / ms per baseline target pass
     predicted_speedup: float | None  # speedup(alpha or alpha_implied, k, draft_cost, verify_cost)
     same_as_baseline: bool | None  # greedy runs only: identical tokens to plain greedy decoding
-    wall_s: float
+    wall_s: float  # prefill plus every round, wall clock
     baseline_wall_s: float
+    cpu_s: float  # process CPU time of building the run (prefill) and running it
+    baseline_cpu_s: float
 
 
 COLUMNS: tuple[str, ...] = tuple(f.name for f in fields(BenchRow))
@@ -159,9 +164,18 @@ def _pass_ms(decoder: SpeculativeDecoder) -> float:
     return sum(times) / len(times) if times else 0.0
 
 
-def _row(prompt: BenchPrompt, drafter: str, k: int, temperature: float, spec: SweepSpec,
-         run: SpeculativeDecoder, baseline: SpeculativeDecoder) -> BenchRow:
+@dataclass(frozen=True)
+class Measured:
+    """A finished run and the process CPU time it took."""
+
+    decoder: SpeculativeDecoder
+    cpu_s: float
+
+
+def _row(prompt: BenchPrompt, drafter: str, k: int, temperature: float, spec: SweepSpec, measured: Measured, base: Measured) -> BenchRow:
+    run, baseline = measured.decoder, base.decoder
     s, b = run.stats(), baseline.stats()
+    cpu_rate, base_cpu_rate = s.new_tokens / max(measured.cpu_s, 1e-9), b.new_tokens / max(base.cpu_s, 1e-9)
     base_pass_ms = _pass_ms(baseline)
     drafted_rounds = [r for r in run.records if r.num_drafted]
     draft_ms = sum(r.draft_ms for r in run.records)
@@ -193,12 +207,15 @@ def _row(prompt: BenchPrompt, drafter: str, k: int, temperature: float, spec: Sw
         tokens_per_s=s.tokens_per_s,
         baseline_tokens_per_s=b.tokens_per_s,
         speedup=s.tokens_per_s / b.tokens_per_s if b.tokens_per_s > 0 else float("nan"),
+        speedup_cpu=cpu_rate / base_cpu_rate if base_cpu_rate > 0 else float("nan"),
         draft_cost=draft_cost,
         verify_cost=verify_cost,
         predicted_speedup=predicted,
         same_as_baseline=(run.generated == baseline.generated) if temperature == 0.0 else None,
         wall_s=s.wall_s,
         baseline_wall_s=b.wall_s,
+        cpu_s=measured.cpu_s,
+        baseline_cpu_s=base.cpu_s,
     )
 
 
@@ -237,11 +254,12 @@ def run_sweep(
         early_exit = early_exit_view(target.model, exit_layer_for(config("early-exit", 1, 0.0, 1), target))
     ids = {p: encode_prompt(target.tokenizer, p.prompt, spec.chat) for p in prompts}
 
-    def decode(drafter: str, k: int, temperature: float, prompt_ids: list[int], baseline: bool, max_new_tokens: int) -> SpeculativeDecoder:
+    def decode(drafter: str, k: int, temperature: float, prompt_ids: list[int], baseline: bool, max_new_tokens: int) -> Measured:
         cfg = config(drafter, k, temperature, max_new_tokens)
+        start = time.process_time()
         decoder = build_decoder(cfg, target, prompt_ids, draft, early_exit=early_exit, baseline=baseline)
         decoder.run()
-        return decoder
+        return Measured(decoder, time.process_time() - start)
 
     if warmup:  # the first passes pay for allocation and kernel selection; keep them out of the table
         first = ids[prompts[0]]
@@ -256,14 +274,14 @@ def run_sweep(
             baseline = decode(spec.drafters[0], spec.ks[0], temperature, ids[prompt], True, spec.max_new_tokens)
             done += 1
             if on_progress:
-                on_progress(done, total, f"{prompt.category} {prompt.title!r} baseline T={_fmt_t(temperature)} ... {baseline.stats().tokens_per_s:.1f} tok/s")
+                on_progress(done, total, f"{prompt.category} {prompt.title!r} baseline T={_fmt_t(temperature)} ... {baseline.decoder.stats().tokens_per_s:.1f} tok/s")
             for drafter in spec.drafters:
                 for k in spec.ks:
                     run = decode(drafter, k, temperature, ids[prompt], False, spec.max_new_tokens)
                     rows.append(_row(prompt, drafter, k, temperature, spec, run, baseline))
                     done += 1
                     if on_progress:
-                        on_progress(done, total, f"{prompt.category} {drafter} k={k} T={_fmt_t(temperature)} ... {rows[-1].speedup:.2f}x")
+                        on_progress(done, total, f"{prompt.category} {drafter} k={k} T={_fmt_t(temperature)} ... {rows[-1].speedup:.2f}x (CPU time {rows[-1].speedup_cpu:.2f}x)")
     return rows
 
 
@@ -277,7 +295,7 @@ def rows_to_frame(rows: Sequence[BenchRow]) -> pd.DataFrame:
 def summary_table(frame: pd.DataFrame) -> pd.DataFrame:
     """Mean over prompts per (category, drafter, k, temperature): the table a report shows."""
     keys = ["category", "drafter", "k", "temperature"]
-    cols = ["alpha", "acceptance_rate", "tokens_per_pass", "tokens_per_s", "baseline_tokens_per_s", "speedup", "predicted_speedup"]
+    cols = ["alpha", "alpha_implied", "acceptance_rate", "tokens_per_pass", "tokens_per_s", "baseline_tokens_per_s", "speedup", "speedup_cpu", "predicted_speedup"]
     return frame.groupby(keys, sort=False)[cols].mean().reset_index()
 
 
@@ -355,6 +373,6 @@ def cmd_bench(args: argparse.Namespace) -> int:
             frame.to_csv(out, index=False, float_format="%.4g")
         print(f"wrote {len(frame)} rows to {out}", file=sys.stderr)
     show = ["category", "prompt", "drafter", "k", "temperature", "alpha", "acceptance_rate", "tokens_per_pass",
-            "tokens_per_s", "baseline_tokens_per_s", "speedup"]
+            "tokens_per_s", "baseline_tokens_per_s", "speedup", "speedup_cpu"]
     print(frame[show].to_string(index=False, float_format=lambda x: f"{x:.2f}", na_rep="n/a"))
     return 0
