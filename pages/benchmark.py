@@ -20,24 +20,29 @@ from specviz.bench import (
 )
 from specviz.config import EMBEDDED_TARGET
 from specviz.core.decoding import MAX_DRAFT_TOKENS
-from specviz.viz.bench import speedup_vs_k_figure, theory_overlay_figure
+from specviz.viz.bench import SPEEDUP_METRICS, speedup_vs_k_figure, theory_overlay_figure
 
 SHIPPED_TABLE = Path(__file__).resolve().parent.parent / "assets" / "bench_cpu.csv"
 TEMPERATURES = (0.0, 0.5, 1.0, 1.5)
 NUMBER_FORMATS = {
     "alpha": "%.2f", "acceptance_rate": "%.2f", "alpha_implied": "%.2f", "tokens_per_pass": "%.2f", "tokens_per_s": "%.1f",
-    "baseline_tokens_per_s": "%.1f", "speedup": "%.2f×", "draft_cost": "%.2f", "verify_cost": "%.2f", "predicted_speedup": "%.2f×",
+    "baseline_tokens_per_s": "%.1f", "speedup": "%.2f×", "speedup_cpu": "%.2f×", "cpu_s": "%.2f", "baseline_cpu_s": "%.2f", "draft_cost": "%.2f", "verify_cost": "%.2f", "predicted_speedup": "%.2f×",
     "wall_s": "%.2f", "baseline_wall_s": "%.2f",
 }
 
 
 def show_results(frame: pd.DataFrame, name: str) -> None:
     """Table, charts and downloads for one results frame."""
+    metrics = [m for m in SPEEDUP_METRICS if m in frame]
+    metric = st.radio(
+        "speedup measured by", metrics, format_func=SPEEDUP_METRICS.get, horizontal=True, key=f"{name}_metric",
+        help="Wall clock is what a user waits. Process CPU time ignores time stolen by other programs on a busy machine.",
+    )
     st.subheader("Mean over prompts")
     st.dataframe(summary_table(frame), hide_index=True, column_config={c: st.column_config.NumberColumn(format=f) for c, f in NUMBER_FORMATS.items()})
-    st.plotly_chart(speedup_vs_k_figure(frame), width="stretch")
+    st.plotly_chart(speedup_vs_k_figure(frame, metric), width="stretch")
     st.caption("Above the dotted line speculation pays. Compare drafters within a category: copying is where prompt lookup earns its keep.")
-    st.plotly_chart(theory_overlay_figure(frame), width="stretch")
+    st.plotly_chart(theory_overlay_figure(frame, metric), width="stretch")
     st.caption(
         "Lines: the formula at each drafter's measured draft cost c and verify cost; dots: measured runs. Dots below their "
         "line lose time the formula ignores (prefill, bookkeeping, rounds that draft fewer than k)."

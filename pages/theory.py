@@ -158,7 +158,7 @@ st.header("Worked examples")
 examples = worked_examples()
 st.dataframe(
     examples, hide_index=True,
-    column_config={col: st.column_config.NumberColumn(format="%.2f") for col in ("tokens per pass", "accepted/drafted", "round cost", "speedup", "speedup at best k")},
+    column_config={col: st.column_config.NumberColumn(format="%.2f") for col in ("c", "tokens per pass", "accepted/drafted", "round cost", "speedup", "speedup at best k")},
 )
 ex = examples.set_index("setting")
 

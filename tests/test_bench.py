@@ -135,3 +135,20 @@ def test_sweep_spec_validation(kwargs):
 def test_model_drafter_needs_a_draft(tiny_models, prompts_file):
     with pytest.raises(ValueError, match="draft model"):
         run_sweep(tiny_models["llama"], load_prompts(prompts_file), SweepSpec(drafters=("model",)), warmup=False)
+
+
+def test_bench_figures(tiny_models, prompts_file):
+    from specviz.viz.bench import measured_points, speedup_vs_k_figure, theory_overlay_figure
+    from specviz.viz.theory import MEASURED_COLUMNS
+
+    spec = SweepSpec(drafters=("lookup", "early-exit"), ks=(2,), temperatures=(0.0,), max_new_tokens=4, chat=False)
+    frame = rows_to_frame(run_sweep(tiny_models["llama"], load_prompts(prompts_file, ["copy", "code"]), spec, warmup=False))
+    for metric in ("speedup", "speedup_cpu"):
+        assert len(speedup_vs_k_figure(frame, metric).data) == 2 * 2  # categories x drafters (one temperature)
+        assert theory_overlay_figure(frame, metric).data
+    with pytest.raises(ValueError, match="Unknown speedup column"):
+        speedup_vs_k_figure(frame, "tokens_per_s")
+    points = measured_points(frame)
+    assert tuple(points.columns) == MEASURED_COLUMNS and len(points) == len(frame)
+    drafted = (frame["drafted"] > 0).to_numpy()
+    assert points["alpha"][drafted].notna().all()  # Leviathan's alpha, or the implied one for prompt lookup

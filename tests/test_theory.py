@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pandas as pd
 import pytest
 import torch
 
@@ -100,3 +101,23 @@ def test_expected_tokens_matches_simulated_rounds():
 def test_bad_inputs_raise_value_error(call):
     with pytest.raises(ValueError):
         call()
+
+
+def test_theory_figures():
+    from specviz.viz.theory import MEASURED_COLUMNS, heatmap_figure, speedup_grid, worked_examples
+
+    grid = speedup_grid(0.05, 1.0, k_max=8, step=0.1)
+    assert len(grid) == 8 * 11
+    row = grid[(grid["k"] == 4) & (grid["alpha"] == 0.5)].iloc[0]
+    assert row["speedup"] == pytest.approx(speedup(0.5, 4, 0.05))
+    measured = pd.DataFrame([{"source": "benchmark", "label": "<script>x</script>", "alpha": 0.6, "k": 4, "speedup": 1.3}], columns=list(MEASURED_COLUMNS))
+    fig = heatmap_figure(0.05, 1.0, 0.7, 4, measured)
+    names = [t.name for t in fig.data]
+    assert "break-even (speedup = 1)" in names  # c = 0.05 has both winning and losing corners
+    assert "measured · benchmark" in names
+    assert all("<script>" not in str(t.text) for t in fig.data)  # labels are escaped
+    # with free drafts and a unit verify pass nothing loses, so there is no break-even line
+    assert "break-even (speedup = 1)" not in [t.name for t in heatmap_figure(0.0, 1.0, 0.7, 4).data]
+    for _, r in worked_examples().iterrows():
+        assert r["speedup"] == pytest.approx(speedup(r["α"], r["k"], r["c"], r["verify cost"]))
+        assert r["speedup at best k"] >= r["speedup"]

@@ -111,3 +111,13 @@ def test_bad_inputs(p, q, variant, n):
 
 def test_variants_are_the_documented_three():
     assert TOY_VARIANTS == ("exact", "resample_from_target", "greedy_draft_soft_q")
+
+
+def test_lab_figures_escape_token_names():
+    from specviz.viz.lab import histogram_figure, toy_frame
+
+    df = toy_frame(["<b>x</b>", "y", "y"], [0.5, 0.25, 0.25], [0.2, 0.4, 0.4], [50, 30, 20], [0.5, 0.25, 0.25])
+    assert df["empirical"].tolist() == [0.5, 0.3, 0.2]
+    fig = histogram_figure(df, "<i>title</i>")
+    assert list(fig.data[0].x) == ["&lt;b&gt;x&lt;/b&gt;", "y", "y (2)"]  # escaped and made unique
+    assert "<i>" not in fig.layout.title.text

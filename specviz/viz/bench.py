@@ -23,20 +23,29 @@ def alpha_for_theory(frame: pd.DataFrame) -> pd.Series:
     return frame["alpha"].astype(float).fillna(frame["alpha_implied"].astype(float))
 
 
-def mean_by_setting(frame: pd.DataFrame) -> pd.DataFrame:
-    """Mean over prompts per (category, drafter, k, temperature), with the prompt count."""
+SPEEDUP_METRICS = {"speedup": "wall clock", "speedup_cpu": "process CPU time"}
+
+
+def _check_metric(frame: pd.DataFrame, metric: str) -> None:
+    if metric not in SPEEDUP_METRICS or metric not in frame:
+        raise ValueError(f"Unknown speedup column {metric!r}; use one of {', '.join(SPEEDUP_METRICS)}.")
+
+
+def mean_by_setting(frame: pd.DataFrame, metric: str = "speedup") -> pd.DataFrame:
+    """Mean over prompts per (category, drafter, k, temperature), with the prompt count; `speedup` holds `metric`."""
+    _check_metric(frame, metric)
     keys = ["category", "drafter", "k", "temperature"]
     df = frame.assign(alpha_theory=alpha_for_theory(frame))
     out = df.groupby(keys, sort=False).agg(
-        speedup=("speedup", "mean"), speedup_min=("speedup", "min"), speedup_max=("speedup", "max"),
+        speedup=(metric, "mean"), speedup_min=(metric, "min"), speedup_max=(metric, "max"),
         tokens_per_pass=("tokens_per_pass", "mean"), alpha_theory=("alpha_theory", "mean"), prompts=("prompt", "nunique"),
     )
     return out.reset_index()
 
 
-def speedup_vs_k_figure(frame: pd.DataFrame) -> go.Figure:
+def speedup_vs_k_figure(frame: pd.DataFrame, metric: str = "speedup") -> go.Figure:
     """Mean measured speedup against k, one panel per category, a colour per drafter and a dash per temperature."""
-    df = mean_by_setting(frame)
+    df = mean_by_setting(frame, metric)
     categories = list(dict.fromkeys(df["category"]))
     drafters = list(dict.fromkeys(df["drafter"]))
     temps = list(dict.fromkeys(df["temperature"]))
@@ -56,15 +65,16 @@ def speedup_vs_k_figure(frame: pd.DataFrame) -> go.Figure:
                 )
         fig.add_hline(y=1.0, line=dict(color="black", dash="dot"), row=1, col=col)
     fig.update_xaxes(title_text="k", dtick=2)
-    fig.update_yaxes(title_text="speedup (×, measured)", rangemode="tozero", row=1, col=1)
-    fig.update_layout(title="measured speedup over plain decoding, mean over prompts", **LAYOUT)
+    fig.update_yaxes(title_text=f"speedup (×, {SPEEDUP_METRICS[metric]})", rangemode="tozero", row=1, col=1)
+    fig.update_layout(title=f"measured speedup over plain decoding ({SPEEDUP_METRICS[metric]}), mean over prompts", **LAYOUT)
     return fig
 
 
-def theory_overlay_figure(frame: pd.DataFrame) -> go.Figure:
+def theory_overlay_figure(frame: pd.DataFrame, metric: str = "speedup") -> go.Figure:
     """Per drafter: the theory curve for each k at that drafter's median measured c and verify cost, and
     every run placed at (alpha, measured speedup) in the colour of its k."""
-    df = frame.assign(alpha_theory=alpha_for_theory(frame)).dropna(subset=["alpha_theory", "speedup"])
+    _check_metric(frame, metric)
+    df = frame.assign(alpha_theory=alpha_for_theory(frame)).dropna(subset=["alpha_theory", metric])
     drafters = list(dict.fromkeys(frame["drafter"]))
     fig = make_subplots(rows=1, cols=max(1, len(drafters)), shared_yaxes=True, subplot_titles=[html.escape(str(d)) for d in drafters])
     ks = sorted(frame["k"].unique())
@@ -84,14 +94,14 @@ def theory_overlay_figure(frame: pd.DataFrame) -> go.Figure:
             pts = part[part["k"] == k]
             if not pts.empty:
                 fig.add_scatter(
-                    x=pts["alpha_theory"], y=pts["speedup"], mode="markers", row=1, col=col,
+                    x=pts["alpha_theory"], y=pts[metric], mode="markers", row=1, col=col,
                     marker=dict(color=color, size=8, line=dict(color="black", width=1)), name=f"measured k={k}", legendgroup=f"k{k}",
                     showlegend=col == 1, text=[html.escape(f"{r.category} · {r.prompt} · T={r.temperature:g}") for r in pts.itertuples()],
                     hovertemplate="%{text}<br>α=%{x:.2f}: %{y:.2f}×<extra></extra>",
                 )
         fig.add_hline(y=1.0, line=dict(color="black", dash="dot"), row=1, col=col)
     fig.update_xaxes(title_text="α (Leviathan, or implied by accepted/drafted)", range=[-0.03, 1.03])
-    fig.update_yaxes(title_text="speedup (×)", rangemode="tozero", row=1, col=1)
+    fig.update_yaxes(title_text=f"speedup (×, {SPEEDUP_METRICS[metric]})", rangemode="tozero", row=1, col=1)
     fig.update_layout(title="the sweep on the theory curves (c and verify cost measured per drafter)", **LAYOUT)
     return fig
 

@@ -177,7 +177,7 @@ def worked_examples(scenarios: Sequence[Scenario] = WORKED_EXAMPLES) -> pd.DataF
                 "setting": s.name,
                 "α": s.alpha,
                 "k": s.k,
-                "c": round(s.c, 3),
+                "c": s.c,
                 "verify cost": s.verify_cost,
                 "tokens per pass": expected_tokens(s.alpha, s.k),
                 "accepted/drafted": acceptance_rate(s.alpha, s.k),
