@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import logging
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -34,8 +33,6 @@ if TYPE_CHECKING:
     import pandas as pd
 
     from specviz.models import LoadedModel
-
-log = logging.getLogger(__name__)
 
 DEFAULT_PROMPTS = Path(__file__).resolve().parent.parent / "assets" / "prompts.json"
 SESSION_STATE_KEY = "bench_results"  # the Benchmark page keeps its latest results DataFrame here
