@@ -67,6 +67,7 @@ def streamlit_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Serve
     cmd = [
         sys.executable, "-m", "streamlit", "run", "app.py",
         "--server.port", str(port), "--server.headless", "true", "--server.address", "127.0.0.1",
+        "--server.fileWatcherType", "none",  # edits to the checkout during a run must not rerun or re-scan pages
     ]  # fmt: skip
     with open(log_path, "wb") as log:
         proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT)

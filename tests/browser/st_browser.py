@@ -31,7 +31,7 @@ def wait_idle(driver: WebDriver, timeout: float = 60, settle: float = 0.3) -> No
     raise TimeoutException(f"the app did not finish its run within {timeout}s (script state {state})")
 
 
-def open_page(driver: WebDriver, base_url: str, path: str = "", timeout: float = 60) -> None:
+def open_page(driver: WebDriver, base_url: str, path: str = "", timeout: float = 180) -> None:
     driver.get(f"{base_url}/{path}")
     WebDriverWait(driver, timeout).until(lambda d: d.find_elements(By.CSS_SELECTOR, APP))
     # the first element of the page proves the script ran at least once
@@ -61,7 +61,9 @@ def click_button(driver: WebDriver, key: str, timeout: float = 30) -> None:
 
 def set_text(driver: WebDriver, key: str, text: str) -> None:
     """Replace a text area / text input's value and commit it (streamlit commits on blur)."""
-    box = driver.find_element(By.CSS_SELECTOR, f".st-key-{key} textarea, .st-key-{key} input")
+    selector = f".st-key-{key} textarea, .st-key-{key} input"
+    WebDriverWait(driver, 60).until(lambda d: d.find_elements(By.CSS_SELECTOR, selector))
+    box = driver.find_element(By.CSS_SELECTOR, selector)
     driver.execute_script(
         "const el = arguments[0];"
         "const proto = el.tagName === 'TEXTAREA' ? HTMLTextAreaElement.prototype : HTMLInputElement.prototype;"
@@ -76,3 +78,60 @@ def set_text(driver: WebDriver, key: str, text: str) -> None:
 
 def main_text(driver: WebDriver) -> str:
     return driver.find_element(By.CSS_SELECTOR, '[data-testid="stMain"]').text
+
+
+def metric_value(driver: WebDriver, label: str) -> str | None:
+    """The value of the st.metric whose label is `label` (the first one), or None."""
+    for m in driver.find_elements(By.CSS_SELECTOR, '[data-testid="stMetric"]'):
+        try:
+            if m.find_element(By.CSS_SELECTOR, '[data-testid="stMetricLabel"]').text.strip() == label:
+                return m.find_element(By.CSS_SELECTOR, '[data-testid="stMetricValue"]').text.strip()
+        except StaleElementReferenceException:
+            return None
+    return None
+
+
+def nudge_slider(driver: WebDriver, key: str, steps: int) -> None:
+    """Move a slider by `steps` of its step size with the arrow keys (negative: to the left)."""
+    from selenium.webdriver.common.action_chains import ActionChains
+    from selenium.webdriver.common.keys import Keys
+
+    thumb = driver.find_element(By.CSS_SELECTOR, f'.st-key-{key} input[type="range"]')  # react-aria's hidden input
+    driver.execute_script("arguments[0].focus();", thumb)
+    key_name = Keys.ARROW_RIGHT if steps > 0 else Keys.ARROW_LEFT
+    ActionChains(driver).send_keys(key_name * abs(steps)).perform()
+
+
+def slider_to_end(driver: WebDriver, key: str) -> None:
+    """Move a slider to its maximum with one key press (one rerun)."""
+    from selenium.webdriver.common.action_chains import ActionChains
+    from selenium.webdriver.common.keys import Keys
+
+    thumb = driver.find_element(By.CSS_SELECTOR, f'.st-key-{key} input[type="range"]')
+    driver.execute_script("arguments[0].focus();", thumb)
+    ActionChains(driver).send_keys(Keys.END).perform()
+
+
+def slider_value(driver: WebDriver, key: str) -> str:
+    """The value the slider shows, as its label prints it (e.g. '0.80')."""
+    return driver.find_element(By.CSS_SELECTOR, f'.st-key-{key} input[type="range"]').get_attribute("aria-valuetext")
+
+
+def stream_text(driver: WebDriver) -> str:
+    """The token stream as the reader sees it (prompt, kept and thrown-away tokens, whitespace marks)."""
+    streams = driver.find_elements(By.CSS_SELECTOR, ".specviz-stream")
+    return "\n".join(s.get_attribute("innerText") for s in streams)
+
+
+def save_screenshot(driver: WebDriver, path) -> None:
+    """Scroll to the top, park the mouse on the caption (no tooltip, no hover styles), wait for idle, save."""
+    from selenium.webdriver.common.action_chains import ActionChains
+
+    driver.execute_script("window.scrollTo(0, 0); document.activeElement && document.activeElement.blur();")
+    captions = driver.find_elements(By.CSS_SELECTOR, '[data-testid="stMain"] [data-testid="stCaptionContainer"]')
+    if captions:
+        ActionChains(driver).move_to_element(captions[0]).perform()
+    wait_idle(driver)
+    time.sleep(0.5)  # tooltips and plotly transitions fade out
+    if not driver.save_screenshot(str(path)):
+        raise RuntimeError(f"could not write {path}")

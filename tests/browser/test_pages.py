@@ -6,7 +6,7 @@ import pytest
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support.ui import WebDriverWait
 
-from tests.browser.st_browser import PAGES, exceptions, open_page, wait_idle
+from tests.browser.st_browser import PAGES, click_button, exceptions, open_page, save_screenshot, wait_idle
 
 APP_TITLE = "specviz: speculative decoding, step by step"  # app.py's page_title
 
@@ -17,12 +17,17 @@ def nav_labels(driver) -> list[str]:
 
 
 @pytest.mark.parametrize("path", list(PAGES))
-def test_page_renders_without_exception(driver, app_url, path):
+def test_page_renders_without_exception(driver, app_url, path, screenshot_dir):
     open_page(driver, app_url, path)
     assert exceptions(driver) == []
     assert driver.title == APP_TITLE
     assert nav_labels(driver) == list(PAGES.values())
     assert driver.current_url.rstrip("/") == f"{app_url}/{path}".rstrip("/")
+    charts = driver.find_elements(By.CSS_SELECTOR, '[data-testid="stPlotlyChart"]')
+    if charts:  # every chart on the page has drawn its SVG
+        WebDriverWait(driver, 60).until(lambda d: len(d.find_elements(By.CSS_SELECTOR, '[data-testid="stPlotlyChart"] .main-svg')) >= len(charts))
+    if path in ("theory", "exactness"):  # step-through and benchmark are shot after they have run something
+        save_screenshot(driver, screenshot_dir / f"screenshot_{path}.png")
 
 
 def test_sidebar_links_reach_every_page(driver, app_url):
@@ -33,3 +38,15 @@ def test_sidebar_links_reach_every_page(driver, app_url):
         WebDriverWait(driver, 30).until(lambda d: d.current_url.rstrip("/") == f"{app_url}/{path}".rstrip("/"))
         wait_idle(driver)
         assert exceptions(driver) == []
+
+
+def test_benchmark_runs_and_draws_charts(driver, app_url, screenshot_dir):
+    """The default sweep (1 copy prompt, lookup at k = 2 and 4, 32 tokens, SmolLM2) runs and draws its charts."""
+    open_page(driver, app_url, "benchmark")
+    click_button(driver, "bench_run")
+    header = lambda d: [h for h in d.find_elements(By.CSS_SELECTOR, "h2") if "This session's results" in h.text]  # noqa: E731
+    WebDriverWait(driver, 300).until(header)
+    wait_idle(driver, 120)
+    assert exceptions(driver) == []
+    WebDriverWait(driver, 60).until(lambda d: len(d.find_elements(By.CSS_SELECTOR, '[data-testid="stPlotlyChart"] .main-svg')) >= 2)
+    save_screenshot(driver, screenshot_dir / "screenshot_benchmark.png")

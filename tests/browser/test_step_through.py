@@ -1,0 +1,151 @@
+"""The step-through page in a real browser: Step draws coloured tokens and charts; HTML in the text stays text;
+several users at once each get exactly what they would get alone."""
+
+from __future__ import annotations
+
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+
+import pytest
+from selenium.common.exceptions import NoAlertPresentException
+from selenium.webdriver.common.by import By
+from selenium.webdriver.support.ui import WebDriverWait
+
+from tests.browser.st_browser import (
+    click_button,
+    exceptions,
+    metric_value,
+    open_page,
+    save_screenshot,
+    set_text,
+    slider_to_end,
+    slider_value,
+    stream_text,
+    wait_idle,
+)
+
+STEP_TIMEOUT_S = 180  # the first round of a fresh server loads SmolLM2 (seconds once cached, longer on a busy or cold machine)
+PLOTLY = '[data-testid="stPlotlyChart"] .js-plotly-plot'
+COLOURED = '.specviz-stream span[title]:not([title="prompt"])'  # every generated / drafted token carries a hover title
+
+
+def step(driver, rounds_before: int) -> None:
+    """Press Step and wait until the page shows one more round."""
+    click_button(driver, "step")
+    WebDriverWait(driver, STEP_TIMEOUT_S).until(lambda d: metric_value(d, "rounds") == str(rounds_before + 1))
+    wait_idle(driver, STEP_TIMEOUT_S)
+
+
+def no_alert(driver) -> bool:
+    try:
+        driver.switch_to.alert
+    except NoAlertPresentException:
+        return True
+    return False
+
+
+def test_step_draws_coloured_tokens_and_charts(driver, app_url, screenshot_dir):
+    open_page(driver, app_url)
+    assert "Step through" in driver.find_element(By.CSS_SELECTOR, "h1").text
+    for n in range(3):
+        step(driver, n)
+    assert exceptions(driver) == []
+    tokens = driver.find_elements(By.CSS_SELECTOR, COLOURED)
+    assert len(tokens) >= 3  # at least one token per round
+    styles = {t.get_attribute("style") for t in tokens}
+    assert any("background" in s or "line-through" in s for s in styles), styles
+    WebDriverWait(driver, 30).until(lambda d: len(d.find_elements(By.CSS_SELECTOR, PLOTLY)) >= 2)
+    # plotly draws into SVG once the chart has a size: real bars, not an empty frame
+    WebDriverWait(driver, 30).until(lambda d: d.find_elements(By.CSS_SELECTOR, f"{PLOTLY} .main-svg .plot path, {PLOTLY} .main-svg .bars path"))
+    save_screenshot(driver, screenshot_dir / "screenshot_step_through.png")
+
+
+XSS_PROMPT = (
+    'Repeat exactly: <script>window.__specviz_xss = 1; alert("xss")</script> '
+    '<img src=x onerror="window.__specviz_xss = 2; alert(2)"> and stop.'
+)
+
+
+def test_html_in_prompt_and_output_renders_as_text(driver, app_url):
+    open_page(driver, app_url)
+    set_text(driver, "prompt", XSS_PROMPT)
+    wait_idle(driver)
+    for n in range(2):
+        step(driver, n)
+    assert no_alert(driver)
+    assert driver.execute_script("return window.__specviz_xss === undefined")
+    shown = stream_text(driver).replace("␣", " ")
+    assert "<script>" in shown and "onerror" in shown  # the literal markup is visible
+    assert driver.find_elements(By.CSS_SELECTOR, ".specviz-stream img, .specviz-stream script") == []
+    assert exceptions(driver) == []
+
+
+# --- several users at once ---------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class User:
+    prompt: str
+    seed: int
+
+
+# Words from the tiny models' vocabulary (tests/conftest.py): a tiny shared target keeps this test about
+# sessions and the shared model cache, not about SmolLM2's speed on a busy CPU.
+USERS = (
+    User("one two three four five six seven", 11),
+    User("red orange yellow green blue indigo", 22),
+    User("the cat sat on the mat and the dog sat on the log", 33),
+)
+ROUNDS = 2
+
+
+def prepare(driver, app_url: str, user: User, target: str) -> None:
+    """A fresh session on the tiny target, sampling at temperature 2 (so each session's own seeded generator
+    decides every token), with this user's prompt and seed."""
+    open_page(driver, app_url)
+    driver.find_element(By.CSS_SELECTOR, '[data-testid="stSidebar"] [data-testid="stExpander"] summary').click()
+    set_text(driver, "target", target)
+    wait_idle(driver)
+    set_text(driver, "prompt", user.prompt)
+    wait_idle(driver)
+    set_text(driver, "seed", str(user.seed))
+    wait_idle(driver)
+    slider_to_end(driver, "temperature")
+    WebDriverWait(driver, 30).until(lambda d: slider_value(d, "temperature") == "2.00")
+    wait_idle(driver)
+    assert exceptions(driver) == [] and not driver.find_elements(By.CSS_SELECTOR, '[data-testid="stAlertContentError"]')
+
+
+def steps_and_text(driver, barrier: threading.Barrier | None = None) -> list[str]:
+    """Step ROUNDS times; the token stream after each round."""
+    if barrier is not None:
+        barrier.wait(timeout=120)
+    texts = []
+    for n in range(ROUNDS):
+        step(driver, n)
+        texts.append(stream_text(driver))
+    return texts
+
+
+def test_several_users_at_once_match_their_solo_runs(make_driver, app_url, streamlit_server, tiny_dir):
+    """Three sessions, one server, one cached model: first each steps alone, then all Reset and step at
+    once; every session's stream after every round equals its solo stream."""
+    target = str(tiny_dir["llama"])
+    drivers = [make_driver() for _ in USERS]
+    for d, user in zip(drivers, USERS):
+        prepare(d, app_url, user, target)
+    alone = [steps_and_text(d) for d in drivers]  # one at a time
+    assert len({a[-1] for a in alone}) == len(USERS)  # different prompts and seeds give different streams
+
+    for d in drivers:
+        click_button(d, "reset")
+        WebDriverWait(d, STEP_TIMEOUT_S).until(lambda d: metric_value(d, "rounds") is None)
+        wait_idle(d)
+    barrier = threading.Barrier(len(USERS))
+    with ThreadPoolExecutor(len(USERS)) as pool:
+        together = list(pool.map(lambda d: steps_and_text(d, barrier), drivers))
+    for user, solo, concurrent, d in zip(USERS, alone, together, drivers):
+        assert concurrent == solo, f"session with seed {user.seed} differs from its solo run"
+        assert exceptions(d) == []
+    assert "Traceback" not in streamlit_server.log()
