@@ -9,7 +9,7 @@ from specviz.core.decoding import MAX_DRAFT_TOKENS, DecodeConfig
 from specviz.core.sampling import SamplingConfig
 
 DrafterKind = Literal["model", "lookup", "ngram", "early-exit", "none"]
-DRAFTER_KINDS: tuple[str, ...] = ("lookup", "ngram", "model", "early-exit", "none")
+DRAFTER_KINDS: tuple[str, ...] = ("ngram", "lookup", "model", "early-exit", "none")  # the default first (menus start there)
 EMBEDDED_TARGET = "embedded:SmolLM2-135M-Instruct"  # same string as specviz.models.EMBEDDED_TARGET
 MAX_PROMPT_CHARS = 20_000
 MAX_NEW_TOKENS = 2048
@@ -19,7 +19,7 @@ MAX_NEW_TOKENS = 2048
 class RunConfig:
     target: str = EMBEDDED_TARGET  # hub id, local folder, .gguf file, or the embedded SmolLM2
     draft: str | None = None  # only for drafter="model"
-    drafter: DrafterKind = "lookup"  # the offline default: no second model needed
+    drafter: DrafterKind = "ngram"  # the offline default: no second model, a real q, fastest measured (scripts/compare_drafters.py)
     exit_layer: int | None = None  # early exit: blocks of the target the draft runs; None picks ~93% of the depth
     ngram_max: int = 3  # prompt lookup and n-gram drafter: longest n-gram tried first
     ngram_min: int = 1  # ... down to this one

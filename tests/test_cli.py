@@ -103,7 +103,7 @@ def test_plain_output_has_the_text_and_a_stats_line(capsys, tiny_dir):
     code, stdout, _ = run_main(capsys, *args)
     assert code == 0
     lines = stdout.strip().splitlines()
-    assert len(lines) == 2 and lines[1].startswith("[lookup] 5 tokens") and "tokens/target pass" in lines[1]
+    assert len(lines) == 2 and lines[1].startswith(f"[{cli.RunConfig().drafter}] 5 tokens") and "tokens/target pass" in lines[1]
     assert "\033[" not in stdout  # colours only on a terminal
 
 
@@ -155,7 +155,7 @@ def test_readme_command_prints_one_json_object_equal_to_the_baseline(capsys, mon
     assert proc.returncode == 0, proc.stderr[-2000:]
     out = parse_one_json(proc.stdout)
     check_contract(out, 1, 24)
-    assert out["config"]["drafter"] == "lookup" and out["config"]["target"].startswith("embedded:")
+    assert out["config"]["drafter"] == cli.RunConfig().drafter and out["config"]["target"].startswith("embedded:")
     sample = out["samples"][0]
     assert sample["text"].strip() and len(sample["output_ids"]) == 24
     # the baseline, in-process with the already loaded model (the subprocess above proved loading)
