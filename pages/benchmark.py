@@ -31,6 +31,10 @@ NUMBER_FORMATS = {
 }
 
 
+def plural(n: int, word: str) -> str:
+    return f"{n} {word}" if n == 1 else f"{n} {word}s"
+
+
 def show_results(frame: pd.DataFrame, name: str) -> None:
     """Table, charts and downloads for one results frame."""
     metrics = [m for m in SPEEDUP_METRICS if m in frame]
@@ -92,8 +96,8 @@ except ValueError as exc:
 if spec is not None:
     runs = spec.num_runs(len(chosen))
     st.markdown(
-        f"**{len(chosen)} prompts × {len(spec.temperatures)} temperatures × (1 baseline + {len(spec.drafters)} drafters × "
-        f"{len(spec.ks)} k) = {runs} runs** of up to {spec.max_new_tokens} new tokens each. Every speedup divides a run's "
+        f"**{plural(len(chosen), 'prompt')} × {plural(len(spec.temperatures), 'temperature')} × (1 baseline + "
+        f"{plural(len(spec.drafters), 'drafter')} × {len(spec.ks)} k) = {plural(runs, 'run')}** of up to {spec.max_new_tokens} new tokens each. Every speedup divides a run's "
         "tokens/s by the tokens/s of plain decoding of the same prompt, sampling and seed, measured in this sweep."
     )
     if runs > 40:
