@@ -19,18 +19,27 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
-CHROMEDRIVER = Path("/usr/bin/chromedriver")
+CHROMEDRIVER = Path(os.environ.get("SPECVIZ_CHROMEDRIVER", "/usr/bin/chromedriver"))
 CHROMIUM = Path("/usr/bin/chromium")
 SERVER_START_TIMEOUT_S = 90
 PAGE_TIMEOUT_S = 60  # a cold start loads SmolLM2 (de-quantised once, then cached) before the first round
 
-pytestmark = pytest.mark.browser
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if "tests/browser" in str(item.path).replace(os.sep, "/"):
             item.add_marker(pytest.mark.browser)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _require_browser() -> None:
+    """Skip (before a server starts) where Debian's chromium and its driver are missing."""
+    if not CHROMEDRIVER.exists() or not CHROMIUM.exists():
+        pytest.skip(
+            "Browser tests need Debian's chromium and chromium-driver (/usr/bin/chromedriver); "
+            "scripts/test.sh installs them (apt-get install chromium chromium-driver)."
+        )
 
 
 def _free_port() -> int:
@@ -115,11 +124,6 @@ def _new_driver():
 @pytest.fixture(scope="session")
 def make_driver() -> Iterator[Callable[[], object]]:
     """A factory for extra drivers (several users at once); every driver it made quits at the end."""
-    if not CHROMEDRIVER.exists() or not CHROMIUM.exists():
-        pytest.skip(
-            "Browser tests need Debian's chromium and chromium-driver (/usr/bin/chromedriver); "
-            "scripts/test.sh installs them (apt-get install chromium chromium-driver)."
-        )
     drivers = []
 
     def make():
