@@ -4,12 +4,12 @@ vs early exit, at a fixed k and with adaptive k, over prompts by category (code,
     python scripts/compare_drafters.py                      # every prompt in assets/prompts.json, T=0
     python scripts/compare_drafters.py --temperatures 0 1 --repeats 3 --csv /tmp/compare.csv
 
-Every prompt is decoded plainly first (the baseline, same process, same sampling, same seed), then
-with each drafter; runs of one prompt are interleaved and repeated, and the median tokens/s of the
-repeats is kept, because the CPU is shared and single timings are noisy. By default speed is
-tokens per CPU-second of this (single-threaded) process, which other jobs on the same cores disturb
-far less than the wall clock; --clock wall measures what a user would see on an idle machine. The table aggregates
-each category: speedup is the geometric mean of per-prompt speedups; alpha (Leviathan's
+Every prompt is decoded plainly first (the baseline: same process, sampling and seed), then with
+each drafter; the runs of one prompt are interleaved and repeated and the median speed is kept.
+By default speed is tokens per CPU-second of this single-threaded process, which other jobs on
+shared cores disturb far less than the wall clock (on an oversubscribed CPU two torch threads
+spin and stall); --clock wall --threads 2 measures what a user sees on an idle machine. Each
+category row: speedup is the geometric mean of per-prompt speedups; alpha (Leviathan's
 E[sum_v min(p, q)]) and accepted/drafted pool every verified position of the category.
 """
 
@@ -21,7 +21,7 @@ import math
 import statistics
 import sys
 import time
-from dataclasses import dataclass, replace
+from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -187,7 +187,7 @@ def format_table(rows: list[dict]) -> str:
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(description=" ".join(__doc__.split("\n\n")[0].split()))
     p.add_argument("--prompts", type=Path, default=ROOT / "assets" / "prompts.json")
     p.add_argument("--categories", nargs="+", default=["code", "prose", "copy", "qa"])
     p.add_argument("--per-category", type=int, default=3, help="prompts per category")
@@ -222,7 +222,8 @@ def main(argv: list[str] | None = None) -> int:
     start = time.perf_counter()
     target = load_model(EMBEDDED_TARGET, "cpu", "float32")
     early_exit = early_exit_view(target.model, exit_layer_for(RunConfig(), target)) if "early-exit" in args.drafters else None
-    make_decoder(target, early_exit, [1, 2, 3], "none", 0, False, 0.0, replace_max_new(args, 4)).run()  # warm-up
+    warm_up = argparse.Namespace(**{**vars(args), "max_new_tokens": 4})
+    make_decoder(target, early_exit, [1, 2, 3], "none", 0, False, 0.0, warm_up).run()
     results: list[Result] = []
     for temperature in args.temperatures:
         for prompt in prompts:
@@ -232,17 +233,13 @@ def main(argv: list[str] | None = None) -> int:
         import csv
 
         with args.csv.open("w", newline="", encoding="utf-8") as fh:
-            writer = csv.DictWriter(fh, fieldnames=list(Result.__dataclass_fields__))
+            writer = csv.DictWriter(fh, fieldnames=[f.name for f in fields(Result)])
             writer.writeheader()
-            writer.writerows(r.__dict__ for r in results)
+            writer.writerows(asdict(r) for r in results)
     rows = summarize(results)
     rows.sort(key=lambda r: (r["T"], r["category"] != "all", r["category"], r["setup"] != "baseline", r["setup"]))
     print(format_table(rows))
     return 0
-
-
-def replace_max_new(args: argparse.Namespace, max_new: int) -> argparse.Namespace:
-    return argparse.Namespace(**{**vars(args), "max_new_tokens": max_new})
 
 
 if __name__ == "__main__":
