@@ -65,7 +65,9 @@ class DecodeConfig:
 
 
 def next_k(k: int, num_drafted: int, num_accepted: int, config: DecodeConfig) -> int:
-    """Adaptive k: +2 after a round where every drafted token was kept, -1 after a rejection, within [1, max]."""
+    """Adaptive k (the schedule of transformers' assisted generation): +2 after a round where every drafted
+    token was kept, -1 after a rejection, always within [1, max_draft_tokens]; a round that drafted nothing
+    carries no evidence and leaves k alone. The k asked each round is StepRecord.num_draft_tokens."""
     if not config.adaptive_k or num_drafted == 0:
         return k
     if num_accepted == num_drafted:
