@@ -6,9 +6,9 @@ a fresh run and keeps going, the way a user presses Reset and continues, while t
 keeps every round. Every --every rounds it samples the process RSS and the pickled size of the history,
 prints a table, and ends with a verdict (exit code 1 on FAIL).
 
-    python scripts/long_run_memory.py                      # the embedded SmolLM2-135M, prompt lookup
-    python scripts/long_run_memory.py --model toy          # a plain-torch toy LM: the same loop in seconds
-    python scripts/long_run_memory.py --drafter early-exit # records that also carry q_draft and the residual
+    python scripts/long_run_memory.py                      # the embedded SmolLM2-135M with the app's default drafter
+    python scripts/long_run_memory.py --drafter lookup     # prompt lookup: no q_draft, the smallest records
+    python scripts/long_run_memory.py --model toy          # a plain-torch toy LM: the same loop without a real model
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from specviz.config import RunConfig  # noqa: E402
 from specviz.core.decoding import DecodeConfig, SpeculativeDecoder  # noqa: E402
 from specviz.core.records import StepRecord  # noqa: E402
-from specviz.drafters import PromptLookupDrafter  # noqa: E402
+from specviz.drafters import NGramDrafter, PromptLookupDrafter  # noqa: E402
 
 PROMPT = (
     "Repeat this list, one colour per line, ten times: red, orange, yellow, green, blue, indigo, violet. "
@@ -118,9 +118,12 @@ def toy_session(args: argparse.Namespace) -> tuple[Session, int, str]:
             seed=args.seed + next(counter),
             max_new_tokens=args.max_new_tokens,
         )
-        return SpeculativeDecoder(ToyLM(seed=lm_seed), PromptLookupDrafter(), prompt_ids, config)
+        drafter = NGramDrafter(49_152) if args.drafter == "ngram" else PromptLookupDrafter()
+        return SpeculativeDecoder(ToyLM(seed=lm_seed), drafter, prompt_ids, config)
 
-    return Session(new_run), 49_152, "toy low-rank bigram LM (49,152 tokens), prompt lookup"
+    if args.drafter == "early-exit":
+        raise SystemExit("--drafter early-exit needs --model embedded")
+    return Session(new_run), 49_152, f"toy low-rank bigram LM (49,152 tokens), drafter {args.drafter}"
 
 
 def rss_mib() -> float:
@@ -153,7 +156,9 @@ def deep_kib(obj: object) -> float:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", choices=("embedded", "toy"), default="embedded")
-    parser.add_argument("--drafter", choices=("lookup", "early-exit"), default="lookup", help="embedded model only")
+    parser.add_argument(
+        "--drafter", choices=("ngram", "lookup", "early-exit"), default=RunConfig().drafter, help="early-exit: embedded model only"
+    )
     parser.add_argument("--rounds", type=int, default=500)
     parser.add_argument("--every", type=int, default=50)
     parser.add_argument("--k", type=int, default=4)
