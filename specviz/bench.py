@@ -53,7 +53,7 @@ class BenchPrompt:
 class SweepSpec:
     """What to sweep. Every prompt runs once plainly per temperature, then once per drafter x k."""
 
-    drafters: tuple[str, ...] = ("lookup", "early-exit")
+    drafters: tuple[str, ...] = ("ngram", "lookup", "early-exit")
     ks: tuple[int, ...] = (2, 4, 8)
     temperatures: tuple[float, ...] = (0.0, 1.0)
     max_new_tokens: int = 48
@@ -318,8 +318,8 @@ def add_bench_parser(sub) -> None:
     )
     p.add_argument("--prompts", default=str(DEFAULT_PROMPTS), help="JSON list of {category, title, prompt} (default: assets/prompts.json)")
     p.add_argument("--categories", type=lambda s: _csv_list(s, str, "--categories"), default=None, help="e.g. code,prose,copy (default: all)")
-    p.add_argument("--drafters", type=lambda s: _csv_list(s, str, "--drafters"), default=("lookup", "early-exit"),
-                   help=f"comma-separated, from {','.join(BENCH_DRAFTERS)} (default: lookup,early-exit)")
+    p.add_argument("--drafters", type=lambda s: _csv_list(s, str, "--drafters"), default=SweepSpec.drafters,
+                   help=f"comma-separated, from {','.join(BENCH_DRAFTERS)} (default: ngram,lookup,early-exit)")
     p.add_argument("--k", type=lambda s: _csv_list(s, int, "--k"), default=(2, 4, 8), help="tokens drafted per round (default: 2,4,8)")
     p.add_argument("--temperatures", type=lambda s: _csv_list(s, float, "--temperatures"), default=(0.0, 1.0), help="default: 0,1")
     p.add_argument("--max-new-tokens", type=int, default=48)
