@@ -331,6 +331,7 @@ def add_bench_parser(sub) -> None:
     p.add_argument("--device", default="auto")
     p.add_argument("--dtype", default="auto")
     p.add_argument("--trust-remote-code", action="store_true")
+    p.add_argument("--allow-pickle", action="store_true", help="load .bin/.pt checkpoints (only if you trust them)")
     p.add_argument("--allow-download", action="store_true")
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice); 1 is steadier on a busy machine")
     p.add_argument("--out", default=None, help="write the results table here (.csv, or .json for a list of records)")
@@ -356,7 +357,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
     prompts = load_prompts(args.prompts, args.categories)
     if args.out and Path(args.out).suffix.lower() not in (".csv", ".json"):
         raise ValueError(f"--out must end in .csv or .json; got {args.out}.")
-    kwargs = dict(trust_remote_code=args.trust_remote_code, allow_download=args.allow_download)
+    kwargs = dict(trust_remote_code=args.trust_remote_code, allow_download=args.allow_download, allow_pickle=args.allow_pickle)
     target = load_model(args.target, args.device, args.dtype, **kwargs)
     draft = load_model(args.draft, args.device, args.dtype, **kwargs) if "model" in spec.drafters and args.draft else None
     print(f"benchmark: {len(prompts)} prompts, {spec.num_runs(len(prompts))} runs on {target.name} ({target.device})", file=sys.stderr)

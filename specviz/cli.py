@@ -37,6 +37,7 @@ def _add_run_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--dtype", default="auto")
     p.add_argument("--trust-remote-code", action="store_true", help="run code shipped in a model repository (only if you trust it)")
     p.add_argument("--allow-download", action="store_true", help="let hub ids download (off by default: offline)")
+    p.add_argument("--allow-pickle", action="store_true", help="load .bin/.pt checkpoints, which can run code (only if you trust them)")
 
 
 def config_from_args(args: argparse.Namespace) -> RunConfig:
@@ -60,6 +61,7 @@ def config_from_args(args: argparse.Namespace) -> RunConfig:
         dtype=args.dtype,
         trust_remote_code=args.trust_remote_code,
         allow_download=args.allow_download,
+        allow_pickle=args.allow_pickle,
     )
 
 
@@ -135,10 +137,10 @@ def cmd_generate(args: argparse.Namespace) -> int:
     else:
         text = args.prompt
     validate_prompt(text)
-    target = load_model(config.target, config.device, config.dtype, trust_remote_code=config.trust_remote_code, allow_download=config.allow_download)
+    target = load_model(config.target, **config.load_options())
     draft = None
     if config.drafter == "model" and not args.baseline:
-        draft = load_model(config.draft, config.device, config.dtype, trust_remote_code=config.trust_remote_code, allow_download=config.allow_download)
+        draft = load_model(config.draft, **config.load_options())
     prompt_ids = encode_prompt(target.tokenizer, text, config.chat)
     early_exit = None
     if config.drafter == "early-exit" and not args.baseline:

@@ -36,6 +36,7 @@ class RunConfig:
     dtype: str = "auto"
     trust_remote_code: bool = False
     allow_download: bool = False
+    allow_pickle: bool = False  # local .bin/.pt checkpoints can run code when unpickled: opt-in only
 
     def __post_init__(self) -> None:
         self.validate()
@@ -73,6 +74,16 @@ class RunConfig:
             max_new_tokens=self.max_new_tokens,
             eos_token_ids=eos_token_ids,
             adaptive_k=self.adaptive_k,
+        )
+
+    def load_options(self) -> dict:
+        """Keyword arguments for specviz.models.load_model (and the UI's cached get_model)."""
+        return dict(
+            device=self.device,
+            dtype=self.dtype,
+            trust_remote_code=self.trust_remote_code,
+            allow_download=self.allow_download,
+            allow_pickle=self.allow_pickle,
         )
 
     def to_dict(self) -> dict:

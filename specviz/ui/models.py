@@ -8,13 +8,21 @@ from specviz.models import LoadedModel, early_exit_view, load_model
 
 
 @st.cache_resource(show_spinner=False, max_entries=4)
-def _cached_model(source: str, device: str, dtype: str, trust_remote_code: bool, allow_download: bool) -> LoadedModel:
-    return load_model(source, device, dtype, trust_remote_code=trust_remote_code, allow_download=allow_download)
+def _cached_model(source: str, device: str, dtype: str, trust_remote_code: bool, allow_download: bool, allow_pickle: bool) -> LoadedModel:
+    return load_model(source, device, dtype, trust_remote_code=trust_remote_code, allow_download=allow_download, allow_pickle=allow_pickle)
 
 
-def get_model(source: str, device: str = "auto", dtype: str = "auto", *, trust_remote_code: bool = False, allow_download: bool = False) -> LoadedModel:
+def get_model(
+    source: str,
+    device: str = "auto",
+    dtype: str = "auto",
+    *,
+    trust_remote_code: bool = False,
+    allow_download: bool = False,
+    allow_pickle: bool = False,
+) -> LoadedModel:
     """Load (or fetch from the cache) with a visible status. Raises ModelLoadError (a ValueError) with a message to show."""
-    key = (source, device, dtype, trust_remote_code, allow_download)
+    key = (source, device, dtype, trust_remote_code, allow_download, allow_pickle)
     loaded = st.session_state.setdefault("_specviz_loaded_models", set())
     if key in loaded:
         return _cached_model(*key)

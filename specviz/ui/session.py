@@ -153,17 +153,17 @@ def describe_changes(old: RunConfig, new: RunConfig | None) -> list[str]:
 def baseline_key(config: RunConfig, prompt: str) -> tuple:
     """What plain decoding's output and speed depend on: the target, where it runs, the sampling, the prompt."""
     c = config
-    return (c.target, c.device, c.dtype, c.trust_remote_code, c.temperature, c.top_k, c.top_p, c.seed, c.max_new_tokens, c.chat, prompt)
+    return (c.target, c.device, c.dtype, c.trust_remote_code, c.allow_pickle, c.temperature, c.top_k, c.top_p, c.seed, c.max_new_tokens, c.chat, prompt)
 
 
 def load_target(config: RunConfig) -> LoadedModel:
-    return get_model(config.target, config.device, config.dtype, trust_remote_code=config.trust_remote_code, allow_download=config.allow_download)
+    return get_model(config.target, **config.load_options())
 
 
 def _decoder(config: RunConfig, target: LoadedModel, prompt_ids: list[int]) -> SpeculativeDecoder:
     draft = early_exit = None
     if config.drafter == "model":
-        draft = get_model(config.draft or "", config.device, config.dtype, trust_remote_code=config.trust_remote_code, allow_download=config.allow_download)
+        draft = get_model(config.draft or "", **config.load_options())
     if config.drafter == "early-exit":
         early_exit = get_early_exit(target, exit_layer_for(config, target))
     return build_decoder(config, target, prompt_ids, draft, early_exit=early_exit)

@@ -133,6 +133,7 @@ def sidebar() -> Settings:
             chat = st.toggle("chat template", value=DEFAULTS.chat, key="chat", help="Wrap the prompt as a user turn; off feeds it raw.")
             allow_download = st.checkbox("allow downloads from the hub", value=False, key="allow_download", help="Off: hub ids load only from the local cache, so an offline machine fails at once.")
             trust = st.checkbox("trust remote code", value=False, key="trust_remote_code", help="Runs code shipped in a model repository. Only for repositories you trust.")
+            allow_pickle = st.checkbox("allow pickle checkpoints", value=False, key="allow_pickle", help="Loads .bin/.pt weights, which can run code when unpickled. Only for files you trust; safetensors and GGUF need no opt-in.")
 
     fields = dict(
         target=target.strip() or EMBEDDED_TARGET,
@@ -153,6 +154,7 @@ def sidebar() -> Settings:
         dtype=dtype,
         trust_remote_code=bool(trust),
         allow_download=bool(allow_download),
+        allow_pickle=bool(allow_pickle),
         ngram_threshold=float(threshold),
     )
     compare_kind = None if compare == COMPARE_OFF else compare
