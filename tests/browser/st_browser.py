@@ -15,6 +15,11 @@ IDLE = '[data-testid="stApp"][data-test-script-state="notRunning"][data-test-con
 EXCEPTION = '[data-testid="stException"]'
 
 
+def wait(driver: WebDriver, timeout: float = 60) -> WebDriverWait:
+    """WebDriverWait that retries when a rerun replaces an element mid-check (stale references)."""
+    return WebDriverWait(driver, timeout, poll_frequency=0.2, ignored_exceptions=(StaleElementReferenceException,))
+
+
 def wait_idle(driver: WebDriver, timeout: float = 60, settle: float = 0.3) -> None:
     """Wait until the script has finished its run and stayed idle for `settle` seconds (reruns are async)."""
     deadline = time.monotonic() + timeout
@@ -33,9 +38,9 @@ def wait_idle(driver: WebDriver, timeout: float = 60, settle: float = 0.3) -> No
 
 def open_page(driver: WebDriver, base_url: str, path: str = "", timeout: float = 180) -> None:
     driver.get(f"{base_url}/{path}")
-    WebDriverWait(driver, timeout).until(lambda d: d.find_elements(By.CSS_SELECTOR, APP))
+    wait(driver, timeout).until(lambda d: d.find_elements(By.CSS_SELECTOR, APP))
     # the first element of the page proves the script ran at least once
-    WebDriverWait(driver, timeout).until(lambda d: d.find_elements(By.CSS_SELECTOR, '[data-testid="stMainBlockContainer"] [data-testid="stElementContainer"]'))
+    wait(driver, timeout).until(lambda d: d.find_elements(By.CSS_SELECTOR, '[data-testid="stMainBlockContainer"] [data-testid="stElementContainer"]'))
     wait_idle(driver, timeout)
 
 
@@ -49,7 +54,7 @@ def keyed(driver: WebDriver, key: str):
 
 
 def click_button(driver: WebDriver, key: str, timeout: float = 30) -> None:
-    WebDriverWait(driver, timeout).until(lambda d: d.find_elements(By.CSS_SELECTOR, f".st-key-{key} button:not([disabled])"))
+    wait(driver, timeout).until(lambda d: d.find_elements(By.CSS_SELECTOR, f".st-key-{key} button:not([disabled])"))
     for _ in range(3):  # a rerun may replace the node between find and click
         try:
             driver.find_element(By.CSS_SELECTOR, f".st-key-{key} button").click()
@@ -62,7 +67,7 @@ def click_button(driver: WebDriver, key: str, timeout: float = 30) -> None:
 def set_text(driver: WebDriver, key: str, text: str) -> None:
     """Replace a text area / text input's value and commit it (streamlit commits on blur)."""
     selector = f".st-key-{key} textarea, .st-key-{key} input"
-    WebDriverWait(driver, 60).until(lambda d: d.find_elements(By.CSS_SELECTOR, selector))
+    wait(driver, 60).until(lambda d: d.find_elements(By.CSS_SELECTOR, selector))
     box = driver.find_element(By.CSS_SELECTOR, selector)
     driver.execute_script(
         "const el = arguments[0];"

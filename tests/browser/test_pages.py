@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import pytest
 from selenium.webdriver.common.by import By
-from selenium.webdriver.support.ui import WebDriverWait
 
-from tests.browser.st_browser import PAGES, click_button, exceptions, open_page, save_screenshot, wait_idle
+from tests.browser.st_browser import PAGES, click_button, exceptions, open_page, save_screenshot, wait, wait_idle
 
 APP_TITLE = "specviz: speculative decoding, step by step"  # app.py's page_title
 
@@ -25,7 +24,7 @@ def test_page_renders_without_exception(driver, app_url, path, screenshot_dir):
     assert driver.current_url.rstrip("/") == f"{app_url}/{path}".rstrip("/")
     charts = driver.find_elements(By.CSS_SELECTOR, '[data-testid="stPlotlyChart"]')
     if charts:  # every chart on the page has drawn its SVG
-        WebDriverWait(driver, 60).until(lambda d: len(d.find_elements(By.CSS_SELECTOR, '[data-testid="stPlotlyChart"] .main-svg')) >= len(charts))
+        wait(driver, 60).until(lambda d: len(d.find_elements(By.CSS_SELECTOR, '[data-testid="stPlotlyChart"] .main-svg')) >= len(charts))
     if path in ("theory", "exactness"):  # step-through and benchmark are shot after they have run something
         save_screenshot(driver, screenshot_dir / f"screenshot_{path}.png")
 
@@ -35,7 +34,7 @@ def test_sidebar_links_reach_every_page(driver, app_url):
     for path, title in PAGES.items():
         link = next(a for a in driver.find_elements(By.CSS_SELECTOR, '[data-testid="stSidebarNavLink"]') if a.text.strip().endswith(title))
         link.click()
-        WebDriverWait(driver, 30).until(lambda d: d.current_url.rstrip("/") == f"{app_url}/{path}".rstrip("/"))
+        wait(driver, 30).until(lambda d: d.current_url.rstrip("/") == f"{app_url}/{path}".rstrip("/"))
         wait_idle(driver)
         assert exceptions(driver) == []
 
@@ -45,8 +44,8 @@ def test_benchmark_runs_and_draws_charts(driver, app_url, screenshot_dir):
     open_page(driver, app_url, "benchmark")
     click_button(driver, "bench_run")
     header = lambda d: [h for h in d.find_elements(By.CSS_SELECTOR, "h2") if "This session's results" in h.text]  # noqa: E731
-    WebDriverWait(driver, 300).until(header)
+    wait(driver, 300).until(header)
     wait_idle(driver, 120)
     assert exceptions(driver) == []
-    WebDriverWait(driver, 60).until(lambda d: len(d.find_elements(By.CSS_SELECTOR, '[data-testid="stPlotlyChart"] .main-svg')) >= 2)
+    wait(driver, 60).until(lambda d: len(d.find_elements(By.CSS_SELECTOR, '[data-testid="stPlotlyChart"] .main-svg')) >= 2)
     save_screenshot(driver, screenshot_dir / "screenshot_benchmark.png")

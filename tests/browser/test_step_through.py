@@ -7,10 +7,8 @@ import threading
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
-import pytest
 from selenium.common.exceptions import NoAlertPresentException
 from selenium.webdriver.common.by import By
-from selenium.webdriver.support.ui import WebDriverWait
 
 from tests.browser.st_browser import (
     click_button,
@@ -22,6 +20,7 @@ from tests.browser.st_browser import (
     slider_to_end,
     slider_value,
     stream_text,
+    wait,
     wait_idle,
 )
 
@@ -33,7 +32,7 @@ COLOURED = '.specviz-stream span[title]:not([title="prompt"])'  # every generate
 def step(driver, rounds_before: int) -> None:
     """Press Step and wait until the page shows one more round."""
     click_button(driver, "step")
-    WebDriverWait(driver, STEP_TIMEOUT_S).until(lambda d: metric_value(d, "rounds") == str(rounds_before + 1))
+    wait(driver, STEP_TIMEOUT_S).until(lambda d: metric_value(d, "rounds") == str(rounds_before + 1))
     wait_idle(driver, STEP_TIMEOUT_S)
 
 
@@ -55,9 +54,9 @@ def test_step_draws_coloured_tokens_and_charts(driver, app_url, screenshot_dir):
     assert len(tokens) >= 3  # at least one token per round
     styles = {t.get_attribute("style") for t in tokens}
     assert any("background" in s or "line-through" in s for s in styles), styles
-    WebDriverWait(driver, 30).until(lambda d: len(d.find_elements(By.CSS_SELECTOR, PLOTLY)) >= 2)
+    wait(driver, 30).until(lambda d: len(d.find_elements(By.CSS_SELECTOR, PLOTLY)) >= 2)
     # plotly draws into SVG once the chart has a size: real bars, not an empty frame
-    WebDriverWait(driver, 30).until(lambda d: d.find_elements(By.CSS_SELECTOR, f"{PLOTLY} .main-svg .plot path, {PLOTLY} .main-svg .bars path"))
+    wait(driver, 30).until(lambda d: d.find_elements(By.CSS_SELECTOR, f"{PLOTLY} .main-svg .plot path, {PLOTLY} .main-svg .bars path"))
     save_screenshot(driver, screenshot_dir / "screenshot_step_through.png")
 
 
@@ -112,7 +111,7 @@ def prepare(driver, app_url: str, user: User, target: str) -> None:
     set_text(driver, "seed", str(user.seed))
     wait_idle(driver)
     slider_to_end(driver, "temperature")
-    WebDriverWait(driver, 30).until(lambda d: slider_value(d, "temperature") == "2.00")
+    wait(driver, 30).until(lambda d: slider_value(d, "temperature") == "2.00")
     wait_idle(driver)
     assert exceptions(driver) == [] and not driver.find_elements(By.CSS_SELECTOR, '[data-testid="stAlertContentError"]')
 
@@ -140,7 +139,7 @@ def test_several_users_at_once_match_their_solo_runs(make_driver, app_url, strea
 
     for d in drivers:
         click_button(d, "reset")
-        WebDriverWait(d, STEP_TIMEOUT_S).until(lambda d: metric_value(d, "rounds") is None)
+        wait(d, STEP_TIMEOUT_S).until(lambda d: metric_value(d, "rounds") is None)
         wait_idle(d)
     barrier = threading.Barrier(len(USERS))
     with ThreadPoolExecutor(len(USERS)) as pool:
