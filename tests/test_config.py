@@ -16,3 +16,14 @@ def test_cli_opt_ins_reach_the_load_options():
     opts = config_from_args(args).load_options()
     assert opts["allow_pickle"] and opts["allow_download"] and opts["trust_remote_code"]
     assert opts["device"] == "cpu"
+
+
+def test_a_plain_file_is_refused_with_what_to_give_instead(tmp_path):
+    import pytest
+
+    from specviz.models import ModelLoadError, load_model
+
+    notes = tmp_path / "notes.txt"
+    notes.write_text("not a model")
+    with pytest.raises(ModelLoadError, match="is a file, not a model"):
+        load_model(str(notes), "cpu", "float32")

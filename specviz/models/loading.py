@@ -144,7 +144,8 @@ def _load_gguf(path: Path, dtype: torch.dtype) -> tuple[PreTrainedModel, PreTrai
 
 
 def _looks_like_path(source: str) -> bool:
-    return source.startswith(("/", "./", "../", "~")) or source.endswith(".gguf") or os.sep in source.strip("/") and os.path.exists(source)
+    """Hub ids are 'org/name'; anything rooted, relative or existing on disk is meant as a path."""
+    return source.startswith(("/", "./", "../", "~")) or os.path.exists(os.path.expanduser(source))
 
 
 def _check_local_folder(folder: Path, allow_pickle: bool) -> None:
@@ -191,6 +192,8 @@ def load_model(
         folder = Path(source).expanduser()
         _check_local_folder(folder, allow_pickle)
         model, tok = _from_pretrained(str(folder), dt, trust_remote_code, True, allow_pickle)
+    elif Path(source).expanduser().is_file():
+        raise ModelLoadError(f"{source} is a file, not a model: give a .gguf file or a folder with config.json and safetensors weights.")
     elif _looks_like_path(source):
         raise ModelLoadError(f"No model folder or file at {source}.")
     else:
@@ -229,6 +232,11 @@ def _from_pretrained(
         if "safetensors" in text.lower() and not allow_pickle:
             raise ModelLoadError(
                 f"'{source}' has no safetensors weights. Opt in to pickle checkpoints (--allow-pickle) only if you trust it."
+            ) from exc
+        if not local_files_only and ("connect" in text.lower() or "resolve" in text.lower() or "network" in text.lower()):
+            raise ModelLoadError(
+                f"Could not reach the Hugging Face Hub to download '{source}'. Check the network, or download it on "
+                f"another machine (hf download {source}) and copy the cache or folder here."
             ) from exc
         raise ModelLoadError(f"Could not load '{source}': {type(exc).__name__}: {text.splitlines()[0] if text else ''}") from exc
     return model, tok
