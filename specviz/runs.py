@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from specviz.config import RunConfig
 from specviz.core.decoding import SpeculativeDecoder
 from specviz.drafters import ModelDrafter, NGramDrafter, NoDrafter, PromptLookupDrafter
@@ -51,5 +53,5 @@ def build_decoder(
     vocab = target.vocab_size if draft is None or baseline else min(target.vocab_size, draft.vocab_size)
     decode = config.decode_config(target.eos_token_ids, seed)
     if baseline:
-        decode = config.__class__(**{**config.to_dict(), "drafter": "none"}).decode_config(target.eos_token_ids, seed)
+        decode = replace(decode, num_draft_tokens=0, adaptive_k=False)
     return SpeculativeDecoder(HFCachedLM(target.model, vocab), drafter, prompt_ids, decode)
