@@ -111,16 +111,16 @@ def _load_gguf(path: Path, dtype: torch.dtype) -> tuple[PreTrainedModel, PreTrai
     cached = cache_root() / f"{path.stem}-{stat.st_size}-{int(stat.st_mtime)}"
     if (cached / "config.json").is_file() and (cached / "model.safetensors").is_file():
         try:
-            tok = AutoTokenizer.from_pretrained(cached)
-            return AutoModelForCausalLM.from_pretrained(cached, dtype=dtype), tok
+            tok = AutoTokenizer.from_pretrained(cached, local_files_only=True)
+            return AutoModelForCausalLM.from_pretrained(cached, dtype=dtype, local_files_only=True), tok
         except torch.OutOfMemoryError as exc:  # not a damaged cache: keep it for the next try
             raise _oom_error(path) from exc
         except Exception as exc:  # a damaged cache is rebuilt, not fatal
             log.warning("ignoring unreadable cache %s: %s", cached, exc)
             shutil.rmtree(cached, ignore_errors=True)
     try:
-        tok = AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name)
-        model = AutoModelForCausalLM.from_pretrained(path.parent, gguf_file=path.name, dtype=torch.float32)
+        tok = AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name, local_files_only=True)
+        model = AutoModelForCausalLM.from_pretrained(path.parent, gguf_file=path.name, dtype=torch.float32, local_files_only=True)
     except torch.OutOfMemoryError as exc:
         raise _oom_error(path) from exc
     except Exception as exc:
