@@ -16,7 +16,6 @@ E[sum_v min(p, q)]) and accepted/drafted pool every verified position of the cat
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import statistics
 import sys
@@ -27,17 +26,13 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from specviz.bench import BenchPrompt  # noqa: E402
+from specviz.bench import load_prompts as bench_load_prompts  # noqa: E402
 from specviz.config import EMBEDDED_TARGET, RunConfig  # noqa: E402
 from specviz.core.decoding import SpeculativeDecoder  # noqa: E402
 from specviz.drafters import NGramDrafter, NoDrafter  # noqa: E402
 
 DRAFTERS = ("lookup", "ngram", "ngram-greedy", "early-exit")  # ngram-greedy: argmax drafts scored with a one-hot q
-FALLBACK_PROMPTS = [
-    {"category": "code", "title": "reverse words", "prompt": "Write a Python function reverse_words(text) that reverses the order of the words in a sentence."},
-    {"category": "prose", "title": "autumn", "prompt": "Describe a walk through a park on an autumn morning in a few sentences."},
-    {"category": "copy", "title": "repeat", "prompt": "Repeat exactly: The river rose slowly through the night. By morning the lower fields were under water."},
-    {"category": "qa", "title": "capital", "prompt": "What is the capital of France? Answer in one sentence."},
-]
 
 
 @dataclass(frozen=True)
@@ -58,14 +53,10 @@ class Result:
     same_as_baseline: bool | None  # greedy only
 
 
-def load_prompts(path: Path, categories: list[str], per_category: int) -> list[dict]:
-    prompts = json.loads(path.read_text(encoding="utf-8")) if path.exists() else FALLBACK_PROMPTS
-    chosen = []
-    for cat in categories:
-        chosen += [p for p in prompts if p["category"] == cat][:per_category]
-    if not chosen:
-        raise ValueError(f"No prompts in {path} for categories {categories}.")
-    return chosen
+def load_prompts(path: Path, categories: list[str], per_category: int) -> list[BenchPrompt]:
+    """The benchmark's prompt set (validated by specviz.bench.load_prompts), the first few of each category."""
+    prompts = bench_load_prompts(path, categories)
+    return [p for cat in categories for p in [q for q in prompts if q.category == cat][:per_category]]
 
 
 def make_decoder(target, early_exit, prompt_ids: list[int], drafter: str, k: int, adaptive: bool, temperature: float, args) -> SpeculativeDecoder:
@@ -100,7 +91,7 @@ def measure_prompt(target, early_exit, prompt: dict, setups: list[tuple[str, int
     """Baseline and every setup on one prompt, repeats interleaved so drifting load hits all alike."""
     from specviz.models import encode_prompt
 
-    prompt_ids = encode_prompt(target.tokenizer, prompt["prompt"], True)
+    prompt_ids = encode_prompt(target.tokenizer, prompt.prompt, True)
     all_setups = [("none", 0, False)] + setups
     speeds: dict[int, list[float]] = {i: [] for i in range(len(all_setups))}
     first: dict[int, SpeculativeDecoder] = {}
@@ -121,8 +112,8 @@ def measure_prompt(target, early_exit, prompt: dict, setups: list[tuple[str, int
         setup = "baseline" if drafter == "none" else f"{drafter} k={k}{' adaptive' if adaptive else ''}"
         results.append(
             Result(
-                category=prompt["category"],
-                title=prompt["title"],
+                category=prompt.category,
+                title=prompt.title,
                 setup=setup,
                 temperature=temperature,
                 new_tokens=s.new_tokens,
@@ -228,7 +219,7 @@ def main(argv: list[str] | None = None) -> int:
     for temperature in args.temperatures:
         for prompt in prompts:
             results += measure_prompt(target, early_exit, prompt, setups, temperature, args)
-            print(f"[{time.perf_counter() - start:6.0f}s] T={temperature} {prompt['category']}/{prompt['title']} done", file=sys.stderr, flush=True)
+            print(f"[{time.perf_counter() - start:6.0f}s] T={temperature} {prompt.category}/{prompt.title} done", file=sys.stderr, flush=True)
     if args.csv:
         import csv
 
