@@ -200,10 +200,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 def main(argv: list[str] | None = None) -> int:
+    import torch
+
     from specviz.models import early_exit_view, load_model
     from specviz.runs import exit_layer_for
-
-    import torch
 
     args = parse_args(argv)
     torch.set_num_threads(args.threads)

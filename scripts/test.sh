@@ -9,4 +9,6 @@ if ! command -v chromedriver >/dev/null 2>&1; then
   SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
   $SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq chromium chromium-driver >/dev/null
 fi
+# Lint first (configured in pyproject.toml): a finding fails the run like a failing test.
+python -m ruff check --quiet .
 python -m pytest "$@"

@@ -58,7 +58,7 @@ class RunConfig:
             raise ValueError(f"max new tokens must be between 1 and {MAX_NEW_TOKENS}; got {self.max_new_tokens}.")
         if self.temperature > 2.0:
             raise ValueError(f"Temperature must be between 0 and 2; got {self.temperature}.")
-        self.sampling  # temperature, top-k, top-p checks live in SamplingConfig
+        _ = self.sampling  # temperature, top-k, top-p checks live in SamplingConfig
         if self.seed < 0:
             raise ValueError(f"The seed must be >= 0; got {self.seed}.")
 

@@ -17,6 +17,7 @@ pytestmark = pytest.mark.usefixtures("one_thread")
 
 V = 10
 PROMPT = [1, 2, 3, 4, 1, 2, 3]  # "1 2 3" repeats, so prompt lookup hits at once
+GREEDY = SamplingConfig()
 
 
 class TableLM:
@@ -70,7 +71,7 @@ def plain_greedy(prompt: list[int], max_new: int, eos: tuple[int, ...] = (), see
     return out[len(prompt) :]
 
 
-def make_drafter(kind: str, sampling: SamplingConfig = SamplingConfig(), scale: float = 1.0):
+def make_drafter(kind: str, sampling: SamplingConfig = GREEDY, scale: float = 1.0):
     if kind == "none":
         return NoDrafter()
     if kind == "lookup":
@@ -104,7 +105,7 @@ def run_checked(dec: SpeculativeDecoder) -> SpeculativeDecoder:
     return dec
 
 
-def decoder(kind: str, k: int, max_new: int = 40, eos=(), sampling=SamplingConfig(), seed=0, scale=1.0, **kw):
+def decoder(kind: str, k: int, max_new: int = 40, eos=(), sampling=GREEDY, seed=0, scale=1.0, **kw):
     config = DecodeConfig(num_draft_tokens=k, sampling=sampling, seed=seed, max_new_tokens=max_new, eos_token_ids=eos, **kw)
     return SpeculativeDecoder(TableLM(0, scale=scale), make_drafter(kind, sampling, scale), PROMPT, config)
 

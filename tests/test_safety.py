@@ -13,8 +13,7 @@ import pytest
 import torch
 
 from specviz.config import RunConfig
-from specviz.models import ModelLoadError, load_model
-from specviz.models import loading
+from specviz.models import ModelLoadError, load_model, loading
 
 REPO = Path(__file__).resolve().parents[1]
 

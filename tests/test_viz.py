@@ -17,6 +17,7 @@ from specviz.core.sampling import SamplingConfig
 from specviz.core.theory import expected_tokens
 from specviz.drafters import ModelDrafter, NoDrafter, PromptLookupDrafter
 from specviz.viz import (
+    figures,
     latency_frame,
     legend_html,
     position_frame,
@@ -28,7 +29,6 @@ from specviz.viz import (
     verify_cost_ratio,
     visible_html,
 )
-from specviz.viz import figures
 
 VOCAB = 12
 TEXTS = {i: f"t{i}" for i in range(VOCAB)}

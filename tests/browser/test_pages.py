@@ -34,7 +34,7 @@ def test_sidebar_links_reach_every_page(driver, app_url):
     for path, title in PAGES.items():
         link = next(a for a in driver.find_elements(By.CSS_SELECTOR, '[data-testid="stSidebarNavLink"]') if a.text.strip().endswith(title))
         link.click()
-        wait(driver, 30).until(lambda d: d.current_url.rstrip("/") == f"{app_url}/{path}".rstrip("/"))
+        wait(driver, 30).until(lambda d, path=path: d.current_url.rstrip("/") == f"{app_url}/{path}".rstrip("/"))
         wait_idle(driver)
         assert exceptions(driver) == []
 

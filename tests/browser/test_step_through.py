@@ -38,7 +38,7 @@ def step(driver, rounds_before: int) -> None:
 
 def no_alert(driver) -> bool:
     try:
-        driver.switch_to.alert
+        _ = driver.switch_to.alert
     except NoAlertPresentException:
         return True
     return False
