@@ -77,8 +77,8 @@ def set_text(driver: WebDriver, key: str, text: str) -> None:
         box,
         text,
     )
-    box.click()
-    driver.execute_script("arguments[0].blur();", box)
+    # focus + blur from script: a click can hit an element still sliding in (an expander opening on a busy machine)
+    driver.execute_script("arguments[0].focus(); arguments[0].blur();", box)
 
 
 def main_text(driver: WebDriver) -> str:
