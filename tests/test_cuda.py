@@ -5,6 +5,7 @@ synchronisations in specviz code are a constant number, not one per drafted toke
 
 from __future__ import annotations
 
+import linecache
 import warnings
 from pathlib import Path
 
@@ -119,6 +120,13 @@ def test_the_rule_and_the_warp_never_wait_on_the_device():
 # -- a whole round: synchronisations in specviz code, counted --------------------------------------------------
 
 
+def hidden_sync(w: warnings.WarningMessage) -> bool:
+    """A sync warning from specviz's own files, other than the clock's explicit torch.cuda.synchronize()."""
+    if "synchroniz" not in str(w.message) or not str(w.filename).startswith(SPECVIZ_DIR):
+        return False
+    return "synchronize(" not in linecache.getline(str(w.filename), w.lineno)
+
+
 def our_syncs_per_round(dec) -> tuple[list[int], set[str]]:
     """Sync warnings raised from specviz's own files, per round that drafted, and where they came from."""
     counts, sites = [], set()
@@ -128,7 +136,7 @@ def our_syncs_per_round(dec) -> tuple[list[int], set[str]]:
             with warnings.catch_warnings(record=True) as caught:
                 warnings.simplefilter("always")
                 record = dec.step()
-            ours = [w for w in caught if "synchroniz" in str(w.message) and str(w.filename).startswith(SPECVIZ_DIR)]
+            ours = [w for w in caught if hidden_sync(w)]
             sites |= {f"{Path(w.filename).name}:{w.lineno}" for w in ours}
             if record.drafted:
                 counts.append(len(ours))
@@ -144,4 +152,5 @@ def test_sync_debug_mode_agrees_syncs_per_round_do_not_grow_with_k(cuda_models, 
     (c2, sites2), (c8, sites8) = per_k[2], per_k[8]  # sites: file:line of each sync, for the message
     assert c2 and c8, "nothing was drafted: the test would prove nothing"
     assert max(c8) == max(c2), (per_k, "a sync per drafted token somewhere in specviz")
-    assert max(c8) <= 8, (sites2, sites8)  # host->device copies of the round's inputs, the outcome, the record
+    # host->device copies of the round's inputs, the rule's outcome, the record; a draft model's ids and cache ids
+    assert max(c8) <= 10, (sites2, sites8)
