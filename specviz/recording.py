@@ -84,10 +84,12 @@ def check_record(r: StepRecord, where: str) -> None:
         if len(getattr(r, name)) != n:
             raise ValueError(f"{where}: {n} drafted tokens but {len(getattr(r, name))} {name}")
     fates = "".join({"accepted": "a", "rejected": "r", "discarded": "d"}[f] for f in r.draft_fates)
-    if not re.fullmatch("a*(rd*)?", fates):
-        raise ValueError(f"{where}: draft fates {list(r.draft_fates)} do not match the rule (accepted ones, then at most one rejected, then discarded)")
-    if len(r.emitted) != len(r.emitted_fates):
-        raise ValueError(f"{where}: {len(r.emitted)} emitted tokens but {len(r.emitted_fates)} emitted fates")
+    if not re.fullmatch("a*r?d*", fates):
+        raise ValueError(f"{where}: draft fates {list(r.draft_fates)} do not match the rule (accepted ones, then at most one rejected, then discarded ones)")
+    for name in ("emitted_fates", "emitted_margin"):
+        values = getattr(r, name, None)
+        if values is not None and len(values) != len(r.emitted):
+            raise ValueError(f"{where}: {len(r.emitted)} emitted tokens but {len(values)} {name}")
     kept = [t for t, f in zip(r.emitted, r.emitted_fates) if f == "accepted"]
     if kept != list(r.drafted[: len(kept)]) or len(kept) > r.num_accepted:
         raise ValueError(f"{where}: the emitted accepted tokens {kept} are not the accepted drafted tokens {list(r.drafted[: r.num_accepted])}")
