@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from dataclasses import replace
 from html.parser import HTMLParser
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -284,3 +285,48 @@ def test_smollm_pieces_round_trip_through_a_recording(smollm):
     texts = [table(i) for i in ids]
     assert sum(t.count("⟨") for t in texts) >= 4, texts
     assert "".join(shown for _, _, shown in join_pieces(texts)) == "日本語 🚀"
+
+
+# --- command line: generate --record, replay -----------------------------------------------------------------
+
+
+def test_generate_record_then_replay_without_a_model(tmp_path, tiny_dir, capsys, monkeypatch):
+    import subprocess
+    import sys
+
+    from specviz import cli
+
+    path = tmp_path / "run.json"
+    argv = ["generate", "--target", str(tiny_dir["llama"]), "--no-chat", "--prompt", PROMPT, "--drafter", "lookup", "-k", "3",
+            "--max-new-tokens", "8", "--num-samples", "2", "--temperature", "1", "--record", str(path), "--json"]  # fmt: skip
+    assert cli.main(argv) == 0
+    out = json.loads(capsys.readouterr().out)
+    rec = load_recording(path.read_bytes())
+    assert [r.seed for r in rec.runs] == [s["seed"] for s in out["samples"]]
+    assert [[t for r in run.records for t in r.emitted] for run in rec.runs] == [s["output_ids"] for s in out["samples"]]
+    assert rec.baseline is not None and rec.baseline.stats.new_tokens >= max(r.stats.new_tokens for r in rec.runs)
+    assert rec.environment.vocab_size > 0 and rec.environment.transformers
+
+    import specviz.models
+    import specviz.models.loading
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("replay must not load a model")
+
+    monkeypatch.setattr(specviz.models, "load_model", refuse)
+    monkeypatch.setattr(specviz.models.loading, "load_model", refuse)
+    assert cli.main(["replay", str(path)]) == 0
+    shown = capsys.readouterr().out
+    assert "sample 1" in shown and "sample 2" in shown and "tokens/target pass" in shown and "baseline" in shown
+    probe = f"import sys; from specviz import cli; rc = cli.main(['replay', {str(path)!r}]); print('transformers' in sys.modules, rc)"
+    proc = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120, cwd=str(Path(__file__).parents[1]))
+    assert proc.stdout.strip().splitlines()[-1] == "False 0", proc.stdout + proc.stderr
+
+
+def test_replay_of_a_bad_file_is_exit_code_2(tmp_path, capsys):
+    from specviz import cli
+
+    path = tmp_path / "bad.json"
+    path.write_text('{"format": "specviz-recording", "version": 7}', encoding="utf-8")
+    assert cli.main(["replay", str(path)]) == 2
+    assert "newer than this specviz reads" in capsys.readouterr().err
