@@ -183,3 +183,29 @@ def test_html_in_token_texts_is_inert(no_model):
     parser.feed(html)
     assert parser.tags <= {"div", "span", "br"}, parser.tags
     assert not any("<script" in m.value for m in at.markdown)
+
+
+def test_save_run_of_a_live_session_replays_to_the_same_views(smollm):
+    """Two live rounds with SmolLM2, saved (what Save run writes), replayed: every frame and figure is the same."""
+    from specviz.models import environment
+    from specviz.recording import dumps
+    from tests.test_recording import assert_same_views, views_of
+
+    at = AppTest.from_file(PAGE, default_timeout=180)
+    at.run()
+    at.text_area(key="prompt").set_value("Repeat exactly: 日本語 🚀, one two three, 日本語 🚀.")
+    at.selectbox(key="drafter").set_value("lookup")
+    at.number_input(key="max_new_tokens").set_value(8)
+    at.run()
+    for _ in range(2):
+        at.button(key="step").click().run()
+        assert not at.exception, at.exception
+    save = [b for b in at.get("download_button") if b.proto.id.endswith("save_run") or "save_run" in b.proto.id]
+    assert save and not save[0].proto.disabled, "Save run is offered once a round has run"
+    live = at.session_state["specviz_step_through"].session
+    recording = load_recording(dumps(replay_ui.session_recording(live, environment(smollm))))
+    assert recording.environment.model == live.config.target and recording.environment.vocab_size == smollm.vocab_size
+    replayed = replay_ui.ReplaySession.open(recording, "test", shown=live.num_rounds)
+    assert_same_views(views_of(live), views_of(replayed))
+    html = views_of(replayed)[f"{live.runs[0].label}/stream_html"]
+    assert all(ch in html for ch in "日本語🚀") and "⟨E6" in html  # the prompt's pieces joined, with the pieces on hover

@@ -26,7 +26,7 @@ from specviz.viz import (
     token_stream_html,
 )
 from specviz.viz.figures import BASELINE_RUN
-from specviz.viz.tokens import join_pieces, piece_text, text_bytes
+from specviz.viz.tokens import join_pieces, piece_text, text_bytes, visible_plain
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -271,6 +271,8 @@ def test_stream_joins_committed_pieces_with_the_pieces_on_hover():
     assert "2 tokens make this text together" in html and "⟨E6 97⟩" in html  # the pieces, on hover
     alone = token_stream_html([], stream.iloc[[1]])
     assert "⟨A5⟩" in alone  # a lone piece shows its bytes
+    assert ">⟨F0 9F⟩<" in token_stream_html([], stream.iloc[[4, 3]].assign(text=["x", "⟨F0 9F⟩"]))  # no space marks inside
+    assert visible_plain(" ⟨E6 97⟩ a") == "␣⟨E6 97⟩␣a"
     rejected = stream.assign(kind=["accepted", "rejected", "accepted", "accepted", "accepted"])
     assert "日" not in token_stream_html([], rejected)  # a thrown-away draft is never joined into committed text
 

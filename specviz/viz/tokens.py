@@ -116,20 +116,37 @@ class TokenTable:
         return text
 
 
+def _segments(text: str) -> list[tuple[str, bool]]:
+    """(part, is_piece) in order: the ⟨E6 97⟩ byte displays apart from the text around them."""
+    out, end = [], 0
+    for m in PIECE.finditer(text):
+        if m.start() > end:
+            out.append((text[end : m.start()], False))
+        out.append((m.group(0), True))
+        end = m.end()
+    if end < len(text):
+        out.append((text[end:], False))
+    return out
+
+
 def visible_plain(text: str) -> str:
-    """Whitespace shown as markers (␣ ↵ ⇥), for chart labels. Not escaped."""
-    return "".join(WHITESPACE_MARKS.get(ch, ch) for ch in text)
+    """Whitespace shown as markers (␣ ↵ ⇥), for chart labels; byte displays ⟨E6 97⟩ kept as they are. Not escaped."""
+    return "".join(part if piece else "".join(WHITESPACE_MARKS.get(ch, ch) for ch in part) for part, piece in _segments(text))
 
 
 def visible_html(text: str) -> str:
     """Escaped HTML with whitespace markers; a newline marker is followed by a real line break."""
     out = []
-    for ch in text:
-        mark = WHITESPACE_MARKS.get(ch)
-        if mark is None:
-            out.append(html.escape(ch))
-        else:
-            out.append(f'<span style="{MARK_STYLE}">{mark}</span>' + ("<br>" if ch == "\n" else ""))
+    for part, piece in _segments(text):
+        if piece:
+            out.append(html.escape(part))
+            continue
+        for ch in part:
+            mark = WHITESPACE_MARKS.get(ch)
+            if mark is None:
+                out.append(html.escape(ch))
+            else:
+                out.append(f'<span style="{MARK_STYLE}">{mark}</span>' + ("<br>" if ch == "\n" else ""))
     return "".join(out)
 
 
