@@ -42,9 +42,9 @@ EXAMPLES = (
     Example("prose-early-exit-T1", "prose at T=1 with early exit: rejections and residual resamples", "lighthouse", ({"drafter": "early-exit", "temperature": 1.0, "seed": 1},)),
     Example("code-lookup-adaptive-k", "code with prompt lookup and adaptive k", "add type hints", ({"drafter": "lookup", "adaptive_k": True, "temperature": 0.0},)),
     Example("compare-ngram-vs-early-exit", "side by side: n-gram model against early exit", "fix typos", ({"drafter": "ngram"}, {"drafter": "early-exit"})),
-    Example("unicode-pieces", "pieces of characters: 日本語 🚀 split across byte-level tokens", "", ({"drafter": "lookup"},)),
+    Example("unicode-pieces", "Japanese output: characters split across byte-level tokens, joined in the stream", "", ({"drafter": "lookup"},)),
 )
-UNICODE_PROMPT = "Repeat exactly, three times: 日本語 🚀 café"
+UNICODE_PROMPT = "Translate into Japanese: Good morning, Japan! 🚀"
 
 
 def prompts() -> dict[str, str]:
