@@ -55,7 +55,9 @@ class RecordedRun(BaseModel):
 
     model_config = ConfigDict(frozen=True)
 
-    label: str  # as the page names it: "n-gram model", "A: prompt lookup", "baseline (plain decoding)"
+    # as the page names it: "n-gram model", "A: prompt lookup", "baseline (plain decoding)". Labels are drawn in
+    # markdown and chart legends, so brackets, angle brackets and backticks (links, images, HTML) are refused.
+    label: str = Field(min_length=1, max_length=80, pattern=r"^[^<>\[\]`\\]*$")
     config: RunConfig
     seed: int  # the seed this run drew with (samples of the CLI derive theirs from config.seed)
     prefill_ms: float = 0.0

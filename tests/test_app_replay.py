@@ -151,7 +151,7 @@ def test_bad_uploads_are_clear_errors_and_the_page_keeps_working(no_model, name,
     at.selectbox(key="example_recording").set_value(EXAMPLES[1].stem).run()
     shown = session(at)
     upload(at, "bad.json", data if data is not None else _bad(name))
-    errors = [e.value for e in at.error]
+    errors = [e.value.replace("\\", "") for e in at.error]  # the page escapes markdown in messages
     assert any(message in e and "bad.json" in e for e in errors), errors
     assert session(at) is shown, "the recording shown before stays"
     click(at, "step")
@@ -172,10 +172,11 @@ def test_html_in_token_texts_is_inert(no_model):
     first = raw["runs"][0]["records"][0]
     for tok in [*first["emitted"], raw["prompt_ids"][-1]]:
         raw["token_texts"][str(tok)] = HOSTILE
-    raw["title"] = HOSTILE
-    raw["runs"][0]["label"] = "<b>bold</b> run"
+    raw["title"] = HOSTILE + " ![pixel](http://example.invalid/p.png) [link](http://example.invalid)"
     at = fresh()
     upload(at, "payload.json", json.dumps(raw).encode())
+    banner = next(i.value for i in at.info if "Replay" in i.value)
+    assert r"\!\[pixel\]\(" in banner and r"\<script\>" in banner, banner  # markdown and HTML from the file, escaped
     click(at, "run_all")
     html = "".join(h.value for h in at.html)
     assert "&lt;script&gt;" in html and "<script" not in html and "<img" not in html
@@ -183,6 +184,16 @@ def test_html_in_token_texts_is_inert(no_model):
     parser.feed(html)
     assert parser.tags <= {"div", "span", "br"}, parser.tags
     assert not any("<script" in m.value for m in at.markdown)
+
+
+@pytest.mark.parametrize("label", ["<b>bold</b>", "[x](http://example.invalid)", "`code`", ""])
+def test_run_labels_that_could_carry_markup_are_refused(no_model, label):
+    raw = json.loads(EXAMPLES[0].read_text(encoding="utf-8"))
+    raw["runs"][0]["label"] = label
+    at = fresh()
+    upload(at, "labels.json", json.dumps(raw).encode())
+    assert session(at) is None
+    assert any("runs" in e.value and "label" in e.value for e in at.error), [e.value for e in at.error]
 
 
 def test_save_run_of_a_live_session_replays_to_the_same_views(smollm):

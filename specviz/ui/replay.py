@@ -6,6 +6,7 @@ Also: the example recordings menu (assets/recordings/), opening an upload, and s
 from __future__ import annotations
 
 import hashlib
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -32,6 +33,14 @@ REPLAY_KEY = "specviz_replay"
 EXAMPLES_DIR = Path(__file__).resolve().parents[2] / "assets" / "recordings"
 NO_EXAMPLE = "—"
 MAX_UPLOAD_MB = MAX_BYTES // 2**20
+
+
+MARKDOWN_SPECIAL = re.compile(r"([\\`*_{}\[\]()<>#+\-.!|~$])")
+
+
+def md_escape(text: str) -> str:
+    """Text from a file, shown literally inside st.markdown / st.info / st.error."""
+    return MARKDOWN_SPECIAL.sub(r"\\\1", text)
 
 
 @dataclass
@@ -132,11 +141,12 @@ class ReplaySession:
         return self.recording.token_text(token_id)
 
     def banner(self) -> str:
+        """Markdown; everything from the file is escaped (a title could hold links, images or HTML)."""
         rec = self.recording
-        runs = " and ".join(f"**{r.label}**" for r in rec.runs)
-        title = f"“{rec.title}” — " if rec.title else ""
+        runs = " and ".join(f"**{md_escape(r.label)}**" for r in rec.runs)
+        title = f"“{md_escape(rec.title)}” — " if rec.title else ""
         return (
-            f"**Replay** of {self.source}: {title}{runs}, recorded with {rec.describe()}. "
+            f"**Replay** of {md_escape(self.source)}: {title}{runs}, recorded with {md_escape(rec.describe())}. "
             "No model is loaded: Step, Run to end, Play and Reset walk through the recorded rounds; the sidebar's settings do not apply."
         )
 
@@ -284,7 +294,7 @@ def controls(state: ReplayState):
     )  # fmt: skip
     slot = save.empty()
     if state.error:
-        st.error(state.error)
+        st.error(md_escape(state.error))
     if state.session is not None:
         st.info(state.session.banner())
         st.button("Back to live mode", key="live_mode", on_click=_on_leave)
