@@ -1,4 +1,10 @@
-"""The speculative decoding loop: prefill once, then draft -> verify in one target pass -> commit -> roll back."""
+"""The speculative decoding loop: prefill once, then draft -> verify in one target pass -> commit -> roll back,
+and only then, with the round's clock stopped, build its record.
+
+A round stays on the target's device: the warp, the rule and every draw run there, with a generator there.
+The host reads the device back a constant number of times per round (the rule's outcome; the record), never
+once per drafted token, and reads the clock only after the device has synchronised.
+"""
 
 from __future__ import annotations
 

@@ -96,10 +96,12 @@ def decide(
     n = accepted.long().cumprod(dim=0).sum()  # ()
     # 2. rejected at position n: resample from the mass the draft under-weighted;
     # 3. all accepted (n = k, or nothing drafted): the target's next distribution is free
-    at_n = n.view(1)
-    p_n = p_target.index_select(0, at_n)[0]  # (V,)
-    q_n = torch.cat([q_draft, torch.zeros_like(p_target[:1])]).index_select(0, at_n)[0]  # zeros at position k
-    next_dist = torch.where(n < k, residual(p_n, q_n), p_n)
+    if k == 0:  # nothing drafted (plain decoding): a plain target sample, no residual to compute
+        next_dist = p_target[0]
+    else:  # branch-free on n, so the host never waits for it
+        p_n = p_target.index_select(0, n.view(1))[0]  # (V,)
+        q_n = q_draft.index_select(0, n.clamp(max=k - 1).view(1))[0]  # (V,); unused when n = k
+        next_dist = torch.where(n < k, residual(p_n, q_n), p_n)
     return Decision(n, draw(next_dist, generator), uniforms, accept_prob, next_dist)
 
 

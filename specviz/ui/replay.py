@@ -89,6 +89,14 @@ class ReplaySession:
         return session
 
     @property
+    def prompt(self) -> str:
+        return self.recording.prompt
+
+    @property
+    def config(self) -> RunConfig:
+        return self.recording.runs[0].config
+
+    @property
     def total_rounds(self) -> int:
         return max(len(r.all_records) for r in self.runs)
 
