@@ -220,6 +220,8 @@ def load_recording(data: bytes | str) -> Recording:
         raw = json.loads(data)
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise RecordingError(f"This is not a specviz recording: it is not JSON text ({exc}).") from None
+    except RecursionError:
+        raise RecordingError("This is not a specviz recording: its JSON is nested too deeply to read.") from None
     if not isinstance(raw, dict) or raw.get("format") != FORMAT:
         found = raw.get("format") if isinstance(raw, dict) else type(raw).__name__
         raise RecordingError(f"This is not a specviz recording: its format is {found!r}, not {FORMAT!r}.")

@@ -172,6 +172,7 @@ BAD = [
     ("id without a text", lambda raw: _missing_text(raw) or raw, "no entry in token_texts"),
     ("bad config", lambda raw: raw["runs"][0]["config"].update(num_draft_tokens=99) or raw, "runs.0.config: Number of draft tokens k"),
     ("over 50 MB", lambda raw: b" " * (MAX_BYTES + 1), "limited to 50 MB"),
+    ("nested too deeply", lambda raw: b"[" * 200_000 + b"]" * 200_000, "nested too deeply"),
 ]
 
 

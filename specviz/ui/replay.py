@@ -5,10 +5,9 @@ Also: the example recordings menu (assets/recordings/), opening an upload, and s
 
 from __future__ import annotations
 
-import hashlib
 import re
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import streamlit as st
@@ -164,7 +163,6 @@ class ReplayState:
     session: ReplaySession | None = None
     error: str | None = None  # the last file that failed to open, with why
     playing: bool = False
-    opened: set[str] = field(default_factory=set)  # upload ids already opened (an upload stays in its widget)
 
 
 def replay_state() -> ReplayState:
@@ -218,10 +216,6 @@ def open_upload(state: ReplayState, name: str, data: bytes) -> None:
     state.session = ReplaySession.open(recording, f"the file {name}")
 
 
-def upload_id(name: str, data: bytes) -> str:
-    return name + ":" + hashlib.sha256(data).hexdigest()[:16]
-
-
 def leave(state: ReplayState) -> None:
     state.session, state.playing, state.error = None, False, None
 
@@ -273,9 +267,7 @@ def _on_upload() -> None:
     state = replay_state()
     if uploaded is None:
         return
-    data = uploaded.getvalue()
-    state.opened.add(upload_id(uploaded.name, data))
-    open_upload(state, uploaded.name, data)
+    open_upload(state, uploaded.name, uploaded.getvalue())
     st.session_state["example_recording"] = NO_EXAMPLE
 
 
