@@ -21,7 +21,8 @@ def device_name(device: torch.device) -> str:
             cpu = next((line.split(":", 1)[1].strip() for line in fh if line.startswith("model name")), cpu)
     except OSError:
         pass
-    return f"{cpu}, {torch.get_num_threads()} torch threads"
+    threads = torch.get_num_threads()
+    return f"{cpu}, {threads} torch thread{'s' if threads != 1 else ''}"
 
 
 def environment(target: LoadedModel) -> dict:
