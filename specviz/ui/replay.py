@@ -5,6 +5,7 @@ Also: the example recordings menu (assets/recordings/), opening an upload, and s
 
 from __future__ import annotations
 
+import logging
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -27,6 +28,8 @@ from specviz.recording import (
 )
 from specviz.ui.session import StepSession, load_target
 from specviz.viz.figures import BASELINE_RUN
+
+log = logging.getLogger(__name__)
 
 REPLAY_KEY = "specviz_replay"
 EXAMPLES_DIR = Path(__file__).resolve().parents[2] / "assets" / "recordings"
@@ -235,9 +238,11 @@ def session_recording(session: StepSession, env: dict | None = None) -> Recordin
 
 
 def live_environment(session: StepSession) -> dict:
+    """The target's environment; the session's own target where it keeps one, else the shared cache's."""
     from specviz.models import environment
 
-    return environment(load_target(session.config))
+    target = getattr(session, "target", None) or load_target(session.config)
+    return environment(target)
 
 
 def session_download(session: StepSession | ReplaySession) -> tuple[str, Callable[[], str]]:
@@ -304,8 +309,13 @@ def controls(state: ReplayState):
 def save_button(slot, session: StepSession | ReplaySession | None) -> None:
     """Save run: the current live session (or the open recording) as a recording file."""
     with slot:
-        if session is not None and session.num_rounds:
-            name, data = session_download(session)
+        try:
+            download = session_download(session) if session is not None and session.num_rounds else None
+        except Exception as exc:  # the page stays usable; Save run is disabled and the log says why
+            log.warning("Save run unavailable: %s", exc)
+            download = None
+        if download is not None:
+            name, data = download
             st.download_button(
                 "Save run", data=data, file_name=name, mime="application/json", key="save_run", on_click="ignore",
                 help="Download this run as a recording: it replays anywhere, without a model.",
