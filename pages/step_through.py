@@ -2,6 +2,7 @@
 
 import streamlit as st
 
+from specviz.ui import replay as recordings
 from specviz.ui import step_views as views
 from specviz.ui.session import friendly_error, load_target, page_state, start_session, step_session
 from specviz.ui.sidebar import sidebar
@@ -9,6 +10,7 @@ from specviz.viz import legend_html
 
 settings = sidebar()
 state = page_state()
+replay = recordings.replay_state()
 
 st.title("Step through speculative decoding")
 st.caption(
@@ -17,66 +19,7 @@ st.caption(
     "when every guess survived). The output is distributed exactly as the target alone would sample it."
 )
 
-compare_config = None
-if settings.error:
-    st.error(settings.error)
-else:
-    try:
-        compare_config = settings.compare_config()
-    except ValueError as exc:
-        st.error(f"Compare mode: {exc}")
-
-buttons = st.columns([1, 1, 1, 1, 4])
-step = buttons[0].button("Step", key="step", type="primary", help="One round: draft, verify in one target pass, commit.")
-run_all = buttons[1].button("Run to end", key="run_all", help="Step until EOS or max new tokens, updating as it goes.")
-play = buttons[2].button("Pause" if state.playing else "Play", key="play", help="Step automatically at the pace set in the sidebar.")
-reset = buttons[3].button("Reset", key="reset", help="Throw the run away and start again with the current settings.")
-
-if reset:
-    state.session, state.playing = None, False
-if play:
-    state.playing = not state.playing
-    st.rerun()  # redraw the button's label
-
-session = state.session
-if session is not None and not session.matches(settings.config, compare_config, settings.prompt):
-    if session.num_rounds == 0:
-        state.session = session = None  # nothing to keep: the next round starts with the new settings
-    else:
-        changed = session.changes(settings.config, compare_config, settings.prompt)
-        st.warning(
-            "The settings changed since this run started (" + "; ".join(changed or ["see the sidebar"]) + "). "
-            "Step and Run to end continue the run below with its own settings; press **Reset** to start over with the new ones."
-        )
-
-target_error = None
-if session is None and settings.config is not None:
-    try:  # load now, with a visible status, so the first Step is quick and a bad model id shows at once
-        load_target(settings.config)
-    except Exception as exc:
-        target_error = friendly_error(exc)
-        st.error(target_error)
-
-if (step or run_all or state.playing) and session is None:
-    if settings.config is None or target_error:
-        state.playing = False
-    else:
-        try:
-            state.session = session = start_session(state, settings.config, compare_config, settings.prompt)
-        except Exception as exc:
-            st.error(friendly_error(exc))
-            state.playing = False
-
-if session is not None and step and not state.playing:
-    step_session(session)
-
-if session is not None and run_all:
-    live = st.empty()
-    while not session.done:
-        step_session(session)
-        with live.container():
-            views.live_progress(session)
-    live.empty()
+save_slot = recordings.controls(replay)
 
 
 def show(session) -> None:
@@ -109,9 +52,100 @@ def play_round() -> None:
     show(session)
 
 
+def play_replay_round() -> None:
+    """Replay's auto-step: one recorded round per tick."""
+    session = replay.session
+    if session is None or session.done:
+        replay.playing = False
+        st.rerun(scope="app")
+    session.step()
+    show(session)
+
+
+buttons = st.columns([1, 1, 1, 1, 4])
+step = buttons[0].button("Step", key="step", type="primary", help="One round: draft, verify in one target pass, commit.")
+run_all = buttons[1].button("Run to end", key="run_all", help="Step until EOS or max new tokens, updating as it goes.")
+play = buttons[2].button("Pause" if (replay.playing if replay.session else state.playing) else "Play", key="play", help="Step automatically at the pace set in the sidebar.")
+reset = buttons[3].button("Reset", key="reset", help="Throw the run away and start again with the current settings.")
+
+if replay.session is not None:  # replay mode: the recorded rounds, no model
+    if reset:
+        replay.session.reset()
+        replay.playing = False
+    if play:
+        replay.playing = not replay.playing
+        st.rerun()
+    if step and not replay.playing:
+        replay.session.step()
+    if run_all:
+        replay.session.to_end()
+    if replay.playing:
+        st.fragment(play_replay_round, run_every=settings.play_every_s)()
+    else:
+        show(replay.session)
+    recordings.save_button(save_slot, replay.session)
+    st.stop()
+
+compare_config = None
+if settings.error:
+    st.error(settings.error)
+else:
+    try:
+        compare_config = settings.compare_config()
+    except ValueError as exc:
+        st.error(f"Compare mode: {exc}")
+
+if reset:
+    state.session, state.playing = None, False
+if play:
+    state.playing = not state.playing
+    st.rerun()  # redraw the button's label
+
+session = state.session
+if session is not None and not session.matches(settings.config, compare_config, settings.prompt):
+    if session.num_rounds == 0:
+        state.session = session = None  # nothing to keep: the next round starts with the new settings
+    else:
+        changed = session.changes(settings.config, compare_config, settings.prompt)
+        st.warning(
+            "The settings changed since this run started (" + "; ".join(changed or ["see the sidebar"]) + "). "
+            "Step and Run to end continue the run below with its own settings; press **Reset** to start over with the new ones."
+        )
+
+target_error = None
+if session is None and settings.config is not None:
+    try:  # load now, with a visible status, so the first Step is quick and a bad model id shows at once
+        load_target(settings.config)
+    except Exception as exc:
+        target_error = friendly_error(exc)
+        st.error(f"Live mode is unavailable: {target_error} Recordings still replay without a model: pick an example or open a file above.")
+
+if (step or run_all or state.playing) and session is None:
+    if settings.config is None or target_error:
+        state.playing = False
+    else:
+        try:
+            state.session = session = start_session(state, settings.config, compare_config, settings.prompt)
+        except Exception as exc:
+            st.error(friendly_error(exc))
+            state.playing = False
+
+if session is not None and step and not state.playing:
+    step_session(session)
+
+if session is not None and run_all:
+    live = st.empty()
+    while not session.done:
+        step_session(session)
+        with live.container():
+            views.live_progress(session)
+    live.empty()
+
+
 if state.playing and session is not None:
     st.fragment(play_round, run_every=settings.play_every_s)()
 elif session is not None:
     show(session)
 else:
     st.info("Press **Step** to run the first round, **Run to end** to watch the whole answer, or **Play** to step on a timer.")
+recordings.save_button(save_slot, session)

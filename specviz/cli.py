@@ -1,4 +1,4 @@
-"""python -m specviz generate | info | bench — the command-line face of the engine."""
+"""python -m specviz generate | replay | info | bench — the command-line face of the engine."""
 
 from __future__ import annotations
 
@@ -83,6 +83,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="temperature 0 only: also decode plainly and report whether the output is the same, and where it first differs "
         "(with the top-2 logit margin there); greedy identity is a float32 guarantee, bf16/fp16 can flip near-ties",
     )
+    gen.add_argument("--record", metavar="FILE", help="also write a recording (every sample, plus a plain-decoding baseline) that replays without a model")
+    rep = sub.add_parser("replay", help="print a recording's coloured stream and stats; loads no model")
+    rep.add_argument("file", help="a recording written by generate --record or the app's Save run")
     info = sub.add_parser("info", help="devices, default models and whether they load")
     info.add_argument("--device", default="auto")
     from specviz.bench import add_bench_parser  # the sweep lives in its own module
@@ -163,6 +166,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
         early_exit = early_exit_view(target.model, exit_layer_for(config, target))
     check = _baseline_for_check(args, config, target, prompt_ids)
     samples: list[dict] = []  # what --json prints; nothing else of a sample outlives its loop turn
+    recorded = []  # what --record writes: each sample's records
     for i in range(args.num_samples):
         decoder = build_decoder(config, target, prompt_ids, draft, early_exit=early_exit, seed=sample_seed(config.seed, i), baseline=args.baseline)
         decoder.run()
@@ -183,7 +187,11 @@ def cmd_generate(args: argparse.Namespace) -> int:
             samples.append(sample)
         else:
             _print_sample(args, config, target, prompt_ids, decoder, check, difference)
+        if args.record:  # the records only, not the decoder
+            recorded.append(_recorded_sample(config, decoder, i, args.num_samples, args.baseline))
         del decoder  # its KV caches go with it: memory stays flat in --num-samples
+    if args.record:
+        _write_recording(args.record, config, text, prompt_ids, recorded, target, baseline=args.baseline)
     if args.json:
         out = {
             "config": {**config.to_dict(), "baseline": args.baseline, "num_samples": args.num_samples},
@@ -192,6 +200,71 @@ def cmd_generate(args: argparse.Namespace) -> int:
         }
         json.dump(out, sys.stdout)
         sys.stdout.write("\n")
+    return 0
+
+
+def _recorded_sample(config: RunConfig, decoder, i: int, num_samples: int, baseline: bool):
+    from specviz.recording import recorded_run
+
+    name = "plain decoding" if baseline else config.drafter
+    label = name if num_samples == 1 else f"{name} · sample {i + 1} (seed {decoder.config.seed})"
+    return recorded_run(label, config, decoder.records, seed=decoder.config.seed, prefill_ms=decoder.prefill_ms)
+
+
+def _write_recording(path: str, config: RunConfig, text: str, prompt_ids: list[int], runs: list, target, *, baseline: bool) -> None:
+    """Write a recording of the samples; unless they are plain decoding already, time plain decoding of the
+    first sample's seed for as many tokens as the longest sample, as the app's baseline does."""
+    from specviz.models import environment, token_bytes
+    from specviz.recording import build_recording, recorded_run, save_recording
+    from specviz.runs import build_decoder
+    from specviz.viz.tokens import TokenTable
+
+    base = None
+    if not baseline:
+        plain = build_decoder(config, target, prompt_ids, seed=runs[0].seed, baseline=True)
+        needed = max(r.stats.new_tokens for r in runs)
+        while not plain.done and len(plain.generated) < needed:
+            plain.step()
+        base = recorded_run("baseline (plain decoding)", config, plain.records, seed=runs[0].seed, prefill_ms=plain.prefill_ms)
+    recording = build_recording(
+        prompt=text, prompt_ids=prompt_ids, runs=runs, baseline=base,
+        token_text=TokenTable(lambda i: token_bytes(target.tokenizer, i)), environment=environment(target),
+    )  # fmt: skip
+    save_recording(recording, path)
+    print(f"recorded {len(runs)} run(s) to {path}", file=sys.stderr)
+
+
+def _stats_line(mode: str, s) -> str:
+    acc = "n/a" if s.acceptance_rate is None else f"{s.acceptance_rate:.2f}"
+    alpha = "n/a" if s.alpha is None else f"{s.alpha:.2f}"
+    return (
+        f"[{mode}] {s.new_tokens} tokens in {s.wall_s:.2f}s = {s.tokens_per_s:.1f} tok/s; "
+        f"{s.tokens_per_target_pass:.2f} tokens/target pass; accepted/drafted {acc}; alpha (E[sum min(p,q)]) {alpha}"
+    )
+
+
+def cmd_replay(args: argparse.Namespace) -> int:
+    """Print each recorded run as the generate command would have, from the file alone (no model, no tokenizer)."""
+    from specviz.recording import read_recording
+    from specviz.viz.tokens import join_pieces
+
+    rec = read_recording(args.file)
+    tty = sys.stdout.isatty()
+    print(f"recording: {rec.title or args.file}; {rec.describe()}", file=sys.stderr if tty else sys.stdout)
+    prompt = "".join(text for _, _, text in join_pieces([rec.token_text(t) for t in rec.prompt_ids]))
+    for run in rec.runs:
+        tokens = [(t, f) for r in run.records for t, f in zip(r.emitted, r.emitted_fates)]
+        groups = join_pieces([rec.token_text(t) for t, _ in tokens])
+        if tty:
+            body = "".join(ANSI[tokens[start][1]] + text + RESET for start, _, text in groups)
+            print(f"\n{run.label}:\n" + ANSI["prompt"] + prompt + RESET + body)
+        else:
+            print(f"\n{run.label}:\n" + "".join(text for _, _, text in groups))
+        if run.error:
+            print(f"[{run.label}] stopped by an error: {run.error}")
+        print(_stats_line(run.label, run.stats), file=sys.stderr if tty else sys.stdout)
+    if rec.baseline is not None:
+        print(_stats_line(rec.baseline.label, rec.baseline.stats), file=sys.stderr if tty else sys.stdout)
     return 0
 
 
@@ -266,6 +339,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return cmd_generate(args)
         if args.command == "info":
             return cmd_info(args)
+        if args.command == "replay":
+            return cmd_replay(args)
         from specviz.bench import cmd_bench
 
         return cmd_bench(args)

@@ -1,6 +1,7 @@
 """The only place that imports transformers: loading (hub id, local folder, GGUF) and the KV-cache adapter."""
 
 from specviz.models.adapter import HFCachedLM, early_exit_view
+from specviz.models.environment import environment
 from specviz.models.loading import (
     EMBEDDED_TARGET,
     LoadedModel,
@@ -11,6 +12,7 @@ from specviz.models.loading import (
     resolve_device,
     resolve_dtype,
 )
+from specviz.models.tokens import token_bytes
 
 __all__ = [
     "EMBEDDED_TARGET",
@@ -19,8 +21,10 @@ __all__ = [
     "ModelLoadError",
     "check_same_tokenizer",
     "early_exit_view",
+    "environment",
     "encode_prompt",
     "load_model",
     "resolve_device",
     "resolve_dtype",
+    "token_bytes",
 ]

@@ -13,9 +13,10 @@ import torch
 from specviz.config import RunConfig, validate_prompt
 from specviz.core.decoding import SpeculativeDecoder
 from specviz.core.records import StepRecord
-from specviz.models import LoadedModel, encode_prompt
+from specviz.models import LoadedModel, encode_prompt, token_bytes
 from specviz.runs import build_decoder, exit_layer_for
 from specviz.ui.models import get_early_exit, get_model
+from specviz.viz.tokens import TokenTable
 
 log = logging.getLogger(__name__)
 
@@ -28,18 +29,13 @@ def short_name(kind: str) -> str:
     return SHORT_NAMES.get(kind, kind)
 
 
-class TokenTexts:
-    """token id -> its text, decoded one token at a time and remembered. The text is untrusted model output."""
+class TokenTexts(TokenTable):
+    """token id -> its text, from the tokenizer's bytes for that token (a piece of a character shows as its
+    bytes, ⟨E6 97⟩), looked up once and remembered. The text is untrusted model output."""
 
     def __init__(self, tokenizer) -> None:
+        super().__init__(lambda token_id: token_bytes(tokenizer, token_id))
         self.tokenizer = tokenizer
-        self.cache: dict[int, str] = {}
-
-    def __call__(self, token_id: int) -> str:
-        text = self.cache.get(token_id)
-        if text is None:
-            text = self.cache[token_id] = self.tokenizer.decode([int(token_id)])
-        return text
 
 
 @dataclass

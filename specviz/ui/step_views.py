@@ -1,16 +1,23 @@
 """The step-through page's views: metrics, token stream, round inspector, curves. Figures are rebuilt from
-the session's records on every rerun (see specviz.viz); nothing drawn is stored."""
+the session's records on every rerun (see specviz.viz); nothing drawn is stored.
+
+Every view draws from records, token texts and the baseline's records only, so a live StepSession and a
+replayed recording (specviz.ui.replay.ReplaySession) draw the same way: see ViewSource."""
 
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
+from typing import Protocol
 
 import pandas as pd
 import streamlit as st
 
+from specviz.config import RunConfig
 from specviz.core.divergence import Divergence, emitted_margins, first_divergence
+from specviz.core.records import StepRecord
 from specviz.core.theory import speedup as theory_speedup
-from specviz.ui.session import Run, StepSession, baseline_key
+from specviz.ui.session import baseline_key
 from specviz.viz import (
     figures,
     latency_frame,
@@ -28,6 +35,51 @@ from specviz.viz import (
 from specviz.viz.figures import BASELINE_RUN
 
 
+class ViewRun(Protocol):
+    """What the views read of one run (live: specviz.ui.session.Run; replay: specviz.ui.replay.ReplayRun)."""
+
+    label: str
+    config: RunConfig
+
+    @property
+    def records(self) -> Sequence[StepRecord]: ...
+    @property
+    def error(self) -> str | None: ...
+    @property
+    def done(self) -> bool: ...
+
+
+class ViewBaseline(Protocol):
+    @property
+    def records(self) -> Sequence[StepRecord]: ...
+    @property
+    def error(self) -> str | None: ...
+
+
+class ViewSource(Protocol):
+    """What the views read of a session: its runs, its baseline, and token id -> text."""
+
+    prompt: str
+    config: RunConfig  # the first run's (the baseline decodes with its target and sampling)
+
+    @property
+    def runs(self) -> Sequence[ViewRun]: ...
+    @property
+    def baseline(self) -> ViewBaseline: ...
+    @property
+    def prompt_texts(self) -> list[str]: ...
+    def token_text(self, token_id: int) -> str: ...
+
+
+def generated(records: Sequence[StepRecord]) -> list[int]:
+    """The ids committed so far, from the records (the same as the live decoder's generated)."""
+    return [t for r in records for t in r.emitted]
+
+
+def num_generated(run: ViewRun) -> int:
+    return sum(len(r.emitted) for r in run.records)
+
+
 def _fmt(x: float | None, spec: str = ".2f", suffix: str = "") -> str:
     if x is None or (isinstance(x, float) and math.isnan(x)):
         return "–"
@@ -38,17 +90,17 @@ def _last(df: pd.DataFrame, column: str) -> float | None:
     return float(df[column].iloc[-1]) if len(df) else None
 
 
-def run_frame(session: StepSession, run: Run) -> pd.DataFrame:
+def run_frame(session: ViewSource, run: ViewRun) -> pd.DataFrame:
     return rounds_frame(run.records, run.label, session.baseline.records)
 
 
-def metrics(session: StepSession, run: Run, columns: int = 6) -> None:
+def metrics(session: ViewSource, run: ViewRun, columns: int = 6) -> None:
     """The run's headline numbers so far; theory in the small print under each."""
     df = run_frame(session, run)
     k = int(df["k_mean"].iloc[-1]) if len(df) else run.config.num_draft_tokens
     cells = [
         ("rounds", f"{len(df)}", "One target pass each."),
-        ("tokens", f"{len(run.decoder.generated)} / {run.config.max_new_tokens}", None),
+        ("tokens", f"{num_generated(run)} / {run.config.max_new_tokens}", None),
         ("α", _fmt(_last(df, "alpha")), "Leviathan's α = E[Σ_v min(p_target, q_draft)] over the positions the rule checked."),
         ("accepted / drafted", _fmt(_last(df, "acceptance_rate")), "Kept drafts over all drafts (discarded ones included), as vLLM and llama.cpp report it."),
         ("tokens / target pass", _fmt(_last(df, "tokens_per_pass")), f"Theory at this α and k={k}: (1−α^(k+1))/(1−α) = {_fmt(_last(df, 'theory_tokens_per_pass'))}."),
@@ -59,28 +111,28 @@ def metrics(session: StepSession, run: Run, columns: int = 6) -> None:
         cols[i % columns].metric(label, value, help=help_text)
 
 
-def token_stream(session: StepSession, run: Run, legend: bool = True) -> None:
+def token_stream(session: ViewSource, run: ViewRun, legend: bool = True) -> None:
     if legend:
         st.html(legend_html())
     st.html(token_stream_html(session.prompt_texts, stream_frame(run.records, session.token_text)))
     if run.error:
         st.error(run.error)
-    elif run.decoder.done:
+    elif run.done:
         st.caption("This run is finished. Press Reset to start again.")
 
 
-def baseline_divergence(session: StepSession, run: Run) -> Divergence | None:
+def baseline_divergence(session: ViewSource, run: ViewRun) -> Divergence | None:
     """Where a greedy run's tokens first differ from its baseline's (as far as both have gone); None when they
     agree, when the run samples, or when the baseline decodes something else (another target, dtype, sampling)."""
     baseline = session.baseline
     if not run.config.sampling.greedy or baseline.error or baseline_key(run.config, session.prompt) != baseline_key(session.config, session.prompt):
         return None
     return first_divergence(
-        run.decoder.generated, emitted_margins(run.records), baseline.decoder.generated, emitted_margins(baseline.records), prefix_only=True
+        generated(run.records), emitted_margins(run.records), generated(baseline.records), emitted_margins(baseline.records), prefix_only=True
     )
 
 
-def divergence_note(session: StepSession, run: Run) -> None:
+def divergence_note(session: ViewSource, run: ViewRun) -> None:
     """A warning when a greedy run left plain greedy decoding: where, and how close the target's top two were."""
     d = baseline_divergence(session, run)
     if d is None:
@@ -95,18 +147,18 @@ def divergence_note(session: StepSession, run: Run) -> None:
     )
 
 
-def divergence_notes(session: StepSession) -> None:
+def divergence_notes(session: ViewSource) -> None:
     for run in session.runs:
         divergence_note(session, run)
 
 
-def live_progress(session: StepSession) -> None:
+def live_progress(session: ViewSource) -> None:
     """What Run to end redraws after every round: the numbers and the streams."""
     cols = st.columns(len(session.runs))
     for col, run in zip(cols, session.runs):
         with col:
             df = run_frame(session, run)
-            st.markdown(f"**{run.label}** · round {len(df)} · {len(run.decoder.generated)} tokens · α {_fmt(_last(df, 'alpha'))} · {_fmt(_last(df, 'tokens_per_pass'))} tokens/pass")
+            st.markdown(f"**{run.label}** · round {len(df)} · {num_generated(run)} tokens · α {_fmt(_last(df, 'alpha'))} · {_fmt(_last(df, 'tokens_per_pass'))} tokens/pass")
             st.html(token_stream_html(session.prompt_texts, stream_frame(run.records, session.token_text), show_prompt=False))
 
 
@@ -118,7 +170,7 @@ def _position_label(record, position: int, token_text) -> str:
     return f"{position + 1}: {info.kind}"
 
 
-def inspector(session: StepSession) -> None:
+def inspector(session: ViewSource) -> None:
     """Pick a round and a position; chart p_target, q_draft and the residual there."""
     st.subheader("Round inspector")
     runs = [r for r in session.runs if r.records]
@@ -175,7 +227,7 @@ def _inspector_caption(info, has_q: bool) -> str:
     )
 
 
-def _position_story(info, session: StepSession) -> str:
+def _position_story(info, session: ViewSource) -> str:
     t = session.token_text
     if info.kind == "draft":
         verdict = "**kept**" if info.fate == "accepted" else "**rejected**"
@@ -193,7 +245,7 @@ def _position_story(info, session: StepSession) -> str:
     return f"Nothing was drafted this round: a plain target step sampled `{visible_plain(t(info.next_token))}`."
 
 
-def curves(session: StepSession) -> None:
+def curves(session: ViewSource) -> None:
     """Accepted per round, running α, tokens per pass and speedup against theory, inter-token latency."""
     runs = [r for r in session.runs if r.records]
     if not runs:
@@ -231,7 +283,7 @@ def curves(session: StepSession) -> None:
         st.caption("Tokens committed against decode time: the steeper line is the faster decoder.")
 
 
-def speedup_note(session: StepSession, runs: list[Run]) -> str:
+def speedup_note(session: ViewSource, runs: list[ViewRun]) -> str:
     """Why measured and predicted speedups differ: the formula charges one target pass per round."""
     if session.baseline.error:
         return f"No baseline, so no measured speedup: {session.baseline.error}"

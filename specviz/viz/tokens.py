@@ -1,11 +1,17 @@
 """The token stream as HTML: prompt greyed, each committed token coloured by its fate, thrown-away drafts struck
-through where they were thrown away. Every token string is model output or user input: html-escaped here."""
+through where they were thrown away. Every token string is model output or user input: html-escaped here.
+
+Tokens that are pieces of a character (byte-level BPE splits `日` into two tokens) have no text of their own:
+their text is their bytes, written ``⟨E6 97⟩`` (see piece_text). The stream joins consecutive pieces back into
+the character they make, with the pieces on hover."""
 
 from __future__ import annotations
 
+import codecs
 import html
 import math
-from collections.abc import Sequence
+import re
+from collections.abc import Callable, Sequence
 
 import pandas as pd
 
@@ -27,20 +33,120 @@ MARK_STYLE = "opacity:.45;"
 BOX_STYLE = "font-family:ui-monospace,SFMono-Regular,Menlo,Consolas,monospace;font-size:0.92rem;line-height:2.0;word-break:break-word;"
 
 
+PIECE = re.compile(r"⟨([0-9A-F]{2}(?: [0-9A-F]{2})*)⟩")
+
+
+def piece_text(raw: bytes) -> str:
+    """A token's text from its bytes: the UTF-8 text, with each run of bytes that are not a whole character
+    written as ``⟨E6 97⟩`` (upper-case hex). text_bytes inverts it."""
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError:
+        pass
+    out: list[str] = []
+    pending: list[str] = []
+    for ch in raw.decode("utf-8", errors="surrogateescape"):
+        if "\udc80" <= ch <= "\udcff":  # a byte that is not part of a whole character
+            pending.append(f"{ord(ch) - 0xDC00:02X}")
+            continue
+        if pending:
+            out.append("⟨" + " ".join(pending) + "⟩")
+            pending = []
+        out.append(ch)
+    if pending:
+        out.append("⟨" + " ".join(pending) + "⟩")
+    return "".join(out)
+
+
+def text_bytes(text: str) -> bytes:
+    """The bytes a token text stands for: the inverse of piece_text."""
+    out = bytearray()
+    end = 0
+    for m in PIECE.finditer(text):
+        out += text[end : m.start()].encode("utf-8")
+        out += bytes.fromhex(m.group(1))
+        end = m.end()
+    out += text[end:].encode("utf-8")
+    return bytes(out)
+
+
+def has_piece(text: str) -> bool:
+    return PIECE.search(text) is not None
+
+
+def _open_tail(raw: bytes) -> bool:
+    """True when raw ends in the first bytes of a character that later bytes could complete."""
+    decoder = codecs.getincrementaldecoder("utf-8")(errors="surrogateescape")
+    decoder.decode(raw, final=False)
+    return bool(decoder.getstate()[0])
+
+
+def join_pieces(texts: Sequence[str]) -> list[tuple[int, int, str]]:
+    """Group consecutive tokens whose bytes make whole characters together: (start, end, joined text) per
+    group, end exclusive. A token stays alone unless it ends in an open character that the next one continues."""
+    groups: list[tuple[int, int, str]] = []
+    i = 0
+    while i < len(texts):
+        j = i + 1
+        if has_piece(texts[i]):
+            raw = text_bytes(texts[i])
+            while j < len(texts) and _open_tail(raw) and 0x80 <= (text_bytes(texts[j])[:1] or b"\0")[0] <= 0xBF:
+                raw += text_bytes(texts[j])
+                j += 1
+            groups.append((i, j, piece_text(raw) if j > i + 1 else texts[i]))
+        else:
+            groups.append((i, j, texts[i]))
+        i = j
+    return groups
+
+
+class TokenTable:
+    """token id -> text (piece_text of its bytes), looked up once and remembered. bytes_of: id -> raw bytes
+    (specviz.models.token_bytes with a tokenizer, or a recording's table). The text is untrusted."""
+
+    def __init__(self, bytes_of: Callable[[int], bytes]) -> None:
+        self.bytes_of = bytes_of
+        self.cache: dict[int, str] = {}
+
+    def __call__(self, token_id: int) -> str:
+        token_id = int(token_id)
+        text = self.cache.get(token_id)
+        if text is None:
+            text = self.cache[token_id] = piece_text(self.bytes_of(token_id))
+        return text
+
+
+def _segments(text: str) -> list[tuple[str, bool]]:
+    """(part, is_piece) in order: the ⟨E6 97⟩ byte displays apart from the text around them."""
+    out, end = [], 0
+    for m in PIECE.finditer(text):
+        if m.start() > end:
+            out.append((text[end : m.start()], False))
+        out.append((m.group(0), True))
+        end = m.end()
+    if end < len(text):
+        out.append((text[end:], False))
+    return out
+
+
 def visible_plain(text: str) -> str:
-    """Whitespace shown as markers (␣ ↵ ⇥), for chart labels. Not escaped."""
-    return "".join(WHITESPACE_MARKS.get(ch, ch) for ch in text)
+    """Whitespace shown as markers (␣ ↵ ⇥), for chart labels; byte displays ⟨E6 97⟩ kept as they are. Not escaped."""
+    return "".join(part if piece else "".join(WHITESPACE_MARKS.get(ch, ch) for ch in part) for part, piece in _segments(text))
 
 
 def visible_html(text: str) -> str:
     """Escaped HTML with whitespace markers; a newline marker is followed by a real line break."""
     out = []
-    for ch in text:
-        mark = WHITESPACE_MARKS.get(ch)
-        if mark is None:
-            out.append(html.escape(ch))
-        else:
-            out.append(f'<span style="{MARK_STYLE}">{mark}</span>' + ("<br>" if ch == "\n" else ""))
+    for part, piece in _segments(text):
+        if piece:
+            out.append(html.escape(part))
+            continue
+        for ch in part:
+            mark = WHITESPACE_MARKS.get(ch)
+            if mark is None:
+                out.append(html.escape(ch))
+            else:
+                out.append(f'<span style="{MARK_STYLE}">{mark}</span>' + ("<br>" if ch == "\n" else ""))
     return "".join(out)
 
 
@@ -73,14 +179,34 @@ def token_span(text: str, style: str, title: str | None = None, mark_whitespace:
     return f'<span style="{TOKEN_STYLE}{style}"{title_attr}>{body}</span>'
 
 
+COMMITTED = ("accepted", "resampled", "bonus", "target")
+
+
+def _joined_title(titles: Sequence[str]) -> str:
+    return f"{len(titles)} tokens make this text together:\n\n" + "\n\n".join(titles)
+
+
 def token_stream_html(prompt_texts: Sequence[str], stream: pd.DataFrame, *, show_prompt: bool = True) -> str:
-    """prompt_texts: the prompt's token strings; stream: specviz.viz.frames.stream_frame. Returns one <div>."""
+    """prompt_texts: the prompt's token strings; stream: specviz.viz.frames.stream_frame. Returns one <div>.
+    Consecutive pieces of a character (in the prompt, or among committed tokens) are drawn as the character."""
     parts = [f'<div class="specviz-stream" style="{BOX_STYLE}">']
     if show_prompt:
-        parts.extend(token_span(t, PROMPT_STYLE, "prompt") for t in prompt_texts)
-    for row in stream.to_dict("records"):
-        style = FATES[row["kind"]][2] + (ROUND_START_STYLE if row["first_in_round"] else "")
-        parts.append(token_span(row["text"], style, token_tooltip(row)))
+        for start, end, text in join_pieces(list(prompt_texts)):
+            title = "prompt" if end == start + 1 else _joined_title([f"prompt token {t!r}" for t in prompt_texts[start:end]])
+            parts.append(token_span(text, PROMPT_STYLE, title))
+    rows = stream.to_dict("records")
+    i = 0
+    while i < len(rows):
+        j = i + 1
+        if rows[i]["kind"] in COMMITTED:  # join only within a stretch of committed tokens
+            while j < len(rows) and rows[j]["kind"] in COMMITTED:
+                j += 1
+        for start, end, text in join_pieces([r["text"] for r in rows[i:j]]):
+            first = rows[i + start]
+            style = FATES[first["kind"]][2] + (ROUND_START_STYLE if first["first_in_round"] else "")
+            title = token_tooltip(first) if end == start + 1 else _joined_title([token_tooltip(r) for r in rows[i + start : i + end]])
+            parts.append(token_span(text, style, title))
+        i = j
     parts.append("</div>")
     return "".join(parts)
 

@@ -1,0 +1,249 @@
+"""Recordings: one versioned JSON file that holds a run (or two, side by side) and its plain-decoding baseline,
+everything the views draw and nothing that needs a model.
+
+Build one from finished or unfinished runs (build_recording), write it (dumps / save_recording), read it back
+(load_recording / read_recording). Reading validates the whole file with pydantic (types, fates, lengths, ids
+inside the declared vocabulary, a text for every id shown) and raises RecordingError, a ValueError whose
+message says what is wrong where. Records are stored field by field from their dataclasses, so fields added
+to StepRecord later are saved and validated without changes here. Imports neither streamlit nor transformers.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from collections.abc import Callable, Iterable, Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from specviz.config import RunConfig
+from specviz.core.records import RunStats, StepRecord, summarize
+
+FORMAT = "specviz-recording"
+VERSION = 1
+MAX_BYTES = 50 * 1024 * 1024  # the largest file read (the app's upload limit too)
+MAX_ERRORS_SHOWN = 3
+
+
+class RecordingError(ValueError):
+    """A file that is not a recording this specviz can replay; the message says why."""
+
+
+class Environment(BaseModel):
+    """Where the recording was made."""
+
+    model_config = ConfigDict(extra="allow", frozen=True)
+
+    model: str  # the target's name
+    vocab_size: int = Field(ge=1)  # ids in the file must lie in [0, vocab_size)
+    dtype: str
+    device: str  # cpu, cuda:0, mps
+    device_name: str  # e.g. NVIDIA H200, or the CPU's name
+    torch: str
+    transformers: str | None = None
+    specviz: str = ""
+    python: str = ""
+    created: str  # ISO 8601 date and time, UTC
+
+
+class RecordedRun(BaseModel):
+    """One decode: its settings, every round's record, and the statistics derived from them."""
+
+    model_config = ConfigDict(frozen=True)
+
+    # as the page names it: "n-gram model", "A: prompt lookup", "baseline (plain decoding)". Labels are drawn in
+    # markdown and chart legends, so brackets, angle brackets and backticks (links, images, HTML) are refused.
+    label: str = Field(min_length=1, max_length=80, pattern=r"^[^<>\[\]`\\]*$")
+    config: RunConfig
+    seed: int  # the seed this run drew with (samples of the CLI derive theirs from config.seed)
+    prefill_ms: float = 0.0
+    records: tuple[StepRecord, ...]
+    stats: RunStats
+    error: str | None = None  # a run stopped by an error keeps the rounds before it
+
+    @property
+    def finished(self) -> bool:
+        return bool(self.records) and self.records[-1].finished
+
+    @model_validator(mode="after")
+    def _consistent(self) -> RecordedRun:
+        for i, r in enumerate(self.records):
+            where = f"round {i}"
+            if r.index != i:
+                raise ValueError(f"{where}: its index is {r.index}; rounds must be numbered 0, 1, 2, ...")
+            check_record(r, where)
+        return self
+
+
+def check_record(r: StepRecord, where: str) -> None:
+    """Raise ValueError if a record contradicts itself (lengths, fates, emitted drafts)."""
+    n = len(r.drafted)
+    for name in ("p_target", "q_draft", "accept_prob", "uniforms", "draft_fates"):
+        if len(getattr(r, name)) != n:
+            raise ValueError(f"{where}: {n} drafted tokens but {len(getattr(r, name))} {name}")
+    fates = "".join({"accepted": "a", "rejected": "r", "discarded": "d"}[f] for f in r.draft_fates)
+    if not re.fullmatch("a*r?d*", fates):
+        raise ValueError(f"{where}: draft fates {list(r.draft_fates)} do not match the rule (accepted ones, then at most one rejected, then discarded ones)")
+    for name in ("emitted_fates", "emitted_margin"):
+        values = getattr(r, name, None)
+        if values is not None and len(values) != len(r.emitted):
+            raise ValueError(f"{where}: {len(r.emitted)} emitted tokens but {len(values)} {name}")
+    kept = [t for t, f in zip(r.emitted, r.emitted_fates) if f == "accepted"]
+    if kept != list(r.drafted[: len(kept)]) or len(kept) > r.num_accepted:
+        raise ValueError(f"{where}: the emitted accepted tokens {kept} are not the accepted drafted tokens {list(r.drafted[: r.num_accepted])}")
+    if any(f == "accepted" for f in r.emitted_fates[len(kept) :]):
+        raise ValueError(f"{where}: accepted tokens must come first among the emitted ones")
+    for j, dist in enumerate(r.dists):
+        for name in ("p_target", "q_draft", "residual"):
+            values = getattr(dist, name)
+            if values is not None and len(values) != len(dist.token_ids):
+                raise ValueError(f"{where}, position {j}: {len(dist.token_ids)} token ids but {len(values)} {name} values")
+
+
+def record_ids(r: StepRecord) -> Iterable[int]:
+    """Every token id a record shows: drafted, emitted, and the top-N rows of each position."""
+    yield from r.drafted
+    yield from r.emitted
+    for dist in r.dists:
+        yield from dist.token_ids
+
+
+class Recording(BaseModel):
+    """The whole file. See the README's 'Recordings' section for the schema in words."""
+
+    model_config = ConfigDict(frozen=True)
+
+    format: Literal["specviz-recording"]
+    version: Literal[1]
+    title: str = ""  # a one-line description, e.g. for the examples menu
+    environment: Environment
+    prompt: str  # the prompt as typed (before any chat template)
+    prompt_ids: tuple[int, ...]  # the ids the target saw, chat template included
+    token_texts: dict[int, str]  # every id shown -> its text; a piece of a character as its bytes, ⟨E6 97⟩
+    runs: tuple[RecordedRun, ...] = Field(min_length=1, max_length=8)  # one, or two side by side
+    baseline: RecordedRun | None = None  # plain decoding of the same target, prompt and sampling
+
+    @model_validator(mode="after")
+    def _ids_known(self) -> Recording:
+        vocab = self.environment.vocab_size
+        sources = [("prompt_ids", self.prompt_ids)]
+        for name, run in self.named_runs():
+            sources += [(f"{name}, round {r.index}", tuple(record_ids(r))) for r in run.records]
+        for where, ids in sources:
+            bad = [i for i in ids if not 0 <= i < vocab]
+            if bad:
+                raise ValueError(f"{where}: token id {bad[0]} is outside the vocabulary of {vocab} the file declares")
+            missing = [i for i in ids if i not in self.token_texts]
+            if missing:
+                raise ValueError(f"{where}: token id {missing[0]} has no entry in token_texts")
+        return self
+
+    def named_runs(self) -> list[tuple[str, RecordedRun]]:
+        out = [(f"run {i} ({run.label})", run) for i, run in enumerate(self.runs)]
+        return out + ([("baseline", self.baseline)] if self.baseline is not None else [])
+
+    def token_text(self, token_id: int) -> str:
+        return self.token_texts[int(token_id)]
+
+    def describe(self) -> str:
+        """'SmolLM2-135M-Instruct (float32) on cpu (AMD EPYC), torch 2.13, transformers 5.23, 2026-11-29 18:55 UTC'."""
+        env = self.environment
+        versions = f"torch {env.torch}" + (f", transformers {env.transformers}" if env.transformers else "")
+        return f"{env.model} ({env.dtype}) on {env.device} ({env.device_name}), {versions}, {env.created.replace('T', ' ')[:16]} UTC"
+
+
+def recorded_run(label: str, config: RunConfig, records: Sequence[StepRecord], *, seed: int | None = None, prefill_ms: float = 0.0, error: str | None = None) -> RecordedRun:
+    """A run's part of a recording; the statistics are derived from the records."""
+    records = tuple(records)
+    return RecordedRun(
+        label=label, config=config, seed=config.seed if seed is None else seed, prefill_ms=prefill_ms,
+        records=records, stats=summarize(records, prefill_ms), error=error,
+    )  # fmt: skip
+
+
+def now_utc() -> str:
+    return datetime.now(UTC).replace(microsecond=0).isoformat().replace("+00:00", "")
+
+
+def build_recording(
+    *,
+    prompt: str,
+    prompt_ids: Sequence[int],
+    runs: Sequence[RecordedRun],
+    baseline: RecordedRun | None,
+    token_text: Callable[[int], str],
+    environment: dict,
+    title: str = "",
+) -> Recording:
+    """Assemble and validate a recording. token_text: id -> text (specviz.viz.tokens.TokenTable over the
+    tokenizer), asked once for every id the views can show."""
+    ids = set(prompt_ids)
+    for run in [*runs, *([baseline] if baseline else [])]:
+        for r in run.records:
+            ids.update(record_ids(r))
+    return Recording(
+        format=FORMAT, version=VERSION, title=title, environment=Environment(**{"created": now_utc(), **environment}),
+        prompt=prompt, prompt_ids=tuple(prompt_ids), token_texts={i: token_text(i) for i in sorted(ids)},
+        runs=tuple(runs), baseline=baseline,
+    )  # fmt: skip
+
+
+def dumps(recording: Recording) -> str:
+    """The recording as JSON text (UTF-8, compact)."""
+    return json.dumps(recording.model_dump(mode="json"), ensure_ascii=False, separators=(",", ":"))
+
+
+def save_recording(recording: Recording, path: str | os.PathLike) -> None:
+    Path(path).write_text(dumps(recording), encoding="utf-8")
+
+
+def _describe(exc: ValidationError) -> str:
+    lines = []
+    for err in exc.errors()[:MAX_ERRORS_SHOWN]:
+        where = ".".join(str(p) for p in err["loc"]) or "the file"
+        msg = err["msg"].removeprefix("Value error, ").rstrip(".")
+        lines.append(f"{where}: {msg}")
+    more = exc.error_count() - len(lines)
+    return "; ".join(lines) + (f" (and {more} more)" if more > 0 else "")
+
+
+def load_recording(data: bytes | str) -> Recording:
+    """Parse and validate a recording. Raises RecordingError saying what is wrong."""
+    size = len(data.encode("utf-8") if isinstance(data, str) else data)
+    if size > MAX_BYTES:
+        raise RecordingError(f"The file is {size / 2**20:.1f} MB; recordings are limited to {MAX_BYTES // 2**20} MB.")
+    try:
+        raw = json.loads(data)
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise RecordingError(f"This is not a specviz recording: it is not JSON text ({exc}).") from None
+    except RecursionError:
+        raise RecordingError("This is not a specviz recording: its JSON is nested too deeply to read.") from None
+    if not isinstance(raw, dict) or raw.get("format") != FORMAT:
+        found = raw.get("format") if isinstance(raw, dict) else type(raw).__name__
+        raise RecordingError(f"This is not a specviz recording: its format is {found!r}, not {FORMAT!r}.")
+    version = raw.get("version")
+    if not isinstance(version, int) or isinstance(version, bool) or version < 1:
+        raise RecordingError(f"This recording has no valid version number ({version!r}); this specviz reads version {VERSION}.")
+    if version > VERSION:
+        raise RecordingError(f"This recording is version {version}, newer than this specviz reads ({VERSION}): update specviz to open it.")
+    try:
+        return Recording.model_validate(raw)
+    except ValidationError as exc:
+        raise RecordingError(f"This recording is damaged or inconsistent: {_describe(exc)}.") from None
+
+
+def read_recording(path: str | os.PathLike) -> Recording:
+    """load_recording on a file, checking its size before reading it."""
+    size = os.path.getsize(path)
+    if size > MAX_BYTES:
+        raise RecordingError(f"{path} is {size / 2**20:.1f} MB; recordings are limited to {MAX_BYTES // 2**20} MB.")
+    return load_recording(Path(path).read_bytes())
+
+
+def json_schema() -> dict:
+    """The JSON Schema of the file (for the README and for tools in other languages)."""
+    return Recording.model_json_schema()
