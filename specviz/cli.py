@@ -155,7 +155,11 @@ def step_to_json(r) -> dict:
     }
 
 
-def stats_to_json(s) -> dict:
+def stats_to_json(s, records=()) -> dict:
+    """RunStats plus the metrics named as vLLM names them (specviz.core.metrics); alpha stays null without a q_draft."""
+    from specviz.core.metrics import run_metrics
+
+    m = run_metrics(records).to_json()
     return {
         "new_tokens": s.new_tokens,
         "target_passes": s.target_passes,
@@ -166,6 +170,9 @@ def stats_to_json(s) -> dict:
         "alpha": s.alpha,
         "wall_s": s.wall_s,
         "tokens_per_s": s.tokens_per_s,
+        "mean_acceptance_length": m["mean_acceptance_length"],  # vLLM: 1 + accepted per drafting round
+        "drafting_rounds": m["drafting_rounds"],
+        "position_acceptance": m["position_acceptance"],  # per draft position: reached, accepted, rate (conditional), unconditional (vLLM)
     }
 
 
@@ -216,7 +223,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
                     "output_ids": d.generated,
                     "text": target.tokenizer.decode(d.generated, skip_special_tokens=True),
                     "steps": [step_to_json(r) for r in d.records],
-                    "stats": stats_to_json(d.stats()),
+                    "stats": stats_to_json(d.stats(), d.records),
                 }
                 for d in samples
             ],
