@@ -7,6 +7,10 @@ cost of 1 (the textbook assumption and the page's default), and with one measure
 charged at every k. It prints the mean absolute error against the measured speedups (process CPU time,
 the clock the shipped profile uses, and wall clock), overall and per drafter.
 
+A second table isolates the cost model from the acceptance model: it predicts from each row's *measured*
+tokens per target pass and drafted tokens per round (prompt lookup often drafts fewer than k), so only the
+verify cost differs between the ways.
+
     python scripts/theory_check.py [--bench assets/bench_cpu.csv] [--profile assets/profile_cpu.json] [--c-from profile|bench]
 """
 
@@ -49,6 +53,32 @@ def predictions(bench: pd.DataFrame, profile, c_from: str = "profile") -> pd.Dat
     return pd.DataFrame(rows)
 
 
+def _interp(curve, x: float) -> float:
+    lo = int(x)
+    return curve.at(lo) + (curve.at(lo + 1) - curve.at(lo)) * (x - lo)
+
+
+def cost_model_predictions(bench: pd.DataFrame, profile, c_from: str = "profile") -> pd.DataFrame:
+    """Predicted = measured tokens per pass / (verify cost at the mean drafted per round + drafted per round * c)."""
+    curve, costs = profile.curve, profile.draft_cost
+    rows = []
+    for r in bench.itertuples():
+        c = costs.get(r.drafter) if c_from == "profile" else r.draft_cost
+        if c is None or pd.isna(c) or not r.target_passes:
+            continue
+        m = r.drafted / r.target_passes  # drafted tokens per round
+        tpp = float(r.tokens_per_pass)
+        rows.append(
+            {
+                "category": r.category, "drafter": r.drafter, "k": int(r.k), "measured_cpu": r.speedup_cpu, "measured_wall": r.speedup,
+                "curve": tpp / (_interp(curve, m) + m * c),
+                "constant 1": tpp / (1.0 + m * c),
+                f"constant {curve.at(4):.2f}": tpp / (curve.at(4) + m * c),
+            }
+        )
+    return pd.DataFrame(rows)
+
+
 def mae_table(pred: pd.DataFrame) -> pd.DataFrame:
     ways = [c for c in pred.columns if c == "curve" or c.startswith("constant")]
     out = {}
@@ -75,6 +105,8 @@ def main(argv: list[str] | None = None) -> int:
     print("draft cost c: " + ", ".join(f"{name} {c:.4f}" for name, c in profile.draft_cost.items()))
     print("\nmean absolute error of predicted vs measured speedup (lower is better):")
     print(mae_table(pred).to_string(float_format=lambda x: f"{x:.3f}"))
+    print("\nthe cost model alone (measured tokens per pass and drafts per round; only the verify cost differs):")
+    print(mae_table(cost_model_predictions(bench, profile, args.c_from)).to_string(float_format=lambda x: f"{x:.3f}"))
     print("\nmean predicted and measured speedup by drafter and k:")
     cols = [c for c in pred.columns if c in ("measured_cpu", "measured_wall", "curve") or c.startswith("constant")]
     print(pred.groupby(["drafter", "k"])[cols].mean().to_string(float_format=lambda x: f"{x:.2f}"))
