@@ -11,7 +11,7 @@ from specviz.numerics import NumericsReport, compare, low_precision_dtypes
 from specviz.viz.numerics import divergence_frame, pass_diff_figure, pass_summary, traces_frame
 
 RESULT_KEY = "numerics_result"
-DEFAULT_PROMPT = "Write a Python function that reverses a string."
+DEFAULT_PROMPT = "Write the opening paragraph of a short story about a lighthouse keeper who finds a message in a bottle."  # bfloat16 parts at a near-tie here
 
 
 @dataclass(frozen=True)

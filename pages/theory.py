@@ -68,7 +68,7 @@ with st.sidebar:
     constant = st.slider(
         "constant verify cost: a (k+1)-token target pass ÷ a 1-token pass", 1.0, 3.0, 1.0, 0.05, key="theory_verify_cost",
         disabled=source != CONSTANT,
-        help="About 1 on a GPU, where a pass is limited by reading the weights. On this CPU, 5 tokens measured about 1.6.",
+        help="About 1 on a GPU, where a pass is limited by reading the weights. On a 2-core CPU, 5 tokens measured about 1.7 (assets/profile_cpu.json).",
     )
     profile = available.get(source)
     verify_cost: float | VerifyCurve = profile.curve if profile is not None else constant

@@ -20,7 +20,8 @@ def _costs(session: StepSession, run: Run) -> tuple[float, VerifyCost, str]:
     c = float(df["c"].iloc[-1]) if len(df) and df["c"].notna().iloc[-1] else 0.0
     if run.decoder.target.device.type == "cpu":
         for profile in shipped_profiles().values():
-            if profile.target == run.config.target and profile.device == "cpu":
+            # dtype "auto" is float32 on a CPU
+            if profile.target == run.config.target and profile.device == "cpu" and run.config.dtype in ("auto", profile.dtype):
                 return c, profile.curve, f"the verify-cost curve measured on a CPU ({profile.name})"
     v = verify_cost_ratio(run.records, session.baseline.records)
     if v is None:
