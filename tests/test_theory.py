@@ -177,3 +177,20 @@ def test_expected_tokens_by_position():
         expected_tokens_by_position([], 2)
     with pytest.raises(ValueError):
         expected_tokens_by_position([1.5], 2)
+
+
+def test_theory_figures_with_a_curve():
+    from specviz.core.theory import VerifyCurve
+    from specviz.viz.theory import heatmap_figure, speedup_vs_k_frame, verify_curve_figure, verify_curves_frame
+
+    curve = VerifyCurve(tuple(1.0 + 0.1 * k for k in range(9)))  # measured to k = 8
+    fig = heatmap_figure(0.0, curve, 0.7, 4)
+    assert "measured c_verify(k)" in fig.layout.title.text
+    frame = speedup_vs_k_frame(0.7, 0.0, curve)
+    assert frame.loc[frame["k"] == 4, "verify_cost"].item() == pytest.approx(1.4)
+    assert frame.loc[frame["k"] == 4, "speedup"].item() == pytest.approx(speedup(0.7, 4, 0.0, curve))
+    curves = verify_curves_frame({"cpu <b>": curve, "flat": VerifyCurve((1.0, 1.0))}, k_max=12)
+    assert len(curves) == 2 * 13
+    assert curves[(curves["profile"] == "cpu <b>")]["measured"].sum() == 9  # k = 9..12 extrapolated
+    names = [t.name for t in verify_curve_figure({"cpu <b>": curve}, constant=1.6).data]
+    assert names == ["cpu &lt;b&gt;"]
