@@ -107,8 +107,8 @@ two logit rows for the same position differ by rounding error.
 * **float32** keeps 24 bits of mantissa (relative error about 6·10⁻⁸). The rows differ by around 10⁻⁵ of a logit
   (measured above), while the gap between the top two logits is almost never that small, so the argmax does not
   move and the outputs match token for token. The test suite checks exactly this, in float32.
-* **bfloat16** keeps 8 bits (relative error about 4·10⁻³). The same reordering moves logits by hundredths to tenths,
-  and a long answer is likely to pass a near-tie that small; there the argmax can flip, and from that token on the
+* **bfloat16** keeps 8 bits (relative error about 4·10⁻³). The same reordering moves logits by tenths (on the
+  embedded model up to about one logit), and a long answer is likely to pass a near-tie that small; there the argmax can flip, and from that token on the
   two outputs go their own ways. Neither is wrong: both are greedy decoding of the model up to rounding, and plain
   decoding in bfloat16 already differs from float32 (the third comparison above), as it differs between batch sizes.
 

@@ -5,7 +5,7 @@ keeps a draft exactly when it is the target's argmax. But the verify pass scores
 forward while plain decoding scores one at a time, and the two do their sums in different orders. In
 float32 the difference is around 1e-5 of a logit, far below the gap between the top two logits almost
 everywhere, so the argmax never moves and the outputs match. In bfloat16 (8 bits of mantissa) the same
-reordering moves logits by around 0.01 to 0.1, and wherever the top two are closer than that the
+reordering moves logits by tenths (up to about one logit on the embedded model), and wherever the top two are closer than that the
 argmax can flip: speculative and plain greedy decoding part there, and neither is wrong.
 
 This module measures that on a real model: the traces, where they part, the top-2 margin there, and the
