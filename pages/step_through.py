@@ -81,6 +81,7 @@ if session is not None and run_all:
 
 
 def show(session) -> None:
+    views.divergence_notes(session)  # a greedy run that left plain greedy decoding (bf16 near-ties) says where
     if len(session.runs) == 1:
         run = session.runs[0]
         views.metrics(session, run)

@@ -11,6 +11,7 @@ import time
 from collections.abc import Sequence
 
 from specviz.config import DRAFTER_KINDS, EMBEDDED_TARGET, RunConfig, validate_prompt
+from specviz.core.divergence import emitted_margins, first_divergence
 
 ANSI = {"accepted": "\033[32m", "resampled": "\033[33m", "bonus": "\033[36m", "target": "\033[0m", "prompt": "\033[90m"}
 RESET = "\033[0m"
@@ -76,6 +77,12 @@ def build_parser() -> argparse.ArgumentParser:
     gen.add_argument("--num-samples", type=int, default=1, help="independent continuations (seeds derived from --seed)")
     gen.add_argument("--baseline", action="store_true", help="plain target decoding, one token per pass")
     gen.add_argument("--json", action="store_true", help="print exactly one JSON object on stdout")
+    gen.add_argument(
+        "--check-baseline",
+        action="store_true",
+        help="temperature 0 only: also decode plainly and report whether the output is the same, and where it first differs "
+        "(with the top-2 logit margin there); greedy identity is a float32 guarantee, bf16/fp16 can flip near-ties",
+    )
     info = sub.add_parser("info", help="devices, default models and whether they load")
     info.add_argument("--device", default="auto")
     from specviz.bench import add_bench_parser  # the sweep lives in its own module
@@ -191,6 +198,10 @@ def cmd_generate(args: argparse.Namespace) -> int:
     config = config_from_args(args)
     if args.num_samples < 1:
         raise ValueError(f"--num-samples must be at least 1; got {args.num_samples}.")
+    if args.check_baseline and not config.sampling.greedy:
+        raise ValueError("--check-baseline compares greedy outputs token by token: use --temperature 0 (sampled outputs differ by design).")
+    if args.check_baseline and args.baseline:
+        raise ValueError("--check-baseline compares a speculative run with plain decoding: drop --baseline.")
     if args.prompt_file:
         with open(args.prompt_file, encoding="utf-8") as fh:
             text = fh.read()
@@ -208,45 +219,76 @@ def cmd_generate(args: argparse.Namespace) -> int:
         from specviz.runs import exit_layer_for
 
         early_exit = early_exit_view(target.model, exit_layer_for(config, target))
-    samples = []
+    check = _baseline_for_check(args, config, target, prompt_ids)
+    samples: list[dict] = []  # what --json prints; nothing else of a sample outlives its loop turn
     for i in range(args.num_samples):
         decoder = build_decoder(config, target, prompt_ids, draft, early_exit=early_exit, seed=sample_seed(config.seed, i), baseline=args.baseline)
         decoder.run()
-        samples.append(decoder)
+        difference = None
+        if check is not None:
+            difference = first_divergence(decoder.generated, emitted_margins(decoder.records), *check)
+        if args.json:
+            sample = {
+                "seed": decoder.config.seed,
+                "output_ids": decoder.generated,
+                "text": target.tokenizer.decode(decoder.generated, skip_special_tokens=True),
+                "steps": [step_to_json(r) for r in decoder.records],
+                "stats": stats_to_json(decoder.stats(), decoder.records),
+            }
+            if check is not None:
+                sample["same_as_baseline"] = difference is None
+                sample["first_difference"] = difference.to_dict() if difference else None
+            samples.append(sample)
+        else:
+            _print_sample(args, config, target, prompt_ids, decoder, check, difference)
+        del decoder  # its KV caches go with it: memory stays flat in --num-samples
     if args.json:
         out = {
             "config": {**config.to_dict(), "baseline": args.baseline, "num_samples": args.num_samples},
             "prompt_ids": prompt_ids,
-            "samples": [
-                {
-                    "seed": d.config.seed,
-                    "output_ids": d.generated,
-                    "text": target.tokenizer.decode(d.generated, skip_special_tokens=True),
-                    "steps": [step_to_json(r) for r in d.records],
-                    "stats": stats_to_json(d.stats(), d.records),
-                }
-                for d in samples
-            ],
+            "samples": samples,
         }
         json.dump(out, sys.stdout)
         sys.stdout.write("\n")
-        return 0
-    tty = sys.stdout.isatty()
-    for d in samples:
-        if tty:
-            print(_coloured(target.tokenizer, prompt_ids, d.records))
-        else:
-            print(target.tokenizer.decode(d.generated, skip_special_tokens=True))
-        s = d.stats()
-        acc = "n/a" if s.acceptance_rate is None else f"{s.acceptance_rate:.2f}"
-        alpha = "n/a" if s.alpha is None else f"{s.alpha:.2f}"
-        mode = "baseline" if args.baseline else config.drafter
-        print(
-            f"[{mode}] {s.new_tokens} tokens in {s.wall_s:.2f}s = {s.tokens_per_s:.1f} tok/s; "
-            f"{s.tokens_per_target_pass:.2f} tokens/target pass; accepted/drafted {acc}; alpha (E[sum min(p,q)]) {alpha}",
-            file=sys.stderr if tty else sys.stdout,
-        )
     return 0
+
+
+def _baseline_for_check(args: argparse.Namespace, config: RunConfig, target, prompt_ids: list[int]) -> tuple[list[int], list[float]] | None:
+    """--check-baseline: plain greedy decoding's output ids and top-2 margins, kept (the decoder is not)."""
+    if not args.check_baseline:
+        return None
+    from specviz.runs import build_decoder
+
+    plain = build_decoder(config, target, prompt_ids, seed=config.seed, baseline=True)
+    plain.run()
+    return plain.generated, emitted_margins(plain.records)
+
+
+def _print_sample(args, config: RunConfig, target, prompt_ids: list[int], d, check, difference) -> None:
+    tty = sys.stdout.isatty()
+    if tty:
+        print(_coloured(target.tokenizer, prompt_ids, d.records))
+    else:
+        print(target.tokenizer.decode(d.generated, skip_special_tokens=True))
+    s = d.stats()
+    acc = "n/a" if s.acceptance_rate is None else f"{s.acceptance_rate:.2f}"
+    alpha = "n/a" if s.alpha is None else f"{s.alpha:.2f}"
+    mode = "baseline" if args.baseline else config.drafter
+    same = ""
+    if check is not None:
+        same = "; same as plain greedy" if difference is None else (
+            f"; differs from plain greedy at new token {difference.position} (top-2 logit margin {_fmt_margin(difference.margin)} here, "
+            f"{_fmt_margin(difference.baseline_margin)} in the baseline)"
+        )
+    print(
+        f"[{mode}] {s.new_tokens} tokens in {s.wall_s:.2f}s = {s.tokens_per_s:.1f} tok/s; "
+        f"{s.tokens_per_target_pass:.2f} tokens/target pass; accepted/drafted {acc}; alpha (E[sum min(p,q)]) {alpha}{same}",
+        file=sys.stderr if tty else sys.stdout,
+    )
+
+
+def _fmt_margin(margin: float | None) -> str:
+    return "n/a" if margin is None else f"{margin:.4g}"
 
 
 def cmd_info(args: argparse.Namespace) -> int:

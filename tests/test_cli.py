@@ -114,6 +114,71 @@ def test_plain_output_has_the_text_and_a_stats_line(capsys, tiny_dir):
     assert "\033[" not in stdout  # colours only on a terminal
 
 
+def test_num_samples_does_not_hold_decoders(capsys, tiny_dir, monkeypatch):
+    """Each sample's decoder (and its KV caches) is gone before the next is built: memory is flat in N."""
+    import gc
+    import weakref
+
+    import specviz.runs
+
+    built: list[weakref.ref] = []
+    alive_at_build: list[int] = []
+    real = specviz.runs.build_decoder
+
+    def counting_build_decoder(*args, **kwargs):
+        gc.collect()
+        alive_at_build.append(sum(ref() is not None for ref in built))
+        decoder = real(*args, **kwargs)
+        built.append(weakref.ref(decoder))
+        return decoder
+
+    monkeypatch.setattr(specviz.runs, "build_decoder", counting_build_decoder)
+    args = ["generate", "--target", str(tiny_dir["llama"]), "--no-chat", "--prompt", TINY_PROMPT, "--max-new-tokens", "4", "--temperature", "1"]
+    for extra in (["--json"], []):
+        built.clear()
+        alive_at_build.clear()
+        code, stdout, _ = run_main(capsys, *args, "--num-samples", "5", *extra)
+        assert code == 0
+        gc.collect()
+        assert len(built) == 5 and alive_at_build == [0] * 5
+        assert all(ref() is None for ref in built)
+    check_contract(parse_one_json(run_main(capsys, *args, "--num-samples", "2", "--json")[1]), 2, 4)
+
+
+@pytest.mark.parametrize("drafter_args", [["--drafter", "lookup"], ["--drafter", "early-exit", "--exit-layer", "1"]])
+def test_check_baseline_reports_identity_in_float32(capsys, tiny_dir, drafter_args):
+    common = ["generate", "--target", str(tiny_dir["llama"]), "--no-chat", "--prompt", TINY_PROMPT, "--max-new-tokens", "10"]
+    code, stdout, _ = run_main(capsys, *common, *drafter_args, "--json", "--check-baseline")
+    assert code == 0
+    out = parse_one_json(stdout)
+    check_contract(out, 1, 10)
+    sample = out["samples"][0]
+    assert sample["same_as_baseline"] is True and sample["first_difference"] is None
+    code, stdout, _ = run_main(capsys, *common, *drafter_args, "--check-baseline")
+    assert code == 0 and "same as plain greedy" in stdout
+
+
+def test_check_baseline_names_the_first_difference(capsys, tiny_dir, monkeypatch):
+    """A run made to differ (its 3rd token replaced) is reported at that position, with the margins there."""
+    import specviz.core.divergence as divergence
+
+    real = divergence.first_divergence
+
+    def tampered(ids, margins, base_ids, base_margins, **kw):
+        ids = list(ids)
+        ids[2] = (ids[2] + 1) % 50
+        return real(ids, margins, base_ids, base_margins, **kw)
+
+    monkeypatch.setattr(cli, "first_divergence", tampered)
+    args = ["generate", "--target", str(tiny_dir["llama"]), "--no-chat", "--prompt", TINY_PROMPT, "--max-new-tokens", "6", "--json", "--check-baseline"]
+    code, stdout, _ = run_main(capsys, *args)
+    assert code == 0
+    sample = parse_one_json(stdout)["samples"][0]
+    diff = sample["first_difference"]
+    assert sample["same_as_baseline"] is False and diff["position"] == 2
+    assert diff["baseline_token"] == sample["output_ids"][2] and diff["margin"] >= 0 and diff["baseline_margin"] >= 0
+
+
 @pytest.mark.parametrize(
     "args, words",
     [
@@ -125,6 +190,8 @@ def test_plain_output_has_the_text_and_a_stats_line(capsys, tiny_dir):
         (["--drafter", "model"], ["needs a draft model"]),
         (["--num-samples", "0"], ["--num-samples", "at least 1"]),
         (["--max-new-tokens", "0"], ["max new tokens"]),
+        (["--check-baseline", "--temperature", "1"], ["--check-baseline", "--temperature 0"]),
+        (["--check-baseline", "--baseline"], ["--check-baseline", "drop --baseline"]),
     ],
 )
 def test_bad_values_exit_2_with_a_message(capsys, args, words):

@@ -6,19 +6,25 @@ streamlit or transformers.
 """
 
 from specviz.core.decoding import CachedLM, DecodeConfig, SpeculativeDecoder
+from specviz.core.divergence import Divergence, first_divergence
 from specviz.core.records import RunStats, StepRecord, TokenDist, summarize
-from specviz.core.sampling import SamplingConfig, warp
-from specviz.core.verify import Verdict, residual, verify
+from specviz.core.sampling import SamplingConfig, draw, warp
+from specviz.core.verify import Decision, Verdict, decide, residual, verify
 
 __all__ = [
     "CachedLM",
+    "Decision",
     "DecodeConfig",
+    "Divergence",
     "RunStats",
     "SamplingConfig",
     "SpeculativeDecoder",
     "StepRecord",
     "TokenDist",
     "Verdict",
+    "decide",
+    "draw",
+    "first_divergence",
     "residual",
     "summarize",
     "verify",

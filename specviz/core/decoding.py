@@ -1,7 +1,15 @@
-"""The speculative decoding loop: prefill once, then draft -> verify in one target pass -> commit -> roll back."""
+"""The speculative decoding loop: prefill once, then draft -> verify in one target pass -> commit -> roll back,
+and only then, with the round's clock stopped, build its record.
+
+A round stays on the target's device: the warp, the rule and every draw run there, with a generator there.
+The host reads the device back a constant number of times per round (the rule's outcome; the record), never
+once per drafted token, and reads the clock only after the device has synchronised.
+"""
 
 from __future__ import annotations
 
+import functools
+import inspect
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -11,7 +19,8 @@ import torch
 
 from specviz.core.records import RunStats, StepRecord, TokenDist, summarize
 from specviz.core.sampling import SamplingConfig, warp
-from specviz.core.verify import one_hot_q, residual, verify
+from specviz.core.verify import Decision, EmitFate, decide, next_fate, one_hot_q, residual
+from specviz.core.verify import draft_fates as draft_fates_of
 
 if TYPE_CHECKING:
     from specviz.drafters.base import Drafter
@@ -28,13 +37,27 @@ class CachedLM(Protocol):
     @property
     def tokens(self) -> Sequence[int]: ...
 
-    def extend(self, ids: Sequence[int]) -> torch.Tensor:
-        """Feed ids after the cached ones; return (len(ids), vocab_size) logits, one row per fed id."""
+    def extend(self, ids: Sequence[int] | torch.Tensor, last_only: bool = False) -> torch.Tensor:
+        """Feed ids after the cached ones; return (len(ids), vocab_size) logits, one row per fed id.
+        last_only (optional to implement): only the last row, (1, vocab_size), e.g. for a long prefill.
+        ids may be a 1-D LongTensor on the device (a draft model feeding back its own samples)."""
         ...
 
     def crop(self, length: int) -> None:
         """Keep only the first ``length`` cached tokens."""
         ...
+
+
+def extend_last(lm: CachedLM, ids: Sequence[int] | torch.Tensor) -> torch.Tensor:
+    """Feed ids and return the last position's (V,) logits; an lm whose extend takes last_only computes no others."""
+    if _takes_last_only(type(lm)):
+        return lm.extend(ids, last_only=True)[-1]
+    return lm.extend(ids)[-1]
+
+
+@functools.cache
+def _takes_last_only(lm_type: type) -> bool:
+    return "last_only" in inspect.signature(lm_type.extend).parameters
 
 
 @dataclass(frozen=True)
@@ -91,26 +114,32 @@ def _sync(device: torch.device) -> None:
         torch.mps.synchronize()
 
 
-def _top_dist(p: torch.Tensor, q: torch.Tensor | None, top_n: int) -> TokenDist:
-    """Top-N of p (and of q and the residual when given), unioned, as plain floats."""
-    ids = torch.topk(p, min(top_n, p.numel())).indices
-    res = None
-    if q is not None:
-        res = residual(p, q)
-        ids = torch.cat([ids, torch.topk(q, min(top_n, q.numel())).indices, torch.topk(res, min(top_n, res.numel())).indices])
-        ids = ids[(p[ids] + q[ids] + res[ids]) > 0]
-    ids = torch.unique(ids)
-    ids = ids[torch.argsort(p[ids], descending=True, stable=True)]
-    return TokenDist(
-        token_ids=tuple(ids.tolist()),
-        p_target=tuple(p[ids].tolist()),
-        q_draft=tuple(q[ids].tolist()) if q is not None else None,
-        residual=tuple(res[ids].tolist()) if res is not None else None,
-    )
+@dataclass(frozen=True)
+class Drafted:
+    """A round's proposal, ready for the target: ids on the host and on the device, and q_draft when given."""
+
+    ids: tuple[int, ...]  # (m,) what the drafter proposed, cut to k
+    on_device: torch.Tensor  # (m,) the same ids on the target's device
+    q_draft: torch.Tensor | None  # (m, V) float32 on the device; None: one-hot on each id
+
+
+@dataclass(frozen=True)
+class Verified:
+    """The target pass and the rule's decision; only num_accepted and next_token have crossed to the host."""
+
+    logits: torch.Tensor  # (m+1, V) raw target logits at the newest committed token and each draft
+    p_target: torch.Tensor  # (m+1, V) after the warp
+    q_draft: torch.Tensor  # (m, V), one-hot for drafters without a distribution
+    decision: Decision  # on the device
+    num_accepted: int  # n
+    next_token: int
 
 
 class SpeculativeDecoder:
-    """One run: owns the target's cache, the drafter and the generator. Call step() until done."""
+    """One run: owns the target's cache, the drafter and the generators. Call step() until done.
+
+    Every draw comes from generators seeded with config.seed: one on the target's device for the rule (and
+    for a drafter sampling there), one on the CPU for host-side drafters when the target is elsewhere."""
 
     def __init__(self, target: CachedLM, drafter: Drafter, prompt_ids: Sequence[int], config: DecodeConfig) -> None:
         if len(prompt_ids) == 0:
@@ -121,16 +150,21 @@ class SpeculativeDecoder:
         self.prompt_length = len(prompt_ids)
         self.tokens: list[int] = list(prompt_ids)  # prompt + every committed token
         self.records: list[StepRecord] = []
-        self.generator = torch.Generator().manual_seed(config.seed)
+        self.device = torch.device(target.device)
+        draft_device = torch.device(getattr(drafter, "device", "cpu"))  # host-side drafters have no device
+        self.generator = torch.Generator(device=self.device).manual_seed(config.seed)
+        self.draft_generator = (
+            self.generator if draft_device == self.device else torch.Generator(device=draft_device).manual_seed(config.seed)
+        )
+        self._devices = {self.device, draft_device}
         self.k = config.num_draft_tokens
         self.finished = False
         # Prefill: the target caches all but the newest token, whose logits the first verify pass computes.
-        start = time.perf_counter()
+        start = self._clock()
         if len(self.tokens) > 1:
-            self.target.extend(self.tokens[:-1])
+            extend_last(self.target, self.tokens[:-1])  # no (L, V) logits for a prompt of L tokens
         self.drafter.prepare(self.tokens)
-        _sync(target.device)
-        self.prefill_ms = (time.perf_counter() - start) * 1000.0
+        self.prefill_ms = (self._clock() - start) * 1000.0
 
     @property
     def generated(self) -> list[int]:
@@ -149,94 +183,167 @@ class SpeculativeDecoder:
         return self.records
 
     def step(self) -> StepRecord:
+        """One round. The clock reads after the device synchronises and stops before the record is built."""
         if self.done:
             raise RuntimeError("This run is finished; reset to start again.")
-        cfg = self.config
-        remaining = cfg.max_new_tokens - len(self.generated)
-        k = min(self.k, remaining - 1)  # a round emits up to k+1 tokens; drafting past the limit is waste
-        t0 = time.perf_counter()
-
-        # 1. draft up to k tokens
-        draft = self.drafter.propose(self.tokens, k, self.generator) if k > 0 else None
-        drafted = torch.tensor(draft.token_ids[:k] if draft else (), dtype=torch.long)
-        m = drafted.numel()
-        _sync(self.target.device)
-        t1 = time.perf_counter()
-
-        # 2. one target pass over the newest committed token plus every draft: m+1 distributions
-        feed = self.tokens[len(self.target.tokens) :] + drafted.tolist()
-        logits = self.target.extend(feed)[-(m + 1) :]  # (m+1, V)
-        p_target = warp(logits, cfg.sampling).cpu()  # (m+1, V)
-        vocab = p_target.shape[-1]
-        has_q = draft is not None and draft.q_draft is not None and m > 0
-        q_draft = draft.q_draft[:m].float().cpu() if has_q else one_hot_q(drafted, vocab)  # (m, V)
-        verdict = verify(p_target, q_draft, drafted, self.generator)
-        _sync(self.target.device)
-        t2 = time.perf_counter()
-
-        # 3. commit: accepted drafts, then the resampled / bonus token; cut at EOS or the length limit
-        n = verdict.num_accepted
-        emitted = drafted[:n].tolist() + [verdict.next_token]
-        fates = ["accepted"] * n + [verdict.next_fate]
-        finished = False
-        for i, tok in enumerate(emitted):
-            if tok in cfg.eos_token_ids:
-                emitted, fates, finished = emitted[: i + 1], fates[: i + 1], True
-                break
-        emitted, fates = emitted[:remaining], fates[:remaining]
-        self.tokens.extend(emitted)
-        self.finished = finished
-
-        # 4. roll back: both caches keep only what was committed (the target all but the newest token)
-        self.target.crop(min(common_prefix_len(self.target.tokens, self.tokens), len(self.tokens) - 1))
-        self.drafter.rollback(self.tokens)
-        _sync(self.target.device)
-        t3 = time.perf_counter()
-
-        # 5. the record, built after the round's clock stopped
-        record = self._record(k, drafted, p_target, q_draft, logits, has_q, verdict, emitted, fates, (t0, t1, t2, t3))
+        k = min(self.k, self.config.max_new_tokens - len(self.generated) - 1)  # a round emits up to k+1 tokens
+        t0 = self._clock()
+        drafted = self.draft(k)
+        t1 = self._clock()
+        verified = self.verify(drafted)
+        t2 = self._clock()
+        emitted, fates = self.commit(drafted, verified)
+        self.rollback()
+        t3 = self._clock()
+        record = self.record(k, drafted, verified, emitted, fates, (t0, t1, t2, t3))
         self.records.append(record)
-        self.k = next_k(self.k, m, record.num_accepted, cfg)
+        self.k = next_k(self.k, record.num_drafted, record.num_accepted, self.config)
         return record
 
-    def _record(self, k, drafted, p_target, q_draft, logits, has_q, verdict, emitted, fates, times) -> StepRecord:
-        """Per drafted token, then top-N at the position of every emitted token. Drafts after an EOS / length
-        cut are "discarded": the stats count only what was kept."""
+    def draft(self, k: int) -> Drafted:
+        """1. Up to k drafted tokens, and the drafter's q_draft when it has one, moved to the target's device."""
+        ids, q_draft = (), None
+        if k > 0:
+            proposal = self.drafter.propose(self.tokens, k, self.draft_generator)
+            ids = tuple(int(t) for t in proposal.token_ids[:k])
+            if proposal.q_draft is not None and ids:
+                q_draft = proposal.q_draft[: len(ids)].to(self.device, torch.float32)
+        return Drafted(ids, torch.tensor(ids, dtype=torch.long, device=self.device), q_draft)
+
+    def verify(self, drafted: Drafted) -> Verified:
+        """2. One target pass over the newest committed token plus every draft (m+1 distributions), then the
+        rule, all on the device; the host learns only n and the next token (one transfer)."""
+        m = len(drafted.ids)
+        feed = self.tokens[len(self.target.tokens) :] + list(drafted.ids)
+        logits = self.target.extend(feed)[-(m + 1) :]  # (m+1, V)
+        p_target = warp(logits, self.config.sampling)  # (m+1, V)
+        q_draft = drafted.q_draft if drafted.q_draft is not None else one_hot_q(drafted.on_device, p_target.shape[-1])
+        decision = decide(p_target, q_draft, drafted.on_device, self.generator)
+        n, next_token = decision.outcome().tolist()
+        return Verified(logits, p_target, q_draft, decision, n, next_token)
+
+    def commit(self, drafted: Drafted, verified: Verified) -> tuple[list[int], list[EmitFate]]:
+        """3. Commit the accepted drafts, then the resampled / bonus token; cut at EOS or the length limit."""
+        n = verified.num_accepted
+        emitted = list(drafted.ids[:n]) + [verified.next_token]
+        fates: list[EmitFate] = ["accepted"] * n + [next_fate(len(drafted.ids), n)]
+        cut = next((i + 1 for i, tok in enumerate(emitted) if tok in self.config.eos_token_ids), None)
+        cut = min(cut or len(emitted), self.config.max_new_tokens - len(self.generated))
+        self.finished = emitted[cut - 1] in self.config.eos_token_ids
+        emitted, fates = emitted[:cut], fates[:cut]
+        self.tokens.extend(emitted)
+        return emitted, fates
+
+    def rollback(self) -> None:
+        """4. Both caches keep only what was committed. The target cached every draft; the committed tokens
+        before the newest one are accepted drafts, so cropping by length is enough (and costs nothing)."""
+        self.target.crop(len(self.tokens) - 1)
+        self.drafter.rollback(self.tokens)
+
+    def record(
+        self, k: int, drafted: Drafted, verified: Verified, emitted: list[int], fates: list[EmitFate], times: tuple[float, ...]
+    ) -> StepRecord:
+        """5. The round's record, built after its clock stopped: per drafted token, then top-N rows and the top-2
+        logit margin at the position of every emitted token. Drafts after an EOS / length cut are "discarded",
+        so the stats count only what was kept. Everything crosses to the host in one transfer."""
         start = time.perf_counter()
-        m, e, n = drafted.numel(), len(emitted), verdict.num_accepted
-        kept = min(n, e)  # drafts that became output
-        draft_fates = tuple(verdict.draft_fates[:kept]) + (
-            verdict.draft_fates[kept : kept + 1] if e == n + 1 else ()  # the rejection, unless the cut came first
-        )
-        draft_fates = draft_fates + ("discarded",) * (m - len(draft_fates))
-        rows = torch.arange(m)
-        overlap = torch.minimum(p_target[: min(e, m)], q_draft[: min(e, m)]).sum(dim=-1) if has_q else torch.empty(0)
-        dists = [_top_dist(p_target[i], q_draft[i] if i < m else None, self.config.top_n) for i in range(e)]
-        top2 = torch.topk(logits[:e].float(), min(2, logits.shape[-1]), dim=-1).values  # (e, 2)
-        margin = top2[:, 0] - top2[:, -1]
-        next_tok = verdict.next_token
+        m, e, n = len(drafted.ids), len(emitted), verified.num_accepted
+        kept = min(n, e)
+        draft_fates = draft_fates_of(m, n)[: kept + (e == n + 1)]  # the rejection stays unless the cut came first
+        draft_fates += ("discarded",) * (m - len(draft_fates))
+        has_q = drafted.q_draft is not None
+        host = _to_host(verified, drafted.on_device, e, has_q, self.config.top_n)
         t0, t1, t2, t3 = times
         fields = dict(
             index=len(self.records),
             context_length=len(self.tokens) - e,
             num_draft_tokens=k,
-            drafted=tuple(drafted.tolist()),
-            p_target=tuple(p_target[rows, drafted].tolist()),
-            q_draft=tuple(q_draft[rows, drafted].tolist()),
-            accept_prob=tuple(verdict.accept_prob.tolist()),
-            uniforms=tuple(verdict.uniforms.tolist()),
+            drafted=drafted.ids,
             draft_fates=draft_fates,
             emitted=tuple(emitted),
             emitted_fates=tuple(fates),
-            emitted_margin=tuple(margin.tolist()),
-            next_p_target=float(p_target[n, next_tok]),
-            next_residual=float(verdict.residual[next_tok]) if verdict.residual is not None else None,
-            overlap=tuple(overlap.tolist()),
-            dists=tuple(dists),
             has_q=has_q,
             draft_ms=(t1 - t0) * 1000.0,
             verify_ms=(t2 - t1) * 1000.0,
             round_ms=(t3 - t0) * 1000.0,
             finished=self.done,  # EOS, or the max_new_tokens limit, reached this round
+            **host,
         )
         return StepRecord(**fields, record_ms=(time.perf_counter() - start) * 1000.0)
+
+    def _clock(self) -> float:
+        """Seconds, read only after every device of the run finished its queued work."""
+        for device in self._devices:
+            _sync(device)
+        return time.perf_counter()
+
+
+def _to_host(verified: Verified, drafted: torch.Tensor, e: int, has_q: bool, top_n: int) -> dict:
+    """The record's numbers, gathered on the device and moved to the host in one float64 transfer: per drafted
+    token p, q, min(1, p/q) and u; the chosen token's p and residual; overlaps; margins; top-N candidates."""
+    p, q, decision = verified.p_target, verified.q_draft, verified.decision
+    m, n, token = drafted.numel(), verified.num_accepted, verified.next_token
+    vocab = p.shape[-1]
+    with_q = min(e, m)  # emitted positions that had a draft, hence a q row
+    res = residual(p[:with_q], q[:with_q])  # (with_q, V)
+    pad = torch.zeros_like(p[with_q:e])  # the bonus row has no q: its candidates are p's top-N only
+    q_rows, res_rows = torch.cat([q[:with_q], pad]), torch.cat([res, pad])  # (e, V)
+    top = min(top_n, vocab)
+    cand = torch.cat([torch.topk(t, top, dim=-1).indices for t in (p[:e], q_rows, res_rows)], dim=-1)  # (e, 3N)
+    top2 = torch.topk(verified.logits[:e].float(), min(2, vocab), dim=-1).values  # (e, 2)
+    next_res = decision.next_dist[token] if n < m else torch.full((), -1.0, device=p.device)
+    parts = [
+        p[:m].gather(1, drafted.view(-1, 1)).view(-1),
+        q.gather(1, drafted.view(-1, 1)).view(-1),
+        decision.accept_prob,
+        decision.uniforms,
+        p[n, token].view(1),
+        next_res.view(1),
+        torch.minimum(p[:with_q], q[:with_q]).sum(dim=-1) if has_q else p.new_zeros(0),
+        top2[:, 0] - top2[:, -1],
+        cand.flatten(),
+        p[:e].gather(1, cand).flatten(),
+        q_rows.gather(1, cand).flatten(),
+        res_rows.gather(1, cand).flatten(),
+    ]
+    flat = torch.cat([t.double() for t in parts]).tolist()  # the record's one host transfer
+    sizes = [m, m, m, m, 1, 1, with_q if has_q else 0, e] + [cand.numel()] * 4
+    p_x, q_x, accept, uniforms, next_p, next_r, overlap, margin, ids, pv, qv, rv = _split(flat, sizes)
+    width = cand.shape[-1]
+    dists = []
+    for i in range(e):
+        row = slice(i * width, (i + 1) * width)
+        ids_i, p_i, q_i, r_i = ids[row], pv[row], qv[row], rv[row]
+        if i < with_q:  # p's, q's and the residual's top-N, where any of them has mass
+            keep = [j for j in range(width) if p_i[j] + q_i[j] + r_i[j] > 0]
+        else:
+            keep = list(range(top))
+        by_id = {int(ids_i[j]): j for j in keep}
+        order = sorted(sorted(by_id), key=lambda t: -p_i[by_id[t]])  # by p_target, ties by token id
+        dists.append(
+            TokenDist(
+                token_ids=tuple(order),
+                p_target=tuple(p_i[by_id[t]] for t in order),
+                q_draft=tuple(q_i[by_id[t]] for t in order) if i < with_q else None,
+                residual=tuple(r_i[by_id[t]] for t in order) if i < with_q else None,
+            )
+        )
+    return dict(
+        p_target=tuple(p_x),
+        q_draft=tuple(q_x),
+        accept_prob=tuple(accept),
+        uniforms=tuple(uniforms),
+        next_p_target=next_p[0],
+        next_residual=next_r[0] if n < m else None,
+        overlap=tuple(overlap),
+        emitted_margin=tuple(margin),
+        dists=tuple(dists),
+    )
+
+
+def _split(flat: list[float], sizes: list[int]) -> list[list[float]]:
+    out, at = [], 0
+    for size in sizes:
+        out.append(flat[at : at + size])
+        at += size
+    return out

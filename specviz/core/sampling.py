@@ -47,6 +47,17 @@ def warp(logits: torch.Tensor, sampling: SamplingConfig) -> torch.Tensor:
     return probs
 
 
+def draw(probs: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
+    """(..., V) probabilities -> (...) token ids, drawn on the probabilities' device with the generator there.
+
+    The exponential race argmax(p / E), E ~ Exp(1): the algorithm torch.multinomial runs for one sample, so
+    on the CPU it returns what multinomial would, without multinomial's validity check that waits on a GPU.
+    """
+    race = torch.empty_like(probs).exponential_(1.0, generator=generator)
+    scores = (probs / race).masked_fill(probs <= 0, -1.0)  # a zero-probability token never wins, even if E = 0
+    return scores.argmax(dim=-1)
+
+
 def sample(probs: torch.Tensor, generator: torch.Generator) -> int:
-    """Draw one token id from a (V,) distribution on the CPU generator."""
-    return int(torch.multinomial(probs.cpu(), 1, generator=generator).item())
+    """Draw one token id from a (V,) distribution; returns a host int (one device round trip)."""
+    return int(draw(probs, generator).item())

@@ -14,8 +14,25 @@ from typing import Literal
 
 import torch
 
+from specviz.core.sampling import draw
+
 DraftFate = Literal["accepted", "rejected", "discarded"]
 EmitFate = Literal["accepted", "resampled", "bonus", "target"]
+
+
+@dataclass(frozen=True)
+class Decision:
+    """What the rule decided for one round, still on the device: nothing has crossed to the host yet."""
+
+    num_accepted: torch.Tensor  # () long: the leading run of accepted drafts, n
+    next_token: torch.Tensor  # () long: the resampled token, the bonus token, or the plain target sample
+    uniforms: torch.Tensor  # (k,) one draw per drafted token, kept even when unused
+    accept_prob: torch.Tensor  # (k,) min(1, p_target(x_i) / q_draft(x_i))
+    next_dist: torch.Tensor  # (V,) what next_token was drawn from: the residual at a rejection, else p_target[k]
+
+    def outcome(self) -> torch.Tensor:
+        """(2,) [n, next_token]: the one thing the host needs to commit the round."""
+        return torch.stack([self.num_accepted, self.next_token])
 
 
 @dataclass(frozen=True)
@@ -31,14 +48,23 @@ class Verdict:
 
     @property
     def draft_fates(self) -> tuple[DraftFate, ...]:
-        k = self.uniforms.numel()
-        n = self.num_accepted
-        return ("accepted",) * n + (("rejected",) if n < k else ()) + ("discarded",) * max(0, k - n - 1)
+        return draft_fates(self.uniforms.numel(), self.num_accepted)
+
+
+def draft_fates(k: int, num_accepted: int) -> tuple[DraftFate, ...]:
+    """Accepted up to the first rejection, then rejected, then discarded (never looked at)."""
+    n = num_accepted
+    return ("accepted",) * n + (("rejected",) if n < k else ()) + ("discarded",) * max(0, k - n - 1)
+
+
+def next_fate(k: int, num_accepted: int) -> EmitFate:
+    """How the round's last token came about: resampled after a rejection, a bonus after k accepts, or plain."""
+    return "resampled" if num_accepted < k else ("bonus" if k else "target")
 
 
 def one_hot_q(drafted: torch.Tensor, vocab_size: int) -> torch.Tensor:
-    """(k,) ids -> (k, V) one-hot q_draft, for drafters that propose tokens without a distribution."""
-    q = torch.zeros(drafted.numel(), vocab_size)
+    """(k,) ids -> (k, V) one-hot q_draft on the ids' device, for drafters that propose without a distribution."""
+    q = torch.zeros(drafted.numel(), vocab_size, device=drafted.device)
     return q.scatter_(1, drafted.view(-1, 1), 1.0)
 
 
@@ -49,30 +75,46 @@ def residual(p_target: torch.Tensor, q_draft: torch.Tensor) -> torch.Tensor:
     return torch.where(mass > 0, diff / mass.clamp_min(1e-30), p_target)
 
 
+def decide(
+    p_target: torch.Tensor,
+    q_draft: torch.Tensor,
+    drafted: torch.Tensor,
+    generator: torch.Generator,
+) -> Decision:
+    """p_target (k+1, V), q_draft (k, V), drafted (k,) -> Decision, all on one device with a generator there.
+    Branch-free, so the host never waits on the device inside the rule."""
+    k = drafted.numel()
+    if p_target.shape[0] != k + 1 or q_draft.shape[0] != k:
+        raise ValueError(f"need p_target of k+1 rows and q_draft of k rows for k={k} drafts")
+    uniforms = torch.rand(k, generator=generator, device=p_target.device)
+    p_x = p_target[:k].gather(1, drafted.view(-1, 1)).view(-1)
+    q_x = q_draft.gather(1, drafted.view(-1, 1)).view(-1)
+    # q_x == 0 cannot happen for a token drawn from q; treat it as "reject" rather than dividing by zero.
+    accept_prob = torch.where(q_x > 0, (p_x / q_x.clamp_min(1e-30)).clamp(max=1.0), torch.zeros_like(p_x))
+    accepted = uniforms < accept_prob
+    # 1. first rejection, vectorised: count the leading run of accepts
+    n = accepted.long().cumprod(dim=0).sum()  # ()
+    # 2. rejected at position n: resample from the mass the draft under-weighted;
+    # 3. all accepted (n = k, or nothing drafted): the target's next distribution is free
+    if k == 0:  # nothing drafted (plain decoding): a plain target sample, no residual to compute
+        next_dist = p_target[0]
+    else:  # branch-free on n, so the host never waits for it
+        p_n = p_target.index_select(0, n.view(1))[0]  # (V,)
+        q_n = q_draft.index_select(0, n.clamp(max=k - 1).view(1))[0]  # (V,); unused when n = k
+        next_dist = torch.where(n < k, residual(p_n, q_n), p_n)
+    return Decision(n, draw(next_dist, generator), uniforms, accept_prob, next_dist)
+
+
 def verify(
     p_target: torch.Tensor,
     q_draft: torch.Tensor,
     drafted: torch.Tensor,
     generator: torch.Generator,
 ) -> Verdict:
-    """p_target (k+1, V), q_draft (k, V), drafted (k,) -> Verdict. All tensors on the CPU, float32."""
+    """p_target (k+1, V), q_draft (k, V), drafted (k,) -> Verdict on the host: decide() plus one transfer."""
     k = drafted.numel()
-    if p_target.shape[0] != k + 1 or q_draft.shape[0] != k:
-        raise ValueError(f"need p_target of k+1 rows and q_draft of k rows for k={k} drafts")
-    uniforms = torch.rand(k, generator=generator)
-    rows = torch.arange(k)
-    p_x = p_target[rows, drafted]
-    q_x = q_draft[rows, drafted]
-    # q_x == 0 cannot happen for a token drawn from q; treat it as "reject" rather than dividing by zero.
-    accept_prob = torch.where(q_x > 0, (p_x / q_x.clamp_min(1e-30)).clamp(max=1.0), torch.zeros_like(p_x))
-    accepted = uniforms < accept_prob
-    # 1. first rejection, vectorised: count the leading run of accepts
-    num_accepted = int(accepted.int().cumprod(dim=0).sum().item())
-    if num_accepted < k:
-        # 2. rejected at position n: resample from the mass the draft under-weighted
-        res = residual(p_target[num_accepted], q_draft[num_accepted])
-        token = int(torch.multinomial(res, 1, generator=generator).item())
-        return Verdict(num_accepted, uniforms, accept_prob, token, "resampled", res)
-    # 3. all accepted (or nothing drafted): the target's next distribution is free
-    token = int(torch.multinomial(p_target[k], 1, generator=generator).item())
-    return Verdict(num_accepted, uniforms, accept_prob, token, "bonus" if k else "target", None)
+    decision = decide(p_target, q_draft, drafted, generator)
+    n, token = decision.outcome().tolist()
+    return Verdict(
+        n, decision.uniforms.cpu(), decision.accept_prob.cpu(), token, next_fate(k, n), decision.next_dist.cpu() if n < k else None
+    )

@@ -14,11 +14,16 @@ class Draft:
     """Proposed token ids and, when the drafter has one, its distribution at each of them."""
 
     token_ids: tuple[int, ...]
-    q_draft: torch.Tensor | None = None  # (len(token_ids), V) probabilities; None means one-hot on each id
+    q_draft: torch.Tensor | None = None  # (len(token_ids), V) probabilities, any device; None: one-hot on each id
 
 
 class Drafter(Protocol):
-    """Proposes up to k next tokens for a context; told afterwards what was committed."""
+    """Proposes up to k next tokens for a context; told afterwards what was committed.
+
+    Randomness comes only from the generator handed to propose(), seeded from the run's seed. It lives on the
+    CPU, unless the drafter has a ``device`` attribute (a draft model): then it lives there, so sampling stays
+    on the device. Read tensors back to the host at most a constant number of times per call, never per token.
+    """
 
     name: str
     has_distribution: bool  # True when propose() returns a real q_draft

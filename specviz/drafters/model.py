@@ -6,13 +6,15 @@ from collections.abc import Sequence
 
 import torch
 
-from specviz.core.decoding import CachedLM, common_prefix_len
-from specviz.core.sampling import SamplingConfig, sample, warp
+from specviz.core.decoding import CachedLM, common_prefix_len, extend_last
+from specviz.core.sampling import SamplingConfig, draw, warp
 from specviz.drafters.base import Draft
 
 
 class ModelDrafter:
-    """Drafts with any CachedLM that shares the target's tokenizer (a small model, or the target's early layers)."""
+    """Drafts with any CachedLM that shares the target's tokenizer (a small model, or the target's early layers).
+    Warp and sampling stay on the model's device: each drafted token is fed back as a device tensor, and the
+    k ids come to the host once, at the end of the round's drafting."""
 
     has_distribution = True
 
@@ -21,9 +23,14 @@ class ModelDrafter:
         self.sampling = sampling
         self.name = name
 
+    @property
+    def device(self) -> torch.device:
+        """Where this drafter samples: the decoder hands it a generator on this device."""
+        return self.lm.device
+
     def prepare(self, prompt_ids: Sequence[int]) -> None:
         if len(prompt_ids) > 1:
-            self.lm.extend(prompt_ids[:-1])
+            extend_last(self.lm, prompt_ids[:-1])
 
     def propose(self, context: Sequence[int], k: int, generator: torch.Generator) -> Draft:
         if k <= 0:
@@ -34,16 +41,17 @@ class ModelDrafter:
         if cached >= len(context):
             self.lm.crop(len(context) - 1)
             cached = len(context) - 1
-        logits = self.lm.extend(context[cached:])[-1]
-        ids: list[int] = []
+        logits = extend_last(self.lm, context[cached:])  # (V,)
+        ids: list[torch.Tensor] = []
         qs: list[torch.Tensor] = []
         for i in range(k):
-            q = warp(logits, self.sampling).cpu()  # (V,)
-            ids.append(sample(q, generator))
+            q = warp(logits, self.sampling)  # (V,) on the device
+            x = draw(q, generator).view(1)  # (1,) on the device
+            ids.append(x)
             qs.append(q)
             if i < k - 1:
-                logits = self.lm.extend(ids[-1:])[-1]
-        return Draft(tuple(ids), torch.stack(qs))
+                logits = self.lm.extend(x)[-1]
+        return Draft(tuple(torch.cat(ids).tolist()), torch.stack(qs))  # (k, V) q_draft; one transfer for the ids
 
     def rollback(self, committed: Sequence[int]) -> None:
         self.lm.crop(common_prefix_len(self.lm.tokens, committed))

@@ -130,6 +130,7 @@ class NGramDrafter:
             return Draft(())
         self._catch_up(context)
         suffix = list(context[max(0, len(context) - self.n_max) :])  # only the tail is ever looked up
+        draws = torch.rand(k, generator=generator).tolist()  # one uniform per possible draft, read once per round
         ids: list[int] = []
         support: list[tuple[list[int], list[float]]] = []  # per drafted token: (ids, probabilities)
         for _ in range(k):
@@ -143,7 +144,7 @@ class NGramDrafter:
                 tok = tokens[0]
                 tokens, probs = [tok], [1.0]  # the draft's actual (deterministic) sampling distribution
             else:
-                tok = tokens[_draw(probs, generator)]
+                tok = tokens[_draw(probs, draws[len(ids)])]
             ids.append(tok)
             support.append((tokens, probs))
             suffix.append(tok)
@@ -161,9 +162,8 @@ class NGramDrafter:
         self._catch_up(committed)
 
 
-def _draw(probs: list[float], generator: torch.Generator) -> int:
-    """Index drawn from a short list of probabilities with one uniform from the run's generator."""
-    u = float(torch.rand((), generator=generator))
+def _draw(probs: list[float], u: float) -> int:
+    """Index drawn from a short list of probabilities with one uniform u in [0, 1) from the run's generator."""
     cumulative = 0.0
     edges = []
     for p in probs:

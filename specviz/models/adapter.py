@@ -22,28 +22,44 @@ class HFCachedLM:
         except (AttributeError, NotImplementedError):
             pass
         self._tokens: list[int] = []
+        self._pending: list[torch.Tensor] = []  # ids fed as device tensors, read back only when tokens is asked for
+        self._length = 0
 
     @property
     def tokens(self) -> Sequence[int]:
+        return self._settled()
+
+    def _settled(self) -> list[int]:
+        if self._pending:  # one transfer for everything fed on the device since the last read
+            self._tokens.extend(torch.cat(self._pending).tolist())
+            self._pending.clear()
         return self._tokens
 
     @torch.inference_mode()
-    def extend(self, ids: Sequence[int]) -> torch.Tensor:
-        """(T,) ids -> (T, vocab_size) float32 logits, trimmed of any padding columns."""
-        if not ids:
+    def extend(self, ids: Sequence[int] | torch.Tensor, last_only: bool = False) -> torch.Tensor:
+        """(T,) ids -> (T, vocab_size) float32 logits, trimmed of any padding columns; (1, vocab_size) for the
+        last position only with last_only (transformers' logits_to_keep: a long prefill computes no (T, V) rows).
+        ids may be a 1-D LongTensor on the model's device (a draft model feeding back its own samples)."""
+        if len(ids) == 0:
             raise ValueError("extend() needs at least one token")
-        input_ids = torch.tensor([list(ids)], dtype=torch.long, device=self.device)  # (1, T)
-        out = self.model(input_ids=input_ids, past_key_values=self.cache, use_cache=True)
-        self._tokens.extend(int(i) for i in ids)
-        return out.logits[0, :, : self.vocab_size].float()
+        if isinstance(ids, torch.Tensor):
+            input_ids = ids.to(self.device, torch.long).view(1, -1)  # (1, T)
+            self._pending.append(input_ids[0])
+        else:
+            input_ids = torch.tensor([list(ids)], dtype=torch.long, device=self.device)  # (1, T)
+            self._settled().extend(int(i) for i in ids)
+        self._length += input_ids.shape[1]
+        keep = {"logits_to_keep": 1} if last_only else {}
+        out = self.model(input_ids=input_ids, past_key_values=self.cache, use_cache=True, **keep)
+        logits = out.logits[0, -1:] if last_only else out.logits[0]  # (T or 1, V_padded)
+        return logits[:, : self.vocab_size].float()
 
     def crop(self, length: int) -> None:
-        drop = len(self._tokens) - length
+        drop = self._length - length
         if drop > 0:
             self.cache.crop(-drop)  # transformers 5: a negative count removes that many tokens
-            del self._tokens[length:]
-
-
+            del self._settled()[length:]
+            self._length = length
 def num_layers(model: PreTrainedModel) -> int:
     return int(model.config.num_hidden_layers)
 

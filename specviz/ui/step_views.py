@@ -8,8 +8,9 @@ import math
 import pandas as pd
 import streamlit as st
 
+from specviz.core.divergence import Divergence, emitted_margins, first_divergence
 from specviz.core.theory import speedup as theory_speedup
-from specviz.ui.session import Run, StepSession
+from specviz.ui.session import Run, StepSession, baseline_key
 from specviz.viz import (
     figures,
     latency_frame,
@@ -66,6 +67,37 @@ def token_stream(session: StepSession, run: Run, legend: bool = True) -> None:
         st.error(run.error)
     elif run.decoder.done:
         st.caption("This run is finished. Press Reset to start again.")
+
+
+def baseline_divergence(session: StepSession, run: Run) -> Divergence | None:
+    """Where a greedy run's tokens first differ from its baseline's (as far as both have gone); None when they
+    agree, when the run samples, or when the baseline decodes something else (another target, dtype, sampling)."""
+    baseline = session.baseline
+    if not run.config.sampling.greedy or baseline.error or baseline_key(run.config, session.prompt) != baseline_key(session.config, session.prompt):
+        return None
+    return first_divergence(
+        run.decoder.generated, emitted_margins(run.records), baseline.decoder.generated, emitted_margins(baseline.records), prefix_only=True
+    )
+
+
+def divergence_note(session: StepSession, run: Run) -> None:
+    """A warning when a greedy run left plain greedy decoding: where, and how close the target's top two were."""
+    d = baseline_divergence(session, run)
+    if d is None:
+        return
+    margin = "–" if d.margin is None else f"{d.margin:.4g}"
+    base_margin = "–" if d.baseline_margin is None else f"{d.baseline_margin:.4g}"
+    st.warning(
+        f"{run.label}: this greedy run differs from plain greedy decoding at new token {d.position + 1} "
+        f"(token id {d.token} here, {d.baseline_token} in the baseline). "
+        f"The target's top-2 logit margin there: {margin} (baseline {base_margin}). Greedy identity is a float32 guarantee: "
+        "in bfloat16/float16 the batched verify pass rounds differently from one-token steps and can flip a near-tie."
+    )
+
+
+def divergence_notes(session: StepSession) -> None:
+    for run in session.runs:
+        divergence_note(session, run)
 
 
 def live_progress(session: StepSession) -> None:
