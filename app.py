@@ -8,6 +8,7 @@ PAGES = [
     st.Page("pages/step_through.py", title="Step through", icon="👣", default=True),
     st.Page("pages/theory.py", title="Speedup theory", icon="📐"),
     st.Page("pages/exactness.py", title="Exactness lab", icon="🎯"),
+    st.Page("pages/numerics.py", title="Numerics lab", icon="🔢"),
     st.Page("pages/benchmark.py", title="Benchmark", icon="⏱️"),
 ]
 st.navigation(PAGES).run()

@@ -2,6 +2,7 @@
 
 import streamlit as st
 
+from specviz.ui import metrics_views
 from specviz.ui import replay as recordings
 from specviz.ui import step_views as views
 from specviz.ui.session import friendly_error, load_target, page_state, start_session, step_session
@@ -38,6 +39,7 @@ def show(session) -> None:
     if session.num_rounds:
         views.inspector(session)
         views.curves(session)
+        metrics_views.panel(session)
     else:
         st.info("Press **Step** to run the first round.")
 

@@ -1,4 +1,4 @@
-"""python -m specviz generate | replay | info | bench — the command-line face of the engine."""
+"""python -m specviz generate | replay | info | bench | profile — the command-line face of the engine."""
 
 from __future__ import annotations
 
@@ -91,7 +91,58 @@ def build_parser() -> argparse.ArgumentParser:
     from specviz.bench import add_bench_parser  # the sweep lives in its own module
 
     add_bench_parser(sub)
+    _add_profile_parser(sub)
     return parser
+
+
+def _add_profile_parser(sub) -> None:
+    p = sub.add_parser("profile", help="this machine's cost profile: a target pass over 1..17 tokens, and each drafter's cost per token")
+    p.add_argument("--target", default=EMBEDDED_TARGET, help="hub id, local folder or .gguf file (default: embedded SmolLM2-135M-Instruct)")
+    p.add_argument("--device", default="auto")
+    p.add_argument("--dtype", default="auto")
+    p.add_argument("--context", type=int, default=256, help="tokens already cached before each timed pass (default 256)")
+    p.add_argument("--max-tokens", type=int, default=17, help="time passes over 1..N new tokens (default 17: k = 0..16)")
+    p.add_argument("--repeats", type=int, default=5, help="interleaved repeats; the profile keeps medians (default 5)")
+    p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice); 1 is steadier on a busy machine")
+    p.add_argument("--clock", choices=("wall", "cpu"), default="wall", help="wall clock (synchronised), or process CPU time (CPU only; steadier on a shared machine)")
+    p.add_argument("--label", default="", help="a short name for the theory page's menu")
+    p.add_argument("--out", default=None, help="write the profile here as JSON")
+    p.add_argument("--trust-remote-code", action="store_true")
+    p.add_argument("--allow-download", action="store_true")
+    p.add_argument("--allow-pickle", action="store_true")
+
+
+def cmd_profile(args: argparse.Namespace) -> int:
+    from specviz.models import load_model
+    from specviz.profile import measure_profile, profile_table
+
+    if args.threads is not None:
+        if args.threads < 1:
+            raise ValueError(f"--threads must be at least 1; got {args.threads}.")
+        import torch
+
+        torch.set_num_threads(args.threads)
+    target = load_model(args.target, args.device, args.dtype, trust_remote_code=args.trust_remote_code,
+                        allow_download=args.allow_download, allow_pickle=args.allow_pickle)
+    print(f"profiling {target.name} on {target.device} ({str(target.dtype).removeprefix('torch.')}), context {args.context} tokens", file=sys.stderr)
+
+    def progress(done: int, total: int, message: str) -> None:
+        print(f"[{done}/{total}] {message}", file=sys.stderr, flush=True)
+
+    profile = measure_profile(target, max_tokens=args.max_tokens, context_length=args.context, repeats=args.repeats,
+                              threads=args.threads, clock=args.clock, on_progress=progress, label=args.label)
+    if args.out:
+        with open(args.out, "w", encoding="utf-8") as fh:
+            json.dump(profile.to_json(), fh, indent=1)
+            fh.write("\n")
+        print(f"wrote {args.out}", file=sys.stderr)
+    print(f"{profile.device_name}; torch {profile.torch_version}; {profile.threads} threads; {profile.clock} clock")
+    print(" k  tokens fed  pass ms  verify cost c_verify(k)")
+    for k, ms, cost in profile_table(profile):
+        print(f"{k:2d}  {k + 1:10d}  {ms:7.2f}  {cost:6.2f}")
+    for name, c in profile.draft_cost.items():
+        print(f"draft cost c, {name}: {c:.4f} of a 1-token pass ({profile.draft_ms_per_token[name]:.3f} ms per drafted token)")
+    return 0
 
 
 def sample_seed(seed: int, i: int) -> int:
@@ -114,7 +165,11 @@ def step_to_json(r) -> dict:
     }
 
 
-def stats_to_json(s) -> dict:
+def stats_to_json(s, records=()) -> dict:
+    """RunStats plus the metrics named as vLLM names them (specviz.core.metrics); alpha stays null without a q_draft."""
+    from specviz.core.metrics import run_metrics
+
+    m = run_metrics(records).to_json()
     return {
         "new_tokens": s.new_tokens,
         "target_passes": s.target_passes,
@@ -125,6 +180,9 @@ def stats_to_json(s) -> dict:
         "alpha": s.alpha,
         "wall_s": s.wall_s,
         "tokens_per_s": s.tokens_per_s,
+        "mean_acceptance_length": m["mean_acceptance_length"],  # vLLM: 1 + accepted per drafting round
+        "drafting_rounds": m["drafting_rounds"],
+        "position_acceptance": m["position_acceptance"],  # per draft position: reached, accepted, rate (conditional), unconditional (vLLM)
     }
 
 
@@ -179,7 +237,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
                 "output_ids": decoder.generated,
                 "text": target.tokenizer.decode(decoder.generated, skip_special_tokens=True),
                 "steps": [step_to_json(r) for r in decoder.records],
-                "stats": stats_to_json(decoder.stats()),
+                "stats": stats_to_json(decoder.stats(), decoder.records),
             }
             if check is not None:
                 sample["same_as_baseline"] = difference is None
@@ -341,6 +399,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return cmd_info(args)
         if args.command == "replay":
             return cmd_replay(args)
+        if args.command == "profile":
+            return cmd_profile(args)
         from specviz.bench import cmd_bench
 
         return cmd_bench(args)

@@ -62,24 +62,59 @@ def test_theory_page_overlays_session_runs():
 
 
 def test_theory_page_overlays_step_through_runs(tiny_models):
-    """The step-through page keeps PageState(session=StepSession(runs=[Run], baseline=Baseline)); only
-    .session.runs[i].label/.records and .session.baseline.records are read."""
-    from types import SimpleNamespace
-
+    """The step-through page's PageState is read through its types: session.runs[i].records and session.baseline.records."""
     from specviz.config import RunConfig
     from specviz.runs import build_decoder
+    from specviz.ui.session import STATE_KEY, Baseline, PageState, Run, StepSession, TokenTexts
 
     target = tiny_models["llama"]
     ids = target.tokenizer("the cat sat on the mat and the cat sat on the")["input_ids"]
     config = RunConfig(target="tiny", drafter="lookup", num_draft_tokens=3, max_new_tokens=8, chat=False)
     spec, plain = build_decoder(config, target, ids), build_decoder(config, target, ids, baseline=True)
     spec.run(), plain.run()
-    state = SimpleNamespace(session=SimpleNamespace(runs=[SimpleNamespace(label="prompt lookup", records=spec.records)], baseline=SimpleNamespace(records=plain.records)))
+    session = StepSession("p", config, None, ids, TokenTexts(target.tokenizer), [Run("prompt lookup", config, spec)], Baseline(plain))
     at = page("theory.py")
-    at.session_state["specviz_step_through"] = state
+    at.session_state[STATE_KEY] = PageState(session=session)
     at.run()
     assert not at.exception
     assert any("Measured runs drawn above (1)" in e.label for e in at.expander)
+
+
+def test_theory_page_uses_a_shipped_profile():
+    from specviz.profile import shipped_profiles
+
+    cpu = shipped_profiles()["profile_cpu"]
+    at = page("theory.py").run()
+    options = at.selectbox(key="theory_verify_source").options
+    assert options[0].startswith("one constant") and any(cpu.name in o for o in options)
+    at.selectbox(key="theory_verify_source").set_value(next(o for o in options if cpu.name in o)).run()
+    assert not at.exception
+    m = metrics(at)
+    assert m["expected speedup"] == f"{speedup(0.7, 4, 0.05, cpu.curve):.2f}×"
+    assert m["best k"] == str(best_k(0.7, 0.05, cpu.curve))
+    assert at.slider(key="theory_verify_cost").disabled
+
+
+def test_theory_page_measures_this_machine(tiny_target, monkeypatch):
+    """The button measures (patched to a fast fake), shows progress, and selects the new curve at once."""
+    import specviz.profile as profile_module
+
+    def fake_measure(target, on_progress=None, **kwargs):
+        for i in range(1, 4):
+            on_progress(i, 3, f"pass {i}")
+        return profile_module.CostProfile(
+            target=target.name, device="cpu", device_name="fake CPU", dtype="float32", torch_version="x", threads=1, clock="wall",
+            context_length=8, repeats=1, pass_ms=tuple(10.0 + 3.0 * n for n in range(17)), draft_ms_per_token={"ngram": 0.01},
+            label="this machine, measured now",
+        )
+
+    monkeypatch.setattr(profile_module, "measure_profile", fake_measure)
+    at = page("theory.py").run()
+    at.button(key="theory_measure").click().run()
+    assert not at.exception, at.exception
+    assert at.selectbox(key="theory_verify_source").value == "this machine (measured now)"
+    curve = profile_module.VerifyCurve.from_pass_ms([10.0 + 3.0 * n for n in range(17)])
+    assert metrics(at)["expected speedup"] == f"{speedup(0.7, 4, 0.05, curve):.2f}×"
 
 
 # --- Exactness lab -------------------------------------------------------------------------------

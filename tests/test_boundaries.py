@@ -34,7 +34,7 @@ for group in sys.argv[1:]:
 print(json.dumps(report))
 """
 
-GROUPS = ["specviz.core,specviz.drafters,specviz.config,specviz.recording", "specviz.viz", "specviz.models,specviz.runs,specviz.cli"]
+GROUPS = ["specviz.core,specviz.drafters,specviz.config,specviz.recording", "specviz.viz", "specviz.models,specviz.runs,specviz.cli,specviz.profile,specviz.numerics"]
 
 
 @pytest.fixture(scope="module")
