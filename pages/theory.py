@@ -7,6 +7,7 @@ import streamlit as st
 
 from specviz.bench import SESSION_STATE_KEY as BENCH_KEY
 from specviz.core.theory import MAX_K, acceptance_rate, alpha_from_acceptance_rate, best_k, expected_tokens, round_cost, speedup
+from specviz.ui.navigation import route_through_app
 from specviz.viz.bench import measured_points
 from specviz.viz.theory import (
     MEASURED_COLUMNS,
@@ -16,6 +17,8 @@ from specviz.viz.theory import (
     speedup_vs_k_figure,
     worked_examples,
 )
+
+route_through_app()  # a fresh server's first request may land here without app.py
 
 STEP_THROUGH_KEY = "specviz_step_through"  # pages/step_through.py keeps its PageState here
 
