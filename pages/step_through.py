@@ -5,12 +5,14 @@ import streamlit as st
 from specviz.ui import step_views as views
 from specviz.ui.navigation import route_through_app
 from specviz.ui.session import friendly_error, load_target, page_state, start_session, step_session
+from specviz.ui.share import share_link
 from specviz.ui.sidebar import sidebar
 from specviz.viz import legend_html
 
 route_through_app()  # a fresh server's first request may land here without app.py
 
 settings = sidebar()
+share_link(settings)  # mirror the settings in the URL; Copy link in the sidebar
 state = page_state()
 
 st.title("Step through speculative decoding")
