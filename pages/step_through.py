@@ -3,6 +3,7 @@
 import streamlit as st
 
 from specviz.ui import step_views as views
+from specviz.ui.export_views import export_buttons
 from specviz.ui.navigation import route_through_app
 from specviz.ui.session import friendly_error, load_target, page_state, start_session, step_session
 from specviz.ui.share import share_link
@@ -119,3 +120,5 @@ elif session is not None:
     show(session)
 else:
     st.info("Press **Step** to run the first round, **Run to end** to watch the whole answer, or **Play** to step on a timer.")
+
+export_buttons(state.session, playing=state.playing)  # HTML and CSV downloads for slides
