@@ -30,6 +30,7 @@ SHARED_KEYS: tuple[str, ...] = ("drafter", "num_draft_tokens", "temperature", "t
 MAX_LINK_PROMPT_CHARS = 2000  # URL-encoded length; longer prompts are left out of the link
 MAX_TARGET_CHARS = 300
 RESTORED_KEY = "specviz_share_restored"  # session state: this session has read its query once
+LINK_KEY = "share_link"  # the Copy link box: a text input (with st.code, the sidebar's Models expander lost clicks in browser tests)
 _UINT = re.compile(r"[0-9]{1,12}")
 _UFLOAT = re.compile(r"[0-9]{1,6}(\.[0-9]{1,8})?|\.[0-9]{1,8}")
 
@@ -195,8 +196,11 @@ def share_link(settings) -> None:
     if st.query_params.to_dict() != link.query:
         st.query_params.from_dict(link.query)
     base = st.context.url or ""
+    st.session_state[LINK_KEY] = link.url(base)  # shown, not read: every run writes the current link
     with st.sidebar.expander("Copy link", icon="🔗"):
-        st.caption("This page's settings are in its URL: copy the link (button at the right of the box) to share the setup. Values at their defaults are left out.")
-        st.code(link.url(base), language=None, wrap_lines=True)
+        st.text_input(
+            "Link to this setup", key=LINK_KEY,
+            help="This page's settings are in its URL: select the link and copy it to share the setup. Values at their defaults are left out.",
+        )  # fmt: skip
         if link.prompt_left_out is not None:
             st.caption(f"The prompt ({link.prompt_left_out:,} characters) is too long for a link and is left out: whoever opens it gets the default prompt. Send the prompt separately.")
