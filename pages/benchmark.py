@@ -20,7 +20,10 @@ from specviz.bench import (
 )
 from specviz.config import EMBEDDED_TARGET
 from specviz.core.decoding import MAX_DRAFT_TOKENS
+from specviz.ui.navigation import route_through_app
 from specviz.viz.bench import SPEEDUP_METRICS, speedup_vs_k_figure, theory_overlay_figure
+
+route_through_app()  # a fresh server's first request may land here without app.py
 
 SHIPPED_TABLE = Path(__file__).resolve().parent.parent / "assets" / "bench_cpu.csv"
 TEMPERATURES = (0.0, 0.5, 1.0, 1.5)

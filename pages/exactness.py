@@ -21,7 +21,10 @@ from specviz.core.toy import (
     sample_first_tokens,
     tv_distance,
 )
+from specviz.ui.navigation import route_through_app
 from specviz.viz.lab import convergence_figure, convergence_frame, histogram_figure, real_frame, real_histogram_figure, toy_frame
+
+route_through_app()  # a fresh server's first request may land here without app.py
 
 VARIANT_LABELS = {
     "exact": "exact: on a rejection, draw from the residual max(0, p − q)",

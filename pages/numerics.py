@@ -8,10 +8,14 @@ import streamlit as st
 
 from specviz.config import EMBEDDED_TARGET, validate_prompt
 from specviz.numerics import NumericsReport, compare, low_precision_dtypes
+from specviz.ui.navigation import route_through_app
 from specviz.viz.numerics import divergence_frame, pass_diff_figure, pass_summary, traces_frame
 
 RESULT_KEY = "numerics_result"
 DEFAULT_PROMPT = "Write the opening paragraph of a short story about a lighthouse keeper who finds a message in a bottle."  # bfloat16 parts at a near-tie here
+
+
+route_through_app()  # a fresh server's first request may land here without app.py
 
 
 @dataclass(frozen=True)

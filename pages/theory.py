@@ -18,6 +18,7 @@ from specviz.core.theory import (
 )
 from specviz.profile import CostProfile, shipped_profiles
 from specviz.ui.measured import session_points
+from specviz.ui.navigation import route_through_app
 from specviz.viz.theory import (
     MEASURED_COLUMNS,
     alpha_definitions_figure,
@@ -28,6 +29,8 @@ from specviz.viz.theory import (
     verify_label,
     worked_examples,
 )
+
+route_through_app()  # a fresh server's first request may land here without app.py
 
 MEASURED_KEY = "theory_profile_measured"  # this session's own measurement (a CostProfile)
 SOURCE_KEY = "theory_verify_source"
