@@ -5,8 +5,8 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
-from specviz.bench import SESSION_STATE_KEY as BENCH_KEY
 from specviz.core.theory import MAX_K, acceptance_rate, alpha_from_acceptance_rate, best_k, expected_tokens, round_cost, speedup
+from specviz.ui.keys import BENCH_RESULTS_KEY as BENCH_KEY
 from specviz.viz.bench import measured_points
 from specviz.viz.theory import (
     MEASURED_COLUMNS,
