@@ -97,6 +97,8 @@ def step_to_json(r) -> dict:
         "num_draft_tokens": r.num_draft_tokens,
         "draft_ms": round(r.draft_ms, 3),
         "verify_ms": round(r.verify_ms, 3),
+        "round_ms": round(r.round_ms, 3),  # drafting, verify pass, rule, commit and rollback
+        "record_ms": round(r.record_ms, 3),  # building the chart record, outside round_ms
     }
 
 

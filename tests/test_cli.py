@@ -18,7 +18,7 @@ from specviz import cli
 pytestmark = pytest.mark.usefixtures("one_thread")
 
 REPO = Path(__file__).resolve().parents[1]
-STEP_KEYS = {"drafted", "num_accepted", "fates", "emitted", "draft_ms", "verify_ms"}
+STEP_KEYS = {"drafted", "num_accepted", "fates", "emitted", "draft_ms", "verify_ms", "round_ms", "record_ms"}
 STATS_KEYS = {"target_passes", "tokens_per_target_pass", "acceptance_rate", "alpha", "wall_s", "tokens_per_s"}
 TINY_PROMPT = "the cat sat on the mat and the dog sat on the log and the cat sat on the"
 

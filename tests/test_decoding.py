@@ -3,6 +3,7 @@ EOS and the length limit inside a round, adaptive k, and the first sampled token
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 
 import pytest
@@ -319,3 +320,53 @@ def test_bad_decode_config_and_empty_prompt_raise():
         DecodeConfig(max_new_tokens=0)
     with pytest.raises(ValueError, match="empty"):
         SpeculativeDecoder(TableLM(0), NoDrafter(), [], DecodeConfig())
+
+
+# -- clean clocks and EOS stats ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("kind", ["model", "lookup", "none"])
+def test_building_the_record_is_outside_round_ms(kind, monkeypatch):
+    """A slow record step (top-N rows) shows up in record_ms and leaves round_ms alone, for plain decoding too."""
+    import specviz.core.decoding as decoding
+
+    slow_ms = 150.0
+    top_dist = decoding._top_dist
+
+    def slow_top_dist(*args, **kwargs):
+        time.sleep(slow_ms / 1000.0)
+        return top_dist(*args, **kwargs)
+
+    monkeypatch.setattr(decoding, "_top_dist", slow_top_dist)
+    dec = decoder(kind, 4, max_new=6)
+    dec.run()
+    assert dec.generated == plain_greedy(PROMPT, 6)
+    for r in dec.records:
+        assert r.record_ms >= slow_ms * len(r.dists) * 0.99
+        assert r.round_ms < slow_ms, "the record's cost leaked into the round's clock"
+        assert r.draft_ms + r.verify_ms <= r.round_ms
+    assert dec.stats().wall_s * 1000.0 == pytest.approx(dec.prefill_ms + sum(r.round_ms for r in dec.records))
+
+
+def test_eos_cut_discards_the_drafts_after_it_in_the_stats():
+    """The 'same' drafter drafts 8 tokens that the rule all accepts; EOS inside them keeps only the prefix."""
+    eos, index = eos_inside_first_round()
+    dec = run_checked(decoder("same", 8, eos=(eos,)))
+    (r,) = dec.records
+    assert r.drafted[: index + 1] == r.emitted and len(r.drafted) == 8
+    assert r.draft_fates == ("accepted",) * (index + 1) + ("discarded",) * (8 - index - 1)
+    assert r.num_accepted == index + 1 and len(r.dists) == len(r.emitted) == len(r.emitted_margin) == index + 1
+    stats = dec.stats()
+    assert (stats.drafted, stats.accepted, stats.new_tokens) == (8, index + 1, index + 1)
+    assert stats.acceptance_rate == pytest.approx((index + 1) / 8)
+
+
+def test_emitted_margin_is_the_top_two_logit_gap_of_each_emitted_row():
+    dec = run_checked(decoder("model", 4, max_new=12))
+    target, seq = TableLM(0), list(PROMPT)
+    for r in dec.records:
+        assert len(r.emitted_margin) == len(r.emitted)
+        for tok, margin in zip(r.emitted, r.emitted_margin):
+            top2 = torch.topk(target.logits_after(seq), 2).values
+            assert margin == pytest.approx(float(top2[0] - top2[1]), abs=1e-5) and margin >= 0
+            seq.append(tok)

@@ -165,7 +165,7 @@ class SpeculativeDecoder:
 
         # 2. one target pass over the newest committed token plus every draft: m+1 distributions
         feed = self.tokens[len(self.target.tokens) :] + drafted.tolist()
-        logits = self.target.extend(feed)[-(m + 1) :]
+        logits = self.target.extend(feed)[-(m + 1) :]  # (m+1, V)
         p_target = warp(logits, cfg.sampling).cpu()  # (m+1, V)
         vocab = p_target.shape[-1]
         has_q = draft is not None and draft.q_draft is not None and m > 0
@@ -190,27 +190,45 @@ class SpeculativeDecoder:
         # 4. roll back: both caches keep only what was committed (the target all but the newest token)
         self.target.crop(min(common_prefix_len(self.target.tokens, self.tokens), len(self.tokens) - 1))
         self.drafter.rollback(self.tokens)
+        _sync(self.target.device)
+        t3 = time.perf_counter()
 
-        # 5. the record: per drafted token, then top-N at each verified position
+        # 5. the record, built after the round's clock stopped
+        record = self._record(k, drafted, p_target, q_draft, logits, has_q, verdict, emitted, fates, (t0, t1, t2, t3))
+        self.records.append(record)
+        self.k = next_k(self.k, m, record.num_accepted, cfg)
+        return record
+
+    def _record(self, k, drafted, p_target, q_draft, logits, has_q, verdict, emitted, fates, times) -> StepRecord:
+        """Per drafted token, then top-N at the position of every emitted token. Drafts after an EOS / length
+        cut are "discarded": the stats count only what was kept."""
+        start = time.perf_counter()
+        m, e, n = drafted.numel(), len(emitted), verdict.num_accepted
+        kept = min(n, e)  # drafts that became output
+        draft_fates = tuple(verdict.draft_fates[:kept]) + (
+            verdict.draft_fates[kept : kept + 1] if e == n + 1 else ()  # the rejection, unless the cut came first
+        )
+        draft_fates = draft_fates + ("discarded",) * (m - len(draft_fates))
         rows = torch.arange(m)
-        verified = min(n, m - 1) + 1 if m else 0  # drafted positions the rule looked at
-        overlap = torch.minimum(p_target[:verified], q_draft[:verified]).sum(dim=-1) if has_q else torch.empty(0)
-        dists = [_top_dist(p_target[i], q_draft[i], cfg.top_n) for i in range(verified)]
-        if n == m:
-            dists.append(_top_dist(p_target[m], None, cfg.top_n))
+        overlap = torch.minimum(p_target[: min(e, m)], q_draft[: min(e, m)]).sum(dim=-1) if has_q else torch.empty(0)
+        dists = [_top_dist(p_target[i], q_draft[i] if i < m else None, self.config.top_n) for i in range(e)]
+        top2 = torch.topk(logits[:e].float(), min(2, logits.shape[-1]), dim=-1).values  # (e, 2)
+        margin = top2[:, 0] - top2[:, -1]
         next_tok = verdict.next_token
-        record = StepRecord(
+        t0, t1, t2, t3 = times
+        fields = dict(
             index=len(self.records),
-            context_length=len(self.tokens) - len(emitted),
+            context_length=len(self.tokens) - e,
             num_draft_tokens=k,
             drafted=tuple(drafted.tolist()),
             p_target=tuple(p_target[rows, drafted].tolist()),
             q_draft=tuple(q_draft[rows, drafted].tolist()),
             accept_prob=tuple(verdict.accept_prob.tolist()),
             uniforms=tuple(verdict.uniforms.tolist()),
-            draft_fates=verdict.draft_fates,
+            draft_fates=draft_fates,
             emitted=tuple(emitted),
             emitted_fates=tuple(fates),
+            emitted_margin=tuple(margin.tolist()),
             next_p_target=float(p_target[n, next_tok]),
             next_residual=float(verdict.residual[next_tok]) if verdict.residual is not None else None,
             overlap=tuple(overlap.tolist()),
@@ -218,10 +236,7 @@ class SpeculativeDecoder:
             has_q=has_q,
             draft_ms=(t1 - t0) * 1000.0,
             verify_ms=(t2 - t1) * 1000.0,
-            round_ms=(time.perf_counter() - t0) * 1000.0,
+            round_ms=(t3 - t0) * 1000.0,
             finished=self.done,  # EOS, or the max_new_tokens limit, reached this round
         )
-        self.records.append(record)
-        self.k = next_k(self.k, m, n, cfg)
-        return record
-
+        return StepRecord(**fields, record_ms=(time.perf_counter() - start) * 1000.0)

@@ -29,17 +29,19 @@ class StepRecord:
     q_draft: tuple[float, ...]  # q_draft(x_i); 1.0 for drafters that propose without a distribution
     accept_prob: tuple[float, ...]  # min(1, p/q)
     uniforms: tuple[float, ...]  # the uniform draw u_i; x_i is kept when u_i < accept_prob
-    draft_fates: tuple[DraftFate, ...]
+    draft_fates: tuple[DraftFate, ...]  # drafts after an EOS / length cut are "discarded", even if the rule kept them
     emitted: tuple[int, ...]  # tokens committed this round (after any EOS / length cut)
     emitted_fates: tuple[EmitFate, ...]
+    emitted_margin: tuple[float, ...]  # per emitted token: top-1 minus top-2 raw target logit of the row that chose it
     next_p_target: float  # p_target of the resampled / bonus / plain token
     next_residual: float | None  # its probability under the residual, when resampled
-    overlap: tuple[float, ...]  # sum_v min(p, q) per verified drafted position; empty without a q
-    dists: tuple[TokenDist, ...]  # top-N at each verified position (rejection or bonus position last)
+    overlap: tuple[float, ...]  # sum_v min(p, q) per verified drafted position up to the cut; empty without a q
+    dists: tuple[TokenDist, ...]  # top-N at the position of each emitted token (rejection or bonus position last)
     has_q: bool  # the drafter supplied a real distribution
-    draft_ms: float
-    verify_ms: float
-    round_ms: float  # the whole round, bookkeeping included
+    draft_ms: float  # drafting, up to the device synchronising
+    verify_ms: float  # the target pass and the accept/resample rule
+    round_ms: float  # drafting, the verify pass and the rule, commit and rollback; not building this record
+    record_ms: float  # building this record (top-N rows, overlaps, margins), timed after round_ms stopped
     finished: bool  # EOS or max_new_tokens reached in this round
 
     @property
@@ -60,7 +62,7 @@ class RunStats:
     accepted: int
     acceptance_rate: float | None  # accepted / drafted, as vLLM and llama.cpp print it
     alpha: float | None  # Leviathan's alpha: mean over verified positions of sum_v min(p, q)
-    wall_s: float  # prefill plus every round
+    wall_s: float  # prefill plus every round's round_ms (record building excluded)
     tokens_per_s: float
 
 
