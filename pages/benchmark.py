@@ -51,7 +51,10 @@ def show_results(frame: pd.DataFrame, name: str) -> None:
     )
     st.dataframe(summary_table(frame), hide_index=True, column_config={c: st.column_config.NumberColumn(format=f) for c, f in NUMBER_FORMATS.items()})
     st.plotly_chart(speedup_vs_k_figure(frame, metric), width="stretch")
-    st.caption("Above the dotted line speculation pays. Compare drafters within a category: copying is where prompt lookup earns its keep.")
+    st.caption(
+        "Above the dotted line speculation pays. Whiskers span the lowest and highest ratio over repeats and prompts; "
+        "compare drafters within a category: copying is where prompt lookup earns its keep."
+    )
     st.plotly_chart(theory_overlay_figure(frame, metric), width="stretch")
     st.caption(
         "Lines: the formula at each drafter's measured draft cost c and verify cost; dots: measured runs. Dots below their "
@@ -140,7 +143,10 @@ if isinstance(results, pd.DataFrame) and not results.empty:
     st.caption("These runs also appear on the Speedup theory page, drawn on the curves.")
 elif SHIPPED_TABLE.is_file():
     st.header("Measured earlier on a 2-core CPU")
-    st.caption("The table shipped in assets/bench_cpu.csv, from `python -m specviz bench` with the embedded SmolLM2-135M target. Run a sweep to replace it with your own.")
+    st.caption(
+        "The table shipped in assets/bench_cpu.csv, from `python -m specviz bench` with the embedded SmolLM2-135M target: "
+        "medians of 3 interleaved repeats after a discarded warm-up, on one thread. Run a sweep to replace it with your own."
+    )
     try:
         show_results(pd.read_csv(SHIPPED_TABLE), "bench_cpu")
     except (ValueError, KeyError) as exc:
