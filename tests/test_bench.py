@@ -232,3 +232,29 @@ def test_cli_per_category_and_append(tiny_dir, prompts_file, tmp_path):
     frame = pd.read_csv(out)
     assert tuple(frame.columns) == COLUMNS
     assert list(frame["category"]) == ["copy", "prose", "code", "copy"]
+
+
+def test_compare_to_baseline_uses_paired_medians():
+    """Synthetic samples (no clocks read): speedups pair repeat i with repeat i, costs are medians of passes."""
+    from specviz.bench import BenchPrompt, RunSample, compare_to_baseline
+    from specviz.core.records import RunStats
+
+    def sample(tokens_per_s: float, cpu_s: float, verify_ms: tuple[float, ...], drafted: tuple[int, ...], draft_ms: float = 0.0) -> RunSample:
+        passes = len(verify_ms)
+        stats = RunStats(new_tokens=12, target_passes=passes, tokens_per_target_pass=12 / passes, drafted=sum(drafted), accepted=sum(drafted) // 2,
+                         acceptance_rate=0.5 if sum(drafted) else None, alpha=None, wall_s=12 / tokens_per_s, tokens_per_s=tokens_per_s)
+        return RunSample(generated=(1,) * 12, stats=stats, verify_ms=verify_ms, drafted=drafted, draft_ms=draft_ms,
+                         overlap_sum=0.0, overlap_count=0, cpu_s=cpu_s, wall_s=12 / tokens_per_s)
+
+    bases = [sample(10.0, 1.2, (10.0,) * 12, (0,) * 12), sample(5.0, 1.2, (20.0,) * 12, (0,) * 12), sample(10.0, 1.2, (10.0,) * 12, (0,) * 12)]
+    runs = [sample(20.0, 0.6, (15.0, 15.0, 10.0), (4, 4, 0), 8.0), sample(5.0, 0.4, (30.0, 30.0, 20.0), (4, 4, 0), 8.0),
+            sample(15.0, 0.6, (15.0, 15.0, 10.0), (4, 4, 0), 8.0)]
+    spec = SweepSpec(drafters=("lookup",), ks=(4,), temperatures=(0.0,))
+    row = compare_to_baseline(BenchPrompt("copy", "t", "x"), "lookup", 4, 0.0, spec, runs, bases, "cpu", "float32")
+    # paired ratios 2.0, 1.0, 1.5: the median and its range (a slow repeat of the baseline does not inflate the speedup)
+    assert (row.speedup, row.speedup_low, row.speedup_high) == (1.5, 1.0, 2.0)
+    assert (row.speedup_cpu, row.speedup_cpu_low, row.speedup_cpu_high) == (2.0, 2.0, 3.0)
+    assert row.verify_cost == 1.5  # median drafting pass 15 ms / median baseline pass 10 ms
+    assert row.draft_cost == pytest.approx(0.1)  # 8 ms / 8 drafted tokens / 10 ms
+    assert (row.repeats, row.device, row.dtype, row.same_as_baseline) == (3, "cpu", "float32", True)
+    assert (row.tokens_per_s, row.baseline_tokens_per_s) == (15.0, 10.0)
