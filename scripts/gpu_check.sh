@@ -5,8 +5,8 @@
 #   bash scripts/gpu_check.sh --install    # first run the README's pip installs (needs PyPI)
 #
 # 1. Fails loudly unless torch sees a CUDA device.
-# 2. Runs the CUDA tests with SPECVIZ_TEST_DEVICE=cuda: every test whose name or marker contains "cuda"
-#    (fp32 greedy identity and the chi-square checks on the device; skipped elsewhere), then the
+# 2. Runs the CUDA tests (pytest -m cuda, tests/test_cuda.py) with SPECVIZ_TEST_DEVICE=cuda
+#    (fp32 greedy identity, the chi-square checks and sync debug mode on the device), then the
 #    exactness test files (tests honouring SPECVIZ_TEST_DEVICE run on the GPU, the rest on the CPU).
 # 3. Benchmarks each offline drafter (ngram, lookup, early-exit) in float32 and bfloat16 on the
 #    embedded SmolLM2-135M target: one prompt per category, interleaved repeats, a warm-up discarded.
@@ -67,23 +67,25 @@ EOF
 export SPECVIZ_TEST_DEVICE=cuda
 export OMP_NUM_THREADS="${OMP_NUM_THREADS:-4}"
 
-step "CUDA tests (pytest -k cuda, SPECVIZ_TEST_DEVICE=cuda)"
+step "CUDA tests (pytest -m cuda, SPECVIZ_TEST_DEVICE=cuda)"
+TMP="$(mktemp -d)"
+trap 'rm -rf "$TMP"' EXIT
 set +e
-"$PYTHON" -m pytest -q -rs -p no:cacheprovider -k cuda -m "not browser" tests
-rc=$?
+"$PYTHON" -m pytest -q -rs -p no:cacheprovider -m cuda tests 2>&1 | tee "$TMP/cuda_tests.txt"
+rc=${PIPESTATUS[0]}
 set -e
 if [[ $rc -eq 5 ]]; then
-    fail "no test matched 'cuda': the CUDA-only tests (greedy identity in fp32, set_sync_debug_mode) are missing."
+    fail "no test is marked cuda: the CUDA-only tests (tests/test_cuda.py) are missing."
 elif [[ $rc -ne 0 ]]; then
     fail "CUDA tests failed (pytest exit $rc)."
+elif grep -Eq "[0-9]+ skipped" "$TMP/cuda_tests.txt"; then
+    fail "some CUDA tests were skipped on a machine that has CUDA (reasons above)."
 fi
 
 step "exactness tests (greedy identity, chi-square, known-bad controls)"
 "$PYTHON" -m pytest -q -p no:cacheprovider -m "not browser" tests/test_verify.py tests/test_decoding.py tests/test_toy.py \
     || fail "exactness tests failed."
 
-TMP="$(mktemp -d)"
-trap 'rm -rf "$TMP"' EXIT
 for dtype in float32 bfloat16; do
     step "bench on cuda in $dtype"
     append=()
