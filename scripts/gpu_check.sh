@@ -16,7 +16,7 @@
 #
 # Budget: about 8 minutes on an H200. Sizes can be changed through the environment:
 #   GPU_CHECK_TOKENS (48), GPU_CHECK_REPEATS (3), GPU_CHECK_K (2,4,8), GPU_CHECK_TEMPERATURES (0,1),
-#   GPU_CHECK_CATEGORIES (code,prose,copy,qa), GPU_CHECK_BENCH_TIMEOUT (seconds per dtype, 180).
+#   GPU_CHECK_CATEGORIES (code,prose,copy), GPU_CHECK_BENCH_TIMEOUT (seconds per dtype, 240).
 # Installs nothing unless --install is given; then only what the README installs.
 set -euo pipefail
 
@@ -27,8 +27,8 @@ TOKENS="${GPU_CHECK_TOKENS:-48}"
 REPEATS="${GPU_CHECK_REPEATS:-3}"
 KS="${GPU_CHECK_K:-2,4,8}"
 TEMPERATURES="${GPU_CHECK_TEMPERATURES:-0,1}"
-CATEGORIES="${GPU_CHECK_CATEGORIES:-code,prose,copy,qa}"
-BENCH_TIMEOUT="${GPU_CHECK_BENCH_TIMEOUT:-180}"
+CATEGORIES="${GPU_CHECK_CATEGORIES:-code,prose,copy}"
+BENCH_TIMEOUT="${GPU_CHECK_BENCH_TIMEOUT:-240}"
 OUT="assets/bench_gpu.csv"
 
 fail() {
