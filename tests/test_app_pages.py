@@ -8,8 +8,9 @@ import pandas as pd
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from specviz.bench import COLUMNS, SESSION_STATE_KEY
+from specviz.bench import COLUMNS
 from specviz.core.theory import best_k, expected_tokens, speedup
+from specviz.ui.keys import BENCH_RESULTS_KEY
 
 PAGES = Path(__file__).resolve().parent.parent / "pages"
 TIMEOUT = 180
@@ -54,7 +55,7 @@ def test_theory_page_numbers():
 def test_theory_page_overlays_session_runs():
     at = page("theory.py")
     row = {c: None for c in COLUMNS} | dict(category="copy", prompt="p", drafter="lookup", k=4, temperature=0.0, alpha=None, alpha_implied=0.8, speedup=1.7)
-    at.session_state[SESSION_STATE_KEY] = pd.DataFrame([row], columns=list(COLUMNS))
+    at.session_state[BENCH_RESULTS_KEY] = pd.DataFrame([row], columns=list(COLUMNS))
     at.session_state["specviz_step_through"] = object()  # another page's state of an unexpected shape is ignored
     at.run()
     assert not at.exception
@@ -171,12 +172,15 @@ def test_benchmark_page_runs_a_sweep(tiny_target):
     at.multiselect(key="bench_ks").set_value([2])
     at.multiselect(key="bench_temperatures").set_value([0.0, 1.0])
     at.slider(key="bench_max_new_tokens").set_value(8)
+    at.slider(key="bench_repeats").set_value(2)
     at.run()
     at.button(key="bench_run").click().run()
     assert not at.exception, at.exception
-    frame = at.session_state[SESSION_STATE_KEY]
+    frame = at.session_state[BENCH_RESULTS_KEY]
     assert tuple(frame.columns) == COLUMNS
     assert len(frame) == 1 * 2 * 2  # one copy prompt x two temperatures x two drafters
+    assert (frame["repeats"] == 2).all()
+    assert (frame["speedup_low"] <= frame["speedup"]).all() and (frame["speedup"] <= frame["speedup_high"]).all()
     assert frame.loc[frame["temperature"] == 0, "same_as_baseline"].all()
     assert any(b.label == "Download CSV" for b in at.get("download_button"))
 

@@ -9,8 +9,8 @@ import pandas as pd
 import streamlit as st
 
 from specviz.bench import COLUMNS as BENCH_COLUMNS
-from specviz.bench import SESSION_STATE_KEY as BENCH_KEY
 from specviz.core.theory import alpha_from_acceptance_rate
+from specviz.ui.keys import BENCH_RESULTS_KEY as BENCH_KEY
 from specviz.ui.session import STATE_KEY as STEP_THROUGH_KEY
 from specviz.ui.session import PageState
 from specviz.viz.bench import measured_points
