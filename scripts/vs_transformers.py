@@ -139,6 +139,10 @@ def identical(cat: dict[str, list[list[Run]]], name: str) -> bool:
     return all(run.tokens == ref[0].tokens for runs, ref in zip(cat[name], cat[HF_PLAIN]) for run in runs)
 
 
+def x(s: Spread) -> str:
+    return f"{s.median:.2f}× [{s.low:.2f}–{s.high:.2f}]"
+
+
 def report(results: dict[str, dict[str, list[list[Run]]]], args) -> str:
     """Markdown tables: one per clock, then the identity checks."""
     lines: list[str] = []
@@ -154,14 +158,14 @@ def report(results: dict[str, dict[str, list[list[Run]]]], args) -> str:
                 theirs = speedup(cat, HF_PLAIN, hf_lookup(k), clock)
                 ours = speedup(cat, SV_PLAIN, sv_lookup(k), clock)
                 ratio = ratio_of(cat, sv_lookup(k), hf_lookup(k), clock)
-                lines.append(f"| {category} | {k} | {theirs}× | {ours}× | **{ratio.median:.2f}×** [{ratio.low:.2f}–{ratio.high:.2f}] | {default}× |")
+                lines.append(f"| {category} | {k} | {x(theirs)} | {x(ours)} | **{x(ratio)}** | {x(default)} |")
             # each library at the setting that served it best on this category (by median speedup)
             best_hf = max(args.k, key=lambda k: speedup(cat, HF_PLAIN, hf_lookup(k), clock).median)
             best_sv = max(sv_variants, key=lambda v: speedup(cat, SV_PLAIN, sv_lookup(*v), clock).median)
             ratio = ratio_of(cat, sv_lookup(*best_sv), hf_lookup(best_hf), clock)
             lines.append(
-                f"| {category} | best: {best_hf} vs {best_sv[0]}{'a' if best_sv[1] else ''} | {speedup(cat, HF_PLAIN, hf_lookup(best_hf), clock)}× "
-                f"| {speedup(cat, SV_PLAIN, sv_lookup(*best_sv), clock)}× | **{ratio.median:.2f}×** [{ratio.low:.2f}–{ratio.high:.2f}] | |"
+                f"| {category} | best: {best_hf} vs {best_sv[0]}{' adaptive' if best_sv[1] else ''} | {x(speedup(cat, HF_PLAIN, hf_lookup(best_hf), clock))} "
+                f"| {x(speedup(cat, SV_PLAIN, sv_lookup(*best_sv), clock))} | **{x(ratio)}** | |"
             )
         lines.append(f"| mean over categories | | | | | **{statistics.fmean(means['default']):.2f}×** |")
     lines += ["\n**greedy identity** (every repeat, every prompt, token-identical to transformers' plain greedy)\n"]
@@ -180,12 +184,29 @@ def write_csv(path: Path, results: dict[str, dict[str, list[list[Run]]]], prompt
         titles.setdefault(p.category, []).append(p.title)
     with path.open("w", newline="", encoding="utf-8") as fh:
         writer = csv.writer(fh)
-        writer.writerow(["category", "title", "contender", "repeat", "new_tokens", "wall_s", "cpu_s", "identical_to_hf_plain"])
+        writer.writerow(["category", "title", "contender", "repeat", "new_tokens", "wall_s", "cpu_s", "identical_to_hf_plain", "tokens"])
         for category, cat in results.items():
             for name, per_prompt in cat.items():
                 for title, runs, ref in zip(titles[category], per_prompt, cat[HF_PLAIN]):
                     for i, run in enumerate(runs):
-                        writer.writerow([category, title, name, i, len(run.tokens), f"{run.wall_s:.4f}", f"{run.cpu_s:.4f}", run.tokens == ref[0].tokens])
+                        same = run.tokens == ref[0].tokens
+                        writer.writerow([category, title, name, i, len(run.tokens), f"{run.wall_s:.4f}", f"{run.cpu_s:.4f}", same, " ".join(map(str, run.tokens))])
+
+
+def read_csv(path: Path) -> dict[str, dict[str, list[list[Run]]]]:
+    """The results of an earlier run, from its --out CSV (to print the tables again without measuring)."""
+    results: dict[str, dict[str, list[list[Run]]]] = {}
+    by_prompt: dict[tuple[str, str, str], list[Run]] = {}
+    with path.open(newline="", encoding="utf-8") as fh:
+        for row in csv.DictReader(fh):
+            if row.get("tokens") is not None:
+                tokens = tuple(int(t) for t in row["tokens"].split())
+            else:  # an older file without the ids: keep only whether they matched
+                tokens = (0,) if row["contender"] == HF_PLAIN or row["identical_to_hf_plain"] == "True" else (1,)
+            by_prompt.setdefault((row["category"], row["title"], row["contender"]), []).append(Run(tokens, float(row["wall_s"]), float(row["cpu_s"])))
+    for (category, _title, name), runs in by_prompt.items():
+        results.setdefault(category, {}).setdefault(name, []).append(runs)
+    return results
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -200,6 +221,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--warmup", type=int, default=1, help="repeats run first on each prompt and discarded")
     p.add_argument("--threads", type=int, default=1, help="torch intra-op threads (1: the machine is shared)")
     p.add_argument("--out", type=Path, default=None, help="also write every timed call here (CSV)")
+    p.add_argument("--from-csv", type=Path, default=None, help="print the tables of an earlier --out file instead of measuring")
     return p.parse_args(argv)
 
 
@@ -210,9 +232,13 @@ def main(argv: list[str] | None = None) -> int:
     torch.set_num_threads(args.threads)
     prompts = load_prompts(args.prompts, args.categories)
     prompts = [p for c in args.categories for p in prompts if p.category == c]
-    target = load_model(EMBEDDED_TARGET, "cpu", "float32")
-    results = measure(target, prompts, args)
-    if args.out:
+    if args.from_csv:
+        results = read_csv(args.from_csv)
+        args.repeats = len(next(iter(next(iter(results.values())).values()))[0])
+    else:
+        target = load_model(EMBEDDED_TARGET, "cpu", "float32")
+        results = measure(target, prompts, args)
+    if args.out and not args.from_csv:
         write_csv(args.out, results, prompts)
     d = RunConfig()
     print(
