@@ -23,8 +23,8 @@ class RunConfig:
     exit_layer: int | None = None  # early exit: blocks of the target the draft runs; None picks ~93% of the depth
     ngram_max: int = 3  # prompt lookup and n-gram drafter: longest n-gram tried first
     ngram_min: int = 1  # ... down to this one
-    ngram_threshold: float = 0.5  # n-gram drafter: stop drafting when q_draft's top mass falls below this
-    num_draft_tokens: int = 4  # k
+    ngram_threshold: float = 0.5  # n-gram drafter: stop drafting when its count-aware confidence falls below this
+    num_draft_tokens: int = 8  # k: a cap; the n-gram drafter stops earlier when its evidence runs out (scripts/vs_transformers.py)
     adaptive_k: bool = False
     temperature: float = 0.0  # 0 = greedy
     top_k: int = 0

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import functools
 import itertools
+from collections import Counter
 from collections.abc import Sequence
 
 import pytest
@@ -15,7 +16,7 @@ from specviz.core.decoding import DecodeConfig, SpeculativeDecoder
 from specviz.core.sampling import SamplingConfig
 from specviz.drafters import NGramDrafter, NoDrafter
 from specviz.drafters.base import Draft
-from specviz.drafters.ngram import NGramCounts, smoothed
+from specviz.drafters.ngram import NGramCounts, confidence, smoothed
 
 V = 12
 
@@ -148,18 +149,49 @@ def test_drafting_backs_off_between_orders_while_drafting():
 
 
 def test_early_stop_below_the_threshold():
-    seq = [1, 2, 3, 4, 1, 2, 3, 5, 1, 2]  # q after "1 2" is one-hot; after "1 2 3" it is 0.5 / 0.5
-    confident = NGramDrafter(V, threshold=0.6)
-    confident.prepare(seq)
-    draft = confident.propose(seq, 4, gen())
-    assert draft.token_ids == (3,)
-    loose = NGramDrafter(V, threshold=0.5)
+    seq = [1, 2, 3, 4, 1, 2, 3, 5, 1, 2]
+    # "5 1 2" unseen -> "1 2", followed by 3 twice: 2 / 2.5 * 0.8 = 0.64; then "1 2 3", followed by 4 and 5: 1 / 2.5 = 0.4
+    assert confidence(Counter({3: 2}), 2, 3) == pytest.approx(0.64)
+    assert confidence(Counter({4: 1, 5: 1}), 3, 3) == pytest.approx(0.4)
+    default = NGramDrafter(V)
+    default.prepare(seq)
+    assert default.propose(seq, 4, gen()).token_ids == (3,)
+    loose = NGramDrafter(V, threshold=0.4)
     loose.prepare(seq)
     assert len(loose.propose(seq, 4, gen()).token_ids) == 4
     # below the threshold at the very first token: nothing drafted
-    unsure = NGramDrafter(V, n_max=1, threshold=0.6)
-    unsure.prepare([7, 1, 7, 2, 7])
-    assert unsure.propose([7, 1, 7, 2, 7], 4, gen()) == Draft(())
+    unsure = NGramDrafter(V, threshold=0.65)
+    unsure.prepare(seq)
+    assert unsure.propose(seq, 4, gen()) == Draft(())
+
+
+def test_one_observation_of_a_short_context_is_not_enough_repeated_ones_are():
+    # fresh prose: the unigram 7 was followed once by 1; one observation is no evidence (1 / 1.5 * 0.8^2 = 0.43)
+    once = [7, 1, 2, 3, 7]
+    drafter = NGramDrafter(V)
+    drafter.prepare(once)
+    assert drafter.propose(once, 4, gen()) == Draft(())
+    # the same unigram followed by 1 twice: 2 / 2.5 * 0.64 = 0.51, it drafts
+    twice = [7, 1, 2, 7, 1, 3, 7]
+    drafter.prepare(twice)
+    assert drafter.propose(twice, 1, gen()).token_ids == (1,)
+    # disagreeing observations lower the confidence again: 2 / 3.5 * 0.64
+    mixed = [7, 1, 2, 7, 1, 3, 7, 4, 5, 7]
+    drafter.prepare(mixed)
+    assert drafter.propose(mixed, 1, gen()) == Draft(())
+    # a longest-order context seen once is strong evidence (a passage being copied): 1 / 1.5 = 0.67
+    copying = [9, 8, 6, 5, 4, 9, 8, 6]
+    drafter.prepare(copying)
+    draft = drafter.propose(copying, 2, gen())
+    assert draft.token_ids == (5, 4)
+    assert torch.allclose(draft.q_draft.sum(dim=-1), torch.ones(2))
+
+
+def test_confidence_is_count_aware_and_discounts_backoff():
+    assert confidence(Counter({5: 1}), 3, 3) == pytest.approx(1 / 1.5)
+    assert confidence(Counter({5: 4}), 3, 3) == pytest.approx(4 / 4.5)  # grows with agreeing counts
+    assert confidence(Counter({5: 1}), 1, 3) == pytest.approx(1 / 1.5 * 0.64)  # two orders backed off
+    assert confidence(Counter({5: 1}), 1, 3, prior=0.0, backoff=1.0) == 1.0  # the old rule: q's top mass
 
 
 def test_sampling_follows_the_generator_and_q():
@@ -193,8 +225,6 @@ def test_counts_are_updated_incrementally_and_match_a_fresh_build():
 
 
 def test_smoothed_is_a_distribution_over_the_followers():
-    from collections import Counter
-
     ids, probs = smoothed(Counter({4: 3, 9: 1, 2: 1}), 0.5)
     assert ids[0] == 4 and sum(probs) == pytest.approx(1.0)
     assert probs[0] == pytest.approx(3.5 / 6.5)
@@ -202,7 +232,7 @@ def test_smoothed_is_a_distribution_over_the_followers():
 
 @pytest.mark.parametrize(
     "kwargs",
-    [dict(vocab_size=0), dict(n_min=0), dict(n_min=3, n_max=2), dict(threshold=1.5), dict(smoothing=-1.0), dict(mode="beam")],
+    [dict(vocab_size=0), dict(n_min=0), dict(n_min=3, n_max=2), dict(threshold=1.5), dict(smoothing=-1.0), dict(mode="beam"), dict(prior=-1.0), dict(backoff=0.0), dict(backoff=1.5)],
 )
 def test_bad_arguments_raise_value_error(kwargs):
     with pytest.raises(ValueError):

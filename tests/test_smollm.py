@@ -49,9 +49,10 @@ def test_baseline_equals_generate(smollm, prompt_ids, reference):
     assert len(reference) == MAX_NEW  # the copy is long enough that the limit, not EOS, ends it
 
 
-@pytest.mark.parametrize("drafter", ["lookup", "early-exit"])
+@pytest.mark.parametrize("drafter", ["lookup", "early-exit", "ngram"])
 def test_greedy_speculative_equals_generate(smollm, prompt_ids, reference, drafter):
-    config = RunConfig(drafter=drafter, num_draft_tokens=4, max_new_tokens=MAX_NEW)
+    # the default drafter with its default settings; the others at k = 4
+    config = RunConfig(max_new_tokens=MAX_NEW) if drafter == "ngram" else RunConfig(drafter=drafter, num_draft_tokens=4, max_new_tokens=MAX_NEW)
     dec = build_decoder(config, smollm, prompt_ids)
     dec.run()
     assert dec.generated == reference
@@ -60,4 +61,4 @@ def test_greedy_speculative_equals_generate(smollm, prompt_ids, reference, draft
     if drafter == "lookup":
         assert stats.alpha is None
     else:
-        assert stats.alpha is not None and 0 < stats.alpha < 1
+        assert stats.alpha is not None and 0 < stats.alpha <= 1

@@ -4,7 +4,7 @@ and in everything committed so far, with a real q_draft over the whole vocabular
 Model. For orders n_min..n_max the drafter keeps ``counts[context tuple] -> Counter(next token)``,
 updated only for newly committed tokens (drafts never enter the counts, so rollback is free).
 To draft after a suffix it backs off from the longest order to the shortest and uses the first
-order whose context has been seen. There q_draft is add-lambda smoothing over the *observed*
+order n whose context has been seen. There q_draft is add-lambda smoothing over the *observed*
 followers only:
 
     q_draft(v) = (c(v) + lambda) / (N + lambda * S)   for the S distinct followers v, N = sum of counts
@@ -12,20 +12,32 @@ followers only:
 
 so q sums to 1 and is zero outside the support (lambda > 0 only pulls rare followers up).
 
-Drafting rule (the choice that keeps the verify rule exact). In ``"sample"`` mode (the default)
-each token is *sampled* from that q_draft with the run's generator, at every temperature, and
-the q it was sampled from is reported; Leviathan's rule is then exact for any target warp, and at
-temperature 0 (one-hot p_target) it keeps x exactly when x is the target's argmax and otherwise
-emits the argmax — plain greedy output, token for token. ``"greedy"`` mode drafts the argmax of
-q_draft and, to stay exact, reports q = one-hot on it (reporting the soft q for a greedy draft
-would be the classic 'greedy draft scored with soft q' bug). Greedy drafting should accept more
-at temperature 0, but measured on the prompt set it made no difference (tokens per target pass
-within noise), so the default samples and every chart gets a real q.
+Confidence grows with the counts. q's top mass is 1 after a single observation, which is no
+evidence at all in fresh prose (" the" followed once by " sea" says little about the next " the").
+So the decision to draft uses a separate, count-aware estimate of how likely the top follower is
+to be right: a prior mass ``prior`` on "something not seen yet", discounted by ``backoff`` for each
+order below n_max that the match had to back off to:
 
-Drafting stops after k tokens, when no order matches the suffix, or when q's top mass falls below
-``threshold`` (the drafter's own confidence). Stopping depends only on the drafted prefix, never
-on the target, so exactness holds for every stop. Cost per drafted token: at most n_max dict
-lookups plus one pass over the (few) followers; the dense (m, V) q_draft is built once per round.
+    confidence = c(top) / (N + prior) * backoff ** (n_max - n)
+
+With the defaults (n_max 3, prior 0.5, backoff 0.8, threshold 0.5): a trigram seen once drafts
+(0.67: in a passage being copied every long context is seen exactly once, and that is strong
+evidence), a bigram seen once just does (0.53), a unigram seen once does not (0.43) and needs two
+agreeing observations (0.51). Fresh prose matches mostly unigrams, so it mostly does not draft.
+
+Drafting rule (the choice that keeps the verify rule exact). In ``"sample"`` mode (the default)
+each token is *sampled* from q_draft with the run's generator, at every temperature, and the q it
+was sampled from is reported; Leviathan's rule is then exact for any target warp, and at
+temperature 0 (one-hot p_target) it keeps x exactly when x is the target's argmax and otherwise
+emits the argmax: plain greedy output, token for token. ``"greedy"`` mode drafts the argmax of
+q_draft and, to stay exact, reports q = one-hot on it (reporting the soft q for a greedy draft
+would be the classic 'greedy draft scored with soft q' bug). Measured on the prompt set, greedy
+drafting made no difference at temperature 0, so the default samples and every chart gets a real q.
+
+Drafting stops after k tokens, when no order matches the suffix, or when the confidence falls below
+``threshold``. Stopping depends only on the drafted prefix and the counts, never on the target, so
+exactness holds for every stop. Cost per drafted token: at most n_max dict lookups plus one pass
+over the (few) followers; the dense (m, V) q_draft is built once per round.
 """
 
 from __future__ import annotations
@@ -40,7 +52,9 @@ import torch
 from specviz.drafters.base import Draft
 
 NGramMode = Literal["sample", "greedy"]
-DEFAULT_THRESHOLD = 0.5  # stop drafting when q's top mass is below this (measured: 0.5 beat 0.3 on the prompt set)
+DEFAULT_THRESHOLD = 0.5  # stop drafting when the confidence is below this
+DEFAULT_PRIOR = 0.5  # pseudo-count of "a follower not seen yet": one observation gives confidence 1 / 1.5
+DEFAULT_BACKOFF = 0.8  # confidence factor per order backed off below n_max
 
 
 class NGramCounts:
@@ -65,13 +79,18 @@ class NGramCounts:
                 counter[tok] += 1
             toks.append(tok)
 
-    def lookup(self, suffix: Sequence[int]) -> Counter[int] | None:
-        """Followers at the longest order whose context (the suffix's last n tokens) was seen; None on a miss."""
+    def match(self, suffix: Sequence[int]) -> tuple[int, Counter[int]] | None:
+        """(order n, followers) at the longest order whose context (the suffix's last n tokens) was seen; None on a miss."""
         for n in range(min(self.n_max, len(suffix)), self.n_min - 1, -1):
             counter = self.followers.get(tuple(suffix[len(suffix) - n :]))
             if counter:
-                return counter
+                return n, counter
         return None
+
+    def lookup(self, suffix: Sequence[int]) -> Counter[int] | None:
+        """Followers at the longest order that matches; None on a miss."""
+        found = self.match(suffix)
+        return found[1] if found else None
 
 
 def smoothed(counter: Counter[int], smoothing: float) -> tuple[list[int], list[float]]:
@@ -79,6 +98,12 @@ def smoothed(counter: Counter[int], smoothing: float) -> tuple[list[int], list[f
     items = counter.most_common()  # ties keep first-seen order, so the result is deterministic
     total = sum(c for _, c in items) + smoothing * len(items)
     return [tok for tok, _ in items], [(c + smoothing) / total for _, c in items]
+
+
+def confidence(counter: Counter[int], order: int, n_max: int, prior: float = DEFAULT_PRIOR, backoff: float = DEFAULT_BACKOFF) -> float:
+    """How likely the top follower is right, from the counts alone: c(top) / (N + prior), times backoff per order below n_max."""
+    top = max(counter.values())
+    return top / (sum(counter.values()) + prior) * backoff ** (n_max - order)
 
 
 class NGramDrafter:
@@ -94,6 +119,8 @@ class NGramDrafter:
         threshold: float = DEFAULT_THRESHOLD,
         smoothing: float = 0.5,
         mode: NGramMode = "sample",
+        prior: float = DEFAULT_PRIOR,
+        backoff: float = DEFAULT_BACKOFF,
     ) -> None:
         if vocab_size < 1:
             raise ValueError(f"vocab_size must be at least 1; got {vocab_size}.")
@@ -103,6 +130,10 @@ class NGramDrafter:
             raise ValueError(f"the n-gram threshold is a probability in [0, 1]; got {threshold}.")
         if smoothing < 0.0:
             raise ValueError(f"smoothing (lambda) must be >= 0; got {smoothing}.")
+        if prior < 0.0:
+            raise ValueError(f"the confidence prior must be >= 0; got {prior}.")
+        if not (0.0 < backoff <= 1.0):
+            raise ValueError(f"the backoff factor must be in (0, 1]; got {backoff}.")
         if mode not in ("sample", "greedy"):
             raise ValueError(f"mode must be 'sample' or 'greedy'; got {mode!r}.")
         self.vocab_size = vocab_size
@@ -110,6 +141,7 @@ class NGramDrafter:
         self.threshold = threshold
         self.smoothing = smoothing
         self.mode: NGramMode = mode
+        self.prior, self.backoff = prior, backoff
         self.name = f"n-gram ({n_min}..{n_max})" if mode == "sample" else f"n-gram greedy ({n_min}..{n_max})"
         self.counts = NGramCounts(n_min, n_max)
 
@@ -134,12 +166,13 @@ class NGramDrafter:
         ids: list[int] = []
         support: list[tuple[list[int], list[float]]] = []  # per drafted token: (ids, probabilities)
         for _ in range(k):
-            counter = self.counts.lookup(suffix)
-            if counter is None:
+            found = self.counts.match(suffix)
+            if found is None:
                 break  # no order matches: nothing to say
+            order, counter = found
+            if confidence(counter, order, self.n_max, self.prior, self.backoff) < self.threshold:
+                break  # too little evidence to spend verify compute on it
             tokens, probs = smoothed(counter, self.smoothing)
-            if probs[0] < self.threshold:
-                break  # not confident enough to spend verify compute on it
             if self.mode == "greedy":
                 tok = tokens[0]
                 tokens, probs = [tok], [1.0]  # the draft's actual (deterministic) sampling distribution
