@@ -7,18 +7,18 @@ from __future__ import annotations
 
 import ctypes
 import gc
-import logging
 import threading
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 
 import streamlit as st
+from streamlit.logger import get_logger
 
 from specviz.policy import Policy, load_policy
 from specviz.serving import QueueTimeout, SessionRegistry, model_queue
 
-log = logging.getLogger(__name__)
+log = get_logger(__name__)  # streamlit's handler: `--logger.level info` shows what the sweeper frees
 
 POLICY_ERROR_KEY = "_specviz_policy_error"
 SWEEP_EVERY_S = 5.0
@@ -221,7 +221,7 @@ def _sweep_forever() -> None:
                 idle_s = Policy().idle_minutes * 60
             freed = _registry.sweep(rt.is_active_session, _free_session, gone_after_s=grace, idle_after_s=idle_s)
             if freed:
-                log.info("freed %d session(s)", freed)
+                log.info("specviz freed %d session(s): %d tracked", freed, len(_registry))
                 _trim()
         except Exception:  # the sweeper must never die; a bad policy is reported on the page instead
             log.exception("session sweep failed")
