@@ -92,6 +92,8 @@ class Outcome:
     texts: list[str] = field(default_factory=list)
     step_s: list[float] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
+    resent: list[int] = field(default_factory=lambda: [0])  # Step clicks the page lost and the script pressed again
+    connection: list[str] = field(default_factory=list)  # the page's websocket states, in order
 
 
 def participants(n: int) -> list[Participant]:
@@ -231,11 +233,44 @@ def prepare(driver, url: str, p: Participant) -> None:
         wait_idle(driver, STEP_TIMEOUT_S)
 
 
-def step(driver, rounds_before: int) -> float:
-    """Press Step; seconds until the page shows one more round and the run has finished."""
+WATCH_JS = """
+const app = document.querySelector('[data-testid="stApp"]');
+if (app && !window.__specviz_watch) {
+  window.__specviz_watch = [];
+  const note = () => {
+    const s = app.getAttribute('data-test-connection-state');
+    const log = window.__specviz_watch;
+    if (log[log.length - 1] !== s) log.push(s);
+  };
+  note();
+  new MutationObserver(note).observe(app, {attributes: true, attributeFilter: ['data-test-connection-state']});
+}
+"""
+LOST_CLICK_S = 8.0  # idle this long after a click without a new round: the click was lost, press again
+
+
+def connection_log(driver) -> list[str]:
+    return driver.execute_script("return window.__specviz_watch || []") or []
+
+
+def step(driver, rounds_before: int, resent: list[int]) -> float:
+    """Press Step; seconds until the page shows one more round and the run has finished. A click the page never
+    acted on (idle for LOST_CLICK_S with no new round and nothing waiting) is pressed again and counted in resent."""
+    from selenium.webdriver.common.by import By
+
     start = time.monotonic()
     click_button(driver, "step")
-    wait(driver, STEP_TIMEOUT_S).until(lambda d: metric_value(d, "rounds") == str(rounds_before + 1))
+    deadline, idle_since = start + STEP_TIMEOUT_S, None
+    while metric_value(driver, "rounds") != str(rounds_before + 1):
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"no round {rounds_before + 1} after {STEP_TIMEOUT_S} s")
+        idle = bool(driver.find_elements(By.CSS_SELECTOR, '[data-testid="stApp"][data-test-script-state="notRunning"]'))
+        idle_since = (idle_since or time.monotonic()) if idle else None
+        if idle_since and time.monotonic() - idle_since > LOST_CLICK_S:
+            resent[0] += 1
+            click_button(driver, "step")
+            idle_since = None
+        time.sleep(0.2)
     wait_idle(driver, STEP_TIMEOUT_S, settle=0.1)
     return time.monotonic() - start - 0.1
 
@@ -247,16 +282,29 @@ def drive(driver, url: str, p: Participant, rounds: int, barrier: threading.Barr
         if not prepared:
             prepare(driver, url, p)
         phase = "barrier"
+        driver.execute_script(WATCH_JS)
         if barrier is not None:
             barrier.wait(timeout=STEP_TIMEOUT_S)
         for n in range(rounds):
             phase = f"step {n + 1}"
-            out.step_s.append(step(driver, n))
+            out.step_s.append(step(driver, n, out.resent))
             out.texts.append(stream_text(driver))
         out.errors += exceptions(driver)
+        out.connection = connection_log(driver)
     except Exception as exc:  # a session that fails is reported, not fatal to the others
         out.errors.append(f"{phase}: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}")
         out.errors += [f"page: {e[:200]}" for e in exceptions(driver)]
+        try:  # what the page said when it gave up: alerts, the rounds metric, the script and connection state
+            from selenium.webdriver.common.by import By
+
+            alerts = [a.text[:200] for a in driver.find_elements(By.CSS_SELECTOR, '[data-testid="stAlert"]')]
+            app = driver.find_element(By.CSS_SELECTOR, '[data-testid="stApp"]')
+            out.errors.append(
+                f"page state: rounds={metric_value(driver, 'rounds')!r} script={app.get_attribute('data-test-script-state')} "
+                f"connection={app.get_attribute('data-test-connection-state')} alerts={alerts}"
+            )
+        except Exception:
+            pass
     return out
 
 
@@ -352,12 +400,16 @@ def _failed(p: Participant, error: str) -> Outcome:
 
 def report(people, solo, together, rss_cold, rss_before, during, rss_after, server_log: str) -> int:
     ok = True
-    print("\n| session | settings | same as solo | exceptions | s/Step (together) |\n|---|---|---|---|---|")
+    print("\n| session | settings | same as solo | exceptions | s/Step (together) | lost clicks resent | reconnects |\n|---|---|---|---|---|---|---|")
     for p, alone, now in zip(people, solo, together):
         same = bool(alone.texts) and alone.texts == now.texts
         ok &= same and not now.errors and not alone.errors
         steps = ", ".join(f"{s:.2f}" for s in now.step_s)
-        print(f"| {p.index} | `{p.describe()[len(str(p.index)) + 2:]}` | {'yes' if same else 'NO'} | {len(now.errors) + len(alone.errors) or 'none'} | {steps} |")
+        reconnects = sum(1 for s in now.connection[1:] if s != "CONNECTED")
+        print(
+            f"| {p.index} | `{p.describe()[len(str(p.index)) + 2:]}` | {'yes' if same else 'NO'} | {len(now.errors) + len(alone.errors) or 'none'} "
+            f"| {steps} | {now.resent[0] + alone.resent[0]} | {reconnects} |"
+        )
         for e in alone.errors + now.errors:
             print(f"|   | error: {e[:150]} | | | |")
     solo_steps = [s for o in solo for s in o.step_s]

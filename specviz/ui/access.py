@@ -145,6 +145,7 @@ def model_turn(model, what: str = "your round") -> Iterator[float]:
                 box.empty()
             yield waited
     except QueueTimeout as exc:
+        log.warning("specviz queue for %s: %s", queue.name, exc)
         raise ValueError(str(exc)) from None
     finally:
         if box is not None:
