@@ -325,6 +325,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--mode", default="shared", choices=("shared", "local"), help="SPECVIZ_MODE of the server this script starts")
     parser.add_argument("--after-s", type=float, default=60.0, help="seconds after the sessions close to measure memory again")
     parser.add_argument("--settle-s", type=float, default=45.0, help="seconds to let the solo sessions be freed before 'before'")
+    parser.add_argument("--stagger", action="store_true", help="open and set up the browsers one at a time (a small machine cannot start 16 at once); the Steps are still at once")
     parser.add_argument("--timeout-s", type=float, default=1800.0, help="give up after this long")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", datefmt="%H:%M:%S")
@@ -363,7 +364,10 @@ def main(argv: list[str] | None = None) -> int:
             try:
                 with ThreadPoolExecutor(len(people)) as pool:
                     drivers = list(pool.map(lambda _: new_driver(), people))
-                    ready = list(pool.map(lambda dp: _prepare_or_error(dp[0], url, dp[1]), zip(drivers, people)))
+                    if args.stagger:
+                        ready = [_prepare_or_error(d, url, p) for d, p in zip(drivers, people)]
+                    else:
+                        ready = list(pool.map(lambda dp: _prepare_or_error(dp[0], url, dp[1]), zip(drivers, people)))
                     barrier = threading.Barrier(len(people))
                     together = list(pool.map(lambda a: drive(a[0], url, a[1], args.rounds, barrier, prepared=True) if a[2] is None else _failed(a[1], a[2]), zip(drivers, people, ready)))
             finally:
