@@ -20,6 +20,7 @@ from specviz.bench import (
 )
 from specviz.config import EMBEDDED_TARGET
 from specviz.core.decoding import MAX_DRAFT_TOKENS
+from specviz.ui import access
 from specviz.ui.keys import BENCH_RESULTS_KEY
 from specviz.ui.navigation import route_through_app
 from specviz.viz.bench import SPEEDUP_METRICS, speedup_vs_k_figure, theory_overlay_figure
@@ -70,6 +71,7 @@ def show_results(frame: pd.DataFrame, name: str) -> None:
     d2.download_button("Download JSON", frame.to_json(orient="records", indent=1), file_name=f"{name}.json", mime="application/json", key=f"{name}_json")
 
 
+policy = access.current_policy(report=True)
 st.title("Benchmark")
 st.caption("On code, prose, copying and Q&A, how fast is each drafter really, measured against plain decoding?")
 
@@ -84,15 +86,21 @@ with st.sidebar:
     categories = st.multiselect("categories", prompt_categories(all_prompts), default=["copy"], key="bench_categories")
     per_category = st.slider("prompts per category", 1, 5, 1, key="bench_per_category")
     drafters = st.multiselect("drafters", BENCH_DRAFTERS, default=["lookup"], key="bench_drafters")
-    ks = st.multiselect("k values", list(range(1, MAX_DRAFT_TOKENS + 1)), default=[2, 4], key="bench_ks")
+    k_options = list(range(1, min(MAX_DRAFT_TOKENS, policy.max_draft_tokens) + 1))
+    if any(k not in k_options for k in st.session_state.get("bench_ks", [])):
+        access.limited(f"k is limited to {max(k_options)} on this server.")
+        st.session_state["bench_ks"] = [k for k in st.session_state["bench_ks"] if k in k_options]
+    ks = st.multiselect("k values", k_options, default=[k for k in (2, 4) if k in k_options], key="bench_ks")
     temperatures = st.multiselect("temperatures (0 = greedy)", TEMPERATURES, default=[0.0], key="bench_temperatures", format_func=lambda t: f"{t:g}")
-    max_new_tokens = st.slider("max new tokens", 8, 128, 32, 8, key="bench_max_new_tokens")
+    new_cap = max(8, min(128, policy.max_new_tokens))
+    access.refuse_above("bench_max_new_tokens", new_cap, "max new tokens")
+    max_new_tokens = st.slider("max new tokens", 8, new_cap, min(32, new_cap), 8, key="bench_max_new_tokens")
     repeats = st.slider("repeats", 1, 5, SweepSpec.repeats, key="bench_repeats", help="Every setting and its baseline run this many times, interleaved, after one discarded warm-up; the table shows medians.")
     seed = st.number_input("seed", 0, 2**31 - 1, value=0, key="bench_seed")
     with st.expander("Models"):
-        target_source = st.text_input("target: hub id, local folder or .gguf", value=EMBEDDED_TARGET, key="bench_target").strip() or EMBEDDED_TARGET
-        draft_source = st.text_input("draft model (for the 'model' drafter)", value="", key="bench_draft").strip()
-        device = st.selectbox("device", ["auto", "cpu", "cuda", "mps"], key="bench_device")
+        target_source = access.model_choice("bench_target", "target: hub id, local folder or .gguf", EMBEDDED_TARGET) or policy.default_target
+        draft_source = access.model_choice("bench_draft", "draft model (for the 'model' drafter)", "", draft=True)
+        device = access.device_choice("bench_device")
         chat = st.toggle("chat template", value=True, key="bench_chat")
 
 chosen = first_per_category([p for p in all_prompts if p.category in categories], int(per_category))
@@ -114,9 +122,11 @@ if spec is not None:
         f"of up to {spec.max_new_tokens} new tokens each. For each prompt and temperature the baseline and every setting run in a rotating order; "
         "every speedup divides a run's tokens/s by the tokens/s of plain decoding of the same prompt, sampling and seed in the same rotation."
     )
-    if runs > 120:
+    if runs > policy.max_runs:
+        access.limited(f"This sweep is {runs} runs; this server allows {policy.max_runs} per sweep. Choose fewer prompts, drafters, k values or temperatures.")
+    elif runs > 120:
         st.warning("That is a long sweep on a CPU; the command line runs the same sweep headless: `python -m specviz bench`.")
-    if st.button("Run benchmark", type="primary", key="bench_run"):
+    if st.button("Run benchmark", type="primary", key="bench_run", disabled=runs > policy.max_runs):
         try:
             from specviz.ui.models import get_early_exit, get_model
 
@@ -128,11 +138,12 @@ if spec is not None:
                 from specviz.runs import exit_layer_for
 
                 early = get_early_exit(target, exit_layer_for(RunConfig(target=target_source, drafter="early-exit"), target))
-            bar = st.progress(0.0, text="warming up…")
-            rows = run_sweep(
-                target, chosen, spec, draft=draft, early_exit=early,
-                on_progress=lambda done, total, message: bar.progress(done / total, text=f"[{done}/{total}] {message}"),
-            )
+            with access.model_turn(target, "your sweep"):  # the whole sweep is one turn: its timings see no one else's rounds
+                bar = st.progress(0.0, text="warming up…")
+                rows = run_sweep(
+                    target, chosen, spec, draft=draft, early_exit=early,
+                    on_progress=lambda done, total, message: bar.progress(done / total, text=f"[{done}/{total}] {message}"),
+                )
             bar.empty()
             st.session_state[BENCH_RESULTS_KEY] = rows_to_frame(rows)
         except ValueError as exc:

@@ -8,6 +8,7 @@ import streamlit as st
 from specviz.config import EMBEDDED_TARGET, RunConfig, validate_prompt
 from specviz.core.toy import TOY_VARIANTS, normalise, run_toy
 from specviz.lab import LAB_DRAFTERS, REAL_MODES, GreedyResult, RealResult, greedy_side_by_side, sample_real, summarize_real
+from specviz.ui import access
 from specviz.ui.navigation import route_through_app
 from specviz.viz.lab import convergence_figure, convergence_frame, histogram_figure, real_frame, real_histogram_figure, toy_frame
 
@@ -31,10 +32,7 @@ GREEDY_KEY = "exactness_greedy_result"
 
 
 def target_inputs(prefix: str) -> tuple[str, str]:
-    with st.expander("Target model", expanded=False):
-        target = st.text_input("hub id, local folder or .gguf", value=EMBEDDED_TARGET, key=f"{prefix}_target")
-        device = st.selectbox("device", ["auto", "cpu", "cuda", "mps"], key=f"{prefix}_device")
-    return target.strip() or EMBEDDED_TARGET, device
+    return access.target_and_device(f"{prefix}_target", f"{prefix}_device", EMBEDDED_TARGET)  # the owner's list in shared mode
 
 
 def load_target(source: str, device: str):
@@ -52,6 +50,7 @@ def early_exit_for(config: RunConfig, target):
     return get_early_exit(target, exit_layer_for(config, target))
 
 
+policy = access.current_policy(report=True)
 st.title("Exactness lab")
 st.caption("Why is the output distribution unchanged, and what goes wrong with the tempting shortcuts?")
 
@@ -74,7 +73,9 @@ with left:
     )
 with right:
     variant = st.radio("Rule", TOY_VARIANTS, format_func=VARIANT_LABELS.get, key="lab_variant")
-    num_samples = st.select_slider("samples N", SAMPLE_SIZES, value=10_000, key="lab_num_samples", format_func=lambda n: f"{n:,}")
+    sizes = access.capped_options(SAMPLE_SIZES, policy.max_samples)
+    access.refuse_over("lab_num_samples", sizes, "samples N")
+    num_samples = st.select_slider("samples N", sizes, value=min(10_000, max(sizes)), key="lab_num_samples", format_func=lambda n: f"{n:,}")
     seed = st.number_input("seed", 0, 2**31 - 1, value=0, key="lab_seed")
 
 toy_error = None
@@ -138,10 +139,14 @@ real_prompt = c1.text_input("prompt (fed raw, no chat template)", value="My favo
 real_drafter = c2.selectbox("drafter", LAB_DRAFTERS, index=LAB_DRAFTERS.index("early-exit") if "early-exit" in LAB_DRAFTERS else 0, key="lab_real_drafter")
 real_temperature = c3.slider("temperature", 0.1, 2.0, 1.0, 0.1, key="lab_real_temperature")
 if real_mode == "fast":
-    real_n = c4.select_slider("samples N", [1_000, 10_000, 100_000], value=10_000, key="lab_real_n_fast", format_func=lambda n: f"{n:,}")
+    sizes = access.capped_options([1_000, 10_000, 100_000], policy.max_samples)
+    access.refuse_over("lab_real_n_fast", sizes, "samples N")
+    real_n = c4.select_slider("samples N", sizes, value=min(10_000, max(sizes)), key="lab_real_n_fast", format_func=lambda n: f"{n:,}")
     real_variant = st.radio("rule", TOY_VARIANTS, format_func=VARIANT_LABELS.get, key="lab_real_variant", horizontal=True)
 else:
-    real_n = c4.select_slider("samples N (each is a run)", [10, 20, 50, 100, 200], value=20, key="lab_real_n")
+    sizes = access.capped_options([10, 20, 50, 100, 200], policy.max_runs)
+    access.refuse_over("lab_real_n", sizes, "runs N")
+    real_n = c4.select_slider("samples N (each is a run)", sizes, value=min(20, max(sizes)), key="lab_real_n")
     real_variant = "exact"
 real_target, real_device = target_inputs("lab_real")
 
@@ -152,9 +157,10 @@ if st.button("Sample the next token", key="lab_real_run", type="primary"):
         target = load_target(config.target, config.device)
         bar = st.progress(0.0, text="sampling…") if real_mode == "engine" else None
         progress = (lambda done, total: bar.progress(done / total, text=f"{done} of {total} speculative + plain runs")) if bar else None
-        st.session_state[REAL_KEY] = sample_real(
-            config, target, real_prompt, real_mode, int(real_n), real_variant, early_exit=early_exit_for(config, target), on_progress=progress,
-        )
+        with access.model_turn(target, "your sampling"):  # one turn in the model's queue for the whole batch
+            st.session_state[REAL_KEY] = sample_real(
+                config, target, real_prompt, real_mode, int(real_n), real_variant, early_exit=early_exit_for(config, target), on_progress=progress,
+            )
         if bar:
             bar.empty()
     except ValueError as exc:
@@ -193,8 +199,10 @@ st.markdown(
 g1, g2, g3 = st.columns([3, 1, 1])
 greedy_prompt = g1.text_input("prompt (chat template)", value="Write a Python function that reverses a string.", key="lab_greedy_prompt")
 greedy_drafter = g2.selectbox("drafter", LAB_DRAFTERS, key="lab_greedy_drafter")
-greedy_k = g3.slider("k", 1, 8, 4, key="lab_greedy_k")
-greedy_new = st.slider("max new tokens", 8, 96, 32, 8, key="lab_greedy_new")
+access.refuse_above("lab_greedy_k", min(8, policy.max_draft_tokens), "k")
+access.refuse_above("lab_greedy_new", max(8, min(96, policy.max_new_tokens)), "max new tokens")
+greedy_k = g3.slider("k", 1, min(8, policy.max_draft_tokens), min(4, policy.max_draft_tokens), key="lab_greedy_k")
+greedy_new = st.slider("max new tokens", 8, max(8, min(96, policy.max_new_tokens)), min(32, max(8, policy.max_new_tokens)), 8, key="lab_greedy_new")
 greedy_target, greedy_device = target_inputs("lab_greedy")
 
 if st.button("Run both", key="lab_greedy_run", type="primary"):
@@ -202,7 +210,7 @@ if st.button("Run both", key="lab_greedy_run", type="primary"):
         validate_prompt(greedy_prompt)
         config = RunConfig(target=greedy_target, drafter=greedy_drafter, num_draft_tokens=int(greedy_k), temperature=0.0, max_new_tokens=int(greedy_new), device=greedy_device)
         target = load_target(config.target, config.device)
-        with st.spinner("decoding twice…"):
+        with access.model_turn(target, "your two runs"), st.spinner("decoding twice…"):
             st.session_state[GREEDY_KEY] = greedy_side_by_side(config, target, greedy_prompt, early_exit=early_exit_for(config, target))
     except ValueError as exc:
         st.error(str(exc))

@@ -143,8 +143,7 @@ if session is not None and step and not state.playing:
 
 if session is not None and run_all:
     live = st.empty()
-    while not session.done:
-        step_session(session)
+    while not session.done and step_session(session):  # False: the model's queue timed out (a warning says so)
         with live.container():
             views.live_progress(session)
     live.empty()

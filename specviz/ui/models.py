@@ -1,14 +1,65 @@
-"""Models load once per (source, device, dtype) and are shared by every browser session (read-only)."""
+"""Models load once per (source, device, dtype) and are shared by every browser session (read-only).
+
+The cache only ever holds models the owner allowed (specviz.policy): a source off the list, or an opt-in the owner
+did not grant, is refused before anything is loaded. A model that would not fit in free memory is refused with a
+message, and a load that runs out of memory is reported the same way; either way the models in use stay loaded."""
 
 from __future__ import annotations
 
-import streamlit as st
+import logging
+from pathlib import Path
 
-from specviz.models import LoadedModel, early_exit_view, load_model
+import streamlit as st
+import torch
+
+from specviz.models import LoadedModel, ModelLoadError, early_exit_view, load_model
+from specviz.ui.access import current_policy
+
+log = logging.getLogger(__name__)
+GGUF_EXPANSION = 8  # a 4-bit GGUF de-quantised to float32 takes about 8x its file size
+FIT_MARGIN = 0.9  # refuse a load that would take more than this share of the free memory
+
+
+def free_memory_bytes(device: str) -> int | None:
+    """Bytes free where the model would go (None: unknown)."""
+    try:
+        if device in ("cuda", "auto") and torch.cuda.is_available():
+            return int(torch.cuda.mem_get_info()[0])
+        import psutil
+
+        return int(psutil.virtual_memory().available)
+    except Exception:  # an unknown amount is not a reason to refuse
+        return None
+
+
+def estimated_bytes(source: str) -> int | None:
+    """A rough size of a local model once loaded (weights on disk; GGUF de-quantised), None for hub ids."""
+    from specviz.models.loading import EMBEDDED_TARGET, embedded_gguf_path
+
+    try:
+        path = embedded_gguf_path() if source == EMBEDDED_TARGET else Path(source).expanduser()
+        if path.is_file():
+            return path.stat().st_size * (GGUF_EXPANSION if path.suffix == ".gguf" else 1)
+        if path.is_dir():
+            return sum(f.stat().st_size for f in path.iterdir() if f.suffix in (".safetensors", ".bin", ".pt", ".pth"))
+    except (OSError, ModelLoadError):
+        return None
+    return None
+
+
+def check_fits(source: str, device: str) -> None:
+    """Refuse a load that would not fit, before anything is allocated (the models in use stay as they are)."""
+    need, free = estimated_bytes(source), free_memory_bytes(device)
+    if need and free is not None and need > FIT_MARGIN * free:
+        raise ModelLoadError(
+            f"{source} needs about {need / 2**30:.1f} GiB but only {free / 2**30:.1f} GiB is free on this machine; the models "
+            "already loaded are untouched. Pick a smaller model or close other programs."
+        )
 
 
 @st.cache_resource(show_spinner=False, max_entries=4)
 def _cached_model(source: str, device: str, dtype: str, trust_remote_code: bool, allow_download: bool, allow_pickle: bool) -> LoadedModel:
+    check_fits(source, device)
     return load_model(source, device, dtype, trust_remote_code=trust_remote_code, allow_download=allow_download, allow_pickle=allow_pickle)
 
 
@@ -22,12 +73,23 @@ def get_model(
     allow_pickle: bool = False,
 ) -> LoadedModel:
     """Load (or fetch from the cache) with a visible status. Raises ModelLoadError (a ValueError) with a message to show."""
+    policy = current_policy()
+    if not policy.allows_model(source):
+        raise ModelLoadError(f"{source!r} is not on this server's list of models; ask the person running it to add it.")
+    if not policy.allow_device:
+        device, dtype = "auto", "auto"
+    trust_remote_code = trust_remote_code and policy.allow_remote_code
+    allow_download = allow_download and policy.allow_download
+    allow_pickle = allow_pickle and policy.allow_pickle
     key = (source, device, dtype, trust_remote_code, allow_download, allow_pickle)
     loaded = st.session_state.setdefault("_specviz_loaded_models", set())
     if key in loaded:
         return _cached_model(*key)
     with st.status(f"Loading {source} on {device}…", expanded=False) as status:
-        model = _cached_model(*key)
+        try:
+            model = _cached_model(*key)
+        except (MemoryError, torch.OutOfMemoryError) as exc:
+            raise ModelLoadError(f"{source} does not fit in the memory left on this machine; the models already loaded are untouched. Pick a smaller model.") from exc
         status.update(label=f"Loaded {model.name} ({model.num_layers} layers, {model.device}, {str(model.dtype).removeprefix('torch.')})", state="complete")
     loaded.add(key)
     return model

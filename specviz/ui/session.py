@@ -1,6 +1,8 @@
 """Per-session state of the step-through page: the runs (decoders and their records) and the measured baseline.
 
-Everything lives in st.session_state; models come from the shared caches in specviz.ui.models."""
+Everything lives in st.session_state; models come from the shared caches in specviz.ui.models. Every model pass
+(prefill and rounds) takes a turn in the model's queue (specviz.ui.access.model_turn), one whole round per turn, so
+the engine's timings never include the wait and one session's Play or Run to end cannot starve the others."""
 
 from __future__ import annotations
 
@@ -15,6 +17,7 @@ from specviz.core.decoding import SpeculativeDecoder
 from specviz.core.records import StepRecord
 from specviz.models import LoadedModel, encode_prompt, token_bytes
 from specviz.runs import build_decoder, exit_layer_for
+from specviz.ui.access import model_turn
 from specviz.ui.models import get_early_exit, get_model
 from specviz.viz.tokens import TokenTable
 
@@ -88,6 +91,7 @@ class StepSession:
     token_text: TokenTexts
     runs: list[Run]
     baseline: Baseline
+    target: LoadedModel | None = None  # whose queue the rounds wait in
 
     @property
     def done(self) -> bool:
@@ -124,12 +128,23 @@ class PageState:
     session: StepSession | None = None
     baselines: dict[tuple, Baseline] = field(default_factory=dict)
     playing: bool = False
+    freed: bool = False  # the runs were freed after the session sat idle (the page says so once)
+
+    def free(self) -> None:
+        """Drop the runs and baselines (the decoders and their caches): the session sat idle or its tab is gone."""
+        if self.session is not None or self.baselines:
+            self.freed = True
+        self.session, self.baselines, self.playing = None, {}, False
 
 
 def page_state() -> PageState:
     if STATE_KEY not in st.session_state:
         st.session_state[STATE_KEY] = PageState()
-    return st.session_state[STATE_KEY]
+    state = st.session_state[STATE_KEY]
+    if getattr(state, "freed", False):
+        st.info("This session sat idle, so its runs were freed to make room for others. Press **Step** to start again.")
+        state.freed = False
+    return state
 
 
 def friendly_error(exc: BaseException) -> str:
@@ -181,24 +196,45 @@ def start_session(state: PageState, config: RunConfig, compare: RunConfig | None
     labels = [short_name(c.drafter) for c in configs]
     if compare is not None:
         labels = [f"A: {labels[0]}", f"B: {labels[1]}"]
-    runs = [Run(label, c, _decoder(c, target, prompt_ids)) for label, c in zip(labels, configs)]
+    for c in configs:  # load a draft model (cached) before taking a turn: a slow load must not hold the queue
+        if c.drafter == "model":
+            get_model(c.draft or "", **c.load_options())
     key = baseline_key(config, prompt)
     baseline = state.baselines.get(key)
-    if baseline is None or baseline.error is not None:
-        baseline = Baseline(build_decoder(config, target, prompt_ids, baseline=True))
+    with model_turn(target, "your prefill"):  # building a decoder runs the prefill: a model pass like any round
+        runs = [Run(label, c, _decoder(c, target, prompt_ids)) for label, c in zip(labels, configs)]
+        if baseline is None or baseline.error is not None:
+            baseline = Baseline(build_decoder(config, target, prompt_ids, baseline=True))
+    if state.baselines.get(key) is not baseline:
         state.baselines[key] = baseline
         while len(state.baselines) > MAX_BASELINES:
             state.baselines.pop(next(iter(state.baselines)))
-    return StepSession(prompt, config, compare, prompt_ids, TokenTexts(target.tokenizer), runs, baseline)
+    return StepSession(prompt, config, compare, prompt_ids, TokenTexts(target.tokenizer), runs, baseline, target)
 
 
 def _max_positions(target: LoadedModel) -> int:
     return int(getattr(target.model.config, "max_position_embeddings", None) or 1_000_000)
 
 
-def step_session(session: StepSession) -> None:
+def step_session(session: StepSession) -> bool:
     """One round of every unfinished run. Errors stay on the run. The baseline takes one plain step per round
-    (so Step stays quick; the speedup curve extrapolates its cadence meanwhile) and catches up fully at the end."""
+    (so Step stays quick; the speedup curve extrapolates its cadence meanwhile) and catches up fully at the end.
+
+    The whole round is one turn in the target's queue. Returns False when the wait timed out (a warning says so;
+    nothing ran and the runs can continue later), so loops like Run to end stop instead of waiting forever."""
+    if session.target is None:
+        _round(session)
+        return True
+    try:
+        with model_turn(session.target):
+            _round(session)
+    except ValueError as exc:
+        st.warning(str(exc))
+        return False
+    return True
+
+
+def _round(session: StepSession) -> None:
     for run in session.runs:
         if run.done:
             continue

@@ -1,0 +1,444 @@
+"""Load test for a workshop server: N headless browser sessions at once, each with its own prompt and settings.
+
+    python scripts/load_test.py --sessions 8             # starts its own shared-mode server on a free loopback port
+    python scripts/load_test.py --sessions 8 --url http://127.0.0.1:8501 --server-pid 12345
+
+What it does, in order:
+1. *Solo*: each session's settings (prompt, drafter, seed, temperature) run alone, one browser at a time, for
+   --rounds Steps; the token stream after every Step is the reference.
+2. *Together*: N browsers open the page, set their settings, wait at a barrier, then all press Step --rounds times at
+   once. Each Step is timed from the click until the page shows the new round (so the time includes any wait in
+   the model's queue: what a participant feels).
+3. The browsers close; the server's memory (RSS) is sampled before, during, and --after-s seconds after.
+
+It reports, per session, whether every stream equals its solo run and whether any page showed an exception, then
+p50 / p95 seconds per Step and the memory, and exits non-zero if a stream differs, a page raised, or the memory
+60 s after is not within 10% of before. Loopback addresses only; bounded in sessions (<= 32) and time (--timeout-s).
+
+Needs Debian's chromium and chromium-driver (the browser tests use the same), selenium and psutil.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import threading
+import time
+import urllib.parse
+import urllib.request
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from tests.browser.st_browser import (  # noqa: E402  (the browser tests' waits, which work on this machine)
+    click_button,
+    exceptions,
+    metric_value,
+    open_page,
+    set_text,
+    slider_to_end,
+    slider_value,
+    stream_text,
+    wait,
+    wait_idle,
+)
+
+log = logging.getLogger("load_test")
+LOOPBACK = ("127.0.0.1", "localhost", "::1", "[::1]")
+MAX_SESSIONS = 32
+STEP_TIMEOUT_S = 300
+DRAFTERS = ("ngram", "lookup", "early-exit", "none")  # what a participant may pick on the default shared server
+DRAFTER_LABELS = {
+    "lookup": "prompt lookup (copies n-grams from the context)",
+    "ngram": "context n-gram model (a real q from counts)",
+    "early-exit": "early exit (the target's first L layers)",
+    "none": "none: plain target decoding",
+}
+PROMPTS = (
+    "Repeat exactly: the cat sat on the mat, the cat sat on the mat.",
+    "Write a Python function that reverses a string.",
+    "List the days of the week.",
+    "What is speculative decoding? One sentence.",
+    "Count from one to ten in words.",
+    "Name three primary colours.",
+    "Translate 'good morning' into French.",
+    "Write a haiku about the sea.",
+)
+
+
+@dataclass(frozen=True)
+class Participant:
+    index: int
+    prompt: str
+    drafter: str
+    seed: int
+    sampled: bool  # temperature 2 (the slider's end) instead of greedy
+
+    def describe(self) -> str:
+        return f"#{self.index} {self.drafter:<10} {'T=2 seed ' + str(self.seed) if self.sampled else 'greedy':<14} {self.prompt[:38]!r}"
+
+
+@dataclass
+class Outcome:
+    participant: Participant
+    texts: list[str] = field(default_factory=list)
+    step_s: list[float] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+    resent: list[int] = field(default_factory=lambda: [0])  # Step clicks the page lost and the script pressed again
+    connection: list[str] = field(default_factory=list)  # the page's websocket states, in order
+
+
+def participants(n: int) -> list[Participant]:
+    return [Participant(i, PROMPTS[i % len(PROMPTS)] + ("" if i < len(PROMPTS) else f" ({i})"), DRAFTERS[i % len(DRAFTERS)], 100 + i, i % 2 == 1) for i in range(n)]
+
+
+# --- the server -----------------------------------------------------------------------------------------------
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def healthy(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(f"{url}/_stcore/health", timeout=2) as resp:
+            return resp.status == 200
+    except OSError:
+        return False
+
+
+def start_server(mode: str, log_path: Path, timeout_s: float = 120) -> tuple[subprocess.Popen, str]:
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("STREAMLIT_")}
+    env.update(PYTHONUNBUFFERED="1", HF_HUB_OFFLINE="1", STREAMLIT_BROWSER_GATHER_USAGE_STATS="false", SPECVIZ_MODE=mode)
+    cmd = [
+        sys.executable, "-m", "streamlit", "run", "app.py", "--server.port", str(port), "--server.headless", "true",
+        "--server.address", "127.0.0.1", "--server.fileWatcherType", "none",
+    ]  # fmt: skip
+    with open(log_path, "wb") as out:
+        proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + timeout_s
+    while not healthy(url):
+        if proc.poll() is not None or time.monotonic() > deadline:
+            stop_server(proc)
+            raise SystemExit(f"the server did not start:\n{log_path.read_text(errors='replace')[-3000:]}")
+        time.sleep(0.25)
+    return proc, url
+
+
+def stop_server(proc: subprocess.Popen) -> None:
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=5)
+
+
+def rss_mb(pid: int | None) -> float | None:
+    if pid is None:
+        return None
+    try:
+        import psutil
+
+        return psutil.Process(pid).memory_info().rss / 2**20
+    except ImportError:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    except Exception:
+        return None
+    return None
+
+
+class RssSampler:
+    """The server's RSS every `every_s` seconds in a thread; peak and last."""
+
+    def __init__(self, pid: int | None, every_s: float = 0.5) -> None:
+        self.pid, self.every_s, self.samples = pid, every_s, []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            value = rss_mb(self.pid)
+            if value is not None:
+                self.samples.append(value)
+            self._stop.wait(self.every_s)
+
+    def __enter__(self) -> RssSampler:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join(5)
+
+
+# --- one browser session ----------------------------------------------------------------------------------------
+
+
+def new_driver():
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    options = webdriver.ChromeOptions()
+    options.binary_location = os.environ.get("SPECVIZ_CHROMIUM", "/usr/bin/chromium")
+    for arg in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-dev-shm-usage", "--window-size=1400,1600"):
+        options.add_argument(arg)
+    driver = webdriver.Chrome(service=Service(os.environ.get("SPECVIZ_CHROMEDRIVER", "/usr/bin/chromedriver")), options=options)
+    driver.set_page_load_timeout(180)
+    return driver
+
+
+def choose(driver, key: str, label: str) -> None:
+    """Pick `label` in the selectbox with this key: open its list, click the option (a react-aria combobox)."""
+    from selenium.webdriver.common.by import By
+
+    field = f".st-key-{key} input[role='combobox']"
+    wait(driver, 60).until(lambda d: d.find_elements(By.CSS_SELECTOR, field))
+    if driver.find_element(By.CSS_SELECTOR, field).get_attribute("value") == label:
+        return
+    driver.find_element(By.CSS_SELECTOR, f".st-key-{key} button[aria-haspopup='listbox']").click()
+    option = f"//*[@role='option'][normalize-space()={label!r}]"
+    wait(driver, 30).until(lambda d: d.find_elements(By.XPATH, option))
+    driver.find_element(By.XPATH, option).click()
+    wait(driver, 30).until(lambda d: d.find_element(By.CSS_SELECTOR, field).get_attribute("value") == label)
+
+
+def prepare(driver, url: str, p: Participant) -> None:
+    """Open the page and set this participant's prompt, drafter, seed and temperature."""
+    open_page(driver, url, timeout=STEP_TIMEOUT_S)
+    set_text(driver, "prompt", p.prompt)
+    wait_idle(driver, STEP_TIMEOUT_S)
+    choose(driver, "drafter", DRAFTER_LABELS[p.drafter])
+    wait_idle(driver, STEP_TIMEOUT_S)
+    set_text(driver, "seed", str(p.seed))
+    wait_idle(driver, STEP_TIMEOUT_S)
+    if p.sampled:
+        slider_to_end(driver, "temperature")
+        wait(driver, 60).until(lambda d: slider_value(d, "temperature") == "2.00")
+        wait_idle(driver, STEP_TIMEOUT_S)
+
+
+WATCH_JS = """
+const app = document.querySelector('[data-testid="stApp"]');
+if (app && !window.__specviz_watch) {
+  window.__specviz_watch = [];
+  const note = () => {
+    const s = app.getAttribute('data-test-connection-state');
+    const log = window.__specviz_watch;
+    if (log[log.length - 1] !== s) log.push(s);
+  };
+  note();
+  new MutationObserver(note).observe(app, {attributes: true, attributeFilter: ['data-test-connection-state']});
+}
+"""
+LOST_CLICK_S = 8.0  # idle this long after a click without a new round: the click was lost, press again
+
+
+def connection_log(driver) -> list[str]:
+    return driver.execute_script("return window.__specviz_watch || []") or []
+
+
+def step(driver, rounds_before: int, resent: list[int]) -> float:
+    """Press Step; seconds until the page shows one more round and the run has finished. A click the page never
+    acted on (idle for LOST_CLICK_S with no new round and nothing waiting) is pressed again and counted in resent."""
+    from selenium.webdriver.common.by import By
+
+    start = time.monotonic()
+    click_button(driver, "step")
+    deadline, idle_since = start + STEP_TIMEOUT_S, None
+    while metric_value(driver, "rounds") != str(rounds_before + 1):
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"no round {rounds_before + 1} after {STEP_TIMEOUT_S} s")
+        idle = bool(driver.find_elements(By.CSS_SELECTOR, '[data-testid="stApp"][data-test-script-state="notRunning"]'))
+        idle_since = (idle_since or time.monotonic()) if idle else None
+        if idle_since and time.monotonic() - idle_since > LOST_CLICK_S:
+            resent[0] += 1
+            click_button(driver, "step")
+            idle_since = None
+        time.sleep(0.2)
+    wait_idle(driver, STEP_TIMEOUT_S, settle=0.1)
+    return time.monotonic() - start - 0.1
+
+
+def drive(driver, url: str, p: Participant, rounds: int, barrier: threading.Barrier | None = None, prepared: bool = False) -> Outcome:
+    out = Outcome(p)
+    phase = "prepare"
+    try:
+        if not prepared:
+            prepare(driver, url, p)
+        phase = "barrier"
+        driver.execute_script(WATCH_JS)
+        if barrier is not None:
+            barrier.wait(timeout=STEP_TIMEOUT_S)
+        for n in range(rounds):
+            phase = f"step {n + 1}"
+            out.step_s.append(step(driver, n, out.resent))
+            out.texts.append(stream_text(driver))
+        out.errors += exceptions(driver)
+        out.connection = connection_log(driver)
+    except Exception as exc:  # a session that fails is reported, not fatal to the others
+        out.errors.append(f"{phase}: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}")
+        out.errors += [f"page: {e[:200]}" for e in exceptions(driver)]
+        try:  # what the page said when it gave up: alerts, the rounds metric, the script and connection state
+            from selenium.webdriver.common.by import By
+
+            alerts = [a.text[:200] for a in driver.find_elements(By.CSS_SELECTOR, '[data-testid="stAlert"]')]
+            app = driver.find_element(By.CSS_SELECTOR, '[data-testid="stApp"]')
+            out.errors.append(
+                f"page state: rounds={metric_value(driver, 'rounds')!r} script={app.get_attribute('data-test-script-state')} "
+                f"connection={app.get_attribute('data-test-connection-state')} alerts={alerts}"
+            )
+        except Exception:
+            pass
+    return out
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, max(0, round(q * (len(ordered) - 1))))]
+
+
+# --- main ---------------------------------------------------------------------------------------------------------
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--sessions", type=int, default=8)
+    parser.add_argument("--rounds", type=int, default=3, help="Steps per session")
+    parser.add_argument("--url", help="a running server (loopback only); default: start one")
+    parser.add_argument("--server-pid", type=int, help="the running server's pid, to read its memory")
+    parser.add_argument("--mode", default="shared", choices=("shared", "local"), help="SPECVIZ_MODE of the server this script starts")
+    parser.add_argument("--after-s", type=float, default=60.0, help="seconds after the sessions close to measure memory again")
+    parser.add_argument("--settle-s", type=float, default=45.0, help="seconds to let the solo sessions be freed before 'before'")
+    parser.add_argument("--stagger", action="store_true", help="open and set up the browsers one at a time (a small machine cannot start 16 at once); the Steps are still at once")
+    parser.add_argument("--timeout-s", type=float, default=1800.0, help="give up after this long")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", datefmt="%H:%M:%S")
+    if not 1 <= args.sessions <= MAX_SESSIONS:
+        parser.error(f"--sessions must be between 1 and {MAX_SESSIONS}")
+    if args.url and urllib.parse.urlparse(args.url).hostname not in LOOPBACK:
+        parser.error("--url must be a loopback address (127.0.0.1, localhost, ::1): this script only tests this machine")
+    watchdog = threading.Timer(args.timeout_s, lambda: os._exit(3))
+    watchdog.daemon = True
+    watchdog.start()
+
+    proc, log_path = None, Path(os.environ.get("TMPDIR", "/tmp")) / f"specviz_load_test_{os.getpid()}.log"
+    if args.url:
+        url, pid = args.url.rstrip("/"), args.server_pid
+    else:
+        proc, url = start_server(args.mode, log_path)
+        pid = proc.pid
+    people = participants(args.sessions)
+    try:
+        rss_cold = rss_mb(pid)
+        log.info("server %s (pid %s), RSS %.0f MB; solo runs of %d sessions", url, pid, rss_cold or float("nan"), len(people))
+        solo: list[Outcome] = []
+        for p in people:
+            driver = new_driver()
+            try:
+                solo.append(drive(driver, url, p, args.rounds))
+            finally:
+                driver.quit()
+            log.info("solo %s: %.2f s/step %s", p.describe(), statistics.median(solo[-1].step_s or [float("nan")]), solo[-1].errors or "")
+        time.sleep(args.settle_s)  # the solo sessions' tabs are closed: let the server free them
+        rss_before = rss_mb(pid)
+        log.info("before: RSS %.0f MB; %d sessions at once", rss_before or float("nan"), len(people))
+
+        drivers = []
+        with RssSampler(pid) as sampler:
+            try:
+                with ThreadPoolExecutor(len(people)) as pool:
+                    drivers = list(pool.map(lambda _: new_driver(), people))
+                    if args.stagger:
+                        ready = [_prepare_or_error(d, url, p) for d, p in zip(drivers, people)]
+                    else:
+                        ready = list(pool.map(lambda dp: _prepare_or_error(dp[0], url, dp[1]), zip(drivers, people)))
+                    barrier = threading.Barrier(len(people))
+                    together = list(pool.map(lambda a: drive(a[0], url, a[1], args.rounds, barrier, prepared=True) if a[2] is None else _failed(a[1], a[2]), zip(drivers, people, ready)))
+            finally:
+                for d in drivers:
+                    try:
+                        d.quit()
+                    except Exception:
+                        pass
+            closed_at = time.monotonic()
+            during = max(sampler.samples) if sampler.samples else None
+        log.info("sessions closed; waiting %.0f s", args.after_s)
+        time.sleep(max(0.0, args.after_s - (time.monotonic() - closed_at)))
+        rss_after = rss_mb(pid)
+    finally:
+        if proc is not None:
+            stop_server(proc)
+    server_log = log_path.read_text(errors="replace") if proc is not None else ""
+    return report(people, solo, together, rss_cold, rss_before, during, rss_after, server_log)
+
+
+def _prepare_or_error(driver, url: str, p: Participant) -> str | None:
+    try:
+        prepare(driver, url, p)
+        return None
+    except Exception as exc:
+        return f"prepare: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+
+
+def _failed(p: Participant, error: str) -> Outcome:
+    out = Outcome(p)
+    out.errors.append(error)
+    return out
+
+
+def report(people, solo, together, rss_cold, rss_before, during, rss_after, server_log: str) -> int:
+    ok = True
+    print("\n| session | settings | same as solo | exceptions | s/Step (together) | lost clicks resent | reconnects |\n|---|---|---|---|---|---|---|")
+    for p, alone, now in zip(people, solo, together):
+        same = bool(alone.texts) and alone.texts == now.texts
+        ok &= same and not now.errors and not alone.errors
+        steps = ", ".join(f"{s:.2f}" for s in now.step_s)
+        reconnects = sum(1 for s in now.connection[1:] if s != "CONNECTED")
+        print(
+            f"| {p.index} | `{p.describe()[len(str(p.index)) + 2:]}` | {'yes' if same else 'NO'} | {len(now.errors) + len(alone.errors) or 'none'} "
+            f"| {steps} | {now.resent[0] + alone.resent[0]} | {reconnects} |"
+        )
+        for e in alone.errors + now.errors:
+            print(f"|   | error: {e[:150]} | | | |")
+    solo_steps = [s for o in solo for s in o.step_s]
+    steps = [s for o in together for s in o.step_s]
+    tracebacks = server_log.count("Traceback")
+    ok &= tracebacks == 0
+    print()
+    print("| measure | value |\n|---|---|")
+    print(f"| sessions × Steps | {len(people)} × {len(steps) // max(1, len(people))} |")
+    if solo_steps:
+        print(f"| s per Step alone: p50 / p95 | {statistics.median(solo_steps):.2f} / {percentile(solo_steps, 0.95):.2f} |")
+    if steps:
+        print(f"| s per Step, {len(people)} at once: p50 / p95 | {statistics.median(steps):.2f} / {percentile(steps, 0.95):.2f} |")
+    print(f"| tracebacks in the server log | {tracebacks} |")
+    fmt = lambda v: "n/a" if v is None else f"{v:.0f} MB"  # noqa: E731
+    print(f"| server RSS: cold start | {fmt(rss_cold)} |")
+    print(f"| server RSS: before (model loaded, solo sessions freed) | {fmt(rss_before)} |")
+    print(f"| server RSS: peak during | {fmt(during)} |")
+    if rss_before and rss_after:
+        change = 100 * (rss_after - rss_before) / rss_before
+        ok &= abs(change) <= 10
+        print(f"| server RSS: after (sessions closed) | {fmt(rss_after)} ({change:+.1f}% vs before) |")
+    print(f"\n{'PASS' if ok else 'FAIL'}: every stream equals its solo run, no exceptions, memory back within 10%" if ok else "\nFAIL")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

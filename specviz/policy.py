@@ -1,0 +1,224 @@
+"""The owner's rules for a shared server: who may do what, and how much. Plain Python (no streamlit), validated here.
+
+Two roles. On a laptop (the server listens on localhost) the person at the browser is the machine's owner and keeps
+every option. On a server listening on any other address (a workshop: `--server.address 0.0.0.0`) the people at the
+browsers are participants, and the app runs in *shared mode*: the risky options (trust remote code, pickle checkpoints,
+downloads), free-text model paths and the device/dtype choices are hidden unless the owner allowed them, models come
+from the owner's allow-list, and the work one click can ask for is capped.
+
+The owner sets the rules with environment variables (they win) or a ``[specviz]`` table in ``.streamlit/secrets.toml``:
+
+=========================  ======================  ==========================================================
+environment variable       secrets.toml key        meaning (shared-mode default)
+=========================  ======================  ==========================================================
+SPECVIZ_MODE               mode                    ``shared`` or ``local`` (auto: local only on localhost)
+SPECVIZ_ALLOW_REMOTE_CODE  allow_remote_code       participants may tick *trust remote code* (no)
+SPECVIZ_ALLOW_PICKLE       allow_pickle            participants may tick *allow pickle checkpoints* (no)
+SPECVIZ_ALLOW_DOWNLOAD     allow_download          participants may tick *allow downloads* (no)
+SPECVIZ_ALLOW_CUSTOM_MODELS allow_custom_models    participants may type any model path or hub id (no)
+SPECVIZ_ALLOW_DEVICE       allow_device            participants may choose device and dtype (no)
+SPECVIZ_TARGETS            targets                 comma-separated target allow-list (the embedded model)
+SPECVIZ_DRAFTS             drafts                  comma-separated draft-model allow-list (none)
+SPECVIZ_MAX_NEW_TOKENS     max_new_tokens          cap on max new tokens per run (256)
+SPECVIZ_MAX_DRAFT_TOKENS   max_draft_tokens        cap on k, tokens drafted per round (8)
+SPECVIZ_MAX_SAMPLES        max_samples             cap on vectorised samples N on the Exactness lab (100,000)
+SPECVIZ_MAX_RUNS           max_runs                cap on engine runs one button starts (lab, benchmark) (50)
+SPECVIZ_MAX_CONCURRENT     max_concurrent          model rounds in flight per loaded model (1 per CPU model)
+SPECVIZ_QUEUE_TIMEOUT_S    queue_timeout_s         give up waiting for the model after this long (120)
+SPECVIZ_IDLE_MINUTES       idle_minutes            free a session's runs after this long without a click (20)
+=========================  ======================  ==========================================================
+
+The limits and the queue apply in both modes; in local mode their defaults are the engine's own limits.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from specviz.config import EMBEDDED_TARGET, MAX_NEW_TOKENS, RunConfig
+from specviz.core.decoding import MAX_DRAFT_TOKENS
+
+LOCAL_ADDRESSES = ("", "localhost", "127.0.0.1", "::1", "[::1]")
+MODES = ("shared", "local")
+MAX_SAMPLES = 1_000_000  # the Exactness lab's largest sample size
+MAX_RUNS = 1_000
+
+# name in the [specviz] secrets table -> (environment variable, kind)
+SETTINGS: dict[str, tuple[str, str]] = {
+    "mode": ("SPECVIZ_MODE", "mode"),
+    "allow_remote_code": ("SPECVIZ_ALLOW_REMOTE_CODE", "bool"),
+    "allow_pickle": ("SPECVIZ_ALLOW_PICKLE", "bool"),
+    "allow_download": ("SPECVIZ_ALLOW_DOWNLOAD", "bool"),
+    "allow_custom_models": ("SPECVIZ_ALLOW_CUSTOM_MODELS", "bool"),
+    "allow_device": ("SPECVIZ_ALLOW_DEVICE", "bool"),
+    "targets": ("SPECVIZ_TARGETS", "list"),
+    "drafts": ("SPECVIZ_DRAFTS", "list"),
+    "max_new_tokens": ("SPECVIZ_MAX_NEW_TOKENS", "int"),
+    "max_draft_tokens": ("SPECVIZ_MAX_DRAFT_TOKENS", "int"),
+    "max_samples": ("SPECVIZ_MAX_SAMPLES", "int"),
+    "max_runs": ("SPECVIZ_MAX_RUNS", "int"),
+    "max_concurrent": ("SPECVIZ_MAX_CONCURRENT", "int"),
+    "queue_timeout_s": ("SPECVIZ_QUEUE_TIMEOUT_S", "float"),
+    "idle_minutes": ("SPECVIZ_IDLE_MINUTES", "float"),
+}
+TRUE, FALSE = ("1", "true", "yes", "on"), ("0", "false", "no", "off", "")
+
+
+@dataclass(frozen=True)
+class Policy:
+    """What participants may do. The defaults are shared mode's: nothing risky, the embedded model only."""
+
+    shared: bool = True
+    allow_remote_code: bool = False
+    allow_pickle: bool = False
+    allow_download: bool = False
+    allow_custom_models: bool = False  # free-text target / draft paths and hub ids
+    allow_device: bool = False  # the device and dtype menus
+    targets: tuple[str, ...] = (EMBEDDED_TARGET,)
+    drafts: tuple[str, ...] = ()
+    max_new_tokens: int = 256
+    max_draft_tokens: int = 8
+    max_samples: int = 100_000
+    max_runs: int = 50
+    max_concurrent: int = 0  # 0: sized from the device (1 per model on a CPU, 2 on a GPU)
+    queue_timeout_s: float = 120.0
+    idle_minutes: float = 20.0
+
+    def __post_init__(self) -> None:
+        if not self.targets:
+            raise ValueError("The target allow-list (SPECVIZ_TARGETS / targets) is empty: name at least one model.")
+        checks = (
+            ("max_new_tokens", 1, MAX_NEW_TOKENS), ("max_draft_tokens", 1, MAX_DRAFT_TOKENS), ("max_samples", 1, MAX_SAMPLES),
+            ("max_runs", 1, MAX_RUNS), ("max_concurrent", 0, 256), ("queue_timeout_s", 1, 86_400), ("idle_minutes", 1, 7 * 24 * 60),
+        )  # fmt: skip
+        for name, low, high in checks:
+            value = getattr(self, name)
+            if not (low <= value <= high):
+                env = SETTINGS[name][0]
+                raise ValueError(f"{env} (or {name} in secrets.toml) must be between {low} and {high}; got {value}.")
+
+    @classmethod
+    def local(cls, **overrides) -> Policy:
+        """The laptop: every option, the engine's own limits."""
+        base = dict(
+            shared=False, allow_remote_code=True, allow_pickle=True, allow_download=True, allow_custom_models=True, allow_device=True,
+            max_new_tokens=MAX_NEW_TOKENS, max_draft_tokens=MAX_DRAFT_TOKENS, max_samples=MAX_SAMPLES, max_runs=200,
+        )  # fmt: skip
+        return cls(**(base | overrides))
+
+    # --- what a participant may choose -------------------------------------------------------------------------
+
+    def allows_target(self, source: str) -> bool:
+        return self.allow_custom_models or source.strip() in self.targets
+
+    def allows_draft(self, source: str) -> bool:
+        return self.allow_custom_models or source.strip() in self.drafts or source.strip() in self.targets
+
+    def allows_model(self, source: str) -> bool:
+        return self.allows_target(source) or self.allows_draft(source)
+
+    @property
+    def default_target(self) -> str:
+        return self.targets[0]
+
+    def enforce(self, config: RunConfig) -> tuple[RunConfig, list[str], list[str]]:
+        """A config within the rules, plus (refusals, limits): messages for what was refused or capped.
+
+        Refused options fall back to the safe default (embedded model, no opt-ins, auto device); over-limit numbers
+        are capped at the limit. Never raises for a valid RunConfig."""
+        refusals: list[str] = []
+        limits: list[str] = []
+        changes: dict = {}
+        for field, label in (("trust_remote_code", "trust remote code"), ("allow_pickle", "allow pickle checkpoints"), ("allow_download", "allow downloads")):
+            allowed = {"trust_remote_code": self.allow_remote_code, "allow_pickle": self.allow_pickle, "allow_download": self.allow_download}[field]
+            if getattr(config, field) and not allowed:
+                refusals.append(f"'{label}' is not allowed on this shared server; it stays off.")
+                changes[field] = False
+        if not self.allows_target(config.target):
+            refusals.append(f"The target {config.target!r} is not on this server's list; using {self.default_target!r}.")
+            changes["target"] = self.default_target
+        if config.draft and not self.allows_draft(config.draft):
+            refusals.append(f"The draft model {config.draft!r} is not on this server's list.")
+            changes["draft"] = None
+            if config.drafter == "model":
+                changes["drafter"] = RunConfig().drafter
+        if not self.allow_device and (config.device, config.dtype) != ("auto", "auto"):
+            refusals.append(f"Choosing the device and dtype ({config.device}, {config.dtype}) is not allowed on this shared server; using auto.")
+            changes.update(device="auto", dtype="auto")
+        if config.max_new_tokens > self.max_new_tokens:
+            limits.append(f"max new tokens is limited to {self.max_new_tokens} on this server (asked for {config.max_new_tokens}).")
+            changes["max_new_tokens"] = self.max_new_tokens
+        if config.num_draft_tokens > self.max_draft_tokens:
+            limits.append(f"k is limited to {self.max_draft_tokens} tokens per round on this server (asked for {config.num_draft_tokens}).")
+            changes["num_draft_tokens"] = self.max_draft_tokens
+        return (dataclasses.replace(config, **changes) if changes else config), refusals, limits
+
+    def cap(self, value: int, limit_name: str, what: str) -> tuple[int, str | None]:
+        """value capped at the named limit, and a message when it was over."""
+        limit = getattr(self, limit_name)
+        if value > limit:
+            return limit, f"{what} is limited to {limit:,} on this server (asked for {value:,})."
+        return value, None
+
+    def concurrency(self, device_type: str) -> int:
+        """Model rounds in flight at once for one loaded model."""
+        if self.max_concurrent:
+            return self.max_concurrent
+        return 2 if device_type == "cuda" else 1
+
+
+# --- reading the owner's settings ------------------------------------------------------------------------------
+
+
+def _parse(name: str, kind: str, raw: object):
+    env = SETTINGS[name][0]
+    where = f"{env} (or {name} in secrets.toml)"
+    if kind == "bool":
+        if isinstance(raw, bool):
+            return raw
+        text = str(raw).strip().lower()
+        if text in TRUE:
+            return True
+        if text in FALSE:
+            return False
+        raise ValueError(f"{where} must be true or false (1/0, yes/no, on/off); got {raw!r}.")
+    if kind == "list":
+        items = raw if isinstance(raw, (list, tuple)) else str(raw).split(",")
+        return tuple(dict.fromkeys(str(i).strip() for i in items if str(i).strip()))
+    if kind == "mode":
+        text = str(raw).strip().lower()
+        if text not in MODES + ("", "auto"):
+            raise ValueError(f"{where} must be 'shared' or 'local'; got {raw!r}.")
+        return text if text in MODES else None
+    try:
+        return int(raw) if kind == "int" else float(raw)
+    except (TypeError, ValueError):
+        raise ValueError(f"{where} must be a number; got {raw!r}.") from None
+
+
+def is_local_address(address: str | None) -> bool:
+    return (address or "").strip().lower() in LOCAL_ADDRESSES
+
+
+def load_policy(env: Mapping[str, str] | None = None, secrets: Mapping | None = None, server_address: str | None = "localhost") -> Policy:
+    """The policy from environment variables (first), then the [specviz] secrets table, then the mode's defaults.
+
+    server_address: where the streamlit server listens; anything but localhost means shared mode unless the owner
+    sets mode = local. Raises ValueError naming the bad setting."""
+    env = os.environ if env is None else env
+    secrets = secrets or {}
+    unknown = sorted(set(secrets) - set(SETTINGS))
+    if unknown:
+        raise ValueError(f"Unknown setting(s) in the [specviz] table of secrets.toml: {', '.join(unknown)}. Known: {', '.join(SETTINGS)}.")
+    values = {}
+    for name, (var, kind) in SETTINGS.items():
+        raw = env.get(var)
+        if raw is None or (isinstance(raw, str) and not raw.strip() and kind != "bool"):
+            raw = secrets.get(name)
+        if raw is not None:
+            values[name] = _parse(name, kind, raw)
+    mode = values.pop("mode", None) or ("local" if is_local_address(server_address) else "shared")
+    return Policy.local(**values) if mode == "local" else Policy(**values)

@@ -1,0 +1,188 @@
+"""Fair sharing of a loaded model between browser sessions: one FIFO queue per model, a bounded number in flight.
+
+Plain Python (threading), no streamlit. A session takes a *turn* for one whole round (draft + verify + the baseline's
+step), so the round's own timing (measured inside the engine's step()) never includes time spent waiting here, and
+Play / Run to end, which take one turn per round, cannot starve the sessions queued behind them.
+
+    with model_queue(key).turn(on_wait=lambda ahead, waited_s: ..., timeout_s=120):
+        decoder.step()
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+
+log = logging.getLogger(__name__)
+
+
+class QueueTimeout(TimeoutError):
+    """Waited too long for a turn; the message says what to do."""
+
+
+class ModelQueue:
+    """FIFO admission with at most `max_in_flight` holders at a time.
+
+    A waiter is admitted only when it is first in line and a slot is free, so the order is strict first come, first
+    served, and a session that finishes a turn and asks again goes to the back of the line."""
+
+    def __init__(self, name: str, max_in_flight: int = 1) -> None:
+        if max_in_flight < 1:
+            raise ValueError(f"max_in_flight must be at least 1; got {max_in_flight}.")
+        self.name = name
+        self.max_in_flight = max_in_flight
+        self._cond = threading.Condition()
+        self._line: deque[int] = deque()
+        self._in_flight = 0
+        self._tickets = itertools.count()
+
+    # --- what a waiting session can see ------------------------------------------------------------------------
+
+    @property
+    def in_flight(self) -> int:
+        with self._cond:
+            return self._in_flight
+
+    @property
+    def waiting(self) -> int:
+        with self._cond:
+            return len(self._line)
+
+    def _ahead(self, ticket: int) -> int:
+        """Sessions that will be served before this ticket: those in flight and those earlier in line."""
+        return self._in_flight + self._line.index(ticket)
+
+    # --- taking a turn ---------------------------------------------------------------------------------------
+
+    @contextmanager
+    def turn(
+        self,
+        on_wait: Callable[[int, float], None] | None = None,
+        timeout_s: float | None = None,
+        poll_s: float = 0.5,
+    ) -> Iterator[float]:
+        """Wait for a turn (calling on_wait(ahead, waited_s) at most every poll_s while waiting, outside the lock),
+        hold it for the with-block, and give it back whatever happens. Yields the seconds spent waiting.
+
+        Raises QueueTimeout after timeout_s. An exception raised by on_wait (e.g. streamlit stopping the script
+        because the user clicked something) leaves the line cleanly."""
+        ticket = next(self._tickets)
+        start = time.monotonic()
+        admitted = False
+        with self._cond:
+            self._line.append(ticket)
+        try:
+            while True:
+                with self._cond:
+                    if self._line[0] == ticket and self._in_flight < self.max_in_flight:
+                        self._line.popleft()
+                        self._in_flight += 1
+                        admitted = True
+                        break
+                    ahead = self._ahead(ticket)
+                    waited = time.monotonic() - start
+                    if timeout_s is not None and waited >= timeout_s:
+                        raise QueueTimeout(
+                            f"Waited {waited:.0f} s for the model ({ahead} ahead) without a turn: the server is busy. Try again in a minute."
+                        )
+                    self._cond.wait(poll_s if timeout_s is None else max(0.0, min(poll_s, timeout_s - waited)))
+                    if self._line[0] == ticket and self._in_flight < self.max_in_flight:
+                        continue
+                    ahead = self._ahead(ticket)
+                if on_wait is not None:
+                    on_wait(ahead, time.monotonic() - start)
+        finally:
+            if not admitted:
+                with self._cond:
+                    if ticket in self._line:
+                        self._line.remove(ticket)
+                    self._cond.notify_all()
+        waited_s = time.monotonic() - start
+        try:
+            yield waited_s
+        finally:
+            with self._cond:
+                self._in_flight -= 1
+                self._cond.notify_all()
+
+
+_queues: dict[tuple, ModelQueue] = {}
+_queues_lock = threading.Lock()
+
+
+def model_queue(key: tuple, max_in_flight: int = 1) -> ModelQueue:
+    """The one queue for a loaded model (key: what identifies it, e.g. (source, device, dtype)).
+
+    The bound is fixed when the queue is first made; a later call with another bound logs and keeps the first."""
+    with _queues_lock:
+        queue = _queues.get(key)
+        if queue is None:
+            queue = _queues[key] = ModelQueue(str(key[0]) if key else "model", max_in_flight)
+        elif queue.max_in_flight != max_in_flight:
+            log.info("queue for %s keeps max_in_flight=%d (asked %d)", key, queue.max_in_flight, max_in_flight)
+        return queue
+
+
+def reset_queues() -> None:
+    """Forget every queue (tests)."""
+    with _queues_lock:
+        _queues.clear()
+
+
+# --- sessions whose tab went away, or that sat idle ------------------------------------------------------------
+
+
+class SessionRegistry:
+    """Sessions seen recently: id -> (their state, last activity, when their connection was first seen gone).
+
+    sweep() frees a session whose connection has been gone for gone_after_s (everything it kept) and, once, the runs
+    of a connected session idle for idle_after_s. Thread-safe; the free callback runs outside the lock."""
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._entries: dict[str, list] = {}  # id -> [state, last_touch, gone_since, idle_freed]
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._entries)
+
+    def touch(self, session_id: str, state: object) -> None:
+        with self._lock:
+            self._entries[session_id] = [state, self._clock(), None, False]
+
+    def sweep(
+        self,
+        is_active: Callable[[str], bool],
+        free: Callable[[str, object, bool], None],
+        gone_after_s: float,
+        idle_after_s: float,
+    ) -> int:
+        """Free what is due; returns how many sessions were freed (wholly or their runs)."""
+        now = self._clock()
+        due: list[tuple[str, object, bool]] = []
+        with self._lock:
+            for sid, entry in list(self._entries.items()):
+                state, last, gone_since, idle_freed = entry
+                if not is_active(sid):
+                    if gone_since is None:
+                        entry[2] = now
+                    elif now - gone_since >= gone_after_s:
+                        due.append((sid, state, True))
+                        del self._entries[sid]
+                    continue
+                entry[2] = None  # reconnected
+                if not idle_freed and now - last >= idle_after_s:
+                    entry[3] = True
+                    due.append((sid, state, False))
+        for sid, state, whole in due:
+            try:
+                free(sid, state, whole)
+            except Exception:
+                log.exception("freeing session %s failed", sid)
+        return len(due)

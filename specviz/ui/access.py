@@ -1,0 +1,236 @@
+"""The owner's policy inside the app: which role this server plays, refusing what participants may not force, the
+per-model queue with a visible place in line, and freeing the memory of sessions whose tab went away.
+
+The rules themselves live in specviz.policy (plain Python); this module only reads streamlit's side of them."""
+
+from __future__ import annotations
+
+import ctypes
+import gc
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+
+import streamlit as st
+from streamlit.logger import get_logger
+
+from specviz.policy import Policy, load_policy
+from specviz.serving import QueueTimeout, SessionRegistry, model_queue
+
+log = get_logger(__name__)  # streamlit's handler: `--logger.level info` shows what the sweeper frees
+
+POLICY_ERROR_KEY = "_specviz_policy_error"
+SWEEP_EVERY_S = 5.0
+
+
+def _secrets_table() -> dict:
+    """The [specviz] table of .streamlit/secrets.toml, or {} when there is no secrets file (never an error on the page)."""
+    try:
+        if not st.secrets.load_if_toml_exists():
+            return {}
+        table = st.secrets.to_dict().get("specviz", {})
+        return dict(table) if isinstance(table, dict) else {}
+    except Exception:  # a broken secrets file must not take the app down; the owner sees it in the log
+        log.exception("could not read .streamlit/secrets.toml")
+        return {}
+
+
+def current_policy(report: bool = False) -> Policy:
+    """The policy for this run (read fresh: cheap, and tests change the environment between runs).
+
+    A bad owner setting means the strict shared defaults apply; report=True (once per page) says so on the page."""
+    _track_session()
+    try:
+        return load_policy(secrets=_secrets_table(), server_address=st.get_option("server.address"))
+    except ValueError as exc:
+        if report:
+            st.error(f"This server's specviz settings are invalid, so the strictest shared settings apply. {exc}")
+        return Policy()
+
+
+def refused(message: str) -> None:
+    st.error(f"🔒 {message}")
+
+
+def limited(message: str) -> None:
+    st.error(f"⛔ {message}")
+
+
+def capped_options(options: Sequence[int], limit: int) -> list[int]:
+    """The menu's choices up to the limit (at least the smallest one, capped)."""
+    kept = [o for o in options if o <= limit]
+    return kept or [min(min(options), limit)]
+
+
+def refuse_over(key: str, options: Sequence[int], what: str) -> None:
+    """A value forced into a capped menu's session state (URL, session state) falls back to the largest allowed."""
+    value = st.session_state.get(key)
+    if value is not None and value not in options:
+        limited(f"{what} is limited to {max(options):,} on this server (asked for {value!r}).")
+        st.session_state[key] = max(options)
+
+
+def refuse_above(key: str, high: int, what: str) -> None:
+    """A number forced into a capped slider's session state above the cap falls back to the cap."""
+    value = st.session_state.get(key)
+    if isinstance(value, (int, float)) and value > high:
+        limited(f"{what} is limited to {high:,} on this server (asked for {value!r}).")
+        st.session_state[key] = high
+
+
+def model_choice(key: str, label: str, default: str, *, draft: bool = False) -> str:
+    """One model box: free text for the owner; for participants the owner's list ("" = none, for a draft)."""
+    policy = current_policy()
+    allows = policy.allows_draft if draft else policy.allows_target
+    forced = st.session_state.get(key)
+    if isinstance(forced, str) and forced.strip() and not allows(forced):
+        refused(f"The model {forced!r} is not on this server's list.")
+        st.session_state[key] = "" if draft else policy.default_target
+    if policy.allow_custom_models:
+        return st.text_input(label, value=default, key=key).strip()
+    choices = ([""] + list(policy.drafts)) if draft else list(policy.targets)
+    if st.session_state.get(key, choices[0]) not in choices:
+        st.session_state[key] = choices[0]
+    return st.selectbox(f"{label} (this server's list)", choices, key=key, format_func=lambda d: d or "none")
+
+
+def device_choice(key: str) -> str:
+    """The device menu for the owner; auto for participants."""
+    if not current_policy().allow_device:
+        if st.session_state.get(key, "auto") != "auto":
+            refused("Choosing the device is not allowed on this shared server; using auto.")
+            st.session_state[key] = "auto"
+        return "auto"
+    return st.selectbox("device", ["auto", "cpu", "cuda", "mps"], key=key)
+
+
+def target_and_device(target_key: str, device_key: str, default_target: str) -> tuple[str, str]:
+    """The Exactness lab's model box: free text and a device menu for the owner, the allow-list for participants."""
+    policy = current_policy()
+    with st.expander("Target model", expanded=False):
+        target = model_choice(target_key, "hub id, local folder or .gguf", default_target)
+        device = device_choice(device_key)
+    target = (target or "").strip() or policy.default_target
+    return (target if policy.allows_target(target) else policy.default_target), device
+
+
+# --- one queue per loaded model --------------------------------------------------------------------------------
+
+
+def queue_key(model) -> tuple:
+    return (model.name, str(model.device), str(model.dtype))
+
+
+@contextmanager
+def model_turn(model, what: str = "your round") -> Iterator[float]:
+    """Hold a turn on `model` for the with-block; while waiting, show the place in line (an element drawn only if we
+    wait). Raises ValueError with a message after the owner's queue timeout."""
+    policy = current_policy()
+    queue = model_queue(queue_key(model), policy.concurrency(model.device.type))
+    box = None
+
+    def on_wait(ahead: int, waited_s: float) -> None:
+        nonlocal box
+        if box is None:
+            box = st.empty()
+        box.info(
+            f"⏳ Waiting for the model: {ahead} ahead of you ({waited_s:.0f} s so far). {what.capitalize()} runs when it is your "
+            "turn; its timing starts then, so the wait does not count against the speedup."
+        )
+
+    try:
+        with queue.turn(on_wait, timeout_s=policy.queue_timeout_s) as waited:
+            if box is not None:
+                box.empty()
+            yield waited
+    except QueueTimeout as exc:
+        log.warning("specviz queue for %s: %s", queue.name, exc)
+        raise ValueError(str(exc)) from None
+    finally:
+        if box is not None:
+            box.empty()
+
+
+# --- memory: free what a closed or idle session holds ----------------------------------------------------------
+
+_registry = SessionRegistry()
+_sweeper_started = False
+_sweeper_lock = threading.Lock()
+
+
+def _runtime():
+    from streamlit import runtime
+
+    return runtime.get_instance() if runtime.exists() else None
+
+
+def _track_session() -> None:
+    """Note this session (its id, its state, the time) so the sweeper can free it once its tab is gone or idle."""
+    rt = _runtime()
+    if rt is None:
+        return  # AppTest and bare `python` runs: no server, nothing to sweep
+    from streamlit.runtime.scriptrunner import get_script_run_ctx
+
+    ctx = get_script_run_ctx()
+    if ctx is None:
+        return
+    _registry.touch(ctx.session_id, ctx.session_state)
+    _start_sweeper()
+
+
+def _free_session(session_id: str, state, whole: bool) -> None:
+    """whole: the tab is gone, drop everything the session kept (state, uploads). Else idle: drop the runs only."""
+    from specviz.ui.session import STATE_KEY
+
+    try:
+        page = state[STATE_KEY] if STATE_KEY in state else None
+        if page is not None and hasattr(page, "free"):
+            page.free()
+        if whole:
+            for key in list(state.filtered_state):
+                try:
+                    del state[key]
+                except Exception:  # a widget key may refuse; its value is small
+                    pass
+            rt = _runtime()
+            if rt is not None:
+                rt.uploaded_file_mgr.remove_session_files(session_id)
+    except Exception:
+        log.exception("freeing session %s failed", session_id)
+
+
+def _trim() -> None:
+    gc.collect()
+    try:  # give freed heap pages back to the OS (glibc); elsewhere a no-op
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):
+        pass
+
+
+def _sweep_forever() -> None:
+    while True:
+        time.sleep(SWEEP_EVERY_S)
+        try:
+            rt = _runtime()
+            if rt is None:
+                continue
+            grace = float(st.get_option("server.disconnectedSessionTTL") or 30)
+            try:
+                idle_s = load_policy(secrets=_secrets_table(), server_address=st.get_option("server.address")).idle_minutes * 60
+            except ValueError:
+                idle_s = Policy().idle_minutes * 60
+            freed = _registry.sweep(rt.is_active_session, _free_session, gone_after_s=grace, idle_after_s=idle_s)
+            if freed:
+                log.info("specviz freed %d session(s): %d tracked", freed, len(_registry))
+                _trim()
+        except Exception:  # the sweeper must never die; a bad policy is reported on the page instead
+            log.exception("session sweep failed")
+
+
+def _start_sweeper() -> None:
+    global _sweeper_started
+    with _sweeper_lock:
+        if not _sweeper_started:
+            threading.Thread(target=_sweep_forever, name="specviz-session-sweeper", daemon=True).start()
+            _sweeper_started = True

@@ -1,0 +1,81 @@
+"""A shared-mode server in a real browser: participants see no developer menu or Deploy button, no risky options
+and no free-text model paths; a session whose tab closes is freed by the server after the disconnect grace."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+
+import pytest
+from selenium.webdriver.common.by import By
+
+from tests.browser.conftest import REPO, SERVER_START_TIMEOUT_S, Server, _free_port, _healthy
+from tests.browser.st_browser import click_button, exceptions, metric_value, open_page, wait, wait_idle
+
+STEP_TIMEOUT_S = 240
+
+
+@pytest.fixture(scope="module")
+def shared_server(tmp_path_factory, tiny_dir) -> Iterator[Server]:
+    """The app in shared mode (SPECVIZ_MODE=shared, as on a public address) with the tiny llama as the only target,
+    a short disconnect grace so the test sees a closed tab freed, and info logging to see the sweeper."""
+    port = _free_port()
+    url = f"http://127.0.0.1:{port}"
+    log_path = tmp_path_factory.mktemp("streamlit_shared") / "server.log"
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("STREAMLIT_", "SPECVIZ_"))}
+    env.update(PYTHONUNBUFFERED="1", HF_HUB_OFFLINE="1", STREAMLIT_BROWSER_GATHER_USAGE_STATS="false",
+               SPECVIZ_MODE="shared", SPECVIZ_TARGETS=str(tiny_dir["llama"]))  # fmt: skip
+    cmd = [
+        sys.executable, "-m", "streamlit", "run", "app.py", "--server.port", str(port), "--server.headless", "true",
+        "--server.address", "127.0.0.1", "--server.fileWatcherType", "none", "--server.disconnectedSessionTTL", "5",
+        "--logger.level", "info",
+    ]  # fmt: skip
+    with open(log_path, "wb") as log:
+        proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + SERVER_START_TIMEOUT_S
+        while not _healthy(url):
+            if proc.poll() is not None or time.monotonic() > deadline:
+                pytest.fail(f"streamlit did not start:\n{log_path.read_text(errors='replace')}")
+            time.sleep(0.25)
+        yield Server(url, log_path)
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=5)
+
+
+def test_participants_see_only_what_the_owner_allowed_and_closed_tabs_are_freed(make_driver, shared_server, tiny_dir):
+    driver = make_driver()
+    open_page(driver, shared_server.url)
+    assert driver.find_elements(By.CSS_SELECTOR, '[data-testid="stAppDeployButton"]') == []
+    menu = driver.find_elements(By.CSS_SELECTOR, '[data-testid="stMainMenu"] button, [data-testid="stMainMenu"]')
+    if menu:  # toolbarMode "viewer" keeps the viewer's items (rerun, settings, print) and drops the developer's
+        menu[0].click()
+        wait(driver, 10).until(lambda d: d.find_elements(By.CSS_SELECTOR, '[data-testid="stMainMenuList"], [role="menu"], ul[role="listbox"]'))
+        items = " ".join(e.text for e in driver.find_elements(By.CSS_SELECTOR, '[data-testid="stMainMenuList"], [role="menu"], ul[role="listbox"]'))
+        assert "Clear cache" not in items and "Deploy" not in items and "Developer" not in items, items
+        driver.find_element(By.TAG_NAME, "body").send_keys("\ue00c")  # Escape closes the menu
+    sidebar = driver.find_element(By.CSS_SELECTOR, '[data-testid="stSidebar"]')
+    assert "Shared server" in sidebar.text
+    for key in ("trust_remote_code", "allow_pickle", "allow_download", "device", "dtype", "model_pair"):
+        assert driver.find_elements(By.CSS_SELECTOR, f".st-key-{key}") == [], key
+    assert driver.find_elements(By.CSS_SELECTOR, ".st-key-target input[type='text']:not([role='combobox']), .st-key-target textarea") == []
+    click_button(driver, "step")
+    wait(driver, STEP_TIMEOUT_S).until(lambda d: metric_value(d, "rounds") == "1")
+    wait_idle(driver, STEP_TIMEOUT_S)
+    assert exceptions(driver) == []
+
+    # the participant goes away: the server frees the session after the grace (5 s here) and a sweep (every 5 s)
+    driver.get("about:blank")
+    deadline = time.monotonic() + 60
+    while "specviz freed" not in shared_server.log():
+        assert time.monotonic() < deadline, shared_server.log()[-3000:]
+        time.sleep(1)
+    assert "Traceback" not in shared_server.log()

@@ -1,0 +1,83 @@
+"""The owner's rules (specviz.policy): where they come from, which mode a server is in, what enforce() refuses."""
+
+from __future__ import annotations
+
+import pytest
+
+from specviz.config import EMBEDDED_TARGET, MAX_NEW_TOKENS, RunConfig
+from specviz.core.decoding import MAX_DRAFT_TOKENS
+from specviz.policy import Policy, is_local_address, load_policy
+
+
+@pytest.mark.parametrize("address", ["localhost", "127.0.0.1", "::1", "", None])
+def test_localhost_is_the_owners_laptop(address):
+    policy = load_policy(env={}, server_address=address)
+    assert not policy.shared and policy.allow_remote_code and policy.allow_custom_models
+    assert policy.max_new_tokens == MAX_NEW_TOKENS and policy.max_draft_tokens == MAX_DRAFT_TOKENS
+    assert is_local_address(address)
+
+
+@pytest.mark.parametrize("address", ["0.0.0.0", "192.168.1.20", "::", "example.org"])
+def test_any_other_address_is_shared_and_safe(address):
+    policy = load_policy(env={}, server_address=address)
+    assert policy.shared
+    assert not (policy.allow_remote_code or policy.allow_pickle or policy.allow_download or policy.allow_custom_models or policy.allow_device)
+    assert policy.targets == (EMBEDDED_TARGET,) and policy.drafts == ()
+    assert policy.max_new_tokens < MAX_NEW_TOKENS
+
+
+def test_owner_can_say_local_on_a_public_address_and_shared_on_localhost():
+    assert not load_policy(env={"SPECVIZ_MODE": "local"}, server_address="0.0.0.0").shared
+    assert load_policy(env={"SPECVIZ_MODE": "shared"}, server_address="localhost").shared
+
+
+def test_environment_beats_secrets_and_lists_are_parsed():
+    env = {"SPECVIZ_ALLOW_PICKLE": "yes", "SPECVIZ_TARGETS": " a , b,a ", "SPECVIZ_MAX_NEW_TOKENS": "32"}
+    secrets = {"allow_pickle": False, "allow_download": True, "drafts": ["d1", "d2"], "max_new_tokens": 999, "mode": "shared"}
+    policy = load_policy(env=env, secrets=secrets, server_address="localhost")
+    assert policy.shared and policy.allow_pickle and policy.allow_download and not policy.allow_remote_code
+    assert policy.targets == ("a", "b") and policy.drafts == ("d1", "d2") and policy.max_new_tokens == 32
+
+
+@pytest.mark.parametrize(
+    "env, secrets, words",
+    [
+        ({"SPECVIZ_ALLOW_PICKLE": "maybe"}, {}, "SPECVIZ_ALLOW_PICKLE"),
+        ({"SPECVIZ_MAX_NEW_TOKENS": "lots"}, {}, "SPECVIZ_MAX_NEW_TOKENS"),
+        ({"SPECVIZ_MAX_NEW_TOKENS": "0"}, {}, "between 1"),
+        ({"SPECVIZ_MODE": "public"}, {}, "'shared' or 'local'"),
+        ({"SPECVIZ_TARGETS": " , "}, {}, "allow-list"),
+        ({}, {"allow_everything": True}, "allow_everything"),
+    ],
+)
+def test_bad_settings_say_which_one(env, secrets, words):
+    with pytest.raises(ValueError, match=words):
+        load_policy(env=env, secrets=secrets, server_address="0.0.0.0")
+
+
+def test_enforce_refuses_the_risky_and_caps_the_big():
+    config = RunConfig(
+        target="/etc/passwd", draft="evil/model", drafter="model", trust_remote_code=True, allow_pickle=True, allow_download=True,
+        device="cpu", dtype="float16", max_new_tokens=2048, num_draft_tokens=16,
+    )
+    safe, refusals, limits = Policy().enforce(config)
+    assert safe.target == EMBEDDED_TARGET and safe.draft is None and safe.drafter == RunConfig().drafter
+    assert not (safe.trust_remote_code or safe.allow_pickle or safe.allow_download)
+    assert (safe.device, safe.dtype) == ("auto", "auto")
+    assert safe.max_new_tokens == 256 and safe.num_draft_tokens == 8
+    assert len(refusals) == 6 and len(limits) == 2
+    assert any("/etc/passwd" in r for r in refusals) and any("trust remote code" in r for r in refusals)
+
+
+def test_enforce_keeps_what_the_owner_allowed():
+    policy = Policy(allow_remote_code=True, targets=(EMBEDDED_TARGET, "/models/big"), drafts=("/models/small",), max_new_tokens=64)
+    config = RunConfig(target="/models/big", draft="/models/small", drafter="model", trust_remote_code=True, max_new_tokens=64)
+    assert policy.enforce(config) == (config, [], [])
+    assert Policy.local().enforce(RunConfig(target="/anything", trust_remote_code=True, max_new_tokens=2048)) [1:] == ([], [])
+
+
+def test_cap_and_concurrency():
+    policy = Policy(max_samples=1000)
+    assert policy.cap(5000, "max_samples", "samples N") == (1000, "samples N is limited to 1,000 on this server (asked for 5,000).")
+    assert policy.cap(10, "max_samples", "samples N") == (10, None)
+    assert Policy().concurrency("cpu") == 1 and Policy().concurrency("cuda") == 2 and Policy(max_concurrent=3).concurrency("cpu") == 3
