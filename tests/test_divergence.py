@@ -36,7 +36,7 @@ def _session(run_tokens, base_tokens, temperature=0.0):
     from specviz.ui.session import Baseline, Run, StepSession
 
     def decoder(tokens):
-        records = [SimpleNamespace(emitted_margin=(0.5,) * len(tokens))]
+        records = [SimpleNamespace(emitted=tuple(tokens), emitted_margin=(0.5,) * len(tokens))]
         return SimpleNamespace(generated=list(tokens), records=records)
 
     config = RunConfig(temperature=temperature)
