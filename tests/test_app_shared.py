@@ -116,7 +116,8 @@ def test_forced_mid_session_before_a_rerun_is_refused(shared):
     assert c.target == shared and not (c.trust_remote_code or c.allow_pickle) and c.device == "auto"
 
 
-def test_forced_through_the_url_is_refused(shared):
+def test_forced_through_the_url_is_refused(shared, monkeypatch):
+    monkeypatch.setenv("SPECVIZ_MAX_NEW_TOKENS", "128")  # the tiny target's context is 256 tokens
     at = AppTest.from_file(str(PAGES / "step_through.py"), default_timeout=120)
     for key, value in {"target": "/etc/passwd", "trust_remote_code": "true", "allow_pickle": "1", "num_draft_tokens": "16", "max_new_tokens": "2048"}.items():
         at.query_params[key] = value
@@ -126,7 +127,7 @@ def test_forced_through_the_url_is_refused(shared):
     click(at, "step")
     c = config(at)
     assert c.target == shared and not (c.trust_remote_code or c.allow_pickle)
-    assert c.num_draft_tokens <= 8 and c.max_new_tokens <= 256
+    assert c.num_draft_tokens <= 8 and c.max_new_tokens <= 128
 
 
 def test_owner_allowed_options_appear(shared, monkeypatch, tiny_dir):
