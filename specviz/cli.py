@@ -28,6 +28,7 @@ def _add_run_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--ngram-threshold", type=float, default=d.ngram_threshold, help=f"n-gram drafter: stop drafting when its top probability falls below this (default {d.ngram_threshold})")
     p.add_argument("--num-draft-tokens", "-k", type=int, default=d.num_draft_tokens)
     p.add_argument("--adaptive-k", action="store_true", help="grow k after fully accepted rounds, shrink after rejections")
+    p.add_argument("--tree-width", type=int, default=d.tree_width, help="children per node of a token tree (1 = a chain; k is then the node budget)")
     p.add_argument("--temperature", type=float, default=d.temperature, help="0 = greedy")
     p.add_argument("--top-k", type=int, default=d.top_k)
     p.add_argument("--top-p", type=float, default=d.top_p)
@@ -52,6 +53,7 @@ def config_from_args(args: argparse.Namespace) -> RunConfig:
         ngram_threshold=args.ngram_threshold,
         num_draft_tokens=args.num_draft_tokens,
         adaptive_k=args.adaptive_k,
+        tree_width=args.tree_width,
         temperature=args.temperature,
         top_k=args.top_k,
         top_p=args.top_p,
@@ -100,6 +102,19 @@ def sample_seed(seed: int, i: int) -> int:
 
 
 def step_to_json(r) -> dict:
+    step = _chain_step_to_json(r)
+    if r.is_tree:  # a token-tree round: every node, and the path the rule accepted
+        step["tree"] = {
+            "nodes": [
+                {"token": t, "parent": par, "q_draft": q, "p_target": p, "fate": f}
+                for t, par, q, p, f in zip(r.drafted, r.tree_parents, r.q_draft, r.p_target, r.draft_fates)
+            ],
+            "accepted_path": list(r.accepted_path),
+        }
+    return step
+
+
+def _chain_step_to_json(r) -> dict:
     return {
         "drafted": list(r.drafted),
         "num_accepted": r.num_accepted,

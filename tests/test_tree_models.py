@@ -61,3 +61,48 @@ def test_a_model_without_custom_masks_says_so(tiny_models, monkeypatch):
     assert not lm.supports_tree
     with pytest.raises(ValueError, match="fall back to chains"):
         lm.extend_tree([1], [-1])
+
+
+# -- the decoding loop with trees on real models: greedy output equals transformers' generate ---------------
+
+from specviz.config import RunConfig  # noqa: E402
+from specviz.models import encode_prompt  # noqa: E402
+from specviz.runs import build_decoder  # noqa: E402
+from tests.test_models import MAX_NEW, hf_greedy, prompt_ids, run_checked  # noqa: E402
+
+
+@pytest.mark.parametrize("width", [1, 2, 3, 4])
+@pytest.mark.parametrize("drafter", ["ngram", "model", "early-exit", "lookup"])
+@pytest.mark.parametrize("target_name", ["llama", "gpt2"])
+def test_greedy_tree_equals_generate(tiny_models, target_name, drafter, width):
+    target = tiny_models[target_name]
+    ids = prompt_ids(target)
+    draft = tiny_models["llama_draft"] if drafter == "model" else None
+    config = RunConfig(
+        target=target_name, drafter=drafter, draft="d" if draft else None, exit_layer=1, num_draft_tokens=6,
+        tree_width=width, ngram_threshold=0.0, max_new_tokens=MAX_NEW,
+    )  # fmt: skip
+    dec = run_checked(build_decoder(config, target, ids, draft))
+    assert dec.generated == hf_greedy(target, ids)
+    assert dec.use_tree == (width > 1 and drafter != "lookup")
+    assert dec.stats().target_passes == len(dec.records)
+
+
+SMOL_PROMPT = (
+    "Repeat the following paragraph exactly: A speculative decoder drafts a few tokens cheaply, "
+    "and the target model checks all of them in one forward pass, keeping the ones it agrees with."
+)
+
+
+@pytest.mark.smollm
+def test_greedy_tree_equals_plain_greedy_on_smollm(smollm):
+    ids = encode_prompt(smollm.tokenizer, SMOL_PROMPT, chat=True)
+    plain = build_decoder(RunConfig(max_new_tokens=MAX_NEW), smollm, ids, baseline=True)
+    plain.run()
+    for drafter in ("ngram", "early-exit"):
+        for width in (1, 2, 3, 4):
+            config = RunConfig(drafter=drafter, num_draft_tokens=6, tree_width=width, max_new_tokens=MAX_NEW)
+            dec = build_decoder(config, smollm, ids)
+            dec.run()
+            assert dec.generated == plain.generated, (drafter, width)
+            assert dec.use_tree == (width > 1)

@@ -62,7 +62,12 @@ class HFCachedLM:
     def supports_tree(self) -> bool:
         """True when the cache can be compacted to a path (every layer a plain DynamicLayer) and the model
         takes a custom 4-D attention mask (its attention is not flash-attention, which ignores one)."""
-        return tree_support_problem(self.model, self.cache) is None
+        return self.tree_problem is None
+
+    @property
+    def tree_problem(self) -> str | None:
+        """Why this model cannot verify a token tree in one pass, or None."""
+        return tree_support_problem(self.model, self.cache)
 
     @torch.inference_mode()
     def extend_tree(self, ids: Sequence[int], parents: Sequence[int]) -> torch.Tensor:
