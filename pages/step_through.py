@@ -4,6 +4,7 @@ import streamlit as st
 
 from specviz.ui import replay as recordings
 from specviz.ui import step_views as views
+from specviz.ui import tree_views
 from specviz.ui.session import friendly_error, load_target, page_state, start_session, step_session
 from specviz.ui.sidebar import sidebar
 from specviz.viz import legend_html
@@ -36,6 +37,7 @@ def show(session) -> None:
                 views.metrics(session, run, columns=3)
                 views.token_stream(session, run, legend=False)
     if session.num_rounds:
+        tree_views.tree_rounds(session)  # token-tree runs only
         views.inspector(session)
         views.curves(session)
     else:
