@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING
 from specviz.config import DRAFTER_KINDS, EMBEDDED_TARGET, RunConfig
 from specviz.core.decoding import MAX_DRAFT_TOKENS, SpeculativeDecoder
 from specviz.core.theory import alpha_from_acceptance_rate, speedup
+from specviz.core.tree import MAX_TREE_WIDTH
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -60,6 +61,7 @@ class SweepSpec:
     seed: int = 0  # every run of one prompt and temperature uses this seed, baseline included
     chat: bool = True  # wrap prompts in the tokenizer's chat template
     exit_layer: int | None = None  # early exit: None picks the default depth
+    tree_widths: tuple[int, ...] = (1,)  # token trees: children per node (1 = a chain); k is the node budget
 
     def __post_init__(self) -> None:
         if not self.drafters:
@@ -81,10 +83,12 @@ class SweepSpec:
             raise ValueError(f"max new tokens must be between 1 and 2048; got {self.max_new_tokens}.")
         if self.seed < 0:
             raise ValueError(f"The seed must be >= 0; got {self.seed}.")
+        if not self.tree_widths or any(not (1 <= w <= MAX_TREE_WIDTH) for w in self.tree_widths):
+            raise ValueError(f"Tree widths must be between 1 (a chain) and {MAX_TREE_WIDTH}; got {self.tree_widths}.")
 
     def num_runs(self, num_prompts: int) -> int:
         """Runs in the sweep, baselines included."""
-        return num_prompts * len(self.temperatures) * (1 + len(self.drafters) * len(self.ks))
+        return num_prompts * len(self.temperatures) * (1 + len(self.drafters) * len(self.ks) * len(self.tree_widths))
 
 
 @dataclass(frozen=True)
@@ -118,6 +122,7 @@ class BenchRow:
     baseline_wall_s: float
     cpu_s: float  # process CPU time of building the run (prefill) and running it
     baseline_cpu_s: float
+    tree_width: int = 1  # children per node of the token tree; 1 = a chain
 
 
 COLUMNS: tuple[str, ...] = tuple(f.name for f in fields(BenchRow))
@@ -169,7 +174,9 @@ class Measured:
     cpu_s: float
 
 
-def _row(prompt: BenchPrompt, drafter: str, k: int, temperature: float, spec: SweepSpec, measured: Measured, base: Measured) -> BenchRow:
+def _row(
+    prompt: BenchPrompt, drafter: str, k: int, temperature: float, spec: SweepSpec, measured: Measured, base: Measured, tree_width: int = 1
+) -> BenchRow:
     run, baseline = measured.decoder, base.decoder
     s, b = run.stats(), baseline.stats()
     cpu_rate, base_cpu_rate = s.new_tokens / max(measured.cpu_s, 1e-9), b.new_tokens / max(base.cpu_s, 1e-9)
@@ -213,6 +220,7 @@ def _row(prompt: BenchPrompt, drafter: str, k: int, temperature: float, spec: Sw
         baseline_wall_s=b.wall_s,
         cpu_s=measured.cpu_s,
         baseline_cpu_s=base.cpu_s,
+        tree_width=tree_width,
     )
 
 
@@ -240,19 +248,19 @@ def run_sweep(
     if "model" in spec.drafters and draft is None:
         raise ValueError("The 'model' drafter needs a draft model (--draft): give a hub id or a local folder.")
 
-    def config(drafter: str, k: int, temperature: float, max_new_tokens: int) -> RunConfig:
+    def config(drafter: str, k: int, temperature: float, max_new_tokens: int, tree_width: int = 1) -> RunConfig:
         return RunConfig(
             target=target.name, draft=draft.name if draft is not None else None, drafter=drafter,  # type: ignore[arg-type]
             exit_layer=spec.exit_layer, num_draft_tokens=k, temperature=temperature, seed=spec.seed,
-            max_new_tokens=max_new_tokens, chat=spec.chat,
+            max_new_tokens=max_new_tokens, chat=spec.chat, tree_width=tree_width,
         )
 
     if "early-exit" in spec.drafters and early_exit is None:
         early_exit = early_exit_view(target.model, exit_layer_for(config("early-exit", 1, 0.0, 1), target))
     ids = {p: encode_prompt(target.tokenizer, p.prompt, spec.chat) for p in prompts}
 
-    def decode(drafter: str, k: int, temperature: float, prompt_ids: list[int], baseline: bool, max_new_tokens: int) -> Measured:
-        cfg = config(drafter, k, temperature, max_new_tokens)
+    def decode(drafter: str, k: int, temperature: float, prompt_ids: list[int], baseline: bool, max_new_tokens: int, tree_width: int = 1) -> Measured:
+        cfg = config(drafter, k, temperature, max_new_tokens, tree_width)
         start = time.process_time()
         decoder = build_decoder(cfg, target, prompt_ids, draft, early_exit=early_exit, baseline=baseline)
         decoder.run()
@@ -273,12 +281,13 @@ def run_sweep(
             if on_progress:
                 on_progress(done, total, f"{prompt.category} {prompt.title!r} baseline T={_fmt_t(temperature)} ... {baseline.decoder.stats().tokens_per_s:.1f} tok/s")
             for drafter in spec.drafters:
-                for k in spec.ks:
-                    run = decode(drafter, k, temperature, ids[prompt], False, spec.max_new_tokens)
-                    rows.append(_row(prompt, drafter, k, temperature, spec, run, baseline))
+                for k, width in [(k, w) for k in spec.ks for w in spec.tree_widths]:
+                    run = decode(drafter, k, temperature, ids[prompt], False, spec.max_new_tokens, width)
+                    rows.append(_row(prompt, drafter, k, temperature, spec, run, baseline, width))
                     done += 1
                     if on_progress:
-                        on_progress(done, total, f"{prompt.category} {drafter} k={k} T={_fmt_t(temperature)} ... {rows[-1].speedup:.2f}x (CPU time {rows[-1].speedup_cpu:.2f}x)")
+                        tree = f" W={width}" if width > 1 else ""
+                        on_progress(done, total, f"{prompt.category} {drafter} k={k}{tree} T={_fmt_t(temperature)} ... {rows[-1].speedup:.2f}x (CPU time {rows[-1].speedup_cpu:.2f}x)")
     return rows
 
 
@@ -294,6 +303,14 @@ def summary_table(frame: pd.DataFrame) -> pd.DataFrame:
     keys = ["category", "drafter", "k", "temperature"]
     cols = ["alpha", "alpha_implied", "acceptance_rate", "tokens_per_pass", "tokens_per_s", "baseline_tokens_per_s", "speedup", "speedup_cpu", "predicted_speedup"]
     return frame.groupby(keys, sort=False)[cols].mean().reset_index()
+
+
+def tree_vs_chain_table(frame: pd.DataFrame) -> pd.DataFrame:
+    """Token trees against chains at the same node budget k: means over prompts per (drafter, k, temperature,
+    tree_width) of tokens per target pass, the verify pass's cost and the speedups."""
+    keys = ["drafter", "k", "temperature", "tree_width"]
+    cols = ["acceptance_rate", "tokens_per_pass", "verify_cost", "speedup", "speedup_cpu"]
+    return frame.groupby(keys, sort=True)[cols].mean().reset_index()
 
 
 # --- command line -------------------------------------------------------------------------------
@@ -322,6 +339,7 @@ def add_bench_parser(sub) -> None:
                    help=f"comma-separated, from {','.join(BENCH_DRAFTERS)} (default: ngram,lookup,early-exit)")
     p.add_argument("--k", type=lambda s: _csv_list(s, int, "--k"), default=(2, 4, 8), help="tokens drafted per round (default: 2,4,8)")
     p.add_argument("--temperatures", type=lambda s: _csv_list(s, float, "--temperatures"), default=(0.0, 1.0), help="default: 0,1")
+    p.add_argument("--tree-width", type=lambda s: _csv_list(s, int, "--tree-width"), default=(1,), help="children per token-tree node, e.g. 1,2,3 (1 = a chain; default: 1)")
     p.add_argument("--max-new-tokens", type=int, default=48)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--target", default=EMBEDDED_TARGET, help="hub id, local folder or .gguf file (default: embedded SmolLM2-135M-Instruct)")
@@ -353,6 +371,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
     spec = SweepSpec(
         drafters=tuple(args.drafters), ks=tuple(args.k), temperatures=tuple(args.temperatures),
         max_new_tokens=args.max_new_tokens, seed=args.seed, chat=not args.no_chat, exit_layer=args.exit_layer,
+        tree_widths=tuple(args.tree_width),
     )
     prompts = load_prompts(args.prompts, args.categories)
     if args.out and Path(args.out).suffix.lower() not in (".csv", ".json"):
@@ -372,5 +391,10 @@ def cmd_bench(args: argparse.Namespace) -> int:
         print(f"wrote {len(frame)} rows to {out}", file=sys.stderr)
     show = ["category", "prompt", "drafter", "k", "temperature", "alpha", "acceptance_rate", "tokens_per_pass",
             "tokens_per_s", "baseline_tokens_per_s", "speedup", "speedup_cpu"]
+    if len(spec.tree_widths) > 1:
+        show.insert(4, "tree_width")
     print(frame[show].to_string(index=False, float_format=lambda x: f"{x:.2f}", na_rep="n/a"))
+    if len(spec.tree_widths) > 1:
+        print("\ntrees vs chains at the same node budget k (means over prompts):")
+        print(tree_vs_chain_table(frame).to_string(index=False, float_format=lambda x: f"{x:.2f}", na_rep="n/a"))
     return 0
