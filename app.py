@@ -2,12 +2,8 @@
 
 import streamlit as st
 
+from specviz.ui.navigation import app_pages
+
 st.set_page_config(page_title="specviz: speculative decoding, step by step", page_icon="⚡", layout="wide")
 
-PAGES = [
-    st.Page("pages/step_through.py", title="Step through", icon="👣", default=True),
-    st.Page("pages/theory.py", title="Speedup theory", icon="📐"),
-    st.Page("pages/exactness.py", title="Exactness lab", icon="🎯"),
-    st.Page("pages/benchmark.py", title="Benchmark", icon="⏱️"),
-]
-st.navigation(PAGES).run()
+st.navigation(app_pages()).run()  # the pages and the entry-point guard: specviz/ui/navigation.py

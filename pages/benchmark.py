@@ -10,8 +10,8 @@ import streamlit as st
 from specviz.bench import (
     BENCH_DRAFTERS,
     DEFAULT_PROMPTS,
-    SESSION_STATE_KEY,
     SweepSpec,
+    first_per_category,
     load_prompts,
     prompt_categories,
     rows_to_frame,
@@ -20,13 +20,18 @@ from specviz.bench import (
 )
 from specviz.config import EMBEDDED_TARGET
 from specviz.core.decoding import MAX_DRAFT_TOKENS
+from specviz.ui.keys import BENCH_RESULTS_KEY
+from specviz.ui.navigation import route_through_app
 from specviz.viz.bench import SPEEDUP_METRICS, speedup_vs_k_figure, theory_overlay_figure
+
+route_through_app()  # a fresh server's first request may land here without app.py
 
 SHIPPED_TABLE = Path(__file__).resolve().parent.parent / "assets" / "bench_cpu.csv"
 TEMPERATURES = (0.0, 0.5, 1.0, 1.5)
 NUMBER_FORMATS = {
     "alpha": "%.2f", "acceptance_rate": "%.2f", "alpha_implied": "%.2f", "tokens_per_pass": "%.2f", "tokens_per_s": "%.1f",
-    "baseline_tokens_per_s": "%.1f", "speedup": "%.2f×", "speedup_cpu": "%.2f×", "cpu_s": "%.2f", "baseline_cpu_s": "%.2f", "draft_cost": "%.2f", "verify_cost": "%.2f", "predicted_speedup": "%.2f×",
+    "baseline_tokens_per_s": "%.1f", "speedup": "%.2f×", "speedup_low": "%.2f×", "speedup_high": "%.2f×", "speedup_cpu": "%.2f×",
+    "speedup_cpu_low": "%.2f×", "speedup_cpu_high": "%.2f×", "cpu_s": "%.2f", "baseline_cpu_s": "%.2f", "draft_cost": "%.2f", "verify_cost": "%.2f", "predicted_speedup": "%.2f×",
     "wall_s": "%.2f", "baseline_wall_s": "%.2f",
 }
 
@@ -43,9 +48,16 @@ def show_results(frame: pd.DataFrame, name: str) -> None:
         help="Wall clock is what a user waits. Process CPU time ignores time stolen by other programs on a busy machine.",
     )
     st.subheader("Mean over prompts")
+    st.caption(
+        "Each speedup is the median over repeats of a run's tokens/s divided by the baseline's in the same rotation; "
+        "low and high are the smallest and largest of those ratios. A verify cost near or above 1 is expected: a pass over k+1 tokens is never cheaper than one over 1."
+    )
     st.dataframe(summary_table(frame), hide_index=True, column_config={c: st.column_config.NumberColumn(format=f) for c, f in NUMBER_FORMATS.items()})
     st.plotly_chart(speedup_vs_k_figure(frame, metric), width="stretch")
-    st.caption("Above the dotted line speculation pays. Compare drafters within a category: copying is where prompt lookup earns its keep.")
+    st.caption(
+        "Above the dotted line speculation pays. Whiskers span the lowest and highest ratio over repeats and prompts; "
+        "compare drafters within a category: copying is where prompt lookup earns its keep."
+    )
     st.plotly_chart(theory_overlay_figure(frame, metric), width="stretch")
     st.caption(
         "Lines: the formula at each drafter's measured draft cost c and verify cost; dots: measured runs. Dots below their "
@@ -75,6 +87,7 @@ with st.sidebar:
     ks = st.multiselect("k values", list(range(1, MAX_DRAFT_TOKENS + 1)), default=[2, 4], key="bench_ks")
     temperatures = st.multiselect("temperatures (0 = greedy)", TEMPERATURES, default=[0.0], key="bench_temperatures", format_func=lambda t: f"{t:g}")
     max_new_tokens = st.slider("max new tokens", 8, 128, 32, 8, key="bench_max_new_tokens")
+    repeats = st.slider("repeats", 1, 5, SweepSpec.repeats, key="bench_repeats", help="Every setting and its baseline run this many times, interleaved, after one discarded warm-up; the table shows medians.")
     seed = st.number_input("seed", 0, 2**31 - 1, value=0, key="bench_seed")
     with st.expander("Models"):
         target_source = st.text_input("target: hub id, local folder or .gguf", value=EMBEDDED_TARGET, key="bench_target").strip() or EMBEDDED_TARGET
@@ -82,9 +95,9 @@ with st.sidebar:
         device = st.selectbox("device", ["auto", "cpu", "cuda", "mps"], key="bench_device")
         chat = st.toggle("chat template", value=True, key="bench_chat")
 
-chosen = [p for c in categories for p in [q for q in all_prompts if q.category == c][:per_category]]
+chosen = first_per_category([p for p in all_prompts if p.category in categories], int(per_category))
 try:
-    spec = SweepSpec(tuple(drafters), tuple(sorted(ks)), tuple(sorted(temperatures)), int(max_new_tokens), int(seed), bool(chat))
+    spec = SweepSpec(tuple(drafters), tuple(sorted(ks)), tuple(sorted(temperatures)), int(max_new_tokens), int(seed), bool(chat), repeats=int(repeats))
     if not chosen:
         raise ValueError("Choose at least one category.")
     if "model" in drafters and not draft_source:
@@ -97,10 +110,11 @@ if spec is not None:
     runs = spec.num_runs(len(chosen))
     st.markdown(
         f"**{plural(len(chosen), 'prompt')} × {plural(len(spec.temperatures), 'temperature')} × (1 baseline + "
-        f"{plural(len(spec.drafters), 'drafter')} × {len(spec.ks)} k) = {plural(runs, 'run')}** of up to {spec.max_new_tokens} new tokens each. Every speedup divides a run's "
-        "tokens/s by the tokens/s of plain decoding of the same prompt, sampling and seed, measured in this sweep."
+        f"{plural(len(spec.drafters), 'drafter')} × {len(spec.ks)} k) × ({spec.warmup} warm-up + {plural(spec.repeats, 'repeat')}) = {plural(runs, 'run')}** "
+        f"of up to {spec.max_new_tokens} new tokens each. For each prompt and temperature the baseline and every setting run in a rotating order; "
+        "every speedup divides a run's tokens/s by the tokens/s of plain decoding of the same prompt, sampling and seed in the same rotation."
     )
-    if runs > 40:
+    if runs > 120:
         st.warning("That is a long sweep on a CPU; the command line runs the same sweep headless: `python -m specviz bench`.")
     if st.button("Run benchmark", type="primary", key="bench_run"):
         try:
@@ -120,11 +134,11 @@ if spec is not None:
                 on_progress=lambda done, total, message: bar.progress(done / total, text=f"[{done}/{total}] {message}"),
             )
             bar.empty()
-            st.session_state[SESSION_STATE_KEY] = rows_to_frame(rows)
+            st.session_state[BENCH_RESULTS_KEY] = rows_to_frame(rows)
         except ValueError as exc:
             st.error(str(exc))
 
-results = st.session_state.get(SESSION_STATE_KEY)
+results = st.session_state.get(BENCH_RESULTS_KEY)
 if isinstance(results, pd.DataFrame) and not results.empty:
     st.header("This session's results")
     st.caption("Other processes on the machine share the CPU, so tokens/s are noisy: run a sweep twice before trusting a 10% difference.")
@@ -132,7 +146,10 @@ if isinstance(results, pd.DataFrame) and not results.empty:
     st.caption("These runs also appear on the Speedup theory page, drawn on the curves.")
 elif SHIPPED_TABLE.is_file():
     st.header("Measured earlier on a 2-core CPU")
-    st.caption("The table shipped in assets/bench_cpu.csv, from `python -m specviz bench` with the embedded SmolLM2-135M target. Run a sweep to replace it with your own.")
+    st.caption(
+        "The table shipped in assets/bench_cpu.csv, from `python -m specviz bench` with the embedded SmolLM2-135M target: "
+        "medians of 3 interleaved repeats after a discarded warm-up, on one thread. Run a sweep to replace it with your own."
+    )
     try:
         show_results(pd.read_csv(SHIPPED_TABLE), "bench_cpu")
     except (ValueError, KeyError) as exc:

@@ -2,26 +2,16 @@
 
 from __future__ import annotations
 
-import dataclasses
-from dataclasses import dataclass
-
 import pandas as pd
 import streamlit as st
-import torch
 
-from specviz.config import DRAFTER_KINDS, EMBEDDED_TARGET, RunConfig, validate_prompt
-from specviz.core.toy import (
-    TOY_VARIANTS,
-    chi_square_pvalue,
-    counts_at,
-    emitted_distribution,
-    expected_tv_noise,
-    log_checkpoints,
-    normalise,
-    sample_first_tokens,
-    tv_distance,
-)
+from specviz.config import EMBEDDED_TARGET, RunConfig, validate_prompt
+from specviz.core.toy import TOY_VARIANTS, normalise, run_toy
+from specviz.lab import LAB_DRAFTERS, REAL_MODES, GreedyResult, RealResult, greedy_side_by_side, sample_real, summarize_real
+from specviz.ui.navigation import route_through_app
 from specviz.viz.lab import convergence_figure, convergence_frame, histogram_figure, real_frame, real_histogram_figure, toy_frame
+
+route_through_app()  # a fresh server's first request may land here without app.py
 
 VARIANT_LABELS = {
     "exact": "exact: on a rejection, draw from the residual max(0, p − q)",
@@ -37,38 +27,7 @@ DEFAULT_VOCAB = pd.DataFrame(
 )
 SAMPLE_SIZES = (100, 1_000, 10_000, 100_000, 1_000_000)
 REAL_KEY = "exactness_real_result"
-REAL_MODES = {"fast": "fast: the rule on one round's real distributions", "engine": "end to end: N fresh engine runs"}
 GREEDY_KEY = "exactness_greedy_result"
-LAB_DRAFTERS = [d for d in DRAFTER_KINDS if d not in ("none", "model")]  # the ones that need no second model
-TOP_TOKENS = 10
-
-
-@dataclass(frozen=True)
-class RealResult:
-    """N first emitted tokens with speculative decoding and N from the target alone, and the target's top tokens there."""
-
-    config: RunConfig
-    prompt: str
-    mode: str  # a key of REAL_MODES
-    variant: str  # the rule (fast mode); the engine is always exact
-    token_ids: tuple[int, ...]  # the target's most likely tokens at the first position
-    token_texts: tuple[str, ...]
-    p_target: tuple[float, ...]
-    q_draft: tuple[float, ...] | None
-    spec_tokens: tuple[int, ...]
-    target_tokens: tuple[int, ...]
-    drafted_runs: int  # samples for which the drafter proposed a token
-
-
-@dataclass(frozen=True)
-class GreedyResult:
-    config: RunConfig
-    prompt: str
-    spec_ids: tuple[int, ...]
-    plain_ids: tuple[int, ...]
-    spec_text: str
-    plain_text: str
-    tokens_per_pass: float
 
 
 def target_inputs(prefix: str) -> tuple[str, str]:
@@ -91,58 +50,6 @@ def early_exit_for(config: RunConfig, target):
     from specviz.ui.models import get_early_exit
 
     return get_early_exit(target, exit_layer_for(config, target))
-
-
-def sample_fast(config: RunConfig, target, prompt_ids: list[int], early, n: int, variant: str):
-    """Full p_target and q_draft at the first position, then N vectorised draws of the chosen rule and N from p_target."""
-    from specviz.core.sampling import warp
-    from specviz.core.verify import one_hot_q
-    from specviz.models import HFCachedLM
-    from specviz.runs import make_drafter
-
-    generator = torch.Generator().manual_seed(config.seed)
-    p1 = warp(HFCachedLM(target.model, target.vocab_size).extend(prompt_ids)[-1], config.sampling).cpu()  # (V,)
-    drafter = make_drafter(config, target, early_exit=early)
-    drafter.prepare(prompt_ids)
-    draft = drafter.propose(prompt_ids, 1, generator)
-    target_tokens = torch.multinomial(p1, n, replacement=True, generator=generator).tolist()
-    if not draft.token_ids:  # nothing drafted: the first token is the target's own sample
-        return torch.multinomial(p1, n, replacement=True, generator=generator).tolist(), target_tokens, p1, None
-    q1 = draft.q_draft[0].float().cpu() if draft.q_draft is not None else one_hot_q(torch.tensor(draft.token_ids[:1]), p1.numel())[0]
-    return sample_first_tokens(p1, q1, n, generator, variant).tolist(), target_tokens, p1, q1
-
-
-def sample_engine(config: RunConfig, target, prompt_ids: list[int], early, n: int):
-    """N fresh speculative runs (k = 1, two new tokens) and N fresh plain one-token runs, with a progress bar."""
-    from specviz.runs import build_decoder
-
-    bar = st.progress(0.0, text="sampling…")
-    spec_tokens, target_tokens, first, drafted_runs = [], [], None, 0
-    for i in range(n):
-        spec = build_decoder(config, target, prompt_ids, early_exit=early, seed=2 * i)
-        record = spec.step()
-        if first is None:
-            first = record
-        drafted_runs += record.num_drafted > 0
-        spec_tokens.append(record.emitted[0])
-        plain = build_decoder(dataclasses.replace(config, max_new_tokens=1), target, prompt_ids, seed=2 * i + 1, baseline=True)
-        target_tokens.append(plain.step().emitted[0])
-        bar.progress((i + 1) / n, text=f"{i + 1} of {n} speculative + plain runs")
-    bar.empty()
-    dist = first.dists[0]  # top-N at the first position; the rest of p_target is pooled as "other"
-    p1 = torch.zeros(target.vocab_size)
-    p1[list(dist.token_ids)] = torch.tensor(dist.p_target)
-    q1 = None
-    if dist.q_draft is not None:
-        q1 = torch.zeros(target.vocab_size)
-        q1[list(dist.token_ids)] = torch.tensor(dist.q_draft)
-    return spec_tokens, target_tokens, p1, q1, drafted_runs
-
-
-def bucket_counts(tokens: tuple[int, ...], ids: list[int]) -> list[int]:
-    """Counts of each shown token, then one 'other' bucket for the rest."""
-    counts = [sum(t == i for t in tokens) for i in ids]
-    return counts + [len(tokens) - sum(counts)]
 
 
 st.title("Exactness lab")
@@ -181,26 +88,21 @@ except ValueError as exc:
 if toy_error:
     st.error(toy_error)
 else:
-    generator = torch.Generator().manual_seed(int(seed))
-    samples = sample_first_tokens(p_target, q_draft, int(num_samples), generator, variant)
-    checkpoints = log_checkpoints(int(num_samples))
-    counts = counts_at(samples, p_target.numel(), checkpoints)  # (M, V)
-    tv = tv_distance(counts, p_target)
-    pvalues = chi_square_pvalue(counts, p_target)
-    limit = emitted_distribution(p_target, q_draft, variant)
+    toy = run_toy(p_target, q_draft, int(num_samples), int(seed), variant)
+    tv, pvalue = float(toy.tv[-1]), float(toy.pvalues[-1])
     with st.container():
         m = st.columns(3)
-        m[0].metric("TV from p_target", f"{float(tv[-1]):.4f}", help="½ Σ |empirical − p_target|")
-        m[1].metric("chi-square p-value", f"{float(pvalues[-1]):.3g}", help="Small (< 0.01) means these samples are very unlikely under p_target.")
-        m[2].metric("Σ min(p, q)", f"{float(torch.minimum(p_target, q_draft).sum()):.2f}", help="Leviathan's β: the chance the draft is kept")
-        verdict = "consistent with p_target" if float(pvalues[-1]) >= 0.01 else "NOT distributed as p_target"
-        (st.success if float(pvalues[-1]) >= 0.01 else st.error)(f"{int(num_samples):,} samples: {verdict}.")
-    df = toy_frame(names, p_target.tolist(), q_draft.tolist(), counts[-1].tolist(), limit.tolist())
+        m[0].metric("TV from p_target", f"{tv:.4f}", help="½ Σ |empirical − p_target|")
+        m[1].metric("chi-square p-value", f"{pvalue:.3g}", help="Small (< 0.01) means these samples are very unlikely under p_target.")
+        m[2].metric("Σ min(p, q)", f"{toy.overlap:.2f}", help="Leviathan's β: the chance the draft is kept")
+        verdict = "consistent with p_target" if pvalue >= 0.01 else "NOT distributed as p_target"
+        (st.success if pvalue >= 0.01 else st.error)(f"{int(num_samples):,} samples: {verdict}.")
+    df = toy_frame(names, p_target.tolist(), q_draft.tolist(), toy.counts[-1].tolist(), toy.limit.tolist())
     chart_left, chart_right = st.columns(2)
     chart_left.plotly_chart(histogram_figure(df, f"{int(num_samples):,} emitted tokens · {variant}"), width="stretch")
     chart_left.caption("Green bars should match the blue ones. Black diamonds mark where this rule converges: on p_target only for the exact rule.")
-    noise = expected_tv_noise(p_target, checkpoints)
-    chart_right.plotly_chart(convergence_figure(convergence_frame(checkpoints, tv.tolist(), pvalues.tolist(), noise.tolist())), width="stretch")
+    convergence = convergence_frame(toy.checkpoints, toy.tv.tolist(), toy.pvalues.tolist(), toy.noise.tolist())
+    chart_right.plotly_chart(convergence_figure(convergence), width="stretch")
     chart_right.caption(
         "An exact sampler's distance falls like 1/√N along the dashed line and its p-value wanders, dipping below 0.05 only now and then; "
         "a biased one levels off at a fixed distance while its p-value collapses to 0."
@@ -245,47 +147,33 @@ real_target, real_device = target_inputs("lab_real")
 
 if st.button("Sample the next token", key="lab_real_run", type="primary"):
     try:
-        validate_prompt(real_prompt)
+        validate_prompt(real_prompt)  # before loading a model for nothing
         config = RunConfig(target=real_target, drafter=real_drafter, num_draft_tokens=1, temperature=float(real_temperature), max_new_tokens=2, chat=False, device=real_device)
         target = load_target(config.target, config.device)
-        from specviz.models import encode_prompt
-
-        prompt_ids = encode_prompt(target.tokenizer, real_prompt, chat=False)
-        early = early_exit_for(config, target)
-        if real_mode == "fast":
-            spec_tokens, target_tokens, p1, q1 = sample_fast(config, target, prompt_ids, early, int(real_n), real_variant)
-            drafted_runs = int(real_n) if q1 is not None else 0
-        else:
-            spec_tokens, target_tokens, p1, q1, drafted_runs = sample_engine(config, target, prompt_ids, early, int(real_n))
-        ids = torch.topk(p1, min(TOP_TOKENS, p1.numel())).indices.tolist()
-        st.session_state[REAL_KEY] = RealResult(
-            config=config, prompt=real_prompt, mode=real_mode, variant=real_variant, token_ids=tuple(ids),
-            token_texts=tuple(target.tokenizer.decode([t]) for t in ids), p_target=tuple(p1[ids].tolist()),
-            q_draft=tuple(q1[ids].tolist()) if q1 is not None else None,
-            spec_tokens=tuple(spec_tokens), target_tokens=tuple(target_tokens), drafted_runs=drafted_runs,
+        bar = st.progress(0.0, text="sampling…") if real_mode == "engine" else None
+        progress = (lambda done, total: bar.progress(done / total, text=f"{done} of {total} speculative + plain runs")) if bar else None
+        st.session_state[REAL_KEY] = sample_real(
+            config, target, real_prompt, real_mode, int(real_n), real_variant, early_exit=early_exit_for(config, target), on_progress=progress,
         )
+        if bar:
+            bar.empty()
     except ValueError as exc:
         st.error(str(exc))
 
 real = st.session_state.get(REAL_KEY)
 if isinstance(real, RealResult):
-    ids = list(real.token_ids)
-    names = [repr(t)[1:-1] for t in real.token_texts] + ["(other)"]
-    p_buckets = list(real.p_target) + [max(0.0, 1.0 - sum(real.p_target))]
-    q_buckets = (list(real.q_draft) + [max(0.0, 1.0 - sum(real.q_draft))]) if real.q_draft is not None else None
-    spec_counts, target_counts = bucket_counts(real.spec_tokens, ids), bucket_counts(real.target_tokens, ids)
+    summary = summarize_real(real)
     if real.drafted_runs < len(real.spec_tokens):
         st.info(
             f"The {real.config.drafter} drafter proposed a token in {real.drafted_runs} of {len(real.spec_tokens)} samples; "
             "in the others the first token came straight from the target. Early exit always drafts."
         )
-    expected = torch.tensor(p_buckets, dtype=torch.float64)
     m = st.columns(4)
-    m[0].metric("speculative: TV from p_target", f"{float(tv_distance(torch.tensor(spec_counts), expected)):.3f}")
-    m[1].metric("speculative: chi-square p", f"{float(chi_square_pvalue(torch.tensor(spec_counts), expected)):.3g}")
-    m[2].metric("target alone: TV from p_target", f"{float(tv_distance(torch.tensor(target_counts), expected)):.3f}")
-    m[3].metric("target alone: chi-square p", f"{float(chi_square_pvalue(torch.tensor(target_counts), expected)):.3g}")
-    df = real_frame(names, p_buckets, q_buckets, spec_counts, target_counts)
+    m[0].metric("speculative: TV from p_target", f"{summary.spec_tv:.3f}")
+    m[1].metric("speculative: chi-square p", f"{summary.spec_pvalue:.3g}")
+    m[2].metric("target alone: TV from p_target", f"{summary.target_tv:.3f}")
+    m[3].metric("target alone: chi-square p", f"{summary.target_pvalue:.3g}")
+    df = real_frame(summary.names, summary.p_buckets, summary.q_buckets, summary.spec_counts, summary.target_counts)
     rule = "" if real.variant == "exact" else f" · {real.variant}"
     title = f"first token after {real.prompt!r} · {real.config.drafter} · T={real.config.temperature:g}{rule} · N={len(real.spec_tokens):,} each"
     st.plotly_chart(real_histogram_figure(df, title), width="stretch")
@@ -314,33 +202,18 @@ if st.button("Run both", key="lab_greedy_run", type="primary"):
         validate_prompt(greedy_prompt)
         config = RunConfig(target=greedy_target, drafter=greedy_drafter, num_draft_tokens=int(greedy_k), temperature=0.0, max_new_tokens=int(greedy_new), device=greedy_device)
         target = load_target(config.target, config.device)
-        from specviz.models import encode_prompt
-        from specviz.runs import build_decoder
-
-        prompt_ids = encode_prompt(target.tokenizer, greedy_prompt, config.chat)
         with st.spinner("decoding twice…"):
-            spec = build_decoder(config, target, prompt_ids, early_exit=early_exit_for(config, target))
-            spec.run()
-            plain = build_decoder(config, target, prompt_ids, baseline=True)
-            plain.run()
-        st.session_state[GREEDY_KEY] = GreedyResult(
-            config=config, prompt=greedy_prompt, spec_ids=tuple(spec.generated), plain_ids=tuple(plain.generated),
-            spec_text=target.tokenizer.decode(spec.generated, skip_special_tokens=True),
-            plain_text=target.tokenizer.decode(plain.generated, skip_special_tokens=True),
-            tokens_per_pass=spec.stats().tokens_per_target_pass,
-        )
+            st.session_state[GREEDY_KEY] = greedy_side_by_side(config, target, greedy_prompt, early_exit=early_exit_for(config, target))
     except ValueError as exc:
         st.error(str(exc))
 
 greedy = st.session_state.get(GREEDY_KEY)
 if isinstance(greedy, GreedyResult):
-    same = greedy.spec_ids == greedy.plain_ids
-    if same:
+    if greedy.identical:
         st.success(f"Identical: {len(greedy.spec_ids)} tokens, token for token ({greedy.tokens_per_pass:.2f} tokens per target pass speculatively).")
     else:
-        first_diff = next((i for i, (a, b) in enumerate(zip(greedy.spec_ids, greedy.plain_ids)) if a != b), min(len(greedy.spec_ids), len(greedy.plain_ids)))
         st.warning(
-            f"The outputs differ from token {first_diff}. Greedy speculative decoding is exact in exact arithmetic; a batched "
+            f"The outputs differ from token {greedy.first_difference}. Greedy speculative decoding is exact in exact arithmetic; a batched "
             "(k+1)-token pass can round differently from one-token passes, which can flip a near-tie between two tokens."
         )
     a, b = st.columns(2)

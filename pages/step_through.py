@@ -2,14 +2,20 @@
 
 import streamlit as st
 
+from specviz.ui import metrics_views, tree_views
 from specviz.ui import replay as recordings
 from specviz.ui import step_views as views
-from specviz.ui import tree_views
+from specviz.ui.export_views import export_buttons
+from specviz.ui.navigation import route_through_app
 from specviz.ui.session import friendly_error, load_target, page_state, start_session, step_session
+from specviz.ui.share import share_link
 from specviz.ui.sidebar import sidebar
 from specviz.viz import legend_html
 
+route_through_app()  # a fresh server's first request may land here without app.py
+
 settings = sidebar()
+share_link(settings)  # mirror the settings in the URL; Copy link in the sidebar
 state = page_state()
 replay = recordings.replay_state()
 
@@ -40,6 +46,7 @@ def show(session) -> None:
         tree_views.tree_rounds(session)  # token-tree runs only
         views.inspector(session)
         views.curves(session)
+        metrics_views.panel(session)
     else:
         st.info("Press **Step** to run the first round.")
 
@@ -151,3 +158,5 @@ elif session is not None:
 else:
     st.info("Press **Step** to run the first round, **Run to end** to watch the whole answer, or **Play** to step on a timer.")
 recordings.save_button(save_slot, session)
+
+export_buttons(state.session, playing=state.playing)  # HTML and CSV downloads for slides

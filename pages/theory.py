@@ -5,55 +5,49 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
-from specviz.bench import SESSION_STATE_KEY as BENCH_KEY
-from specviz.core.theory import MAX_K, acceptance_rate, alpha_from_acceptance_rate, best_k, expected_tokens, round_cost, speedup
-from specviz.viz.bench import measured_points
+from specviz.config import EMBEDDED_TARGET
+from specviz.core.theory import (
+    MAX_K,
+    VerifyCurve,
+    acceptance_rate,
+    best_k,
+    expected_tokens,
+    round_cost,
+    speedup,
+    verify_cost_at,
+)
+from specviz.profile import CostProfile, shipped_profiles
+from specviz.ui.measured import session_points
+from specviz.ui.navigation import route_through_app
 from specviz.viz.theory import (
     MEASURED_COLUMNS,
     alpha_definitions_figure,
     curves_figure,
     heatmap_figure,
     speedup_vs_k_figure,
+    verify_curve_figure,
+    verify_label,
     worked_examples,
 )
 
-STEP_THROUGH_KEY = "specviz_step_through"  # pages/step_through.py keeps its PageState here
+route_through_app()  # a fresh server's first request may land here without app.py
+
+MEASURED_KEY = "theory_profile_measured"  # this session's own measurement (a CostProfile)
+SOURCE_KEY = "theory_verify_source"
+SELECT_MEASURED_KEY = "theory_select_measured"  # set by the button: choose the new measurement on the next run
+CONSTANT = "one constant (the slider)"
+THIS_MACHINE = "this machine (measured now)"
 
 
-def step_through_points() -> pd.DataFrame:
-    """The step-through page's current runs as measured points; empty when there are none or their shape changed."""
-    try:
-        from specviz.viz.frames import rounds_frame
-
-        session = getattr(st.session_state.get(STEP_THROUGH_KEY), "session", None)
-        baseline = list(getattr(getattr(session, "baseline", None), "records", None) or [])
-        rows = []
-        for run in list(getattr(session, "runs", None) or []):
-            df = rounds_frame(list(run.records), str(run.label), baseline)
-            if df.empty or pd.isna(df["speedup"].iloc[-1]):
-                continue
-            last = df.iloc[-1]
-            k = int(last["k_mean"])
-            alpha = last["alpha"]
-            if pd.isna(alpha) and pd.notna(last["acceptance_rate"]) and k > 0:
-                alpha = alpha_from_acceptance_rate(float(last["acceptance_rate"]), k)
-            if pd.isna(alpha) or k < 1:
-                continue
-            label = f"{run.label}: {int(last['tokens'])} tokens, {float(last['speedup']):.2f}×"
-            rows.append({"source": "step-through", "label": label, "alpha": float(alpha), "k": k, "speedup": float(last["speedup"])})
-        return pd.DataFrame(rows, columns=list(MEASURED_COLUMNS))
-    except Exception:  # another page's state is read-only here and may be mid-change; the overlay is optional
-        return pd.DataFrame(columns=list(MEASURED_COLUMNS))
-
-
-def bench_points() -> pd.DataFrame:
-    frame = st.session_state.get(BENCH_KEY)
-    if not isinstance(frame, pd.DataFrame) or frame.empty:
-        return pd.DataFrame(columns=list(MEASURED_COLUMNS))
-    try:
-        return measured_points(frame)
-    except (KeyError, AttributeError, TypeError, ValueError):
-        return pd.DataFrame(columns=list(MEASURED_COLUMNS))
+def profiles() -> dict[str, CostProfile]:
+    """Menu name -> profile: this session's measurement first, then the shipped ones in assets/."""
+    out: dict[str, CostProfile] = {}
+    mine = st.session_state.get(MEASURED_KEY)
+    if isinstance(mine, CostProfile):
+        out[THIS_MACHINE] = mine
+    for prof in shipped_profiles().values():
+        out[f"shipped: {prof.name}"] = prof
+    return out
 
 
 st.title("Speedup theory")
@@ -67,10 +61,20 @@ with st.sidebar:
         "c: one draft forward ÷ one target forward", 0.0, 1.0, 0.05, 0.01, key="theory_c",
         help="0 for prompt lookup; about 0.05 for a draft model ~20× smaller; ~0.93 for an early exit at 28 of 30 layers.",
     )
-    verify_cost = st.slider(
-        "verify cost: a (k+1)-token target pass ÷ a 1-token pass", 1.0, 3.0, 1.0, 0.05, key="theory_verify_cost",
-        help="About 1 on a GPU, where a pass is limited by reading the weights. On this CPU, 5 tokens measured about 1.6.",
+    available = profiles()
+    if st.session_state.pop(SELECT_MEASURED_KEY, False) and THIS_MACHINE in available:
+        st.session_state[SOURCE_KEY] = THIS_MACHINE  # before the widget is drawn, so it shows the new curve
+    source = st.selectbox(
+        "verify cost c_verify(k)", [CONSTANT, *available], key=SOURCE_KEY,
+        help="A measured profile charges each k what a (k+1)-token pass really cost on that machine; the constant charges every k the same.",
     )
+    constant = st.slider(
+        "constant verify cost: a (k+1)-token target pass ÷ a 1-token pass", 1.0, 3.0, 1.0, 0.05, key="theory_verify_cost",
+        disabled=source != CONSTANT,
+        help="About 1 on a GPU, where a pass is limited by reading the weights. On a 2-core CPU, 5 tokens measured about 1.7 (assets/profile_cpu.json).",
+    )
+    profile = available.get(source)
+    verify_cost: float | VerifyCurve = profile.curve if profile is not None else constant
     show_measured = st.toggle("overlay this session's measured runs", value=True, key="theory_show_measured")
 
 tokens = expected_tokens(alpha, k)
@@ -80,21 +84,17 @@ gain_best = speedup(alpha, kb, c, verify_cost)
 
 cols = st.columns(4)
 cols[0].metric("tokens per target pass", f"{tokens:.2f}", help="(1 − α^(k+1)) / (1 − α); k + 1 when α = 1")
-cols[1].metric("cost of a round", f"{round_cost(k, c, verify_cost):.2f}", help="verify cost + k·c, in 1-token target passes")
+cols[1].metric("cost of a round", f"{round_cost(k, c, verify_cost):.2f}", help=f"c_verify(k) + k·c, in 1-token target passes; c_verify({k}) = {verify_cost_at(verify_cost, k):.2f}")
 cols[2].metric("expected speedup", f"{gain:.2f}×", delta=f"{gain - 1:+.2f} vs plain")
 cols[3].metric("best k", f"{kb}", help=f"speedup at k = {kb}: {gain_best:.2f}×")
-st.latex(r"\text{speedup} = \frac{1-\alpha^{k+1}}{(1-\alpha)\,(\text{verify cost} + k\,c)}")
+st.latex(r"\text{speedup} = \frac{1-\alpha^{k+1}}{(1-\alpha)\,(c_\text{verify}(k) + k\,c)}")
 if gain_best <= 1.0:
     st.warning(
         f"No k from 1 to {MAX_K} beats plain decoding here (the best is {gain_best:.2f}× at k = {kb}). "
         "Raise α, or make the draft (c) or the verify pass cheaper."
     )
 
-measured = pd.DataFrame(columns=list(MEASURED_COLUMNS))
-if show_measured:
-    parts = [p for p in (step_through_points(), bench_points()) if not p.empty]
-    if parts:
-        measured = pd.concat(parts, ignore_index=True)
+measured = session_points() if show_measured else pd.DataFrame(columns=list(MEASURED_COLUMNS))
 
 st.plotly_chart(heatmap_figure(c, verify_cost, alpha, k, measured), width="stretch")
 st.caption(
@@ -106,7 +106,7 @@ left, right = st.columns(2)
 with left:
     ks = sorted({1, 2, 4, 8, 16, k})
     st.plotly_chart(curves_figure(c, verify_cost, ks, alpha, measured), width="stretch")
-    st.caption("Each curve is one k at your c and verify cost; white markers are measured speedups at their α.")
+    st.caption(f"Each curve is one k at your c and verify cost ({verify_label(verify_cost)}); white markers are measured speedups at their α.")
 with right:
     st.plotly_chart(speedup_vs_k_figure(alpha, c, verify_cost, k), width="stretch")
     st.caption("Gold: the best k; blue: yours. More drafts pay only while the next one is still likely to survive.")
@@ -116,6 +116,60 @@ if not measured.empty:
         st.dataframe(measured, hide_index=True, column_config={"speedup": st.column_config.NumberColumn(format="%.2f×"), "alpha": st.column_config.NumberColumn(format="%.2f")})
 elif show_measured:
     st.caption("No measured runs in this session yet: step through a run, or run the Benchmark page, and they appear here.")
+
+st.header("What a verify pass costs on this machine")
+st.markdown(
+    "The formula charges a round one target pass over k + 1 tokens. Whether that costs one 1-token pass or several "
+    "decides whether speculation pays. **Measure this machine** times the embedded model's passes over 1 to 17 new "
+    "tokens after 256 cached ones (medians of interleaved repeats after a warm-up) and each offline drafter's cost per "
+    "drafted token; the measured curve then appears in the *verify cost* menu in the sidebar, beside the profiles shipped in `assets/`."
+)
+if st.button("Measure this machine", key="theory_measure", help="About a minute on a small CPU; nothing else runs meanwhile."):
+    bar = st.progress(0.0, text="loading the embedded model…")
+    try:
+        from specviz.profile import measure_profile
+        from specviz.ui.models import get_model
+
+        target = get_model(EMBEDDED_TARGET)
+        mine = measure_profile(
+            target, repeats=3, label="this machine, measured now",
+            on_progress=lambda done, total, what: bar.progress(done / total, text=f"{what} ({done}/{total})"),
+        )
+    except (ValueError, RuntimeError) as exc:  # a model that will not load says what to do; OOM is a RuntimeError
+        bar.empty()
+        st.error(f"Could not measure: {exc}")
+    else:
+        st.session_state[MEASURED_KEY] = mine
+        st.session_state[SELECT_MEASURED_KEY] = True
+        st.rerun()
+
+shown = profiles()
+if shown:
+    curves = {name: prof.curve for name, prof in shown.items()}
+    st.plotly_chart(verify_curve_figure(curves, constant if profile is None else None), width="stretch")
+    st.caption(
+        "Read the slope. On a CPU a pass is bound by arithmetic, which grows with the tokens fed, so c_verify(k) climbs "
+        "with k and every extra draft must pay for its share of a longer pass. On a GPU a pass over a few tokens is bound by "
+        "reading the weights from memory once, so the curve stays nearly flat near 1 and drafting more is almost free to verify. "
+        "Points past the measured k are extrapolated along the last step."
+    )
+    table = pd.DataFrame(
+        {
+            name: {
+                "device": prof.device_name, "dtype": prof.dtype, "threads": prof.threads, "clock": prof.clock,
+                "1-token pass (ms)": f"{prof.pass_ms[0]:.1f}",
+                **{f"c_verify({kk})": f"{prof.curve.at(kk):.2f}" for kk in (1, 2, 4, 8, 16)},
+                **{f"c, {d}": f"{v:.3g}" for d, v in prof.draft_cost.items()},
+                "best k at your α (c from the slider)": str(best_k(alpha, c, prof.curve)),
+            }
+            for name, prof in shown.items()
+        }
+    )
+    st.dataframe(table, width="stretch")
+    st.caption(
+        "Profiles side by side; c is a drafter's cost per drafted token in 1-token target passes (set the c slider to one "
+        "of them). A GPU profile goes beside the CPU one: `python -m specviz profile --device cuda --out assets/profile_gpu.json`."
+    )
 
 st.header("Where the formula comes from")
 st.markdown(
@@ -129,7 +183,7 @@ with probability α^i(1 − α) for i < k and α^k for i = k, and emits on avera
 Plain decoding pays one 1-token target pass per token. A speculative round pays k draft forwards
 (k·c) and one target pass over k + 1 positions (the verify cost). On a GPU that pass is limited by
 reading the weights, so it costs about the same as a 1-token pass; on a CPU arithmetic dominates and
-the pass grows with k. If your verify cost grows roughly linearly with k, fold the growth per token into c.
+the pass grows with k: pick a measured profile in the sidebar and the charts charge each k its own c_verify(k).
 """
 )
 

@@ -4,8 +4,10 @@ vs early exit, at a fixed k and with adaptive k, over prompts by category (code,
     python scripts/compare_drafters.py                      # every prompt in assets/prompts.json, T=0
     python scripts/compare_drafters.py --temperatures 0 1 --repeats 3 --csv /tmp/compare.csv
 
-Every prompt is decoded plainly first (the baseline: same process, sampling and seed), then with
-each drafter; the runs of one prompt are interleaved and repeated and the median speed is kept.
+Every prompt is decoded plainly (the baseline: same process, sampling and seed) and with each
+drafter, through specviz.bench.measure_setups, the harness `python -m specviz bench` uses: the runs
+of one prompt are interleaved in a rotating order, a warm-up rotation is discarded, and a setup's
+speedup on a prompt is the median over repeats of its speed / the baseline's in the same rotation.
 By default speed is tokens per CPU-second of this single-threaded process, which other jobs on
 shared cores disturb far less than the wall clock (on an oversubscribed CPU two torch threads
 spin and stall); --clock wall --threads 2 measures what a user sees on an idle machine. Each
@@ -20,13 +22,14 @@ import math
 import statistics
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from specviz.bench import BenchPrompt  # noqa: E402
+from specviz.bench import BASELINE, BenchPrompt, RunSample, first_per_category, measure_setups  # noqa: E402
 from specviz.bench import load_prompts as bench_load_prompts  # noqa: E402
 from specviz.config import EMBEDDED_TARGET, RunConfig  # noqa: E402
 from specviz.core.decoding import SpeculativeDecoder  # noqa: E402
@@ -37,7 +40,8 @@ DRAFTERS = ("lookup", "ngram", "ngram-greedy", "early-exit")  # ngram-greedy: ar
 
 @dataclass(frozen=True)
 class Result:
-    """One configuration on one prompt: statistics of the first repeat, the median speed of all repeats."""
+    """One configuration on one prompt: statistics of the first kept repeat (a fixed seed decodes the same
+    tokens every repeat), the median speed and the paired speedup over the repeats."""
 
     category: str
     title: str
@@ -50,13 +54,16 @@ class Result:
     overlap_sum: float  # sum over verified positions of sum_v min(p, q); 0 without a q
     overlap_count: int
     tokens_per_s: float  # median over repeats, per CPU-second or wall-clock second (--clock)
+    speedup: float  # median over repeats of tokens_per_s / the baseline's in the same rotation
+    speedup_low: float  # min and max of those ratios
+    speedup_high: float
     same_as_baseline: bool | None  # greedy only
 
 
 def load_prompts(path: Path, categories: list[str], per_category: int) -> list[BenchPrompt]:
     """The benchmark's prompt set (validated by specviz.bench.load_prompts), the first few of each category."""
     prompts = bench_load_prompts(path, categories)
-    return [p for cat in categories for p in [q for q in prompts if q.category == cat][:per_category]]
+    return first_per_category([p for cat in categories for p in prompts if p.category == cat], per_category)
 
 
 def make_decoder(target, early_exit, prompt_ids: list[int], drafter: str, k: int, adaptive: bool, temperature: float, args) -> SpeculativeDecoder:
@@ -87,51 +94,56 @@ def make_decoder(target, early_exit, prompt_ids: list[int], drafter: str, k: int
     return SpeculativeDecoder(HFCachedLM(target.model, target.vocab_size), built, prompt_ids, decode)
 
 
-def measure_prompt(target, early_exit, prompt: dict, setups: list[tuple[str, int, bool]], temperature: float, args) -> list[Result]:
-    """Baseline and every setup on one prompt, repeats interleaved so drifting load hits all alike."""
+def speed(sample: RunSample, clock: str) -> float:
+    return sample.tokens_per_cpu_s if clock == "cpu" else sample.tokens_per_s
+
+
+def measure_prompt(target, early_exit, prompt: BenchPrompt, setups: list[tuple[str, int, bool]], temperature: float, args) -> list[Result]:
+    """Baseline and every setup on one prompt, interleaved and repeated by the library's harness."""
+    from specviz.measure import paired_ratio
     from specviz.models import encode_prompt
 
     prompt_ids = encode_prompt(target.tokenizer, prompt.prompt, True)
     all_setups = [("none", 0, False)] + setups
-    speeds: dict[int, list[float]] = {i: [] for i in range(len(all_setups))}
-    first: dict[int, SpeculativeDecoder] = {}
-    for _ in range(args.repeats):
-        for i, (drafter, k, adaptive) in enumerate(all_setups):
-            cpu_start = time.process_time()
-            decoder = make_decoder(target, early_exit, prompt_ids, drafter, k, adaptive, temperature, args)
-            decoder.run()
-            cpu_s = time.process_time() - cpu_start
-            speeds[i].append(decoder.stats().new_tokens / cpu_s if args.clock == "cpu" else decoder.stats().tokens_per_s)
-            first.setdefault(i, decoder)
-    baseline_ids = first[0].generated
+
+    def name(drafter: str, k: int, adaptive: bool) -> str:
+        return BASELINE if drafter == "none" else f"{drafter} k={k}{' adaptive' if adaptive else ''}"
+
+    def factory(drafter: str, k: int, adaptive: bool) -> Callable[[], SpeculativeDecoder]:
+        return lambda: make_decoder(target, early_exit, prompt_ids, drafter, k, adaptive, temperature, args)
+
+    samples = measure_setups({name(*s): factory(*s) for s in all_setups}, args.repeats, args.warmup)
+    base = samples[BASELINE]
     results = []
-    for i, (drafter, k, adaptive) in enumerate(all_setups):
-        d = first[i]
-        s = d.stats()
-        overlaps = [o for r in d.records for o in r.overlap]
-        setup = "baseline" if drafter == "none" else f"{drafter} k={k}{' adaptive' if adaptive else ''}"
+    for setup in all_setups:
+        runs = samples[name(*setup)]
+        s, first = runs[0].stats, runs[0]
+        ratio = paired_ratio([speed(r, args.clock) for r in runs], [speed(b, args.clock) for b in base])
         results.append(
             Result(
                 category=prompt.category,
                 title=prompt.title,
-                setup=setup,
+                setup=name(*setup),
                 temperature=temperature,
                 new_tokens=s.new_tokens,
                 target_passes=s.target_passes,
                 drafted=s.drafted,
                 accepted=s.accepted,
-                overlap_sum=sum(overlaps),
-                overlap_count=len(overlaps),
-                tokens_per_s=statistics.median(speeds[i]),
-                same_as_baseline=(d.generated == baseline_ids) if temperature == 0 else None,
+                overlap_sum=first.overlap_sum,
+                overlap_count=first.overlap_count,
+                tokens_per_s=statistics.median(speed(r, args.clock) for r in runs),
+                speedup=ratio.median,
+                speedup_low=ratio.low,
+                speedup_high=ratio.high,
+                same_as_baseline=(first.generated == base[0].generated) if temperature == 0 else None,
             )
         )
     return results
 
 
 def summarize(results: list[Result]) -> list[dict]:
-    """One row per (temperature, category, setup): speedups as geometric means over prompts, counts pooled."""
-    base = {(r.temperature, r.title): r.tokens_per_s for r in results if r.setup == "baseline"}
+    """One row per (temperature, category, setup): speedups as geometric means over prompts of the
+    per-prompt paired medians, with the lowest and highest paired ratio of any repeat; counts pooled."""
     groups: dict[tuple, list[Result]] = {}
     for r in results:
         groups.setdefault((r.temperature, r.category, r.setup), []).append(r)
@@ -139,7 +151,7 @@ def summarize(results: list[Result]) -> list[dict]:
         groups.setdefault((r.temperature, "all", r.setup), []).append(r)
     rows = []
     for (temp, cat, setup), rs in groups.items():
-        speedups = [r.tokens_per_s / base[(temp, r.title)] for r in rs]
+        speedups = [r.speedup for r in rs]
         drafted = sum(r.drafted for r in rs)
         count = sum(r.overlap_count for r in rs)
         same = [r.same_as_baseline for r in rs if r.same_as_baseline is not None]
@@ -150,6 +162,7 @@ def summarize(results: list[Result]) -> list[dict]:
                 "setup": setup,
                 "tok/s": statistics.median(r.tokens_per_s for r in rs),
                 "speedup": math.exp(statistics.fmean(math.log(x) for x in speedups)),
+                "range": f"{min(r.speedup_low for r in rs):.2f}–{max(r.speedup_high for r in rs):.2f}",
                 "alpha": sum(r.overlap_sum for r in rs) / count if count else None,
                 "acc/drafted": sum(r.accepted for r in rs) / drafted if drafted else None,
                 "tok/pass": sum(r.new_tokens for r in rs) / sum(r.target_passes for r in rs),
@@ -161,7 +174,7 @@ def summarize(results: list[Result]) -> list[dict]:
 
 def format_table(rows: list[dict]) -> str:
     """A Markdown table, README-ready."""
-    cols = ["T", "category", "setup", "tok/s", "speedup", "alpha", "acc/drafted", "tok/pass", "same"]
+    cols = ["T", "category", "setup", "tok/s", "speedup", "range", "alpha", "acc/drafted", "tok/pass", "same"]
 
     def cell(v) -> str:
         if v is None:
@@ -189,7 +202,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--max-k", type=int, default=0, help="ceiling for adaptive k (0: the engine's default)")
     p.add_argument("--temperatures", type=float, nargs="+", default=[0.0])
     p.add_argument("--max-new-tokens", type=int, default=64)
-    p.add_argument("--repeats", type=int, default=2, help="timed repeats per setup; the median is kept")
+    p.add_argument("--repeats", type=int, default=3, help="timed repeats per setup; medians and min-max are reported")
+    p.add_argument("--warmup", type=int, default=1, help="rotations run first and discarded, per prompt and temperature")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--ngram-threshold", type=float, default=RunConfig.ngram_threshold)
     p.add_argument("--ngram-max", type=int, default=RunConfig.ngram_max)
@@ -213,8 +227,6 @@ def main(argv: list[str] | None = None) -> int:
     start = time.perf_counter()
     target = load_model(EMBEDDED_TARGET, "cpu", "float32")
     early_exit = early_exit_view(target.model, exit_layer_for(RunConfig(), target)) if "early-exit" in args.drafters else None
-    warm_up = argparse.Namespace(**{**vars(args), "max_new_tokens": 4})
-    make_decoder(target, early_exit, [1, 2, 3], "none", 0, False, 0.0, warm_up).run()
     results: list[Result] = []
     for temperature in args.temperatures:
         for prompt in prompts:

@@ -1,34 +1,42 @@
 """The benchmark sweep: prompts by category x drafters x k x temperature, each measured against plain
 decoding of the same prompt under the same sampling, in the same process. Plain functions, no
-streamlit: the Benchmark page and ``python -m specviz bench`` both call run_sweep.
+streamlit: ``python -m specviz bench``, the Benchmark page and ``scripts/compare_drafters.py`` all
+measure through ``measure_setups`` (on top of specviz.measure).
 
-One row per speculative run; the columns are the fields of BenchRow (see COLUMNS):
-category, prompt (its title), drafter, k, temperature, seed, max_new_tokens, new_tokens,
-target_passes, drafted, accepted, alpha (Leviathan's E[sum min(p, q)]; empty for drafters without a
-q_draft), acceptance_rate (accepted/drafted), alpha_implied (the alpha that accepted/drafted implies at
-this k under independence), tokens_per_pass, tokens_per_s, baseline_tokens_per_s, speedup
-(tokens_per_s / baseline_tokens_per_s), speedup_cpu (the same ratio from process CPU time, steadier
-than wall clock on a shared machine), draft_cost (c: ms per drafted token / ms per baseline pass),
-verify_cost (ms per verify pass / ms per baseline pass), predicted_speedup (the theory formula at the
+Method: for one prompt and temperature, the baseline and every drafter x k form one rotation; each
+repeat runs the whole rotation in an order that shifts by one every repeat, the first ``warmup``
+rotations are thrown away, and every ratio is the median of the per-repeat (paired) ratios, with its
+min–max over the repeats. Costs are medians of passes: verify cost = median verify pass of the run's
+drafting rounds / median one-token pass of the baseline.
+
+One row per speculative setting; the columns are the fields of BenchRow (see COLUMNS):
+category, prompt (its title), drafter, k, temperature, seed, max_new_tokens, device, dtype, repeats,
+new_tokens, target_passes, drafted, accepted, alpha (Leviathan's E[sum min(p, q)]; empty for drafters
+without a q_draft), acceptance_rate (accepted/drafted), alpha_implied (the alpha that accepted/drafted
+implies at this k under independence), tokens_per_pass, tokens_per_s, baseline_tokens_per_s (medians),
+speedup (median of tokens_per_s / baseline_tokens_per_s over the repeats) with speedup_low and
+speedup_high (min and max over the repeats), speedup_cpu with speedup_cpu_low and speedup_cpu_high
+(the same from process CPU time, steadier than wall clock on a shared machine), draft_cost (c: ms per
+drafted token / ms per baseline pass), verify_cost, predicted_speedup (the theory formula at the
 measured alpha, k, c and verify cost), same_as_baseline (greedy only: identical output), wall_s,
-baseline_wall_s, cpu_s, baseline_cpu_s.
+baseline_wall_s, cpu_s, baseline_cpu_s (medians).
 """
 
 from __future__ import annotations
 
-import argparse
 import json
-import sys
-import time
-from collections.abc import Callable, Sequence
+import statistics
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from specviz.config import DRAFTER_KINDS, EMBEDDED_TARGET, RunConfig
+from specviz.config import DRAFTER_KINDS, RunConfig
 from specviz.core.decoding import MAX_DRAFT_TOKENS, SpeculativeDecoder
+from specviz.core.records import RunStats
 from specviz.core.theory import alpha_from_acceptance_rate, speedup
 from specviz.core.tree import MAX_TREE_WIDTH
+from specviz.measure import ProgressFn, Spread, interleave, paired_ratio, timed
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -36,11 +44,10 @@ if TYPE_CHECKING:
     from specviz.models import LoadedModel
 
 DEFAULT_PROMPTS = Path(__file__).resolve().parent.parent / "assets" / "prompts.json"
-SESSION_STATE_KEY = "bench_results"  # the Benchmark page keeps its latest results DataFrame here
 BENCH_DRAFTERS: tuple[str, ...] = tuple(d for d in DRAFTER_KINDS if d != "none")  # "none" is the baseline
+BASELINE = "baseline"  # the setting name of plain decoding in measure_setups
 MAX_PROMPTS_FILE_BYTES = 1_000_000
-
-ProgressFn = Callable[[int, int, str], None]  # (runs done, runs in total, what just finished)
+MAX_REPEATS = 50
 
 
 @dataclass(frozen=True)
@@ -52,7 +59,8 @@ class BenchPrompt:
 
 @dataclass(frozen=True)
 class SweepSpec:
-    """What to sweep. Every prompt runs once plainly per temperature, then once per drafter x k."""
+    """What to sweep. For every prompt and temperature, plain decoding and every drafter x k run
+    interleaved, ``warmup + repeats`` times each; the first ``warmup`` rotations are discarded."""
 
     drafters: tuple[str, ...] = ("ngram", "lookup", "early-exit")
     ks: tuple[int, ...] = (2, 4, 8)
@@ -61,6 +69,8 @@ class SweepSpec:
     seed: int = 0  # every run of one prompt and temperature uses this seed, baseline included
     chat: bool = True  # wrap prompts in the tokenizer's chat template
     exit_layer: int | None = None  # early exit: None picks the default depth
+    repeats: int = 3  # timed runs of every setting; the table reports their median and min–max
+    warmup: int = 1  # rotations run first and thrown away (allocation, caches, kernel selection)
     tree_widths: tuple[int, ...] = (1,)  # token trees: children per node (1 = a chain); k is the node budget
 
     def __post_init__(self) -> None:
@@ -83,17 +93,25 @@ class SweepSpec:
             raise ValueError(f"max new tokens must be between 1 and 2048; got {self.max_new_tokens}.")
         if self.seed < 0:
             raise ValueError(f"The seed must be >= 0; got {self.seed}.")
+        if not (1 <= self.repeats <= MAX_REPEATS):
+            raise ValueError(f"repeats must be between 1 and {MAX_REPEATS}; got {self.repeats}.")
+        if not (0 <= self.warmup <= MAX_REPEATS):
+            raise ValueError(f"warm-up rotations must be between 0 and {MAX_REPEATS}; got {self.warmup}.")
         if not self.tree_widths or any(not (1 <= w <= MAX_TREE_WIDTH) for w in self.tree_widths):
             raise ValueError(f"Tree widths must be between 1 (a chain) and {MAX_TREE_WIDTH}; got {self.tree_widths}.")
 
-    def num_runs(self, num_prompts: int) -> int:
-        """Runs in the sweep, baselines included."""
+    def num_settings(self, num_prompts: int) -> int:
+        """Settings in the sweep, baselines included (each is run warmup + repeats times)."""
         return num_prompts * len(self.temperatures) * (1 + len(self.drafters) * len(self.ks) * len(self.tree_widths))
+
+    def num_runs(self, num_prompts: int) -> int:
+        """Decoding runs in the sweep: baselines, warm-ups and repeats included."""
+        return self.num_settings(num_prompts) * (self.warmup + self.repeats)
 
 
 @dataclass(frozen=True)
 class BenchRow:
-    """One speculative run and the baseline it is compared with."""
+    """One speculative setting and the baseline it is compared with, over `repeats` paired runs."""
 
     category: str
     prompt: str  # the prompt's title
@@ -102,6 +120,9 @@ class BenchRow:
     temperature: float
     seed: int
     max_new_tokens: int
+    device: str  # where the target ran, e.g. cpu, cuda:0
+    dtype: str  # the target's weights, e.g. float32, bfloat16
+    repeats: int  # timed runs behind every median below (warm-ups not counted)
     new_tokens: int
     target_passes: int
     drafted: int
@@ -110,17 +131,21 @@ class BenchRow:
     acceptance_rate: float | None  # accepted/drafted; None when nothing was drafted
     alpha_implied: float | None  # the alpha giving this accepted/drafted at this k, positions independent
     tokens_per_pass: float
-    tokens_per_s: float
-    baseline_tokens_per_s: float
-    speedup: float  # tokens_per_s / baseline_tokens_per_s
+    tokens_per_s: float  # median over the repeats
+    baseline_tokens_per_s: float  # median over the repeats
+    speedup: float  # median over the repeats of tokens_per_s / baseline_tokens_per_s (paired by repeat)
+    speedup_low: float  # min over the repeats
+    speedup_high: float  # max over the repeats
     speedup_cpu: float  # the same ratio from process CPU time: what an idle machine would show (threads=1)
-    draft_cost: float | None  # c: ms per drafted token / ms per baseline target pass
-    verify_cost: float | None  # ms per verify pass of this run / ms per baseline target pass
+    speedup_cpu_low: float
+    speedup_cpu_high: float
+    draft_cost: float | None  # c: median ms per drafted token / median ms per baseline target pass
+    verify_cost: float | None  # median verify pass of this setting's drafting rounds / median baseline pass
     predicted_speedup: float | None  # speedup(alpha or alpha_implied, k, draft_cost, verify_cost)
     same_as_baseline: bool | None  # greedy runs only: identical tokens to plain greedy decoding
-    wall_s: float  # prefill plus every round, wall clock
+    wall_s: float  # median of prefill plus every round, wall clock
     baseline_wall_s: float
-    cpu_s: float  # process CPU time of building the run (prefill) and running it
+    cpu_s: float  # median process CPU time of building the run (prefill) and running it
     baseline_cpu_s: float
     tree_width: int = 1  # children per node of the token tree; 1 = a chain
 
@@ -160,33 +185,129 @@ def prompt_categories(prompts: Sequence[BenchPrompt]) -> list[str]:
     return list(dict.fromkeys(p.category for p in prompts))
 
 
-def _pass_ms(decoder: SpeculativeDecoder) -> float:
-    """Mean verify-pass time of a run (for a baseline: one 1-token target pass)."""
-    times = [r.verify_ms for r in decoder.records]
-    return sum(times) / len(times) if times else 0.0
+def first_per_category(prompts: Sequence[BenchPrompt], per_category: int | None) -> list[BenchPrompt]:
+    """The first `per_category` prompts of each category, categories in first-seen order (None: all)."""
+    if per_category is None:
+        return list(prompts)
+    if per_category < 1:
+        raise ValueError(f"prompts per category must be at least 1; got {per_category}.")
+    return [p for c in prompt_categories(prompts) for p in [q for q in prompts if q.category == c][:per_category]]
+
+
+# --- one timed run, and interleaved repeats of several -----------------------------------------
 
 
 @dataclass(frozen=True)
-class Measured:
-    """A finished run and the process CPU time it took."""
+class RunSample:
+    """What one timed run leaves behind. The decoder itself is dropped, so repeats cost no memory."""
 
-    decoder: SpeculativeDecoder
-    cpu_s: float
+    generated: tuple[int, ...]
+    stats: RunStats  # from the engine's own clocks (prefill + rounds)
+    verify_ms: tuple[float, ...]  # per round: the verify pass
+    drafted: tuple[int, ...]  # per round: tokens drafted (0: a plain one-token pass)
+    draft_ms: float  # summed over rounds
+    overlap_sum: float  # sum over verified drafted positions of sum_v min(p, q); 0 without a q_draft
+    overlap_count: int
+    cpu_s: float  # process CPU time of building the decoder (prefill) and running it
+    wall_s: float  # wall clock of the same (the engine's stats.wall_s leaves out construction)
+
+    @property
+    def tokens_per_s(self) -> float:
+        return self.stats.tokens_per_s
+
+    @property
+    def tokens_per_cpu_s(self) -> float:
+        return self.stats.new_tokens / self.cpu_s if self.cpu_s > 0 else float("nan")
+
+    def pass_ms(self, drafting: bool) -> list[float]:
+        """Verify-pass times of the rounds that drafted (drafting=True) or of the plain one-token passes."""
+        return [ms for ms, n in zip(self.verify_ms, self.drafted) if (n > 0) == drafting]
 
 
-def _row(
-    prompt: BenchPrompt, drafter: str, k: int, temperature: float, spec: SweepSpec, measured: Measured, base: Measured, tree_width: int = 1
-) -> BenchRow:
-    run, baseline = measured.decoder, base.decoder
-    s, b = run.stats(), baseline.stats()
-    cpu_rate, base_cpu_rate = s.new_tokens / max(measured.cpu_s, 1e-9), b.new_tokens / max(base.cpu_s, 1e-9)
-    base_pass_ms = _pass_ms(baseline)
-    drafted_rounds = [r for r in run.records if r.num_drafted]
-    draft_ms = sum(r.draft_ms for r in run.records)
-    draft_cost = (draft_ms / s.drafted) / base_pass_ms if s.drafted and base_pass_ms > 0 else None
-    verify_cost = (
-        sum(r.verify_ms for r in drafted_rounds) / len(drafted_rounds) / base_pass_ms if drafted_rounds and base_pass_ms > 0 else None
+def run_once(make: Callable[[], SpeculativeDecoder]) -> RunSample:
+    """Build a fresh decoder and run it to the end under the wall and CPU clocks."""
+
+    def build_and_run() -> SpeculativeDecoder:
+        decoder = make()
+        decoder.run()
+        return decoder
+
+    t = timed(build_and_run)
+    d = t.value
+    overlaps = [o for r in d.records for o in r.overlap]
+    return RunSample(
+        generated=tuple(d.generated),
+        stats=d.stats(),
+        verify_ms=tuple(r.verify_ms for r in d.records),
+        drafted=tuple(r.num_drafted for r in d.records),
+        draft_ms=sum(r.draft_ms for r in d.records),
+        overlap_sum=float(sum(overlaps)),
+        overlap_count=len(overlaps),
+        cpu_s=t.cpu_s,
+        wall_s=t.wall_s,
     )
+
+
+def measure_setups(
+    setups: Mapping[str, Callable[[], SpeculativeDecoder]],
+    repeats: int = 3,
+    warmup: int = 1,
+    on_progress: Callable[[int, int, str, RunSample], None] | None = None,
+) -> dict[str, list[RunSample]]:
+    """Run every setup (name -> a factory of fresh decoders) interleaved: warmup + repeats rotations,
+    the order shifting every rotation, the warm-ups discarded. Returns name -> the kept RunSamples, in
+    repeat order, so samples[a][i] and samples[b][i] ran side by side. on_progress(done, total,
+    what, sample) follows every run, warm-ups included."""
+    last: dict[str, RunSample] = {}
+
+    def contender(name: str) -> Callable[[], RunSample]:
+        def run() -> RunSample:
+            last[name] = run_once(setups[name])
+            return last[name]
+
+        return run
+
+    progress: ProgressFn | None = None
+    if on_progress is not None:
+
+        def progress(done: int, total: int, message: str) -> None:
+            name = message.rsplit(" (", 1)[0]  # interleave reports "<name> (repeat i/n)"
+            on_progress(done, total, message, last[name])
+
+    return interleave({name: contender(name) for name in setups}, repeats, warmup, progress)
+
+
+def median_or_none(values: Sequence[float]) -> float | None:
+    vals = [v for v in values if v == v]
+    return statistics.median(vals) if vals else None
+
+
+# --- the sweep -------------------------------------------------------------------------------------
+
+
+def setting_name(drafter: str, k: int, tree_width: int = 1) -> str:
+    return f"{drafter} k={k}" + (f" W={tree_width}" if tree_width > 1 else "")
+
+
+def _fmt_t(t: float) -> str:
+    return f"{t:g}"
+
+
+def compare_to_baseline(
+    prompt: BenchPrompt, drafter: str, k: int, temperature: float, spec: SweepSpec,
+    runs: Sequence[RunSample], bases: Sequence[RunSample], device: str = "", dtype: str = "", tree_width: int = 1,
+) -> BenchRow:
+    """One BenchRow from a setting's repeats and the baseline's repeats of the same rotations."""
+    run, base = runs[0], bases[0]  # counts come from one run: a fixed seed makes every repeat decode the same tokens
+    s = run.stats
+    speed = paired_ratio([r.tokens_per_s for r in runs], [b.tokens_per_s for b in bases])
+    speed_cpu = paired_ratio([r.tokens_per_cpu_s for r in runs], [b.tokens_per_cpu_s for b in bases])
+    base_pass_ms = median_or_none([ms for b in bases for ms in b.pass_ms(drafting=False)])
+    verify_ms = median_or_none([ms for r in runs for ms in r.pass_ms(drafting=True)])
+    ms_per_draft = median_or_none([r.draft_ms / r.stats.drafted for r in runs if r.stats.drafted])
+    ok = base_pass_ms is not None and base_pass_ms > 0
+    draft_cost = ms_per_draft / base_pass_ms if ok and ms_per_draft is not None else None
+    verify_cost = verify_ms / base_pass_ms if ok and verify_ms is not None else None
     alpha_implied = alpha_from_acceptance_rate(s.acceptance_rate, k) if s.acceptance_rate is not None else None
     alpha_used = s.alpha if s.alpha is not None else alpha_implied
     predicted = None
@@ -200,6 +321,9 @@ def _row(
         temperature=temperature,
         seed=spec.seed,
         max_new_tokens=spec.max_new_tokens,
+        device=device,
+        dtype=dtype,
+        repeats=len(runs),
         new_tokens=s.new_tokens,
         target_passes=s.target_passes,
         drafted=s.drafted,
@@ -208,24 +332,24 @@ def _row(
         acceptance_rate=s.acceptance_rate,
         alpha_implied=alpha_implied,
         tokens_per_pass=s.tokens_per_target_pass,
-        tokens_per_s=s.tokens_per_s,
-        baseline_tokens_per_s=b.tokens_per_s,
-        speedup=s.tokens_per_s / b.tokens_per_s if b.tokens_per_s > 0 else float("nan"),
-        speedup_cpu=cpu_rate / base_cpu_rate if base_cpu_rate > 0 else float("nan"),
+        tokens_per_s=Spread.of([r.tokens_per_s for r in runs]).median,
+        baseline_tokens_per_s=Spread.of([b.tokens_per_s for b in bases]).median,
+        speedup=speed.median,
+        speedup_low=speed.low,
+        speedup_high=speed.high,
+        speedup_cpu=speed_cpu.median,
+        speedup_cpu_low=speed_cpu.low,
+        speedup_cpu_high=speed_cpu.high,
         draft_cost=draft_cost,
         verify_cost=verify_cost,
         predicted_speedup=predicted,
-        same_as_baseline=(run.generated == baseline.generated) if temperature == 0.0 else None,
-        wall_s=s.wall_s,
-        baseline_wall_s=b.wall_s,
-        cpu_s=measured.cpu_s,
-        baseline_cpu_s=base.cpu_s,
+        same_as_baseline=(run.generated == base.generated) if temperature == 0.0 else None,
+        wall_s=Spread.of([r.stats.wall_s for r in runs]).median,
+        baseline_wall_s=Spread.of([b.stats.wall_s for b in bases]).median,
+        cpu_s=Spread.of([r.cpu_s for r in runs]).median,
+        baseline_cpu_s=Spread.of([b.cpu_s for b in bases]).median,
         tree_width=tree_width,
     )
-
-
-def _fmt_t(t: float) -> str:
-    return f"{t:g}"
 
 
 def run_sweep(
@@ -236,10 +360,10 @@ def run_sweep(
     draft: LoadedModel | None = None,
     early_exit=None,
     on_progress: ProgressFn | None = None,
-    warmup: bool = True,
 ) -> list[BenchRow]:
-    """Run the sweep and return one BenchRow per speculative run. early_exit: a cached early_exit_view
-    of the target (built here when needed and not given). on_progress is called after every run."""
+    """Run the sweep and return one BenchRow per speculative setting. early_exit: a cached
+    early_exit_view of the target (built here when needed and not given). on_progress(done, total,
+    message) follows every run, warm-ups included."""
     from specviz.models import early_exit_view, encode_prompt
     from specviz.runs import build_decoder, exit_layer_for
 
@@ -248,46 +372,41 @@ def run_sweep(
     if "model" in spec.drafters and draft is None:
         raise ValueError("The 'model' drafter needs a draft model (--draft): give a hub id or a local folder.")
 
-    def config(drafter: str, k: int, temperature: float, max_new_tokens: int, tree_width: int = 1) -> RunConfig:
+    def config(drafter: str, k: int, temperature: float, tree_width: int = 1) -> RunConfig:
         return RunConfig(
             target=target.name, draft=draft.name if draft is not None else None, drafter=drafter,  # type: ignore[arg-type]
             exit_layer=spec.exit_layer, num_draft_tokens=k, temperature=temperature, seed=spec.seed,
-            max_new_tokens=max_new_tokens, chat=spec.chat, tree_width=tree_width,
+            max_new_tokens=spec.max_new_tokens, chat=spec.chat, tree_width=tree_width,
         )
 
     if "early-exit" in spec.drafters and early_exit is None:
-        early_exit = early_exit_view(target.model, exit_layer_for(config("early-exit", 1, 0.0, 1), target))
-    ids = {p: encode_prompt(target.tokenizer, p.prompt, spec.chat) for p in prompts}
+        early_exit = early_exit_view(target.model, exit_layer_for(config("early-exit", 1, 0.0), target))
+    device, dtype = str(target.device), str(target.dtype).removeprefix("torch.")
 
-    def decode(drafter: str, k: int, temperature: float, prompt_ids: list[int], baseline: bool, max_new_tokens: int, tree_width: int = 1) -> Measured:
-        cfg = config(drafter, k, temperature, max_new_tokens, tree_width)
-        start = time.process_time()
-        decoder = build_decoder(cfg, target, prompt_ids, draft, early_exit=early_exit, baseline=baseline)
-        decoder.run()
-        return Measured(decoder, time.process_time() - start)
+    def factory(
+        prompt_ids: list[int], drafter: str, k: int, temperature: float, baseline: bool, tree_width: int = 1
+    ) -> Callable[[], SpeculativeDecoder]:
+        cfg = config(drafter, k, temperature, tree_width)
+        return lambda: build_decoder(cfg, target, prompt_ids, draft, early_exit=early_exit, baseline=baseline)
 
-    if warmup:  # the first passes pay for allocation and kernel selection; keep them out of the table
-        first = ids[prompts[0]]
-        decode(spec.drafters[0], spec.ks[0], 0.0, first, True, 4)
-        for d in spec.drafters:
-            decode(d, spec.ks[0], 0.0, first, False, 4)
-
-    total, done = spec.num_runs(len(prompts)), 0
+    total, offset = spec.num_runs(len(prompts)), 0
     rows: list[BenchRow] = []
     for prompt in prompts:
+        prompt_ids = encode_prompt(target.tokenizer, prompt.prompt, spec.chat)
         for temperature in spec.temperatures:
-            baseline = decode(spec.drafters[0], spec.ks[0], temperature, ids[prompt], True, spec.max_new_tokens)
-            done += 1
-            if on_progress:
-                on_progress(done, total, f"{prompt.category} {prompt.title!r} baseline T={_fmt_t(temperature)} ... {baseline.decoder.stats().tokens_per_s:.1f} tok/s")
-            for drafter in spec.drafters:
-                for k, width in [(k, w) for k in spec.ks for w in spec.tree_widths]:
-                    run = decode(drafter, k, temperature, ids[prompt], False, spec.max_new_tokens, width)
-                    rows.append(_row(prompt, drafter, k, temperature, spec, run, baseline, width))
-                    done += 1
-                    if on_progress:
-                        tree = f" W={width}" if width > 1 else ""
-                        on_progress(done, total, f"{prompt.category} {drafter} k={k}{tree} T={_fmt_t(temperature)} ... {rows[-1].speedup:.2f}x (CPU time {rows[-1].speedup_cpu:.2f}x)")
+            setups = {BASELINE: factory(prompt_ids, spec.drafters[0], spec.ks[0], temperature, True)}
+            grid = [(d, k, w) for d in spec.drafters for k in spec.ks for w in spec.tree_widths]
+            setups |= {setting_name(d, k, w): factory(prompt_ids, d, k, temperature, False, w) for d, k, w in grid}
+            where = f"{prompt.category} {prompt.title!r} T={_fmt_t(temperature)}"
+
+            def progress(done: int, _total: int, message: str, sample: RunSample, offset: int = offset, where: str = where) -> None:
+                if on_progress:
+                    on_progress(offset + done, total, f"{where} {message} ... {sample.tokens_per_s:.1f} tok/s ({sample.tokens_per_cpu_s:.1f} per CPU-second)")
+
+            samples = measure_setups(setups, spec.repeats, spec.warmup, progress)
+            offset += len(setups) * (spec.warmup + spec.repeats)
+            for d, k, w in grid:
+                rows.append(compare_to_baseline(prompt, d, k, temperature, spec, samples[setting_name(d, k, w)], samples[BASELINE], device, dtype, w))
     return rows
 
 
@@ -299,10 +418,19 @@ def rows_to_frame(rows: Sequence[BenchRow]) -> pd.DataFrame:
 
 
 def summary_table(frame: pd.DataFrame) -> pd.DataFrame:
-    """Mean over prompts per (category, drafter, k, temperature): the table a report shows."""
+    """Per (category, drafter, k, temperature): means over prompts of the medians, and the lowest and
+    highest speedup any repeat of any prompt gave (when the frame has those columns)."""
     keys = ["category", "drafter", "k", "temperature"]
-    cols = ["alpha", "alpha_implied", "acceptance_rate", "tokens_per_pass", "tokens_per_s", "baseline_tokens_per_s", "speedup", "speedup_cpu", "predicted_speedup"]
-    return frame.groupby(keys, sort=False)[cols].mean().reset_index()
+    means = ["alpha", "alpha_implied", "acceptance_rate", "tokens_per_pass", "tokens_per_s", "baseline_tokens_per_s",
+             "speedup", "speedup_cpu", "verify_cost", "predicted_speedup"]
+    agg: dict[str, tuple[str, str]] = {c: (c, "mean") for c in means if c in frame}
+    for c in ("speedup_low", "speedup_cpu_low"):
+        if c in frame:
+            agg[c] = (c, "min")
+    for c in ("speedup_high", "speedup_cpu_high"):
+        if c in frame:
+            agg[c] = (c, "max")
+    return frame.groupby(keys, sort=False).agg(**agg).reset_index()
 
 
 def tree_vs_chain_table(frame: pd.DataFrame) -> pd.DataFrame:
@@ -311,90 +439,3 @@ def tree_vs_chain_table(frame: pd.DataFrame) -> pd.DataFrame:
     keys = ["drafter", "k", "temperature", "tree_width"]
     cols = ["acceptance_rate", "tokens_per_pass", "verify_cost", "speedup", "speedup_cpu"]
     return frame.groupby(keys, sort=True)[cols].mean().reset_index()
-
-
-# --- command line -------------------------------------------------------------------------------
-
-
-def _csv_list(text: str, cast, what: str) -> tuple:
-    try:
-        items = tuple(cast(x.strip()) for x in text.split(",") if x.strip())
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(f"{what} must be a comma-separated list, e.g. 2,4,8; got {text!r}.") from exc
-    if not items:
-        raise argparse.ArgumentTypeError(f"{what} must not be empty.")
-    return items
-
-
-def add_bench_parser(sub) -> None:
-    """Register `python -m specviz bench` on the CLI's subparsers."""
-    p = sub.add_parser(
-        "bench",
-        help="sweep drafters, k and temperature over a prompt set, against plain decoding",
-        description="Benchmark speculative decoding against plain decoding of the same target, prompt and sampling.",
-    )
-    p.add_argument("--prompts", default=str(DEFAULT_PROMPTS), help="JSON list of {category, title, prompt} (default: assets/prompts.json)")
-    p.add_argument("--categories", type=lambda s: _csv_list(s, str, "--categories"), default=None, help="e.g. code,prose,copy (default: all)")
-    p.add_argument("--drafters", type=lambda s: _csv_list(s, str, "--drafters"), default=SweepSpec.drafters,
-                   help=f"comma-separated, from {','.join(BENCH_DRAFTERS)} (default: ngram,lookup,early-exit)")
-    p.add_argument("--k", type=lambda s: _csv_list(s, int, "--k"), default=(2, 4, 8), help="tokens drafted per round (default: 2,4,8)")
-    p.add_argument("--temperatures", type=lambda s: _csv_list(s, float, "--temperatures"), default=(0.0, 1.0), help="default: 0,1")
-    p.add_argument("--tree-width", type=lambda s: _csv_list(s, int, "--tree-width"), default=(1,), help="children per token-tree node, e.g. 1,2,3 (1 = a chain; default: 1)")
-    p.add_argument("--max-new-tokens", type=int, default=48)
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--target", default=EMBEDDED_TARGET, help="hub id, local folder or .gguf file (default: embedded SmolLM2-135M-Instruct)")
-    p.add_argument("--draft", default=None, help="draft model for the 'model' drafter (same tokenizer as the target)")
-    p.add_argument("--exit-layer", type=int, default=None, help="early exit: target blocks the draft runs")
-    p.add_argument("--no-chat", action="store_true", help="feed prompts raw, without the chat template")
-    p.add_argument("--device", default="auto")
-    p.add_argument("--dtype", default="auto")
-    p.add_argument("--trust-remote-code", action="store_true")
-    p.add_argument("--allow-pickle", action="store_true", help="load .bin/.pt checkpoints (only if you trust them)")
-    p.add_argument("--allow-download", action="store_true")
-    p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice); 1 is steadier on a busy machine")
-    p.add_argument("--out", default=None, help="write the results table here (.csv, or .json for a list of records)")
-
-
-def _print_progress(done: int, total: int, message: str) -> None:
-    print(f"[{done}/{total}] {message}", file=sys.stderr, flush=True)
-
-
-def cmd_bench(args: argparse.Namespace) -> int:
-    from specviz.models import load_model
-
-    if args.threads is not None:
-        if args.threads < 1:
-            raise ValueError(f"--threads must be at least 1; got {args.threads}.")
-        import torch
-
-        torch.set_num_threads(args.threads)
-    spec = SweepSpec(
-        drafters=tuple(args.drafters), ks=tuple(args.k), temperatures=tuple(args.temperatures),
-        max_new_tokens=args.max_new_tokens, seed=args.seed, chat=not args.no_chat, exit_layer=args.exit_layer,
-        tree_widths=tuple(args.tree_width),
-    )
-    prompts = load_prompts(args.prompts, args.categories)
-    if args.out and Path(args.out).suffix.lower() not in (".csv", ".json"):
-        raise ValueError(f"--out must end in .csv or .json; got {args.out}.")
-    kwargs = dict(trust_remote_code=args.trust_remote_code, allow_download=args.allow_download, allow_pickle=args.allow_pickle)
-    target = load_model(args.target, args.device, args.dtype, **kwargs)
-    draft = load_model(args.draft, args.device, args.dtype, **kwargs) if "model" in spec.drafters and args.draft else None
-    print(f"benchmark: {len(prompts)} prompts, {spec.num_runs(len(prompts))} runs on {target.name} ({target.device})", file=sys.stderr)
-    frame = rows_to_frame(run_sweep(target, prompts, spec, draft=draft, on_progress=_print_progress))
-    if args.out:
-        out = Path(args.out)
-        out.parent.mkdir(parents=True, exist_ok=True)
-        if out.suffix.lower() == ".json":
-            out.write_text(frame.to_json(orient="records", indent=1), encoding="utf-8")
-        else:
-            frame.to_csv(out, index=False, float_format="%.4g")
-        print(f"wrote {len(frame)} rows to {out}", file=sys.stderr)
-    show = ["category", "prompt", "drafter", "k", "temperature", "alpha", "acceptance_rate", "tokens_per_pass",
-            "tokens_per_s", "baseline_tokens_per_s", "speedup", "speedup_cpu"]
-    if len(spec.tree_widths) > 1:
-        show.insert(4, "tree_width")
-    print(frame[show].to_string(index=False, float_format=lambda x: f"{x:.2f}", na_rep="n/a"))
-    if len(spec.tree_widths) > 1:
-        print("\ntrees vs chains at the same node budget k (means over prompts):")
-        print(tree_vs_chain_table(frame).to_string(index=False, float_format=lambda x: f"{x:.2f}", na_rep="n/a"))
-    return 0

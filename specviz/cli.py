@@ -1,4 +1,4 @@
-"""python -m specviz generate | replay | info | bench — the command-line face of the engine."""
+"""python -m specviz generate | replay | info | bench | profile — the command-line face of the engine."""
 
 from __future__ import annotations
 
@@ -90,10 +90,59 @@ def build_parser() -> argparse.ArgumentParser:
     rep.add_argument("file", help="a recording written by generate --record or the app's Save run")
     info = sub.add_parser("info", help="devices, default models and whether they load")
     info.add_argument("--device", default="auto")
-    from specviz.bench import add_bench_parser  # the sweep lives in its own module
-
     add_bench_parser(sub)
+    _add_profile_parser(sub)
     return parser
+
+
+def _add_profile_parser(sub) -> None:
+    p = sub.add_parser("profile", help="this machine's cost profile: a target pass over 1..17 tokens, and each drafter's cost per token")
+    p.add_argument("--target", default=EMBEDDED_TARGET, help="hub id, local folder or .gguf file (default: embedded SmolLM2-135M-Instruct)")
+    p.add_argument("--device", default="auto")
+    p.add_argument("--dtype", default="auto")
+    p.add_argument("--context", type=int, default=256, help="tokens already cached before each timed pass (default 256)")
+    p.add_argument("--max-tokens", type=int, default=17, help="time passes over 1..N new tokens (default 17: k = 0..16)")
+    p.add_argument("--repeats", type=int, default=5, help="interleaved repeats; the profile keeps medians (default 5)")
+    p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice); 1 is steadier on a busy machine")
+    p.add_argument("--clock", choices=("wall", "cpu"), default="wall", help="wall clock (synchronised), or process CPU time (CPU only; steadier on a shared machine)")
+    p.add_argument("--label", default="", help="a short name for the theory page's menu")
+    p.add_argument("--out", default=None, help="write the profile here as JSON")
+    p.add_argument("--trust-remote-code", action="store_true")
+    p.add_argument("--allow-download", action="store_true")
+    p.add_argument("--allow-pickle", action="store_true")
+
+
+def cmd_profile(args: argparse.Namespace) -> int:
+    from specviz.models import load_model
+    from specviz.profile import measure_profile, profile_table
+
+    if args.threads is not None:
+        if args.threads < 1:
+            raise ValueError(f"--threads must be at least 1; got {args.threads}.")
+        import torch
+
+        torch.set_num_threads(args.threads)
+    target = load_model(args.target, args.device, args.dtype, trust_remote_code=args.trust_remote_code,
+                        allow_download=args.allow_download, allow_pickle=args.allow_pickle)
+    print(f"profiling {target.name} on {target.device} ({str(target.dtype).removeprefix('torch.')}), context {args.context} tokens", file=sys.stderr)
+
+    def progress(done: int, total: int, message: str) -> None:
+        print(f"[{done}/{total}] {message}", file=sys.stderr, flush=True)
+
+    profile = measure_profile(target, max_tokens=args.max_tokens, context_length=args.context, repeats=args.repeats,
+                              threads=args.threads, clock=args.clock, on_progress=progress, label=args.label)
+    if args.out:
+        with open(args.out, "w", encoding="utf-8") as fh:
+            json.dump(profile.to_json(), fh, indent=1)
+            fh.write("\n")
+        print(f"wrote {args.out}", file=sys.stderr)
+    print(f"{profile.device_name}; torch {profile.torch_version}; {profile.threads} threads; {profile.clock} clock")
+    print(" k  tokens fed  pass ms  verify cost c_verify(k)")
+    for k, ms, cost in profile_table(profile):
+        print(f"{k:2d}  {k + 1:10d}  {ms:7.2f}  {cost:6.2f}")
+    for name, c in profile.draft_cost.items():
+        print(f"draft cost c, {name}: {c:.4f} of a 1-token pass ({profile.draft_ms_per_token[name]:.3f} ms per drafted token)")
+    return 0
 
 
 def sample_seed(seed: int, i: int) -> int:
@@ -129,7 +178,11 @@ def _chain_step_to_json(r) -> dict:
     }
 
 
-def stats_to_json(s) -> dict:
+def stats_to_json(s, records=()) -> dict:
+    """RunStats plus the metrics named as vLLM names them (specviz.core.metrics); alpha stays null without a q_draft."""
+    from specviz.core.metrics import run_metrics
+
+    m = run_metrics(records).to_json()
     return {
         "new_tokens": s.new_tokens,
         "target_passes": s.target_passes,
@@ -140,6 +193,9 @@ def stats_to_json(s) -> dict:
         "alpha": s.alpha,
         "wall_s": s.wall_s,
         "tokens_per_s": s.tokens_per_s,
+        "mean_acceptance_length": m["mean_acceptance_length"],  # vLLM: 1 + accepted per drafting round
+        "drafting_rounds": m["drafting_rounds"],
+        "position_acceptance": m["position_acceptance"],  # per draft position: reached, accepted, rate (conditional), unconditional (vLLM)
     }
 
 
@@ -194,7 +250,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
                 "output_ids": decoder.generated,
                 "text": target.tokenizer.decode(decoder.generated, skip_special_tokens=True),
                 "steps": [step_to_json(r) for r in decoder.records],
-                "stats": stats_to_json(decoder.stats()),
+                "stats": stats_to_json(decoder.stats(), decoder.records),
             }
             if check is not None:
                 sample["same_as_baseline"] = difference is None
@@ -345,6 +401,119 @@ def cmd_info(args: argparse.Namespace) -> int:
     return 0
 
 
+# --- bench: the sweep lives in specviz.bench; here only its arguments and its output -------------
+
+
+def _csv_list(text: str, cast, what: str) -> tuple:
+    try:
+        items = tuple(cast(x.strip()) for x in text.split(",") if x.strip())
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"{what} must be a comma-separated list, e.g. 2,4,8; got {text!r}.") from exc
+    if not items:
+        raise argparse.ArgumentTypeError(f"{what} must not be empty.")
+    return items
+
+
+def add_bench_parser(sub) -> None:
+    """Register `python -m specviz bench` on the CLI's subparsers."""
+    from specviz.bench import BENCH_DRAFTERS, DEFAULT_PROMPTS, SweepSpec
+
+    d = SweepSpec  # every default comes from SweepSpec, so the CLI and the Benchmark page agree
+    p = sub.add_parser(
+        "bench",
+        help="sweep drafters, k and temperature over a prompt set, against plain decoding",
+        description="Benchmark speculative decoding against plain decoding of the same target, prompt and sampling: "
+        "every setting and its baseline run interleaved, a warm-up discarded, medians and min-max of the repeats.",
+    )
+    p.add_argument("--prompts", default=str(DEFAULT_PROMPTS), help="JSON list of {category, title, prompt} (default: assets/prompts.json)")
+    p.add_argument("--categories", type=lambda s: _csv_list(s, str, "--categories"), default=None, help="e.g. code,prose,copy (default: all)")
+    p.add_argument("--per-category", type=int, default=None, help="only the first N prompts of each category (default: all)")
+    p.add_argument("--drafters", type=lambda s: _csv_list(s, str, "--drafters"), default=d.drafters,
+                   help=f"comma-separated, from {','.join(BENCH_DRAFTERS)} (default: {','.join(d.drafters)})")
+    p.add_argument("--k", type=lambda s: _csv_list(s, int, "--k"), default=d.ks, help=f"tokens drafted per round (default: {','.join(map(str, d.ks))})")
+    p.add_argument("--temperatures", type=lambda s: _csv_list(s, float, "--temperatures"), default=d.temperatures,
+                   help=f"default: {','.join(f'{t:g}' for t in d.temperatures)}")
+    p.add_argument("--tree-width", type=lambda s: _csv_list(s, int, "--tree-width"), default=d.tree_widths,
+                   help="children per token-tree node, e.g. 1,2,3 (1 = a chain; k is then the node budget; default: 1)")
+    p.add_argument("--max-new-tokens", type=int, default=d.max_new_tokens)
+    p.add_argument("--repeats", type=int, default=d.repeats, help=f"timed runs of every setting, medians and min-max reported (default: {d.repeats})")
+    p.add_argument("--warmup", type=int, default=d.warmup, help=f"rotations run first and discarded, per prompt and temperature (default: {d.warmup})")
+    p.add_argument("--seed", type=int, default=d.seed)
+    p.add_argument("--target", default=EMBEDDED_TARGET, help="hub id, local folder or .gguf file (default: embedded SmolLM2-135M-Instruct)")
+    p.add_argument("--draft", default=None, help="draft model for the 'model' drafter (same tokenizer as the target)")
+    p.add_argument("--exit-layer", type=int, default=None, help="early exit: target blocks the draft runs")
+    p.add_argument("--no-chat", action="store_true", help="feed prompts raw, without the chat template")
+    p.add_argument("--device", default="auto")
+    p.add_argument("--dtype", default="auto")
+    p.add_argument("--trust-remote-code", action="store_true")
+    p.add_argument("--allow-pickle", action="store_true", help="load .bin/.pt checkpoints (only if you trust them)")
+    p.add_argument("--allow-download", action="store_true")
+    p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice); 1 is steadier on a busy machine")
+    p.add_argument("--out", default=None, help="write the results table here (.csv, or .json for a list of records)")
+    p.add_argument("--append", action="store_true", help="add the rows to an existing --out CSV instead of replacing it")
+
+
+def _print_progress(done: int, total: int, message: str) -> None:
+    print(f"[{done}/{total}] {message}", file=sys.stderr, flush=True)
+
+
+def cmd_bench(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from specviz.bench import COLUMNS, SweepSpec, first_per_category, load_prompts, rows_to_frame, run_sweep
+    from specviz.models import load_model
+
+    if args.threads is not None:
+        if args.threads < 1:
+            raise ValueError(f"--threads must be at least 1; got {args.threads}.")
+        import torch
+
+        torch.set_num_threads(args.threads)
+    spec = SweepSpec(
+        drafters=tuple(args.drafters), ks=tuple(args.k), temperatures=tuple(args.temperatures),
+        max_new_tokens=args.max_new_tokens, seed=args.seed, chat=not args.no_chat, exit_layer=args.exit_layer,
+        repeats=args.repeats, warmup=args.warmup, tree_widths=tuple(args.tree_width),
+    )
+    prompts = first_per_category(load_prompts(args.prompts, args.categories), args.per_category)
+    out = Path(args.out) if args.out else None
+    if out is not None and out.suffix.lower() not in (".csv", ".json"):
+        raise ValueError(f"--out must end in .csv or .json; got {args.out}.")
+    if args.append and (out is None or out.suffix.lower() != ".csv"):
+        raise ValueError("--append adds rows to a CSV: give --out FILE.csv.")
+    if args.append and out.is_file() and out.stat().st_size > 0:
+        with out.open(encoding="utf-8") as fh:
+            if fh.readline().strip() != ",".join(COLUMNS):
+                raise ValueError(f"{out} has other columns than this benchmark writes; --append needs a CSV from the same version.")
+    kwargs = dict(trust_remote_code=args.trust_remote_code, allow_download=args.allow_download, allow_pickle=args.allow_pickle)
+    target = load_model(args.target, args.device, args.dtype, **kwargs)
+    draft = load_model(args.draft, args.device, args.dtype, **kwargs) if "model" in spec.drafters and args.draft else None
+    print(
+        f"benchmark: {len(prompts)} prompts, {spec.num_settings(len(prompts))} settings x ({spec.warmup} warm-up + "
+        f"{spec.repeats} repeats) = {spec.num_runs(len(prompts))} runs on {target.name} ({target.device}, {target.dtype})",
+        file=sys.stderr,
+    )
+    frame = rows_to_frame(run_sweep(target, prompts, spec, draft=draft, on_progress=_print_progress))
+    if out is not None:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        if out.suffix.lower() == ".json":
+            out.write_text(frame.to_json(orient="records", indent=1), encoding="utf-8")
+        else:
+            append = args.append and out.is_file() and out.stat().st_size > 0
+            frame.to_csv(out, index=False, float_format="%.4g", mode="a" if append else "w", header=not append)
+        print(f"wrote {len(frame)} rows to {out}", file=sys.stderr)
+    show = ["category", "prompt", "drafter", "k", "temperature", "alpha", "acceptance_rate", "tokens_per_pass",
+            "baseline_tokens_per_s", "speedup", "speedup_low", "speedup_high", "speedup_cpu", "verify_cost"]
+    if len(spec.tree_widths) > 1:
+        show.insert(4, "tree_width")
+    print(frame[show].to_string(index=False, float_format=lambda x: f"{x:.2f}", na_rep="n/a"))
+    if len(spec.tree_widths) > 1:
+        from specviz.bench import tree_vs_chain_table
+
+        print("\ntrees vs chains at the same node budget k (means over prompts):")
+        print(tree_vs_chain_table(frame).to_string(index=False, float_format=lambda x: f"{x:.2f}", na_rep="n/a"))
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(level=os.environ.get("SPECVIZ_LOG", "WARNING"))
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
@@ -356,8 +525,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return cmd_info(args)
         if args.command == "replay":
             return cmd_replay(args)
-        from specviz.bench import cmd_bench
-
+        if args.command == "profile":
+            return cmd_profile(args)
         return cmd_bench(args)
     except (ValueError, OSError) as exc:
         print(f"error: {exc}", file=sys.stderr)

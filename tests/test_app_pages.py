@@ -8,8 +8,9 @@ import pandas as pd
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from specviz.bench import COLUMNS, SESSION_STATE_KEY
+from specviz.bench import COLUMNS
 from specviz.core.theory import best_k, expected_tokens, speedup
+from specviz.ui.keys import BENCH_RESULTS_KEY
 
 PAGES = Path(__file__).resolve().parent.parent / "pages"
 TIMEOUT = 180
@@ -54,7 +55,7 @@ def test_theory_page_numbers():
 def test_theory_page_overlays_session_runs():
     at = page("theory.py")
     row = {c: None for c in COLUMNS} | dict(category="copy", prompt="p", drafter="lookup", k=4, temperature=0.0, alpha=None, alpha_implied=0.8, speedup=1.7)
-    at.session_state[SESSION_STATE_KEY] = pd.DataFrame([row], columns=list(COLUMNS))
+    at.session_state[BENCH_RESULTS_KEY] = pd.DataFrame([row], columns=list(COLUMNS))
     at.session_state["specviz_step_through"] = object()  # another page's state of an unexpected shape is ignored
     at.run()
     assert not at.exception
@@ -62,24 +63,59 @@ def test_theory_page_overlays_session_runs():
 
 
 def test_theory_page_overlays_step_through_runs(tiny_models):
-    """The step-through page keeps PageState(session=StepSession(runs=[Run], baseline=Baseline)); only
-    .session.runs[i].label/.records and .session.baseline.records are read."""
-    from types import SimpleNamespace
-
+    """The step-through page's PageState is read through its types: session.runs[i].records and session.baseline.records."""
     from specviz.config import RunConfig
     from specviz.runs import build_decoder
+    from specviz.ui.session import STATE_KEY, Baseline, PageState, Run, StepSession, TokenTexts
 
     target = tiny_models["llama"]
     ids = target.tokenizer("the cat sat on the mat and the cat sat on the")["input_ids"]
     config = RunConfig(target="tiny", drafter="lookup", num_draft_tokens=3, max_new_tokens=8, chat=False)
     spec, plain = build_decoder(config, target, ids), build_decoder(config, target, ids, baseline=True)
     spec.run(), plain.run()
-    state = SimpleNamespace(session=SimpleNamespace(runs=[SimpleNamespace(label="prompt lookup", records=spec.records)], baseline=SimpleNamespace(records=plain.records)))
+    session = StepSession("p", config, None, ids, TokenTexts(target.tokenizer), [Run("prompt lookup", config, spec)], Baseline(plain))
     at = page("theory.py")
-    at.session_state["specviz_step_through"] = state
+    at.session_state[STATE_KEY] = PageState(session=session)
     at.run()
     assert not at.exception
     assert any("Measured runs drawn above (1)" in e.label for e in at.expander)
+
+
+def test_theory_page_uses_a_shipped_profile():
+    from specviz.profile import shipped_profiles
+
+    cpu = shipped_profiles()["profile_cpu"]
+    at = page("theory.py").run()
+    options = at.selectbox(key="theory_verify_source").options
+    assert options[0].startswith("one constant") and any(cpu.name in o for o in options)
+    at.selectbox(key="theory_verify_source").set_value(next(o for o in options if cpu.name in o)).run()
+    assert not at.exception
+    m = metrics(at)
+    assert m["expected speedup"] == f"{speedup(0.7, 4, 0.05, cpu.curve):.2f}×"
+    assert m["best k"] == str(best_k(0.7, 0.05, cpu.curve))
+    assert at.slider(key="theory_verify_cost").disabled
+
+
+def test_theory_page_measures_this_machine(tiny_target, monkeypatch):
+    """The button measures (patched to a fast fake), shows progress, and selects the new curve at once."""
+    import specviz.profile as profile_module
+
+    def fake_measure(target, on_progress=None, **kwargs):
+        for i in range(1, 4):
+            on_progress(i, 3, f"pass {i}")
+        return profile_module.CostProfile(
+            target=target.name, device="cpu", device_name="fake CPU", dtype="float32", torch_version="x", threads=1, clock="wall",
+            context_length=8, repeats=1, pass_ms=tuple(10.0 + 3.0 * n for n in range(17)), draft_ms_per_token={"ngram": 0.01},
+            label="this machine, measured now",
+        )
+
+    monkeypatch.setattr(profile_module, "measure_profile", fake_measure)
+    at = page("theory.py").run()
+    at.button(key="theory_measure").click().run()
+    assert not at.exception, at.exception
+    assert at.selectbox(key="theory_verify_source").value == "this machine (measured now)"
+    curve = profile_module.VerifyCurve.from_pass_ms([10.0 + 3.0 * n for n in range(17)])
+    assert metrics(at)["expected speedup"] == f"{speedup(0.7, 4, 0.05, curve):.2f}×"
 
 
 # --- Exactness lab -------------------------------------------------------------------------------
@@ -136,12 +172,15 @@ def test_benchmark_page_runs_a_sweep(tiny_target):
     at.multiselect(key="bench_ks").set_value([2])
     at.multiselect(key="bench_temperatures").set_value([0.0, 1.0])
     at.slider(key="bench_max_new_tokens").set_value(8)
+    at.slider(key="bench_repeats").set_value(2)
     at.run()
     at.button(key="bench_run").click().run()
     assert not at.exception, at.exception
-    frame = at.session_state[SESSION_STATE_KEY]
+    frame = at.session_state[BENCH_RESULTS_KEY]
     assert tuple(frame.columns) == COLUMNS
     assert len(frame) == 1 * 2 * 2  # one copy prompt x two temperatures x two drafters
+    assert (frame["repeats"] == 2).all()
+    assert (frame["speedup_low"] <= frame["speedup"]).all() and (frame["speedup"] <= frame["speedup_high"]).all()
     assert frame.loc[frame["temperature"] == 0, "same_as_baseline"].all()
     assert any(b.label == "Download CSV" for b in at.get("download_button"))
 

@@ -7,7 +7,18 @@ import json
 import pandas as pd
 import pytest
 
-from specviz.bench import BENCH_DRAFTERS, COLUMNS, SweepSpec, load_prompts, rows_to_frame, run_sweep, summary_table
+from specviz.bench import (
+    BASELINE,
+    BENCH_DRAFTERS,
+    COLUMNS,
+    SweepSpec,
+    first_per_category,
+    load_prompts,
+    measure_setups,
+    rows_to_frame,
+    run_sweep,
+    summary_table,
+)
 from specviz.cli import main
 from specviz.config import DRAFTER_KINDS
 
@@ -31,7 +42,7 @@ def test_cli_writes_csv_with_documented_columns(tiny_dir, prompts_file, tmp_path
     rc = main([
         "bench", "--target", str(tiny_dir["llama"]), "--prompts", str(prompts_file), "--categories", "copy,prose",
         "--drafters", "lookup,early-exit", "--k", "2,3", "--temperatures", "0,1", "--max-new-tokens", "6",
-        "--device", "cpu", "--dtype", "float32", "--out", str(out),
+        "--repeats", "2", "--warmup", "1", "--device", "cpu", "--dtype", "float32", "--out", str(out),
     ])
     assert rc == 0
     frame = pd.read_csv(out)
@@ -40,6 +51,9 @@ def test_cli_writes_csv_with_documented_columns(tiny_dir, prompts_file, tmp_path
     assert set(frame["category"]) == {"copy", "prose"}
     assert set(frame["drafter"]) == {"lookup", "early-exit"}
     assert (frame["speedup"] > 0).all() and (frame["baseline_tokens_per_s"] > 0).all()
+    assert (frame["repeats"] == 2).all() and (frame["device"] == "cpu").all() and (frame["dtype"] == "float32").all()
+    for col in ("speedup", "speedup_cpu"):  # the median lies within the min-max of the repeats
+        assert (frame[f"{col}_low"] <= frame[col] + 1e-9).all() and (frame[col] <= frame[f"{col}_high"] + 1e-9).all()
     assert (frame["new_tokens"] <= 6).all() and (frame["tokens_per_pass"] >= 1).all()
     # greedy speculative output is token-identical to plain greedy decoding
     greedy = frame[frame["temperature"] == 0]
@@ -49,7 +63,7 @@ def test_cli_writes_csv_with_documented_columns(tiny_dir, prompts_file, tmp_path
     assert frame.loc[frame["drafter"] == "lookup", "alpha"].isna().all()
     assert frame.loc[frame["drafter"] == "early-exit", "alpha"].notna().all()
     err = capsys.readouterr()
-    total = 2 * 2 * (1 + 2 * 2)
+    total = 2 * 2 * (1 + 2 * 2) * (1 + 2)  # settings x (warm-up + repeats)
     assert f"[1/{total}]" in err.err and f"[{total}/{total}]" in err.err and "baseline" in err.err
     assert "speedup" in err.out  # the table printed at the end
 
@@ -58,7 +72,8 @@ def test_cli_json_output(tiny_dir, prompts_file, tmp_path):
     out = tmp_path / "results.json"
     rc = main([
         "bench", "--target", str(tiny_dir["llama"]), "--prompts", str(prompts_file), "--categories", "copy",
-        "--drafters", "lookup", "--k", "2", "--temperatures", "0", "--max-new-tokens", "4", "--device", "cpu", "--out", str(out),
+        "--drafters", "lookup", "--k", "2", "--temperatures", "0", "--max-new-tokens", "4", "--repeats", "1", "--warmup", "0",
+        "--device", "cpu", "--out", str(out),
     ])
     assert rc == 0
     records = json.loads(out.read_text())
@@ -72,6 +87,13 @@ def test_cli_reports_bad_input(tiny_dir, prompts_file, tmp_path, capsys):
     assert main(args + ["--k", "0"]) == 2
     assert main(args + ["--drafters", "none"]) == 2
     assert main(args + ["--out", str(tmp_path / "x.txt")]) == 2
+    assert main(args + ["--repeats", "0"]) == 2
+    assert main(args + ["--per-category", "0"]) == 2
+    assert main(args + ["--append"]) == 2  # --append needs a CSV to add to
+    stale = tmp_path / "old.csv"
+    stale.write_text("a,b\n1,2\n")
+    assert main(args + ["--out", str(stale), "--append"]) == 2
+    assert "other columns" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         main(args + ["--k", "two"])
 
@@ -79,10 +101,16 @@ def test_cli_reports_bad_input(tiny_dir, prompts_file, tmp_path, capsys):
 def test_run_sweep_in_process(tiny_models, tmp_path, prompts_file):
     prompts = load_prompts(prompts_file, ["copy"])
     seen = []
-    spec = SweepSpec(drafters=("lookup",), ks=(2, 4), temperatures=(0.0,), max_new_tokens=8, chat=False)
-    rows = run_sweep(tiny_models["llama"], prompts, spec, on_progress=lambda d, t, m: seen.append((d, t)), warmup=False)
+    spec = SweepSpec(drafters=("lookup",), ks=(2, 4), temperatures=(0.0,), max_new_tokens=8, chat=False, repeats=2, warmup=1)
+    rows = run_sweep(tiny_models["llama"], prompts, spec, on_progress=lambda d, t, m: seen.append((d, t, m)))
     assert [r.k for r in rows] == [2, 4]
-    assert seen == [(1, 3), (2, 3), (3, 3)]
+    assert [r.repeats for r in rows] == [2, 2]
+    total = 3 * 3  # (baseline + 2 settings) x (1 warm-up + 2 repeats)
+    assert spec.num_runs(1) == total and [(d, t) for d, t, _ in seen] == [(i, total) for i in range(1, total + 1)]
+    # interleaved: each rotation runs all three, starting one later than the last; the first is the warm-up
+    names = [m.split(" T=0 ")[1].split(" (")[0] for _, _, m in seen]
+    assert names == ["baseline", "lookup k=2", "lookup k=4", "lookup k=2", "lookup k=4", "baseline", "lookup k=4", "baseline", "lookup k=2"]
+    assert sum("warm-up" in m for _, _, m in seen) == 3
     frame = rows_to_frame(rows)
     # the copy prompt repeats itself, so prompt lookup finds something to draft (a random model rarely agrees)
     assert frame["drafted"].sum() > 0
@@ -125,7 +153,8 @@ def test_load_prompts_rejects_bad_files(tmp_path, content, message):
 
 @pytest.mark.parametrize(
     "kwargs",
-    [dict(drafters=()), dict(drafters=("none",)), dict(ks=()), dict(ks=(0,)), dict(ks=(17,)), dict(temperatures=(-1.0,)), dict(max_new_tokens=0), dict(seed=-1)],
+    [dict(drafters=()), dict(drafters=("none",)), dict(ks=()), dict(ks=(0,)), dict(ks=(17,)), dict(temperatures=(-1.0,)), dict(max_new_tokens=0), dict(seed=-1),
+     dict(repeats=0), dict(warmup=-1)],
 )
 def test_sweep_spec_validation(kwargs):
     with pytest.raises(ValueError):
@@ -134,15 +163,15 @@ def test_sweep_spec_validation(kwargs):
 
 def test_model_drafter_needs_a_draft(tiny_models, prompts_file):
     with pytest.raises(ValueError, match="draft model"):
-        run_sweep(tiny_models["llama"], load_prompts(prompts_file), SweepSpec(drafters=("model",)), warmup=False)
+        run_sweep(tiny_models["llama"], load_prompts(prompts_file), SweepSpec(drafters=("model",), warmup=0))
 
 
 def test_bench_figures(tiny_models, prompts_file):
     from specviz.viz.bench import measured_points, speedup_vs_k_figure, theory_overlay_figure
     from specviz.viz.theory import MEASURED_COLUMNS
 
-    spec = SweepSpec(drafters=("lookup", "early-exit"), ks=(2,), temperatures=(0.0,), max_new_tokens=4, chat=False)
-    frame = rows_to_frame(run_sweep(tiny_models["llama"], load_prompts(prompts_file, ["copy", "code"]), spec, warmup=False))
+    spec = SweepSpec(drafters=("lookup", "early-exit"), ks=(2,), temperatures=(0.0,), max_new_tokens=4, chat=False, repeats=1, warmup=0)
+    frame = rows_to_frame(run_sweep(tiny_models["llama"], load_prompts(prompts_file, ["copy", "code"]), spec))
     for metric in ("speedup", "speedup_cpu"):
         assert len(speedup_vs_k_figure(frame, metric).data) == 2 * 2  # categories x drafters (one temperature)
         assert theory_overlay_figure(frame, metric).data
@@ -152,3 +181,80 @@ def test_bench_figures(tiny_models, prompts_file):
     assert tuple(points.columns) == MEASURED_COLUMNS and len(points) == len(frame)
     drafted = (frame["drafted"] > 0).to_numpy()
     assert points["alpha"][drafted].notna().all()  # Leviathan's alpha, or the implied one for prompt lookup
+
+
+def test_measure_setups_repeats_interleaves_and_keeps_pairs(tiny_models):
+    """Every setup runs warmup + repeats times in a rotating order; the kept samples pair up by repeat."""
+    from specviz.config import RunConfig
+    from specviz.runs import build_decoder
+
+    target = tiny_models["llama"]
+    ids = target.tokenizer("the cat sat on the mat and the cat sat on the")["input_ids"]
+    config = RunConfig(target="tiny", drafter="lookup", num_draft_tokens=3, max_new_tokens=6, chat=False)
+    built: list[str] = []
+
+    def factory(name: str, baseline: bool):
+        def make():
+            built.append(name)
+            return build_decoder(config, target, ids, baseline=baseline)
+
+        return make
+
+    seen = []
+    samples = measure_setups({BASELINE: factory("b", True), "lookup": factory("l", False)}, repeats=3, warmup=1,
+                             on_progress=lambda d, t, m, s: seen.append((d, t, s.stats.new_tokens)))
+    assert built == ["b", "l", "l", "b", "b", "l", "l", "b"]
+    assert [len(v) for v in samples.values()] == [3, 3]
+    assert seen[-1][:2] == (8, 8) and all(n == 6 for _, _, n in seen)
+    for b, s in zip(samples[BASELINE], samples["lookup"]):
+        assert b.generated == s.generated  # greedy: the same tokens every repeat, with or without drafts
+        assert b.cpu_s >= 0 and b.wall_s >= 0 and not any(b.drafted)
+        assert len(b.pass_ms(drafting=False)) == b.stats.target_passes
+    assert sum(s.stats.drafted for s in samples["lookup"]) > 0
+
+
+def test_first_per_category():
+    from specviz.bench import BenchPrompt
+
+    prompts = [BenchPrompt(c, f"{c}{i}", "x") for c in ("a", "b") for i in range(3)]
+    assert [p.title for p in first_per_category(prompts, 2)] == ["a0", "a1", "b0", "b1"]
+    assert first_per_category(prompts, None) == prompts
+    with pytest.raises(ValueError, match="at least 1"):
+        first_per_category(prompts, 0)
+
+
+def test_cli_per_category_and_append(tiny_dir, prompts_file, tmp_path):
+    out = tmp_path / "r.csv"
+    args = ["bench", "--target", str(tiny_dir["llama"]), "--prompts", str(prompts_file), "--drafters", "lookup", "--k", "2",
+            "--temperatures", "0", "--max-new-tokens", "3", "--repeats", "1", "--warmup", "0", "--device", "cpu", "--out", str(out)]
+    assert main(args + ["--per-category", "1"]) == 0
+    assert main(args + ["--categories", "copy", "--append"]) == 0
+    frame = pd.read_csv(out)
+    assert tuple(frame.columns) == COLUMNS
+    assert list(frame["category"]) == ["copy", "prose", "code", "copy"]
+
+
+def test_compare_to_baseline_uses_paired_medians():
+    """Synthetic samples (no clocks read): speedups pair repeat i with repeat i, costs are medians of passes."""
+    from specviz.bench import BenchPrompt, RunSample, compare_to_baseline
+    from specviz.core.records import RunStats
+
+    def sample(tokens_per_s: float, cpu_s: float, verify_ms: tuple[float, ...], drafted: tuple[int, ...], draft_ms: float = 0.0) -> RunSample:
+        passes = len(verify_ms)
+        stats = RunStats(new_tokens=12, target_passes=passes, tokens_per_target_pass=12 / passes, drafted=sum(drafted), accepted=sum(drafted) // 2,
+                         acceptance_rate=0.5 if sum(drafted) else None, alpha=None, wall_s=12 / tokens_per_s, tokens_per_s=tokens_per_s)
+        return RunSample(generated=(1,) * 12, stats=stats, verify_ms=verify_ms, drafted=drafted, draft_ms=draft_ms,
+                         overlap_sum=0.0, overlap_count=0, cpu_s=cpu_s, wall_s=12 / tokens_per_s)
+
+    bases = [sample(10.0, 1.2, (10.0,) * 12, (0,) * 12), sample(5.0, 1.2, (20.0,) * 12, (0,) * 12), sample(10.0, 1.2, (10.0,) * 12, (0,) * 12)]
+    runs = [sample(20.0, 0.6, (15.0, 15.0, 10.0), (4, 4, 0), 8.0), sample(5.0, 0.4, (30.0, 30.0, 20.0), (4, 4, 0), 8.0),
+            sample(15.0, 0.6, (15.0, 15.0, 10.0), (4, 4, 0), 8.0)]
+    spec = SweepSpec(drafters=("lookup",), ks=(4,), temperatures=(0.0,))
+    row = compare_to_baseline(BenchPrompt("copy", "t", "x"), "lookup", 4, 0.0, spec, runs, bases, "cpu", "float32")
+    # paired ratios 2.0, 1.0, 1.5: the median and its range (a slow repeat of the baseline does not inflate the speedup)
+    assert (row.speedup, row.speedup_low, row.speedup_high) == (1.5, 1.0, 2.0)
+    assert (row.speedup_cpu, row.speedup_cpu_low, row.speedup_cpu_high) == (2.0, 2.0, 3.0)
+    assert row.verify_cost == 1.5  # median drafting pass 15 ms / median baseline pass 10 ms
+    assert row.draft_cost == pytest.approx(0.1)  # 8 ms / 8 drafted tokens / 10 ms
+    assert (row.repeats, row.device, row.dtype, row.same_as_baseline) == (3, "cpu", "float32", True)
+    assert (row.tokens_per_s, row.baseline_tokens_per_s) == (15.0, 10.0)

@@ -43,6 +43,13 @@ def check_contract(out: dict, num_samples: int, max_new: int) -> None:
         drafted = sum(len(s["drafted"]) for s in sample["steps"])
         accepted = sum(s["num_accepted"] for s in sample["steps"])
         assert stats["acceptance_rate"] == (pytest.approx(accepted / drafted) if drafted else None)
+        rounds = [st for st in sample["steps"] if st["drafted"]]
+        assert stats["drafting_rounds"] == len(rounds)
+        assert stats["mean_acceptance_length"] == (pytest.approx(1 + accepted / len(rounds)) if rounds else None)
+        positions = stats["position_acceptance"]
+        assert [p["position"] for p in positions] == list(range(1, len(positions) + 1))
+        assert sum(p["accepted"] for p in positions) == accepted
+        assert all(p["reached"] >= p["accepted"] for p in positions)
         assert stats["wall_s"] > 0 and stats["tokens_per_s"] > 0
 
 

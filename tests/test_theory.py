@@ -121,3 +121,76 @@ def test_theory_figures():
     for _, r in worked_examples().iterrows():
         assert r["speedup"] == pytest.approx(speedup(r["α"], r["k"], r["c"], r["verify cost"]))
         assert r["speedup at best k"] >= r["speedup"]
+
+
+# --- a measured verify-cost curve c_verify(k) instead of one constant ---------------------------
+
+
+def test_verify_curve_by_hand():
+    from specviz.core.theory import VerifyCurve, verify_cost_at
+
+    curve = VerifyCurve.from_pass_ms([10.0, 12.0, 14.0, 17.0])  # passes over 1..4 tokens
+    assert curve.costs == pytest.approx((1.0, 1.2, 1.4, 1.7))
+    assert curve.k_max == 3
+    assert curve.at(2) == pytest.approx(1.4)
+    assert curve.at(5) == pytest.approx(1.7 + 2 * 0.3)  # extrapolated along the last step
+    assert verify_cost_at(curve, 1) == pytest.approx(1.2) and verify_cost_at(1.6, 9) == 1.6
+    # speedup, round cost and best k read the curve at each k
+    assert round_cost(3, 0.1, curve) == pytest.approx(1.7 + 0.3)
+    assert speedup(0.8, 2, 0.0, curve) == pytest.approx(expected_tokens(0.8, 2) / 1.4)
+    # a flat curve is the constant
+    flat = VerifyCurve((1.0,) * 17)
+    for alpha in (0.3, 0.8):
+        assert best_k(alpha, 0.05, flat) == best_k(alpha, 0.05, 1.0)
+        assert speedup(alpha, 4, 0.05, flat) == pytest.approx(speedup(alpha, 4, 0.05, 1.0))
+
+
+def test_a_growing_curve_moves_best_k_down():
+    """With free drafts a constant verify cost always prefers the largest k; a CPU-like curve does not."""
+    from specviz.core.theory import VerifyCurve
+
+    cpu_like = VerifyCurve(tuple(1.0 + 0.15 * k for k in range(17)))
+    assert best_k(0.9, 0.0, 1.6) == 16
+    kb = best_k(0.9, 0.0, cpu_like)
+    assert 1 < kb < 16
+    assert speedup(0.9, kb, 0.0, cpu_like) == pytest.approx(max(speedup(0.9, k, 0.0, cpu_like) for k in range(1, 17)))
+
+
+@pytest.mark.parametrize("costs", [(1.0,), (1.0, 0.0), (1.0, float("nan")), (1.0, -2.0)])
+def test_bad_verify_curves_raise(costs):
+    from specviz.core.theory import VerifyCurve
+
+    with pytest.raises(ValueError):
+        VerifyCurve(costs)
+
+
+def test_expected_tokens_by_position():
+    from specviz.core.theory import best_k_by_position, expected_tokens_by_position
+
+    assert expected_tokens_by_position([0.8], 4) == pytest.approx(expected_tokens(0.8, 4))
+    assert expected_tokens_by_position([0.5, 0.4, 0.2], 3) == pytest.approx(1 + 0.5 + 0.2 + 0.04)
+    assert expected_tokens_by_position([0.5, 0.4], 3) == pytest.approx(1 + 0.5 + 0.2 + 0.08)  # the last rate repeats
+    # acceptance that decays with position makes long drafts worth less than one alpha suggests
+    decaying = [0.9, 0.6, 0.3, 0.1]
+    assert best_k_by_position(decaying, 0.05) < best_k(0.9, 0.05)
+    with pytest.raises(ValueError):
+        expected_tokens_by_position([], 2)
+    with pytest.raises(ValueError):
+        expected_tokens_by_position([1.5], 2)
+
+
+def test_theory_figures_with_a_curve():
+    from specviz.core.theory import VerifyCurve
+    from specviz.viz.theory import heatmap_figure, speedup_vs_k_frame, verify_curve_figure, verify_curves_frame
+
+    curve = VerifyCurve(tuple(1.0 + 0.1 * k for k in range(9)))  # measured to k = 8
+    fig = heatmap_figure(0.0, curve, 0.7, 4)
+    assert "measured c_verify(k)" in fig.layout.title.text
+    frame = speedup_vs_k_frame(0.7, 0.0, curve)
+    assert frame.loc[frame["k"] == 4, "verify_cost"].item() == pytest.approx(1.4)
+    assert frame.loc[frame["k"] == 4, "speedup"].item() == pytest.approx(speedup(0.7, 4, 0.0, curve))
+    curves = verify_curves_frame({"cpu <b>": curve, "flat": VerifyCurve((1.0, 1.0))}, k_max=12)
+    assert len(curves) == 2 * 13
+    assert curves[(curves["profile"] == "cpu <b>")]["measured"].sum() == 9  # k = 9..12 extrapolated
+    names = [t.name for t in verify_curve_figure({"cpu <b>": curve}, constant=1.6).data]
+    assert names == ["cpu &lt;b&gt;"]

@@ -15,7 +15,7 @@ def test_bench_sweeps_tree_widths(tiny_dir, prompts_file, tmp_path, capsys):  # 
     out = tmp_path / "trees.csv"
     rc = main([
         "bench", "--target", str(tiny_dir["llama"]), "--prompts", str(prompts_file), "--categories", "copy",
-        "--drafters", "ngram,early-exit", "--k", "4", "--tree-width", "1,2", "--temperatures", "0", "--max-new-tokens", "6",
+        "--drafters", "ngram,early-exit", "--k", "4", "--tree-width", "1,2", "--temperatures", "0", "--max-new-tokens", "6", "--repeats", "1", "--warmup", "0",
         "--exit-layer", "1", "--device", "cpu", "--dtype", "float32", "--out", str(out),
     ])  # fmt: skip
     assert rc == 0

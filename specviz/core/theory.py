@@ -2,24 +2,74 @@
 
 alpha: the probability that one drafted token is accepted, assumed the same and independent at every
 position. k: tokens drafted per round. c: the cost of one draft forward relative to one target
-forward. verify_cost: the cost of one (k+1)-token target pass relative to a 1-token pass (about 1
-when decoding is memory-bound, as on a GPU; larger on a CPU, where compute grows with the tokens).
+forward. verify_cost: the cost of one (k+1)-token target pass relative to a 1-token pass, either one
+number for every k or a measured VerifyCurve c_verify(k) (nearly flat at 1 on a GPU, where a pass is
+limited by reading the weights; growing with k on a CPU, where the arithmetic grows with the tokens).
 Plain decoding costs 1 per token, so speedup = expected tokens per round / cost of a round.
 """
 
 from __future__ import annotations
 
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
 MAX_K = 16
 
 
-def _check(alpha: float, k: int | None = None, c: float | None = None, verify_cost: float | None = None) -> None:
+@dataclass(frozen=True)
+class VerifyCurve:
+    """c_verify(k): a target pass over k+1 tokens divided by a 1-token pass, measured for k = 0..len-1.
+
+    costs[0] is 1 by definition. Past the last measured k the curve goes on along a straight line through
+    its last two points (a pass over more tokens costs at least as much as one over fewer)."""
+
+    costs: tuple[float, ...]
+
+    def __post_init__(self) -> None:
+        if len(self.costs) < 2:
+            raise ValueError("A verify-cost curve needs at least k = 0 and k = 1.")
+        for k, v in enumerate(self.costs):
+            if not (isinstance(v, (int, float)) and math.isfinite(v) and v > 0):
+                raise ValueError(f"verify cost at k = {k} must be a positive number; got {v!r}.")
+
+    @classmethod
+    def from_pass_ms(cls, pass_ms: Sequence[float]) -> VerifyCurve:
+        """pass_ms[n-1] = time of a pass over n new tokens, n = 1..; returns those times over the first."""
+        if len(pass_ms) < 2 or not (pass_ms[0] > 0):
+            raise ValueError("Need the times of passes over 1 and 2 or more tokens, the first above 0.")
+        return cls(tuple(float(t) / float(pass_ms[0]) for t in pass_ms))
+
+    @property
+    def k_max(self) -> int:
+        """The largest k measured."""
+        return len(self.costs) - 1
+
+    def at(self, k: int) -> float:
+        if k < 0:
+            raise ValueError(f"k must be >= 0; got {k}.")
+        if k <= self.k_max:
+            return float(self.costs[k])
+        step = max(0.0, self.costs[-1] - self.costs[-2])
+        return float(self.costs[-1] + step * (k - self.k_max))
+
+
+VerifyCost = float | VerifyCurve  # one number for every k, or a measured curve
+
+
+def verify_cost_at(verify_cost: VerifyCost, k: int) -> float:
+    """The verify cost of a round that drafted k tokens."""
+    return verify_cost.at(k) if isinstance(verify_cost, VerifyCurve) else float(verify_cost)
+
+
+def _check(alpha: float, k: int | None = None, c: float | None = None, verify_cost: VerifyCost | None = None) -> None:
     if not (0.0 <= alpha <= 1.0):
         raise ValueError(f"alpha is a probability: it must be between 0 and 1; got {alpha}.")
     if k is not None and (int(k) != k or k < 0):
         raise ValueError(f"k (tokens drafted per round) must be a whole number >= 0; got {k}.")
     if c is not None and not (c >= 0.0):
         raise ValueError(f"c (draft cost relative to the target) must be >= 0; got {c}.")
-    if verify_cost is not None and not (verify_cost > 0.0):
+    if verify_cost is not None and not isinstance(verify_cost, VerifyCurve) and not (verify_cost > 0.0):
         raise ValueError(f"verify_cost (a (k+1)-token pass relative to a 1-token pass) must be > 0; got {verify_cost}.")
 
 
@@ -34,20 +84,21 @@ def expected_tokens(alpha: float, k: int) -> float:
     return (1.0 - alpha ** (k + 1)) / (1.0 - alpha)
 
 
-def round_cost(k: int, c: float, verify_cost: float = 1.0) -> float:
+def round_cost(k: int, c: float, verify_cost: VerifyCost = 1.0) -> float:
     """Cost of one round in units of a 1-token target pass: k draft forwards and one verify pass."""
     _check(0.0, k, c, verify_cost)
-    return verify_cost + k * c
+    return verify_cost_at(verify_cost, k) + k * c
 
 
-def speedup(alpha: float, k: int, c: float, verify_cost: float = 1.0) -> float:
-    """Expected wall-clock speedup over plain decoding: expected_tokens / (verify_cost + k*c).
+def speedup(alpha: float, k: int, c: float, verify_cost: VerifyCost = 1.0) -> float:
+    """Expected wall-clock speedup over plain decoding: expected_tokens / (c_verify(k) + k*c).
 
-    At k = 0 this is 1 / verify_cost: a round with no drafts is a plain 1-token pass charged as a verify."""
+    At k = 0 with a constant verify cost this is 1 / verify_cost: a round with no drafts is a plain 1-token
+    pass charged as a verify (a measured curve has c_verify(0) = 1)."""
     return expected_tokens(alpha, k) / round_cost(k, c, verify_cost)
 
 
-def best_k(alpha: float, c: float, verify_cost: float = 1.0, k_max: int = MAX_K) -> int:
+def best_k(alpha: float, c: float, verify_cost: VerifyCost = 1.0, k_max: int = MAX_K) -> int:
     """The k in 1..k_max with the highest expected speedup (the smallest such k on ties)."""
     if not (1 <= k_max <= 64):
         raise ValueError(f"k_max must be between 1 and 64; got {k_max}.")
@@ -90,3 +141,29 @@ def alpha_from_tokens_per_pass(tokens_per_pass: float, k: int) -> float:
     if not (1.0 <= tokens_per_pass <= k + 1):
         raise ValueError(f"tokens per target pass must be between 1 and k+1 = {k + 1}; got {tokens_per_pass}.")
     return alpha_from_acceptance_rate((tokens_per_pass - 1.0) / k, k) if k else 0.0
+
+
+def expected_tokens_by_position(acceptance: Sequence[float], k: int) -> float:
+    """Expected tokens per round when the draft at position i (1-based) survives with probability
+    acceptance[i-1] given that position i was reached: 1 + a1 + a1*a2 + ... + a1*...*ak.
+
+    With acceptance = (alpha,)*k this is expected_tokens(alpha, k). Positions past the end of the
+    list reuse its last value."""
+    if not acceptance:
+        raise ValueError("Need the acceptance of at least one draft position.")
+    for i, a in enumerate(acceptance):
+        if not (0.0 <= a <= 1.0):
+            raise ValueError(f"acceptance at position {i + 1} must be between 0 and 1; got {a}.")
+    _check(0.0, k)
+    total, reach = 1.0, 1.0
+    for i in range(k):
+        reach *= acceptance[min(i, len(acceptance) - 1)]
+        total += reach
+    return total
+
+
+def best_k_by_position(acceptance: Sequence[float], c: float, verify_cost: VerifyCost = 1.0, k_max: int = MAX_K) -> int:
+    """best_k with per-position acceptance instead of one alpha (smallest k on ties)."""
+    if not (1 <= k_max <= 64):
+        raise ValueError(f"k_max must be between 1 and 64; got {k_max}.")
+    return max(range(1, k_max + 1), key=lambda k: (expected_tokens_by_position(acceptance, k) / round_cost(k, c, verify_cost), -k))

@@ -13,6 +13,7 @@ Two tempting mistakes are here too, so their drift can be seen:
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Literal
 
 import torch
@@ -135,3 +136,28 @@ def log_checkpoints(num_samples: int, points: int = 30, start: int = 10) -> list
     start = min(start, num_samples)
     grid = torch.logspace(torch.log10(torch.tensor(float(start))), torch.log10(torch.tensor(float(num_samples))), points)
     return sorted({int(round(float(g))) for g in grid} | {num_samples})
+
+
+@dataclass(frozen=True)
+class ToyRun:
+    """N samples of one variant, summarised at log-spaced checkpoints (for the lab's charts)."""
+
+    checkpoints: list[int]  # (M,) sample sizes
+    counts: torch.Tensor  # (M, V) counts among the first n samples
+    tv: torch.Tensor  # (M,) total-variation distance from p_target
+    pvalues: torch.Tensor  # (M,) chi-square p-values against p_target
+    noise: torch.Tensor  # (M,) typical TV of an exact sampler at each n
+    limit: torch.Tensor  # (V,) where this variant converges
+    overlap: float  # sum_v min(p, q): Leviathan's beta, the chance a draft is kept
+
+
+def run_toy(p_target: torch.Tensor, q_draft: torch.Tensor, num_samples: int, seed: int, variant: ToyVariant = "exact") -> ToyRun:
+    """Draw num_samples first tokens of one variant with a generator seeded from `seed`, and measure them."""
+    p, q = _check(p_target, q_draft, variant)
+    samples = sample_first_tokens(p, q, num_samples, torch.Generator().manual_seed(int(seed)), variant)
+    checkpoints = log_checkpoints(num_samples)
+    counts = counts_at(samples, p.numel(), checkpoints)
+    return ToyRun(
+        checkpoints=checkpoints, counts=counts, tv=tv_distance(counts, p), pvalues=chi_square_pvalue(counts, p),
+        noise=expected_tv_noise(p, checkpoints), limit=emitted_distribution(p, q, variant), overlap=float(torch.minimum(p, q).sum()),
+    )

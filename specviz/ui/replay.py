@@ -54,6 +54,7 @@ class ReplayRun:
     all_records: tuple[StepRecord, ...]
     recorded_error: str | None = None
     shown: int = 0
+    device_type: str = "cpu"  # where it was recorded (the recording's environment)
 
     @property
     def records(self) -> list[StepRecord]:
@@ -85,7 +86,8 @@ class ReplaySession:
 
     @classmethod
     def open(cls, recording: Recording, source: str, shown: int = 1) -> ReplaySession:
-        runs = [ReplayRun(r.label, r.config, r.records, r.error) for r in recording.runs]
+        device_type = recording.environment.device.split(":")[0]
+        runs = [ReplayRun(r.label, r.config, r.records, r.error, device_type=device_type) for r in recording.runs]
         session = cls(recording, source, runs)
         session.seek(shown)
         return session

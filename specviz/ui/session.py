@@ -53,6 +53,10 @@ class Run:
     def done(self) -> bool:
         return self.decoder.done or self.error is not None
 
+    @property
+    def device_type(self) -> str:
+        return self.decoder.device.type
+
 
 @dataclass
 class Baseline:

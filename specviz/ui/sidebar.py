@@ -14,6 +14,7 @@ from specviz.config import DRAFTER_KINDS, EMBEDDED_TARGET, MAX_NEW_TOKENS, RunCo
 from specviz.core.decoding import MAX_DRAFT_TOKENS
 from specviz.core.tree import MAX_TREE_WIDTH
 from specviz.ui.prompts import load_examples
+from specviz.ui.share import restore_from_query
 
 DRAFTER_LABELS = {
     "lookup": "prompt lookup (copies n-grams from the context)",
@@ -81,6 +82,7 @@ def _apply_example() -> None:
 
 def sidebar() -> Settings:
     """Draw the sidebar and return the settings it describes."""
+    restore_from_query()  # a share link's settings (specviz/ui/share.py), before any widget exists
     examples = load_examples()
     _default("example", examples[0].label)
     _default("prompt", examples[0].prompt)

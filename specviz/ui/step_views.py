@@ -47,6 +47,8 @@ class ViewRun(Protocol):
     def error(self) -> str | None: ...
     @property
     def done(self) -> bool: ...
+    @property
+    def device_type(self) -> str: ...  # cpu, cuda, mps: where the run ran
 
 
 class ViewBaseline(Protocol):

@@ -32,12 +32,15 @@ def _check_metric(frame: pd.DataFrame, metric: str) -> None:
 
 
 def mean_by_setting(frame: pd.DataFrame, metric: str = "speedup") -> pd.DataFrame:
-    """Mean over prompts per (category, drafter, k, temperature), with the prompt count; `speedup` holds `metric`."""
+    """Mean over prompts per (category, drafter, k, temperature), with the prompt count; `speedup` holds `metric`,
+    speedup_min/max its range over prompts, speedup_low/high the range over prompts and repeats (when measured)."""
     _check_metric(frame, metric)
     keys = ["category", "drafter", "k", "temperature"]
     df = frame.assign(alpha_theory=alpha_for_theory(frame))
+    low, high = (f"{metric}_low", f"{metric}_high") if f"{metric}_low" in df and f"{metric}_high" in df else (metric, metric)
     out = df.groupby(keys, sort=False).agg(
         speedup=(metric, "mean"), speedup_min=(metric, "min"), speedup_max=(metric, "max"),
+        speedup_low=(low, "min"), speedup_high=(high, "max"),
         tokens_per_pass=("tokens_per_pass", "mean"), alpha_theory=("alpha_theory", "mean"), prompts=("prompt", "nunique"),
     )
     return out.reset_index()
@@ -60,8 +63,10 @@ def speedup_vs_k_figure(frame: pd.DataFrame, metric: str = "speedup") -> go.Figu
                     x=part["k"], y=part["speedup"], mode="lines+markers", row=1, col=col,
                     name=f"{html.escape(str(drafter))}, T={t:g}", legendgroup=f"{drafter}-{t}", showlegend=col == 1,
                     line=dict(color=DRAFTER_COLORS[i % len(DRAFTER_COLORS)], dash=TEMPERATURE_DASH[j % len(TEMPERATURE_DASH)]),
-                    customdata=np.stack([part["speedup_min"], part["speedup_max"], part["prompts"]], axis=-1),
-                    hovertemplate="k=%{x}: mean %{y:.2f}× (min %{customdata[0]:.2f}, max %{customdata[1]:.2f}, %{customdata[2]} prompts)<extra></extra>",
+                    error_y=dict(type="data", symmetric=False, array=part["speedup_high"] - part["speedup"],
+                                 arrayminus=part["speedup"] - part["speedup_low"], thickness=1, width=3),
+                    customdata=np.stack([part["speedup_low"], part["speedup_high"], part["prompts"]], axis=-1),
+                    hovertemplate="k=%{x}: mean %{y:.2f}× (lowest %{customdata[0]:.2f}, highest %{customdata[1]:.2f} over repeats of %{customdata[2]} prompts)<extra></extra>",
                 )
         fig.add_hline(y=1.0, line=dict(color="black", dash="dot"), row=1, col=col)
     fig.update_xaxes(title_text="k", dtick=2)

@@ -15,7 +15,17 @@ import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 
-from specviz.core.theory import MAX_K, acceptance_rate, best_k, expected_tokens, round_cost, speedup
+from specviz.core.theory import (
+    MAX_K,
+    VerifyCost,
+    VerifyCurve,
+    acceptance_rate,
+    best_k,
+    expected_tokens,
+    round_cost,
+    speedup,
+    verify_cost_at,
+)
 
 MEASURED_COLUMNS: tuple[str, ...] = ("source", "label", "alpha", "k", "speedup")
 LAYOUT = dict(margin=dict(l=10, r=10, t=40, b=10), height=380, legend=dict(orientation="h", y=-0.2), modebar=dict(orientation="v"))
@@ -27,7 +37,14 @@ def alpha_grid(step: float = 0.01) -> np.ndarray:
     return np.round(np.arange(0.0, 1.0 + step / 2, step), 6)
 
 
-def speedup_grid(c: float, verify_cost: float = 1.0, k_max: int = MAX_K, step: float = 0.01) -> pd.DataFrame:
+def verify_label(verify_cost: VerifyCost) -> str:
+    """How a title names the verify cost: the number, or the measured curve at k = 4."""
+    if isinstance(verify_cost, VerifyCurve):
+        return f"measured c_verify(k), {verify_cost.at(4):.2f} at k = 4"
+    return f"{verify_cost:g}"
+
+
+def speedup_grid(c: float, verify_cost: VerifyCost = 1.0, k_max: int = MAX_K, step: float = 0.01) -> pd.DataFrame:
     """One row per (alpha, k): expected tokens per pass and speedup, for k = 1..k_max."""
     rows = [
         {"alpha": a, "k": k, "expected_tokens": expected_tokens(a, k), "speedup": speedup(a, k, c, verify_cost)}
@@ -53,7 +70,7 @@ def _measured_traces(fig: go.Figure, measured: pd.DataFrame | None, y: str) -> N
 
 
 def heatmap_figure(
-    c: float, verify_cost: float, alpha: float, k: int, measured: pd.DataFrame | None = None, k_max: int = MAX_K
+    c: float, verify_cost: VerifyCost, alpha: float, k: int, measured: pd.DataFrame | None = None, k_max: int = MAX_K
 ) -> go.Figure:
     """Speedup over (alpha, k) for one c and verify cost; the speedup = 1 contour, the best k per alpha,
     the chosen point, and measured runs placed at their (alpha, k)."""
@@ -86,7 +103,7 @@ def heatmap_figure(
         hovertemplate=f"α={alpha:.2f}, k={k}: {speedup(alpha, k, c, verify_cost):.2f}×<extra></extra>",
     )
     fig.update_layout(
-        title=f"expected speedup (c = {c:g}, verify cost = {verify_cost:g})",
+        title=f"expected speedup (c = {c:g}, verify cost {verify_label(verify_cost)})",
         xaxis=dict(title="α (probability a drafted token is accepted)", range=[0, 1]),
         yaxis=dict(title="k (tokens drafted per round)", range=[0.5, k_max + 0.5], dtick=1 if k_max <= 16 else None),
         **LAYOUT,
@@ -94,7 +111,7 @@ def heatmap_figure(
     return fig
 
 
-def curves_figure(c: float, verify_cost: float, ks: Sequence[int], alpha: float | None = None, measured: pd.DataFrame | None = None) -> go.Figure:
+def curves_figure(c: float, verify_cost: VerifyCost, ks: Sequence[int], alpha: float | None = None, measured: pd.DataFrame | None = None) -> go.Figure:
     """Speedup against alpha, one curve per k, with the break-even line and measured runs at (alpha, speedup)."""
     alphas = alpha_grid(0.01)
     fig = go.Figure()
@@ -113,15 +130,18 @@ def curves_figure(c: float, verify_cost: float, ks: Sequence[int], alpha: float 
     return fig
 
 
-def speedup_vs_k_frame(alpha: float, c: float, verify_cost: float, k_max: int = MAX_K) -> pd.DataFrame:
+def speedup_vs_k_frame(alpha: float, c: float, verify_cost: VerifyCost, k_max: int = MAX_K) -> pd.DataFrame:
     rows = [
-        {"k": k, "expected_tokens": expected_tokens(alpha, k), "round_cost": round_cost(k, c, verify_cost), "speedup": speedup(alpha, k, c, verify_cost)}
+        {
+            "k": k, "expected_tokens": expected_tokens(alpha, k), "verify_cost": verify_cost_at(verify_cost, k),
+            "round_cost": round_cost(k, c, verify_cost), "speedup": speedup(alpha, k, c, verify_cost),
+        }
         for k in range(1, k_max + 1)
     ]
     return pd.DataFrame(rows)
 
 
-def speedup_vs_k_figure(alpha: float, c: float, verify_cost: float, k: int, k_max: int = MAX_K) -> go.Figure:
+def speedup_vs_k_figure(alpha: float, c: float, verify_cost: VerifyCost, k: int, k_max: int = MAX_K) -> go.Figure:
     """Bars of speedup for every k at one alpha: the chosen k and the best k are highlighted."""
     df = speedup_vs_k_frame(alpha, c, verify_cost, k_max)
     best = best_k(alpha, c, verify_cost, k_max)
@@ -129,6 +149,37 @@ def speedup_vs_k_figure(alpha: float, c: float, verify_cost: float, k: int, k_ma
     fig = go.Figure(go.Bar(x=df["k"], y=df["speedup"], marker_color=colors, hovertemplate="k=%{x}: %{y:.2f}×<extra></extra>", name="speedup"))
     fig.add_hline(y=1.0, line=dict(color="black", dash="dash"))
     fig.update_layout(title=f"speedup by k at α = {alpha:.2f}", xaxis=dict(title="k", dtick=1), yaxis_title="speedup (×)", **LAYOUT)
+    return fig
+
+
+def verify_curves_frame(curves: dict[str, VerifyCurve], k_max: int = MAX_K) -> pd.DataFrame:
+    """One row per (profile, k): c_verify(k), and whether it was measured or extrapolated."""
+    rows = [
+        {"profile": name, "k": k, "tokens fed": k + 1, "verify_cost": curve.at(k), "measured": k <= curve.k_max}
+        for name, curve in curves.items()
+        for k in range(0, k_max + 1)
+    ]
+    return pd.DataFrame(rows, columns=["profile", "k", "tokens fed", "verify_cost", "measured"])
+
+
+def verify_curve_figure(curves: dict[str, VerifyCurve], constant: float | None = None, k_max: int = MAX_K) -> go.Figure:
+    """c_verify(k) for each profile (a pass over k+1 tokens / a 1-token pass), and the constant if one is set."""
+    df = verify_curves_frame(curves, k_max)
+    fig = go.Figure()
+    for i, (name, part) in enumerate(df.groupby("profile", sort=False)):
+        label = html.escape(str(name))
+        fig.add_scatter(
+            x=part["k"], y=part["verify_cost"], mode="lines+markers", name=label, line=dict(color=K_COLORS[i % len(K_COLORS)]),
+            hovertemplate=f"{label}<br>" + "k=%{x}: a pass over k+1 tokens costs %{y:.2f}× a 1-token pass<extra></extra>",
+        )
+    if constant is not None:
+        fig.add_hline(y=constant, line=dict(color="black", dash="dot"), annotation_text=f"constant {constant:g}", annotation_position="top left")
+    fig.add_hline(y=1.0, line=dict(color="grey", dash="dash"))
+    fig.update_layout(
+        title="verify cost c_verify(k): a (k+1)-token target pass ÷ a 1-token pass",
+        xaxis=dict(title="k (tokens drafted; the pass feeds k + 1)", dtick=1 if k_max <= 16 else None),
+        yaxis=dict(title="cost (1-token passes)", rangemode="tozero"), **LAYOUT,
+    )
     return fig
 
 

@@ -9,7 +9,7 @@ from selenium.webdriver.common.by import By
 from selenium.webdriver.remote.webdriver import WebDriver
 from selenium.webdriver.support.ui import WebDriverWait
 
-PAGES = {"": "Step through", "theory": "Speedup theory", "exactness": "Exactness lab", "benchmark": "Benchmark"}
+PAGES = {"": "Step through", "theory": "Speedup theory", "exactness": "Exactness lab", "numerics": "Numerics lab", "benchmark": "Benchmark"}
 APP = '[data-testid="stApp"]'
 IDLE = '[data-testid="stApp"][data-test-script-state="notRunning"][data-test-connection-state="CONNECTED"]'
 EXCEPTION = '[data-testid="stException"]'
@@ -138,5 +138,17 @@ def save_screenshot(driver: WebDriver, path) -> None:
         ActionChains(driver).move_to_element(captions[0]).perform()
     wait_idle(driver)
     time.sleep(0.5)  # tooltips and plotly transitions fade out
+    if not driver.save_screenshot(str(path)):
+        raise RuntimeError(f"could not write {path}")
+
+
+def save_section_screenshot(driver: WebDriver, heading: str, path) -> None:
+    """Scroll the first heading whose text contains `heading` to the top of the window, wait for idle, save."""
+    found = [h for h in driver.find_elements(By.CSS_SELECTOR, "h1, h2, h3") if heading in h.text]
+    if not found:
+        raise AssertionError(f"no heading containing {heading!r} on the page")
+    driver.execute_script("arguments[0].scrollIntoView({block: 'start'}); document.activeElement && document.activeElement.blur();", found[0])
+    wait_idle(driver)
+    time.sleep(0.5)
     if not driver.save_screenshot(str(path)):
         raise RuntimeError(f"could not write {path}")

@@ -1,0 +1,166 @@
+"""The numerics lab: greedy decoding in float32 and in a low-precision dtype, plain and speculative.
+
+Speculative greedy decoding is token-identical to plain greedy decoding *as arithmetic*: the verify pass
+keeps a draft exactly when it is the target's argmax. But the verify pass scores k+1 tokens in one
+forward while plain decoding scores one at a time, and the two do their sums in different orders. In
+float32 the difference is around 1e-5 of a logit, far below the gap between the top two logits almost
+everywhere, so the argmax never moves and the outputs match. In bfloat16 (8 bits of mantissa) the same
+reordering moves logits by tenths (up to about one logit on the embedded model), and wherever the top two are closer than that the
+argmax can flip: speculative and plain greedy decoding part there, and neither is wrong.
+
+This module measures that on a real model: the traces, where they part, the top-2 margin there, and the
+logits of the same positions computed by 1-token passes and by (k+1)-token passes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import pandas as pd
+import torch
+
+from specviz.config import RunConfig
+
+if TYPE_CHECKING:
+    from specviz.models import LoadedModel
+
+MAX_NEW_TOKENS = 256
+
+
+@dataclass(frozen=True)
+class GreedyTrace:
+    """One greedy run: its tokens and, per token, the top-1 minus top-2 logit of the row that chose it."""
+
+    name: str  # e.g. "float32 · plain"
+    dtype: str
+    speculative: bool
+    ids: tuple[int, ...]
+    margins: tuple[float, ...]
+
+
+@dataclass(frozen=True)
+class Divergence:
+    """Where two traces first choose different tokens (None when they agree on every token both produced)."""
+
+    a: str
+    b: str
+    position: int | None  # 0-based index into the generated tokens
+    token_a: int | None
+    token_b: int | None
+    margin_a: float | None  # the top-2 logit margin in trace a at that position
+    margin_b: float | None
+    compared: int  # tokens compared (the shorter trace's length)
+
+
+@dataclass(frozen=True)
+class NumericsReport:
+    traces: tuple[GreedyTrace, ...]
+    divergences: tuple[Divergence, ...]
+    pass_diffs: pd.DataFrame  # one row per (dtype, position): 1-token vs (k+1)-token pass logits
+    k: int
+
+
+def greedy_trace(target: LoadedModel, prompt_ids: Sequence[int], max_new_tokens: int, speculative: bool, k: int = 4, drafter: str = "ngram") -> GreedyTrace:
+    """Greedy decoding with the engine: plain (one token per pass) or speculative (the given drafter, k drafts)."""
+    from specviz.runs import build_decoder
+
+    config = RunConfig(
+        target=target.name, drafter=drafter if speculative else "none", num_draft_tokens=k, temperature=0.0,  # type: ignore[arg-type]
+        max_new_tokens=max_new_tokens, ngram_threshold=0.0 if drafter == "ngram" else RunConfig.ngram_threshold,
+    )
+    decoder = build_decoder(config, target, list(prompt_ids), baseline=not speculative)
+    decoder.run()
+    margins = tuple(m for r in decoder.records for m in r.emitted_margin)
+    dtype = str(target.dtype).removeprefix("torch.")
+    return GreedyTrace(f"{dtype} · {'speculative' if speculative else 'plain'}", dtype, speculative, tuple(decoder.generated), margins)
+
+
+def first_divergence(a: GreedyTrace, b: GreedyTrace) -> Divergence:
+    n = min(len(a.ids), len(b.ids))
+    for i in range(n):
+        if a.ids[i] != b.ids[i]:
+            return Divergence(a.name, b.name, i, a.ids[i], b.ids[i], a.margins[i], b.margins[i], n)
+    return Divergence(a.name, b.name, None, None, None, None, None, n)
+
+
+@torch.inference_mode()
+def pass_differences(target: LoadedModel, prompt_ids: Sequence[int], generated: Sequence[int], k: int) -> pd.DataFrame:
+    """For every generated position: the logits a 1-token pass gives (plain decoding) against those a (k+1)-token
+    pass gives (a verify pass over the same tokens). Columns: dtype, position, max_abs_diff, margin (top-1 minus
+    top-2 of the 1-token row), argmax_one, argmax_block, flipped."""
+    from specviz.models import HFCachedLM
+
+    if not generated:
+        raise ValueError("Nothing was generated to compare.")
+    seq = list(prompt_ids) + list(generated)
+    start = len(prompt_ids) - 1  # the row at index start predicts generated[0]
+    one = HFCachedLM(target.model, target.vocab_size)
+    one.extend(seq[:start])
+    single = torch.cat([one.extend([tok]) for tok in seq[start : len(seq) - 1]])  # (n, V): 1-token passes
+    block = HFCachedLM(target.model, target.vocab_size)
+    block.extend(seq[:start])
+    rows = []
+    for j in range(start, len(seq) - 1, k + 1):
+        block.crop(j)
+        chunk = block.extend(seq[j : min(j + k + 1, len(seq) - 1)])  # (<= k+1, V): one verify-sized pass
+        rows.append(chunk)
+    blocked = torch.cat(rows)  # (n, V)
+    top2 = torch.topk(single, 2, dim=-1).values
+    dtype = str(target.dtype).removeprefix("torch.")
+    diff = (single - blocked).abs().amax(dim=-1)
+    a1, ab = single.argmax(dim=-1), blocked.argmax(dim=-1)
+    return pd.DataFrame(
+        {
+            "dtype": dtype,
+            "position": range(len(generated)),
+            "max_abs_diff": diff.tolist(),
+            "margin": (top2[:, 0] - top2[:, 1]).tolist(),
+            "argmax_one": a1.tolist(),
+            "argmax_block": ab.tolist(),
+            "flipped": (a1 != ab).tolist(),
+        }
+    )
+
+
+def compare(models: dict[str, LoadedModel], prompt_ids: Sequence[int], max_new_tokens: int = 32, k: int = 4, drafter: str = "ngram", on_progress=None) -> NumericsReport:
+    """models: dtype name -> the same target loaded in that dtype, float32 first. Runs plain and speculative
+    greedy decoding in each, finds where they part, and compares 1-token with (k+1)-token pass logits."""
+    if "float32" not in models:
+        raise ValueError("The numerics lab compares against float32: load the target in float32 too.")
+    if not (1 <= max_new_tokens <= MAX_NEW_TOKENS):
+        raise ValueError(f"max new tokens must be between 1 and {MAX_NEW_TOKENS}; got {max_new_tokens}.")
+    if not (1 <= k <= 16):
+        raise ValueError(f"k must be between 1 and 16; got {k}.")
+    if not prompt_ids:
+        raise ValueError("The prompt is empty: type some text to continue.")
+    steps = 3 * len(models)
+    done = 0
+
+    def tick(what: str) -> None:
+        nonlocal done
+        done += 1
+        if on_progress:
+            on_progress(done, steps, what)
+
+    traces, diffs = [], []
+    reference: GreedyTrace | None = None
+    for dtype, target in models.items():
+        plain = greedy_trace(target, prompt_ids, max_new_tokens, speculative=False)
+        tick(f"{dtype}: plain greedy")
+        spec = greedy_trace(target, prompt_ids, max_new_tokens, speculative=True, k=k, drafter=drafter)
+        tick(f"{dtype}: speculative greedy")
+        reference = reference or plain
+        diffs.append(pass_differences(target, prompt_ids, reference.ids, k))  # the same tokens for every dtype
+        tick(f"{dtype}: 1-token vs {k + 1}-token passes")
+        traces += [plain, spec]
+    plains = [t for t in traces if not t.speculative]
+    divergences = [first_divergence(traces[i], traces[i + 1]) for i in range(0, len(traces), 2)]
+    divergences += [first_divergence(plains[0], other) for other in plains[1:]]
+    return NumericsReport(tuple(traces), tuple(divergences), pd.concat(diffs, ignore_index=True), k)
+
+
+def low_precision_dtypes(device: torch.device) -> list[str]:
+    """bfloat16 everywhere (the CPU does it); float16 where the device has fast float16 (CUDA, MPS)."""
+    return ["bfloat16"] + (["float16"] if device.type in ("cuda", "mps") else [])

@@ -1,0 +1,284 @@
+"""The cost profile of one machine: what a target pass over n new tokens costs next to a 1-token pass,
+and what each offline drafter costs per drafted token, measured on the model you run.
+
+Why it matters. Leviathan's formula charges a round k*c + c_verify(k) one-token passes. On a GPU a small
+batch of tokens is limited by reading the weights, so c_verify(k) stays near 1; on a CPU the arithmetic
+grows with the tokens, so it climbs with k and eats the gain. The theory page and
+``python -m specviz profile`` use the measured curve instead of one constant.
+
+How. ``torch.utils.benchmark.Timer`` runs every measurement (it warms up, pins the thread count and,
+with the default clock, synchronises a CUDA device). Passes start from a cache of ``context_length``
+tokens, and every size is timed once per repeat in an order that rotates between repeats, so drift on a
+busy machine hits all sizes alike; the profile keeps medians. ``clock="cpu"`` times process CPU time
+instead of wall clock (steadier on a shared CPU with one thread; meaningless on a GPU).
+
+The measurement imports torch and specviz.models (transformers); the CostProfile record and its JSON
+loader do not, so pages can read shipped profiles cheaply.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import platform
+import statistics
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Literal
+
+from specviz.core.theory import MAX_K, VerifyCurve
+
+if TYPE_CHECKING:
+    from specviz.models import LoadedModel
+
+log = logging.getLogger(__name__)
+
+SCHEMA = "specviz.profile/1"
+PROFILE_DRAFTERS: tuple[str, ...] = ("ngram", "lookup", "early-exit")  # the drafters that need no second model
+ASSETS = Path(__file__).resolve().parent.parent / "assets"
+MAX_PROFILE_BYTES = 200_000
+Clock = Literal["wall", "cpu"]
+ProgressFn = Callable[[int, int, str], None]  # (measurements done, in total, what just finished)
+
+
+@dataclass(frozen=True)
+class CostProfile:
+    """One machine's measured costs. pass_ms[n-1]: median ms of a target pass over n new tokens after
+    context_length cached ones (n = 1..len). draft_cost: drafter -> ms per drafted token / pass_ms[0]."""
+
+    target: str
+    device: str  # e.g. "cpu", "cuda:0"
+    device_name: str  # the CPU or GPU model, as far as the system says
+    dtype: str
+    torch_version: str
+    threads: int  # torch intra-op threads during the measurement
+    clock: str  # "wall" or "cpu" (process CPU time)
+    context_length: int
+    repeats: int
+    pass_ms: tuple[float, ...]
+    draft_ms_per_token: dict[str, float] = field(default_factory=dict)
+    created: str = ""  # ISO time (UTC)
+    label: str = ""  # a short name for menus, e.g. "this CPU (2 cores)"
+
+    def __post_init__(self) -> None:
+        if len(self.pass_ms) < 2:
+            raise ValueError("A profile needs passes over at least 1 and 2 tokens.")
+        if not all(isinstance(t, (int, float)) and math.isfinite(t) and t > 0 for t in self.pass_ms):
+            raise ValueError("Every pass time in a profile must be a positive number of milliseconds.")
+        for name, ms in self.draft_ms_per_token.items():
+            if not (isinstance(ms, (int, float)) and math.isfinite(ms) and ms >= 0):
+                raise ValueError(f"Draft cost of {name!r} must be a number of milliseconds >= 0; got {ms!r}.")
+        if self.threads < 1 or self.context_length < 1 or self.repeats < 1:
+            raise ValueError("threads, context_length and repeats must be at least 1.")
+
+    @property
+    def curve(self) -> VerifyCurve:
+        """c_verify(k) = pass over k+1 tokens / pass over 1 token."""
+        return VerifyCurve.from_pass_ms(self.pass_ms)
+
+    @property
+    def draft_cost(self) -> dict[str, float]:
+        """c per drafter: ms per drafted token / ms of a 1-token target pass."""
+        return {name: ms / self.pass_ms[0] for name, ms in self.draft_ms_per_token.items()}
+
+    @property
+    def name(self) -> str:
+        return self.label or f"{self.device_name} · {self.dtype} · {self.threads} thread{'s' if self.threads != 1 else ''}"
+
+    def to_json(self) -> dict:
+        out = asdict(self)
+        out["pass_ms"] = list(self.pass_ms)
+        out["verify_cost"] = {str(k): round(v, 4) for k, v in enumerate(self.curve.costs)}
+        out["draft_cost"] = {name: round(v, 5) for name, v in self.draft_cost.items()}
+        return {"schema": SCHEMA, **out}
+
+    @classmethod
+    def from_json(cls, obj: object) -> CostProfile:
+        """Validate a parsed JSON object (e.g. a profile someone uploaded) and build the profile."""
+        if not isinstance(obj, dict) or obj.get("schema") != SCHEMA:
+            raise ValueError(f"Not a specviz profile: expected a JSON object with \"schema\": \"{SCHEMA}\".")
+        try:
+            return cls(
+                target=str(obj["target"]), device=str(obj["device"]), device_name=str(obj["device_name"]),
+                dtype=str(obj["dtype"]), torch_version=str(obj["torch_version"]), threads=int(obj["threads"]),
+                clock=str(obj["clock"]), context_length=int(obj["context_length"]), repeats=int(obj["repeats"]),
+                pass_ms=tuple(float(t) for t in obj["pass_ms"]),
+                draft_ms_per_token={str(k): float(v) for k, v in dict(obj.get("draft_ms_per_token") or {}).items()},
+                created=str(obj.get("created", "")), label=str(obj.get("label", "")),
+            )
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ValueError(f"This profile is missing or has a bad field ({type(exc).__name__}: {exc}); re-run `python -m specviz profile`.") from exc
+
+
+def load_profile(path: str | Path) -> CostProfile:
+    path = Path(path)
+    if not path.is_file():
+        raise ValueError(f"No profile at {path}; make one with `python -m specviz profile --out {path}`.")
+    if path.stat().st_size > MAX_PROFILE_BYTES:
+        raise ValueError(f"{path} is over {MAX_PROFILE_BYTES:,} bytes; a profile is a few kilobytes.")
+    try:
+        return CostProfile.from_json(json.loads(path.read_text(encoding="utf-8")))
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"{path} is not valid JSON: {exc}.") from exc
+
+
+def shipped_profiles(folder: Path = ASSETS) -> dict[str, CostProfile]:
+    """The profiles in assets/ (profile_*.json), by file stem; unreadable ones are logged and skipped."""
+    out: dict[str, CostProfile] = {}
+    for path in sorted(folder.glob("profile_*.json")):
+        try:
+            out[path.stem] = load_profile(path)
+        except ValueError as exc:
+            log.warning("skipping %s: %s", path, exc)
+    return out
+
+
+# --- measurement --------------------------------------------------------------------------------
+
+
+def device_name(device) -> str:
+    import torch
+
+    if device.type == "cuda":
+        return torch.cuda.get_device_name(device)
+    if device.type == "mps":
+        return "Apple GPU (MPS)"
+    name = ""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                name = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    import os
+
+    cores = os.cpu_count() or 0
+    return f"{name or platform.processor() or platform.machine()} ({cores} cores)"
+
+
+def _context_ids(target: LoadedModel, length: int) -> list[int]:
+    """A realistic context: the benchmark prompts, tokenised and repeated up to length tokens."""
+    from specviz.bench import load_prompts
+
+    try:
+        text = "\n\n".join(p.prompt for p in load_prompts())
+    except ValueError:
+        text = "The quick brown fox jumps over the lazy dog. " * 20
+    ids = list(target.tokenizer(text)["input_ids"])
+    if not ids:
+        raise ValueError("The tokenizer gave no ids for the profiling text.")
+    while len(ids) < length + MAX_K + 1:
+        ids = ids + ids
+    return ids
+
+
+def _timer(fn: Callable[[], object], threads: int, clock: Clock):
+    from torch.utils.benchmark import Timer
+
+    kwargs = {"timer": time.process_time} if clock == "cpu" else {}
+    return Timer(stmt="fn()", globals={"fn": fn}, num_threads=threads, **kwargs)
+
+
+def measure_profile(
+    target: LoadedModel,
+    *,
+    max_tokens: int = MAX_K + 1,
+    context_length: int = 256,
+    repeats: int = 5,
+    number: int = 2,
+    threads: int | None = None,
+    clock: Clock = "wall",
+    drafters: Sequence[str] = PROFILE_DRAFTERS,
+    draft_k: int = 4,
+    on_progress: ProgressFn | None = None,
+    label: str = "",
+) -> CostProfile:
+    """Time target passes over 1..max_tokens new tokens after context_length cached tokens, and each
+    drafter's proposals (draft_k tokens at a time) at that context. Each measurement is the mean of
+    ``number`` calls after torch's own warm-up; the profile keeps the median over ``repeats``."""
+    import torch
+
+    from specviz.config import RunConfig
+    from specviz.models import HFCachedLM
+    from specviz.runs import make_drafter
+
+    if not (2 <= max_tokens <= 64):
+        raise ValueError(f"max_tokens must be between 2 and 64; got {max_tokens}.")
+    if not (1 <= context_length <= 8192):
+        raise ValueError(f"context_length must be between 1 and 8192; got {context_length}.")
+    if repeats < 1 or number < 1:
+        raise ValueError("repeats and number must be at least 1.")
+    if clock not in ("wall", "cpu"):
+        raise ValueError(f"clock must be 'wall' or 'cpu'; got {clock!r}.")
+    if clock == "cpu" and target.device.type != "cpu":
+        raise ValueError("clock='cpu' times the host process; on a GPU use clock='wall' (synchronised).")
+    for d in drafters:
+        if d not in PROFILE_DRAFTERS:
+            raise ValueError(f"Unknown drafter {d!r} for a profile; choose from {', '.join(PROFILE_DRAFTERS)}.")
+    max_positions = int(getattr(target.model.config, "max_position_embeddings", None) or 1_000_000)
+    context_length = min(context_length, max_positions - max_tokens - draft_k - 1)
+    if context_length < 1:
+        raise ValueError(f"This model's context ({max_positions}) is too short to profile {max_tokens} tokens.")
+    threads = threads or torch.get_num_threads()
+    ids = _context_ids(target, context_length)
+    context, new = ids[:context_length], ids[context_length : context_length + max_tokens]
+
+    lm = HFCachedLM(target.model, target.vocab_size)
+    lm.extend(context)
+
+    def target_pass(n: int) -> Callable[[], None]:
+        def fn() -> None:
+            lm.extend(new[:n])
+            lm.crop(context_length)
+
+        return fn
+
+    runners: dict[str, Callable[[], object]] = {f"pass {n}": target_pass(n) for n in range(1, max_tokens + 1)}
+    drafted_per_call: dict[str, int] = {}
+    generator = torch.Generator().manual_seed(0)
+    for kind in drafters:
+        if kind == "early-exit" and target.num_layers < 2:
+            log.info("skipping early exit: the target has one layer")
+            continue
+        # threshold 0: the n-gram drafter drafts all k where the context matches, so the cost is per drafted token
+        config = RunConfig(target=target.name, drafter=kind, num_draft_tokens=draft_k, ngram_threshold=0.0)  # type: ignore[arg-type]
+        drafter = make_drafter(config, target)
+        drafter.prepare(context)
+        drafted_per_call[kind] = max(1, len(drafter.propose(context, draft_k, generator).token_ids))
+        drafter.rollback(context)
+
+        def propose(drafter=drafter) -> None:
+            drafter.propose(context, draft_k, generator)
+            drafter.rollback(context)
+
+        runners[kind] = propose
+
+    timers = {name: _timer(fn, threads, clock) for name, fn in runners.items()}
+    samples: dict[str, list[float]] = {name: [] for name in timers}
+    names = list(timers)
+    total, done = repeats * len(names), 0
+    for rep in range(repeats):
+        shift = rep % len(names)
+        for name in names[shift:] + names[:shift]:  # rotate the order so drift hits every size alike
+            samples[name].append(timers[name].timeit(number).median * 1000.0)
+            done += 1
+            if on_progress:
+                on_progress(done, total, f"{name} (repeat {rep + 1}/{repeats})")
+    pass_ms = tuple(statistics.median(samples[f"pass {n}"]) for n in range(1, max_tokens + 1))
+    draft_ms = {kind: statistics.median(samples[kind]) / drafted_per_call[kind] for kind in drafted_per_call}
+    return CostProfile(
+        target=target.name, device=str(target.device), device_name=device_name(target.device),
+        dtype=str(target.dtype).removeprefix("torch."), torch_version=torch.__version__, threads=threads, clock=clock,
+        context_length=context_length, repeats=repeats, pass_ms=pass_ms, draft_ms_per_token=draft_ms,
+        created=datetime.now(UTC).isoformat(timespec="seconds"), label=label,
+    )
+
+
+def profile_table(profile: CostProfile) -> list[tuple[int, float, float]]:
+    """(k, ms of the (k+1)-token pass, c_verify(k)) for k = 0..k_max: what the CLI prints."""
+    return [(k, profile.pass_ms[k], v) for k, v in enumerate(profile.curve.costs)]

@@ -1,0 +1,3 @@
+"""Session-state keys shared between pages: one page writes, another may read (st.session_state is per browser session)."""
+
+BENCH_RESULTS_KEY = "bench_results"  # pages/benchmark.py keeps its latest results DataFrame here; pages/theory.py draws it

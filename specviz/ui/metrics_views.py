@@ -1,0 +1,54 @@
+"""The step-through page's metrics panel: every metric by its name, and acceptance by draft position.
+
+Computed from the session's records on every rerun (specviz.core.metrics); nothing is stored."""
+
+from __future__ import annotations
+
+import streamlit as st
+
+from specviz.core.metrics import RunMetrics, run_metrics
+from specviz.core.theory import VerifyCost
+from specviz.profile import shipped_profiles
+from specviz.ui.step_views import ViewRun, ViewSource
+from specviz.viz import rounds_frame, verify_cost_ratio
+from specviz.viz.metrics import decay_note, metrics_frame, position_figure, positions_frame
+
+
+def _costs(session: ViewSource, run: ViewRun) -> tuple[float, VerifyCost, str]:
+    """c measured in this run, and the verify cost: the shipped profile of this model on a CPU, else this run's mean."""
+    df = rounds_frame(run.records, run.label, session.baseline.records)
+    c = float(df["c"].iloc[-1]) if len(df) and df["c"].notna().iloc[-1] else 0.0
+    if run.device_type == "cpu":
+        for profile in shipped_profiles().values():
+            # dtype "auto" is float32 on a CPU
+            if profile.target == run.config.target and profile.device == "cpu" and run.config.dtype in ("auto", profile.dtype):
+                return c, profile.curve, f"the verify-cost curve measured on a CPU ({profile.name})"
+    v = verify_cost_ratio(run.records, session.baseline.records)
+    if v is None:
+        return c, 1.0, "a verify cost of 1 (no baseline yet to measure it)"
+    return c, v, f"this run's measured verify cost ({v:.2f}× a 1-token pass, for every k)"
+
+
+def panel(session: ViewSource) -> None:
+    """The metrics table and the per-position acceptance chart for every run with records."""
+    runs = [r for r in session.runs if r.records]
+    if not runs:
+        return
+    metrics: dict[str, RunMetrics] = {r.label: run_metrics(r.records, session.baseline.records) for r in runs}
+    st.subheader("Every metric by its name")
+    st.dataframe(metrics_frame(metrics), hide_index=True, width="stretch", key="metrics_table")
+    st.caption(
+        "The same run, measured the ways tools report it. They differ on purpose: accepted/drafted counts drafts thrown away "
+        "after a rejection, mean acceptance length skips rounds that drafted nothing, tokens per target pass counts every pass. "
+        "Compare a tool's number with the row of the same name, not with α."
+    )
+    st.subheader("Acceptance by draft position")
+    st.plotly_chart(position_figure(positions_frame(metrics)), width="stretch", key="fig_positions")
+    st.caption(
+        "Bars: of the rounds that reached draft position i (every earlier draft kept), the share that kept draft i; n is that count, "
+        "faint bars have fewer than 5. Dashed: the one α the formula (1 − α^(k+1))/(1 − α) assumes at every position. "
+        "Bars falling below the line mean long drafts are worth less than the formula promises."
+    )
+    for run in runs:
+        c, verify, label = _costs(session, run)
+        st.markdown(f"**{run.label}.** " + decay_note(metrics[run.label], c, verify, label))

@@ -1,0 +1,58 @@
+"""The app's pages, registered once for st.navigation, and the guard that makes each page's URL an entry point.
+
+Why the guard: Streamlit 1.67 decides per process, when the first session starts, whether the app uses the legacy
+pages/ folder (PagesManager.uses_pages_directory = "is there a pages/ next to app.py"). While that flag is set, a
+request does not run app.py: Streamlit builds a navigation of app.py plus every file in pages/ (labelled from the
+file names: app, benchmark, exactness, step through, theory) and runs the requested file alone. Only an executed
+st.navigation clears the flag (for every session, as its docs say). A fresh server whose first request is "/" runs
+app.py, which calls st.navigation; one whose first request is "/theory" ran pages/theory.py without app.py. So each
+page starts with route_through_app(): under legacy routing it registers our navigation (clearing the flag) and
+reruns, and the rerun goes through app.py like every later request."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import streamlit as st
+
+
+@dataclass(frozen=True)
+class PageSpec:
+    path: str  # relative to app.py
+    title: str
+    icon: str
+    default: bool = False
+
+
+PAGE_SPECS: tuple[PageSpec, ...] = (
+    PageSpec("pages/step_through.py", "Step through", "👣", default=True),
+    PageSpec("pages/theory.py", "Speedup theory", "📐"),
+    PageSpec("pages/exactness.py", "Exactness lab", "🎯"),
+    PageSpec("pages/numerics.py", "Numerics lab", "🔢"),
+    PageSpec("pages/benchmark.py", "Benchmark", "⏱️"),
+)
+
+
+def app_pages() -> list:
+    """The st.Page objects for st.navigation (built per run: Page objects belong to one script run)."""
+    return [st.Page(p.path, title=p.title, icon=p.icon, default=p.default) for p in PAGE_SPECS]
+
+
+def legacy_routing() -> bool:
+    """True while Streamlit still routes by the pages/ folder (a fresh server, no st.navigation run yet).
+
+    Reads Streamlit's own flag; a version without it has no legacy routing to work around."""
+    try:
+        from streamlit.runtime.pages_manager import PagesManager
+    except ImportError:
+        return False
+    return bool(getattr(PagesManager, "uses_pages_directory", False))
+
+
+def route_through_app() -> None:
+    """Call first thing in every page: if Streamlit ran this file directly through its legacy pages/ routing,
+    register the app's navigation (which switches the legacy routing off for good) and rerun through app.py."""
+    if not legacy_routing():
+        return
+    st.navigation(app_pages(), position="hidden")  # resolves the requested page, so the rerun keeps the URL
+    st.rerun()

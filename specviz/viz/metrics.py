@@ -1,0 +1,137 @@
+"""Metrics by name and acceptance by draft position: frames and figures (never imports streamlit).
+
+Input: specviz.core.metrics.RunMetrics per run label. The per-position chart sets the measured
+conditional acceptance at each draft position against the constant alpha that Leviathan's formula
+assumes, and decay_note says in words what the difference does to the best k."""
+
+from __future__ import annotations
+
+import html
+from collections.abc import Mapping
+
+import numpy as np
+import pandas as pd
+import plotly.graph_objects as go
+
+from specviz.core.metrics import METRIC_INFO, RunMetrics
+from specviz.core.theory import MAX_K, VerifyCost, best_k, best_k_by_position, expected_tokens, expected_tokens_by_position
+from specviz.viz.theory import K_COLORS, LAYOUT
+
+MIN_COUNT = 5  # a position's rate is drawn solid, and used for best k, only when reached at least this often
+POSITION_COLUMNS = ["run", "position", "reached", "accepted", "rate", "unconditional", "alpha"]
+
+
+def _fmt(x: float | None, spec: str = ".3f") -> str:
+    return "–" if x is None or (isinstance(x, float) and np.isnan(x)) else f"{x:{spec}}"
+
+
+def _positions_text(m: RunMetrics, limit: int = 6) -> str:
+    parts = [f"{p.position}: {_fmt(p.rate, '.2f')} (n={p.reached})" for p in m.position_acceptance[:limit]]
+    more = len(m.position_acceptance) - limit
+    return " · ".join(parts) + (f" · … {more} more" if more > 0 else "") if parts else "–"
+
+
+def metric_values(m: RunMetrics) -> dict[str, str]:
+    """metric key -> the value as shown in the table."""
+    return {
+        "alpha": _fmt(m.alpha),
+        "acceptance_rate": _fmt(m.acceptance_rate) + (f" ({m.accepted}/{m.drafted})" if m.drafted else ""),
+        "mean_acceptance_length": _fmt(m.mean_acceptance_length) + (f" ({m.drafting_rounds} drafting rounds)" if m.drafting_rounds else ""),
+        "tokens_per_target_pass": _fmt(m.tokens_per_target_pass) + (f" ({m.new_tokens}/{m.rounds})" if m.rounds else ""),
+        "position_acceptance": _positions_text(m),
+        "speedup": _fmt(m.speedup, ".2f") + ("×" if m.speedup is not None else ""),
+    }
+
+
+def metrics_frame(runs: Mapping[str, RunMetrics]) -> pd.DataFrame:
+    """One row per metric: its name, one value column per run, its definition and who prints it."""
+    values = {label: metric_values(m) for label, m in runs.items()}
+    rows = []
+    for info in METRIC_INFO:
+        row = {"metric": info.name}
+        row.update({label: values[label][info.key] for label in runs})
+        row.update({"definition": info.definition, "printed by": info.printed_by})
+        rows.append(row)
+    return pd.DataFrame(rows, columns=["metric", *runs, "definition", "printed by"])
+
+
+def positions_frame(runs: Mapping[str, RunMetrics]) -> pd.DataFrame:
+    """One row per (run, draft position): reached, accepted, the conditional and vLLM's unconditional rate, the run's alpha."""
+    rows = [
+        {
+            "run": label, "position": p.position, "reached": p.reached, "accepted": p.accepted,
+            "rate": np.nan if p.rate is None else p.rate, "unconditional": np.nan if p.unconditional is None else p.unconditional,
+            "alpha": np.nan if m.alpha is None else m.alpha,
+        }
+        for label, m in runs.items()
+        for p in m.position_acceptance
+    ]
+    return pd.DataFrame(rows, columns=POSITION_COLUMNS)
+
+
+def position_figure(df: pd.DataFrame) -> go.Figure:
+    """Conditional acceptance by draft position (bars, count on top; faint where reached < MIN_COUNT) against
+    each run's constant alpha (dashed) and what that alpha predicts unconditionally (alpha^i, dotted)."""
+    fig = go.Figure()
+    for i, (run, part) in enumerate(df.groupby("run", sort=False)):
+        color = K_COLORS[i % len(K_COLORS)]
+        name = html.escape(str(run))
+        opacity = [1.0 if n >= MIN_COUNT else 0.35 for n in part["reached"]]
+        fig.add_bar(
+            x=part["position"], y=part["rate"], name=f"{name}: accepted at i ÷ reached i", marker=dict(color=color, opacity=opacity),
+            text=[f"n={n}" for n in part["reached"]], textposition="outside",
+            customdata=np.stack([part["accepted"], part["reached"], part["unconditional"]], axis=-1),
+            hovertemplate=f"{name}<br>" + "position %{x}: %{customdata[0]} kept of %{customdata[1]} reached = %{y:.2f}"
+            "<br>vLLM's unconditional rate: %{customdata[2]:.2f}<extra></extra>",
+        )
+        alpha = part["alpha"].dropna()
+        if len(alpha):
+            a = float(alpha.iloc[0])
+            xs = part["position"].to_numpy()
+            fig.add_scatter(
+                x=xs, y=[a] * len(xs), mode="lines", name=f"{name}: constant α = {a:.2f} (the formula's assumption)",
+                line=dict(color=color, dash="dash", width=2), hovertemplate=f"constant α = {a:.2f}<extra></extra>",
+            )
+    fig.update_layout(
+        title="acceptance by draft position, against one constant α", barmode="group",
+        xaxis=dict(title="draft position i in a round", dtick=1), yaxis=dict(title="P(kept at i | reached i)", range=[0, 1.15]), **LAYOUT,
+    )
+    return fig
+
+
+def reliable_rates(m: RunMetrics) -> list[float]:
+    """Conditional rates of the leading positions reached at least MIN_COUNT times (stops at the first thin one)."""
+    out = []
+    for p in m.position_acceptance:
+        if p.reached < MIN_COUNT or p.rate is None:
+            break
+        out.append(p.rate)
+    return out
+
+
+def decay_note(m: RunMetrics, c: float, verify_cost: VerifyCost, cost_label: str, k_max: int = MAX_K) -> str:
+    """Does acceptance fall with position, and what does that do to the best k? In plain words."""
+    rates = reliable_rates(m)
+    if len(rates) < 2 or m.alpha is None:
+        return (
+            f"Too few rounds reached position 2 or beyond (at least {MIN_COUNT} each) to tell whether acceptance changes with position; "
+            "step further, or raise k."
+        )
+    alpha = min(1.0, max(0.0, m.alpha))
+    first, last = rates[0], rates[-1]
+    if last <= first - 0.1:
+        shape = f"decays with position, from {first:.2f} at position 1 to {last:.2f} at position {len(rates)}"
+    elif last >= first + 0.1:
+        shape = f"rises with position, from {first:.2f} at position 1 to {last:.2f} at position {len(rates)} (acceptances come in streaks)"
+    else:
+        shape = f"is roughly flat, {first:.2f} at position 1 and {last:.2f} at position {len(rates)}"
+    kb_const, kb_pos = best_k(alpha, c, verify_cost, k_max), best_k_by_position(rates, c, verify_cost, k_max)
+    e_const, e_pos = expected_tokens(alpha, kb_const), expected_tokens_by_position(rates, kb_const)
+    verdict = (
+        f"the best k moves from {kb_const} to {kb_pos}" if kb_pos != kb_const else f"the best k stays {kb_const}"
+    )
+    return (
+        f"Acceptance {shape}; the formula assumes one α = {alpha:.2f} at every position. At k = {kb_const} the constant α predicts "
+        f"{e_const:.2f} tokens per target pass and the measured rates {e_pos:.2f}. With c = {c:.3g} and {cost_label}, {verdict} "
+        f"when the per-position rates replace α (positions past {len(rates)} reuse its rate)."
+    )

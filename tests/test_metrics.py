@@ -1,0 +1,114 @@
+"""Every metric by its name, on hand-built StepRecords with numbers worked out by hand."""
+
+from __future__ import annotations
+
+import pytest
+
+from specviz.core.metrics import METRIC_INFO, position_acceptance, run_metrics
+from specviz.core.records import StepRecord
+
+
+def rec(fates: str, emitted: int, round_ms: float = 10.0, overlap: tuple[float, ...] | None = None, p: float = 0.5) -> StepRecord:
+    """A round from a fate string: a = accepted, r = rejected, d = discarded (one letter per drafted token)."""
+    names = {"a": "accepted", "r": "rejected", "d": "discarded"}
+    m = len(fates)
+    has_q = overlap is not None
+    return StepRecord(
+        index=0, context_length=10, num_draft_tokens=max(m, 1), drafted=tuple(range(m)), p_target=(p,) * m, q_draft=(1.0,) * m,
+        accept_prob=(p,) * m, uniforms=(0.1,) * m, draft_fates=tuple(names[f] for f in fates), emitted=tuple(range(emitted)),
+        emitted_fates=("target",) * emitted, emitted_margin=(1.0,) * emitted, next_p_target=1.0, next_residual=None,
+        overlap=overlap or (), dists=(), has_q=has_q, draft_ms=1.0, verify_ms=5.0, round_ms=round_ms, record_ms=0.1, finished=False,
+    )
+
+
+RECORDS = [
+    rec("aaaa", 5, overlap=(0.9, 0.8, 0.7, 0.6)),  # all four kept + bonus
+    rec("arddd"[:4], 2, overlap=(0.9, 0.2)),  # kept 1, rejected at 2, two discarded
+    rec("rddd", 1, overlap=(0.1,)),  # rejected at 1
+    rec("", 1),  # the drafter had nothing: a plain step
+    rec("aard", 3, overlap=(0.8, 0.7, 0.3)),  # kept 2, rejected at 3
+]
+
+
+def test_position_acceptance_by_hand():
+    pos = position_acceptance(RECORDS)
+    assert [(p.position, p.reached, p.accepted) for p in pos] == [(1, 4, 3), (2, 3, 2), (3, 2, 1), (4, 1, 1)]
+    assert pos[0].rate == pytest.approx(3 / 4) and pos[1].rate == pytest.approx(2 / 3) and pos[2].rate == pytest.approx(0.5)
+    # vLLM divides by the drafting rounds (4): unconditional, the product of the conditional rates
+    assert [p.unconditional for p in pos] == pytest.approx([3 / 4, 2 / 4, 1 / 4, 1 / 4])
+    assert pos[1].unconditional == pytest.approx(pos[0].rate * pos[1].rate)
+
+
+def test_run_metrics_by_hand():
+    base = [rec("", 1, round_ms=20.0) for _ in range(12)]
+    m = run_metrics(RECORDS, base)
+    assert (m.rounds, m.drafting_rounds, m.new_tokens, m.drafted, m.accepted) == (5, 4, 12, 16, 7)
+    assert m.acceptance_rate == pytest.approx(7 / 16)  # vLLM / llama.cpp
+    assert m.mean_acceptance_length == pytest.approx(1 + 7 / 4)  # vLLM: per drafting round
+    assert m.tokens_per_target_pass == pytest.approx(12 / 5)  # EAGLE tau / Spec-Bench: every pass
+    assert m.alpha == pytest.approx(sum([0.9, 0.8, 0.7, 0.6, 0.9, 0.2, 0.1, 0.8, 0.7, 0.3]) / 10)
+    assert m.speedup == pytest.approx(240 / 50)  # plain decoding took 20 ms a token: 240 ms for 12; this run 50 ms
+    assert run_metrics(RECORDS, base[:6]).speedup == pytest.approx(240 / 50)  # a shorter baseline is extrapolated at its pace
+    obj = m.to_json()
+    assert obj["position_acceptance"][0] == {"position": 1, "reached": 4, "accepted": 3, "rate": 0.75, "unconditional": 0.75}
+    assert {i.key for i in METRIC_INFO} <= set(obj)
+
+
+def test_alpha_without_q_is_mean_p_target_of_checked_drafts():
+    m = run_metrics([rec("ar", 2, p=0.4), rec("rd", 1, p=0.2)])
+    assert m.alpha == pytest.approx((0.4 + 0.4 + 0.2) / 3)  # the discarded draft was never checked
+    assert m.speedup is None  # no baseline, no measured speedup
+
+
+def test_empty_and_plain_runs():
+    m = run_metrics([])
+    assert m.acceptance_rate is None and m.mean_acceptance_length is None and m.tokens_per_target_pass is None
+    assert m.position_acceptance == ()
+    plain = run_metrics([rec("", 1), rec("", 1)])
+    assert plain.tokens_per_target_pass == 1.0 and plain.mean_acceptance_length is None and plain.alpha is None
+
+
+def test_metrics_frames_and_decay_note():
+    from specviz.viz.metrics import decay_note, metrics_frame, position_figure, positions_frame
+
+    runs = {"<b>n-gram</b>": run_metrics(RECORDS)}
+    table = metrics_frame(runs)
+    assert list(table["metric"]) == [i.name for i in METRIC_INFO]
+    assert table.iloc[1]["<b>n-gram</b>"] == "0.438 (7/16)"
+    pos = positions_frame(runs)
+    assert list(pos["reached"]) == [4, 3, 2, 1]
+    fig = position_figure(pos)
+    assert all("<b>" not in str(t.name) for t in fig.data)  # run labels are escaped
+    assert "Too few rounds" in decay_note(runs["<b>n-gram</b>"], 0.0, 1.0, "a verify cost of 1")
+    decaying = [rec("a" * i + "r" + "d" * (3 - i), i + 1, overlap=(0.5,) * (i + 1)) for i in (0, 0, 0, 1, 1, 1, 2, 3, 3, 3, 3, 3, 3)]
+    note = decay_note(run_metrics(decaying), 0.0, 1.0, "a verify cost of 1")
+    assert "position" in note and "best k" in note
+
+
+# --- the step-through page's metrics panel (AppTest on a tiny model) ----------------------------
+
+
+def test_step_through_shows_the_metrics_table(tiny_models, monkeypatch):
+    from pathlib import Path
+
+    from streamlit.testing.v1 import AppTest
+
+    import specviz.ui.session as ui_session
+
+    model = tiny_models["llama"]
+    monkeypatch.setattr(ui_session, "get_model", lambda *args, **kwargs: model)
+    at = AppTest.from_file(str(Path(__file__).resolve().parents[1] / "pages" / "step_through.py"), default_timeout=180)
+    at.run()
+    at.text_area(key="prompt").set_value("the cat sat on the mat and the cat sat on the mat and the cat sat on the")
+    at.selectbox(key="drafter").set_value("lookup")
+    at.number_input(key="max_new_tokens").set_value(12)
+    at.run()
+    at.button(key="run_all").click().run()
+    assert not at.exception, at.exception
+    tables = [d.value for d in at.dataframe if "metric" in d.value.columns]
+    assert len(tables) == 1
+    table = tables[0]
+    assert list(table["metric"]) == [i.name for i in METRIC_INFO]
+    assert {"definition", "printed by"} <= set(table.columns)
+    assert any("Acceptance by draft position" in h.value for h in at.subheader)
+    assert any("best k" in m.value or "Too few rounds" in m.value for m in at.markdown)

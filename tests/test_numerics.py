@@ -1,0 +1,102 @@
+"""The numerics lab on tiny models: float32 plain == speculative, 1-token vs (k+1)-token logits, the page."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from specviz.numerics import GreedyTrace, compare, first_divergence, pass_differences
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+PROMPT = "the cat sat on the mat and the dog sat on the log and the cat sat on the"
+
+
+@pytest.fixture(scope="module")
+def dtype_models(tiny_dir):
+    from specviz.models import load_model
+
+    return {d: load_model(str(tiny_dir["llama"]), "cpu", d) for d in ("float32", "bfloat16")}
+
+
+def test_first_divergence_by_hand():
+    a = GreedyTrace("a", "float32", False, (1, 2, 3, 4), (0.5, 0.4, 0.3, 0.2))
+    b = GreedyTrace("b", "bfloat16", False, (1, 2, 9), (0.5, 0.4, 0.01))
+    d = first_divergence(a, b)
+    assert (d.position, d.token_a, d.token_b, d.margin_a, d.margin_b, d.compared) == (2, 3, 9, 0.3, 0.01, 3)
+    assert first_divergence(a, a).position is None
+
+
+def test_compare_on_a_tiny_model(dtype_models):
+    ids = dtype_models["float32"].tokenizer(PROMPT)["input_ids"]
+    seen = []
+    report = compare(dtype_models, ids, max_new_tokens=12, k=3, drafter="lookup", on_progress=lambda *a: seen.append(a))
+    assert seen[-1][:2] == (6, 6)
+    names = [t.name for t in report.traces]
+    assert names == ["float32 · plain", "float32 · speculative", "bfloat16 · plain", "bfloat16 · speculative"]
+    fp32_plain, fp32_spec = report.traces[0], report.traces[1]
+    assert fp32_plain.ids == fp32_spec.ids  # the float32 guarantee
+    assert report.divergences[0].position is None
+    assert len(fp32_plain.margins) == len(fp32_plain.ids)
+    df = report.pass_diffs
+    assert set(df["dtype"]) == {"float32", "bfloat16"} and len(df) == 2 * len(fp32_plain.ids)
+    fp32 = df[df["dtype"] == "float32"]
+    assert fp32["max_abs_diff"].max() < 1e-3 and not fp32["flipped"].any()
+    assert (df[df["dtype"] == "bfloat16"]["max_abs_diff"] >= 0).all()  # a tiny model's logits are too small to show much
+
+
+@pytest.mark.smollm
+def test_bfloat16_moves_the_logits_of_the_embedded_model(smollm):
+    """On SmolLM2 the (k+1)-token pass moves bfloat16 logits far more than float32 ones."""
+    from specviz.models import EMBEDDED_TARGET, encode_prompt, load_model
+
+    models = {"float32": smollm, "bfloat16": load_model(EMBEDDED_TARGET, "cpu", "bfloat16")}
+    ids = encode_prompt(smollm.tokenizer, "Write a Python function that reverses a string.", True)
+    report = compare(models, ids, max_new_tokens=16, k=4)
+    assert report.divergences[0].position is None  # float32: speculative == plain
+    by = report.pass_diffs.groupby("dtype")["max_abs_diff"].max()
+    assert by["float32"] < 1e-3 < by["bfloat16"]
+
+
+def test_pass_differences_rows_line_up(dtype_models):
+    """The 1-token rows are exactly plain greedy's: their argmax is the next generated token."""
+    target = dtype_models["float32"]
+    ids = target.tokenizer(PROMPT)["input_ids"]
+    report = compare({"float32": target}, ids, max_new_tokens=8, k=2, drafter="lookup")
+    df = pass_differences(target, ids, report.traces[0].ids, 2)
+    assert list(df["argmax_one"]) == list(report.traces[0].ids)
+
+
+def test_compare_rejects_bad_input(dtype_models):
+    ids = [1, 2, 3]
+    with pytest.raises(ValueError):
+        compare({"bfloat16": dtype_models["bfloat16"]}, ids)
+    with pytest.raises(ValueError):
+        compare(dtype_models, ids, max_new_tokens=0)
+    with pytest.raises(ValueError):
+        compare(dtype_models, [], max_new_tokens=4)
+
+
+def test_numerics_page(dtype_models, monkeypatch):
+    from streamlit.testing.v1 import AppTest
+
+    import specviz.ui.models as ui_models
+
+    monkeypatch.setattr(ui_models, "get_model", lambda source, device="auto", dtype="auto", **kw: dtype_models["bfloat16" if dtype == "bfloat16" else "float32"])
+    at = AppTest.from_file(str(Path(__file__).resolve().parents[1] / "pages" / "numerics.py"), default_timeout=180)
+    at.run()
+    assert not at.exception
+    assert any("Press **Run**" in i.value for i in at.info)
+    at.text_area(key="num_prompt").set_value(PROMPT)
+    at.slider(key="num_new").set_value(16)
+    at.selectbox(key="num_drafter").set_value("lookup")
+    at.button(key="num_run").click().run()
+    assert not at.exception, at.exception
+    m = {x.label: x.value for x in at.metric}
+    assert m["float32 · plain vs float32 · speculative"] == "identical"
+    assert "bfloat16 · plain vs bfloat16 · speculative" in m and "float32 · plain vs bfloat16 · plain" in m
+    assert any("float32 guarantee" in h.value for h in at.header)
+    at.text_area(key="num_prompt").set_value("   ")
+    at.button(key="num_run").click().run()
+    assert not at.exception and any("empty" in e.value for e in at.error)
