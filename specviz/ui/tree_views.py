@@ -23,7 +23,8 @@ def tree_rounds(session: ViewSource) -> None:
     if len(trees) == 1:
         record = trees[0]
     else:
-        index = st.select_slider("tree round", [r.index for r in trees], value=trees[-1].index, key=f"tree_round_{run.label}")
+        # the key names the count, so a new tree round resets the slider to the latest one
+        index = st.select_slider("tree round", [r.index for r in trees], value=trees[-1].index, key=f"tree_round_{run.label}_{len(trees)}")
         record = next(r for r in trees if r.index == index)
     left, right = st.columns([3, 2])
     with left:

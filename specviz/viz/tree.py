@@ -102,7 +102,7 @@ def tree_figure(record: StepRecord, token_text: TokenText, root_text: str = "con
             hoverinfo="text",
         ))  # fmt: skip
     fig.add_trace(go.Scatter(
-        x=[0.0], y=[0.0], mode="markers+text", text=[html.escape(root_text)], textposition="middle left",
+        x=[0.0], y=[0.0], mode="markers+text", text=[html.escape(root_text)], textposition="top center",
         marker=dict(size=16, color=FATE_COLOURS["root"]), name="root", hovertext=["the newest committed token: every node sees it"], hoverinfo="text",
     ))  # fmt: skip
     for fate in ("accepted", "rejected", "discarded"):
@@ -119,7 +119,7 @@ def tree_figure(record: StepRecord, token_text: TokenText, root_text: str = "con
     fig.update_layout(
         title=f"Round {record.index}: a tree of {record.num_drafted} nodes, {len(record.accepted_path)} accepted",
         xaxis=dict(title="depth (tokens after the committed context)", dtick=1, zeroline=False),
-        yaxis=dict(visible=False), height=360, margin=dict(l=60, r=20, t=50, b=40), legend=dict(orientation="h"),
+        yaxis=dict(visible=False), height=380, margin=dict(l=30, r=20, t=50, b=40), legend=dict(orientation="h", y=-0.3),
     )  # fmt: skip
     return fig
 
@@ -147,7 +147,7 @@ def mask_figure(record: StepRecord, token_text: TokenText) -> go.Figure:
         hovertemplate="%{y} sees %{x}: %{z}<extra></extra>",
     ))  # fmt: skip
     fig.update_layout(
-        title="Tree attention mask (plus the whole committed context)",
+        title="Tree attention mask",
         xaxis=dict(title="key (attended to)", side="top", tickangle=-45), yaxis=dict(title="query (node)", autorange="reversed"),
         height=360, margin=dict(l=60, r=20, t=90, b=20),
     )  # fmt: skip
