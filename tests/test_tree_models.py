@@ -106,3 +106,17 @@ def test_greedy_tree_equals_plain_greedy_on_smollm(smollm):
             dec.run()
             assert dec.generated == plain.generated, (drafter, width)
             assert dec.use_tree == (width > 1)
+
+
+def test_a_model_without_custom_masks_falls_back_to_chains(tiny_models, monkeypatch, caplog):
+    """What tree_support_problem() reports for flash attention or sliding-window caches, simulated on the adapter."""
+    target = tiny_models["llama"]
+    ids = prompt_ids(target)
+    message = "LlamaForCausalLM runs flash_attention_2 attention, which takes no custom tree mask; token trees fall back to chains."
+    monkeypatch.setattr(HFCachedLM, "tree_problem", property(lambda self: message))
+    config = RunConfig(target="llama", drafter="ngram", num_draft_tokens=6, tree_width=3, ngram_threshold=0.0, max_new_tokens=MAX_NEW)
+    with caplog.at_level("WARNING"):
+        dec = build_decoder(config, target, ids)
+    assert not dec.use_tree and message in caplog.text
+    dec.run()
+    assert dec.generated == hf_greedy(target, ids) and not any(r.is_tree for r in dec.records)
