@@ -2,7 +2,7 @@
 
 import streamlit as st
 
-from specviz.ui import metrics_views
+from specviz.ui import metrics_views, tree_views
 from specviz.ui import replay as recordings
 from specviz.ui import step_views as views
 from specviz.ui.export_views import export_buttons
@@ -43,6 +43,7 @@ def show(session) -> None:
                 views.metrics(session, run, columns=3)
                 views.token_stream(session, run, legend=False)
     if session.num_rounds:
+        tree_views.tree_rounds(session)  # token-tree runs only
         views.inspector(session)
         views.curves(session)
         metrics_views.panel(session)

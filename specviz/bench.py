@@ -35,6 +35,7 @@ from specviz.config import DRAFTER_KINDS, RunConfig
 from specviz.core.decoding import MAX_DRAFT_TOKENS, SpeculativeDecoder
 from specviz.core.records import RunStats
 from specviz.core.theory import alpha_from_acceptance_rate, speedup
+from specviz.core.tree import MAX_TREE_WIDTH
 from specviz.measure import ProgressFn, Spread, interleave, paired_ratio, timed
 
 if TYPE_CHECKING:
@@ -70,6 +71,7 @@ class SweepSpec:
     exit_layer: int | None = None  # early exit: None picks the default depth
     repeats: int = 3  # timed runs of every setting; the table reports their median and min–max
     warmup: int = 1  # rotations run first and thrown away (allocation, caches, kernel selection)
+    tree_widths: tuple[int, ...] = (1,)  # token trees: children per node (1 = a chain); k is the node budget
 
     def __post_init__(self) -> None:
         if not self.drafters:
@@ -95,10 +97,12 @@ class SweepSpec:
             raise ValueError(f"repeats must be between 1 and {MAX_REPEATS}; got {self.repeats}.")
         if not (0 <= self.warmup <= MAX_REPEATS):
             raise ValueError(f"warm-up rotations must be between 0 and {MAX_REPEATS}; got {self.warmup}.")
+        if not self.tree_widths or any(not (1 <= w <= MAX_TREE_WIDTH) for w in self.tree_widths):
+            raise ValueError(f"Tree widths must be between 1 (a chain) and {MAX_TREE_WIDTH}; got {self.tree_widths}.")
 
     def num_settings(self, num_prompts: int) -> int:
         """Settings in the sweep, baselines included (each is run warmup + repeats times)."""
-        return num_prompts * len(self.temperatures) * (1 + len(self.drafters) * len(self.ks))
+        return num_prompts * len(self.temperatures) * (1 + len(self.drafters) * len(self.ks) * len(self.tree_widths))
 
     def num_runs(self, num_prompts: int) -> int:
         """Decoding runs in the sweep: baselines, warm-ups and repeats included."""
@@ -143,6 +147,7 @@ class BenchRow:
     baseline_wall_s: float
     cpu_s: float  # median process CPU time of building the run (prefill) and running it
     baseline_cpu_s: float
+    tree_width: int = 1  # children per node of the token tree; 1 = a chain
 
 
 COLUMNS: tuple[str, ...] = tuple(f.name for f in fields(BenchRow))
@@ -280,8 +285,8 @@ def median_or_none(values: Sequence[float]) -> float | None:
 # --- the sweep -------------------------------------------------------------------------------------
 
 
-def setting_name(drafter: str, k: int) -> str:
-    return f"{drafter} k={k}"
+def setting_name(drafter: str, k: int, tree_width: int = 1) -> str:
+    return f"{drafter} k={k}" + (f" W={tree_width}" if tree_width > 1 else "")
 
 
 def _fmt_t(t: float) -> str:
@@ -290,7 +295,7 @@ def _fmt_t(t: float) -> str:
 
 def compare_to_baseline(
     prompt: BenchPrompt, drafter: str, k: int, temperature: float, spec: SweepSpec,
-    runs: Sequence[RunSample], bases: Sequence[RunSample], device: str = "", dtype: str = "",
+    runs: Sequence[RunSample], bases: Sequence[RunSample], device: str = "", dtype: str = "", tree_width: int = 1,
 ) -> BenchRow:
     """One BenchRow from a setting's repeats and the baseline's repeats of the same rotations."""
     run, base = runs[0], bases[0]  # counts come from one run: a fixed seed makes every repeat decode the same tokens
@@ -343,6 +348,7 @@ def compare_to_baseline(
         baseline_wall_s=Spread.of([b.stats.wall_s for b in bases]).median,
         cpu_s=Spread.of([r.cpu_s for r in runs]).median,
         baseline_cpu_s=Spread.of([b.cpu_s for b in bases]).median,
+        tree_width=tree_width,
     )
 
 
@@ -366,19 +372,21 @@ def run_sweep(
     if "model" in spec.drafters and draft is None:
         raise ValueError("The 'model' drafter needs a draft model (--draft): give a hub id or a local folder.")
 
-    def config(drafter: str, k: int, temperature: float) -> RunConfig:
+    def config(drafter: str, k: int, temperature: float, tree_width: int = 1) -> RunConfig:
         return RunConfig(
             target=target.name, draft=draft.name if draft is not None else None, drafter=drafter,  # type: ignore[arg-type]
             exit_layer=spec.exit_layer, num_draft_tokens=k, temperature=temperature, seed=spec.seed,
-            max_new_tokens=spec.max_new_tokens, chat=spec.chat,
+            max_new_tokens=spec.max_new_tokens, chat=spec.chat, tree_width=tree_width,
         )
 
     if "early-exit" in spec.drafters and early_exit is None:
         early_exit = early_exit_view(target.model, exit_layer_for(config("early-exit", 1, 0.0), target))
     device, dtype = str(target.device), str(target.dtype).removeprefix("torch.")
 
-    def factory(prompt_ids: list[int], drafter: str, k: int, temperature: float, baseline: bool) -> Callable[[], SpeculativeDecoder]:
-        cfg = config(drafter, k, temperature)
+    def factory(
+        prompt_ids: list[int], drafter: str, k: int, temperature: float, baseline: bool, tree_width: int = 1
+    ) -> Callable[[], SpeculativeDecoder]:
+        cfg = config(drafter, k, temperature, tree_width)
         return lambda: build_decoder(cfg, target, prompt_ids, draft, early_exit=early_exit, baseline=baseline)
 
     total, offset = spec.num_runs(len(prompts)), 0
@@ -387,7 +395,8 @@ def run_sweep(
         prompt_ids = encode_prompt(target.tokenizer, prompt.prompt, spec.chat)
         for temperature in spec.temperatures:
             setups = {BASELINE: factory(prompt_ids, spec.drafters[0], spec.ks[0], temperature, True)}
-            setups |= {setting_name(d, k): factory(prompt_ids, d, k, temperature, False) for d in spec.drafters for k in spec.ks}
+            grid = [(d, k, w) for d in spec.drafters for k in spec.ks for w in spec.tree_widths]
+            setups |= {setting_name(d, k, w): factory(prompt_ids, d, k, temperature, False, w) for d, k, w in grid}
             where = f"{prompt.category} {prompt.title!r} T={_fmt_t(temperature)}"
 
             def progress(done: int, _total: int, message: str, sample: RunSample, offset: int = offset, where: str = where) -> None:
@@ -396,9 +405,8 @@ def run_sweep(
 
             samples = measure_setups(setups, spec.repeats, spec.warmup, progress)
             offset += len(setups) * (spec.warmup + spec.repeats)
-            for d in spec.drafters:
-                for k in spec.ks:
-                    rows.append(compare_to_baseline(prompt, d, k, temperature, spec, samples[setting_name(d, k)], samples[BASELINE], device, dtype))
+            for d, k, w in grid:
+                rows.append(compare_to_baseline(prompt, d, k, temperature, spec, samples[setting_name(d, k, w)], samples[BASELINE], device, dtype, w))
     return rows
 
 
@@ -423,3 +431,11 @@ def summary_table(frame: pd.DataFrame) -> pd.DataFrame:
         if c in frame:
             agg[c] = (c, "max")
     return frame.groupby(keys, sort=False).agg(**agg).reset_index()
+
+
+def tree_vs_chain_table(frame: pd.DataFrame) -> pd.DataFrame:
+    """Token trees against chains at the same node budget k: means over prompts per (drafter, k, temperature,
+    tree_width) of tokens per target pass, the verify pass's cost and the speedups."""
+    keys = ["drafter", "k", "temperature", "tree_width"]
+    cols = ["acceptance_rate", "tokens_per_pass", "verify_cost", "speedup", "speedup_cpu"]
+    return frame.groupby(keys, sort=True)[cols].mean().reset_index()

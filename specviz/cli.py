@@ -28,6 +28,7 @@ def _add_run_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--ngram-threshold", type=float, default=d.ngram_threshold, help=f"n-gram drafter: stop drafting when its top probability falls below this (default {d.ngram_threshold})")
     p.add_argument("--num-draft-tokens", "-k", type=int, default=d.num_draft_tokens)
     p.add_argument("--adaptive-k", action="store_true", help="grow k after fully accepted rounds, shrink after rejections")
+    p.add_argument("--tree-width", type=int, default=d.tree_width, help="children per node of a token tree (1 = a chain; k is then the node budget)")
     p.add_argument("--temperature", type=float, default=d.temperature, help="0 = greedy")
     p.add_argument("--top-k", type=int, default=d.top_k)
     p.add_argument("--top-p", type=float, default=d.top_p)
@@ -52,6 +53,7 @@ def config_from_args(args: argparse.Namespace) -> RunConfig:
         ngram_threshold=args.ngram_threshold,
         num_draft_tokens=args.num_draft_tokens,
         adaptive_k=args.adaptive_k,
+        tree_width=args.tree_width,
         temperature=args.temperature,
         top_k=args.top_k,
         top_p=args.top_p,
@@ -149,6 +151,19 @@ def sample_seed(seed: int, i: int) -> int:
 
 
 def step_to_json(r) -> dict:
+    step = _chain_step_to_json(r)
+    if r.is_tree:  # a token-tree round: every node, and the path the rule accepted
+        step["tree"] = {
+            "nodes": [
+                {"token": t, "parent": par, "q_draft": q, "p_target": p, "fate": f}
+                for t, par, q, p, f in zip(r.drafted, r.tree_parents, r.q_draft, r.p_target, r.draft_fates)
+            ],
+            "accepted_path": list(r.accepted_path),
+        }
+    return step
+
+
+def _chain_step_to_json(r) -> dict:
     return {
         "drafted": list(r.drafted),
         "num_accepted": r.num_accepted,
@@ -418,6 +433,8 @@ def add_bench_parser(sub) -> None:
     p.add_argument("--k", type=lambda s: _csv_list(s, int, "--k"), default=d.ks, help=f"tokens drafted per round (default: {','.join(map(str, d.ks))})")
     p.add_argument("--temperatures", type=lambda s: _csv_list(s, float, "--temperatures"), default=d.temperatures,
                    help=f"default: {','.join(f'{t:g}' for t in d.temperatures)}")
+    p.add_argument("--tree-width", type=lambda s: _csv_list(s, int, "--tree-width"), default=d.tree_widths,
+                   help="children per token-tree node, e.g. 1,2,3 (1 = a chain; k is then the node budget; default: 1)")
     p.add_argument("--max-new-tokens", type=int, default=d.max_new_tokens)
     p.add_argument("--repeats", type=int, default=d.repeats, help=f"timed runs of every setting, medians and min-max reported (default: {d.repeats})")
     p.add_argument("--warmup", type=int, default=d.warmup, help=f"rotations run first and discarded, per prompt and temperature (default: {d.warmup})")
@@ -455,7 +472,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
     spec = SweepSpec(
         drafters=tuple(args.drafters), ks=tuple(args.k), temperatures=tuple(args.temperatures),
         max_new_tokens=args.max_new_tokens, seed=args.seed, chat=not args.no_chat, exit_layer=args.exit_layer,
-        repeats=args.repeats, warmup=args.warmup,
+        repeats=args.repeats, warmup=args.warmup, tree_widths=tuple(args.tree_width),
     )
     prompts = first_per_category(load_prompts(args.prompts, args.categories), args.per_category)
     out = Path(args.out) if args.out else None
@@ -486,7 +503,14 @@ def cmd_bench(args: argparse.Namespace) -> int:
         print(f"wrote {len(frame)} rows to {out}", file=sys.stderr)
     show = ["category", "prompt", "drafter", "k", "temperature", "alpha", "acceptance_rate", "tokens_per_pass",
             "baseline_tokens_per_s", "speedup", "speedup_low", "speedup_high", "speedup_cpu", "verify_cost"]
+    if len(spec.tree_widths) > 1:
+        show.insert(4, "tree_width")
     print(frame[show].to_string(index=False, float_format=lambda x: f"{x:.2f}", na_rep="n/a"))
+    if len(spec.tree_widths) > 1:
+        from specviz.bench import tree_vs_chain_table
+
+        print("\ntrees vs chains at the same node budget k (means over prompts):")
+        print(tree_vs_chain_table(frame).to_string(index=False, float_format=lambda x: f"{x:.2f}", na_rep="n/a"))
     return 0
 
 

@@ -7,6 +7,7 @@ from typing import Literal
 
 from specviz.core.decoding import MAX_DRAFT_TOKENS, DecodeConfig
 from specviz.core.sampling import SamplingConfig
+from specviz.core.tree import MAX_TREE_WIDTH
 
 DrafterKind = Literal["model", "lookup", "ngram", "early-exit", "none"]
 DRAFTER_KINDS: tuple[str, ...] = ("ngram", "lookup", "model", "early-exit", "none")  # the default first (menus start there)
@@ -26,6 +27,7 @@ class RunConfig:
     ngram_threshold: float = 0.5  # n-gram drafter: stop drafting when its count-aware confidence falls below this
     num_draft_tokens: int = 8  # k: a cap; the n-gram drafter stops earlier when its evidence runs out (scripts/vs_transformers.py)
     adaptive_k: bool = False
+    tree_width: int = 1  # children per node of a token tree (n-gram, model, early-exit drafters); 1 = a chain, k = node budget
     temperature: float = 0.0  # 0 = greedy
     top_k: int = 0
     top_p: float = 1.0
@@ -52,6 +54,8 @@ class RunConfig:
             raise ValueError(f"The n-gram threshold is a probability between 0 and 1; got {self.ngram_threshold}.")
         if self.drafter != "none" and not (1 <= self.num_draft_tokens <= MAX_DRAFT_TOKENS):
             raise ValueError(f"Number of draft tokens k must be between 1 and {MAX_DRAFT_TOKENS}; got {self.num_draft_tokens}.")
+        if not (1 <= self.tree_width <= MAX_TREE_WIDTH):
+            raise ValueError(f"The tree width must be between 1 (a chain) and {MAX_TREE_WIDTH}; got {self.tree_width}.")
         if self.exit_layer is not None and self.exit_layer < 1:
             raise ValueError(f"The exit layer must be at least 1; got {self.exit_layer}.")
         if not (1 <= self.max_new_tokens <= MAX_NEW_TOKENS):
@@ -74,6 +78,7 @@ class RunConfig:
             max_new_tokens=self.max_new_tokens,
             eos_token_ids=eos_token_ids,
             adaptive_k=self.adaptive_k,
+            tree_width=self.tree_width,
         )
 
     def load_options(self) -> dict:

@@ -85,6 +85,9 @@ def check_record(r: StepRecord, where: str) -> None:
     for name in ("p_target", "q_draft", "accept_prob", "uniforms", "draft_fates"):
         if len(getattr(r, name)) != n:
             raise ValueError(f"{where}: {n} drafted tokens but {len(getattr(r, name))} {name}")
+    if r.tree_parents or r.accepted_path:  # a token-tree round has its own consistency rules
+        check_tree_record(r, where)
+        return
     fates = "".join({"accepted": "a", "rejected": "r", "discarded": "d"}[f] for f in r.draft_fates)
     if not re.fullmatch("a*r?d*", fates):
         raise ValueError(f"{where}: draft fates {list(r.draft_fates)} do not match the rule (accepted ones, then at most one rejected, then discarded ones)")
@@ -102,6 +105,27 @@ def check_record(r: StepRecord, where: str) -> None:
             values = getattr(dist, name)
             if values is not None and len(values) != len(dist.token_ids):
                 raise ValueError(f"{where}, position {j}: {len(dist.token_ids)} token ids but {len(values)} {name} values")
+
+
+def check_tree_record(r: StepRecord, where: str) -> None:
+    """Raise ValueError if a token-tree round contradicts itself: parents, the accepted path, fates, emitted."""
+    n = len(r.drafted)
+    for name in ("tree_parents", "tree_p_current"):
+        if len(getattr(r, name)) != n:
+            raise ValueError(f"{where}: {n} tree nodes but {len(getattr(r, name))} {name}")
+    if any(not (-1 <= j < i) for i, j in enumerate(r.tree_parents)):
+        raise ValueError(f"{where}: tree parents must be -1 or an earlier node's index; got {list(r.tree_parents)}")
+    path, parent = list(r.accepted_path), -1
+    for node in path:
+        if not (0 <= node < n) or r.tree_parents[node] != parent or r.draft_fates[node] != "accepted":
+            raise ValueError(f"{where}: the accepted path {path} is not a chain of accepted nodes from the root")
+        parent = node
+    if sum(f == "accepted" for f in r.draft_fates) != len(path):
+        raise ValueError(f"{where}: {sum(f == 'accepted' for f in r.draft_fates)} accepted nodes but an accepted path of {len(path)}")
+    if len(r.emitted_fates) != len(r.emitted) or list(r.emitted[: len(path)]) != [r.drafted[i] for i in path]:
+        raise ValueError(f"{where}: the emitted tokens do not start with the accepted path's tokens")
+    if any(f == "accepted" for f in r.emitted_fates[len(path) :]) or any(f != "accepted" for f in r.emitted_fates[: len(path)]):
+        raise ValueError(f"{where}: accepted tokens must come first among the emitted ones")
 
 
 def record_ids(r: StepRecord) -> Iterable[int]:

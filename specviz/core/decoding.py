@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import logging
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -19,6 +20,7 @@ import torch
 
 from specviz.core.records import RunStats, StepRecord, TokenDist, summarize
 from specviz.core.sampling import SamplingConfig, warp
+from specviz.core.tree import MAX_TREE_WIDTH
 from specviz.core.verify import Decision, EmitFate, decide, next_fate, one_hot_q, residual
 from specviz.core.verify import draft_fates as draft_fates_of
 
@@ -26,6 +28,7 @@ if TYPE_CHECKING:
     from specviz.drafters.base import Drafter
 
 MAX_DRAFT_TOKENS = 16
+logger = logging.getLogger(__name__)
 
 
 class CachedLM(Protocol):
@@ -70,6 +73,7 @@ class DecodeConfig:
     top_n: int = 20  # entries of p, q and the residual kept per verified position for charts
     adaptive_k: bool = False  # grow k by 2 after an all-accepted round, shrink by 1 after a rejection
     max_draft_tokens: int = MAX_DRAFT_TOKENS  # ceiling for adaptive k
+    tree_width: int = 1  # children per tree node; 1 drafts a chain, more a token tree of at most k nodes
 
     def __post_init__(self) -> None:
         if not (0 <= self.num_draft_tokens <= MAX_DRAFT_TOKENS):
@@ -81,6 +85,8 @@ class DecodeConfig:
                 f"num_draft_tokens ({self.num_draft_tokens}) is above max_draft_tokens ({self.max_draft_tokens}), "
                 "the ceiling for adaptive k; lower it or raise the ceiling."
             )
+        if not (1 <= self.tree_width <= MAX_TREE_WIDTH):
+            raise ValueError(f"tree_width must be between 1 (a chain) and {MAX_TREE_WIDTH}; got {self.tree_width}.")
         if self.max_new_tokens < 1:
             raise ValueError(f"max_new_tokens must be at least 1; got {self.max_new_tokens}.")
         if self.top_n < 1:
@@ -105,6 +111,22 @@ def common_prefix_len(a: Sequence[int], b: Sequence[int]) -> int:
             break
         n += 1
     return n
+
+
+def tree_ready(target: CachedLM, drafter: Drafter) -> bool:
+    """Whether rounds can draft token trees: the drafter proposes them and the target verifies them in one
+    pass. When not, the run drafts chains and says why in the log."""
+    if not hasattr(drafter, "propose_tree"):
+        logger.warning("The %s drafter proposes chains only; token trees fall back to chains.", drafter.name)
+        return False
+    if not hasattr(target, "extend_tree"):
+        logger.warning("This target cannot verify a token tree in one pass; token trees fall back to chains.")
+        return False
+    problem = getattr(target, "tree_problem", None)
+    if problem:
+        logger.warning("%s", problem)
+        return False
+    return True
 
 
 def _sync(device: torch.device) -> None:
@@ -159,6 +181,7 @@ class SpeculativeDecoder:
         self._devices = {self.device, draft_device}
         self.k = config.num_draft_tokens
         self.finished = False
+        self.use_tree = config.tree_width > 1 and tree_ready(target, drafter)
         # Prefill: the target caches all but the newest token, whose logits the first verify pass computes.
         start = self._clock()
         if len(self.tokens) > 1:
@@ -187,6 +210,13 @@ class SpeculativeDecoder:
         if self.done:
             raise RuntimeError("This run is finished; reset to start again.")
         k = min(self.k, self.config.max_new_tokens - len(self.generated) - 1)  # a round emits up to k+1 tokens
+        if self.use_tree:  # token trees: their own round (specviz.core.tree_round); chains are untouched
+            from specviz.core.tree_round import tree_round
+
+            record = tree_round(self, k)
+            self.records.append(record)
+            self.k = next_k(self.k, record.num_drafted, record.num_accepted, self.config)
+            return record
         t0 = self._clock()
         drafted = self.draft(k)
         t1 = self._clock()

@@ -43,6 +43,19 @@ class StepRecord:
     round_ms: float  # drafting, the verify pass and the rule, commit and rollback; not building this record
     record_ms: float  # building this record (top-N rows, overlaps, margins), timed after round_ms stopped
     finished: bool  # EOS or max_new_tokens reached in this round
+    # Token trees (specviz.core.tree); a chain round leaves them empty, so older recordings still load. For a
+    # tree round, drafted / p_target / q_draft / accept_prob / uniforms / draft_fates are per node, with
+    # p_target and q_draft at the node's parent context (q_draft: the drafter's real q, shown, not used by
+    # the rule, which takes a one-hot q for distinct children).
+    tree_width: int = 1  # children per node asked of the drafter; 1 = a chain
+    tree_parents: tuple[int, ...] = ()  # per node: its parent's index, -1 for the root (the newest committed token)
+    accepted_path: tuple[int, ...] = ()  # node indices accepted, root's child first (after any EOS / length cut)
+    tree_p_current: tuple[float, ...] = ()  # per node: p at its token when tried (the residual after rejected
+    #                                         siblings); 0 for a node never tried
+
+    @property
+    def is_tree(self) -> bool:
+        return bool(self.tree_parents)
 
     @property
     def num_accepted(self) -> int:

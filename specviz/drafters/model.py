@@ -8,6 +8,7 @@ import torch
 
 from specviz.core.decoding import CachedLM, common_prefix_len, extend_last
 from specviz.core.sampling import SamplingConfig, draw, warp
+from specviz.core.tree import TreeDraft
 from specviz.drafters.base import Draft
 
 
@@ -52,6 +53,12 @@ class ModelDrafter:
             if i < k - 1:
                 logits = self.lm.extend(x)[-1]
         return Draft(tuple(torch.cat(ids).tolist()), torch.stack(qs))  # (k, V) q_draft; one transfer for the ids
+
+    def propose_tree(self, context: Sequence[int], k: int, width: int, generator: torch.Generator) -> TreeDraft:
+        """A token tree of at most k nodes, width children per level (see specviz.drafters.tree)."""
+        from specviz.drafters.tree import model_tree
+
+        return model_tree(self, context, k, width)
 
     def rollback(self, committed: Sequence[int]) -> None:
         self.lm.crop(common_prefix_len(self.lm.tokens, committed))

@@ -49,6 +49,7 @@ from typing import Literal
 
 import torch
 
+from specviz.core.tree import TreeDraft
 from specviz.drafters.base import Draft
 
 NGramMode = Literal["sample", "greedy"]
@@ -190,6 +191,12 @@ class NGramDrafter:
         q_draft = torch.zeros(len(ids), self.vocab_size)  # (m, V), built once per round
         q_draft.index_put_((torch.tensor(rows), torch.tensor(cols)), torch.tensor(vals))
         return Draft(tuple(ids), q_draft)
+
+    def propose_tree(self, context: Sequence[int], k: int, width: int, generator: torch.Generator) -> TreeDraft:
+        """A token tree of at most k nodes: the width most frequent followers per level (specviz.drafters.tree)."""
+        from specviz.drafters.tree import ngram_tree
+
+        return ngram_tree(self, context, k, width)
 
     def rollback(self, committed: Sequence[int]) -> None:
         self._catch_up(committed)

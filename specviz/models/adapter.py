@@ -7,6 +7,9 @@ from collections.abc import Sequence
 
 import torch
 from transformers import DynamicCache, PreTrainedModel
+from transformers.cache_utils import DynamicLayer
+
+from specviz.core.tree import tree_mask
 
 
 class HFCachedLM:
@@ -24,6 +27,7 @@ class HFCachedLM:
         self._tokens: list[int] = []
         self._pending: list[torch.Tensor] = []  # ids fed as device tensors, read back only when tokens is asked for
         self._length = 0
+        self._tree: tuple[int, tuple[int, ...]] | None = None  # (cached length before the tree, its ids)
 
     @property
     def tokens(self) -> Sequence[int]:
@@ -54,12 +58,85 @@ class HFCachedLM:
         logits = out.logits[0, -1:] if last_only else out.logits[0]  # (T or 1, V_padded)
         return logits[:, : self.vocab_size].float()
 
+    @property
+    def supports_tree(self) -> bool:
+        """True when the cache can be compacted to a path (every layer a plain DynamicLayer) and the model
+        takes a custom 4-D attention mask (its attention is not flash-attention, which ignores one)."""
+        return self.tree_problem is None
+
+    @property
+    def tree_problem(self) -> str | None:
+        """Why this model cannot verify a token tree in one pass, or None."""
+        return tree_support_problem(self.model, self.cache)
+
+    @torch.inference_mode()
+    def extend_tree(self, ids: Sequence[int], parents: Sequence[int]) -> torch.Tensor:
+        """Feed a tree after the cached tokens in one pass -> (T, vocab_size) float32 logits, one row per node.
+
+        parents[i] is the index (in ids) of node i's parent, or -1 for a node that follows the cached context
+        directly; parents[i] < i. Each node attends to the cached context and to its own ancestors only
+        (a boolean (1, 1, T, cached + T) mask, True where it may attend) at position cached + its depth, so
+        its logits equal those of its path decoded as a chain. Call keep_path() before the next extend."""
+        problem = tree_support_problem(self.model, self.cache)
+        if problem is not None:
+            raise ValueError(problem)
+        ids, parents = [int(i) for i in ids], [int(j) for j in parents]
+        if not ids or len(parents) != len(ids) or any(not (-1 <= j < i) for i, j in enumerate(parents)):
+            raise ValueError("extend_tree() needs one parent per node, each -1 or an earlier node's index.")
+        cached = self._length
+        mask, depth = tree_mask(parents, cached, self.device)  # (1, 1, T, cached + T), (T,)
+        input_ids = torch.tensor([ids], dtype=torch.long, device=self.device)  # (1, T)
+        position_ids = (cached + depth).view(1, -1)  # (1, T)
+        self._settled().extend(ids)
+        self._length += len(ids)
+        self._tree = (cached, tuple(ids))  # what keep_path() compacts
+        out = self.model(
+            input_ids=input_ids, attention_mask=mask, position_ids=position_ids, past_key_values=self.cache, use_cache=True
+        )
+        return out.logits[0][:, : self.vocab_size].float()
+
+    def keep_path(self, path: Sequence[int]) -> None:
+        """After extend_tree(ids, ...): keep the cached context before the tree plus the nodes at ``path``
+        (indices into ids, root first), compacting every layer's keys and values; nothing is recomputed."""
+        if self._tree is None:
+            raise ValueError("keep_path() follows an extend_tree() call; there is no tree in the cache.")
+        start, ids = self._tree
+        self._tree = None
+        tokens = self._settled()
+        keep = torch.tensor([start + int(i) for i in path], dtype=torch.long, device=self.device)
+        index = torch.cat([torch.arange(start, device=self.device), keep])  # (start + len(path),)
+        for layer in self.cache.layers:
+            if layer.is_initialized and layer.keys.numel():
+                layer.keys = layer.keys.index_select(-2, index.to(layer.keys.device))
+                layer.values = layer.values.index_select(-2, index.to(layer.values.device))
+        del tokens[start:]
+        tokens.extend(ids[int(i)] for i in path)
+        self._length = len(tokens)
+
     def crop(self, length: int) -> None:
+        self._tree = None
         drop = self._length - length
         if drop > 0:
             self.cache.crop(-drop)  # transformers 5: a negative count removes that many tokens
             del self._settled()[length:]
             self._length = length
+
+
+def tree_support_problem(model: PreTrainedModel, cache: DynamicCache) -> str | None:
+    """Why this model cannot verify a token tree in one pass (a clear message), or None when it can."""
+    name = type(model).__name__
+    attn = getattr(model.config, "_attn_implementation", None) or "eager"
+    if "flash" in attn:
+        return f"{name} runs {attn} attention, which takes no custom tree mask; token trees fall back to chains."
+    layers = getattr(cache, "layers", [])
+    if any(type(layer) is not DynamicLayer for layer in layers):
+        kinds = sorted({type(layer).__name__ for layer in layers} - {"DynamicLayer"})
+        return (
+            f"{name} keeps {', '.join(kinds)} cache layers, which cannot be compacted to a path; token trees fall back to chains."
+        )
+    return None
+
+
 def num_layers(model: PreTrainedModel) -> int:
     return int(model.config.num_hidden_layers)
 

@@ -16,6 +16,7 @@ import streamlit as st
 
 from specviz.config import DRAFTER_KINDS, EMBEDDED_TARGET, MAX_NEW_TOKENS, RunConfig
 from specviz.core.decoding import MAX_DRAFT_TOKENS
+from specviz.core.tree import MAX_TREE_WIDTH
 from specviz.policy import Policy
 from specviz.ui.access import current_policy, limited, refused
 from specviz.ui.prompts import load_examples
@@ -191,6 +192,10 @@ def sidebar() -> Settings:
         kinds = allowed_drafters(policy)
         drafter = st.selectbox("Drafter", kinds, key="drafter", format_func=drafter_label)
         k = st.slider("k: tokens drafted per round", 1, max_k, key="num_draft_tokens", disabled=drafter == "none")
+        tree_width = st.slider(
+            "tree width: children per node (1 = a chain)", 1, MAX_TREE_WIDTH, value=DEFAULTS.tree_width, key="tree_width",
+            disabled=drafter in ("none", "lookup"), help="Draft a token tree of at most k nodes (n-gram, draft model, early exit) and verify every node in one pass.",
+        )  # fmt: skip
         adaptive_k = st.toggle("adaptive k", value=DEFAULTS.adaptive_k, key="adaptive_k", help="Grow k by 2 after a round where every draft was kept, shrink by 1 after a rejection.")
         compare = st.selectbox(
             "Compare side by side with",
@@ -257,6 +262,7 @@ def sidebar() -> Settings:
         ngram_min=DEFAULTS.ngram_min,
         num_draft_tokens=int(k),
         adaptive_k=bool(adaptive_k),
+        tree_width=int(tree_width),
         temperature=float(temperature),
         top_k=int(top_k),
         top_p=float(top_p),

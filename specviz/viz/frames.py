@@ -160,11 +160,11 @@ def stream_frame(records: Sequence[StepRecord], token_text: TokenText) -> pd.Dat
                 "uniform": r.uniforms[i], "residual": np.nan, "has_q": r.has_q,
             }
 
-        n_acc = r.num_accepted
-        thrown = [draft_row(i, r.draft_fates[i]) for i in range(n_acc, r.num_drafted)]
+        path = list(r.accepted_path) if r.tree_parents else list(range(r.num_accepted))  # a tree's accepted nodes
+        thrown = [draft_row(i, r.draft_fates[i]) for i in range(r.num_drafted) if i not in path]
         for j, (tok, fate) in enumerate(zip(r.emitted, r.emitted_fates)):
             if fate == "accepted":
-                rows.append(draft_row(j, "accepted"))
+                rows.append(draft_row(path[j], "accepted"))
                 continue
             rows.extend(thrown)
             thrown = []
@@ -212,6 +212,10 @@ def num_positions(record: StepRecord) -> int:
 def position_info(record: StepRecord, position: int) -> PositionInfo:
     if not 0 <= position < num_positions(record):
         raise ValueError(f"round {record.index} has positions 0..{num_positions(record) - 1}; got {position}.")
+    if record.tree_parents:  # a token-tree round: positions follow the accepted path
+        from specviz.viz.tree import tree_position_info
+
+        return tree_position_info(record, position)
     emitted_here = position < len(record.emitted) and record.emitted_fates[position] != "accepted"
     next_token = record.emitted[position] if emitted_here else None
     next_fate = record.emitted_fates[position] if emitted_here else None

@@ -1,0 +1,123 @@
+"""Token-tree rounds in the decoding loop, on toy LMs: greedy output token-identical to plain greedy for every
+tree drafter and width 1-4, the caches hold exactly the committed tokens after every round, one target pass
+per round, EOS and the length limit inside a tree, and the first two sampled tokens follow the target."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import pytest
+import torch
+from scipy.stats import chisquare
+
+from specviz.core.decoding import DecodeConfig, SpeculativeDecoder
+from specviz.core.sampling import SamplingConfig, warp
+from specviz.core.tree import ancestors
+from specviz.drafters import ModelDrafter, NGramDrafter, PromptLookupDrafter
+from tests.test_decoding import PROMPT, TableLM, V, check_caches, plain_greedy
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+GREEDY = SamplingConfig()
+
+
+class TreeTableLM(TableLM):
+    """The toy target that also scores a token tree in one call: each node from its own path."""
+
+    def extend_tree(self, ids: Sequence[int], parents: Sequence[int]) -> torch.Tensor:
+        self.extend_calls += 1
+        base = list(self._tokens)
+        rows = [self.logits_after(base + [ids[j] for j in ancestors(parents, i)]) for i in range(len(ids))]
+        self._tokens.extend(int(t) for t in ids)
+        self._tree = (len(base), list(ids))
+        return torch.stack(rows)
+
+    def keep_path(self, path: Sequence[int]) -> None:
+        start, ids = self._tree
+        del self._tokens[start:]
+        self._tokens.extend(ids[i] for i in path)
+
+
+def make_drafter(kind: str, sampling: SamplingConfig, scale: float = 1.0):
+    if kind == "ngram":
+        return NGramDrafter(V, n_max=3, threshold=0.0)
+    if kind == "model":
+        return ModelDrafter(TableLM(0, noise=2.0, scale=scale), sampling)
+    if kind == "lookup":  # no trees: falls back to chains
+        return PromptLookupDrafter(ngram_max=3)
+    raise ValueError(kind)
+
+
+def decoder(kind, k, width, max_new=40, eos=(), sampling=GREEDY, seed=0, scale=1.0):
+    config = DecodeConfig(num_draft_tokens=k, sampling=sampling, seed=seed, max_new_tokens=max_new, eos_token_ids=eos, tree_width=width)
+    return SpeculativeDecoder(TreeTableLM(0, scale=scale), make_drafter(kind, sampling, scale), PROMPT, config)
+
+
+def run_checked(dec: SpeculativeDecoder) -> SpeculativeDecoder:
+    while not dec.done:
+        before, calls = len(dec.tokens), dec.target.extend_calls
+        record = dec.step()
+        assert dec.target.extend_calls == calls + 1, "one target pass per round"
+        assert dec.tokens[before:] == list(record.emitted)
+        assert len(record.drafted) <= record.num_draft_tokens
+        check_caches(dec)
+    return dec
+
+
+@pytest.mark.parametrize("kind", ["ngram", "model", "lookup"])
+@pytest.mark.parametrize("width", [1, 2, 3, 4])
+@pytest.mark.parametrize("k", [1, 4, 7])
+def test_greedy_tree_equals_plain_greedy(kind, width, k):
+    dec = run_checked(decoder(kind, k, width))
+    assert dec.generated == plain_greedy(PROMPT, 40)
+    trees = [r for r in dec.records if r.is_tree]
+    assert bool(trees) == (width > 1 and kind != "lookup")
+    for r in trees:
+        assert len(r.tree_parents) == r.num_drafted <= k
+        assert r.num_accepted == len(r.accepted_path)
+
+
+def test_trees_accept_siblings_a_chain_would_have_missed():
+    records = run_checked(decoder("model", 6, 3, max_new=60)).records
+    assert any(r.accepted_path and r.tree_parents[r.accepted_path[0]] == -1 and r.accepted_path[0] != 0 for r in records)
+    fates = {f for r in records for f in r.draft_fates}
+    assert {"accepted", "rejected"} <= fates
+
+
+@pytest.mark.parametrize("max_new", [1, 2, 3, 5])
+def test_max_new_tokens_is_exact_with_trees(max_new):
+    dec = run_checked(decoder("model", 6, 2, max_new=max_new))
+    assert dec.generated == plain_greedy(PROMPT, max_new)
+
+
+def test_eos_inside_a_tree_stops_there():
+    ref = plain_greedy(PROMPT, 40)
+    eos = ref[3]
+    dec = run_checked(decoder("model", 6, 2, eos=(eos,)))
+    assert dec.generated == ref[: ref.index(eos) + 1]
+
+
+def test_first_two_sampled_tokens_follow_the_target_with_trees():
+    n, scale, sampling = 1_200, 0.3, SamplingConfig(temperature=1.0)
+    target = TableLM(0, scale=scale)
+    first = warp(target.logits_after(PROMPT), sampling)
+    joint = torch.stack([first[a] * warp(target.logits_after(PROMPT + [a]), sampling) for a in range(V)])  # (V, V)
+    counts = torch.zeros(V, V)
+    seen = set()
+    for seed in range(n):
+        dec = decoder("model", 4, 2, max_new=2, sampling=sampling, seed=seed, scale=scale)
+        dec.run()
+        counts[dec.generated[0], dec.generated[1]] += 1
+        seen |= {f for r in dec.records for f in r.emitted_fates}
+    big = (joint * n >= 5).flatten()
+    observed = counts.flatten()[big].tolist() + [float(counts.flatten()[~big].sum())]
+    expected = (joint.flatten()[big] * n).tolist() + [float(joint.flatten()[~big].sum()) * n]
+    expected = [x * n / sum(expected) for x in expected]
+    assert chisquare(observed, expected).pvalue > 1e-3
+    assert {"accepted", "resampled"} <= seen
+
+
+def test_tree_width_is_validated():
+    with pytest.raises(ValueError, match="tree_width"):
+        DecodeConfig(tree_width=5)
+    with pytest.raises(ValueError, match="tree_width"):
+        DecodeConfig(tree_width=0)
