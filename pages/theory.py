@@ -156,7 +156,7 @@ if shown:
     table = pd.DataFrame(
         {
             name: {
-                "device": prof.device_name, "dtype": prof.dtype, "threads": prof.threads, "clock": prof.clock,
+                "device": prof.device_name, "dtype": prof.dtype, "threads": str(prof.threads), "clock": prof.clock,
                 "1-token pass (ms)": f"{prof.pass_ms[0]:.1f}",
                 **{f"c_verify({kk})": f"{prof.curve.at(kk):.2f}" for kk in (1, 2, 4, 8, 16)},
                 **{f"c, {d}": f"{v:.3g}" for d, v in prof.draft_cost.items()},
