@@ -24,13 +24,25 @@ def alpha_for_theory(frame: pd.DataFrame) -> pd.Series:
     return frame["alpha"].astype(float).fillna(frame["alpha_implied"].astype(float))
 
 
+def tree_widths(frame: pd.DataFrame) -> pd.Series:
+    """Each row's tree width; 1 (a chain) where the table has no such column (from before trees) or no value."""
+    if "tree_width" not in frame:
+        return pd.Series(1, index=frame.index, dtype=int)
+    return pd.to_numeric(frame["tree_width"], errors="coerce").fillna(1).astype(int)
+
+
 def has_trees(frame: pd.DataFrame) -> bool:
-    """Whether some row drafted a token tree (tree_width > 1); tables from before trees have no such column."""
-    return "tree_width" in frame and bool((frame["tree_width"] > 1).any())
+    """Whether some row drafted a token tree (tree_width > 1)."""
+    return bool((tree_widths(frame) > 1).any())
 
 
-def width_label(width: int) -> str:
-    return f" W={int(width)}" if int(width) > 1 else ""
+def width_label(width) -> str:
+    """' W=2' for a tree width above 1, '' for a chain (or no width)."""
+    try:
+        w = int(width)
+    except (TypeError, ValueError):
+        return ""
+    return f" W={w}" if w > 1 else ""
 
 
 SPEEDUP_METRICS = {"speedup": "wall clock", "speedup_cpu": "process CPU time"}
@@ -47,9 +59,7 @@ def mean_by_setting(frame: pd.DataFrame, metric: str = "speedup") -> pd.DataFram
     measured). tree_width is 1 (a chain) for tables from before token trees."""
     _check_metric(frame, metric)
     keys = ["category", "drafter", "tree_width", "k", "temperature"]
-    df = frame.assign(alpha_theory=alpha_for_theory(frame))
-    if "tree_width" not in df:
-        df = df.assign(tree_width=1)
+    df = frame.assign(alpha_theory=alpha_for_theory(frame), tree_width=tree_widths(frame))
     low, high = (f"{metric}_low", f"{metric}_high") if f"{metric}_low" in df and f"{metric}_high" in df else (metric, metric)
     out = df.groupby(keys, sort=False).agg(
         speedup=(metric, "mean"), speedup_min=(metric, "min"), speedup_max=(metric, "max"),
