@@ -17,13 +17,15 @@ from specviz.bench import (
     rows_to_frame,
     run_sweep,
     summary_table,
+    tree_vs_chain_table,
 )
 from specviz.config import EMBEDDED_TARGET
 from specviz.core.decoding import MAX_DRAFT_TOKENS
+from specviz.core.tree import MAX_TREE_WIDTH
 from specviz.ui import access
 from specviz.ui.keys import BENCH_RESULTS_KEY
 from specviz.ui.navigation import route_through_app
-from specviz.viz.bench import SPEEDUP_METRICS, speedup_vs_k_figure, theory_overlay_figure
+from specviz.viz.bench import SPEEDUP_METRICS, has_trees, speedup_vs_k_figure, theory_overlay_figure
 
 route_through_app()  # a fresh server's first request may land here without app.py
 
@@ -54,6 +56,13 @@ def show_results(frame: pd.DataFrame, name: str) -> None:
         "low and high are the smallest and largest of those ratios. A verify cost near or above 1 is expected: a pass over k+1 tokens is never cheaper than one over 1."
     )
     st.dataframe(summary_table(frame), hide_index=True, column_config={c: st.column_config.NumberColumn(format=f) for c, f in NUMBER_FORMATS.items()})
+    if has_trees(frame):
+        st.subheader("Token trees against chains at the same node budget k")
+        st.caption(
+            "W is the tree width (children per node; 1 = a chain). Look at tokens per pass: a tree survives a miss on the first "
+            "guess, so it should rise with W; whether the speedup follows depends on what the wider verify pass costs (verify cost)."
+        )
+        st.dataframe(tree_vs_chain_table(frame), hide_index=True, column_config={c: st.column_config.NumberColumn(format=f) for c, f in NUMBER_FORMATS.items()})
     st.plotly_chart(speedup_vs_k_figure(frame, metric), width="stretch")
     st.caption(
         "Above the dotted line speculation pays. Whiskers span the lowest and highest ratio over repeats and prompts; "
@@ -65,7 +74,8 @@ def show_results(frame: pd.DataFrame, name: str) -> None:
         "line lose time the formula ignores (prefill, bookkeeping, rounds that draft fewer than k)."
     )
     with st.expander(f"Every run ({len(frame)} rows)"):
-        st.dataframe(frame, hide_index=True, column_config={c: st.column_config.NumberColumn(format=f) for c, f in NUMBER_FORMATS.items()})
+        shown = frame if has_trees(frame) else frame.drop(columns=["tree_width"], errors="ignore")
+        st.dataframe(shown, hide_index=True, column_config={c: st.column_config.NumberColumn(format=f) for c, f in NUMBER_FORMATS.items()})
     d1, d2 = st.columns(2)
     d1.download_button("Download CSV", frame.to_csv(index=False), file_name=f"{name}.csv", mime="text/csv", key=f"{name}_csv")
     d2.download_button("Download JSON", frame.to_json(orient="records", indent=1), file_name=f"{name}.json", mime="application/json", key=f"{name}_json")
@@ -91,6 +101,10 @@ with st.sidebar:
         access.limited(f"k is limited to {max(k_options)} on this server.")
         st.session_state["bench_ks"] = [k for k in st.session_state["bench_ks"] if k in k_options]
     ks = st.multiselect("k values", k_options, default=[k for k in (2, 4) if k in k_options], key="bench_ks")
+    tree_widths = st.multiselect(
+        "tree widths (1 = a chain)", list(range(1, MAX_TREE_WIDTH + 1)), default=[1], key="bench_tree_widths",
+        help="Children per node of a token tree; k is the node budget. Prompt lookup drafts chains whatever the width.",
+    )  # fmt: skip
     temperatures = st.multiselect("temperatures (0 = greedy)", TEMPERATURES, default=[0.0], key="bench_temperatures", format_func=lambda t: f"{t:g}")
     new_cap = max(8, min(128, policy.max_new_tokens))
     access.refuse_above("bench_max_new_tokens", new_cap, "max new tokens")
@@ -105,7 +119,8 @@ with st.sidebar:
 
 chosen = first_per_category([p for p in all_prompts if p.category in categories], int(per_category))
 try:
-    spec = SweepSpec(tuple(drafters), tuple(sorted(ks)), tuple(sorted(temperatures)), int(max_new_tokens), int(seed), bool(chat), repeats=int(repeats))
+    spec = SweepSpec(tuple(drafters), tuple(sorted(ks)), tuple(sorted(temperatures)), int(max_new_tokens), int(seed), bool(chat), repeats=int(repeats),
+                     tree_widths=tuple(sorted(int(w) for w in tree_widths)))
     if not chosen:
         raise ValueError("Choose at least one category.")
     if "model" in drafters and not draft_source:
@@ -118,12 +133,12 @@ if spec is not None:
     runs = spec.num_runs(len(chosen))
     st.markdown(
         f"**{plural(len(chosen), 'prompt')} × {plural(len(spec.temperatures), 'temperature')} × (1 baseline + "
-        f"{plural(len(spec.drafters), 'drafter')} × {len(spec.ks)} k) × ({spec.warmup} warm-up + {plural(spec.repeats, 'repeat')}) = {plural(runs, 'run')}** "
+        f"{plural(len(spec.drafters), 'drafter')} × {len(spec.ks)} k × {plural(len(spec.tree_widths), 'tree width')}) × ({spec.warmup} warm-up + {plural(spec.repeats, 'repeat')}) = {plural(runs, 'run')}** "
         f"of up to {spec.max_new_tokens} new tokens each. For each prompt and temperature the baseline and every setting run in a rotating order; "
         "every speedup divides a run's tokens/s by the tokens/s of plain decoding of the same prompt, sampling and seed in the same rotation."
     )
     if runs > policy.max_runs:
-        access.limited(f"This sweep is {runs} runs; this server allows {policy.max_runs} per sweep. Choose fewer prompts, drafters, k values or temperatures.")
+        access.limited(f"This sweep is {runs} runs; this server allows {policy.max_runs} per sweep. Choose fewer prompts, drafters, k values, tree widths or temperatures.")
     elif runs > 120:
         st.warning("That is a long sweep on a CPU; the command line runs the same sweep headless: `python -m specviz bench`.")
     if st.button("Run benchmark", type="primary", key="bench_run", disabled=runs > policy.max_runs):

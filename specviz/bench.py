@@ -97,7 +97,9 @@ class SweepSpec:
             raise ValueError(f"repeats must be between 1 and {MAX_REPEATS}; got {self.repeats}.")
         if not (0 <= self.warmup <= MAX_REPEATS):
             raise ValueError(f"warm-up rotations must be between 0 and {MAX_REPEATS}; got {self.warmup}.")
-        if not self.tree_widths or any(not (1 <= w <= MAX_TREE_WIDTH) for w in self.tree_widths):
+        if not self.tree_widths:
+            raise ValueError(f"Tree widths: choose at least one, between 1 (a chain) and {MAX_TREE_WIDTH}.")
+        if any(not (1 <= w <= MAX_TREE_WIDTH) for w in self.tree_widths):
             raise ValueError(f"Tree widths must be between 1 (a chain) and {MAX_TREE_WIDTH}; got {self.tree_widths}.")
 
     def num_settings(self, num_prompts: int) -> int:
@@ -418,9 +420,14 @@ def rows_to_frame(rows: Sequence[BenchRow]) -> pd.DataFrame:
 
 
 def summary_table(frame: pd.DataFrame) -> pd.DataFrame:
-    """Per (category, drafter, k, temperature): means over prompts of the medians, and the lowest and
-    highest speedup any repeat of any prompt gave (when the frame has those columns)."""
+    """Per (category, drafter, k, temperature), and tree width when some row drafted a tree: means over prompts of the
+    medians, and the lowest and highest speedup any repeat of any prompt gave (when the frame has those columns)."""
+    import pandas as pd
+
     keys = ["category", "drafter", "k", "temperature"]
+    widths = pd.to_numeric(frame["tree_width"], errors="coerce").fillna(1) if "tree_width" in frame else None
+    if widths is not None and (widths > 1).any():  # all chains (or an older table): no tree column
+        frame, keys = frame.assign(tree_width=widths.astype(int)), keys[:3] + ["tree_width"] + keys[3:]
     means = ["alpha", "alpha_implied", "acceptance_rate", "tokens_per_pass", "tokens_per_s", "baseline_tokens_per_s",
              "speedup", "speedup_cpu", "verify_cost", "predicted_speedup"]
     agg: dict[str, tuple[str, str]] = {c: (c, "mean") for c in means if c in frame}

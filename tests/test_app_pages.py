@@ -185,6 +185,28 @@ def test_benchmark_page_runs_a_sweep(tiny_target):
     assert any(b.label == "Download CSV" for b in at.get("download_button"))
 
 
+def test_benchmark_page_sweeps_tree_widths(tiny_target):
+    at = page("benchmark.py").run()
+    assert at.multiselect(key="bench_tree_widths").value == [1]
+    at.multiselect(key="bench_drafters").set_value(["ngram"])
+    at.multiselect(key="bench_ks").set_value([4])
+    at.multiselect(key="bench_tree_widths").set_value([1, 2])
+    at.slider(key="bench_max_new_tokens").set_value(8)
+    at.slider(key="bench_repeats").set_value(1)
+    at.run()
+    assert any("× 2 tree widths)" in m.value for m in at.markdown), [m.value for m in at.markdown]
+    at.button(key="bench_run").click().run()
+    assert not at.exception, at.exception
+    frame = at.session_state[BENCH_RESULTS_KEY]
+    assert sorted(frame["tree_width"]) == [1, 2]
+    assert frame["same_as_baseline"].all()  # greedy: the tree, the chain and plain decoding agree
+    tables = [t.value for t in at.dataframe]
+    assert any("tree_width" in t and sorted(t["tree_width"]) == [1, 2] for t in tables)  # the summary keeps the widths apart
+    assert any("W=2" in el.proto.spec for el in at.get("plotly_chart"))
+    at.multiselect(key="bench_tree_widths").set_value([]).run()
+    assert any("choose at least one, between 1" in i.value for i in at.info)
+
+
 def test_benchmark_page_asks_for_a_choice():
     at = page("benchmark.py").run()
     at.multiselect(key="bench_drafters").set_value([]).run()

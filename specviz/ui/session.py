@@ -25,11 +25,18 @@ log = logging.getLogger(__name__)
 
 STATE_KEY = "specviz_step_through"
 MAX_BASELINES = 4  # plain-decoding runs kept per browser session, one per (target, prompt, sampling)
+CHAIN_ONLY = ("lookup", "none")  # drafters that draft chains whatever the tree width
 SHORT_NAMES = {"lookup": "prompt lookup", "ngram": "n-gram model", "model": "draft model", "early-exit": "early exit", "none": "plain decoding"}
 
 
 def short_name(kind: str) -> str:
     return SHORT_NAMES.get(kind, kind)
+
+
+def run_name(config: RunConfig) -> str:
+    """The drafter's short name, with the tree width when the run drafts trees: 'n-gram model, tree W=2'."""
+    name = short_name(config.drafter)
+    return f"{name}, tree W={config.tree_width}" if config.tree_width > 1 and config.drafter not in CHAIN_ONLY else name
 
 
 class TokenTexts(TokenTable):
@@ -113,7 +120,7 @@ class StepSession:
         """What differs between this run's settings and the sidebar's, for the notice."""
         out = ["the prompt"] if prompt != self.prompt else []
         out += describe_changes(self.config, config)
-        before, after = (c.drafter if c else "off" for c in (self.compare, compare))
+        before, after = (run_name(c) if c else "off" for c in (self.compare, compare))
         if before != after:
             out.append(f"compare: {before} → {after}")
         return out
@@ -193,7 +200,7 @@ def start_session(state: PageState, config: RunConfig, compare: RunConfig | None
     if len(prompt_ids) + config.max_new_tokens > _max_positions(target):
         raise ValueError(f"The prompt ({len(prompt_ids)} tokens) plus max new tokens ({config.max_new_tokens}) exceeds the model's context of {_max_positions(target)}; shorten one.")
     configs = [config] + ([compare] if compare is not None else [])
-    labels = [short_name(c.drafter) for c in configs]
+    labels = [run_name(c) for c in configs]
     if compare is not None:
         labels = [f"A: {labels[0]}", f"B: {labels[1]}"]
     for c in configs:  # load a draft model (cached) before taking a turn: a slow load must not hold the queue

@@ -39,6 +39,7 @@ MODEL_PAIRS: dict[str, tuple[str, str]] = {
 }
 DEFAULTS = RunConfig()  # the sidebar starts from the engine's defaults (drafter, k, n-gram settings, ...)
 COMPARE_OFF = "off"
+TREE_DRAFTERS = ("ngram", "model", "early-exit")  # drafters that propose token trees; the others draft chains only
 PLAY_PACES = (0.25, 0.5, 1.0, 2.0)  # seconds between auto-steps
 DEVICES = ("auto", "cpu", "cuda", "mps")
 DTYPES = ("auto", "float32", "bfloat16", "float16")
@@ -47,6 +48,7 @@ NO_DRAFT = ""
 NUMBERS: dict[str, tuple[type, float, float]] = {
     "temperature": (float, 0.0, 2.0), "top_k": (int, 0, 100_000), "top_p": (float, 0.05, 1.0), "seed": (int, 0, 2**31 - 1),
     "ngram_max": (int, DEFAULTS.ngram_min, 8), "ngram_threshold": (float, 0.0, 1.0), "exit_layer": (int, 0, 200),
+    "compare_tree_width": (int, 1, MAX_TREE_WIDTH),
 }  # fmt: skip
 
 
@@ -64,12 +66,28 @@ class Settings:
     play_every_s: float
     error: str | None = None
     policy: Policy | None = None  # the rules this config was checked against (None: not checked)
+    compare_tree_width: int = 1  # run B's tree width in compare mode (1 = a chain)
 
     def compare_config(self) -> RunConfig | None:
-        """The main config with only the drafter swapped; raises ValueError if that drafter can't run."""
+        """The main config with the drafter and tree width swapped for run B's; raises ValueError if run B can't run
+        (a drafter that cannot branch asked for a tree, or run B the same as run A)."""
         if self.config is None or self.compare is None:
             return None
-        return dataclasses.replace(self.config, drafter=self.compare)
+        width = self.compare_tree_width
+        if width > 1 and self.compare not in TREE_DRAFTERS:
+            raise ValueError(
+                f"the {drafter_label(self.compare)} drafter drafts chains only, so run B cannot be a tree of width {width}; "
+                f"set the compare tree width to 1 or pick {', '.join(TREE_DRAFTERS)}."
+            )
+        compare = dataclasses.replace(self.config, drafter=self.compare, tree_width=width)
+        if self.compare == self.config.drafter and _branches(compare) == _branches(self.config):
+            raise ValueError("run B would repeat run A; change its drafter or its tree width.")
+        return compare
+
+
+def _branches(config: RunConfig) -> int:
+    """The tree width a run really drafts with (drafters that cannot branch draft chains whatever the width)."""
+    return config.tree_width if config.drafter in TREE_DRAFTERS else 1
 
 
 def _default(key: str, value) -> None:
@@ -199,11 +217,17 @@ def sidebar() -> Settings:
         adaptive_k = st.toggle("adaptive k", value=DEFAULTS.adaptive_k, key="adaptive_k", help="Grow k by 2 after a round where every draft was kept, shrink by 1 after a rejection.")
         compare = st.selectbox(
             "Compare side by side with",
-            [COMPARE_OFF] + [d for d in kinds if d != drafter],
+            [COMPARE_OFF] + kinds,
             key="compare",
             format_func=lambda d: d if d == COMPARE_OFF else drafter_label(d),
-            help="Runs the same prompt and seed with a second drafter (or plain decoding), a round of each per Step.",
+            help="Runs the same prompt and seed with a second drafter (or plain decoding, or the same drafter with another tree width), a round of each per Step.",
         )
+        compare_width = 1
+        if compare != COMPARE_OFF:
+            compare_width = st.slider(
+                "compare: run B's tree width (1 = a chain)", 1, MAX_TREE_WIDTH, value=1, key="compare_tree_width",
+                help="Set a chain against a tree: the same drafter with another width, or another drafter as a tree (n-gram, draft model, early exit).",
+            )  # fmt: skip
         kinds_in_use = {drafter, compare}
         ngram_max, threshold, exit_layer = DEFAULTS.ngram_max, DEFAULTS.ngram_threshold, 0
         if kinds_in_use & {"lookup", "ngram"}:
@@ -280,5 +304,5 @@ def sidebar() -> Settings:
     try:
         config = enforce(policy, RunConfig(**fields))
     except ValueError as exc:
-        return Settings(None, prompt, compare_kind, float(pace), error=str(exc), policy=policy)
-    return Settings(config, prompt, compare_kind, float(pace), policy=policy)
+        return Settings(None, prompt, compare_kind, float(pace), error=str(exc), policy=policy, compare_tree_width=int(compare_width))
+    return Settings(config, prompt, compare_kind, float(pace), policy=policy, compare_tree_width=int(compare_width))

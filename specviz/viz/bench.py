@@ -16,11 +16,33 @@ from specviz.viz.theory import K_COLORS, MEASURED_COLUMNS, alpha_grid
 LAYOUT = dict(margin=dict(l=10, r=10, t=80, b=10), height=420, legend=dict(orientation="h", y=-0.25), modebar=dict(orientation="v"))
 DRAFTER_COLORS = ["#3b7dd8", "#e15759", "#59a14f", "#b07aa1", "#f28e2b"]
 TEMPERATURE_DASH = ["solid", "dash", "dot", "dashdot"]
+WIDTH_SYMBOLS = ["circle", "diamond", "square", "triangle-up"]  # token-tree widths 1 (a chain) to 4
 
 
 def alpha_for_theory(frame: pd.DataFrame) -> pd.Series:
     """Leviathan's alpha where the drafter had a q_draft, else the alpha implied by accepted/drafted."""
     return frame["alpha"].astype(float).fillna(frame["alpha_implied"].astype(float))
+
+
+def tree_widths(frame: pd.DataFrame) -> pd.Series:
+    """Each row's tree width; 1 (a chain) where the table has no such column (from before trees) or no value."""
+    if "tree_width" not in frame:
+        return pd.Series(1, index=frame.index, dtype=int)
+    return pd.to_numeric(frame["tree_width"], errors="coerce").fillna(1).astype(int)
+
+
+def has_trees(frame: pd.DataFrame) -> bool:
+    """Whether some row drafted a token tree (tree_width > 1)."""
+    return bool((tree_widths(frame) > 1).any())
+
+
+def width_label(width) -> str:
+    """' W=2' for a tree width above 1, '' for a chain (or no width)."""
+    try:
+        w = int(width)
+    except (TypeError, ValueError):
+        return ""
+    return f" W={w}" if w > 1 else ""
 
 
 SPEEDUP_METRICS = {"speedup": "wall clock", "speedup_cpu": "process CPU time"}
@@ -32,11 +54,12 @@ def _check_metric(frame: pd.DataFrame, metric: str) -> None:
 
 
 def mean_by_setting(frame: pd.DataFrame, metric: str = "speedup") -> pd.DataFrame:
-    """Mean over prompts per (category, drafter, k, temperature), with the prompt count; `speedup` holds `metric`,
-    speedup_min/max its range over prompts, speedup_low/high the range over prompts and repeats (when measured)."""
+    """Mean over prompts per (category, drafter, tree_width, k, temperature), with the prompt count; `speedup` holds
+    `metric`, speedup_min/max its range over prompts, speedup_low/high the range over prompts and repeats (when
+    measured). tree_width is 1 (a chain) for tables from before token trees."""
     _check_metric(frame, metric)
-    keys = ["category", "drafter", "k", "temperature"]
-    df = frame.assign(alpha_theory=alpha_for_theory(frame))
+    keys = ["category", "drafter", "tree_width", "k", "temperature"]
+    df = frame.assign(alpha_theory=alpha_for_theory(frame), tree_width=tree_widths(frame))
     low, high = (f"{metric}_low", f"{metric}_high") if f"{metric}_low" in df and f"{metric}_high" in df else (metric, metric)
     out = df.groupby(keys, sort=False).agg(
         speedup=(metric, "mean"), speedup_min=(metric, "min"), speedup_max=(metric, "max"),
@@ -47,27 +70,31 @@ def mean_by_setting(frame: pd.DataFrame, metric: str = "speedup") -> pd.DataFram
 
 
 def speedup_vs_k_figure(frame: pd.DataFrame, metric: str = "speedup") -> go.Figure:
-    """Mean measured speedup against k, one panel per category, a colour per drafter and a dash per temperature."""
+    """Mean measured speedup against k, one panel per category, a colour per drafter, a dash per temperature and,
+    when the sweep drafted token trees, a marker per tree width (named W=…; chains carry no W)."""
     df = mean_by_setting(frame, metric)
     categories = list(dict.fromkeys(df["category"]))
     drafters = list(dict.fromkeys(df["drafter"]))
     temps = list(dict.fromkeys(df["temperature"]))
+    widths = sorted(dict.fromkeys(df["tree_width"]))
     fig = make_subplots(rows=1, cols=max(1, len(categories)), shared_yaxes=True, subplot_titles=[html.escape(str(c)) for c in categories])
     for col, cat in enumerate(categories, start=1):
         for i, drafter in enumerate(drafters):
             for j, t in enumerate(temps):
-                part = df[(df["category"] == cat) & (df["drafter"] == drafter) & (df["temperature"] == t)].sort_values("k")
-                if part.empty:
-                    continue
-                fig.add_scatter(
-                    x=part["k"], y=part["speedup"], mode="lines+markers", row=1, col=col,
-                    name=f"{html.escape(str(drafter))}, T={t:g}", legendgroup=f"{drafter}-{t}", showlegend=col == 1,
-                    line=dict(color=DRAFTER_COLORS[i % len(DRAFTER_COLORS)], dash=TEMPERATURE_DASH[j % len(TEMPERATURE_DASH)]),
-                    error_y=dict(type="data", symmetric=False, array=part["speedup_high"] - part["speedup"],
-                                 arrayminus=part["speedup"] - part["speedup_low"], thickness=1, width=3),
-                    customdata=np.stack([part["speedup_low"], part["speedup_high"], part["prompts"]], axis=-1),
-                    hovertemplate="k=%{x}: mean %{y:.2f}× (lowest %{customdata[0]:.2f}, highest %{customdata[1]:.2f} over repeats of %{customdata[2]} prompts)<extra></extra>",
-                )
+                for m, w in enumerate(widths):
+                    part = df[(df["category"] == cat) & (df["drafter"] == drafter) & (df["temperature"] == t) & (df["tree_width"] == w)].sort_values("k")
+                    if part.empty:
+                        continue
+                    fig.add_scatter(
+                        x=part["k"], y=part["speedup"], mode="lines+markers", row=1, col=col,
+                        name=f"{html.escape(str(drafter))}{width_label(w)}, T={t:g}", legendgroup=f"{drafter}-{w}-{t}", showlegend=col == 1,
+                        marker=dict(symbol=WIDTH_SYMBOLS[m % len(WIDTH_SYMBOLS)], size=8),
+                        line=dict(color=DRAFTER_COLORS[i % len(DRAFTER_COLORS)], dash=TEMPERATURE_DASH[j % len(TEMPERATURE_DASH)]),
+                        error_y=dict(type="data", symmetric=False, array=part["speedup_high"] - part["speedup"],
+                                     arrayminus=part["speedup"] - part["speedup_low"], thickness=1, width=3),
+                        customdata=np.stack([part["speedup_low"], part["speedup_high"], part["prompts"]], axis=-1),
+                        hovertemplate="k=%{x}: mean %{y:.2f}× (lowest %{customdata[0]:.2f}, highest %{customdata[1]:.2f} over repeats of %{customdata[2]} prompts)<extra></extra>",
+                    )
         fig.add_hline(y=1.0, line=dict(color="black", dash="dot"), row=1, col=col)
     fig.update_xaxes(title_text="k", dtick=2)
     fig.update_yaxes(title_text=f"speedup (×, {SPEEDUP_METRICS[metric]})", rangemode="tozero", row=1, col=1)
@@ -101,7 +128,7 @@ def theory_overlay_figure(frame: pd.DataFrame, metric: str = "speedup") -> go.Fi
                 fig.add_scatter(
                     x=pts["alpha_theory"], y=pts[metric], mode="markers", row=1, col=col,
                     marker=dict(color=color, size=8, line=dict(color="black", width=1)), name=f"measured k={k}", legendgroup=f"k{k}",
-                    showlegend=col == 1, text=[html.escape(f"{r.category} · {r.prompt} · T={r.temperature:g}") for r in pts.itertuples()],
+                    showlegend=col == 1, text=[html.escape(f"{r.category} · {r.prompt} · T={r.temperature:g}{width_label(getattr(r, 'tree_width', 1))}") for r in pts.itertuples()],
                     hovertemplate="%{text}<br>α=%{x:.2f}: %{y:.2f}×<extra></extra>",
                 )
         fig.add_hline(y=1.0, line=dict(color="black", dash="dot"), row=1, col=col)
@@ -115,6 +142,6 @@ def measured_points(frame: pd.DataFrame, source: str = "benchmark") -> pd.DataFr
     """Benchmark rows -> theory-page points (MEASURED_COLUMNS)."""
     if frame is None or frame.empty:
         return pd.DataFrame(columns=list(MEASURED_COLUMNS))
-    labels = [f"{r.category} · {r.prompt} · {r.drafter} k={r.k} T={r.temperature:g}: {r.speedup:.2f}×" for r in frame.itertuples()]
+    labels = [f"{r.category} · {r.prompt} · {r.drafter} k={r.k}{width_label(getattr(r, 'tree_width', 1))} T={r.temperature:g}: {r.speedup:.2f}×" for r in frame.itertuples()]
     out = pd.DataFrame({"source": source, "label": labels, "alpha": alpha_for_theory(frame).to_numpy(), "k": frame["k"].to_numpy(), "speedup": frame["speedup"].to_numpy()})
     return out[list(MEASURED_COLUMNS)]
