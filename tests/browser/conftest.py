@@ -6,13 +6,14 @@ they go to a temporary folder so a test run never dirties the tree."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 import subprocess
 import sys
 import time
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -65,21 +66,24 @@ class Server:
         return self.log_path.read_text(errors="replace")
 
 
-@pytest.fixture(scope="session")
-def streamlit_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    """Start the app on a free localhost port, wait for its health endpoint, yield it, stop it."""
+@contextlib.contextmanager
+def run_app(
+    log_path: Path, *, env: dict[str, str] | None = None, args: Sequence[str] = (), drop_env: tuple[str, ...] = ("STREAMLIT_",)
+) -> Iterator[Server]:
+    """`streamlit run app.py` on a free loopback port, offline, file watcher off (edits to the checkout during a run
+    must not rerun or re-scan pages); yields once its health endpoint answers (which starts no script session), and
+    always stops it. env: extra variables; args: extra streamlit flags; drop_env: prefixes of inherited variables to drop."""
     port = _free_port()
     url = f"http://127.0.0.1:{port}"
-    log_path = tmp_path_factory.mktemp("streamlit") / "server.log"
-    env = {k: v for k, v in os.environ.items() if not k.startswith("STREAMLIT_")}
-    env.update(PYTHONUNBUFFERED="1", HF_HUB_OFFLINE="1", STREAMLIT_BROWSER_GATHER_USAGE_STATS="false")
+    full_env = {k: v for k, v in os.environ.items() if not k.startswith(drop_env)}
+    full_env.update(PYTHONUNBUFFERED="1", HF_HUB_OFFLINE="1", STREAMLIT_BROWSER_GATHER_USAGE_STATS="false", **(env or {}))
     cmd = [
         sys.executable, "-m", "streamlit", "run", "app.py",
         "--server.port", str(port), "--server.headless", "true", "--server.address", "127.0.0.1",
-        "--server.fileWatcherType", "none",  # edits to the checkout during a run must not rerun or re-scan pages
+        "--server.fileWatcherType", "none", *args,
     ]  # fmt: skip
     with open(log_path, "wb") as log:
-        proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT)
+        proc = subprocess.Popen(cmd, cwd=REPO, env=full_env, stdout=log, stderr=subprocess.STDOUT)
     try:
         deadline = time.monotonic() + SERVER_START_TIMEOUT_S
         while not _healthy(url):
@@ -98,6 +102,13 @@ def streamlit_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Serve
             proc.wait(timeout=5)
         if proc.returncode not in (0, -15, None):
             print(f"streamlit server log ({log_path}):\n{log_path.read_text(errors='replace')[-4000:]}")
+
+
+@pytest.fixture(scope="session")
+def streamlit_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    """The app for the whole session, on the developer's defaults (localhost: the owner's mode)."""
+    with run_app(tmp_path_factory.mktemp("streamlit") / "server.log") as server:
+        yield server
 
 
 @pytest.fixture(scope="session")

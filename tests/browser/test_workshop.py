@@ -3,16 +3,13 @@ and no free-text model paths; a session whose tab closes is freed by the server 
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
 
 import pytest
 from selenium.webdriver.common.by import By
 
-from tests.browser.conftest import REPO, SERVER_START_TIMEOUT_S, Server, _free_port, _healthy
+from tests.browser.conftest import Server, run_app
 from tests.browser.st_browser import click_button, exceptions, metric_value, open_page, wait, wait_idle
 
 STEP_TIMEOUT_S = 240
@@ -22,33 +19,11 @@ STEP_TIMEOUT_S = 240
 def shared_server(tmp_path_factory, tiny_dir) -> Iterator[Server]:
     """The app in shared mode (SPECVIZ_MODE=shared, as on a public address) with the tiny llama as the only target,
     a short disconnect grace so the test sees a closed tab freed, and info logging to see the sweeper."""
-    port = _free_port()
-    url = f"http://127.0.0.1:{port}"
+    env = {"SPECVIZ_MODE": "shared", "SPECVIZ_TARGETS": str(tiny_dir["llama"])}
+    args = ["--server.disconnectedSessionTTL", "5", "--logger.level", "info"]
     log_path = tmp_path_factory.mktemp("streamlit_shared") / "server.log"
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("STREAMLIT_", "SPECVIZ_"))}
-    env.update(PYTHONUNBUFFERED="1", HF_HUB_OFFLINE="1", STREAMLIT_BROWSER_GATHER_USAGE_STATS="false",
-               SPECVIZ_MODE="shared", SPECVIZ_TARGETS=str(tiny_dir["llama"]))  # fmt: skip
-    cmd = [
-        sys.executable, "-m", "streamlit", "run", "app.py", "--server.port", str(port), "--server.headless", "true",
-        "--server.address", "127.0.0.1", "--server.fileWatcherType", "none", "--server.disconnectedSessionTTL", "5",
-        "--logger.level", "info",
-    ]  # fmt: skip
-    with open(log_path, "wb") as log:
-        proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT)
-    try:
-        deadline = time.monotonic() + SERVER_START_TIMEOUT_S
-        while not _healthy(url):
-            if proc.poll() is not None or time.monotonic() > deadline:
-                pytest.fail(f"streamlit did not start:\n{log_path.read_text(errors='replace')}")
-            time.sleep(0.25)
-        yield Server(url, log_path)
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=5)
+    with run_app(log_path, env=env, args=args, drop_env=("STREAMLIT_", "SPECVIZ_")) as server:
+        yield server
 
 
 def test_participants_see_only_what_the_owner_allowed_and_closed_tabs_are_freed(make_driver, shared_server, tiny_dir):
