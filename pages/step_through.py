@@ -93,6 +93,7 @@ if replay.session is not None:  # replay mode: the recorded rounds, no model
     else:
         show(replay.session)
     recordings.save_button(save_slot, replay.session)
+    export_buttons(replay.session, playing=replay.playing)  # a recording exports for slides like a live run
     st.stop()
 
 compare_config = None

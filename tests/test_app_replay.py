@@ -93,6 +93,7 @@ def test_every_example_opens_and_plays_through_without_a_model(no_model, path):
     assert metric(at, "rounds") == "1" and stream_html(at)  # the first round is drawn at once
     click(at, "step")
     assert metric(at, "rounds") == "2"
+    assert {"export_html", "export_csv"} <= {b.key for b in at.download_button}, "a recording exports for slides too"
     click(at, "run_all")
     total = session(at).total_rounds
     assert metric(at, "rounds") == str(total)

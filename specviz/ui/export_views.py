@@ -7,6 +7,7 @@ import datetime as dt
 
 import streamlit as st
 
+from specviz.ui.step_views import num_generated
 from specviz.viz import stream_frame
 from specviz.viz.export import round_table, rounds_csv, stream_document
 
@@ -14,7 +15,7 @@ from specviz.viz.export import round_table, rounds_csv, stream_document
 def _notes(session) -> list[str]:
     config = session.config
     sampling = "greedy (temperature 0)" if config.temperature == 0 else f"temperature {config.temperature:g}, top-k {config.top_k}, top-p {config.top_p:g}"
-    runs = "; ".join(f"{run.label}: {len(run.records)} rounds, {len(run.decoder.generated)} tokens" for run in session.runs)
+    runs = "; ".join(f"{run.label}: {len(run.records)} rounds, {num_generated(run)} tokens" for run in session.runs)
     return [
         f"target {config.target} · drafter {config.drafter}, k = {config.num_draft_tokens}{' (adaptive)' if config.adaptive_k else ''} · {sampling} · seed {config.seed}",
         runs,

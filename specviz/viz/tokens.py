@@ -24,7 +24,7 @@ FATES: dict[str, tuple[str, str, str]] = {
     "bonus": ("bonus", "free extra token from p_target after every draft was kept", "background:rgba(40,120,220,.32);"),
     "target": ("target step", "plain target sample: nothing was drafted this round", "background:rgba(128,128,128,.16);"),
     "rejected": ("rejected draft", "the first draft the rule turned down (u >= min(1, p/q))", "color:#d23c3c;text-decoration:line-through;text-decoration-thickness:2px;"),
-    "discarded": ("discarded draft", "drafted after a rejection: never checked, thrown away", "color:rgba(210,60,60,.55);text-decoration:line-through;"),
+    "discarded": ("discarded draft", "drafted after a rejection (or after the text ended inside the round): never checked, thrown away", "color:rgba(210,60,60,.55);text-decoration:line-through;"),
 }
 PROMPT_STYLE = "color:rgba(128,128,128,.85);"
 TOKEN_STYLE = "border-radius:3px;padding:1px 1px;margin:0 1px 0 0;white-space:pre-wrap;"
@@ -167,7 +167,7 @@ def token_tooltip(row: pd.Series | dict) -> str:
         q_note = "" if row.get("has_q", True) else " (drafter gives no distribution: one-hot)"
         lines.append(f"q_draft = {q}{q_note}")
         lines.append(f"min(1, p/q) = {a}")
-        lines.append(f"u = {u}" + (" (not checked: an earlier draft was rejected)" if kind == "discarded" else ""))
+        lines.append(f"u = {u}" + (" (not checked: an earlier draft was rejected, or the text ended before it)" if kind == "discarded" else ""))
     if kind == "resampled" and res is not None:
         lines.append(f"residual prob = {res}")
     return "\n".join(lines)
