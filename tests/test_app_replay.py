@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import time
-from html.parser import HTMLParser
 from pathlib import Path
 
 import pytest
@@ -14,6 +13,7 @@ from streamlit.testing.v1 import AppTest
 from specviz.models import ModelLoadError
 from specviz.recording import MAX_BYTES, load_recording
 from specviz.ui import replay as replay_ui
+from tests.test_recording import html_tags
 
 REPO = Path(__file__).resolve().parents[1]
 PAGE = str(REPO / "pages" / "step_through.py")
@@ -159,15 +159,6 @@ def test_bad_uploads_are_clear_errors_and_the_page_keeps_working(no_model, name,
     assert metric(at, "rounds") == "2"
 
 
-class _Tags(HTMLParser):
-    def __init__(self) -> None:
-        super().__init__()
-        self.tags: set[str] = set()
-
-    def handle_starttag(self, tag, attrs):
-        self.tags.add(tag)
-
-
 def test_html_in_token_texts_is_inert(no_model):
     raw = json.loads(EXAMPLES[0].read_text(encoding="utf-8"))
     first = raw["runs"][0]["records"][0]
@@ -181,9 +172,7 @@ def test_html_in_token_texts_is_inert(no_model):
     click(at, "run_all")
     html = "".join(h.value for h in at.html)
     assert "&lt;script&gt;" in html and "<script" not in html and "<img" not in html
-    parser = _Tags()
-    parser.feed(html)
-    assert parser.tags <= {"div", "span", "br"}, parser.tags
+    assert html_tags(html) <= {"div", "span", "br"}
     assert not any("<script" in m.value for m in at.markdown)
 
 

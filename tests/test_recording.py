@@ -80,23 +80,26 @@ def assert_same_views(a: dict, b: dict) -> None:
 def live(tiny_models, tiny_dir):
     """A compare-mode session on the tiny llama (early exit at T=1 beside prompt lookup), stepped like the page,
     with the views after every round, and its recording."""
+    target = tiny_models["llama"]
+    config = RunConfig(target=str(tiny_dir["llama"]), drafter="early-exit", exit_layer=1, temperature=1.0, num_draft_tokens=3, max_new_tokens=14, chat=False, seed=3)
+    return stepped_compare(target, config, replace(config, drafter="lookup"), ("A: early exit", "B: prompt lookup"))
+
+
+def stepped_compare(target, config: RunConfig, compare: RunConfig, labels: tuple[str, str]):
+    """Compare mode stepped like the page until done: (session, the views after every round, its recording)."""
     from specviz.models import encode_prompt, environment
     from specviz.runs import build_decoder
     from specviz.ui.replay import session_recording
     from specviz.ui.session import Baseline, Run, StepSession, TokenTexts, step_session
 
-    target = tiny_models["llama"]
-    config = RunConfig(target=str(tiny_dir["llama"]), drafter="early-exit", exit_layer=1, temperature=1.0, num_draft_tokens=3, max_new_tokens=14, chat=False, seed=3)
-    compare = replace(config, drafter="lookup")
     prompt_ids = encode_prompt(target.tokenizer, PROMPT, chat=False)
-    runs = [Run("A: early exit", config, build_decoder(config, target, prompt_ids)), Run("B: prompt lookup", compare, build_decoder(compare, target, prompt_ids))]
+    runs = [Run(label, c, build_decoder(c, target, prompt_ids)) for label, c in zip(labels, (config, compare))]
     session = StepSession(PROMPT, config, compare, prompt_ids, TokenTexts(target.tokenizer), runs, Baseline(build_decoder(config, target, prompt_ids, baseline=True)))
     snapshots = []
     while not session.done:
         step_session(session)
         snapshots.append(views_of(session))
     return session, snapshots, session_recording(session, environment(target))
-
 
 def test_live_views_equal_the_replayed_recording_after_every_round(live):
     from specviz.ui.replay import ReplaySession
@@ -188,13 +191,16 @@ def test_bad_recordings_are_clear_errors(live, name, mutate, message):
     assert len(str(err.value)) < 800  # a message to read, not a dump
 
 
-class _Tags(HTMLParser):
-    def __init__(self) -> None:
-        super().__init__()
-        self.tags: set[str] = set()
+def html_tags(html: str) -> set[str]:
+    """The element names an HTML fragment opens (to check that only our own markup survives)."""
+    tags: set[str] = set()
 
-    def handle_starttag(self, tag, attrs):
-        self.tags.add(tag)
+    class Parser(HTMLParser):
+        def handle_starttag(self, tag, attrs):
+            tags.add(tag)
+
+    Parser().feed(html)
+    return tags
 
 
 def test_html_in_token_texts_is_shown_escaped(live):
@@ -209,9 +215,7 @@ def test_html_in_token_texts_is_shown_escaped(live):
     views = views_of(replay)
     html = views["A: early exit/stream_html"]
     assert "<script" not in html and "<img" not in html and "&lt;script&gt;" in html
-    parser = _Tags()
-    parser.feed(html)
-    assert parser.tags <= {"div", "span", "br"}
+    assert html_tags(html) <= {"div", "span", "br"}
     assert "<script" not in views["A: early exit/0/0/inspector"] or "&lt;script" in views["A: early exit/0/0/inspector"]
 
 

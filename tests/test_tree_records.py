@@ -13,7 +13,7 @@ from specviz.config import RunConfig
 from specviz.recording import RecordingError, dumps, load_recording
 from specviz.viz.tree import mask_figure, mask_frame, tree_figure, tree_frame
 from tests.test_cli import parse_one_json, run_main
-from tests.test_recording import HOSTILE, PROMPT, assert_same_views, views_of
+from tests.test_recording import HOSTILE, PROMPT, assert_same_views, stepped_compare, views_of
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -21,25 +21,12 @@ pytestmark = pytest.mark.usefixtures("one_thread")
 @pytest.fixture(scope="module")
 def live(tiny_models, tiny_dir):
     """Compare mode on the tiny llama: early exit with a width-3 tree at T=1 beside the same as a chain."""
-    from specviz.models import encode_prompt, environment
-    from specviz.runs import build_decoder
-    from specviz.ui.replay import session_recording
-    from specviz.ui.session import Baseline, Run, StepSession, TokenTexts, step_session
-
     target = tiny_models["llama"]
     config = RunConfig(
         target=str(tiny_dir["llama"]), drafter="early-exit", exit_layer=1, temperature=1.0, num_draft_tokens=6,
         tree_width=3, max_new_tokens=16, chat=False, seed=3,
     )  # fmt: skip
-    compare = replace(config, tree_width=1)
-    ids = encode_prompt(target.tokenizer, PROMPT, chat=False)
-    runs = [Run("A: tree", config, build_decoder(config, target, ids)), Run("B: chain", compare, build_decoder(compare, target, ids))]
-    session = StepSession(PROMPT, config, compare, ids, TokenTexts(target.tokenizer), runs, Baseline(build_decoder(config, target, ids, baseline=True)))
-    snapshots = []
-    while not session.done:
-        step_session(session)
-        snapshots.append(views_of(session))
-    return session, snapshots, session_recording(session, environment(target))
+    return stepped_compare(target, config, replace(config, tree_width=1), ("A: tree", "B: chain"))
 
 
 def test_tree_runs_replay_view_for_view(live):
