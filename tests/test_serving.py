@@ -256,7 +256,8 @@ def test_interactive_waiters_go_before_background_ones_and_each_class_is_fifo():
         t = threading.Thread(target=worker, args=(name, background))
         t.start()
         threads.append(t)
-        wait_until(lambda n=len(threads): queue.waiting + queue.waiting_background == n)
+        joined = len(threads)
+        wait_until(lambda joined=joined: queue.waiting + queue.waiting_background == joined)
     assert queue.waiting == 2 and queue.waiting_background == 3
     gate.set()
     for t in [holder, *threads]:
