@@ -56,8 +56,8 @@ def show(session) -> None:
 
 
 def live_stage() -> controls.LiveStage:
-    """Live mode: the sidebar's settings checked, the target loaded (with a visible status) and the current run kept or
-    offered a reset when the settings moved on. Drawn in full reruns only: a Step does not redo it."""
+    """Live mode: the sidebar's settings checked and the target loaded (with a visible status). Drawn in full reruns
+    only: a Step does not redo it (the stage's notices, inside the fragment, say when the settings moved on)."""
     compare_config = None
     if settings.error:
         st.error(settings.error)
@@ -67,15 +67,8 @@ def live_stage() -> controls.LiveStage:
         except ValueError as exc:
             st.error(f"Compare mode: {exc}")
     session = state.session
-    if session is not None and not session.matches(settings.config, compare_config, settings.prompt):
-        if session.num_rounds == 0:
-            state.session = None  # nothing to keep: the next round starts with the new settings
-        else:
-            changed = session.changes(settings.config, compare_config, settings.prompt)
-            st.warning(
-                "The settings changed since this run started (" + "; ".join(changed or ["see the sidebar"]) + "). "
-                "Step and Run to end continue the run below with its own settings; press **Reset** to start over with the new ones."
-            )
+    if session is not None and session.num_rounds == 0 and not session.matches(settings.config, compare_config, settings.prompt):
+        state.session = None  # nothing to keep: the next round starts with the new settings
     unavailable = False
     if state.session is None and settings.config is not None:
         try:  # load now, with a visible status, so the first Step is quick and a bad model id shows at once
@@ -91,6 +84,7 @@ def stage_view(stage) -> None:
     with timing.rerun("step-through", fragment=True):
         clicks, save_slot = controls.buttons(stage.playing)
         controls.apply(stage, clicks, views.live_progress)
+        stage.notices()
         session = stage.session
         if session is not None:
             show(session)

@@ -26,6 +26,7 @@ class Stage(Protocol):
     @property
     def session(self) -> StepSession | ReplaySession | None: ...
     def ready(self) -> bool: ...  # make the session if there is none (live: the first Step starts it); False: cannot
+    def notices(self) -> None: ...  # what the page says about the session after the clicks (drawn in the fragment)
     def step(self) -> bool: ...  # one round; False when it could not run (the model's queue timed out)
     def run_to_end(self, progress: Callable[[object], None]) -> None: ...
     def reset(self) -> None: ...
@@ -52,12 +53,10 @@ def buttons(playing: bool) -> tuple[Clicks, object]:
 
 
 def apply(stage: Stage, clicks: Clicks, progress: Callable[[object], None]) -> None:
-    """Act on the clicks (and, while playing, take this tick's round). Reset and Play restart the page (scope app):
-    Reset so the notices drawn outside the fragment are redrawn, Play so the fragment is registered again with or
-    without its timer. Step and Run to end stay inside the fragment."""
+    """Act on the clicks (and, while playing, take this tick's round). Play restarts the page (scope app) so the
+    fragment is registered again with or without its timer; Step, Run to end and Reset stay inside the fragment."""
     if clicks.reset:
         stage.reset()
-        st.rerun(scope="app")  # the notices above the fragment (settings changed, replay) are about the old run
     if clicks.play:
         stage.playing = not stage.playing
         st.rerun(scope="app")
@@ -99,6 +98,9 @@ class ReplayStage:
 
     def ready(self) -> bool:
         return self.state.session is not None
+
+    def notices(self) -> None:
+        pass
 
     def step(self) -> bool:
         self.state.session.step()
@@ -143,6 +145,17 @@ class LiveStage:
             st.error(friendly_error(exc))
             return False
         return True
+
+    def notices(self) -> None:
+        """A run whose settings the sidebar has moved on from: say what changed and offer Reset."""
+        session = self.state.session
+        if session is None or self.config is None or session.matches(self.config, self.compare, self.prompt):
+            return
+        changed = session.changes(self.config, self.compare, self.prompt)
+        st.warning(
+            "The settings changed since this run started (" + "; ".join(changed or ["see the sidebar"]) + "). "
+            "Step and Run to end continue the run below with its own settings; press **Reset** to start over with the new ones."
+        )
 
     def step(self) -> bool:
         return step_session(self.state.session)
