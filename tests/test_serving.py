@@ -217,11 +217,11 @@ def test_registry_survives_a_failing_free():
     registry.sweep(lambda sid: True, boom, gone_after_s=1, idle_after_s=0)  # logged, not raised
 
 
-def test_policy_and_serving_are_plain_python():
+def test_policy_serving_and_baselines_are_plain_python():
     import subprocess
     import sys
 
-    code = "import sys, specviz.policy, specviz.serving; print('streamlit' in sys.modules)"
+    code = "import sys, specviz.policy, specviz.serving, specviz.baselines; print('streamlit' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=str(__import__("pathlib").Path(__file__).resolve().parents[1]))
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.strip() == "False"
