@@ -136,7 +136,7 @@ def metrics(session: ViewSource, run: ViewRun, columns: int = 6) -> None:
 def token_stream(session: ViewSource, run: ViewRun, legend: bool = True) -> None:
     if legend:
         st.html(legend_html())
-    st.html(token_stream_html(session.prompt_texts, stream_frame(run.records, session.token_text)))
+    st.html(memo(session, f"stream:{run.label}", (len(run.records),), lambda: token_stream_html(session.prompt_texts, stream_frame(run.records, session.token_text))))
     if run.error:
         st.error(run.error)
     elif run.done:
