@@ -251,5 +251,7 @@ def reset_baselines() -> None:
 
 @atexit.register
 def _stop_at_exit() -> None:
+    """Let a plain step in flight finish before the interpreter goes (a daemon thread inside torch at finalisation
+    aborts the process); on a quiet machine that is one step, tens of milliseconds."""
     if _worker is not None:
-        _worker.stop(timeout_s=1.0)
+        _worker.stop(timeout_s=3.0)
