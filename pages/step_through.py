@@ -47,7 +47,8 @@ def show(session) -> None:
         st.info("Press **Step** to run the first round.")
         return
     late = st.empty()
-    late.caption("Drawing the round inspector and the curves…")  # the skeleton, replaced below
+    if views.first_charts(session):  # the skeleton, the first time only: later Steps keep the old charts until replaced
+        late.caption("Drawing the round inspector and the curves…")
     with late.container():
         tree_views.tree_rounds(session)  # token-tree runs only
         views.inspector(session)

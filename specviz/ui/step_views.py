@@ -267,6 +267,11 @@ def _position_story(info, session: ViewSource) -> str:
     return f"Nothing was drafted this round: a plain target step sampled `{visible_plain(t(info.next_token))}`."
 
 
+def first_charts(session: ViewSource) -> bool:
+    """True until this session's curves have been drawn once (the page shows a placeholder where they will land)."""
+    return "curves" not in (getattr(session, "memo", None) or {})
+
+
 def curves(session: ViewSource) -> None:
     """Accepted per round, running α, tokens per pass and speedup against theory, inter-token latency."""
     runs = [r for r in session.runs if r.records]
