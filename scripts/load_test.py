@@ -1,9 +1,18 @@
-"""Load test for a workshop server: N headless browser sessions at once, each with its own prompt and settings.
+"""Load test for a workshop server: N sessions at once, each with its own prompt and settings.
 
-    python scripts/load_test.py --sessions 8             # starts its own shared-mode server on a free loopback port
+    python scripts/load_test.py --client protocol --sessions 30 --steps 5 --think-s 10 --json   # the server alone
+    python scripts/load_test.py --client protocol --knee 10,20,30,40                            # p95 per room size
+    python scripts/load_test.py --sessions 8                     # headless browsers (the default client)
     python scripts/load_test.py --sessions 8 --url http://127.0.0.1:8501 --server-pid 12345
 
-What it does, in order:
+--client protocol (scripts/load_protocol.py) speaks Streamlit's websocket protocol without browsers, so it measures
+the server: p50/p95 server-side Step time and queue wait from the server's `specviz.timing` log, Steps per second,
+RSS before / peak / after. --json prints one JSON object: {"sessions", "steps", "all_equal_solo", "exceptions",
+"server_step_s": {"p50", "p95"}, "queue_wait_s": {"p50", "p95"}, "steps_per_s", "rss_mb": {"before", "peak", "after"}}
+(with --knee: {"p95_limit_s", "knee_sessions", "runs": [one such object per session count]}). With --url, pass
+--server-log (the server's stderr) for the server-side times and --server-pid for its memory.
+
+The browser client (--client browser), in order:
 1. *Solo*: each session's settings (prompt, drafter, seed, temperature) run alone, one browser at a time, for
    --rounds Steps; the token stream after every Step is the reference.
 2. *Together*: N browsers open the page, set their settings, wait at a barrier, then all press Step --rounds times at
@@ -54,6 +63,7 @@ from tests.browser.st_browser import (  # noqa: E402  (the browser tests' waits,
 log = logging.getLogger("load_test")
 LOOPBACK = ("127.0.0.1", "localhost", "::1", "[::1]")
 MAX_SESSIONS = 32
+MAX_PROTOCOL_SESSIONS = 200  # no browsers: the server is the limit
 STEP_TIMEOUT_S = 300
 DRAFTERS = ("ngram", "lookup", "early-exit", "none")  # what a participant may pick on the default shared server
 DRAFTER_LABELS = {
@@ -318,8 +328,15 @@ def percentile(values: list[float], q: float) -> float:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--client", choices=("browser", "protocol"), default="browser", help="headless browsers, or Streamlit's protocol without browsers (measures the server)")
     parser.add_argument("--sessions", type=int, default=8)
-    parser.add_argument("--rounds", type=int, default=3, help="Steps per session")
+    parser.add_argument("--steps", "--rounds", dest="rounds", type=int, default=3, help="Steps per session")
+    parser.add_argument("--think-s", type=float, default=10.0, help="protocol: seconds a participant reads between Steps")
+    parser.add_argument("--max-new-tokens", type=int, default=64, help="protocol: each session's max new tokens (a share-link parameter)")
+    parser.add_argument("--knee", help="protocol: comma-separated session counts (e.g. 10,20,30,40); reports p95 per count and the largest within --p95-limit")
+    parser.add_argument("--p95-limit", type=float, default=3.0, help="protocol: the p95 server-side Step time a room may reach (seconds)")
+    parser.add_argument("--server-log", type=Path, help="protocol with --url: the running server's log (its stderr), for the timing lines")
+    parser.add_argument("--json", action="store_true", help="protocol: print one JSON object")
     parser.add_argument("--url", help="a running server (loopback only); default: start one")
     parser.add_argument("--server-pid", type=int, help="the running server's pid, to read its memory")
     parser.add_argument("--mode", default="shared", choices=("shared", "local"), help="SPECVIZ_MODE of the server this script starts")
@@ -329,8 +346,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--timeout-s", type=float, default=1800.0, help="give up after this long")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", datefmt="%H:%M:%S")
-    if not 1 <= args.sessions <= MAX_SESSIONS:
-        parser.error(f"--sessions must be between 1 and {MAX_SESSIONS}")
+    counts = [int(c) for c in args.knee.split(",")] if args.knee else [args.sessions]
+    limit = MAX_PROTOCOL_SESSIONS if args.client == "protocol" else MAX_SESSIONS
+    if not all(1 <= c <= limit for c in counts):
+        parser.error(f"--sessions (and each --knee count) must be between 1 and {limit}")
     if args.url and urllib.parse.urlparse(args.url).hostname not in LOOPBACK:
         parser.error("--url must be a loopback address (127.0.0.1, localhost, ::1): this script only tests this machine")
     watchdog = threading.Timer(args.timeout_s, lambda: os._exit(3))
@@ -343,6 +362,12 @@ def main(argv: list[str] | None = None) -> int:
     else:
         proc, url = start_server(args.mode, log_path)
         pid = proc.pid
+    if args.client == "protocol":
+        try:
+            return protocol_main(args, counts, url, pid, log_path if proc is not None else args.server_log)
+        finally:
+            if proc is not None:
+                stop_server(proc)
     people = participants(args.sessions)
     try:
         rss_cold = rss_mb(pid)
@@ -386,6 +411,46 @@ def main(argv: list[str] | None = None) -> int:
             stop_server(proc)
     server_log = log_path.read_text(errors="replace") if proc is not None else ""
     return report(people, solo, together, rss_cold, rss_before, during, rss_after, server_log)
+
+
+def protocol_main(args, counts: list[int], url: str, pid: int | None, log_path: Path | None) -> int:
+    """Solo runs of the largest room, then each room size together; prints tables or JSON; 0 when every run passes."""
+    import json
+
+    from scripts import load_protocol as lp
+
+    crowd = lp.people(max(counts))
+    solo = lp.solo_runs(url, crowd, args.rounds, args.max_new_tokens)
+    log.info("solo runs done; letting the server free them for %.0f s", args.settle_s)
+    time.sleep(args.settle_s)
+    results, ok = [], True
+    for n in counts:
+        before, offset = rss_mb(pid), lp.log_size(log_path)
+        log.info("%d sessions together, %d Steps each, think %.0f s (RSS %.0f MB)", n, args.rounds, args.think_s, before or float("nan"))
+        with RssSampler(pid) as sampler:
+            outcomes, wall_s = lp.together(url, crowd[:n], args.rounds, args.max_new_tokens, args.think_s)
+        peak = max(sampler.samples) if sampler.samples else None
+        time.sleep(args.after_s)
+        after = rss_mb(pid)
+        server_log = log_path.read_bytes()[offset:].decode("utf-8", errors="replace") if log_path is not None and log_path.exists() else ""
+        lines = lp.timing_lines(log_path, offset)
+        result = lp.summary(crowd[:n], solo[:n], outcomes, lines, wall_s, {"before": before, "peak": peak, "after": after}, server_log.count("Traceback"))
+        results.append(result)
+        ok &= result["all_equal_solo"] and result["exceptions"] == 0 and _rss_back(before, after)
+        if not args.json:
+            print("\n".join(lp.details(solo[:n], outcomes)))
+            print(json.dumps(result))
+    if args.knee:
+        within = [r["sessions"] for r in results if r["server_step_s"]["p95"] is not None and r["server_step_s"]["p95"] <= args.p95_limit]
+        report = {"p95_limit_s": args.p95_limit, "knee_sessions": max(within) if within else None, "runs": results}
+        print(json.dumps(report) if args.json else "\n".join(f"| {r['sessions']} sessions | p95 server-side Step {r['server_step_s']['p95']} s |" for r in results) + f"\nknee: {report['knee_sessions']} sessions at p95 ≤ {args.p95_limit} s")
+    elif args.json:
+        print(json.dumps(results[0]))
+    return 0 if ok else 1
+
+
+def _rss_back(before: float | None, after: float | None) -> bool:
+    return before is None or after is None or abs(after - before) <= 0.1 * before
 
 
 def _prepare_or_error(driver, url: str, p: Participant) -> str | None:

@@ -1,8 +1,9 @@
 """Fair sharing of a loaded model between browser sessions: one FIFO queue per model, a bounded number in flight.
 
-Plain Python (threading), no streamlit. A session takes a *turn* for one whole round (draft + verify + the baseline's
-step), so the round's own timing (measured inside the engine's step()) never includes time spent waiting here, and
-Play / Run to end, which take one turn per round, cannot starve the sessions queued behind them.
+Plain Python (threading), no streamlit. A session takes a *turn* for one whole round (draft + verify), so the round's
+own timing (measured inside the engine's step()) never includes time spent waiting here, and Play / Run to end, which
+take one turn per round, cannot starve the sessions queued behind them. The plain-decoding baseline that times the
+runs (specviz.baselines) takes *background* turns, one plain step each: admitted only when no round is waiting.
 
     with model_queue(key).turn(on_wait=lambda ahead, waited_s: ..., timeout_s=120):
         decoder.step()
@@ -26,10 +27,12 @@ class QueueTimeout(TimeoutError):
 
 
 class ModelQueue:
-    """FIFO admission with at most `max_in_flight` holders at a time.
+    """Admission in two classes with at most `max_in_flight` holders at a time.
 
-    A waiter is admitted only when it is first in line and a slot is free, so the order is strict first come, first
-    served, and a session that finishes a turn and asks again goes to the back of the line."""
+    Interactive waiters (a participant's round or prefill) are always admitted before background ones (the
+    plain-decoding baseline, specviz.baselines); within a class the order is strict first come, first served, and a
+    session that finishes a turn and asks again goes to the back of its line. A background turn already in flight is
+    not interrupted: an interactive waiter waits at most for that one turn (one plain decoding step)."""
 
     def __init__(self, name: str, max_in_flight: int = 1) -> None:
         if max_in_flight < 1:
@@ -37,7 +40,8 @@ class ModelQueue:
         self.name = name
         self.max_in_flight = max_in_flight
         self._cond = threading.Condition()
-        self._line: deque[int] = deque()
+        self._line: deque[int] = deque()  # interactive tickets, in order
+        self._background: deque[int] = deque()  # background tickets, served only when _line is empty
         self._in_flight = 0
         self._tickets = itertools.count()
 
@@ -50,12 +54,28 @@ class ModelQueue:
 
     @property
     def waiting(self) -> int:
+        """Interactive waiters (what a participant sees ahead of them)."""
         with self._cond:
             return len(self._line)
 
-    def _ahead(self, ticket: int) -> int:
-        """Sessions that will be served before this ticket: those in flight and those earlier in line."""
+    @property
+    def waiting_background(self) -> int:
+        with self._cond:
+            return len(self._background)
+
+    def _ahead(self, ticket: int, background: bool) -> int:
+        """Turns that will be served before this ticket: those in flight and those earlier in line (for a background
+        ticket, every interactive waiter too)."""
+        if background:
+            return self._in_flight + len(self._line) + self._background.index(ticket)
         return self._in_flight + self._line.index(ticket)
+
+    def _may_enter(self, ticket: int, background: bool) -> bool:
+        if self._in_flight >= self.max_in_flight:
+            return False
+        if background:
+            return not self._line and self._background[0] == ticket
+        return self._line[0] == ticket
 
     # --- taking a turn ---------------------------------------------------------------------------------------
 
@@ -65,42 +85,45 @@ class ModelQueue:
         on_wait: Callable[[int, float], None] | None = None,
         timeout_s: float | None = None,
         poll_s: float = 0.5,
+        background: bool = False,
     ) -> Iterator[float]:
         """Wait for a turn (calling on_wait(ahead, waited_s) at most every poll_s while waiting, outside the lock),
         hold it for the with-block, and give it back whatever happens. Yields the seconds spent waiting.
+        background=True: wait behind every interactive waiter, present and future.
 
         Raises QueueTimeout after timeout_s. An exception raised by on_wait (e.g. streamlit stopping the script
         because the user clicked something) leaves the line cleanly."""
         ticket = next(self._tickets)
+        line = self._background if background else self._line
         start = time.monotonic()
         admitted = False
         with self._cond:
-            self._line.append(ticket)
+            line.append(ticket)
         try:
             while True:
                 with self._cond:
-                    if self._line[0] == ticket and self._in_flight < self.max_in_flight:
-                        self._line.popleft()
+                    if self._may_enter(ticket, background):
+                        line.popleft()
                         self._in_flight += 1
                         admitted = True
                         break
-                    ahead = self._ahead(ticket)
                     waited = time.monotonic() - start
                     if timeout_s is not None and waited >= timeout_s:
                         raise QueueTimeout(
-                            f"Waited {waited:.0f} s for the model ({ahead} ahead) without a turn: the server is busy. Try again in a minute."
+                            f"Waited {waited:.0f} s for the model ({self._ahead(ticket, background)} ahead) without a turn: "
+                            "the server is busy. Try again in a minute."
                         )
                     self._cond.wait(poll_s if timeout_s is None else max(0.0, min(poll_s, timeout_s - waited)))
-                    if self._line[0] == ticket and self._in_flight < self.max_in_flight:
+                    if self._may_enter(ticket, background):
                         continue
-                    ahead = self._ahead(ticket)
+                    ahead = self._ahead(ticket, background)
                 if on_wait is not None:
                     on_wait(ahead, time.monotonic() - start)
         finally:
             if not admitted:
                 with self._cond:
-                    if ticket in self._line:
-                        self._line.remove(ticket)
+                    if ticket in line:
+                        line.remove(ticket)
                     self._cond.notify_all()
         waited_s = time.monotonic() - start
         try:

@@ -98,6 +98,7 @@ def stepped_compare(target, config: RunConfig, compare: RunConfig, labels: tuple
     snapshots = []
     while not session.done:
         step_session(session)
+        session.baseline.advance_to(max(len(r.decoder.generated) for r in session.runs))  # the page's worker, in line
         snapshots.append(views_of(session))
     return session, snapshots, session_recording(session, environment(target))
 

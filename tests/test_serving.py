@@ -217,11 +217,81 @@ def test_registry_survives_a_failing_free():
     registry.sweep(lambda sid: True, boom, gone_after_s=1, idle_after_s=0)  # logged, not raised
 
 
-def test_policy_and_serving_are_plain_python():
+def test_policy_serving_and_baselines_are_plain_python():
     import subprocess
     import sys
 
-    code = "import sys, specviz.policy, specviz.serving; print('streamlit' in sys.modules)"
+    code = "import sys, specviz.policy, specviz.serving, specviz.baselines; print('streamlit' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=str(__import__("pathlib").Path(__file__).resolve().parents[1]))
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.strip() == "False"
+
+
+def _hold_queue(queue: ModelQueue):
+    """A holder in flight until the returned gate is set."""
+    gate, entered = threading.Event(), threading.Event()
+
+    def hold():
+        with queue.turn():
+            entered.set()
+            gate.wait(5)
+
+    thread = threading.Thread(target=hold)
+    thread.start()
+    entered.wait(5)
+    return gate, thread
+
+
+def test_interactive_waiters_go_before_background_ones_and_each_class_is_fifo():
+    queue = ModelQueue("m", 1)
+    gate, holder = _hold_queue(queue)
+    order, threads = [], []
+
+    def worker(name, background):
+        with queue.turn(poll_s=0.01, background=background):
+            order.append(name)
+
+    # background waiters join first, interactive ones after: the interactive ones are still served first
+    for name, background in [("b0", True), ("b1", True), ("i0", False), ("b2", True), ("i1", False)]:
+        t = threading.Thread(target=worker, args=(name, background))
+        t.start()
+        threads.append(t)
+        joined = len(threads)
+        wait_until(lambda joined=joined: queue.waiting + queue.waiting_background == joined)
+    assert queue.waiting == 2 and queue.waiting_background == 3
+    gate.set()
+    for t in [holder, *threads]:
+        t.join(5)
+    assert order == ["i0", "i1", "b0", "b1", "b2"]
+    assert queue.in_flight == queue.waiting == queue.waiting_background == 0
+
+
+def test_a_background_waiter_counts_every_interactive_waiter_ahead_and_times_out_cleanly():
+    queue = ModelQueue("m", 1)
+    gate, holder = _hold_queue(queue)
+    seen, interactive_gate = [], threading.Event()
+
+    def background_turn():
+        with pytest.raises(QueueTimeout):
+            with queue.turn(on_wait=lambda ahead, waited: seen.append(ahead), timeout_s=0.3, poll_s=0.02, background=True):
+                pass
+
+    waiter = threading.Thread(target=background_turn)
+
+    def interactive_turn():
+        with queue.turn(poll_s=0.01):
+            interactive_gate.wait(5)
+
+    interactive = threading.Thread(target=interactive_turn)
+    interactive.start()
+    wait_until(lambda: queue.waiting == 1)
+    waiter.start()
+    waiter.join(5)
+    assert seen and max(seen) == 2  # the holder in flight and the interactive waiter
+    assert queue.waiting_background == 0  # the timed-out waiter left the line
+    gate.set()
+    interactive_gate.set()
+    for t in (holder, interactive):
+        t.join(5)
+    assert queue.in_flight == 0
+

@@ -190,6 +190,7 @@ def test_page_restores_a_share_link_and_mirrors_it(_embedded_model):
     assert {key: _widget_value(at, key) for key in expected} == expected
     assert at.query_params == {"drafter": "lookup", "num_draft_tokens": "6", "temperature": "0.5", "top_k": "20", "seed": "11", "max_new_tokens": "12", "prompt": "Count: 1 2 3"}
     assert "num_draft_tokens=6" in at.text_input(key="share_link").value  # the Copy link box
+    assert _widget_value(at, "example") == "custom"  # the link's prompt is none of the examples
     at.slider(key="num_draft_tokens").set_value(3).run()  # a later change is mirrored; the link is read only once
     assert at.query_params["num_draft_tokens"] == "3"
     assert _widget_value(at, "num_draft_tokens") == 3
@@ -213,3 +214,15 @@ def test_page_hands_a_linked_target_to_the_sidebar_which_refuses_a_non_model(_em
     assert not at.exception, at.exception
     assert _widget_value(at, "target") == "/etc/passwd"
     assert at.error  # the normal target validation speaks, as for a typed target
+
+
+def test_the_example_menu_follows_the_prompt(_embedded_model):
+    from specviz.ui.prompts import load_examples
+
+    examples = load_examples()
+    at = _page(prompt=examples[1].prompt)  # a link to an example's prompt names that example
+    assert _widget_value(at, "example") == examples[1].label
+    at.text_area(key="prompt").set_value("my own words").run()
+    assert _widget_value(at, "example") == "custom"
+    at.selectbox(key="example").set_value(examples[0].label).run()
+    assert _widget_value(at, "prompt") == examples[0].prompt

@@ -16,7 +16,8 @@ import streamlit as st
 from streamlit.logger import get_logger
 
 from specviz.policy import Policy, load_policy
-from specviz.serving import QueueTimeout, SessionRegistry, model_queue
+from specviz.serving import ModelQueue, QueueTimeout, SessionRegistry, model_queue
+from specviz.ui import timing
 
 log = get_logger(__name__)  # streamlit's handler: `--logger.level info` shows what the sweeper frees
 
@@ -122,6 +123,11 @@ def queue_key(model) -> tuple:
     return (model.name, str(model.device), str(model.dtype))
 
 
+def target_queue(model) -> ModelQueue:
+    """The one queue for this loaded model, bounded by the owner's concurrency for its device."""
+    return model_queue(queue_key(model), current_policy().concurrency(model.device.type))
+
+
 @contextmanager
 def model_turn(model, what: str = "your round") -> Iterator[float]:
     """Hold a turn on `model` for the with-block; while waiting, show the place in line (an element drawn only if we
@@ -129,6 +135,7 @@ def model_turn(model, what: str = "your round") -> Iterator[float]:
     policy = current_policy()
     queue = model_queue(queue_key(model), policy.concurrency(model.device.type))
     box = None
+    start = time.perf_counter()
 
     def on_wait(ahead: int, waited_s: float) -> None:
         nonlocal box
@@ -141,10 +148,12 @@ def model_turn(model, what: str = "your round") -> Iterator[float]:
 
     try:
         with queue.turn(on_wait, timeout_s=policy.queue_timeout_s) as waited:
+            timing.add_queue_wait(waited)
             if box is not None:
                 box.empty()
             yield waited
     except QueueTimeout as exc:
+        timing.add_queue_wait(time.perf_counter() - start)
         log.warning("specviz queue for %s: %s", queue.name, exc)
         raise ValueError(str(exc)) from None
     finally:

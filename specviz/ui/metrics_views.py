@@ -9,14 +9,15 @@ import streamlit as st
 from specviz.core.metrics import RunMetrics, run_metrics
 from specviz.core.theory import VerifyCost
 from specviz.profile import shipped_profiles
-from specviz.ui.step_views import ViewRun, ViewSource
-from specviz.viz import rounds_frame, verify_cost_ratio
+from specviz.ui.memo import memo, round_key
+from specviz.ui.step_views import MEASURING, ViewRun, ViewSource, measuring, run_frame
+from specviz.viz import verify_cost_ratio
 from specviz.viz.metrics import decay_note, metrics_frame, position_figure, positions_frame
 
 
 def _costs(session: ViewSource, run: ViewRun) -> tuple[float, VerifyCost, str]:
     """c measured in this run, and the verify cost: the shipped profile of this model on a CPU, else this run's mean."""
-    df = rounds_frame(run.records, run.label, session.baseline.records)
+    df = run_frame(session, run)
     c = float(df["c"].iloc[-1]) if len(df) and df["c"].notna().iloc[-1] else 0.0
     if run.device_type == "cpu":
         for profile in shipped_profiles().values():
@@ -34,16 +35,18 @@ def panel(session: ViewSource) -> None:
     runs = [r for r in session.runs if r.records]
     if not runs:
         return
-    metrics: dict[str, RunMetrics] = {r.label: run_metrics(r.records, session.baseline.records) for r in runs}
+    metrics, table, positions = memo(session, "metrics_panel", round_key(session), lambda: _panel_parts(session, runs))
     st.subheader("Every metric by its name")
-    st.dataframe(metrics_frame(metrics), hide_index=True, width="stretch", key="metrics_table")
+    st.dataframe(table, hide_index=True, width="stretch", key="metrics_table")
+    if any(measuring(session, r) for r in runs):
+        st.caption(f"speedup: {MEASURING} (plain decoding of the same prompt is timed in the background; the row fills in when it has caught up).")
     st.caption(
         "The same run, measured the ways tools report it. They differ on purpose: accepted/drafted counts drafts thrown away "
         "after a rejection, mean acceptance length skips rounds that drafted nothing, tokens per target pass counts every pass. "
         "Compare a tool's number with the row of the same name, not with α."
     )
     st.subheader("Acceptance by draft position")
-    st.plotly_chart(position_figure(positions_frame(metrics)), width="stretch", key="fig_positions")
+    st.plotly_chart(positions, width="stretch", key="fig_positions")
     st.caption(
         "Bars: of the rounds that reached draft position i (every earlier draft kept), the share that kept draft i; n is that count, "
         "faint bars have fewer than 5. Dashed: the one α the formula (1 − α^(k+1))/(1 − α) assumes at every position. "
@@ -52,3 +55,11 @@ def panel(session: ViewSource) -> None:
     for run in runs:
         c, verify, label = _costs(session, run)
         st.markdown(f"**{run.label}.** " + decay_note(metrics[run.label], c, verify, label))
+
+
+def _panel_parts(session: ViewSource, runs: list[ViewRun]) -> tuple[dict[str, RunMetrics], object, object]:
+    """The metrics (no speedup while the baseline is short of the run: it would be extrapolated), the table, the chart."""
+    metrics: dict[str, RunMetrics] = {
+        r.label: run_metrics(r.records, () if measuring(session, r) else session.baseline.records) for r in runs
+    }
+    return metrics, metrics_frame(metrics), position_figure(positions_frame(metrics))

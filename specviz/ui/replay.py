@@ -8,7 +8,7 @@ from __future__ import annotations
 import logging
 import re
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import streamlit as st
@@ -74,6 +74,9 @@ class ReplayBaseline:
     records: list[StepRecord]
     error: str | None
 
+    def covers(self, num_tokens: int) -> bool:
+        return True  # a recording's baseline is as far as it will ever be
+
 
 @dataclass
 class ReplaySession:
@@ -83,6 +86,7 @@ class ReplaySession:
     source: str  # "example: <file>" or "upload: <file name>"
     runs: list[ReplayRun]
     shown: int = 0
+    memo: dict = field(default_factory=dict, repr=False, compare=False)  # frames and figures per round (specviz.ui.memo)
 
     @classmethod
     def open(cls, recording: Recording, source: str, shown: int = 1) -> ReplaySession:
@@ -128,14 +132,12 @@ class ReplaySession:
 
     @property
     def baseline(self) -> ReplayBaseline:
-        """The baseline as far as the live page had stepped it after this many rounds: one plain token per
-        round while the runs go on, caught up to the longest run at the end (specviz.ui.session.step_session)."""
+        """The recorded baseline as far as the rounds shown need it (as many tokens as the longest run so far), so
+        the speedup of every round shown is the measured one."""
         base = self.recording.baseline
         if base is None:
             return ReplayBaseline([], "This recording has no baseline (plain decoding), so no measured speedup.")
         needed = max(sum(len(r.emitted) for r in run.records) for run in self.runs)
-        if not self.done:
-            needed = min(needed, self.shown)
         records, tokens = [], 0
         for r in base.records:
             if tokens >= needed:
@@ -232,7 +234,7 @@ def session_recording(session: StepSession, env: dict | None = None) -> Recordin
         env = live_environment(session)
     runs = [recorded_run(r.label, r.config, r.records, prefill_ms=r.decoder.prefill_ms, error=r.error) for r in session.runs]
     base = session.baseline
-    baseline: RecordedRun = recorded_run(BASELINE_RUN, session.config, base.records, prefill_ms=base.decoder.prefill_ms, error=base.error)
+    baseline: RecordedRun = recorded_run(BASELINE_RUN, session.config, base.records, prefill_ms=base.prefill_ms or 0.0, error=base.error)
     return build_recording(
         prompt=session.prompt, prompt_ids=session.prompt_ids, runs=runs, baseline=baseline,
         token_text=session.token_text, environment=env,
@@ -283,11 +285,11 @@ def _on_leave() -> None:
     st.session_state["example_recording"] = NO_EXAMPLE
 
 
-def controls(state: ReplayState):
-    """The recordings row: example menu, Open a recording, and a slot for Save run (fill it with save_button once
-    the page has stepped); in replay mode, the banner and a way back."""
+def controls(state: ReplayState) -> None:
+    """The recordings row: example menu and Open a recording; in replay mode, the banner and a way back. (Save run
+    sits with the Step buttons, which rerun on their own: see specviz.ui.controls.)"""
     st.session_state.setdefault("example_recording", NO_EXAMPLE)
-    menu, upload, save = st.columns([3, 3, 1.3], vertical_alignment="bottom")
+    menu, upload = st.columns([3, 3], vertical_alignment="bottom")
     menu.selectbox(
         "Example recordings (open instantly, no model needed)",
         [NO_EXAMPLE, *example_paths()],
@@ -299,13 +301,11 @@ def controls(state: ReplayState):
         "Open a recording", type=["json"], key="recording", on_change=_on_upload, max_upload_size=MAX_UPLOAD_MB,
         help="A .json file saved with Save run or written by `python -m specviz generate --record FILE`.",
     )  # fmt: skip
-    slot = save.empty()
     if state.error:
         st.error(md_escape(state.error))
     if state.session is not None:
         st.info(state.session.banner())
         st.button("Back to live mode", key="live_mode", on_click=_on_leave)
-    return slot
 
 
 def save_button(slot, session: StepSession | ReplaySession | None) -> None:

@@ -1,8 +1,18 @@
-"""Per-session state of the step-through page: the runs (decoders and their records) and the measured baseline.
+"""Per-session state of the step-through page: the runs (decoders and their records) and the baseline that times them.
 
 Everything lives in st.session_state; models come from the shared caches in specviz.ui.models. Every model pass
 (prefill and rounds) takes a turn in the model's queue (specviz.ui.access.model_turn), one whole round per turn, so
-the engine's timings never include the wait and one session's Play or Run to end cannot starve the others."""
+the engine's timings never include the wait and one session's Play or Run to end cannot starve the others.
+
+The API the page (and other features) use:
+    state = page_state()                                   # this browser session's PageState
+    session = start_session(state, config, compare, prompt)  # prefill in a turn; asks for the shared baseline
+    step_session(session)                                  # one round of every run, one turn; never waits for the baseline
+    session.baseline.covers(n)                             # has plain decoding measured n tokens yet ("measuring…")
+
+The plain-decoding baseline is not on a Step's path: start_session asks specviz.baselines for it (shared between
+sessions with the same target, precision, prompt ids, sampling, seed and length) and a worker thread measures it in
+background turns of the same queue, after every waiting round."""
 
 from __future__ import annotations
 
@@ -12,19 +22,22 @@ from dataclasses import dataclass, field
 import streamlit as st
 import torch
 
+from specviz.baselines import BaselineRun, baseline_worker
 from specviz.config import RunConfig, validate_prompt
 from specviz.core.decoding import SpeculativeDecoder
 from specviz.core.records import StepRecord
 from specviz.models import LoadedModel, encode_prompt, token_bytes
 from specviz.runs import build_decoder, exit_layer_for
-from specviz.ui.access import model_turn
+from specviz.ui import timing
+from specviz.ui.access import model_turn, target_queue
 from specviz.ui.models import get_early_exit, get_model
 from specviz.viz.tokens import TokenTable
 
 log = logging.getLogger(__name__)
 
 STATE_KEY = "specviz_step_through"
-MAX_BASELINES = 4  # plain-decoding runs kept per browser session, one per (target, prompt, sampling)
+# RunConfig fields that change only the drafter: plain decoding of the same prompt does not depend on them
+DRAFTER_FIELDS = frozenset({"drafter", "draft", "exit_layer", "ngram_max", "ngram_min", "ngram_threshold", "num_draft_tokens", "adaptive_k", "tree_width"})
 CHAIN_ONLY = ("lookup", "none")  # drafters that draft chains whatever the tree width
 SHORT_NAMES = {"lookup": "prompt lookup", "ngram": "n-gram model", "model": "draft model", "early-exit": "early exit", "none": "plain decoding"}
 
@@ -70,7 +83,8 @@ class Run:
 
 @dataclass
 class Baseline:
-    """Plain decoding of the same target, prompt and sampling, stepped just far enough to time as many tokens."""
+    """Plain decoding stepped by its caller (scripts and tests); the page uses a shared specviz.baselines.BaselineRun.
+    Both offer what the views read: records, error, prefill_ms, covers()."""
 
     decoder: SpeculativeDecoder
     error: str | None = None
@@ -79,7 +93,19 @@ class Baseline:
     def records(self) -> list[StepRecord]:
         return self.decoder.records
 
+    @property
+    def prefill_ms(self) -> float:
+        return self.decoder.prefill_ms
+
+    @property
+    def generated(self) -> list[int]:
+        return self.decoder.generated
+
+    def covers(self, num_tokens: int) -> bool:
+        return self.decoder.done or self.error is not None or len(self.decoder.generated) >= num_tokens
+
     def advance_to(self, num_tokens: int) -> None:
+        """Step plain decoding until it has num_tokens (or is done); a failure is kept as the error."""
         try:
             while not self.decoder.done and len(self.decoder.generated) < num_tokens and self.error is None:
                 self.decoder.step()
@@ -97,8 +123,9 @@ class StepSession:
     prompt_ids: list[int]
     token_text: TokenTexts
     runs: list[Run]
-    baseline: Baseline
+    baseline: BaselineRun | Baseline  # shared, measured in the background (read-only here)
     target: LoadedModel | None = None  # whose queue the rounds wait in
+    memo: dict = field(default_factory=dict, repr=False, compare=False)  # frames and figures per round (specviz.ui.memo)
 
     @property
     def done(self) -> bool:
@@ -133,15 +160,15 @@ def _fields(config: RunConfig | None) -> dict | None:
 @dataclass
 class PageState:
     session: StepSession | None = None
-    baselines: dict[tuple, Baseline] = field(default_factory=dict)
     playing: bool = False
     freed: bool = False  # the runs were freed after the session sat idle (the page says so once)
 
     def free(self) -> None:
-        """Drop the runs and baselines (the decoders and their caches): the session sat idle or its tab is gone."""
-        if self.session is not None or self.baselines:
+        """Drop the runs (the decoders and their caches): the session sat idle or its tab is gone. A baseline still
+        being measured for this session alone is then dropped by the worker too (it holds it weakly)."""
+        if self.session is not None:
             self.freed = True
-        self.session, self.baselines, self.playing = None, {}, False
+        self.session, self.playing = None, False
 
 
 def page_state() -> PageState:
@@ -172,10 +199,31 @@ def describe_changes(old: RunConfig, new: RunConfig | None) -> list[str]:
     return [f"{name}: {a[name]!r} → {b[name]!r}" for name in a if a[name] != b[name]]
 
 
+def decode_key(config: RunConfig) -> tuple:
+    """What plain decoding under this config depends on: every field but the drafter's (a field added later counts
+    until it is listed in DRAFTER_FIELDS, so a new setting can only make sharing rarer, never wrong)."""
+    return tuple(sorted((k, v) for k, v in config.to_dict().items() if k not in DRAFTER_FIELDS))
+
+
 def baseline_key(config: RunConfig, prompt: str) -> tuple:
     """What plain decoding's output and speed depend on: the target, where it runs, the sampling, the prompt."""
-    c = config
-    return (c.target, c.device, c.dtype, c.trust_remote_code, c.allow_pickle, c.temperature, c.top_k, c.top_p, c.seed, c.max_new_tokens, c.chat, prompt)
+    return (decode_key(config), prompt)
+
+
+def shared_baseline_key(config: RunConfig, target: LoadedModel, prompt_ids: list[int]) -> tuple:
+    """The key sessions share a baseline under: the loaded model (name, device, precision), the prompt's ids and
+    the decoding settings."""
+    return (target.name, str(target.device), str(target.dtype), tuple(prompt_ids), decode_key(config))
+
+
+def request_baseline(config: RunConfig, target: LoadedModel, prompt_ids: list[int]) -> BaselineRun:
+    """The shared baseline for this run (measured once per key, in the background); never waits for the model."""
+    ids = list(prompt_ids)
+
+    def make_decoder() -> SpeculativeDecoder:  # holds the model, the config and the ids: no session object
+        return build_decoder(config, target, ids, baseline=True)
+
+    return baseline_worker().request(shared_baseline_key(config, target, ids), make_decoder, target_queue(target), config.max_new_tokens)
 
 
 def load_target(config: RunConfig) -> LoadedModel:
@@ -206,16 +254,9 @@ def start_session(state: PageState, config: RunConfig, compare: RunConfig | None
     for c in configs:  # load a draft model (cached) before taking a turn: a slow load must not hold the queue
         if c.drafter == "model":
             get_model(c.draft or "", **c.load_options())
-    key = baseline_key(config, prompt)
-    baseline = state.baselines.get(key)
     with model_turn(target, "your prefill"):  # building a decoder runs the prefill: a model pass like any round
         runs = [Run(label, c, _decoder(c, target, prompt_ids)) for label, c in zip(labels, configs)]
-        if baseline is None or baseline.error is not None:
-            baseline = Baseline(build_decoder(config, target, prompt_ids, baseline=True))
-    if state.baselines.get(key) is not baseline:
-        state.baselines[key] = baseline
-        while len(state.baselines) > MAX_BASELINES:
-            state.baselines.pop(next(iter(state.baselines)))
+    baseline = request_baseline(config, target, prompt_ids)
     return StepSession(prompt, config, compare, prompt_ids, TokenTexts(target.tokenizer), runs, baseline, target)
 
 
@@ -224,17 +265,20 @@ def _max_positions(target: LoadedModel) -> int:
 
 
 def step_session(session: StepSession) -> bool:
-    """One round of every unfinished run. Errors stay on the run. The baseline takes one plain step per round
-    (so Step stays quick; the speedup curve extrapolates its cadence meanwhile) and catches up fully at the end.
+    """One round of every unfinished run. Errors stay on the run. The baseline is not stepped here: it is measured
+    in the background (the speedup says "measuring…" until it covers the run).
 
     The whole round is one turn in the target's queue. Returns False when the wait timed out (a warning says so;
-    nothing ran and the runs can continue later), so loops like Run to end stop instead of waiting forever."""
+    nothing ran and the runs can continue later), so loops like Run to end stop instead of waiting forever.
+    The wait and the round's time go to this rerun's timing line (specviz.ui.timing)."""
     if session.target is None:
-        _round(session)
+        with timing.round_clock():
+            _round(session)
         return True
     try:
         with model_turn(session.target):
-            _round(session)
+            with timing.round_clock():
+                _round(session)
     except ValueError as exc:
         st.warning(str(exc))
         return False
@@ -249,7 +293,3 @@ def _round(session: StepSession) -> None:
             run.decoder.step()
         except Exception as exc:
             run.error = friendly_error(exc)
-    needed = max(len(r.decoder.generated) for r in session.runs)
-    if not session.done:
-        needed = min(needed, len(session.baseline.decoder.generated) + 1)
-    session.baseline.advance_to(needed)

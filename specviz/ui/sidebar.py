@@ -30,6 +30,7 @@ DRAFTER_LABELS = {
     "none": "none: plain target decoding",
 }
 CUSTOM = "custom (type the ids below)"
+CUSTOM_PROMPT = "custom"  # the Example prompt menu when the prompt is none of the examples (typed, or from a link)
 # label -> (target, draft). The hub presets need a cached download or 'allow downloads'.
 MODEL_PAIRS: dict[str, tuple[str, str]] = {
     "embedded SmolLM2-135M-Instruct (offline)": (EMBEDDED_TARGET, ""),
@@ -107,10 +108,20 @@ def _apply_pair() -> None:
         st.session_state["drafter"] = DEFAULTS.drafter if DEFAULTS.drafter != "model" else "lookup"
 
 
+def example_for(prompt: object, examples) -> str:
+    """The Example prompt menu's entry for this prompt: the example it is, else CUSTOM_PROMPT."""
+    return next((e.label for e in examples if e.prompt == prompt), CUSTOM_PROMPT)
+
+
 def _apply_example() -> None:
     examples = {e.label: e.prompt for e in load_examples()}
-    if st.session_state["example"] in examples:
+    if st.session_state["example"] in examples:  # "custom" keeps the prompt as typed
         st.session_state["prompt"] = examples[st.session_state["example"]]
+
+
+def _match_example() -> None:
+    """A typed (or edited) prompt moves the Example prompt menu to its example, or to custom."""
+    st.session_state["example"] = example_for(st.session_state.get("prompt"), load_examples())
 
 
 def allowed_drafters(policy: Policy) -> list[str]:
@@ -186,8 +197,8 @@ def sidebar() -> Settings:
     restore_from_query()  # a share link's settings (specviz/ui/share.py), before any widget exists
     policy = current_policy(report=True)
     examples = load_examples()
-    _default("example", examples[0].label)
     _default("prompt", examples[0].prompt)
+    _default("example", example_for(st.session_state["prompt"], examples))  # a share link's prompt reads "custom"
     _default("model_pair", next(iter(MODEL_PAIRS)))
     _default("target", policy.default_target)
     _default("draft_model", NO_DRAFT)
@@ -203,8 +214,8 @@ def sidebar() -> Settings:
         if policy.shared:
             st.caption("🔒 Shared server: the person running it chose the models and limits (max new tokens "
                        f"{policy.max_new_tokens}, k up to {max_k}). Your runs are yours alone.")
-        st.selectbox("Example prompt", [e.label for e in examples], key="example", on_change=_apply_example)
-        prompt = st.text_area("Prompt", key="prompt", height=150, help="Sent as a user turn through the chat template (see Models).")
+        st.selectbox("Example prompt", [e.label for e in examples] + [CUSTOM_PROMPT], key="example", on_change=_apply_example)
+        prompt = st.text_area("Prompt", key="prompt", height=150, on_change=_match_example, help="Sent as a user turn through the chat template (see Models).")
 
         st.subheader("Drafter")
         kinds = allowed_drafters(policy)

@@ -1,5 +1,5 @@
-"""The step-through page's views: metrics, token stream, round inspector, curves. Figures are rebuilt from
-the session's records on every rerun (see specviz.viz); nothing drawn is stored.
+"""The step-through page's views: metrics, token stream, round inspector, curves. Frames and figures are built from
+the session's records once per round (specviz.ui.memo keeps them on the session until the next round).
 
 Every view draws from records, token texts and the baseline's records only, so a live StepSession and a
 replayed recording (specviz.ui.replay.ReplaySession) draw the same way: see ViewSource."""
@@ -17,6 +17,7 @@ from specviz.config import RunConfig
 from specviz.core.divergence import Divergence, emitted_margins, first_divergence
 from specviz.core.records import StepRecord
 from specviz.core.theory import speedup as theory_speedup
+from specviz.ui.memo import baseline_state, memo, round_key
 from specviz.ui.session import baseline_key
 from specviz.viz import (
     figures,
@@ -52,10 +53,13 @@ class ViewRun(Protocol):
 
 
 class ViewBaseline(Protocol):
+    """Plain decoding of the same prompt (live: specviz.baselines.BaselineRun, measured in the background)."""
+
     @property
     def records(self) -> Sequence[StepRecord]: ...
     @property
     def error(self) -> str | None: ...
+    def covers(self, num_tokens: int) -> bool: ...  # measured that far (or finished): the speedup is measured
 
 
 class ViewSource(Protocol):
@@ -92,8 +96,24 @@ def _last(df: pd.DataFrame, column: str) -> float | None:
     return float(df[column].iloc[-1]) if len(df) else None
 
 
+MEASURING = "measuring…"
+
+
 def run_frame(session: ViewSource, run: ViewRun) -> pd.DataFrame:
-    return rounds_frame(run.records, run.label, session.baseline.records)
+    """The run's rounds frame (with the measured speedup as far as the baseline reaches), built once per round."""
+    key = (len(run.records), baseline_state(session.baseline))
+    return memo(session, f"frame:{run.label}", key, lambda: rounds_frame(run.records, run.label, session.baseline.records))
+
+
+def measuring(session: ViewSource, run: ViewRun) -> bool:
+    """The baseline is still being measured and has not reached this run's length."""
+    return session.baseline.error is None and not session.baseline.covers(num_generated(run))
+
+
+def speedup_text(session: ViewSource, run: ViewRun, df: pd.DataFrame) -> str:
+    if measuring(session, run):
+        return MEASURING
+    return _fmt(_last(df, "speedup"), ".2f", "×")
 
 
 def metrics(session: ViewSource, run: ViewRun, columns: int = 6) -> None:
@@ -106,7 +126,7 @@ def metrics(session: ViewSource, run: ViewRun, columns: int = 6) -> None:
         ("α", _fmt(_last(df, "alpha")), "Leviathan's α = E[Σ_v min(p_target, q_draft)] over the positions the rule checked."),
         ("accepted / drafted", _fmt(_last(df, "acceptance_rate")), "Kept drafts over all drafts (discarded ones included), as vLLM and llama.cpp report it."),
         ("tokens / target pass", _fmt(_last(df, "tokens_per_pass")), f"Theory at this α and k={k}: (1−α^(k+1))/(1−α) = {_fmt(_last(df, 'theory_tokens_per_pass'))}."),
-        ("speedup (wall clock)", _fmt(_last(df, "speedup"), ".2f", "×"), f"Against plain decoding of the same prompt, measured. Predicted (1−α^(k+1))/((1−α)(1+kc)): {_fmt(_last(df, 'predicted_speedup'), '.2f', '×')}."),
+        ("speedup (wall clock)", speedup_text(session, run, df), f"Against plain decoding of the same prompt, measured. Predicted (1−α^(k+1))/((1−α)(1+kc)): {_fmt(_last(df, 'predicted_speedup'), '.2f', '×')}."),
     ]
     cols = st.columns(columns)
     for i, (label, value, help_text) in enumerate(cells):
@@ -116,7 +136,7 @@ def metrics(session: ViewSource, run: ViewRun, columns: int = 6) -> None:
 def token_stream(session: ViewSource, run: ViewRun, legend: bool = True) -> None:
     if legend:
         st.html(legend_html())
-    st.html(token_stream_html(session.prompt_texts, stream_frame(run.records, session.token_text)))
+    st.html(memo(session, f"stream:{run.label}", (len(run.records),), lambda: token_stream_html(session.prompt_texts, stream_frame(run.records, session.token_text))))
     if run.error:
         st.error(run.error)
     elif run.done:
@@ -247,42 +267,59 @@ def _position_story(info, session: ViewSource) -> str:
     return f"Nothing was drafted this round: a plain target step sampled `{visible_plain(t(info.next_token))}`."
 
 
+def first_charts(session: ViewSource) -> bool:
+    """True until this session's curves have been drawn once (the page shows a placeholder where they will land)."""
+    return "curves" not in (getattr(session, "memo", None) or {})
+
+
 def curves(session: ViewSource) -> None:
     """Accepted per round, running α, tokens per pass and speedup against theory, inter-token latency."""
     runs = [r for r in session.runs if r.records]
     if not runs:
         return
-    rounds = pd.concat([run_frame(session, r) for r in runs], ignore_index=True)
+    figs = memo(session, "curves", round_key(session), lambda: _curve_figures(session, runs))
     st.subheader("Curves")
     a, b = st.columns(2)
     with a:
-        st.plotly_chart(figures.accepted_figure(rounds), width="stretch", key="fig_accepted")
+        st.plotly_chart(figs["accepted"], width="stretch", key="fig_accepted")
         if len(runs) == 1:
             st.caption("Grey: drafted this round; green: kept. A fully green bar also earns a bonus token; a short one means a rejection and a resample.")
         else:
             st.caption("Drafts kept per round by each run: the higher line gets more from each target pass.")
     with b:
-        st.plotly_chart(figures.alpha_figure(rounds), width="stretch", key="fig_alpha")
+        st.plotly_chart(figs["alpha"], width="stretch", key="fig_alpha")
         st.caption(
             "α is Leviathan's E[Σ min(p_target, q_draft)]: the chance a draft survives, read off the distributions. "
             "accepted/drafted counts what happened (discarded drafts count as drafted, so it sits lower). With a one-hot q, Σ min(p, q) = p_target(draft)."
         )
     c, d = st.columns(2)
     with c:
-        st.plotly_chart(figures.tokens_per_pass_figure(rounds), width="stretch", key="fig_tpp")
+        st.plotly_chart(figs["tpp"], width="stretch", key="fig_tpp")
         st.caption("Measured tokens per target pass against (1 − α^(k+1))/(1 − α) at the running α. Rounds where the drafter had nothing to propose pull the measurement below theory.")
     with d:
-        st.plotly_chart(figures.speedup_figure(rounds), width="stretch", key="fig_speedup")
+        if any(measuring(session, r) for r in runs):
+            st.caption(f"Speedup: {MEASURING} plain decoding of the same prompt is timed in the background, after every waiting round; the measured line grows as it catches up.")
+        st.plotly_chart(figs["speedup"], width="stretch", key="fig_speedup")
         st.caption(speedup_note(session, runs))
-    latency = pd.concat([latency_frame(r.records, r.label) for r in runs] + [latency_frame(session.baseline.records, BASELINE_RUN)], ignore_index=True)
     e, f = st.columns(2)
     with e:
-        st.plotly_chart(figures.latency_figure(latency), width="stretch", key="fig_latency")
+        st.plotly_chart(figs["latency"], width="stretch", key="fig_latency")
         st.caption("Speculative tokens arrive in bursts: a round's tokens come together (gaps near 0 ms), then a long wait for the next round. Plain decoding pays one pass per token, evenly.")
     with f:
-        progress = pd.concat([progress_frame(r.records, r.label) for r in runs] + [progress_frame(session.baseline.records, BASELINE_RUN)], ignore_index=True)
-        st.plotly_chart(figures.progress_figure(progress), width="stretch", key="fig_progress")
+        st.plotly_chart(figs["progress"], width="stretch", key="fig_progress")
         st.caption("Tokens committed against decode time: the steeper line is the faster decoder.")
+
+
+def _curve_figures(session: ViewSource, runs: list[ViewRun]) -> dict:
+    """Every curve's figure, from the frames of this round (memoised by curves())."""
+    rounds = pd.concat([run_frame(session, r) for r in runs], ignore_index=True)
+    base = session.baseline.records
+    latency = pd.concat([latency_frame(r.records, r.label) for r in runs] + [latency_frame(base, BASELINE_RUN)], ignore_index=True)
+    progress = pd.concat([progress_frame(r.records, r.label) for r in runs] + [progress_frame(base, BASELINE_RUN)], ignore_index=True)
+    return {
+        "accepted": figures.accepted_figure(rounds), "alpha": figures.alpha_figure(rounds), "tpp": figures.tokens_per_pass_figure(rounds),
+        "speedup": figures.speedup_figure(rounds), "latency": figures.latency_figure(latency), "progress": figures.progress_figure(progress),
+    }  # fmt: skip
 
 
 def speedup_note(session: ViewSource, runs: list[ViewRun]) -> str:
@@ -290,7 +327,7 @@ def speedup_note(session: ViewSource, runs: list[ViewRun]) -> str:
     if session.baseline.error:
         return f"No baseline, so no measured speedup: {session.baseline.error}"
     if not session.baseline.records:
-        return "The baseline (plain decoding of the same prompt) has not run yet."
+        return f"Measured speedup: {MEASURING} the baseline (plain decoding of the same prompt) runs in the background, after every waiting round."
     notes = []
     for run in runs:
         df = run_frame(session, run)
@@ -302,8 +339,8 @@ def speedup_note(session: ViewSource, runs: list[ViewRun]) -> str:
         corrected = theory_speedup(alpha, k, c, verify_cost=v)
         notes.append(f"{run.label}: c = {c:.2f}; verifying k+1 tokens took {v:.2f}× a one-token pass (the formula assumes 1×); charging that, it predicts {corrected:.2f}×.")
     head = (
-        "Measured: the baseline's decode time for as many tokens ÷ this run's (prefill excluded); until the baseline "
-        "catches up at the end of the run, its missing tokens are costed at its mean pace so far. "
+        "Measured: the baseline's decode time for as many tokens ÷ this run's (prefill excluded), drawn as far as the "
+        "baseline has been measured (it is timed in the background; a baseline that stopped at EOS sooner is extrapolated at its mean pace). "
         "Predicted: Leviathan's formula with c = draft time per token ÷ target time per token, both measured. "
     )
     return head + " ".join(notes)

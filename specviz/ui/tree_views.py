@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import streamlit as st
 
+from specviz.ui.memo import memo
 from specviz.ui.step_views import ViewSource
 from specviz.viz.tree import mask_figure, tree_figure
 
@@ -28,7 +29,8 @@ def tree_rounds(session: ViewSource) -> None:
         record = next(r for r in trees if r.index == index)
     left, right = st.columns([3, 2])
     with left:
-        st.plotly_chart(tree_figure(record, session.token_text), width="stretch", key="tree_chart")
+        figure = memo(session, f"tree:{run.label}", (record.index,), lambda: tree_figure(record, session.token_text))
+        st.plotly_chart(figure, width="stretch", key="tree_chart")
         st.caption(
             "Look at which branch survived: green nodes were accepted, red ones tried and rejected, grey ones never "
             "tried (their parent was rejected). The thick line is the accepted path; the orange diamond is the token "
@@ -37,7 +39,8 @@ def tree_rounds(session: ViewSource) -> None:
             "token from p, so the next sibling faces a renormalised p."
         )
     with right:
-        st.plotly_chart(mask_figure(record, session.token_text), width="stretch", key="tree_mask_chart")
+        mask = memo(session, f"mask:{run.label}", (record.index,), lambda: mask_figure(record, session.token_text))
+        st.plotly_chart(mask, width="stretch", key="tree_mask_chart")
         st.caption(
             "One target pass scored every node: row = node, filled cell = a token it may attend to. Each node sees "
             "only its ancestors (and the whole committed context), at position = its depth, so its logits equal "

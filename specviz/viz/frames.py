@@ -90,25 +90,27 @@ class BaselineCost:
     """Plain decoding's measured cadence: one target pass per token."""
 
     cumulative_ms: tuple[float, ...]  # decode time after 1, 2, ... tokens
+    complete: bool = True  # the run reached EOS or its length: nothing more will be measured
 
     @property
     def ms_per_token(self) -> float:
         return self.cumulative_ms[-1] / len(self.cumulative_ms)
 
     def time_for(self, n: int) -> float:
-        """Baseline decode time for n tokens; past the measured run, extrapolated at its mean cadence."""
+        """Baseline decode time for n tokens. Past a complete run (it stopped at EOS sooner), extrapolated at its mean
+        cadence; past a run still being measured, NaN: the page says "measuring…" rather than guess."""
         if n <= 0:
             return 0.0
         if n <= len(self.cumulative_ms):
             return self.cumulative_ms[n - 1]
-        return self.ms_per_token * n
+        return self.ms_per_token * n if self.complete else float("nan")
 
 
 def baseline_cost(baseline: Sequence[StepRecord]) -> BaselineCost | None:
     per_token = [r.round_ms for r in baseline for _ in r.emitted]
     if not per_token:
         return None
-    return BaselineCost(tuple(np.cumsum(per_token).tolist()))
+    return BaselineCost(tuple(np.cumsum(per_token).tolist()), complete=bool(baseline[-1].finished))
 
 
 def verify_cost_ratio(records: Sequence[StepRecord], baseline: Sequence[StepRecord]) -> float | None:

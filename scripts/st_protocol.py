@@ -1,0 +1,272 @@
+"""A Streamlit client without a browser: it speaks the app's own websocket protocol (/_stcore/stream) with the
+protobuf classes Streamlit ships, so a load test measures the server, not headless browsers.
+
+The flow, as Streamlit's frontend does it: GET the page (cookies: a balancer's sticky cookie, the XSRF cookie), open
+the websocket with subprotocol "streamlit" and those cookies, send a BackMsg rerun_script (query string, widget
+states, and for a widget inside a fragment that fragment's id), receive ForwardMsgs (new_session, deltas with their
+paths, script_finished) until the run is finished. Widget ids come from the deltas; a click sends the button's
+trigger_value with every widget value this client has set.
+
+    with StSession("http://127.0.0.1:8501", {"drafter": "ngram", "seed": "3"}) as s:
+        s.click("Step")                       # by label or key; waits for the run (a fragment run here)
+        print(s.metric("rounds"), s.token_stream())
+
+Cookies are kept per session (one jar each), so a balancer's stickiness holds. One session per thread.
+"""
+
+from __future__ import annotations
+
+import http.cookiejar
+import time
+import urllib.parse
+import urllib.request
+from dataclasses import dataclass, field
+from html.parser import HTMLParser
+
+from streamlit.proto.BackMsg_pb2 import BackMsg
+from streamlit.proto.ForwardMsg_pb2 import ForwardMsg
+from streamlit.proto.WidgetStates_pb2 import WidgetState
+
+FINISHED = ForwardMsg.ScriptFinishedStatus
+DONE = {FINISHED.FINISHED_SUCCESSFULLY, FINISHED.FINISHED_FRAGMENT_RUN_SUCCESSFULLY, FINISHED.FINISHED_WITH_COMPILE_ERROR}
+SIDEBAR = 1  # delta_path[0]: 0 main, 1 sidebar, 2 event, 3 bottom
+WIDGETS = ("button", "text_area", "text_input", "number_input", "slider", "selectbox", "checkbox", "toggle", "radio", "select_slider")
+
+
+class ProtocolError(RuntimeError):
+    pass
+
+
+@dataclass
+class Node:
+    """One element (or block) the server drew at a delta path."""
+
+    path: tuple[int, ...]
+    kind: str  # the Element oneof ("button", "html", "metric", ...) or "block"
+    proto: object
+    fragment_id: str
+
+
+@dataclass
+class RunResult:
+    """What one rerun sent back."""
+
+    status: int  # ForwardMsg.ScriptFinishedStatus
+    seconds: float  # from sending the request to script_finished (client side)
+    paths: list[tuple[int, ...]] = field(default_factory=list)  # every delta path written, in order
+    fragment: bool = False
+
+    @property
+    def touched_sidebar(self) -> bool:
+        return any(p and p[0] == SIDEBAR for p in self.paths)
+
+
+def widget_key(widget_id: str) -> str | None:
+    """The user key of a widget id ("$$ID-<hash>-step" -> "step"); None for widgets without a key."""
+    parts = widget_id.split("-", 2)
+    return parts[2] if len(parts) == 3 and parts[2] != "None" else None
+
+
+class _Text(HTMLParser):
+    def __init__(self) -> None:
+        super().__init__()
+        self.spans: list[tuple[str, str]] = []
+        self._style: list[str] = []
+
+    def handle_starttag(self, tag, attrs):
+        self._style.append(dict(attrs).get("style", "") if tag == "span" else "")
+
+    def handle_endtag(self, tag):
+        if self._style:
+            self._style.pop()
+
+    def handle_data(self, data):
+        self.spans.append((data, self._style[-1] if self._style else ""))
+
+
+class StSession:
+    """One browser-less session of a Streamlit app."""
+
+    def __init__(self, url: str, query: dict[str, str] | str | None = None, timeout_s: float = 300.0) -> None:
+        self.base = url.rstrip("/")
+        self.query = query if isinstance(query, str) else urllib.parse.urlencode(query or {})
+        self.timeout_s = timeout_s
+        self.cookies = http.cookiejar.CookieJar()
+        self.nodes: dict[tuple[int, ...], Node] = {}
+        self.values: dict[str, WidgetState] = {}  # widget id -> the value this client set (sent with every rerun)
+        self.session_id: str | None = None
+        self.page_script_hash = ""
+        self._ws = None
+
+    # --- connection --------------------------------------------------------------------------------------------
+
+    def open(self) -> RunResult:
+        """GET the page (cookies), connect, run the script once; returns that first run."""
+        from websockets.sync.client import connect
+
+        opener = urllib.request.build_opener(urllib.request.HTTPCookieProcessor(self.cookies))
+        with opener.open(f"{self.base}/?{self.query}" if self.query else f"{self.base}/", timeout=self.timeout_s) as resp:
+            resp.read()
+        parsed = urllib.parse.urlparse(self.base)
+        scheme = "wss" if parsed.scheme == "https" else "ws"
+        headers = {"Origin": f"{parsed.scheme}://{parsed.netloc}"}
+        cookie = self._cookie_header()
+        if cookie:
+            headers["Cookie"] = cookie
+        self._ws = connect(f"{scheme}://{parsed.netloc}{parsed.path}/_stcore/stream", subprotocols=["streamlit"], additional_headers=headers,
+                           open_timeout=self.timeout_s, max_size=None, ping_interval=20, ping_timeout=None)  # fmt: skip
+        self._keep_cookies(self._ws.response.headers.get_all("Set-Cookie"))
+        return self.rerun()
+
+    def close(self) -> None:
+        if self._ws is not None:
+            try:
+                self._ws.close()
+            finally:
+                self._ws = None
+
+    def __enter__(self) -> StSession:
+        self.open()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def _cookie_header(self) -> str:
+        return "; ".join(f"{c.name}={c.value}" for c in self.cookies)
+
+    def _keep_cookies(self, set_cookies: list[str]) -> None:
+        """Cookies set on the websocket handshake (a balancer may set its sticky cookie there) join the jar."""
+        for header in set_cookies:
+            name, _, rest = header.partition("=")
+            value = rest.split(";", 1)[0]
+            host = urllib.parse.urlparse(self.base).hostname or ""
+            self.cookies.set_cookie(http.cookiejar.Cookie(0, name.strip(), value, None, False, host, False, False, "/", True, False, None, True, None, None, {}))
+
+    # --- reruns ------------------------------------------------------------------------------------------------
+
+    def rerun(self, trigger: WidgetState | None = None, fragment_id: str = "") -> RunResult:
+        """Send rerun_script (every value set so far, plus the trigger) and read until the run is finished."""
+        msg = BackMsg()
+        state = msg.rerun_script
+        state.query_string = self.query
+        state.page_script_hash = self.page_script_hash
+        if fragment_id:
+            state.fragment_id = fragment_id
+        states = dict(self.values)
+        if trigger is not None:
+            states[trigger.id] = trigger
+        for value in states.values():
+            state.widget_states.widgets.add().CopyFrom(value)
+        start = time.perf_counter()
+        self._ws.send(msg.SerializeToString())
+        return self._read_run(start, bool(fragment_id))
+
+    def _read_run(self, start: float, fragment: bool) -> RunResult:
+        written: set[tuple[int, ...]] = set()
+        result = RunResult(status=-1, seconds=0.0, fragment=fragment)
+        deadline = start + self.timeout_s
+        while True:
+            remaining = deadline - time.perf_counter()
+            if remaining <= 0:
+                raise ProtocolError(f"no script_finished within {self.timeout_s:.0f} s")
+            msg = ForwardMsg()
+            msg.ParseFromString(self._ws.recv(timeout=remaining))
+            kind = msg.WhichOneof("type")
+            if kind == "new_session":
+                self.session_id = msg.new_session.initialize.session_id or self.session_id
+                written.clear()
+            elif kind == "delta":
+                path = tuple(msg.metadata.delta_path)
+                self._apply_delta(path, msg.delta)
+                written.add(path)
+                result.paths.append(path)
+            elif kind == "page_info_changed":
+                self.query = msg.page_info_changed.query_string
+            elif kind == "script_finished":
+                status = msg.script_finished
+                if status == FINISHED.FINISHED_EARLY_FOR_RERUN:
+                    continue  # the script asked for a rerun; it follows on its own
+                self._clear_stale(written, fragment, set(msg.metadata.run.fragment_ids))
+                result.status, result.seconds = status, time.perf_counter() - start
+                return result
+            elif kind == "ref_hash":
+                raise ProtocolError("the server sent a cached-message reference; this client announces no cache")
+
+    def _apply_delta(self, path: tuple[int, ...], delta) -> None:
+        which = delta.WhichOneof("type")
+        if which == "new_element":
+            element = delta.new_element
+            self.nodes[path] = Node(path, element.WhichOneof("type") or "", element, delta.fragment_id)
+        elif which == "add_block":
+            self.nodes[path] = Node(path, "block", delta.add_block, delta.fragment_id)
+
+    def _clear_stale(self, written: set[tuple[int, ...]], fragment: bool, fragment_ids: set[str]) -> None:
+        """What a finished run did not redraw is gone (a fragment run: only within its fragments)."""
+        for path, node in list(self.nodes.items()):
+            if path in written:
+                continue
+            if not fragment or node.fragment_id in fragment_ids:
+                del self.nodes[path]
+
+    # --- reading the page --------------------------------------------------------------------------------------
+
+    def elements(self, kind: str) -> list[Node]:
+        return [n for _, n in sorted(self.nodes.items()) if n.kind == kind]
+
+    def widget(self, key_or_label: str, kinds: tuple[str, ...] = WIDGETS) -> Node:
+        """A widget by its key or its label (the key wins)."""
+        found = [n for n in self.nodes.values() if n.kind in kinds]
+        for match in (lambda n: widget_key(getattr(n.proto, n.kind).id) == key_or_label, lambda n: getattr(n.proto, n.kind).label == key_or_label):
+            hits = [n for n in found if match(n)]
+            if hits:
+                return hits[0]
+        raise KeyError(f"no widget {key_or_label!r} on the page (widgets: {sorted(getattr(n.proto, n.kind).label for n in found)})")
+
+    def metric(self, label: str) -> str | None:
+        for node in self.elements("metric"):
+            if node.proto.metric.label == label:
+                return node.proto.metric.body
+        return None
+
+    def html_bodies(self) -> list[str]:
+        return [n.proto.html.body for n in self.elements("html")]
+
+    def token_stream(self) -> list[tuple[str, str]]:
+        """The token stream(s) as drawn: (text, style) per piece, so equal streams mean equal tokens and fates."""
+        parser = _Text()
+        for body in self.html_bodies():
+            if "specviz-stream" in body and "specviz-legend" not in body:
+                parser.feed(body)
+        return parser.spans
+
+    def exceptions(self) -> list[str]:
+        return [n.proto.exception.message for n in self.elements("exception")]
+
+    def alerts(self, kind: str = "alert") -> list[str]:
+        return [n.proto.alert.body for n in self.elements(kind)]
+
+    # --- acting ------------------------------------------------------------------------------------------------
+
+    def click(self, key_or_label: str) -> RunResult:
+        """Press a button; inside a fragment only that fragment reruns, as in a browser."""
+        node = self.widget(key_or_label, ("button",))
+        return self.rerun(WidgetState(id=node.proto.button.id, trigger_value=True), node.fragment_id)
+
+    def set_widget(self, key_or_label: str, value) -> RunResult:
+        """Set a text box, number box, slider, toggle or selectbox (by its option's label) and rerun."""
+        node = self.widget(key_or_label)
+        proto = getattr(node.proto, node.kind)
+        state = WidgetState(id=proto.id)
+        if node.kind in ("text_area", "text_input", "selectbox"):
+            state.string_value = str(value)
+        elif node.kind == "number_input":
+            state.double_value = float(value)
+        elif node.kind in ("slider", "select_slider"):
+            state.double_array_value.data.extend([float(value)])
+        elif node.kind in ("checkbox", "toggle"):
+            state.bool_value = bool(value)
+        else:
+            raise ValueError(f"setting a {node.kind} is not supported")
+        self.values[proto.id] = state
+        return self.rerun(fragment_id=node.fragment_id)
