@@ -92,6 +92,7 @@ backend replicas
     cookie SERVERID insert indirect nocache
     option httpchk GET /_stcore/health
     http-check expect status 200
+    default-server init-addr last,libc,none   # a host that does not resolve yet starts DOWN instead of failing the room
 {servers}
 """
 
