@@ -7,7 +7,8 @@ from specviz.ui import replay as recordings
 from specviz.ui import step_views as views
 from specviz.ui.export_views import export_buttons
 from specviz.ui.navigation import route_through_app
-from specviz.ui.session import friendly_error, load_target, page_state, start_session, step_session
+from specviz.ui.saved_runs import restore_run, step_and_save
+from specviz.ui.session import friendly_error, load_target, page_state, start_session
 from specviz.ui.share import share_link
 from specviz.ui.sidebar import sidebar
 from specviz.viz import legend_html
@@ -17,6 +18,7 @@ route_through_app()  # a fresh server's first request may land here without app.
 settings = sidebar()
 share_link(settings)  # mirror the settings in the URL; Copy link in the sidebar
 state = page_state()
+restore_run(state)  # ?run=… after a reload or a replica restart: the run at the same round (specviz/ui/saved_runs.py)
 replay = recordings.replay_state()
 
 st.title("Step through speculative decoding")
@@ -57,7 +59,7 @@ def play_round() -> None:
     if session is None or session.done:
         state.playing = False
         st.rerun(scope="app")
-    step_session(session)
+    step_and_save(session)
     show(session)
 
 
@@ -141,11 +143,11 @@ if (step or run_all or state.playing) and session is None:
             state.playing = False
 
 if session is not None and step and not state.playing:
-    step_session(session)
+    step_and_save(session)
 
 if session is not None and run_all:
     live = st.empty()
-    while not session.done and step_session(session):  # False: the model's queue timed out (a warning says so)
+    while not session.done and step_and_save(session):  # False: the model's queue timed out (a warning says so)
         with live.container():
             views.live_progress(session)
     live.empty()

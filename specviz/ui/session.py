@@ -99,6 +99,7 @@ class StepSession:
     runs: list[Run]
     baseline: Baseline
     target: LoadedModel | None = None  # whose queue the rounds wait in
+    run_token: str | None = None  # its key in the run directory once saved (specviz.ui.saved_runs)
 
     @property
     def done(self) -> bool:
