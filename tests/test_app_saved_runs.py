@@ -86,3 +86,14 @@ def test_an_unwritable_run_directory_warns_and_the_run_goes_on(room_env, monkeyp
     assert any("cannot be saved" in w.value for w in at.warning)
     click(at, "step")
     assert len(at.session_state[STATE].session.runs[0].records) == 2 and not at.exception
+
+
+def test_the_run_token_is_a_known_parameter_never_listed_nor_shared():
+    from specviz.config import RunConfig
+    from specviz.ui.share import SHARED_KEYS, link_for, parse_query
+
+    restored = parse_query({"run": new_token(), "seed": "3"})
+    assert restored.values == {"seed": 3} and restored.warnings == ()
+    unknown = parse_query({"bogus": "1"})
+    assert "run" not in " ".join(unknown.warnings).split("carry:")[-1] and "run" not in SHARED_KEYS
+    assert "run" not in link_for(RunConfig(seed=3), "p", "default").query
