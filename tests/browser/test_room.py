@@ -99,9 +99,14 @@ def test_a_run_survives_every_replica_being_killed(make_driver, tmp_path, tiny_d
         url = f"{status['url']}/?{urlencode(SETTINGS)}"
         solo = make_driver()  # the uninterrupted run, through the same balancer
         open_url(solo, url)
+        solo_texts = []
         for n in range(4):
             step(solo, n)
-        expected = stream_text(solo)
+            solo_texts.append(stream_text(solo))
+        expected = solo_texts[-1]
+        stay = make_driver()  # a tab left open across the crash: its next Step restores and steps
+        open_url(stay, url)
+        step(stay, 0)
 
         driver = make_driver()
         open_url(driver, url)
@@ -115,6 +120,11 @@ def test_a_run_survives_every_replica_being_killed(make_driver, tmp_path, tiny_d
             os.kill(r["pid"], signal.SIGKILL)
         _all_up(tmp_path / "room.json", log, old_pids={r["pid"] for r in status["replicas"]})
 
+        click_button(stay, "step")  # the tab reconnects to a new replica; its click carries its URL (?run=)
+        wait(stay, STEP_TIMEOUT_S).until(lambda d: metric_value(d, "rounds") == "2")
+        wait_idle(stay, STEP_TIMEOUT_S)
+        assert stream_text(stay) == solo_texts[1]
+
         open_url(driver, saved_url)  # a reload after the crash, on whichever replica the balancer picks
         wait(driver, STEP_TIMEOUT_S).until(lambda d: metric_value(d, "rounds") == "2")
         assert "Restored this run at round 2" in main_text(driver)
@@ -123,5 +133,5 @@ def test_a_run_survives_every_replica_being_killed(make_driver, tmp_path, tiny_d
         step(driver, 3)
         assert stream_text(driver) == expected
         assert RunStore(run_dir).load(run_token(driver)).num_rounds == 4
-        assert exceptions(driver) == [] and exceptions(solo) == []
+        assert exceptions(driver) == exceptions(solo) == exceptions(stay) == []
         assert "Traceback" not in log.read_text(errors="replace")
