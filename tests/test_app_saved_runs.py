@@ -26,9 +26,9 @@ def room_env(monkeypatch, tiny_dir, tmp_path):
     reset_queues()
 
 
-def page(run: str | None = None) -> AppTest:
+def page(run: str | None = None, **extra) -> AppTest:
     at = AppTest.from_file(str(PAGES / "step_through.py"), default_timeout=120)
-    for key, value in SETTINGS.items():
+    for key, value in (SETTINGS | extra).items():
         at.session_state[key] = value
     if run is not None:
         at.query_params["run"] = run
@@ -97,3 +97,17 @@ def test_the_run_token_is_a_known_parameter_never_listed_nor_shared():
     unknown = parse_query({"bogus": "1"})
     assert "run" not in " ".join(unknown.warnings).split("carry:")[-1] and "run" not in SHARED_KEYS
     assert "run" not in link_for(RunConfig(seed=3), "p", "default").query
+
+
+def test_a_compare_session_restores_both_runs(room_env):
+    solo = page(compare="lookup")
+    for _ in range(3):
+        click(solo, "step")
+    first = page(compare="lookup")
+    click(first, "step")
+    other = page(run=token(first), compare="lookup")
+    assert len(other.session_state[STATE].session.runs) == 2
+    click(other, "step")
+    click(other, "step")
+    got = [r.decoder.generated for r in other.session_state[STATE].session.runs]
+    assert got == [r.decoder.generated for r in solo.session_state[STATE].session.runs]
