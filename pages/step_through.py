@@ -7,6 +7,7 @@ from specviz.ui import replay as recordings
 from specviz.ui import step_views as views
 from specviz.ui.export_views import export_buttons
 from specviz.ui.navigation import route_through_app
+from specviz.ui.saved_runs import restore_run
 from specviz.ui.session import friendly_error, load_target, page_state
 from specviz.ui.share import share_link
 from specviz.ui.sidebar import sidebar
@@ -17,6 +18,7 @@ route_through_app()  # a fresh server's first request may land here without app.
 settings = sidebar()
 share_link(settings)  # mirror the settings in the URL; Copy link in the sidebar
 state = page_state()
+restore_run(state)  # ?run=… after a reload or a replica restart: the run at the same round (specviz/ui/saved_runs.py)
 replay = recordings.replay_state()
 
 st.title("Step through speculative decoding")

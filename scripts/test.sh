@@ -9,6 +9,11 @@ if ! command -v chromedriver >/dev/null 2>&1; then
   SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
   $SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq chromium chromium-driver >/dev/null
 fi
+# The room tests (python -m specviz room) put Debian's HAProxy in front of the replicas.
+if ! command -v haproxy >/dev/null 2>&1 && [ ! -x /usr/sbin/haproxy ]; then
+  SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
+  $SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq haproxy >/dev/null
+fi
 # Lint first (configured in pyproject.toml): a finding fails the run like a failing test.
 python -m ruff check --quiet .
 python -m pytest "$@"

@@ -1,4 +1,4 @@
-"""python -m specviz generate | replay | info | bench | profile — the command-line face of the engine."""
+"""python -m specviz generate | replay | info | bench | profile | room — the command-line face of the engine."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from collections.abc import Sequence
 
 from specviz.config import DRAFTER_KINDS, EMBEDDED_TARGET, RunConfig, validate_prompt
 from specviz.core.divergence import emitted_margins, first_divergence
+from specviz.workshop.room import add_room_parser, cmd_room
 
 ANSI = {"accepted": "\033[32m", "resampled": "\033[33m", "bonus": "\033[36m", "target": "\033[0m", "prompt": "\033[90m"}
 RESET = "\033[0m"
@@ -92,6 +93,7 @@ def build_parser() -> argparse.ArgumentParser:
     info.add_argument("--device", default="auto")
     add_bench_parser(sub)
     _add_profile_parser(sub)
+    add_room_parser(sub)
     return parser
 
 
@@ -527,6 +529,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return cmd_replay(args)
         if args.command == "profile":
             return cmd_profile(args)
+        if args.command == "room":
+            return cmd_room(args)
         return cmd_bench(args)
     except (ValueError, OSError) as exc:
         print(f"error: {exc}", file=sys.stderr)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import ctypes
 import gc
+import os
 import threading
 import time
 from collections.abc import Iterator, Sequence
@@ -243,3 +244,10 @@ def _start_sweeper() -> None:
         if not _sweeper_started:
             threading.Thread(target=_sweep_forever, name="specviz-session-sweeper", daemon=True).start()
             _sweeper_started = True
+
+
+def replica_footer() -> None:
+    """In a room (python -m specviz room), one small line saying which replica serves this page."""
+    replica = os.environ.get("SPECVIZ_REPLICA_ID", "").strip()
+    if replica:
+        st.sidebar.caption(f"Served by replica {replica[:20]}", help="This room runs several app processes; if one restarts, your run continues on another.")

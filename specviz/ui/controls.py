@@ -15,7 +15,8 @@ import streamlit as st
 
 from specviz.config import RunConfig
 from specviz.ui.replay import ReplaySession, ReplayState
-from specviz.ui.session import PageState, StepSession, friendly_error, start_session, step_session
+from specviz.ui.saved_runs import step_and_save
+from specviz.ui.session import PageState, StepSession, friendly_error, start_session
 
 
 class Stage(Protocol):
@@ -158,12 +159,12 @@ class LiveStage:
         )
 
     def step(self) -> bool:
-        return step_session(self.state.session)
+        return step_and_save(self.state.session)
 
     def run_to_end(self, progress: Callable[[object], None]) -> None:
         session = self.state.session
         live = st.empty()
-        while not session.done and step_session(session):  # False: the model's queue timed out (a warning says so)
+        while not session.done and step_and_save(session):  # False: the model's queue timed out (a warning says so)
             with live.container():
                 progress(session)
         live.empty()

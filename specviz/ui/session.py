@@ -126,6 +126,7 @@ class StepSession:
     baseline: BaselineRun | Baseline  # shared, measured in the background (read-only here)
     target: LoadedModel | None = None  # whose queue the rounds wait in
     memo: dict = field(default_factory=dict, repr=False, compare=False)  # frames and figures per round (specviz.ui.memo)
+    run_token: str | None = None  # its key in the run directory once saved (specviz.ui.saved_runs)
 
     @property
     def done(self) -> bool:

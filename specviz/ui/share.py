@@ -27,6 +27,9 @@ from specviz.core.decoding import MAX_DRAFT_TOKENS
 
 # The widget keys a link carries, in the order the link lists them.
 SHARED_KEYS: tuple[str, ...] = ("drafter", "num_draft_tokens", "temperature", "top_k", "top_p", "seed", "max_new_tokens", "target", "prompt")
+# Parameters the URL may carry that are not settings: the live run's token (specviz.ui.saved_runs). Never in a shared
+# link and never named in a message: a run token is a private key to a participant's run.
+PRIVATE_KEYS: tuple[str, ...] = ("run",)
 MAX_LINK_PROMPT_CHARS = 2000  # URL-encoded length; longer prompts are left out of the link
 MAX_TARGET_CHARS = 300
 RESTORED_KEY = "specviz_share_restored"  # session state: this session has read its query once
@@ -116,6 +119,8 @@ def parse_query(
     warnings: list[str] = []
     for key, raw in params.items():
         text = raw if isinstance(raw, str) else (list(raw)[-1] if len(raw) else "")
+        if key in PRIVATE_KEYS:
+            continue  # read by its own module
         if key not in PARSERS:
             warnings.append(f"The link's parameter {_show(str(key))} is not a setting of this page; it was ignored. Links carry: {', '.join(SHARED_KEYS)}.")
             continue
@@ -193,8 +198,10 @@ def share_link(settings) -> None:
     from specviz.ui.prompts import load_examples
 
     link = link_for(settings.config, settings.prompt, load_examples()[0].prompt)
-    if st.query_params.to_dict() != link.query:
-        st.query_params.from_dict(link.query)
+    current = st.query_params.to_dict()
+    wanted = link.query | {k: current[k] for k in PRIVATE_KEYS if k in current}  # the URL keeps the run token
+    if current != wanted:
+        st.query_params.from_dict(wanted)
     base = st.context.url or ""
     st.session_state[LINK_KEY] = link.url(base)  # shown, not read: every run writes the current link
     with st.sidebar.expander("Copy link", icon="🔗"):

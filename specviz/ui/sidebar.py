@@ -18,7 +18,7 @@ from specviz.config import DRAFTER_KINDS, EMBEDDED_TARGET, MAX_NEW_TOKENS, RunCo
 from specviz.core.decoding import MAX_DRAFT_TOKENS
 from specviz.core.tree import MAX_TREE_WIDTH
 from specviz.policy import Policy
-from specviz.ui.access import current_policy, limited, refused
+from specviz.ui.access import current_policy, limited, refused, replica_footer
 from specviz.ui.prompts import load_examples
 from specviz.ui.share import restore_from_query
 
@@ -287,6 +287,7 @@ def sidebar() -> Settings:
             if policy.allow_pickle:
                 _default("allow_pickle", False)
                 allow_pickle = st.checkbox("allow pickle checkpoints", key="allow_pickle", help="Loads .bin/.pt weights, which can run code when unpickled. Only for files you trust; safetensors and GGUF need no opt-in.")
+        replica_footer()
 
     fields = dict(
         target=target.strip() or EMBEDDED_TARGET,
