@@ -26,6 +26,7 @@ from specviz.ui import access
 from specviz.ui.keys import BENCH_RESULTS_KEY
 from specviz.ui.navigation import route_through_app
 from specviz.viz.bench import SPEEDUP_METRICS, has_trees, speedup_vs_k_figure, theory_overlay_figure
+from specviz.viz.markdown import md_text
 
 route_through_app()  # a fresh server's first request may land here without app.py
 
@@ -88,7 +89,7 @@ st.caption("On code, prose, copying and Q&A, how fast is each drafter really, me
 try:
     all_prompts = load_prompts(DEFAULT_PROMPTS)
 except ValueError as exc:
-    st.error(str(exc))
+    st.error(md_text(exc))
     st.stop()
 
 with st.sidebar:
@@ -126,7 +127,7 @@ try:
     if "model" in drafters and not draft_source:
         raise ValueError("The 'model' drafter needs a draft model: fill in the Models box in the sidebar.")
 except ValueError as exc:
-    st.info(f"{exc}")
+    st.info(md_text(exc))
     spec = None
 
 if spec is not None:
@@ -162,7 +163,7 @@ if spec is not None:
             bar.empty()
             st.session_state[BENCH_RESULTS_KEY] = rows_to_frame(rows)
         except ValueError as exc:
-            st.error(str(exc))
+            st.error(md_text(exc))
 
 results = st.session_state.get(BENCH_RESULTS_KEY)
 if isinstance(results, pd.DataFrame) and not results.empty:
@@ -179,4 +180,4 @@ elif SHIPPED_TABLE.is_file():
     try:
         show_results(pd.read_csv(SHIPPED_TABLE), "bench_cpu")
     except (ValueError, KeyError) as exc:
-        st.error(f"Could not read {SHIPPED_TABLE.name}: {exc}")
+        st.error(f"Could not read {SHIPPED_TABLE.name}: {md_text(exc)}")

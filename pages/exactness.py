@@ -11,6 +11,7 @@ from specviz.lab import LAB_DRAFTERS, REAL_MODES, GreedyResult, RealResult, gree
 from specviz.ui import access
 from specviz.ui.navigation import route_through_app
 from specviz.viz.lab import convergence_figure, convergence_frame, histogram_figure, real_frame, real_histogram_figure, toy_frame
+from specviz.viz.markdown import md_text
 
 route_through_app()  # a fresh server's first request may land here without app.py
 
@@ -87,7 +88,7 @@ except ValueError as exc:
     toy_error = f"{exc} Fix the table to continue."
 
 if toy_error:
-    st.error(toy_error)
+    st.error(md_text(toy_error))
 else:
     toy = run_toy(p_target, q_draft, int(num_samples), int(seed), variant)
     tv, pvalue = float(toy.tv[-1]), float(toy.pvalues[-1])
@@ -164,7 +165,7 @@ if st.button("Sample the next token", key="lab_real_run", type="primary"):
         if bar:
             bar.empty()
     except ValueError as exc:
-        st.error(str(exc))
+        st.error(md_text(exc))
 
 real = st.session_state.get(REAL_KEY)
 if isinstance(real, RealResult):
@@ -213,7 +214,7 @@ if st.button("Run both", key="lab_greedy_run", type="primary"):
         with access.model_turn(target, "your two runs"), st.spinner("decoding twice…"):
             st.session_state[GREEDY_KEY] = greedy_side_by_side(config, target, greedy_prompt, early_exit=early_exit_for(config, target))
     except ValueError as exc:
-        st.error(str(exc))
+        st.error(md_text(exc))
 
 greedy = st.session_state.get(GREEDY_KEY)
 if isinstance(greedy, GreedyResult):

@@ -9,6 +9,7 @@ import streamlit as st
 from specviz.config import EMBEDDED_TARGET, validate_prompt
 from specviz.numerics import NumericsReport, compare, low_precision_dtypes
 from specviz.ui.navigation import route_through_app
+from specviz.viz.markdown import md_text
 from specviz.viz.numerics import divergence_frame, pass_diff_figure, pass_summary, traces_frame
 
 RESULT_KEY = "numerics_result"
@@ -65,7 +66,7 @@ if st.button("Run", key="num_run", type="primary", help="Four greedy runs and tw
         bar.empty()
     except (ValueError, RuntimeError) as exc:  # a model that will not load says what to do; OOM is a RuntimeError
         bar.empty()
-        st.error(str(exc))
+        st.error(md_text(exc))
 
 result = st.session_state.get(RESULT_KEY)
 if not isinstance(result, NumericsResult):

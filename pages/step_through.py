@@ -11,6 +11,7 @@ from specviz.ui.session import friendly_error, load_target, page_state, start_se
 from specviz.ui.share import share_link
 from specviz.ui.sidebar import sidebar
 from specviz.viz import legend_html
+from specviz.viz.markdown import md_text
 
 route_through_app()  # a fresh server's first request may land here without app.py
 
@@ -39,7 +40,7 @@ def show(session) -> None:
         st.html(legend_html())
         for col, run in zip(st.columns(len(session.runs)), session.runs):
             with col:
-                st.subheader(run.label)
+                st.subheader(md_text(run.label))
                 views.metrics(session, run, columns=3)
                 views.token_stream(session, run, legend=False)
     if session.num_rounds:
@@ -98,12 +99,12 @@ if replay.session is not None:  # replay mode: the recorded rounds, no model
 
 compare_config = None
 if settings.error:
-    st.error(settings.error)
+    st.error(md_text(settings.error))
 else:
     try:
         compare_config = settings.compare_config()
     except ValueError as exc:
-        st.error(f"Compare mode: {exc}")
+        st.error(f"Compare mode: {md_text(exc)}")
 
 if reset:
     state.session, state.playing = None, False
@@ -118,7 +119,7 @@ if session is not None and not session.matches(settings.config, compare_config, 
     else:
         changed = session.changes(settings.config, compare_config, settings.prompt)
         st.warning(
-            "The settings changed since this run started (" + "; ".join(changed or ["see the sidebar"]) + "). "
+            "The settings changed since this run started (" + md_text("; ".join(changed or ["see the sidebar"])) + "). "
             "Step and Run to end continue the run below with its own settings; press **Reset** to start over with the new ones."
         )
 
@@ -128,7 +129,7 @@ if session is None and settings.config is not None:
         load_target(settings.config)
     except Exception as exc:
         target_error = friendly_error(exc)
-        st.error(f"Live mode is unavailable: {target_error} Recordings still replay without a model: pick an example or open a file above.")
+        st.error(f"Live mode is unavailable: {md_text(target_error)} Recordings still replay without a model: pick an example or open a file above.")
 
 if (step or run_all or state.playing) and session is None:
     if settings.config is None or target_error:
@@ -137,7 +138,7 @@ if (step or run_all or state.playing) and session is None:
         try:
             state.session = session = start_session(state, settings.config, compare_config, settings.prompt)
         except Exception as exc:
-            st.error(friendly_error(exc))
+            st.error(md_text(friendly_error(exc)))
             state.playing = False
 
 if session is not None and step and not state.playing:

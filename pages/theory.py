@@ -19,6 +19,7 @@ from specviz.core.theory import (
 from specviz.profile import CostProfile, shipped_profiles
 from specviz.ui.measured import session_points
 from specviz.ui.navigation import route_through_app
+from specviz.viz.markdown import md_text
 from specviz.viz.theory import (
     MEASURED_COLUMNS,
     alpha_definitions_figure,
@@ -137,7 +138,7 @@ if st.button("Measure this machine", key="theory_measure", help="About a minute 
         )
     except (ValueError, RuntimeError) as exc:  # a model that will not load says what to do; OOM is a RuntimeError
         bar.empty()
-        st.error(f"Could not measure: {exc}")
+        st.error(f"Could not measure: {md_text(exc)}")
     else:
         st.session_state[MEASURED_KEY] = mine
         st.session_state[SELECT_MEASURED_KEY] = True

@@ -17,6 +17,7 @@ from streamlit.logger import get_logger
 
 from specviz.policy import Policy, load_policy
 from specviz.serving import QueueTimeout, SessionRegistry, model_queue
+from specviz.viz.markdown import md_text
 
 log = get_logger(__name__)  # streamlit's handler: `--logger.level info` shows what the sweeper frees
 
@@ -45,16 +46,16 @@ def current_policy(report: bool = False) -> Policy:
         return load_policy(secrets=_secrets_table(), server_address=st.get_option("server.address"))
     except ValueError as exc:
         if report:
-            st.error(f"This server's specviz settings are invalid, so the strictest shared settings apply. {exc}")
+            st.error(f"This server's specviz settings are invalid, so the strictest shared settings apply. {md_text(exc)}")
         return Policy()
 
 
 def refused(message: str) -> None:
-    st.error(f"🔒 {message}")
+    st.error(f"🔒 {md_text(message)}")
 
 
 def limited(message: str) -> None:
-    st.error(f"⛔ {message}")
+    st.error(f"⛔ {md_text(message)}")
 
 
 def capped_options(options: Sequence[int], limit: int) -> list[int]:

@@ -11,6 +11,7 @@ from specviz.core.theory import VerifyCost
 from specviz.profile import shipped_profiles
 from specviz.ui.step_views import ViewRun, ViewSource
 from specviz.viz import rounds_frame, verify_cost_ratio
+from specviz.viz.markdown import md_text
 from specviz.viz.metrics import decay_note, metrics_frame, position_figure, positions_frame
 
 
@@ -51,4 +52,4 @@ def panel(session: ViewSource) -> None:
     )
     for run in runs:
         c, verify, label = _costs(session, run)
-        st.markdown(f"**{run.label}.** " + decay_note(metrics[run.label], c, verify, label))
+        st.markdown(f"**{md_text(run.label)}.** " + decay_note(metrics[run.label], c, verify, label))

@@ -19,6 +19,7 @@ from specviz.models import LoadedModel, encode_prompt, token_bytes
 from specviz.runs import build_decoder, exit_layer_for
 from specviz.ui.access import model_turn
 from specviz.ui.models import get_early_exit, get_model
+from specviz.viz.markdown import md_text
 from specviz.viz.tokens import TokenTable
 
 log = logging.getLogger(__name__)
@@ -236,7 +237,7 @@ def step_session(session: StepSession) -> bool:
         with model_turn(session.target):
             _round(session)
     except ValueError as exc:
-        st.warning(str(exc))
+        st.warning(md_text(exc))
         return False
     return True
 
