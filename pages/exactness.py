@@ -158,9 +158,10 @@ if st.button("Sample the next token", key="lab_real_run", type="primary"):
         target = load_target(config.target, config.device)
         bar = st.progress(0.0, text="sampling…") if real_mode == "engine" else None
         progress = (lambda done, total: bar.progress(done / total, text=f"{done} of {total} speculative + plain runs")) if bar else None
-        with access.model_turn(target, "your sampling"):  # one turn in the model's queue for the whole batch
+        with access.long_job(target, "the lab's sampler", "your next sample") as turn:  # one model turn per pair of runs
             st.session_state[REAL_KEY] = sample_real(
                 config, target, real_prompt, real_mode, int(real_n), real_variant, early_exit=early_exit_for(config, target), on_progress=progress,
+                turn=turn,
             )
         if bar:
             bar.empty()

@@ -17,12 +17,13 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterator
-from contextlib import AbstractContextManager, contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass
 
 log = logging.getLogger(__name__)
 
 Turn = Callable[[], AbstractContextManager[object]]  # one model turn per call: `with turn(): one run`
+no_turn: Turn = nullcontext  # alone on the machine (the command line, tests): nothing to wait for
 EXIT_WAIT_S = 3.0  # at exit, wait this long at most for model turns in flight
 
 shutting_down = threading.Event()  # set once the process is stopping; never cleared

@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
 from specviz.core.theory import MAX_K, VerifyCurve
+from specviz.jobs import Turn, no_turn
 
 if TYPE_CHECKING:
     from specviz.models import LoadedModel
@@ -197,10 +198,12 @@ def measure_profile(
     draft_k: int = 4,
     on_progress: ProgressFn | None = None,
     label: str = "",
+    turn: Turn = no_turn,
 ) -> CostProfile:
     """Time target passes over 1..max_tokens new tokens after context_length cached tokens, and each
     drafter's proposals (draft_k tokens at a time) at that context. Each measurement is the mean of
-    ``number`` calls after torch's own warm-up; the profile keeps the median over ``repeats``."""
+    ``number`` calls after torch's own warm-up; the profile keeps the median over ``repeats``.
+    turn: the model is held one turn for the setup and one per measurement, never for the whole profile."""
     import torch
 
     from specviz.config import RunConfig
@@ -229,7 +232,8 @@ def measure_profile(
     context, new = ids[:context_length], ids[context_length : context_length + max_tokens]
 
     lm = HFCachedLM(target.model, target.vocab_size)
-    lm.extend(context)
+    with turn():
+        lm.extend(context)
 
     def target_pass(n: int) -> Callable[[], None]:
         def fn() -> None:
@@ -248,9 +252,10 @@ def measure_profile(
         # threshold 0: the n-gram drafter drafts all k where the context matches, so the cost is per drafted token
         config = RunConfig(target=target.name, drafter=kind, num_draft_tokens=draft_k, ngram_threshold=0.0)  # type: ignore[arg-type]
         drafter = make_drafter(config, target)
-        drafter.prepare(context)
-        drafted_per_call[kind] = max(1, len(drafter.propose(context, draft_k, generator).token_ids))
-        drafter.rollback(context)
+        with turn():
+            drafter.prepare(context)
+            drafted_per_call[kind] = max(1, len(drafter.propose(context, draft_k, generator).token_ids))
+            drafter.rollback(context)
 
         def propose(drafter=drafter) -> None:
             drafter.propose(context, draft_k, generator)
@@ -265,7 +270,8 @@ def measure_profile(
     for rep in range(repeats):
         shift = rep % len(names)
         for name in names[shift:] + names[:shift]:  # rotate the order so drift hits every size alike
-            samples[name].append(timers[name].timeit(number).median * 1000.0)
+            with turn():
+                samples[name].append(timers[name].timeit(number).median * 1000.0)
             done += 1
             if on_progress:
                 on_progress(done, total, f"{name} (repeat {rep + 1}/{repeats})")

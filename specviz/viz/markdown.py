@@ -2,8 +2,8 @@
 that it shows literally: no link, image, emphasis, code span, heading, HTML tag, colour directive or autolink.
 
 Streamlit draws st.markdown, st.error/warning/info/success, captions, toasts, radio options and status labels as
-GitHub-flavoured Markdown. md_text escapes every ASCII punctuation mark with a backslash (CommonMark renders an
-escaped mark as the mark itself) and puts a word joiner (U+2060, invisible) where GFM would turn a bare
+GitHub-flavoured Markdown. md_text backslash-escapes every mark that starts inline syntax, and block syntax at a
+line's start (CommonMark renders an escaped mark as the mark itself), and puts a word joiner (U+2060, invisible) where GFM would turn a bare
 ``http://``, ``www.`` or ``name@host`` into a link: its autolinker runs on the text after escapes are resolved,
 so escapes alone do not stop it. md_code wraps text in a code span whose fence is longer than any run of backticks
 inside, so a backtick in a token cannot end the span. Pure string work: no streamlit here."""
@@ -13,19 +13,25 @@ from __future__ import annotations
 import re
 
 WORD_JOINER = "\u2060"
-_PUNCTUATION = re.compile(r"([!-/:-@\[-`{-~])")  # every ASCII punctuation mark (CommonMark's escapable set)
-# where GFM's literal autolinks start: a scheme's ':' before '//' (and any scheme-like 'name:'), 'www.', an '@'
-_AUTOLINK = re.compile(r"(?i)(?<=[a-z0-9+.\-]):|www(?=\.)|@")
+# inline syntax anywhere: escapes, code, emphasis, links/images (brackets), HTML and entities, strikethrough, math, tables
+_INLINE = re.compile(r"([\\`*_\[\]<>&~$|])")
+# block syntax at the start of a line: headings, lists, quotes, setext underlines, ordered lists ("1." / "1)")
+_LINE_START = re.compile(r"(?m)^([ \t]*)([#+\-=]|\d+(?=[.)]))")
+# where GFM's literal autolinks start ('http://', 'https://', 'www.', 'name@host'): broken by a word joiner
+_AUTOLINK = re.compile(r"(?i):(?=/)|www(?=\.)|@")
 _LINE_BREAKS = re.compile(r"[\r\n\u2028\u2029\x0b\x0c\x85]+")
 
 
-def _break_autolinks(text: str) -> str:
-    return _AUTOLINK.sub(lambda m: m.group(0) + WORD_JOINER, text)
-
-
 def md_text(text: object) -> str:
-    """Any value as Markdown that renders as its text, literally (the word joiners are invisible)."""
-    return _PUNCTUATION.sub(r"\\\1", _break_autolinks(str(text)))
+    """Any value as Markdown that renders as its text, literally (the word joiners are invisible). Commas, periods
+    and parentheses stay as they are, so a message reads (and tests match) as written."""
+    out = _INLINE.sub(r"\\\1", _AUTOLINK.sub(lambda m: m.group(0) + WORD_JOINER, str(text)))
+    return _LINE_START.sub(_escape_line_start, out)
+
+
+def _escape_line_start(m: re.Match) -> str:
+    indent, mark = m.group(1), m.group(2)
+    return f"{indent}{mark}\\" if mark[0].isdigit() else f"{indent}\\{mark}"  # "1\." / "\#"
 
 
 def md_code(text: object) -> str:
