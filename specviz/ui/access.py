@@ -145,6 +145,7 @@ def model_turn(model, what: str = "your round", slot=None) -> Iterator[float]:
 
     try:
         with queue.turn(on_wait, timeout_s=policy.queue_timeout_s) as waited:
+            log.debug("specviz turn: %s waited %.3f s for %s", what, waited, queue.name)  # scripts/contention.py reads this
             if box is not None:
                 box.empty()
             yield waited

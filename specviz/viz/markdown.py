@@ -14,7 +14,9 @@ import re
 
 WORD_JOINER = "\u2060"
 # inline syntax anywhere: escapes, code, emphasis, links/images (brackets), HTML and entities, strikethrough, math, tables
-_INLINE = re.compile(r"([\\`*_\[\]<>&~$|])")
+_INLINE = re.compile(r"([\\`*\[\]<>&~$|])")
+# an underscore opens or closes emphasis only beside a non-alphanumeric: snake_case names stay as written
+_UNDERSCORE = re.compile(r"(?<![^\W_])_|_(?![^\W_])")
 # block syntax at the start of a line: headings, lists, quotes, setext underlines, ordered lists ("1." / "1)")
 _LINE_START = re.compile(r"(?m)^([ \t]*)([#+\-=]|\d+(?=[.)]))")
 # where GFM's literal autolinks start ('http://', 'https://', 'www.', 'name@host'): broken by a word joiner
@@ -26,6 +28,7 @@ def md_text(text: object) -> str:
     """Any value as Markdown that renders as its text, literally (the word joiners are invisible). Commas, periods
     and parentheses stay as they are, so a message reads (and tests match) as written."""
     out = _INLINE.sub(r"\\\1", _AUTOLINK.sub(lambda m: m.group(0) + WORD_JOINER, str(text)))
+    out = _UNDERSCORE.sub(r"\\_", out)
     return _LINE_START.sub(_escape_line_start, out)
 
 
