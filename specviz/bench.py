@@ -239,8 +239,10 @@ def run_in_turns(make: Callable[[], SpeculativeDecoder], turn: Turn, slice_s: fl
             wall, cpu = time.perf_counter(), time.process_time()
             if decoder is None:
                 decoder = make()  # the prefill is a model pass too
-            while not decoder.done and time.perf_counter() - wall < slice_s:
+            while not decoder.done:  # at least one round per turn
                 decoder.step()
+                if time.perf_counter() - wall >= slice_s:
+                    break
             wall_s, cpu_s = wall_s + time.perf_counter() - wall, cpu_s + time.process_time() - cpu
     return decoder, wall_s, cpu_s
 
