@@ -12,8 +12,11 @@ get a turn between two of its runs. This module adds what the queue does not kno
 from __future__ import annotations
 
 import atexit
+import contextlib
 import gc
 import logging
+import os
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -24,7 +27,7 @@ log = logging.getLogger(__name__)
 
 Turn = Callable[[], AbstractContextManager[object]]  # one model turn per call: `with turn(): one run`
 no_turn: Turn = nullcontext  # alone on the machine (the command line, tests): nothing to wait for
-EXIT_WAIT_S = 3.0  # at exit, wait this long at most for model turns in flight
+EXIT_WAIT_S = 3.5  # at exit, wait this long at most for model turns in flight (the server must be gone within 5 s)
 
 shutting_down = threading.Event()  # set once the process is stopping; never cleared
 
@@ -111,7 +114,14 @@ def stop_at_exit(in_flight: Callable[[], int]) -> None:
 
 
 def _at_exit(in_flight: Callable[[], int]) -> None:
-    wait_for_turns(in_flight)
+    if not wait_for_turns(in_flight):
+        # A thread still inside a torch call would be cut off by the interpreter's shutdown, which aborts the process
+        # ("terminate called without an active exception"); leave now instead, with the logs flushed.
+        logging.shutdown()
+        for stream in (sys.stdout, sys.stderr):
+            with contextlib.suppress(Exception):
+                stream.flush()
+        os._exit(0)
     # The interpreter's last garbage collection walks every object of torch, transformers and plotly (seconds with a
     # model loaded); frozen objects are skipped, and the operating system frees the memory anyway.
     gc.freeze()
