@@ -212,8 +212,8 @@ if st.button("Run both", key="lab_greedy_run", type="primary"):
         validate_prompt(greedy_prompt)
         config = RunConfig(target=greedy_target, drafter=greedy_drafter, num_draft_tokens=int(greedy_k), temperature=0.0, max_new_tokens=int(greedy_new), device=greedy_device)
         target = load_target(config.target, config.device)
-        with access.model_turn(target, "your two runs"), st.spinner("decoding twice…"):
-            st.session_state[GREEDY_KEY] = greedy_side_by_side(config, target, greedy_prompt, early_exit=early_exit_for(config, target))
+        with access.long_job(target, "the side-by-side check", "your next rounds") as turn, st.spinner("decoding twice…"):
+            st.session_state[GREEDY_KEY] = greedy_side_by_side(config, target, greedy_prompt, early_exit=early_exit_for(config, target), turn=turn)
     except ValueError as exc:
         st.error(md_text(exc))
 

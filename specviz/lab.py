@@ -192,8 +192,10 @@ def summarize_real(real: RealResult) -> RealSummary:
     )
 
 
-def greedy_side_by_side(config: RunConfig, target: LoadedModel, prompt: str, early_exit=None) -> GreedyResult:
-    """Decode the prompt greedily twice, speculatively and plainly, from fresh runs."""
+def greedy_side_by_side(config: RunConfig, target: LoadedModel, prompt: str, early_exit=None, turn: Turn = no_turn) -> GreedyResult:
+    """Decode the prompt greedily twice, speculatively and plainly, from fresh runs (each in model turns of about a
+    second: specviz.bench.run_in_turns)."""
+    from specviz.bench import run_in_turns
     from specviz.models import encode_prompt
     from specviz.runs import build_decoder
 
@@ -201,10 +203,8 @@ def greedy_side_by_side(config: RunConfig, target: LoadedModel, prompt: str, ear
     if config.temperature != 0.0:
         raise ValueError(f"The side-by-side check is for greedy decoding (temperature 0); got {config.temperature:g}.")
     prompt_ids = encode_prompt(target.tokenizer, prompt, config.chat)
-    spec = build_decoder(config, target, prompt_ids, early_exit=early_exit)
-    spec.run()
-    plain = build_decoder(config, target, prompt_ids, baseline=True)
-    plain.run()
+    spec, _, _ = run_in_turns(lambda: build_decoder(config, target, prompt_ids, early_exit=early_exit), turn)
+    plain, _, _ = run_in_turns(lambda: build_decoder(config, target, prompt_ids, baseline=True), turn)
     return GreedyResult(
         config=config, prompt=prompt, spec_ids=tuple(spec.generated), plain_ids=tuple(plain.generated),
         spec_text=target.tokenizer.decode(spec.generated, skip_special_tokens=True),
