@@ -206,9 +206,7 @@ def measure_profile(
     turn: the model is held one turn for the setup and one per measurement, never for the whole profile."""
     import torch
 
-    from specviz.config import RunConfig
     from specviz.models import HFCachedLM
-    from specviz.runs import make_drafter
 
     if not (2 <= max_tokens <= 64):
         raise ValueError(f"max_tokens must be between 2 and 64; got {max_tokens}.")
@@ -243,6 +241,26 @@ def measure_profile(
         return fn
 
     runners: dict[str, Callable[[], object]] = {f"pass {n}": target_pass(n) for n in range(1, max_tokens + 1)}
+    drafted_per_call = _add_drafters(runners, target, drafters, context, draft_k, turn)
+    timers = {name: _timer(fn, threads, clock) for name, fn in runners.items()}
+    samples = _time_rotated(timers, repeats, number, turn, on_progress)
+    pass_ms = tuple(statistics.median(samples[f"pass {n}"]) for n in range(1, max_tokens + 1))
+    draft_ms = {kind: statistics.median(samples[kind]) / drafted_per_call[kind] for kind in drafted_per_call}
+    return CostProfile(
+        target=target.name, device=str(target.device), device_name=device_name(target.device),
+        dtype=str(target.dtype).removeprefix("torch."), torch_version=torch.__version__, threads=threads, clock=clock,
+        context_length=context_length, repeats=repeats, pass_ms=pass_ms, draft_ms_per_token=draft_ms,
+        created=datetime.now(UTC).isoformat(timespec="seconds"), label=label,
+    )
+
+
+def _add_drafters(runners: dict, target: LoadedModel, drafters: Sequence[str], context: list[int], draft_k: int, turn: Turn) -> dict[str, int]:
+    """Add one proposal call per drafter to runners; returns the tokens each call drafts."""
+    import torch
+
+    from specviz.config import RunConfig
+    from specviz.runs import make_drafter
+
     drafted_per_call: dict[str, int] = {}
     generator = torch.Generator().manual_seed(0)
     for kind in drafters:
@@ -262,8 +280,11 @@ def measure_profile(
             drafter.rollback(context)
 
         runners[kind] = propose
+    return drafted_per_call
 
-    timers = {name: _timer(fn, threads, clock) for name, fn in runners.items()}
+
+def _time_rotated(timers: dict, repeats: int, number: int, turn: Turn, on_progress: ProgressFn | None) -> dict[str, list[float]]:
+    """ms per call of each timer, `repeats` times in a rotating order, one model turn per measurement."""
     samples: dict[str, list[float]] = {name: [] for name in timers}
     names = list(timers)
     total, done = repeats * len(names), 0
@@ -275,14 +296,7 @@ def measure_profile(
             done += 1
             if on_progress:
                 on_progress(done, total, f"{name} (repeat {rep + 1}/{repeats})")
-    pass_ms = tuple(statistics.median(samples[f"pass {n}"]) for n in range(1, max_tokens + 1))
-    draft_ms = {kind: statistics.median(samples[kind]) / drafted_per_call[kind] for kind in drafted_per_call}
-    return CostProfile(
-        target=target.name, device=str(target.device), device_name=device_name(target.device),
-        dtype=str(target.dtype).removeprefix("torch."), torch_version=torch.__version__, threads=threads, clock=clock,
-        context_length=context_length, repeats=repeats, pass_ms=pass_ms, draft_ms_per_token=draft_ms,
-        created=datetime.now(UTC).isoformat(timespec="seconds"), label=label,
-    )
+    return samples
 
 
 def profile_table(profile: CostProfile) -> list[tuple[int, float, float]]:
