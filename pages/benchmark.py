@@ -26,6 +26,7 @@ from specviz.ui import access
 from specviz.ui.keys import BENCH_RESULTS_KEY
 from specviz.ui.navigation import route_through_app
 from specviz.viz.bench import SPEEDUP_METRICS, has_trees, speedup_vs_k_figure, theory_overlay_figure
+from specviz.viz.markdown import md_text
 
 route_through_app()  # a fresh server's first request may land here without app.py
 
@@ -88,7 +89,7 @@ st.caption("On code, prose, copying and Q&A, how fast is each drafter really, me
 try:
     all_prompts = load_prompts(DEFAULT_PROMPTS)
 except ValueError as exc:
-    st.error(str(exc))
+    st.error(md_text(exc))
     st.stop()
 
 with st.sidebar:
@@ -126,7 +127,7 @@ try:
     if "model" in drafters and not draft_source:
         raise ValueError("The 'model' drafter needs a draft model: fill in the Models box in the sidebar.")
 except ValueError as exc:
-    st.info(f"{exc}")
+    st.info(md_text(exc))
     spec = None
 
 if spec is not None:
@@ -141,7 +142,12 @@ if spec is not None:
         access.limited(f"This sweep is {runs} runs; this server allows {policy.max_runs} per sweep. Choose fewer prompts, drafters, k values, tree widths or temperatures.")
     elif runs > 120:
         st.warning("That is a long sweep on a CPU; the command line runs the same sweep headless: `python -m specviz bench`.")
-    if st.button("Run benchmark", type="primary", key="bench_run", disabled=runs > policy.max_runs):
+    help_text = (
+        "Every run takes the model as one turn (a long run gives it back about every second, between rounds), so on a "
+        "shared server other people's Steps go in between: they stay quick and the sweep takes a little longer. Timings "
+        "count only the time inside the turns. One long job per participant at a time."
+    )
+    if st.button("Run benchmark", type="primary", key="bench_run", disabled=runs > policy.max_runs, help=help_text):
         try:
             from specviz.ui.models import get_early_exit, get_model
 
@@ -153,16 +159,16 @@ if spec is not None:
                 from specviz.runs import exit_layer_for
 
                 early = get_early_exit(target, exit_layer_for(RunConfig(target=target_source, drafter="early-exit"), target))
-            with access.model_turn(target, "your sweep"):  # the whole sweep is one turn: its timings see no one else's rounds
+            with access.long_job(target, "a benchmark sweep", "the sweep's next run") as turn:  # one model turn per run
                 bar = st.progress(0.0, text="warming up…")
                 rows = run_sweep(
-                    target, chosen, spec, draft=draft, early_exit=early,
-                    on_progress=lambda done, total, message: bar.progress(done / total, text=f"[{done}/{total}] {message}"),
+                    target, chosen, spec, draft=draft, early_exit=early, turn=turn,
+                    on_progress=lambda done, total, message: bar.progress(done / total, text=f"\\[{done}/{total}\\] {md_text(message)}"),
                 )
             bar.empty()
             st.session_state[BENCH_RESULTS_KEY] = rows_to_frame(rows)
         except ValueError as exc:
-            st.error(str(exc))
+            st.error(md_text(exc))
 
 results = st.session_state.get(BENCH_RESULTS_KEY)
 if isinstance(results, pd.DataFrame) and not results.empty:
@@ -179,4 +185,4 @@ elif SHIPPED_TABLE.is_file():
     try:
         show_results(pd.read_csv(SHIPPED_TABLE), "bench_cpu")
     except (ValueError, KeyError) as exc:
-        st.error(f"Could not read {SHIPPED_TABLE.name}: {exc}")
+        st.error(f"Could not read {SHIPPED_TABLE.name}: {md_text(exc)}")

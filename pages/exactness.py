@@ -11,6 +11,7 @@ from specviz.lab import LAB_DRAFTERS, REAL_MODES, GreedyResult, RealResult, gree
 from specviz.ui import access
 from specviz.ui.navigation import route_through_app
 from specviz.viz.lab import convergence_figure, convergence_frame, histogram_figure, real_frame, real_histogram_figure, toy_frame
+from specviz.viz.markdown import md_text
 
 route_through_app()  # a fresh server's first request may land here without app.py
 
@@ -87,7 +88,7 @@ except ValueError as exc:
     toy_error = f"{exc} Fix the table to continue."
 
 if toy_error:
-    st.error(toy_error)
+    st.error(md_text(toy_error))
 else:
     toy = run_toy(p_target, q_draft, int(num_samples), int(seed), variant)
     tv, pvalue = float(toy.tv[-1]), float(toy.pvalues[-1])
@@ -157,14 +158,15 @@ if st.button("Sample the next token", key="lab_real_run", type="primary"):
         target = load_target(config.target, config.device)
         bar = st.progress(0.0, text="sampling…") if real_mode == "engine" else None
         progress = (lambda done, total: bar.progress(done / total, text=f"{done} of {total} speculative + plain runs")) if bar else None
-        with access.model_turn(target, "your sampling"):  # one turn in the model's queue for the whole batch
+        with access.long_job(target, "the lab's sampler", "your next sample") as turn:  # one model turn per pair of runs
             st.session_state[REAL_KEY] = sample_real(
                 config, target, real_prompt, real_mode, int(real_n), real_variant, early_exit=early_exit_for(config, target), on_progress=progress,
+                turn=turn,
             )
         if bar:
             bar.empty()
     except ValueError as exc:
-        st.error(str(exc))
+        st.error(md_text(exc))
 
 real = st.session_state.get(REAL_KEY)
 if isinstance(real, RealResult):
@@ -210,10 +212,10 @@ if st.button("Run both", key="lab_greedy_run", type="primary"):
         validate_prompt(greedy_prompt)
         config = RunConfig(target=greedy_target, drafter=greedy_drafter, num_draft_tokens=int(greedy_k), temperature=0.0, max_new_tokens=int(greedy_new), device=greedy_device)
         target = load_target(config.target, config.device)
-        with access.model_turn(target, "your two runs"), st.spinner("decoding twice…"):
-            st.session_state[GREEDY_KEY] = greedy_side_by_side(config, target, greedy_prompt, early_exit=early_exit_for(config, target))
+        with access.long_job(target, "the side-by-side check", "your next rounds") as turn, st.spinner("decoding twice…"):
+            st.session_state[GREEDY_KEY] = greedy_side_by_side(config, target, greedy_prompt, early_exit=early_exit_for(config, target), turn=turn)
     except ValueError as exc:
-        st.error(str(exc))
+        st.error(md_text(exc))
 
 greedy = st.session_state.get(GREEDY_KEY)
 if isinstance(greedy, GreedyResult):

@@ -8,7 +8,9 @@ import streamlit as st
 
 from specviz.config import EMBEDDED_TARGET, validate_prompt
 from specviz.numerics import NumericsReport, compare, low_precision_dtypes
+from specviz.ui import access
 from specviz.ui.navigation import route_through_app
+from specviz.viz.markdown import md_text
 from specviz.viz.numerics import divergence_frame, pass_diff_figure, pass_summary, traces_frame
 
 RESULT_KEY = "numerics_result"
@@ -46,7 +48,7 @@ from specviz.models import resolve_device, resolve_dtype  # noqa: E402  (torch; 
 device = resolve_device("auto")
 low = d.selectbox("low precision", low_precision_dtypes(device), key="num_dtype", help="float16 is offered where the device has it (CUDA, MPS).")
 
-if st.button("Run", key="num_run", type="primary", help="Four greedy runs and two scoring sweeps; about a minute on a small CPU."):
+if st.button("Run", key="num_run", type="primary", help="Four greedy runs and two scoring sweeps, about a minute on a small CPU; each takes the model as one turn, so other sessions' rounds run in between."):
     bar = st.progress(0.0, text="loading the model in float32 and in " + low + "…")
     try:
         from specviz.models import encode_prompt
@@ -58,14 +60,15 @@ if st.button("Run", key="num_run", type="primary", help="Four greedy runs and tw
         models = {"float32": get_model(EMBEDDED_TARGET, "auto", fp32), low: get_model(EMBEDDED_TARGET, "auto", low)}
         tokenizer = models["float32"].tokenizer
         prompt_ids = encode_prompt(tokenizer, prompt, True)
-        report = compare(models, prompt_ids, int(new_tokens), int(k), drafter,
-                         on_progress=lambda done, total, what: bar.progress(done / total, text=f"{what} ({done}/{total})"))
+        with access.long_job(models["float32"], "the numerics comparison", "its next decode") as turn:  # one turn per decode
+            report = compare(models, prompt_ids, int(new_tokens), int(k), drafter, turn=turn,
+                             on_progress=lambda done, total, what: bar.progress(done / total, text=f"{what} ({done}/{total})"))
         ids = {t for trace in report.traces for t in trace.ids}
         st.session_state[RESULT_KEY] = NumericsResult(prompt, drafter, report, {t: tokenizer.decode([t]) for t in ids})
         bar.empty()
     except (ValueError, RuntimeError) as exc:  # a model that will not load says what to do; OOM is a RuntimeError
         bar.empty()
-        st.error(str(exc))
+        st.error(md_text(exc))
 
 result = st.session_state.get(RESULT_KEY)
 if not isinstance(result, NumericsResult):

@@ -12,6 +12,7 @@ from specviz.ui.session import friendly_error, load_target, page_state
 from specviz.ui.share import share_link
 from specviz.ui.sidebar import sidebar
 from specviz.viz import legend_html
+from specviz.viz.markdown import md_text
 
 route_through_app()  # a fresh server's first request may land here without app.py
 
@@ -42,7 +43,7 @@ def show(session) -> None:
         st.html(legend_html())
         for col, run in zip(st.columns(len(session.runs)), session.runs):
             with col:
-                st.subheader(run.label)
+                st.subheader(md_text(run.label))
                 views.metrics(session, run, columns=3)
                 views.token_stream(session, run, legend=False)
     if not session.num_rounds:
@@ -63,12 +64,12 @@ def live_stage() -> controls.LiveStage:
     only: a Step does not redo it (the stage's notices, inside the fragment, say when the settings moved on)."""
     compare_config = None
     if settings.error:
-        st.error(settings.error)
+        st.error(md_text(settings.error))
     else:
         try:
             compare_config = settings.compare_config()
         except ValueError as exc:
-            st.error(f"Compare mode: {exc}")
+            st.error(f"Compare mode: {md_text(exc)}")
     session = state.session
     if session is not None and session.num_rounds == 0 and not session.matches(settings.config, compare_config, settings.prompt):
         state.session = None  # nothing to keep: the next round starts with the new settings
@@ -78,7 +79,7 @@ def live_stage() -> controls.LiveStage:
             load_target(settings.config)
         except Exception as exc:
             unavailable = True
-            st.error(f"Live mode is unavailable: {friendly_error(exc)} Recordings still replay without a model: pick an example or open a file above.")
+            st.error(f"Live mode is unavailable: {md_text(friendly_error(exc))} Recordings still replay without a model: pick an example or open a file above.")
     return controls.LiveStage(state, settings.config, compare_config, settings.prompt, unavailable)
 
 

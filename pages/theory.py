@@ -17,8 +17,10 @@ from specviz.core.theory import (
     verify_cost_at,
 )
 from specviz.profile import CostProfile, shipped_profiles
+from specviz.ui import access
 from specviz.ui.measured import session_points
 from specviz.ui.navigation import route_through_app
+from specviz.viz.markdown import md_text
 from specviz.viz.theory import (
     MEASURED_COLUMNS,
     alpha_definitions_figure,
@@ -124,20 +126,27 @@ st.markdown(
     "tokens after 256 cached ones (medians of interleaved repeats after a warm-up) and each offline drafter's cost per "
     "drafted token; the measured curve then appears in the *verify cost* menu in the sidebar, beside the profiles shipped in `assets/`."
 )
-if st.button("Measure this machine", key="theory_measure", help="About a minute on a small CPU; nothing else runs meanwhile."):
+shared = access.current_policy().shared
+measure_help = (
+    "About a minute on a small CPU" + (" (one repeat per pass on this shared server)" if shared else "") + ". Each "
+    "measurement takes the model as one turn, so other sessions' rounds run between measurements, never during one; "
+    "a busy machine still makes the timings noisier."
+)
+if st.button("Measure this machine", key="theory_measure", help=measure_help):
     bar = st.progress(0.0, text="loading the embedded model…")
     try:
         from specviz.profile import measure_profile
         from specviz.ui.models import get_model
 
         target = get_model(EMBEDDED_TARGET)
-        mine = measure_profile(
-            target, repeats=3, label="this machine, measured now",
-            on_progress=lambda done, total, what: bar.progress(done / total, text=f"{what} ({done}/{total})"),
-        )
+        with access.long_job(target, "the cost profile", "its next measurement") as turn:  # one model turn per measurement
+            mine = measure_profile(
+                target, repeats=1 if shared else 3, label="this machine, measured now", turn=turn,
+                on_progress=lambda done, total, what: bar.progress(done / total, text=f"{what} ({done}/{total})"),
+            )
     except (ValueError, RuntimeError) as exc:  # a model that will not load says what to do; OOM is a RuntimeError
         bar.empty()
-        st.error(f"Could not measure: {exc}")
+        st.error(f"Could not measure: {md_text(exc)}")
     else:
         st.session_state[MEASURED_KEY] = mine
         st.session_state[SELECT_MEASURED_KEY] = True

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import json
 import statistics
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
@@ -36,6 +37,7 @@ from specviz.core.decoding import MAX_DRAFT_TOKENS, SpeculativeDecoder
 from specviz.core.records import RunStats
 from specviz.core.theory import alpha_from_acceptance_rate, speedup
 from specviz.core.tree import MAX_TREE_WIDTH
+from specviz.jobs import Turn
 from specviz.measure import ProgressFn, Spread, interleave, paired_ratio, timed
 
 if TYPE_CHECKING:
@@ -48,6 +50,7 @@ BENCH_DRAFTERS: tuple[str, ...] = tuple(d for d in DRAFTER_KINDS if d != "none")
 BASELINE = "baseline"  # the setting name of plain decoding in measure_setups
 MAX_PROMPTS_FILE_BYTES = 1_000_000
 MAX_REPEATS = 50
+SLICE_S = 1.0  # in model turns, a long run gives the model back between rounds after about this long
 
 
 @dataclass(frozen=True)
@@ -226,16 +229,37 @@ class RunSample:
         return [ms for ms, n in zip(self.verify_ms, self.drafted) if (n > 0) == drafting]
 
 
-def run_once(make: Callable[[], SpeculativeDecoder]) -> RunSample:
-    """Build a fresh decoder and run it to the end under the wall and CPU clocks."""
+def run_in_turns(make: Callable[[], SpeculativeDecoder], turn: Turn, slice_s: float = SLICE_S) -> tuple[SpeculativeDecoder, float, float]:
+    """Build a decoder and run it to the end holding the model one turn at a time: a turn lasts one run, or about
+    slice_s seconds of it (it ends between rounds), so a long run lets other sessions' rounds in. Returns the
+    decoder and the wall and CPU seconds spent inside the turns (waiting for a turn is not the run's time)."""
+    decoder, wall_s, cpu_s = None, 0.0, 0.0
+    while decoder is None or not decoder.done:
+        with turn():
+            wall, cpu = time.perf_counter(), time.process_time()
+            if decoder is None:
+                decoder = make()  # the prefill is a model pass too
+            while not decoder.done:  # at least one round per turn
+                decoder.step()
+                if time.perf_counter() - wall >= slice_s:
+                    break
+            wall_s, cpu_s = wall_s + time.perf_counter() - wall, cpu_s + time.process_time() - cpu
+    return decoder, wall_s, cpu_s
+
+
+def run_once(make: Callable[[], SpeculativeDecoder], turn: Turn | None = None) -> RunSample:
+    """Build a fresh decoder and run it to the end under the wall and CPU clocks (in model turns when given one)."""
 
     def build_and_run() -> SpeculativeDecoder:
         decoder = make()
         decoder.run()
         return decoder
 
-    t = timed(build_and_run)
-    d = t.value
+    if turn is None:
+        t = timed(build_and_run)
+        d, wall_s, cpu_s = t.value, t.wall_s, t.cpu_s
+    else:
+        d, wall_s, cpu_s = run_in_turns(make, turn)
     overlaps = [o for r in d.records for o in r.overlap]
     return RunSample(
         generated=tuple(d.generated),
@@ -245,8 +269,8 @@ def run_once(make: Callable[[], SpeculativeDecoder]) -> RunSample:
         draft_ms=sum(r.draft_ms for r in d.records),
         overlap_sum=float(sum(overlaps)),
         overlap_count=len(overlaps),
-        cpu_s=t.cpu_s,
-        wall_s=t.wall_s,
+        cpu_s=cpu_s,
+        wall_s=wall_s,
     )
 
 
@@ -255,16 +279,17 @@ def measure_setups(
     repeats: int = 3,
     warmup: int = 1,
     on_progress: Callable[[int, int, str, RunSample], None] | None = None,
+    turn: Turn | None = None,
 ) -> dict[str, list[RunSample]]:
     """Run every setup (name -> a factory of fresh decoders) interleaved: warmup + repeats rotations,
     the order shifting every rotation, the warm-ups discarded. Returns name -> the kept RunSamples, in
     repeat order, so samples[a][i] and samples[b][i] ran side by side. on_progress(done, total,
-    what, sample) follows every run, warm-ups included."""
+    what, sample) follows every run, warm-ups included. turn: each run takes the model in turns (see run_in_turns)."""
     last: dict[str, RunSample] = {}
 
     def contender(name: str) -> Callable[[], RunSample]:
         def run() -> RunSample:
-            last[name] = run_once(setups[name])
+            last[name] = run_once(setups[name], turn)
             return last[name]
 
         return run
@@ -362,10 +387,11 @@ def run_sweep(
     draft: LoadedModel | None = None,
     early_exit=None,
     on_progress: ProgressFn | None = None,
+    turn: Turn | None = None,
 ) -> list[BenchRow]:
     """Run the sweep and return one BenchRow per speculative setting. early_exit: a cached
     early_exit_view of the target (built here when needed and not given). on_progress(done, total,
-    message) follows every run, warm-ups included."""
+    message) follows every run, warm-ups included. turn: on a shared server, one model turn per run."""
     from specviz.models import early_exit_view, encode_prompt
     from specviz.runs import build_decoder, exit_layer_for
 
@@ -405,7 +431,7 @@ def run_sweep(
                 if on_progress:
                     on_progress(offset + done, total, f"{where} {message} ... {sample.tokens_per_s:.1f} tok/s ({sample.tokens_per_cpu_s:.1f} per CPU-second)")
 
-            samples = measure_setups(setups, spec.repeats, spec.warmup, progress)
+            samples = measure_setups(setups, spec.repeats, spec.warmup, progress, turn)
             offset += len(setups) * (spec.warmup + spec.repeats)
             for d, k, w in grid:
                 rows.append(compare_to_baseline(prompt, d, k, temperature, spec, samples[setting_name(d, k, w)], samples[BASELINE], device, dtype, w))

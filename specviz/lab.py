@@ -17,6 +17,7 @@ import torch
 
 from specviz.config import DRAFTER_KINDS, RunConfig, validate_prompt
 from specviz.core.toy import TOY_VARIANTS, chi_square_pvalue, sample_first_tokens, tv_distance
+from specviz.jobs import Turn, no_turn
 
 if TYPE_CHECKING:
     from specviz.models import LoadedModel
@@ -105,21 +106,25 @@ def sample_fast(config: RunConfig, target: LoadedModel, prompt_ids: list[int], e
     return sample_first_tokens(p1, q1, n, generator, variant).tolist(), target_tokens, p1, q1
 
 
-def sample_engine(config: RunConfig, target: LoadedModel, prompt_ids: list[int], early_exit, n: int, on_progress: ProgressFn | None = None):
+def sample_engine(
+    config: RunConfig, target: LoadedModel, prompt_ids: list[int], early_exit, n: int, on_progress: ProgressFn | None = None, turn: Turn = no_turn
+):
     """N fresh speculative runs (k = 1, two new tokens) and N fresh plain one-token runs -> (speculative ids,
-    target ids, p_target (V,) and q_draft (V,) over the first round's top-N (zero elsewhere), runs that drafted)."""
+    target ids, p_target (V,) and q_draft (V,) over the first round's top-N (zero elsewhere), runs that drafted).
+    Each pair of runs is one model turn."""
     from specviz.runs import build_decoder
 
     spec_tokens, target_tokens, first, drafted_runs = [], [], None, 0
     for i in range(n):
-        spec = build_decoder(config, target, prompt_ids, early_exit=early_exit, seed=2 * i)
-        record = spec.step()
+        with turn():
+            spec = build_decoder(config, target, prompt_ids, early_exit=early_exit, seed=2 * i)
+            record = spec.step()
+            plain = build_decoder(dataclasses.replace(config, max_new_tokens=1), target, prompt_ids, seed=2 * i + 1, baseline=True)
+            target_tokens.append(plain.step().emitted[0])
         if first is None:
             first = record
         drafted_runs += record.num_drafted > 0
         spec_tokens.append(record.emitted[0])
-        plain = build_decoder(dataclasses.replace(config, max_new_tokens=1), target, prompt_ids, seed=2 * i + 1, baseline=True)
-        target_tokens.append(plain.step().emitted[0])
         if on_progress:
             on_progress(i + 1, n)
     dist = first.dists[0]  # top-N at the first position; the rest of p_target is pooled as "other"
@@ -134,9 +139,10 @@ def sample_engine(config: RunConfig, target: LoadedModel, prompt_ids: list[int],
 
 def sample_real(
     config: RunConfig, target: LoadedModel, prompt: str, mode: str, n: int, variant: str = "exact",
-    early_exit=None, on_progress: ProgressFn | None = None,
+    early_exit=None, on_progress: ProgressFn | None = None, turn: Turn = no_turn,
 ) -> RealResult:
-    """The lab's real-model experiment: N first tokens both ways (mode 'fast' or 'engine'), with the target's top tokens."""
+    """The lab's real-model experiment: N first tokens both ways (mode 'fast' or 'engine'), with the target's top tokens.
+    turn: the model is taken one turn for the fast mode's two passes, one per pair of runs in engine mode."""
     validate_prompt(prompt)
     if mode not in REAL_MODES:
         raise ValueError(f"Unknown mode {mode!r}; choose one of {', '.join(REAL_MODES)}.")
@@ -149,11 +155,12 @@ def sample_real(
 
     prompt_ids = encode_prompt(target.tokenizer, prompt, chat=config.chat)
     if mode == "fast":
-        spec_tokens, target_tokens, p1, q1 = sample_fast(config, target, prompt_ids, early_exit, n, variant)
+        with turn():
+            spec_tokens, target_tokens, p1, q1 = sample_fast(config, target, prompt_ids, early_exit, n, variant)
         drafted_runs = n if q1 is not None else 0
     else:
         variant = "exact"  # the engine runs the exact rule
-        spec_tokens, target_tokens, p1, q1, drafted_runs = sample_engine(config, target, prompt_ids, early_exit, n, on_progress)
+        spec_tokens, target_tokens, p1, q1, drafted_runs = sample_engine(config, target, prompt_ids, early_exit, n, on_progress, turn)
     ids = torch.topk(p1, min(TOP_TOKENS, p1.numel())).indices.tolist()
     return RealResult(
         config=config, prompt=prompt, mode=mode, variant=variant, token_ids=tuple(ids),
@@ -185,8 +192,10 @@ def summarize_real(real: RealResult) -> RealSummary:
     )
 
 
-def greedy_side_by_side(config: RunConfig, target: LoadedModel, prompt: str, early_exit=None) -> GreedyResult:
-    """Decode the prompt greedily twice, speculatively and plainly, from fresh runs."""
+def greedy_side_by_side(config: RunConfig, target: LoadedModel, prompt: str, early_exit=None, turn: Turn = no_turn) -> GreedyResult:
+    """Decode the prompt greedily twice, speculatively and plainly, from fresh runs (each in model turns of about a
+    second: specviz.bench.run_in_turns)."""
+    from specviz.bench import run_in_turns
     from specviz.models import encode_prompt
     from specviz.runs import build_decoder
 
@@ -194,10 +203,8 @@ def greedy_side_by_side(config: RunConfig, target: LoadedModel, prompt: str, ear
     if config.temperature != 0.0:
         raise ValueError(f"The side-by-side check is for greedy decoding (temperature 0); got {config.temperature:g}.")
     prompt_ids = encode_prompt(target.tokenizer, prompt, config.chat)
-    spec = build_decoder(config, target, prompt_ids, early_exit=early_exit)
-    spec.run()
-    plain = build_decoder(config, target, prompt_ids, baseline=True)
-    plain.run()
+    spec, _, _ = run_in_turns(lambda: build_decoder(config, target, prompt_ids, early_exit=early_exit), turn)
+    plain, _, _ = run_in_turns(lambda: build_decoder(config, target, prompt_ids, baseline=True), turn)
     return GreedyResult(
         config=config, prompt=prompt, spec_ids=tuple(spec.generated), plain_ids=tuple(plain.generated),
         spec_text=target.tokenizer.decode(spec.generated, skip_special_tokens=True),

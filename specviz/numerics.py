@@ -22,6 +22,7 @@ import pandas as pd
 import torch
 
 from specviz.config import RunConfig
+from specviz.jobs import Turn, no_turn
 
 if TYPE_CHECKING:
     from specviz.models import LoadedModel
@@ -124,9 +125,13 @@ def pass_differences(target: LoadedModel, prompt_ids: Sequence[int], generated: 
     )
 
 
-def compare(models: dict[str, LoadedModel], prompt_ids: Sequence[int], max_new_tokens: int = 32, k: int = 4, drafter: str = "ngram", on_progress=None) -> NumericsReport:
+def compare(
+    models: dict[str, LoadedModel], prompt_ids: Sequence[int], max_new_tokens: int = 32, k: int = 4, drafter: str = "ngram",
+    on_progress=None, turn: Turn = no_turn,
+) -> NumericsReport:
     """models: dtype name -> the same target loaded in that dtype, float32 first. Runs plain and speculative
-    greedy decoding in each, finds where they part, and compares 1-token with (k+1)-token pass logits."""
+    greedy decoding in each, finds where they part, and compares 1-token with (k+1)-token pass logits.
+    turn: one model turn per decode or scoring sweep, never one for the whole comparison."""
     if "float32" not in models:
         raise ValueError("The numerics lab compares against float32: load the target in float32 too.")
     if not (1 <= max_new_tokens <= MAX_NEW_TOKENS):
@@ -147,12 +152,15 @@ def compare(models: dict[str, LoadedModel], prompt_ids: Sequence[int], max_new_t
     traces, diffs = [], []
     reference: GreedyTrace | None = None
     for dtype, target in models.items():
-        plain = greedy_trace(target, prompt_ids, max_new_tokens, speculative=False)
+        with turn():
+            plain = greedy_trace(target, prompt_ids, max_new_tokens, speculative=False)
         tick(f"{dtype}: plain greedy")
-        spec = greedy_trace(target, prompt_ids, max_new_tokens, speculative=True, k=k, drafter=drafter)
+        with turn():
+            spec = greedy_trace(target, prompt_ids, max_new_tokens, speculative=True, k=k, drafter=drafter)
         tick(f"{dtype}: speculative greedy")
         reference = reference or plain
-        diffs.append(pass_differences(target, prompt_ids, reference.ids, k))  # the same tokens for every dtype
+        with turn():
+            diffs.append(pass_differences(target, prompt_ids, reference.ids, k))  # the same tokens for every dtype
         tick(f"{dtype}: 1-token vs {k + 1}-token passes")
         traces += [plain, spec]
     plains = [t for t in traces if not t.speculative]

@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
 from specviz.core.theory import MAX_K, VerifyCurve
+from specviz.jobs import Turn, no_turn
 
 if TYPE_CHECKING:
     from specviz.models import LoadedModel
@@ -197,15 +198,15 @@ def measure_profile(
     draft_k: int = 4,
     on_progress: ProgressFn | None = None,
     label: str = "",
+    turn: Turn = no_turn,
 ) -> CostProfile:
     """Time target passes over 1..max_tokens new tokens after context_length cached tokens, and each
     drafter's proposals (draft_k tokens at a time) at that context. Each measurement is the mean of
-    ``number`` calls after torch's own warm-up; the profile keeps the median over ``repeats``."""
+    ``number`` calls after torch's own warm-up; the profile keeps the median over ``repeats``.
+    turn: the model is held one turn for the setup and one per measurement, never for the whole profile."""
     import torch
 
-    from specviz.config import RunConfig
     from specviz.models import HFCachedLM
-    from specviz.runs import make_drafter
 
     if not (2 <= max_tokens <= 64):
         raise ValueError(f"max_tokens must be between 2 and 64; got {max_tokens}.")
@@ -229,7 +230,8 @@ def measure_profile(
     context, new = ids[:context_length], ids[context_length : context_length + max_tokens]
 
     lm = HFCachedLM(target.model, target.vocab_size)
-    lm.extend(context)
+    with turn():
+        lm.extend(context)
 
     def target_pass(n: int) -> Callable[[], None]:
         def fn() -> None:
@@ -239,6 +241,26 @@ def measure_profile(
         return fn
 
     runners: dict[str, Callable[[], object]] = {f"pass {n}": target_pass(n) for n in range(1, max_tokens + 1)}
+    drafted_per_call = _add_drafters(runners, target, drafters, context, draft_k, turn)
+    timers = {name: _timer(fn, threads, clock) for name, fn in runners.items()}
+    samples = _time_rotated(timers, repeats, number, turn, on_progress)
+    pass_ms = tuple(statistics.median(samples[f"pass {n}"]) for n in range(1, max_tokens + 1))
+    draft_ms = {kind: statistics.median(samples[kind]) / drafted_per_call[kind] for kind in drafted_per_call}
+    return CostProfile(
+        target=target.name, device=str(target.device), device_name=device_name(target.device),
+        dtype=str(target.dtype).removeprefix("torch."), torch_version=torch.__version__, threads=threads, clock=clock,
+        context_length=context_length, repeats=repeats, pass_ms=pass_ms, draft_ms_per_token=draft_ms,
+        created=datetime.now(UTC).isoformat(timespec="seconds"), label=label,
+    )
+
+
+def _add_drafters(runners: dict, target: LoadedModel, drafters: Sequence[str], context: list[int], draft_k: int, turn: Turn) -> dict[str, int]:
+    """Add one proposal call per drafter to runners; returns the tokens each call drafts."""
+    import torch
+
+    from specviz.config import RunConfig
+    from specviz.runs import make_drafter
+
     drafted_per_call: dict[str, int] = {}
     generator = torch.Generator().manual_seed(0)
     for kind in drafters:
@@ -248,35 +270,33 @@ def measure_profile(
         # threshold 0: the n-gram drafter drafts all k where the context matches, so the cost is per drafted token
         config = RunConfig(target=target.name, drafter=kind, num_draft_tokens=draft_k, ngram_threshold=0.0)  # type: ignore[arg-type]
         drafter = make_drafter(config, target)
-        drafter.prepare(context)
-        drafted_per_call[kind] = max(1, len(drafter.propose(context, draft_k, generator).token_ids))
-        drafter.rollback(context)
+        with turn():
+            drafter.prepare(context)
+            drafted_per_call[kind] = max(1, len(drafter.propose(context, draft_k, generator).token_ids))
+            drafter.rollback(context)
 
         def propose(drafter=drafter) -> None:
             drafter.propose(context, draft_k, generator)
             drafter.rollback(context)
 
         runners[kind] = propose
+    return drafted_per_call
 
-    timers = {name: _timer(fn, threads, clock) for name, fn in runners.items()}
+
+def _time_rotated(timers: dict, repeats: int, number: int, turn: Turn, on_progress: ProgressFn | None) -> dict[str, list[float]]:
+    """ms per call of each timer, `repeats` times in a rotating order, one model turn per measurement."""
     samples: dict[str, list[float]] = {name: [] for name in timers}
     names = list(timers)
     total, done = repeats * len(names), 0
     for rep in range(repeats):
         shift = rep % len(names)
         for name in names[shift:] + names[:shift]:  # rotate the order so drift hits every size alike
-            samples[name].append(timers[name].timeit(number).median * 1000.0)
+            with turn():
+                samples[name].append(timers[name].timeit(number).median * 1000.0)
             done += 1
             if on_progress:
                 on_progress(done, total, f"{name} (repeat {rep + 1}/{repeats})")
-    pass_ms = tuple(statistics.median(samples[f"pass {n}"]) for n in range(1, max_tokens + 1))
-    draft_ms = {kind: statistics.median(samples[kind]) / drafted_per_call[kind] for kind in drafted_per_call}
-    return CostProfile(
-        target=target.name, device=str(target.device), device_name=device_name(target.device),
-        dtype=str(target.dtype).removeprefix("torch."), torch_version=torch.__version__, threads=threads, clock=clock,
-        context_length=context_length, repeats=repeats, pass_ms=pass_ms, draft_ms_per_token=draft_ms,
-        created=datetime.now(UTC).isoformat(timespec="seconds"), label=label,
-    )
+    return samples
 
 
 def profile_table(profile: CostProfile) -> list[tuple[int, float, float]]:

@@ -16,9 +16,9 @@ import re
 from collections.abc import Callable, Iterable, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from specviz.config import RunConfig
 from specviz.core.records import RunStats, StepRecord, summarize
@@ -27,6 +27,9 @@ FORMAT = "specviz-recording"
 VERSION = 1
 MAX_BYTES = 50 * 1024 * 1024  # the largest file read (the app's upload limit too)
 MAX_ERRORS_SHOWN = 3
+MAX_TOKEN_TEXT_CHARS = 1_000  # a token's text is a few characters; a longer one is not a token (a 40 MB one hung the tab)
+MAX_TOKEN_TEXTS = 200_000  # distinct texts: more than any recording shows (a view draws at most a few per drafted position)
+MAX_INT_DIGITS = 30  # ids, counts, seeds and lengths fit in 20 digits; longer numbers are refused before Python converts them
 
 
 class RecordingError(ValueError):
@@ -55,9 +58,8 @@ class RecordedRun(BaseModel):
 
     model_config = ConfigDict(frozen=True)
 
-    # as the page names it: "n-gram model", "A: prompt lookup", "baseline (plain decoding)". Labels are drawn in
-    # markdown and chart legends, so brackets, angle brackets and backticks (links, images, HTML) are refused.
-    label: str = Field(min_length=1, max_length=80, pattern=r"^[^<>\[\]`\\]*$")
+    # as the page names it: "n-gram model", "A: prompt lookup", "baseline (plain decoding)". See check_label.
+    label: str = Field(min_length=1, max_length=80)
     config: RunConfig
     seed: int  # the seed this run drew with (samples of the CLI derive theirs from config.seed)
     prefill_ms: float = 0.0
@@ -69,6 +71,11 @@ class RecordedRun(BaseModel):
     def finished(self) -> bool:
         return bool(self.records) and self.records[-1].finished
 
+    @field_validator("label")
+    @classmethod
+    def _label(cls, label: str) -> str:
+        return check_label(label)
+
     @model_validator(mode="after")
     def _consistent(self) -> RecordedRun:
         for i, r in enumerate(self.records):
@@ -77,6 +84,23 @@ class RecordedRun(BaseModel):
                 raise ValueError(f"{where}: its index is {r.index}; rounds must be numbered 0, 1, 2, ...")
             check_record(r, where)
         return self
+
+
+# A label is drawn in Markdown, chart legends and CSV exports: no link or HTML syntax, no URL, no spreadsheet formula.
+_LABEL_MARKUP = re.compile(r"[<>\[\]`\\]")
+_LABEL_URL = re.compile(r"(?i)\bwww\.|[a-z][a-z0-9+.\-]*:(?=\S)")  # www., or a scheme (http:, javascript:, data:) before text
+_FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
+
+
+def check_label(label: str) -> str:
+    """The label, or ValueError saying what a run label may not hold."""
+    if _LABEL_MARKUP.search(label):
+        raise ValueError("a run label may not contain brackets, angle brackets, backticks or backslashes")
+    if _LABEL_URL.search(label):
+        raise ValueError("a run label may not contain a web address or a scheme such as http:, www. or javascript:")
+    if label.startswith(_FORMULA_START) or label.lstrip().startswith(_FORMULA_START):
+        raise ValueError("a run label may not start with =, +, -, @, a tab or a carriage return (a spreadsheet would read it as a formula)")
+    return label
 
 
 def check_record(r: StepRecord, where: str) -> None:
@@ -147,7 +171,8 @@ class Recording(BaseModel):
     environment: Environment
     prompt: str  # the prompt as typed (before any chat template)
     prompt_ids: tuple[int, ...]  # the ids the target saw, chat template included
-    token_texts: dict[int, str]  # every id shown -> its text; a piece of a character as its bytes, ⟨E6 97⟩
+    # every id shown -> its text; a piece of a character as its bytes, ⟨E6 97⟩ (see check_token_texts for the caps)
+    token_texts: dict[int, Annotated[str, Field(max_length=MAX_TOKEN_TEXT_CHARS)]] = Field(max_length=MAX_TOKEN_TEXTS)
     runs: tuple[RecordedRun, ...] = Field(min_length=1, max_length=8)  # one, or two side by side
     baseline: RecordedRun | None = None  # plain decoding of the same target, prompt and sampling
 
@@ -235,13 +260,33 @@ def _describe(exc: ValidationError) -> str:
     return "; ".join(lines) + (f" (and {more} more)" if more > 0 else "")
 
 
+def _parse_int(text: str) -> int:
+    """json's integer hook: our message for a number too long to be an id, before Python's own limit (4,300 digits)."""
+    if len(text.lstrip("-")) > MAX_INT_DIGITS:
+        raise RecordingError(f"This recording is damaged: it holds a whole number of {len(text.lstrip('-')):,} digits; numbers in a recording have at most {MAX_INT_DIGITS}.")
+    return int(text)
+
+
+def check_token_texts(raw: dict) -> None:
+    """Refuse over-long or too many token texts before validating the rest (a huge text would reach the browser)."""
+    texts = raw.get("token_texts")
+    if not isinstance(texts, dict):
+        return  # the schema says what is wrong
+    if len(texts) > MAX_TOKEN_TEXTS:
+        raise RecordingError(f"This recording has {len(texts):,} token texts; a recording may hold at most {MAX_TOKEN_TEXTS:,}.")
+    for key, text in texts.items():
+        if isinstance(text, str) and len(text) > MAX_TOKEN_TEXT_CHARS:
+            shown = key if len(str(key)) <= 12 else str(key)[:12] + "…"
+            raise RecordingError(f"token_texts[{shown!r}] is {len(text):,} characters long; a token text may be at most {MAX_TOKEN_TEXT_CHARS:,}.")
+
+
 def load_recording(data: bytes | str) -> Recording:
     """Parse and validate a recording. Raises RecordingError saying what is wrong."""
     size = len(data.encode("utf-8") if isinstance(data, str) else data)
     if size > MAX_BYTES:
         raise RecordingError(f"The file is {size / 2**20:.1f} MB; recordings are limited to {MAX_BYTES // 2**20} MB.")
     try:
-        raw = json.loads(data)
+        raw = json.loads(data, parse_int=_parse_int)
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise RecordingError(f"This is not a specviz recording: it is not JSON text ({exc}).") from None
     except RecursionError:
@@ -254,6 +299,7 @@ def load_recording(data: bytes | str) -> Recording:
         raise RecordingError(f"This recording has no valid version number ({version!r}); this specviz reads version {VERSION}.")
     if version > VERSION:
         raise RecordingError(f"This recording is version {version}, newer than this specviz reads ({VERSION}): update specviz to open it.")
+    check_token_texts(raw)
     try:
         return Recording.model_validate(raw)
     except ValidationError as exc:

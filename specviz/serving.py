@@ -151,6 +151,13 @@ def model_queue(key: tuple, max_in_flight: int = 1) -> ModelQueue:
         return queue
 
 
+def turns_in_flight() -> int:
+    """Model turns held right now, over every queue (at exit: is anything still running a model pass?)."""
+    with _queues_lock:
+        queues = list(_queues.values())
+    return sum(q.in_flight for q in queues)
+
+
 def reset_queues() -> None:
     """Forget every queue (tests)."""
     with _queues_lock:

@@ -5,6 +5,7 @@ The rules themselves live in specviz.policy (plain Python); this module only rea
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import gc
 import os
@@ -16,9 +17,11 @@ from contextlib import contextmanager
 import streamlit as st
 from streamlit.logger import get_logger
 
+from specviz.jobs import JobStopped, LongJobs, Turn, check_running, shutting_down, stop_at_exit
 from specviz.policy import Policy, load_policy
-from specviz.serving import ModelQueue, QueueTimeout, SessionRegistry, model_queue
+from specviz.serving import ModelQueue, QueueTimeout, SessionRegistry, model_queue, turns_in_flight
 from specviz.ui import timing
+from specviz.viz.markdown import md_text
 
 log = get_logger(__name__)  # streamlit's handler: `--logger.level info` shows what the sweeper frees
 
@@ -47,16 +50,16 @@ def current_policy(report: bool = False) -> Policy:
         return load_policy(secrets=_secrets_table(), server_address=st.get_option("server.address"))
     except ValueError as exc:
         if report:
-            st.error(f"This server's specviz settings are invalid, so the strictest shared settings apply. {exc}")
+            st.error(f"This server's specviz settings are invalid, so the strictest shared settings apply. {md_text(exc)}")
         return Policy()
 
 
 def refused(message: str) -> None:
-    st.error(f"🔒 {message}")
+    st.error(f"🔒 {md_text(message)}")
 
 
 def limited(message: str) -> None:
-    st.error(f"⛔ {message}")
+    st.error(f"⛔ {md_text(message)}")
 
 
 def capped_options(options: Sequence[int], limit: int) -> list[int]:
@@ -130,12 +133,14 @@ def target_queue(model) -> ModelQueue:
 
 
 @contextmanager
-def model_turn(model, what: str = "your round") -> Iterator[float]:
+def model_turn(model, what: str = "your round", slot=None) -> Iterator[float]:
     """Hold a turn on `model` for the with-block; while waiting, show the place in line (an element drawn only if we
-    wait). Raises ValueError with a message after the owner's queue timeout."""
+    wait; in `slot`, an st.empty, when given). Raises ValueError with a message after the owner's queue timeout, and
+    JobStopped (a ValueError) once the server is shutting down."""
+    check_running()
     policy = current_policy()
     queue = model_queue(queue_key(model), policy.concurrency(model.device.type))
-    box = None
+    box = slot
     start = time.perf_counter()
 
     def on_wait(ahead: int, waited_s: float) -> None:
@@ -150,6 +155,7 @@ def model_turn(model, what: str = "your round") -> Iterator[float]:
     try:
         with queue.turn(on_wait, timeout_s=policy.queue_timeout_s) as waited:
             timing.add_queue_wait(waited)
+            log.debug("specviz turn: %s waited %.3f s for %s", what, waited, queue.name)  # scripts/contention.py reads this
             if box is not None:
                 box.empty()
             yield waited
@@ -160,6 +166,44 @@ def model_turn(model, what: str = "your round") -> Iterator[float]:
     finally:
         if box is not None:
             box.empty()
+
+
+# --- long jobs: one turn per run, one job per participant --------------------------------------------------------
+
+_jobs = LongJobs()
+
+
+def _session_id() -> str | None:
+    from streamlit.runtime.scriptrunner import get_script_run_ctx
+
+    ctx = get_script_run_ctx()
+    return ctx.session_id if ctx is not None else None
+
+
+@contextmanager
+def long_job(model, job: str, each: str) -> Iterator[Turn]:
+    """A long job of this session (job: "a benchmark sweep"): refused in shared mode while the session runs another.
+    Yields a Turn: each call takes one model turn (each: "the sweep's next run" while waiting), shows the place in
+    line in one slot, and raises JobStopped between runs once the tab is gone or the server stops."""
+    sid = _session_id()
+    hold = _jobs.hold(sid, job) if current_policy().shared and sid else contextlib.nullcontext()
+    slot = st.empty()
+    with hold:
+
+        def turn():
+            rt = _runtime()
+            if sid and rt is not None and not rt.is_active_session(sid):
+                raise JobStopped(f"This tab disconnected, so {job} stopped to leave the model to the others.")
+            return model_turn(model, each, slot)
+
+        yield turn
+
+
+def running_job() -> str | None:
+    """What long job this session runs now ("a benchmark sweep"), or None."""
+    sid = _session_id()
+    job = _jobs.running(sid) if sid else None
+    return job.what if job else None
 
 
 # --- memory: free what a closed or idle session holds ----------------------------------------------------------
@@ -219,8 +263,7 @@ def _trim() -> None:
 
 
 def _sweep_forever() -> None:
-    while True:
-        time.sleep(SWEEP_EVERY_S)
+    while not shutting_down.wait(SWEEP_EVERY_S):  # stops with the server (and is a daemon thread besides)
         try:
             rt = _runtime()
             if rt is None:
@@ -243,6 +286,7 @@ def _start_sweeper() -> None:
     with _sweeper_lock:
         if not _sweeper_started:
             threading.Thread(target=_sweep_forever, name="specviz-session-sweeper", daemon=True).start()
+            stop_at_exit(turns_in_flight)  # SIGTERM: no new model turn, and the ones in flight end before the process does
             _sweeper_started = True
 
 

@@ -17,6 +17,7 @@ from specviz.config import RunConfig
 from specviz.ui.replay import ReplaySession, ReplayState
 from specviz.ui.saved_runs import step_and_save
 from specviz.ui.session import PageState, StepSession, friendly_error, start_session
+from specviz.viz.markdown import md_text
 
 
 class Stage(Protocol):
@@ -143,7 +144,7 @@ class LiveStage:
         try:
             self.state.session = start_session(self.state, self.config, self.compare, self.prompt)
         except Exception as exc:
-            st.error(friendly_error(exc))
+            st.error(md_text(friendly_error(exc)))
             return False
         return True
 
@@ -154,7 +155,7 @@ class LiveStage:
             return
         changed = session.changes(self.config, self.compare, self.prompt)
         st.warning(
-            "The settings changed since this run started (" + "; ".join(changed or ["see the sidebar"]) + "). "
+            "The settings changed since this run started (" + md_text("; ".join(changed or ["see the sidebar"])) + "). "
             "Step and Run to end continue the run below with its own settings; press **Reset** to start over with the new ones."
         )
 

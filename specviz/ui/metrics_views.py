@@ -12,6 +12,7 @@ from specviz.profile import shipped_profiles
 from specviz.ui.memo import memo, round_key
 from specviz.ui.step_views import MEASURING, ViewRun, ViewSource, measuring, run_frame
 from specviz.viz import verify_cost_ratio
+from specviz.viz.markdown import md_text
 from specviz.viz.metrics import decay_note, metrics_frame, position_figure, positions_frame
 
 
@@ -54,7 +55,7 @@ def panel(session: ViewSource) -> None:
     )
     for run in runs:
         c, verify, label = _costs(session, run)
-        st.markdown(f"**{run.label}.** " + decay_note(metrics[run.label], c, verify, label))
+        st.markdown(f"**{md_text(run.label)}.** " + decay_note(metrics[run.label], c, verify, label))
 
 
 def _panel_parts(session: ViewSource, runs: list[ViewRun]) -> tuple[dict[str, RunMetrics], object, object]:

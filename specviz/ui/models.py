@@ -14,6 +14,7 @@ import torch
 
 from specviz.models import LoadedModel, ModelLoadError, early_exit_view, load_model
 from specviz.ui.access import current_policy
+from specviz.viz.markdown import md_text
 
 log = logging.getLogger(__name__)
 GGUF_EXPANSION = 8  # a 4-bit GGUF de-quantised to float32 takes about 8x its file size
@@ -85,12 +86,12 @@ def get_model(
     loaded = st.session_state.setdefault("_specviz_loaded_models", set())
     if key in loaded:
         return _cached_model(*key)
-    with st.status(f"Loading {source} on {device}…", expanded=False) as status:
+    with st.status(f"Loading {md_text(source)} on {md_text(device)}…", expanded=False) as status:  # labels are Markdown
         try:
             model = _cached_model(*key)
         except (MemoryError, torch.OutOfMemoryError) as exc:
             raise ModelLoadError(f"{source} does not fit in the memory left on this machine; the models already loaded are untouched. Pick a smaller model.") from exc
-        status.update(label=f"Loaded {model.name} ({model.num_layers} layers, {model.device}, {str(model.dtype).removeprefix('torch.')})", state="complete")
+        status.update(label=f"Loaded {md_text(model.name)} ({model.num_layers} layers, {model.device}, {str(model.dtype).removeprefix('torch.')})", state="complete")
     loaded.add(key)
     return model
 

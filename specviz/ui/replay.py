@@ -6,7 +6,6 @@ Also: the example recordings menu (assets/recordings/), opening an upload, and s
 from __future__ import annotations
 
 import logging
-import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,6 +27,7 @@ from specviz.recording import (
 )
 from specviz.ui.session import StepSession, load_target
 from specviz.viz.figures import BASELINE_RUN
+from specviz.viz.markdown import md_text
 
 log = logging.getLogger(__name__)
 
@@ -35,14 +35,6 @@ REPLAY_KEY = "specviz_replay"
 EXAMPLES_DIR = Path(__file__).resolve().parents[2] / "assets" / "recordings"
 NO_EXAMPLE = "—"
 MAX_UPLOAD_MB = MAX_BYTES // 2**20
-
-
-MARKDOWN_SPECIAL = re.compile(r"([\\`*_{}\[\]()<>#+\-.!|~$])")
-
-
-def md_escape(text: str) -> str:
-    """Text from a file, shown literally inside st.markdown / st.info / st.error."""
-    return MARKDOWN_SPECIAL.sub(r"\\\1", text)
 
 
 @dataclass
@@ -157,10 +149,10 @@ class ReplaySession:
     def banner(self) -> str:
         """Markdown; everything from the file is escaped (a title could hold links, images or HTML)."""
         rec = self.recording
-        runs = " and ".join(f"**{md_escape(r.label)}**" for r in rec.runs)
-        title = f"“{md_escape(rec.title)}” — " if rec.title else ""
+        runs = " and ".join(f"**{md_text(r.label)}**" for r in rec.runs)
+        title = f"“{md_text(rec.title)}” — " if rec.title else ""
         return (
-            f"**Replay** of {md_escape(self.source)}: {title}{runs}, recorded with {md_escape(rec.describe())}. "
+            f"**Replay** of {md_text(self.source)}: {title}{runs}, recorded with {md_text(rec.describe())}. "
             "No model is loaded: Step, Run to end, Play and Reset walk through the recorded rounds; the sidebar's settings do not apply."
         )
 
@@ -302,7 +294,7 @@ def controls(state: ReplayState) -> None:
         help="A .json file saved with Save run or written by `python -m specviz generate --record FILE`.",
     )  # fmt: skip
     if state.error:
-        st.error(md_escape(state.error))
+        st.error(md_text(state.error))
     if state.session is not None:
         st.info(state.session.banner())
         st.button("Back to live mode", key="live_mode", on_click=_on_leave)

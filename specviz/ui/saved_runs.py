@@ -33,6 +33,7 @@ from specviz.ui.session import (
     request_baseline,
     step_session,
 )
+from specviz.viz.markdown import md_text
 from specviz.workshop.saved_runs import RunStore, SavedRun, SavedRunError, check_token, new_token
 
 log = logging.getLogger(__name__)
@@ -48,7 +49,7 @@ def run_store() -> RunStore | None:
     try:
         return RunStore.from_env()
     except ValueError as exc:
-        st.error(f"Runs are not saved on this server: {exc}")
+        st.error(f"Runs are not saved on this server: {md_text(exc)}")
         return None
 
 
@@ -68,7 +69,7 @@ def save_run(session: StepSession) -> None:
         log.warning("could not save run: %s", exc)
         if not st.session_state.get(WARNED_KEY):
             st.session_state[WARNED_KEY] = True
-            st.warning(f"This run cannot be saved ({exc}). It goes on, but a reload or a server restart will lose it.", icon="💾")
+            st.warning(f"This run cannot be saved ({md_text(exc)}). It goes on, but a reload or a server restart will lose it.", icon="💾")
         return
     if st.query_params.get(RUN_PARAM) != session.run_token:
         st.query_params[RUN_PARAM] = session.run_token
@@ -114,7 +115,7 @@ def restore_run(state: PageState) -> None:
 
 
 def _refuse(message: str) -> None:
-    st.warning(message, icon="🔗")
+    st.warning(md_text(message), icon="🔗")
     if RUN_PARAM in st.query_params:
         del st.query_params[RUN_PARAM]
 

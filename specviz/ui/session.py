@@ -31,6 +31,7 @@ from specviz.runs import build_decoder, exit_layer_for
 from specviz.ui import timing
 from specviz.ui.access import model_turn, target_queue
 from specviz.ui.models import get_early_exit, get_model
+from specviz.viz.markdown import md_text
 from specviz.viz.tokens import TokenTable
 
 log = logging.getLogger(__name__)
@@ -281,7 +282,7 @@ def step_session(session: StepSession) -> bool:
             with timing.round_clock():
                 _round(session)
     except ValueError as exc:
-        st.warning(str(exc))
+        st.warning(md_text(exc))
         return False
     return True
 

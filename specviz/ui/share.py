@@ -24,6 +24,7 @@ import streamlit as st
 
 from specviz.config import DRAFTER_KINDS, EMBEDDED_TARGET, MAX_NEW_TOKENS, RunConfig, validate_prompt
 from specviz.core.decoding import MAX_DRAFT_TOKENS
+from specviz.viz.markdown import md_text
 
 # The widget keys a link carries, in the order the link lists them.
 SHARED_KEYS: tuple[str, ...] = ("drafter", "num_draft_tokens", "temperature", "top_k", "top_p", "seed", "max_new_tokens", "target", "prompt")
@@ -154,7 +155,7 @@ def restore_from_query() -> Restored | None:
     for key, value in restored.values.items():
         st.session_state[key] = value
     for text in restored.warnings:
-        st.warning(text, icon="🔗")
+        st.warning(md_text(text), icon="🔗")  # the text quotes the URL: escaped, so a link in it stays text
     return restored
 
 

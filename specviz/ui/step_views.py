@@ -34,6 +34,7 @@ from specviz.viz import (
     visible_plain,
 )
 from specviz.viz.figures import BASELINE_RUN
+from specviz.viz.markdown import md_code, md_text
 
 
 class ViewRun(Protocol):
@@ -138,7 +139,7 @@ def token_stream(session: ViewSource, run: ViewRun, legend: bool = True) -> None
         st.html(legend_html())
     st.html(memo(session, f"stream:{run.label}", (len(run.records),), lambda: token_stream_html(session.prompt_texts, stream_frame(run.records, session.token_text))))
     if run.error:
-        st.error(run.error)
+        st.error(md_text(run.error))
     elif run.done:
         st.caption("This run is finished. Press Reset to start again.")
 
@@ -162,7 +163,7 @@ def divergence_note(session: ViewSource, run: ViewRun) -> None:
     margin = "–" if d.margin is None else f"{d.margin:.4g}"
     base_margin = "–" if d.baseline_margin is None else f"{d.baseline_margin:.4g}"
     st.warning(
-        f"{run.label}: this greedy run differs from plain greedy decoding at new token {d.position + 1} "
+        f"{md_text(run.label)}: this greedy run differs from plain greedy decoding at new token {d.position + 1} "
         f"(token id {d.token} here, {d.baseline_token} in the baseline). "
         f"The target's top-2 logit margin there: {margin} (baseline {base_margin}). Greedy identity is a float32 guarantee: "
         "in bfloat16/float16 the batched verify pass rounds differently from one-token steps and can flip a near-tie."
@@ -180,7 +181,7 @@ def live_progress(session: ViewSource) -> None:
     for col, run in zip(cols, session.runs):
         with col:
             df = run_frame(session, run)
-            st.markdown(f"**{run.label}** · round {len(df)} · {num_generated(run)} tokens · α {_fmt(_last(df, 'alpha'))} · {_fmt(_last(df, 'tokens_per_pass'))} tokens/pass")
+            st.markdown(f"**{md_text(run.label)}** · round {len(df)} · {num_generated(run)} tokens · α {_fmt(_last(df, 'alpha'))} · {_fmt(_last(df, 'tokens_per_pass'))} tokens/pass")
             st.html(token_stream_html(session.prompt_texts, stream_frame(run.records, session.token_text), show_prompt=False))
 
 
@@ -200,7 +201,7 @@ def inspector(session: ViewSource) -> None:
         return
     run = runs[0]
     if len(runs) > 1:
-        label = st.radio("run", [r.label for r in runs], horizontal=True, key="inspect_run")
+        label = st.radio("run", [r.label for r in runs], horizontal=True, key="inspect_run", format_func=md_text)
         run = next(r for r in runs if r.label == label)
     n = len(run.records)
     left, right = st.columns([1, 3])
@@ -219,7 +220,7 @@ def inspector(session: ViewSource) -> None:
             "position in the round",
             positions,
             index=default,
-            format_func=lambda i: _position_label(record, i, session.token_text),
+            format_func=lambda i: md_text(_position_label(record, i, session.token_text)),  # radio options are Markdown
             key=f"inspect_pos_{run.label}_{round_index}",
         )
     info = position_info(record, position)
@@ -254,17 +255,17 @@ def _position_story(info, session: ViewSource) -> str:
     if info.kind == "draft":
         verdict = "**kept**" if info.fate == "accepted" else "**rejected**"
         lines = [
-            f"Drafted `{visible_plain(t(info.drafted))}`: p_target = {_fmt(info.p_target, '.3f')}, q_draft = {_fmt(info.q_draft, '.3f')}.",
+            f"Drafted {md_code(visible_plain(t(info.drafted)))}: p_target = {_fmt(info.p_target, '.3f')}, q_draft = {_fmt(info.q_draft, '.3f')}.",
             f"min(1, p/q) = {_fmt(info.accept_prob, '.3f')} against u = {_fmt(info.uniform, '.3f')} → {verdict}.",
         ]
         if info.next_fate == "resampled":
-            lines.append(f"Resampled `{visible_plain(t(info.next_token))}` from the residual.")
+            lines.append(f"Resampled {md_code(visible_plain(t(info.next_token)))} from the residual.")
         return "  \n".join(lines)
     if info.next_token is None:
         return "The run stopped before this token."
     if info.kind == "bonus":
-        return f"Every draft was kept, so this pass's last distribution gives a **bonus** token for free: `{visible_plain(t(info.next_token))}`."
-    return f"Nothing was drafted this round: a plain target step sampled `{visible_plain(t(info.next_token))}`."
+        return f"Every draft was kept, so this pass's last distribution gives a **bonus** token for free: {md_code(visible_plain(t(info.next_token)))}."
+    return f"Nothing was drafted this round: a plain target step sampled {md_code(visible_plain(t(info.next_token)))}."
 
 
 def first_charts(session: ViewSource) -> bool:
@@ -325,7 +326,7 @@ def _curve_figures(session: ViewSource, runs: list[ViewRun]) -> dict:
 def speedup_note(session: ViewSource, runs: list[ViewRun]) -> str:
     """Why measured and predicted speedups differ: the formula charges one target pass per round."""
     if session.baseline.error:
-        return f"No baseline, so no measured speedup: {session.baseline.error}"
+        return f"No baseline, so no measured speedup: {md_text(session.baseline.error)}"
     if not session.baseline.records:
         return f"Measured speedup: {MEASURING} the baseline (plain decoding of the same prompt) runs in the background, after every waiting round."
     notes = []
@@ -337,7 +338,7 @@ def speedup_note(session: ViewSource, runs: list[ViewRun]) -> str:
             continue
         k = int(df["k_mean"].iloc[-1])
         corrected = theory_speedup(alpha, k, c, verify_cost=v)
-        notes.append(f"{run.label}: c = {c:.2f}; verifying k+1 tokens took {v:.2f}× a one-token pass (the formula assumes 1×); charging that, it predicts {corrected:.2f}×.")
+        notes.append(f"{md_text(run.label)}: c = {c:.2f}; verifying k+1 tokens took {v:.2f}× a one-token pass (the formula assumes 1×); charging that, it predicts {corrected:.2f}×.")
     head = (
         "Measured: the baseline's decode time for as many tokens ÷ this run's (prefill excluded), drawn as far as the "
         "baseline has been measured (it is timed in the background; a baseline that stopped at EOS sooner is extrapolated at its mean pace). "

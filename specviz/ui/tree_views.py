@@ -6,6 +6,7 @@ import streamlit as st
 
 from specviz.ui.memo import memo
 from specviz.ui.step_views import ViewSource
+from specviz.viz.markdown import md_text
 from specviz.viz.tree import mask_figure, tree_figure
 
 
@@ -18,7 +19,7 @@ def tree_rounds(session: ViewSource) -> None:
     st.subheader("Token tree")
     run = runs[0]
     if len(runs) > 1:
-        label = st.radio("tree run", [r.label for r in runs], horizontal=True, key="tree_run")
+        label = st.radio("tree run", [r.label for r in runs], horizontal=True, key="tree_run", format_func=md_text)  # options are Markdown
         run = next(r for r in runs if r.label == label)
     trees = [r for r in run.records if r.is_tree]
     if len(trees) == 1:

@@ -1,0 +1,147 @@
+"""Long jobs share the model like rounds: a sweep, the lab's samplers, the cost profile and the numerics comparison
+take one model turn per run (or per pass), never one for the whole job; a Step waiting behind a sweep gets the
+model after one run, not after the sweep; in shared mode a participant's second long job is refused with a message."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from streamlit.testing.v1 import AppTest
+
+from specviz.bench import SweepSpec, load_prompts, run_sweep
+from specviz.config import RunConfig
+from specviz.serving import ModelQueue
+
+PAGES = Path(__file__).resolve().parents[1] / "pages"
+PROMPTS = [{"category": "copy", "title": "cat", "prompt": "the cat sat on the mat and the dog sat on the log the cat sat on the"}]
+
+
+class CountingTurn:
+    """A Turn that counts its turns and checks they never overlap (a real ModelQueue underneath)."""
+
+    def __init__(self, queue: ModelQueue | None = None) -> None:
+        self.queue = queue or ModelQueue("test")
+        self.count = 0
+        self.held = False
+
+    @contextlib.contextmanager
+    def __call__(self):
+        with self.queue.turn():
+            assert not self.held
+            self.held, self.count = True, self.count + 1
+            try:
+                yield
+            finally:
+                self.held = False
+
+
+@pytest.fixture()
+def prompts(tmp_path):
+    path = tmp_path / "prompts.json"
+    path.write_text(json.dumps(PROMPTS), encoding="utf-8")
+    return load_prompts(path)
+
+
+def test_a_sweep_takes_one_turn_per_run_at_least(tiny_models, prompts):
+    spec = SweepSpec(drafters=("lookup",), ks=(2,), temperatures=(0.0,), max_new_tokens=8, chat=False, repeats=2, warmup=1)
+    turn = CountingTurn()
+    rows = run_sweep(tiny_models["llama"], prompts, spec, turn=turn)
+    assert turn.count >= spec.num_runs(1) == 6  # one per run; a run over SLICE_S takes more
+    assert rows[0].same_as_baseline
+
+
+def test_a_long_run_gives_the_model_back_between_rounds_and_waits_are_not_charged(tiny_models, prompts):
+    from specviz.bench import run_in_turns
+
+    turn, gaps = CountingTurn(), []
+
+    @contextlib.contextmanager
+    def turn_then_someone_else():
+        with turn():
+            yield
+        time.sleep(0.05)  # another session's round between two of ours
+        gaps.append(0.05)
+
+    make = lambda: _plain_decoder(tiny_models["llama"], prompts[0].prompt, 12)  # noqa: E731
+    start = time.perf_counter()
+    decoder, wall_s, _ = run_in_turns(make, turn_then_someone_else, slice_s=0.0)  # every round its own turn
+    elapsed = time.perf_counter() - start
+    assert decoder.done and turn.count == len(decoder.records) >= 2  # the first turn holds the prefill and round 0
+    straight = _plain_decoder(tiny_models["llama"], prompts[0].prompt, 12)
+    straight.run()
+    assert decoder.generated == straight.generated  # taking turns changes the timing only, never the tokens
+    assert wall_s + sum(gaps) <= elapsed + 1e-3, "the time between turns is not the run's time"
+
+
+def _plain_decoder(target, prompt: str, max_new_tokens: int):
+    from specviz.models import encode_prompt
+    from specviz.runs import build_decoder
+
+    config = RunConfig(target=target.name, drafter="lookup", num_draft_tokens=2, temperature=0.0, max_new_tokens=max_new_tokens, chat=False)
+    return build_decoder(config, target, encode_prompt(target.tokenizer, prompt, False))
+
+
+def test_a_step_behind_a_sweep_waits_for_one_run_not_the_sweep(tiny_models, prompts):
+    queue = ModelQueue("fair")
+    spec = SweepSpec(drafters=("lookup",), ks=(2, 4), temperatures=(0.0,), max_new_tokens=16, chat=False, repeats=3, warmup=1)
+    started, waits = threading.Event(), []
+    sweep_turn = CountingTurn(queue)
+
+    def sweep():
+        started.set()
+        run_sweep(tiny_models["llama"], prompts, spec, turn=sweep_turn)
+
+    t = threading.Thread(target=sweep)
+    t.start()
+    started.wait(5)
+    while t.is_alive() and len(waits) < 5:
+        with queue.turn() as waited:  # a Step: one short turn
+            waits.append(waited)
+        time.sleep(0.01)
+    t.join(120)
+    assert len(waits) == 5 and sweep_turn.count >= spec.num_runs(1)
+    assert max(waits) < 10.0  # one run of a tiny model, far below the sweep's length
+
+
+def test_lab_profile_and_numerics_take_many_turns(tiny_models):
+    from specviz.lab import sample_real
+    from specviz.numerics import compare
+    from specviz.profile import measure_profile
+
+    target = tiny_models["llama"]
+    turn = CountingTurn()
+    config = RunConfig(target=target.name, drafter="lookup", num_draft_tokens=1, temperature=1.0, max_new_tokens=2, chat=False)
+    sample_real(config, target, "the cat sat on the cat sat on", "engine", 4, turn=turn)
+    assert turn.count == 4  # one per pair of runs
+    turn.count = 0
+    measure_profile(target, max_tokens=3, context_length=8, repeats=2, number=1, drafters=("lookup",), turn=turn)
+    assert turn.count >= 2 * 4  # one per measurement (3 pass sizes + a drafter, twice) plus the setup
+    turn.count = 0
+    ids = target.tokenizer("the cat sat on the mat")["input_ids"]
+    compare({"float32": target}, ids, max_new_tokens=4, k=2, drafter="lookup", turn=turn)
+    assert turn.count == 3  # plain, speculative, the scoring sweep
+
+
+def test_a_second_long_job_of_one_participant_is_refused_with_a_message(tiny_models, monkeypatch):
+    import specviz.ui.access as access
+    import specviz.ui.models as ui_models
+
+    monkeypatch.setenv("SPECVIZ_MODE", "shared")
+    monkeypatch.setenv("SPECVIZ_TARGETS", tiny_models["llama"].name)
+    monkeypatch.setattr(ui_models, "get_model", lambda *a, **k: tiny_models["llama"])
+    monkeypatch.setattr(access, "_session_id", lambda: "participant-1")
+    at = AppTest.from_file(str(PAGES / "benchmark.py"), default_timeout=120)
+    at.run()
+    with access._jobs.hold("participant-1", "the cost profile"):
+        at.button(key="bench_run").click().run()
+    assert not at.exception
+    assert any("already have the cost profile running" in e.value for e in at.error), [e.value for e in at.error]
+    at.slider(key="bench_max_new_tokens").set_value(8).run()
+    at.button(key="bench_run").click().run()  # the slot is free again: the sweep runs
+    assert not at.exception and not at.error, [e.value for e in at.error]
+    assert "Run benchmark" in [b.label for b in at.button] and "One long job per participant" in at.button(key="bench_run").help
