@@ -348,3 +348,30 @@ def test_ngram_drafter_on_a_tiny_transformers_model(tiny_models):
     base.run()
     assert spec.generated == base.generated
     assert spec.stats().drafted > 0
+
+
+@pytest.mark.parametrize("width", [1, 2, 3])
+@pytest.mark.parametrize(
+    "seq",
+    [
+        [7, 1, 2, 3, 7],  # fresh prose: a unigram seen once is no evidence, the chain does not draft
+        [1, 2, 3, 4, 1, 2, 3, 5, 1, 2],  # the chain drafts one token, then the evidence runs out
+        [1, 2, 3, 1, 2, 3, 1, 2],  # a repeated passage: the chain drafts to the budget
+    ],
+)
+def test_the_tree_stops_where_the_chain_stops_at_the_default_threshold(seq, width):
+    chain = NGramDrafter(V, mode="greedy")  # the default threshold; greedy so the chain is the spine
+    chain.prepare(seq)
+    spine = chain.propose(seq, 4, gen()).token_ids
+    tree_drafter = NGramDrafter(V)
+    tree_drafter.prepare(seq)
+    tree = tree_drafter.propose_tree(seq, 4 * width, width, gen())
+    depth, node = 0, -1
+    while True:  # walk the spine: the first child of each level
+        kids = [i for i, parent in enumerate(tree.parents) if parent == node]
+        if not kids:
+            break
+        node = kids[0]
+        depth += 1
+        assert tree.token_ids[node] == spine[depth - 1]
+    assert depth == len(spine)

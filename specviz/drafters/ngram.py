@@ -158,6 +158,18 @@ class NGramDrafter:
         elif len(committed) > len(seen):
             self.counts.extend(committed[len(seen) :])
 
+    def followers(self, suffix: Sequence[int]) -> Counter[int] | None:
+        """What followed the suffix at the longest matching order, or None where drafting stops: no order
+        matches (nothing to say), or the confidence is below the threshold (too little evidence to spend
+        verify compute on). The one stopping rule of the chain and the tree (specviz.drafters.tree)."""
+        found = self.counts.match(suffix)
+        if found is None:
+            return None
+        order, counter = found
+        if confidence(counter, order, self.n_max, self.prior, self.backoff) < self.threshold:
+            return None
+        return counter
+
     def propose(self, context: Sequence[int], k: int, generator: torch.Generator) -> Draft:
         if k <= 0:
             return Draft(())
@@ -167,12 +179,9 @@ class NGramDrafter:
         ids: list[int] = []
         support: list[tuple[list[int], list[float]]] = []  # per drafted token: (ids, probabilities)
         for _ in range(k):
-            found = self.counts.match(suffix)
-            if found is None:
-                break  # no order matches: nothing to say
-            order, counter = found
-            if confidence(counter, order, self.n_max, self.prior, self.backoff) < self.threshold:
-                break  # too little evidence to spend verify compute on it
+            counter = self.followers(suffix)
+            if counter is None:
+                break
             tokens, probs = smoothed(counter, self.smoothing)
             if self.mode == "greedy":
                 tok = tokens[0]

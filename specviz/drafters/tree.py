@@ -79,19 +79,17 @@ def model_tree(drafter: ModelDrafter, context: Sequence[int], k: int, width: int
 
 def ngram_tree(drafter: NGramDrafter, context: Sequence[int], k: int, width: int) -> TreeDraft:
     """The W most frequent followers per level; the spine stops where the drafter's chain would stop
-    (no order matches, or q's top mass below the threshold)."""
+    (no order matches, or the count-aware confidence below the threshold)."""
     if k <= 0:
         return TreeDraft((), ())
     drafter.rollback(context)  # count what was committed since the last round
     suffix = list(context[max(0, len(context) - drafter.n_max) :])
     levels: list[tuple[list[int], torch.Tensor | None]] = []
     for size in level_sizes(k, width):
-        counter = drafter.counts.lookup(suffix)
+        counter = drafter.followers(suffix)  # the chain's stopping rule (NGramDrafter.followers)
         if counter is None:
             break
         tokens, probs = smoothed(counter, drafter.smoothing)
-        if probs[0] < drafter.threshold:
-            break
         q = torch.zeros(drafter.vocab_size)
         q[tokens] = torch.tensor(probs)
         levels.append((tokens[:size], q))
