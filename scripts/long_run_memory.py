@@ -44,6 +44,8 @@ class ToyLM:
 
     logits(next | last id) = E[last] @ W: a random low-rank bigram model; the 'cache' is the token list."""
 
+    can_verify_tree = False
+
     def __init__(self, vocab_size: int = 49_152, dim: int = 16, seed: int = 0) -> None:
         g = torch.Generator().manual_seed(seed)
         self.vocab_size = vocab_size
@@ -56,7 +58,7 @@ class ToyLM:
     def tokens(self) -> Sequence[int]:
         return self._tokens
 
-    def extend(self, ids: Sequence[int]) -> torch.Tensor:
+    def extend(self, ids: Sequence[int], last_only: bool = False) -> torch.Tensor:
         self._tokens.extend(int(i) for i in ids)
         return self.embed[torch.tensor(list(ids))] @ self.head  # (T, V)
 

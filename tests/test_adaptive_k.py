@@ -19,6 +19,8 @@ PROMPT = [1, 2, 3, 4, 1, 2, 3, 4, 1, 2, 3, 5, 1, 2]
 class BigramLM:
     """A toy CachedLM in plain torch: logits depend on the current token only."""
 
+    can_verify_tree = False
+
     def __init__(self, seed: int = 0) -> None:
         g = torch.Generator().manual_seed(seed)
         self.table = torch.randn(V, V, generator=g) * 2.0  # (token, V)
@@ -30,7 +32,7 @@ class BigramLM:
     def tokens(self) -> Sequence[int]:
         return self._tokens
 
-    def extend(self, ids: Sequence[int]) -> torch.Tensor:
+    def extend(self, ids: Sequence[int], last_only: bool = False) -> torch.Tensor:
         self._tokens.extend(int(i) for i in ids)
         return self.table[torch.tensor(list(ids))]  # (len(ids), V)
 

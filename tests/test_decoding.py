@@ -25,6 +25,8 @@ class TableLM:
     """A toy CachedLM: logits at a position depend on the token there, the one before it, and the
     position itself, so a cache holding the wrong tokens or the wrong length changes what comes out."""
 
+    can_verify_tree = False
+
     def __init__(self, seed: int, vocab_size: int = V, noise: float = 0.0, scale: float = 1.0) -> None:
         g = torch.Generator().manual_seed(seed)
         self.cur = torch.randn(vocab_size, vocab_size, generator=g) * 2.5  # (token, V)
@@ -48,7 +50,7 @@ class TableLM:
         i = len(seq) - 1
         return (self.cur[seq[i]] + self.prev[seq[i - 1] if i > 0 else 0] + self.pos[i % 5]) * self.scale
 
-    def extend(self, ids: Sequence[int]) -> torch.Tensor:
+    def extend(self, ids: Sequence[int], last_only: bool = False) -> torch.Tensor:
         if len(ids) == 0:
             raise ValueError("extend() needs at least one token")
         self.extend_calls += 1
@@ -328,7 +330,7 @@ def test_bad_decode_config_and_empty_prompt_raise():
 @pytest.mark.parametrize("kind", ["model", "lookup", "none"])
 def test_building_the_record_is_outside_round_ms(kind, monkeypatch):
     """A slow record step (top-N rows) shows up in record_ms and leaves round_ms alone, for plain decoding too."""
-    import specviz.core.decoding as decoding
+    import specviz.core.rounds as decoding  # the one record builder, chains and trees
 
     slow_ms = 150.0
     to_host = decoding._to_host  # gathers the top-N rows and moves the record's numbers to the host

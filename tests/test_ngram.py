@@ -38,6 +38,8 @@ def logit_table(vocab_size: int, seed: int, sharpness: float = 2.0) -> torch.Ten
 class TableLM:
     """A toy CachedLM in plain torch: next-token logits are a fixed table of the last two tokens."""
 
+    can_verify_tree = False
+
     def __init__(self, vocab_size: int, seed: int = 0) -> None:
         self.table = logit_table(vocab_size, seed)  # (prev, cur, V)
         self.vocab_size = vocab_size
@@ -51,7 +53,7 @@ class TableLM:
     def next_logits(self, prev: int, cur: int) -> torch.Tensor:
         return self.table[prev, cur]
 
-    def extend(self, ids: Sequence[int]) -> torch.Tensor:
+    def extend(self, ids: Sequence[int], last_only: bool = False) -> torch.Tensor:
         rows = []
         for tok in ids:
             prev = self._tokens[-1] if self._tokens else 0

@@ -186,6 +186,8 @@ def _parse(markup: str) -> _TagCollector:
 class _RepeatLM:
     """A CachedLM that always predicts (next id) = (last id + 1) mod V: every round emits tokens."""
 
+    can_verify_tree = False
+
     vocab_size = len(PAYLOADS)
     device = torch.device("cpu")
 
@@ -196,7 +198,7 @@ class _RepeatLM:
     def tokens(self):
         return self._tokens
 
-    def extend(self, ids):
+    def extend(self, ids, last_only=False):
         self._tokens.extend(ids)
         nxt = (torch.tensor(list(ids)) + 1) % self.vocab_size
         return torch.nn.functional.one_hot(nxt, self.vocab_size).float() * 20.0

@@ -23,6 +23,9 @@ GREEDY = SamplingConfig()
 class TreeTableLM(TableLM):
     """The toy target that also scores a token tree in one call: each node from its own path."""
 
+    can_verify_tree = True
+    tree_problem = None
+
     def extend_tree(self, ids: Sequence[int], parents: Sequence[int]) -> torch.Tensor:
         self.extend_calls += 1
         base = list(self._tokens)

@@ -37,6 +37,8 @@ TEXTS = {i: f"t{i}" for i in range(VOCAB)}
 class BigramLM:
     """A CachedLM whose next-token logits depend only on the last token: a fixed random table."""
 
+    can_verify_tree = False
+
     def __init__(self, seed: int, sharpness: float = 3.0) -> None:
         g = torch.Generator().manual_seed(seed)
         self.table = torch.randn(VOCAB, VOCAB, generator=g) * sharpness  # (V, V): row = previous token
@@ -48,7 +50,7 @@ class BigramLM:
     def tokens(self) -> Sequence[int]:
         return self._tokens
 
-    def extend(self, ids: Sequence[int]) -> torch.Tensor:
+    def extend(self, ids: Sequence[int], last_only: bool = False) -> torch.Tensor:
         self._tokens.extend(ids)
         return self.table[torch.tensor(list(ids))]  # (len(ids), V)
 
