@@ -24,6 +24,7 @@ from specviz.core.decoding import MAX_DRAFT_TOKENS
 from specviz.core.tree import MAX_TREE_WIDTH
 from specviz.ui import access
 from specviz.ui.keys import BENCH_RESULTS_KEY
+from specviz.ui.models import sweep_models
 from specviz.ui.navigation import route_through_app
 from specviz.viz.bench import SPEEDUP_METRICS, has_trees, speedup_vs_k_figure, theory_overlay_figure
 
@@ -143,20 +144,12 @@ if spec is not None:
         st.warning("That is a long sweep on a CPU; the command line runs the same sweep headless: `python -m specviz bench`.")
     if st.button("Run benchmark", type="primary", key="bench_run", disabled=runs > policy.max_runs):
         try:
-            from specviz.ui.models import get_early_exit, get_model
-
-            target = get_model(target_source, device)
-            draft = get_model(draft_source, device) if "model" in spec.drafters else None
-            early = None
-            if "early-exit" in spec.drafters:
-                from specviz.config import RunConfig
-                from specviz.runs import exit_layer_for
-
-                early = get_early_exit(target, exit_layer_for(RunConfig(target=target_source, drafter="early-exit"), target))
+            models = sweep_models(target_source, draft_source, device, spec.drafters)
+            target = models.target
             with access.model_turn(target, "your sweep"):  # the whole sweep is one turn: its timings see no one else's rounds
                 bar = st.progress(0.0, text="warming up…")
                 rows = run_sweep(
-                    target, chosen, spec, draft=draft, early_exit=early,
+                    target, chosen, spec, draft=models.draft, early_exit=models.early_exit,
                     on_progress=lambda done, total, message: bar.progress(done / total, text=f"[{done}/{total}] {message}"),
                 )
             bar.empty()

@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
 from specviz.core.theory import MAX_K, VerifyCurve
+from specviz.drafters.specs import ONE_MODEL_KINDS
 
 if TYPE_CHECKING:
     from specviz.models import LoadedModel
@@ -38,7 +39,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 SCHEMA = "specviz.profile/1"
-PROFILE_DRAFTERS: tuple[str, ...] = ("ngram", "lookup", "early-exit")  # the drafters that need no second model
+PROFILE_DRAFTERS: tuple[str, ...] = ONE_MODEL_KINDS  # the drafters that need no second model
 ASSETS = Path(__file__).resolve().parent.parent / "assets"
 MAX_PROFILE_BYTES = 200_000
 Clock = Literal["wall", "cpu"]

@@ -17,18 +17,12 @@ import streamlit as st
 from specviz.config import DRAFTER_KINDS, EMBEDDED_TARGET, MAX_NEW_TOKENS, RunConfig
 from specviz.core.decoding import MAX_DRAFT_TOKENS
 from specviz.core.tree import MAX_TREE_WIDTH
+from specviz.drafters.specs import TREE_KINDS, branches, drafter_label, drafter_spec
 from specviz.policy import Policy
 from specviz.ui.access import current_policy, limited, refused
 from specviz.ui.prompts import load_examples
 from specviz.ui.share import restore_from_query
 
-DRAFTER_LABELS = {
-    "lookup": "prompt lookup (copies n-grams from the context)",
-    "ngram": "context n-gram model (a real q from counts)",
-    "model": "draft model (a smaller LM)",
-    "early-exit": "early exit (the target's first L layers)",
-    "none": "none: plain target decoding",
-}
 CUSTOM = "custom (type the ids below)"
 # label -> (target, draft). The hub presets need a cached download or 'allow downloads'.
 MODEL_PAIRS: dict[str, tuple[str, str]] = {
@@ -39,7 +33,6 @@ MODEL_PAIRS: dict[str, tuple[str, str]] = {
 }
 DEFAULTS = RunConfig()  # the sidebar starts from the engine's defaults (drafter, k, n-gram settings, ...)
 COMPARE_OFF = "off"
-TREE_DRAFTERS = ("ngram", "model", "early-exit")  # drafters that propose token trees; the others draft chains only
 PLAY_PACES = (0.25, 0.5, 1.0, 2.0)  # seconds between auto-steps
 DEVICES = ("auto", "cpu", "cuda", "mps")
 DTYPES = ("auto", "float32", "bfloat16", "float16")
@@ -50,10 +43,6 @@ NUMBERS: dict[str, tuple[type, float, float]] = {
     "ngram_max": (int, DEFAULTS.ngram_min, 8), "ngram_threshold": (float, 0.0, 1.0), "exit_layer": (int, 0, 200),
     "compare_tree_width": (int, 1, MAX_TREE_WIDTH),
 }  # fmt: skip
-
-
-def drafter_label(kind: str) -> str:
-    return DRAFTER_LABELS.get(kind, kind)
 
 
 @dataclass(frozen=True)
@@ -74,20 +63,15 @@ class Settings:
         if self.config is None or self.compare is None:
             return None
         width = self.compare_tree_width
-        if width > 1 and self.compare not in TREE_DRAFTERS:
+        if width > 1 and not drafter_spec(self.compare).can_branch:
             raise ValueError(
                 f"the {drafter_label(self.compare)} drafter drafts chains only, so run B cannot be a tree of width {width}; "
-                f"set the compare tree width to 1 or pick {', '.join(TREE_DRAFTERS)}."
+                f"set the compare tree width to 1 or pick {', '.join(TREE_KINDS)}."
             )
         compare = dataclasses.replace(self.config, drafter=self.compare, tree_width=width)
-        if self.compare == self.config.drafter and _branches(compare) == _branches(self.config):
+        if self.compare == self.config.drafter and branches(compare.drafter, width) == branches(self.config.drafter, self.config.tree_width):
             raise ValueError("run B would repeat run A; change its drafter or its tree width.")
         return compare
-
-
-def _branches(config: RunConfig) -> int:
-    """The tree width a run really drafts with (drafters that cannot branch draft chains whatever the width)."""
-    return config.tree_width if config.drafter in TREE_DRAFTERS else 1
 
 
 def _default(key: str, value) -> None:
@@ -117,7 +101,7 @@ def allowed_drafters(policy: Policy) -> list[str]:
     """The drafter menu: the draft-model drafter only where some draft model may be chosen."""
     if policy.allow_custom_models or policy.drafts:
         return list(DRAFTER_KINDS)
-    return [d for d in DRAFTER_KINDS if d != "model"]
+    return [d for d in DRAFTER_KINDS if not drafter_spec(d).needs_model]
 
 
 def refuse_forced(policy: Policy) -> None:
