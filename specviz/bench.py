@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING
 
 from specviz.config import RunConfig
 from specviz.core.decoding import MAX_DRAFT_TOKENS, SpeculativeDecoder
-from specviz.core.records import RunStats
+from specviz.core.metrics import RunStats
 from specviz.core.theory import alpha_from_acceptance_rate, speedup
 from specviz.core.tree import MAX_TREE_WIDTH
 from specviz.drafters.specs import SPECULATIVE_KINDS

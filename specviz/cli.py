@@ -179,7 +179,7 @@ def _chain_step_to_json(r) -> dict:
 
 
 def stats_to_json(s, records=()) -> dict:
-    """RunStats plus the metrics named as vLLM names them (specviz.core.metrics); alpha stays null without a q_draft."""
+    """RunStats plus the metrics named as vLLM names them (specviz.core.metrics); the same alpha every view shows."""
     from specviz.core.metrics import run_metrics
 
     m = run_metrics(records).to_json()

@@ -300,11 +300,12 @@ def test_records_hold_what_the_round_decided():
     assert stats.alpha is not None and 0 < stats.alpha <= 1
 
 
-def test_lookup_records_have_one_hot_q_and_no_alpha():
+def test_lookup_records_have_one_hot_q_and_alpha_from_p_target():
     dec = run_checked(decoder("lookup", 4))
     drafted = [r for r in dec.records if r.drafted]
     assert drafted and all(not r.has_q and r.overlap == () and set(r.q_draft) == {1.0} for r in drafted)
-    assert dec.stats().alpha is None
+    checked = [p for r in drafted for p, f in zip(r.p_target, r.draft_fates) if f != "discarded"]
+    assert dec.stats().alpha == pytest.approx(sum(checked) / len(checked))  # sum_v min(p, one-hot q) = p(x)
 
 
 def test_same_seed_same_run():

@@ -7,8 +7,9 @@ streamlit or transformers.
 
 from specviz.core.decoding import DecodeConfig, SpeculativeDecoder
 from specviz.core.divergence import Divergence, first_divergence
+from specviz.core.metrics import RunStats, summarize
 from specviz.core.protocols import CachedLM, Drafter, TreeCachedLM, TreeDrafter
-from specviz.core.records import RunStats, StepRecord, TokenDist, summarize
+from specviz.core.records import StepRecord, TokenDist
 from specviz.core.sampling import SamplingConfig, draw, warp
 from specviz.core.verify import Decision, Verdict, decide, residual, verify
 

@@ -16,8 +16,9 @@ from dataclasses import dataclass
 import torch
 
 from specviz.core import tree_round
+from specviz.core.metrics import RunStats, summarize
 from specviz.core.protocols import CachedLM, Drafter, common_prefix_len, extend_last
-from specviz.core.records import RunStats, StepRecord, summarize
+from specviz.core.records import StepRecord
 from specviz.core.rounds import Drafted, RoundContext, Verified, build_record, cut_emitted
 from specviz.core.sampling import SamplingConfig, warp
 from specviz.core.tree import MAX_TREE_WIDTH
