@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from specviz.config import RunConfig, validate_prompt
+from specviz.core.divergence import first_difference
 from specviz.core.toy import TOY_VARIANTS, chi_square_pvalue, sample_first_tokens, tv_distance
 from specviz.drafters.specs import ONE_MODEL_KINDS
 
@@ -80,10 +81,7 @@ class GreedyResult:
     @property
     def first_difference(self) -> int | None:
         """Index of the first generated token where the two outputs differ (None when identical)."""
-        if self.identical:
-            return None
-        pairs = zip(self.spec_ids, self.plain_ids)
-        return next((i for i, (a, b) in enumerate(pairs) if a != b), min(len(self.spec_ids), len(self.plain_ids)))
+        return first_difference(self.spec_ids, self.plain_ids)
 
 
 def sample_fast(config: RunConfig, target: LoadedModel, prompt_ids: list[int], early_exit, n: int, variant: str):
