@@ -185,6 +185,84 @@ def _timer(fn: Callable[[], object], threads: int, clock: Clock):
     return Timer(stmt="fn()", globals={"fn": fn}, num_threads=threads, **kwargs)
 
 
+def _check_profile_args(target: LoadedModel, max_tokens: int, context_length: int, repeats: int, number: int, clock: str, drafters: Sequence[str]) -> None:
+    if not (2 <= max_tokens <= 64):
+        raise ValueError(f"max_tokens must be between 2 and 64; got {max_tokens}.")
+    if not (1 <= context_length <= 8192):
+        raise ValueError(f"context_length must be between 1 and 8192; got {context_length}.")
+    if repeats < 1 or number < 1:
+        raise ValueError("repeats and number must be at least 1.")
+    if clock not in ("wall", "cpu"):
+        raise ValueError(f"clock must be 'wall' or 'cpu'; got {clock!r}.")
+    if clock == "cpu" and target.device.type != "cpu":
+        raise ValueError("clock='cpu' times the host process; on a GPU use clock='wall' (synchronised).")
+    for d in drafters:
+        if d not in PROFILE_DRAFTERS:
+            raise ValueError(f"Unknown drafter {d!r} for a profile; choose from {', '.join(PROFILE_DRAFTERS)}.")
+
+
+def _pass_runners(target: LoadedModel, context: list[int], new: list[int]) -> dict[str, Callable[[], object]]:
+    """'pass n' -> one target pass over n new tokens after the cached context, cropped back after."""
+    from specviz.models import HFCachedLM
+
+    lm = HFCachedLM(target.model, target.vocab_size)
+    lm.extend(context)
+
+    def target_pass(n: int) -> Callable[[], None]:
+        def fn() -> None:
+            lm.extend(new[:n])
+            lm.crop(len(context))
+
+        return fn
+
+    return {f"pass {n}": target_pass(n) for n in range(1, len(new) + 1)}
+
+
+def _draft_runners(target: LoadedModel, context: list[int], drafters: Sequence[str], draft_k: int) -> tuple[dict[str, Callable[[], object]], dict[str, int]]:
+    """kind -> one proposal of draft_k tokens at the context (rolled back after), and the tokens one call drafts."""
+    import torch
+
+    from specviz.config import RunConfig
+    from specviz.runs import make_drafter
+
+    runners: dict[str, Callable[[], object]] = {}
+    drafted_per_call: dict[str, int] = {}
+    generator = torch.Generator().manual_seed(0)
+    for kind in drafters:
+        if kind == "early-exit" and target.num_layers < 2:
+            log.info("skipping early exit: the target has one layer")
+            continue
+        # threshold 0: the n-gram drafter drafts all k where the context matches, so the cost is per drafted token
+        config = RunConfig(target=target.name, drafter=kind, num_draft_tokens=draft_k, ngram_threshold=0.0)  # type: ignore[arg-type]
+        drafter = make_drafter(config, target)
+        drafter.prepare(context)
+        drafted_per_call[kind] = max(1, len(drafter.propose(context, draft_k, generator).token_ids))
+        drafter.rollback(context)
+
+        def propose(drafter=drafter) -> None:
+            drafter.propose(context, draft_k, generator)
+            drafter.rollback(context)
+
+        runners[kind] = propose
+    return runners, drafted_per_call
+
+
+def _time_rotating(runners: dict[str, Callable[[], object]], repeats: int, number: int, threads: int, clock: Clock, on_progress: ProgressFn | None) -> dict[str, list[float]]:
+    """name -> ms per call of each repeat, the order rotated every repeat so drift hits every runner alike."""
+    timers = {name: _timer(fn, threads, clock) for name, fn in runners.items()}
+    samples: dict[str, list[float]] = {name: [] for name in timers}
+    names = list(timers)
+    total, done = repeats * len(names), 0
+    for rep in range(repeats):
+        shift = rep % len(names)
+        for name in names[shift:] + names[:shift]:
+            samples[name].append(timers[name].timeit(number).median * 1000.0)
+            done += 1
+            if on_progress:
+                on_progress(done, total, f"{name} (repeat {rep + 1}/{repeats})")
+    return samples
+
+
 def measure_profile(
     target: LoadedModel,
     *,
@@ -204,23 +282,7 @@ def measure_profile(
     ``number`` calls after torch's own warm-up; the profile keeps the median over ``repeats``."""
     import torch
 
-    from specviz.config import RunConfig
-    from specviz.models import HFCachedLM
-    from specviz.runs import make_drafter
-
-    if not (2 <= max_tokens <= 64):
-        raise ValueError(f"max_tokens must be between 2 and 64; got {max_tokens}.")
-    if not (1 <= context_length <= 8192):
-        raise ValueError(f"context_length must be between 1 and 8192; got {context_length}.")
-    if repeats < 1 or number < 1:
-        raise ValueError("repeats and number must be at least 1.")
-    if clock not in ("wall", "cpu"):
-        raise ValueError(f"clock must be 'wall' or 'cpu'; got {clock!r}.")
-    if clock == "cpu" and target.device.type != "cpu":
-        raise ValueError("clock='cpu' times the host process; on a GPU use clock='wall' (synchronised).")
-    for d in drafters:
-        if d not in PROFILE_DRAFTERS:
-            raise ValueError(f"Unknown drafter {d!r} for a profile; choose from {', '.join(PROFILE_DRAFTERS)}.")
+    _check_profile_args(target, max_tokens, context_length, repeats, number, clock, drafters)
     max_positions = int(getattr(target.model.config, "max_position_embeddings", None) or 1_000_000)
     context_length = min(context_length, max_positions - max_tokens - draft_k - 1)
     if context_length < 1:
@@ -228,48 +290,9 @@ def measure_profile(
     threads = threads or torch.get_num_threads()
     ids = _context_ids(target, context_length)
     context, new = ids[:context_length], ids[context_length : context_length + max_tokens]
-
-    lm = HFCachedLM(target.model, target.vocab_size)
-    lm.extend(context)
-
-    def target_pass(n: int) -> Callable[[], None]:
-        def fn() -> None:
-            lm.extend(new[:n])
-            lm.crop(context_length)
-
-        return fn
-
-    runners: dict[str, Callable[[], object]] = {f"pass {n}": target_pass(n) for n in range(1, max_tokens + 1)}
-    drafted_per_call: dict[str, int] = {}
-    generator = torch.Generator().manual_seed(0)
-    for kind in drafters:
-        if kind == "early-exit" and target.num_layers < 2:
-            log.info("skipping early exit: the target has one layer")
-            continue
-        # threshold 0: the n-gram drafter drafts all k where the context matches, so the cost is per drafted token
-        config = RunConfig(target=target.name, drafter=kind, num_draft_tokens=draft_k, ngram_threshold=0.0)  # type: ignore[arg-type]
-        drafter = make_drafter(config, target)
-        drafter.prepare(context)
-        drafted_per_call[kind] = max(1, len(drafter.propose(context, draft_k, generator).token_ids))
-        drafter.rollback(context)
-
-        def propose(drafter=drafter) -> None:
-            drafter.propose(context, draft_k, generator)
-            drafter.rollback(context)
-
-        runners[kind] = propose
-
-    timers = {name: _timer(fn, threads, clock) for name, fn in runners.items()}
-    samples: dict[str, list[float]] = {name: [] for name in timers}
-    names = list(timers)
-    total, done = repeats * len(names), 0
-    for rep in range(repeats):
-        shift = rep % len(names)
-        for name in names[shift:] + names[:shift]:  # rotate the order so drift hits every size alike
-            samples[name].append(timers[name].timeit(number).median * 1000.0)
-            done += 1
-            if on_progress:
-                on_progress(done, total, f"{name} (repeat {rep + 1}/{repeats})")
+    runners = _pass_runners(target, context, new)
+    draft_runners, drafted_per_call = _draft_runners(target, context, drafters, draft_k)
+    samples = _time_rotating(runners | draft_runners, repeats, number, threads, clock, on_progress)
     pass_ms = tuple(statistics.median(samples[f"pass {n}"]) for n in range(1, max_tokens + 1))
     draft_ms = {kind: statistics.median(samples[kind]) / drafted_per_call[kind] for kind in drafted_per_call}
     return CostProfile(
