@@ -15,13 +15,13 @@ from dataclasses import dataclass
 
 import torch
 
-from specviz.core import tree_round
 from specviz.core.metrics import RunStats, summarize
 from specviz.core.protocols import CachedLM, Drafter, common_prefix_len, extend_last
 from specviz.core.records import StepRecord
 from specviz.core.rounds import Drafted, RoundContext, Verified, build_record, cut_emitted
 from specviz.core.sampling import SamplingConfig, warp
 from specviz.core.tree import MAX_TREE_WIDTH
+from specviz.core.tree_round import draft_tree, keep_path, verify_tree
 from specviz.core.verify import EmitFate, decide, next_fate, one_hot_q
 from specviz.core.verify import draft_fates as draft_fates_of
 
@@ -167,7 +167,7 @@ class SpeculativeDecoder:
         """1. Up to k drafted tokens (a chain, or a tree of at most k nodes) and the drafter's q_draft when it
         has one, moved to the target's device."""
         if self.use_tree:
-            return tree_round.draft_tree(self.drafter, self.tokens, k, self.config.tree_width, self.draft_generator, self.device)  # type: ignore[arg-type]
+            return draft_tree(self.drafter, self.tokens, k, self.config.tree_width, self.draft_generator, self.device)  # type: ignore[arg-type]
         ids, q_draft = (), None
         if k > 0:
             proposal = self.drafter.propose(self.tokens, k, self.draft_generator)
@@ -182,7 +182,7 @@ class SpeculativeDecoder:
         transfer); for a tree the tree rule (specviz.core.tree_round)."""
         pending = self.tokens[len(self.target.tokens) :]
         if drafted.is_tree:
-            return tree_round.verify_tree(self.target, pending, drafted, self.config.sampling, self.generator)  # type: ignore[arg-type]
+            return verify_tree(self.target, pending, drafted, self.config.sampling, self.generator)  # type: ignore[arg-type]
         m = len(drafted.ids)
         logits = self.target.extend(pending + list(drafted.ids))[-(m + 1) :]  # (m+1, V)
         p_target = warp(logits, self.config.sampling)  # (m+1, V)
@@ -208,7 +208,7 @@ class SpeculativeDecoder:
         node off the accepted path (nothing is recomputed); then the committed tokens before the newest one are
         accepted drafts, so cropping by length is enough (and costs nothing)."""
         if drafted.is_tree:
-            tree_round.keep_path(self.target, verified.pending, verified.path)  # type: ignore[arg-type]
+            keep_path(self.target, verified.pending, verified.path)  # type: ignore[arg-type]
         self.target.crop(len(self.tokens) - 1)
         self.drafter.rollback(self.tokens)
 

@@ -19,12 +19,13 @@ from specviz.drafters.specs import branches, short_name
 from specviz.models import LoadedModel, encode_prompt, token_bytes
 from specviz.runs import build_decoder, decoder_for
 from specviz.ui.access import model_turn
+from specviz.ui.keys import STEP_THROUGH_KEY
 from specviz.ui.models import get_model, run_models
 from specviz.viz.tokens import TokenTable
 
 log = logging.getLogger(__name__)
 
-STATE_KEY = "specviz_step_through"
+STATE_KEY = STEP_THROUGH_KEY
 MAX_BASELINES = 4  # plain-decoding runs kept per browser session, one per (target, prompt, sampling)
 def run_name(config: RunConfig) -> str:
     """The drafter's short name, with the tree width when the run drafts trees: 'n-gram model, tree W=2'."""

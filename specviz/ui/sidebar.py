@@ -20,17 +20,10 @@ from specviz.core.tree import MAX_TREE_WIDTH
 from specviz.drafters.specs import TREE_KINDS, branches, drafter_label, drafter_spec, short_name
 from specviz.policy import Policy
 from specviz.ui.access import current_policy, limited, refused
+from specviz.ui.presets import CUSTOM, MODEL_PAIRS
 from specviz.ui.prompts import load_examples
 from specviz.ui.share import restore_from_query
 
-CUSTOM = "custom (type the ids below)"
-# label -> (target, draft). The hub presets need a cached download or 'allow downloads'.
-MODEL_PAIRS: dict[str, tuple[str, str]] = {
-    "embedded SmolLM2-135M-Instruct (offline)": (EMBEDDED_TARGET, ""),
-    "SmolLM2-360M-Instruct ← 135M draft (hub)": ("HuggingFaceTB/SmolLM2-360M-Instruct", "HuggingFaceTB/SmolLM2-135M-Instruct"),
-    "SmolLM2-1.7B-Instruct ← 135M draft (hub)": ("HuggingFaceTB/SmolLM2-1.7B-Instruct", "HuggingFaceTB/SmolLM2-135M-Instruct"),
-    "Qwen2.5-1.5B-Instruct ← 0.5B draft (hub)": ("Qwen/Qwen2.5-1.5B-Instruct", "Qwen/Qwen2.5-0.5B-Instruct"),
-}
 DEFAULTS = RunConfig()  # the sidebar starts from the engine's defaults (drafter, k, n-gram settings, ...)
 COMPARE_OFF = "off"
 PLAY_PACES = (0.25, 0.5, 1.0, 2.0)  # seconds between auto-steps
