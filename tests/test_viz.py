@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import subprocess
 import sys
-from collections.abc import Sequence
 from html.parser import HTMLParser
 
 import pandas as pd
@@ -29,33 +28,17 @@ from specviz.viz import (
     verify_cost_ratio,
     visible_html,
 )
+from tests import toys
 
 VOCAB = 12
 TEXTS = {i: f"t{i}" for i in range(VOCAB)}
 
 
-class BigramLM:
-    """A CachedLM whose next-token logits depend only on the last token: a fixed random table."""
+class BigramLM(toys.BigramLM):
+    """The shared toy bigram LM over this module's vocabulary, sharper than its default."""
 
-    can_verify_tree = False
-
-    def __init__(self, seed: int, sharpness: float = 3.0) -> None:
-        g = torch.Generator().manual_seed(seed)
-        self.table = torch.randn(VOCAB, VOCAB, generator=g) * sharpness  # (V, V): row = previous token
-        self.vocab_size = VOCAB
-        self.device = torch.device("cpu")
-        self._tokens: list[int] = []
-
-    @property
-    def tokens(self) -> Sequence[int]:
-        return self._tokens
-
-    def extend(self, ids: Sequence[int], last_only: bool = False) -> torch.Tensor:
-        self._tokens.extend(ids)
-        return self.table[torch.tensor(list(ids))]  # (len(ids), V)
-
-    def crop(self, length: int) -> None:
-        del self._tokens[length:]
+    def __init__(self, seed: int) -> None:
+        super().__init__(seed, VOCAB, sharpness=3.0)
 
 
 PROMPT = [1, 2, 3, 4, 1, 2, 3, 4, 1, 2]
