@@ -22,20 +22,6 @@ from specviz.bench import (
 from specviz.cli import main
 from specviz.config import DRAFTER_KINDS
 
-# words from the tiny tokenizer's vocabulary, so prompts are not all <unk>; the first repeats itself
-TINY_PROMPTS = [
-    {"category": "copy", "title": "cat", "prompt": "the cat sat on the mat and the dog sat on the log the cat sat on the"},
-    {"category": "prose", "title": "fox", "prompt": "the quick brown fox jumps over the lazy dog"},
-    {"category": "code", "title": "reverse", "prompt": "def reverse ( s ) : return s [ : : - 1 ]"},
-]
-
-
-@pytest.fixture()
-def prompts_file(tmp_path):
-    path = tmp_path / "prompts.json"
-    path.write_text(json.dumps(TINY_PROMPTS), encoding="utf-8")
-    return path
-
 
 def test_cli_writes_csv_with_documented_columns(tiny_dir, prompts_file, tmp_path, capsys):
     out = tmp_path / "results.csv"

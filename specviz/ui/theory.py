@@ -11,7 +11,7 @@ from specviz.config import EMBEDDED_TARGET
 from specviz.core.theory import MAX_K, VerifyCurve, acceptance_rate, best_k, expected_tokens, round_cost, speedup, verify_cost_at
 from specviz.profile import CostProfile, shipped_profiles
 from specviz.ui import access
-from specviz.ui.models import get_model
+from specviz.ui import models as ui_models
 
 __all__ = ["MAX_K", "CostProfile", "TheoryNumbers", "VerifyCurve", "acceptance_rate", "best_k", "measure_this_machine", "shipped_profiles", "theory_numbers"]
 
@@ -39,6 +39,6 @@ def theory_numbers(alpha: float, k: int, c: float, verify_cost: float | VerifyCu
 def measure_this_machine(on_progress: Callable[[int, int, str], None]) -> CostProfile:
     """Profile the embedded target's passes and the offline drafters, as one turn in the model's queue (the passes
     must not overlap anyone's rounds, and no one's rounds should wait behind a minute of them unannounced)."""
-    target = get_model(EMBEDDED_TARGET)
+    target = ui_models.get_model(EMBEDDED_TARGET)
     with access.model_turn(target, "measuring this machine"):
         return cost_profile.measure_profile(target, repeats=3, label="this machine, measured now", on_progress=on_progress)
