@@ -129,9 +129,7 @@ def _to_host(drafted: Drafted, verified: Verified, e: int, overlaps: bool, top_n
     m, token, vocab = len(drafted.ids), verified.next_token, p.shape[-1]
     rows, kids = _rows(drafted, verified, e)
     with_q = len(kids)
-    row_index = torch.tensor(rows, dtype=torch.long, device=device)
-    p_rows = p.index_select(0, row_index)  # (e, V)
-    q_rows = q.index_select(0, torch.tensor(kids, dtype=torch.long, device=device))  # (with_q, V)
+    p_rows, q_rows, logit_rows, p_parent = _select(drafted, verified, rows, kids)  # (e, V), (with_q, V), (e, V), (m, V)
     res = residual(p_rows[:with_q], q_rows)  # (with_q, V)
     resampled = verified.next_fate == "resampled" and e > len(verified.path)
     if resampled:  # the token was drawn from the rule's residual (after every rejected sibling)
@@ -140,12 +138,11 @@ def _to_host(drafted: Drafted, verified: Verified, e: int, overlaps: bool, top_n
     q_rows, res_rows = torch.cat([q_rows, pad]), torch.cat([res, pad])  # (e, V)
     top = min(top_n, vocab)
     cand = torch.cat([torch.topk(t, top, dim=-1).indices for t in (p_rows, q_rows, res_rows)], dim=-1)  # (e, 3N)
-    top2 = torch.topk(verified.logits.index_select(0, row_index).float(), min(2, vocab), dim=-1).values  # (e, 2)
-    parent_rows = torch.tensor([j + 1 for j in drafted.node_parents], dtype=torch.long, device=device)
+    top2 = torch.topk(logit_rows.float(), min(2, vocab), dim=-1).values  # (e, 2)
     ids = drafted.on_device.view(-1, 1)
     last_row = verified.path[-1] + 1 if verified.path else 0  # the row the next token was drawn at
     parts = [
-        p.index_select(0, parent_rows).gather(1, ids).view(-1) if m else p.new_zeros(0),
+        p_parent.gather(1, ids).view(-1) if m else p.new_zeros(0),
         q.gather(1, ids).view(-1) if m else p.new_zeros(0),
         verified.accept_prob.to(device, torch.float64),
         verified.uniforms.to(device, torch.float64),
@@ -178,6 +175,18 @@ def _to_host(drafted: Drafted, verified: Verified, e: int, overlaps: bool, top_n
         emitted_margin=tuple(margin),
         dists=dists,
     )
+
+
+def _select(drafted: Drafted, verified: Verified, rows: list[int], kids: list[int]) -> tuple[torch.Tensor, ...]:
+    """The rows the record reads: p at each emitted token's row, q at its first child, the raw logits there, and
+    p at each node's parent. A chain's are leading slices (no index leaves the host); a tree's are gathered."""
+    p, q, logits, e = verified.p_target, verified.q_shown, verified.logits, len(rows)
+    if not drafted.is_tree:
+        return p[:e], q[: len(kids)], logits[:e], p[: len(drafted.ids)]
+    index = torch.tensor(rows, dtype=torch.long, device=p.device)
+    parents = torch.tensor([j + 1 for j in drafted.parents], dtype=torch.long, device=p.device)
+    kid_index = torch.tensor(kids, dtype=torch.long, device=p.device)
+    return p.index_select(0, index), q.index_select(0, kid_index), logits.index_select(0, index), p.index_select(0, parents)
 
 
 def _dist(ids: list[float], p: list[float], q: list[float], r: list[float], has_q: bool, top: int) -> TokenDist:
