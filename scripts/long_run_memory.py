@@ -86,7 +86,7 @@ class Session:
 
 def embedded_session(args: argparse.Namespace) -> tuple[Session, int, str]:
     from specviz.models import encode_prompt, load_model
-    from specviz.runs import build_decoder, exit_layer_for
+    from specviz.runs import build_decoder, resolve_models
 
     target = load_model(device="cpu", dtype="float32")
     config = RunConfig(
@@ -94,11 +94,7 @@ def embedded_session(args: argparse.Namespace) -> tuple[Session, int, str]:
         max_new_tokens=args.max_new_tokens,
     )  # fmt: skip
     prompt_ids = encode_prompt(target.tokenizer, PROMPT)
-    early_exit = None
-    if args.drafter == "early-exit":
-        from specviz.models import early_exit_view
-
-        early_exit = early_exit_view(target.model, exit_layer_for(config, target))
+    early_exit = resolve_models(config, target=target).early_exit  # None unless the drafter is early exit
     counter = iter(range(10**9))
 
     def new_run() -> SpeculativeDecoder:
