@@ -7,22 +7,22 @@ from pathlib import Path
 import pandas as pd
 import streamlit as st
 
-from specviz.bench import (
+from specviz.ui import access
+from specviz.ui.benchmark import (
     BENCH_DRAFTERS,
     DEFAULT_PROMPTS,
+    EMBEDDED_TARGET,
+    MAX_DRAFT_TOKENS,
+    MAX_TREE_WIDTH,
     SweepSpec,
     first_per_category,
     load_prompts,
+    needs_draft_model,
     prompt_categories,
-    rows_to_frame,
-    run_sweep,
+    run_benchmark,
     summary_table,
     tree_vs_chain_table,
 )
-from specviz.config import EMBEDDED_TARGET
-from specviz.core.decoding import MAX_DRAFT_TOKENS
-from specviz.core.tree import MAX_TREE_WIDTH
-from specviz.ui import access
 from specviz.ui.keys import BENCH_RESULTS_KEY
 from specviz.ui.navigation import route_through_app
 from specviz.viz.bench import SPEEDUP_METRICS, has_trees, speedup_vs_k_figure, theory_overlay_figure
@@ -124,7 +124,7 @@ try:
                      tree_widths=tuple(sorted(int(w) for w in tree_widths)))
     if not chosen:
         raise ValueError("Choose at least one category.")
-    if "model" in drafters and not draft_source:
+    if needs_draft_model(drafters) and not draft_source:
         raise ValueError("The 'model' drafter needs a draft model: fill in the Models box in the sidebar.")
 except ValueError as exc:
     st.info(md_text(exc))
@@ -149,24 +149,13 @@ if spec is not None:
     )
     if st.button("Run benchmark", type="primary", key="bench_run", disabled=runs > policy.max_runs, help=help_text):
         try:
-            from specviz.ui.models import get_early_exit, get_model
-
-            target = get_model(target_source, device)
-            draft = get_model(draft_source, device) if "model" in spec.drafters else None
-            early = None
-            if "early-exit" in spec.drafters:
-                from specviz.config import RunConfig
-                from specviz.runs import exit_layer_for
-
-                early = get_early_exit(target, exit_layer_for(RunConfig(target=target_source, drafter="early-exit"), target))
-            with access.long_job(target, "a benchmark sweep", "the sweep's next run") as turn:  # one model turn per run
-                bar = st.progress(0.0, text="warming up…")
-                rows = run_sweep(
-                    target, chosen, spec, draft=draft, early_exit=early, turn=turn,
-                    on_progress=lambda done, total, message: bar.progress(done / total, text=f"\\[{done}/{total}\\] {md_text(message)}"),
-                )
+            bar = st.progress(0.0, text="warming up…")
+            frame = run_benchmark(
+                target_source, draft_source, device, chosen, spec,
+                on_progress=lambda done, total, message: bar.progress(done / total, text=f"\\[{done}/{total}\\] {md_text(message)}"),
+            )
             bar.empty()
-            st.session_state[BENCH_RESULTS_KEY] = rows_to_frame(rows)
+            st.session_state[BENCH_RESULTS_KEY] = frame
         except ValueError as exc:
             st.error(md_text(exc))
 

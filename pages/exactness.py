@@ -5,10 +5,20 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
-from specviz.config import EMBEDDED_TARGET, RunConfig, validate_prompt
-from specviz.core.toy import TOY_VARIANTS, normalise, run_toy
-from specviz.lab import LAB_DRAFTERS, REAL_MODES, GreedyResult, RealResult, greedy_side_by_side, sample_real, summarize_real
 from specviz.ui import access
+from specviz.ui.exactness import (
+    EMBEDDED_TARGET,
+    LAB_DRAFTERS,
+    REAL_MODES,
+    TOY_VARIANTS,
+    GreedyResult,
+    RealResult,
+    normalise,
+    run_greedy,
+    run_real,
+    run_toy,
+    summarize_real,
+)
 from specviz.ui.navigation import route_through_app
 from specviz.viz.lab import convergence_figure, convergence_frame, histogram_figure, real_frame, real_histogram_figure, toy_frame
 from specviz.viz.markdown import md_text
@@ -34,21 +44,6 @@ GREEDY_KEY = "exactness_greedy_result"
 
 def target_inputs(prefix: str) -> tuple[str, str]:
     return access.target_and_device(f"{prefix}_target", f"{prefix}_device", EMBEDDED_TARGET)  # the owner's list in shared mode
-
-
-def load_target(source: str, device: str):
-    from specviz.ui.models import get_model
-
-    return get_model(source, device)
-
-
-def early_exit_for(config: RunConfig, target):
-    if config.drafter != "early-exit":
-        return None
-    from specviz.runs import exit_layer_for
-    from specviz.ui.models import get_early_exit
-
-    return get_early_exit(target, exit_layer_for(config, target))
 
 
 policy = access.current_policy(report=True)
@@ -153,16 +148,11 @@ real_target, real_device = target_inputs("lab_real")
 
 if st.button("Sample the next token", key="lab_real_run", type="primary"):
     try:
-        validate_prompt(real_prompt)  # before loading a model for nothing
-        config = RunConfig(target=real_target, drafter=real_drafter, num_draft_tokens=1, temperature=float(real_temperature), max_new_tokens=2, chat=False, device=real_device)
-        target = load_target(config.target, config.device)
         bar = st.progress(0.0, text="sampling…") if real_mode == "engine" else None
         progress = (lambda done, total: bar.progress(done / total, text=f"{done} of {total} speculative + plain runs")) if bar else None
-        with access.long_job(target, "the lab's sampler", "your next sample") as turn:  # one model turn per pair of runs
-            st.session_state[REAL_KEY] = sample_real(
-                config, target, real_prompt, real_mode, int(real_n), real_variant, early_exit=early_exit_for(config, target), on_progress=progress,
-                turn=turn,
-            )
+        st.session_state[REAL_KEY] = run_real(
+            real_prompt, real_target, real_device, real_drafter, float(real_temperature), real_mode, int(real_n), real_variant, on_progress=progress,
+        )
         if bar:
             bar.empty()
     except ValueError as exc:
@@ -209,11 +199,8 @@ greedy_target, greedy_device = target_inputs("lab_greedy")
 
 if st.button("Run both", key="lab_greedy_run", type="primary"):
     try:
-        validate_prompt(greedy_prompt)
-        config = RunConfig(target=greedy_target, drafter=greedy_drafter, num_draft_tokens=int(greedy_k), temperature=0.0, max_new_tokens=int(greedy_new), device=greedy_device)
-        target = load_target(config.target, config.device)
-        with access.long_job(target, "the side-by-side check", "your next rounds") as turn, st.spinner("decoding twice…"):
-            st.session_state[GREEDY_KEY] = greedy_side_by_side(config, target, greedy_prompt, early_exit=early_exit_for(config, target), turn=turn)
+        with st.spinner("decoding twice…"):
+            st.session_state[GREEDY_KEY] = run_greedy(greedy_prompt, greedy_target, greedy_device, greedy_drafter, int(greedy_k), int(greedy_new))
     except ValueError as exc:
         st.error(md_text(exc))
 

@@ -6,10 +6,9 @@ from dataclasses import dataclass
 
 import streamlit as st
 
-from specviz.config import EMBEDDED_TARGET, validate_prompt
-from specviz.numerics import NumericsReport, compare, low_precision_dtypes
 from specviz.ui import access
 from specviz.ui.navigation import route_through_app
+from specviz.ui.numerics_lab import EMBEDDED_TARGET, NumericsReport, compare, low_precision_dtypes, validate_prompt
 from specviz.viz.markdown import md_text
 from specviz.viz.numerics import divergence_frame, pass_diff_figure, pass_summary, traces_frame
 
@@ -43,7 +42,7 @@ new_tokens = a.slider("max new tokens", 8, 128, 32, 8, key="num_new")
 k = b.slider("k (drafts per round)", 1, 8, 4, key="num_k")
 drafter = c.selectbox("drafter", ["ngram", "lookup"], key="num_drafter", help="Offline drafters: no second model to load.")
 
-from specviz.models import resolve_device, resolve_dtype  # noqa: E402  (torch; after the widgets so they draw first)
+from specviz.ui.numerics_lab import resolve_device, resolve_dtype  # noqa: E402  (torch; after the widgets so they draw first)
 
 device = resolve_device("auto")
 low = d.selectbox("low precision", low_precision_dtypes(device), key="num_dtype", help="float16 is offered where the device has it (CUDA, MPS).")
@@ -51,8 +50,7 @@ low = d.selectbox("low precision", low_precision_dtypes(device), key="num_dtype"
 if st.button("Run", key="num_run", type="primary", help="Four greedy runs and two scoring sweeps, about a minute on a small CPU; each takes the model as one turn, so other sessions' rounds run in between."):
     bar = st.progress(0.0, text="loading the model in float32 and in " + low + "…")
     try:
-        from specviz.models import encode_prompt
-        from specviz.ui.models import get_model
+        from specviz.ui.numerics_lab import encode_prompt, get_model
 
         validate_prompt(prompt)
         # the float32 copy is the one the other pages use when float32 is the device's default

@@ -5,21 +5,19 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
-from specviz.config import EMBEDDED_TARGET
-from specviz.core.theory import (
-    MAX_K,
-    VerifyCurve,
-    acceptance_rate,
-    best_k,
-    expected_tokens,
-    round_cost,
-    speedup,
-    verify_cost_at,
-)
-from specviz.profile import CostProfile, shipped_profiles
 from specviz.ui import access
 from specviz.ui.measured import session_points
 from specviz.ui.navigation import route_through_app
+from specviz.ui.theory import (
+    MAX_K,
+    CostProfile,
+    VerifyCurve,
+    acceptance_rate,
+    best_k,
+    measure_this_machine,
+    shipped_profiles,
+    theory_numbers,
+)
 from specviz.viz.markdown import md_text
 from specviz.viz.theory import (
     MEASURED_COLUMNS,
@@ -79,14 +77,12 @@ with st.sidebar:
     verify_cost: float | VerifyCurve = profile.curve if profile is not None else constant
     show_measured = st.toggle("overlay this session's measured runs", value=True, key="theory_show_measured")
 
-tokens = expected_tokens(alpha, k)
-gain = speedup(alpha, k, c, verify_cost)
-kb = best_k(alpha, c, verify_cost)
-gain_best = speedup(alpha, kb, c, verify_cost)
+numbers = theory_numbers(alpha, k, c, verify_cost)
+tokens, gain, kb, gain_best = numbers.tokens_per_pass, numbers.speedup, numbers.best_k, numbers.best_speedup
 
 cols = st.columns(4)
 cols[0].metric("tokens per target pass", f"{tokens:.2f}", help="(1 − α^(k+1)) / (1 − α); k + 1 when α = 1")
-cols[1].metric("cost of a round", f"{round_cost(k, c, verify_cost):.2f}", help=f"c_verify(k) + k·c, in 1-token target passes; c_verify({k}) = {verify_cost_at(verify_cost, k):.2f}")
+cols[1].metric("cost of a round", f"{numbers.round_cost:.2f}", help=f"c_verify(k) + k·c, in 1-token target passes; c_verify({k}) = {numbers.verify_cost:.2f}")
 cols[2].metric("expected speedup", f"{gain:.2f}×", delta=f"{gain - 1:+.2f} vs plain")
 cols[3].metric("best k", f"{kb}", help=f"speedup at k = {kb}: {gain_best:.2f}×")
 st.latex(r"\text{speedup} = \frac{1-\alpha^{k+1}}{(1-\alpha)\,(c_\text{verify}(k) + k\,c)}")
@@ -135,15 +131,7 @@ measure_help = (
 if st.button("Measure this machine", key="theory_measure", help=measure_help):
     bar = st.progress(0.0, text="loading the embedded model…")
     try:
-        from specviz.profile import measure_profile
-        from specviz.ui.models import get_model
-
-        target = get_model(EMBEDDED_TARGET)
-        with access.long_job(target, "the cost profile", "its next measurement") as turn:  # one model turn per measurement
-            mine = measure_profile(
-                target, repeats=1 if shared else 3, label="this machine, measured now", turn=turn,
-                on_progress=lambda done, total, what: bar.progress(done / total, text=f"{what} ({done}/{total})"),
-            )
+        mine = measure_this_machine(lambda done, total, what: bar.progress(done / total, text=f"{what} ({done}/{total})"))
     except (ValueError, RuntimeError) as exc:  # a model that will not load says what to do; OOM is a RuntimeError
         bar.empty()
         st.error(f"Could not measure: {md_text(exc)}")

@@ -216,8 +216,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     import torch
 
-    from specviz.models import early_exit_view, load_model
-    from specviz.runs import exit_layer_for
+    from specviz.models import load_model
+    from specviz.runs import resolve_models
 
     args = parse_args(argv)
     torch.set_num_threads(args.threads)
@@ -226,7 +226,7 @@ def main(argv: list[str] | None = None) -> int:
     setups = [(d, k, a) for d in args.drafters for k in args.k for a in modes]
     start = time.perf_counter()
     target = load_model(EMBEDDED_TARGET, "cpu", "float32")
-    early_exit = early_exit_view(target.model, exit_layer_for(RunConfig(), target)) if "early-exit" in args.drafters else None
+    early_exit = resolve_models(RunConfig(), target=target, drafters=[d for d in args.drafters if d == "early-exit"]).early_exit
     results: list[Result] = []
     for temperature in args.temperatures:
         for prompt in prompts:

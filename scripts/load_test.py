@@ -47,6 +47,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from specviz.drafters.specs import drafter_label  # noqa: E402  (the sidebar's menu lines)
 from tests.browser.st_browser import (  # noqa: E402  (the browser tests' waits, which work on this machine)
     click_button,
     exceptions,
@@ -66,12 +67,6 @@ MAX_SESSIONS = 32
 MAX_PROTOCOL_SESSIONS = 200  # no browsers: the server is the limit
 STEP_TIMEOUT_S = 300
 DRAFTERS = ("ngram", "lookup", "early-exit", "none")  # what a participant may pick on the default shared server
-DRAFTER_LABELS = {
-    "lookup": "prompt lookup (copies n-grams from the context)",
-    "ngram": "context n-gram model (a real q from counts)",
-    "early-exit": "early exit (the target's first L layers)",
-    "none": "none: plain target decoding",
-}
 PROMPTS = (
     "Repeat exactly: the cat sat on the mat, the cat sat on the mat.",
     "Write a Python function that reverses a string.",
@@ -233,7 +228,7 @@ def prepare(driver, url: str, p: Participant) -> None:
     open_page(driver, url, timeout=STEP_TIMEOUT_S)
     set_text(driver, "prompt", p.prompt)
     wait_idle(driver, STEP_TIMEOUT_S)
-    choose(driver, "drafter", DRAFTER_LABELS[p.drafter])
+    choose(driver, "drafter", drafter_label(p.drafter))
     wait_idle(driver, STEP_TIMEOUT_S)
     set_text(driver, "seed", str(p.seed))
     wait_idle(driver, STEP_TIMEOUT_S)

@@ -44,6 +44,8 @@ class ToyLM:
 
     logits(next | last id) = E[last] @ W: a random low-rank bigram model; the 'cache' is the token list."""
 
+    can_verify_tree = False
+
     def __init__(self, vocab_size: int = 49_152, dim: int = 16, seed: int = 0) -> None:
         g = torch.Generator().manual_seed(seed)
         self.vocab_size = vocab_size
@@ -56,7 +58,7 @@ class ToyLM:
     def tokens(self) -> Sequence[int]:
         return self._tokens
 
-    def extend(self, ids: Sequence[int]) -> torch.Tensor:
+    def extend(self, ids: Sequence[int], last_only: bool = False) -> torch.Tensor:
         self._tokens.extend(int(i) for i in ids)
         return self.embed[torch.tensor(list(ids))] @ self.head  # (T, V)
 
@@ -84,7 +86,7 @@ class Session:
 
 def embedded_session(args: argparse.Namespace) -> tuple[Session, int, str]:
     from specviz.models import encode_prompt, load_model
-    from specviz.runs import build_decoder, exit_layer_for
+    from specviz.runs import build_decoder, resolve_models
 
     target = load_model(device="cpu", dtype="float32")
     config = RunConfig(
@@ -92,11 +94,7 @@ def embedded_session(args: argparse.Namespace) -> tuple[Session, int, str]:
         max_new_tokens=args.max_new_tokens,
     )  # fmt: skip
     prompt_ids = encode_prompt(target.tokenizer, PROMPT)
-    early_exit = None
-    if args.drafter == "early-exit":
-        from specviz.models import early_exit_view
-
-        early_exit = early_exit_view(target.model, exit_layer_for(config, target))
+    early_exit = resolve_models(config, target=target).early_exit  # None unless the drafter is early exit
     counter = iter(range(10**9))
 
     def new_run() -> SpeculativeDecoder:

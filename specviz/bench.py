@@ -32,11 +32,12 @@ from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from specviz.config import DRAFTER_KINDS, RunConfig
+from specviz.config import RunConfig
 from specviz.core.decoding import MAX_DRAFT_TOKENS, SpeculativeDecoder
-from specviz.core.records import RunStats
+from specviz.core.metrics import RunStats
 from specviz.core.theory import alpha_from_acceptance_rate, speedup
 from specviz.core.tree import MAX_TREE_WIDTH
+from specviz.drafters.specs import SPECULATIVE_KINDS
 from specviz.jobs import Turn
 from specviz.measure import ProgressFn, Spread, interleave, paired_ratio, timed
 
@@ -46,7 +47,7 @@ if TYPE_CHECKING:
     from specviz.models import LoadedModel
 
 DEFAULT_PROMPTS = Path(__file__).resolve().parent.parent / "assets" / "prompts.json"
-BENCH_DRAFTERS: tuple[str, ...] = tuple(d for d in DRAFTER_KINDS if d != "none")  # "none" is the baseline
+BENCH_DRAFTERS = SPECULATIVE_KINDS  # every drafter but plain decoding, the baseline
 BASELINE = "baseline"  # the setting name of plain decoding in measure_setups
 MAX_PROMPTS_FILE_BYTES = 1_000_000
 MAX_REPEATS = 50
@@ -392,8 +393,8 @@ def run_sweep(
     """Run the sweep and return one BenchRow per speculative setting. early_exit: a cached
     early_exit_view of the target (built here when needed and not given). on_progress(done, total,
     message) follows every run, warm-ups included. turn: on a shared server, one model turn per run."""
-    from specviz.models import early_exit_view, encode_prompt
-    from specviz.runs import build_decoder, exit_layer_for
+    from specviz.models import encode_prompt
+    from specviz.runs import build_decoder, resolve_models
 
     if not prompts:
         raise ValueError("No prompts to benchmark: choose at least one category.")
@@ -408,7 +409,7 @@ def run_sweep(
         )
 
     if "early-exit" in spec.drafters and early_exit is None:
-        early_exit = early_exit_view(target.model, exit_layer_for(config("early-exit", 1, 0.0), target))
+        early_exit = resolve_models(config("early-exit", 1, 0.0), target=target).early_exit
     device, dtype = str(target.device), str(target.dtype).removeprefix("torch.")
 
     def factory(

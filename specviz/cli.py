@@ -181,7 +181,7 @@ def _chain_step_to_json(r) -> dict:
 
 
 def stats_to_json(s, records=()) -> dict:
-    """RunStats plus the metrics named as vLLM names them (specviz.core.metrics); alpha stays null without a q_draft."""
+    """RunStats plus the metrics named as vLLM names them (specviz.core.metrics); the same alpha every view shows."""
     from specviz.core.metrics import run_metrics
 
     m = run_metrics(records).to_json()
@@ -210,8 +210,8 @@ def _coloured(tokenizer, prompt_ids: list[int], records) -> str:
 
 
 def cmd_generate(args: argparse.Namespace) -> int:
-    from specviz.models import encode_prompt, load_model
-    from specviz.runs import build_decoder
+    from specviz.models import encode_prompt
+    from specviz.runs import decoder_for, resolve_models
 
     config = config_from_args(args)
     if args.num_samples < 1:
@@ -226,22 +226,14 @@ def cmd_generate(args: argparse.Namespace) -> int:
     else:
         text = args.prompt
     validate_prompt(text)
-    target = load_model(config.target, **config.load_options())
-    draft = None
-    if config.drafter == "model" and not args.baseline:
-        draft = load_model(config.draft, **config.load_options())
+    models = resolve_models(config, drafters=() if args.baseline else None)  # plain decoding needs no draft
+    target = models.target
     prompt_ids = encode_prompt(target.tokenizer, text, config.chat)
-    early_exit = None
-    if config.drafter == "early-exit" and not args.baseline:
-        from specviz.models import early_exit_view
-        from specviz.runs import exit_layer_for
-
-        early_exit = early_exit_view(target.model, exit_layer_for(config, target))
     check = _baseline_for_check(args, config, target, prompt_ids)
     samples: list[dict] = []  # what --json prints; nothing else of a sample outlives its loop turn
     recorded = []  # what --record writes: each sample's records
     for i in range(args.num_samples):
-        decoder = build_decoder(config, target, prompt_ids, draft, early_exit=early_exit, seed=sample_seed(config.seed, i), baseline=args.baseline)
+        decoder = decoder_for(config, models, prompt_ids, seed=sample_seed(config.seed, i), baseline=args.baseline)
         decoder.run()
         difference = None
         if check is not None:
@@ -463,7 +455,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from specviz.bench import COLUMNS, SweepSpec, first_per_category, load_prompts, rows_to_frame, run_sweep
-    from specviz.models import load_model
+    from specviz.runs import resolve_models
 
     if args.threads is not None:
         if args.threads < 1:
@@ -486,15 +478,16 @@ def cmd_bench(args: argparse.Namespace) -> int:
         with out.open(encoding="utf-8") as fh:
             if fh.readline().strip() != ",".join(COLUMNS):
                 raise ValueError(f"{out} has other columns than this benchmark writes; --append needs a CSV from the same version.")
-    kwargs = dict(trust_remote_code=args.trust_remote_code, allow_download=args.allow_download, allow_pickle=args.allow_pickle)
-    target = load_model(args.target, args.device, args.dtype, **kwargs)
-    draft = load_model(args.draft, args.device, args.dtype, **kwargs) if "model" in spec.drafters and args.draft else None
+    where = RunConfig(target=args.target, draft=args.draft, exit_layer=args.exit_layer, device=args.device, dtype=args.dtype,
+                      trust_remote_code=args.trust_remote_code, allow_download=args.allow_download, allow_pickle=args.allow_pickle)
+    models = resolve_models(where, drafters=[d for d in spec.drafters if d != "model" or args.draft])  # run_sweep names a missing draft
+    target, draft = models.target, models.draft
     print(
         f"benchmark: {len(prompts)} prompts, {spec.num_settings(len(prompts))} settings x ({spec.warmup} warm-up + "
         f"{spec.repeats} repeats) = {spec.num_runs(len(prompts))} runs on {target.name} ({target.device}, {target.dtype})",
         file=sys.stderr,
     )
-    frame = rows_to_frame(run_sweep(target, prompts, spec, draft=draft, on_progress=_print_progress))
+    frame = rows_to_frame(run_sweep(target, prompts, spec, draft=draft, early_exit=models.early_exit, on_progress=_print_progress))
     if out is not None:
         out.parent.mkdir(parents=True, exist_ok=True)
         if out.suffix.lower() == ".json":

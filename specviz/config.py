@@ -8,9 +8,11 @@ from typing import Literal
 from specviz.core.decoding import MAX_DRAFT_TOKENS, DecodeConfig
 from specviz.core.sampling import SamplingConfig
 from specviz.core.tree import MAX_TREE_WIDTH
+from specviz.drafters.specs import DRAFTER_KINDS, drafter_spec
 
-DrafterKind = Literal["model", "lookup", "ngram", "early-exit", "none"]
-DRAFTER_KINDS: tuple[str, ...] = ("ngram", "lookup", "model", "early-exit", "none")  # the default first (menus start there)
+__all__ = ["DRAFTER_KINDS", "EMBEDDED_TARGET", "MAX_NEW_TOKENS", "MAX_PROMPT_CHARS", "DrafterKind", "RunConfig", "validate_prompt"]
+
+DrafterKind = Literal["model", "lookup", "ngram", "early-exit", "none"]  # the kinds of specviz.drafters.specs.DRAFTERS
 EMBEDDED_TARGET = "embedded:SmolLM2-135M-Instruct"  # same string as specviz.models.EMBEDDED_TARGET
 MAX_PROMPT_CHARS = 20_000
 MAX_NEW_TOKENS = 2048
@@ -44,15 +46,14 @@ class RunConfig:
         self.validate()
 
     def validate(self) -> None:
-        if self.drafter not in DRAFTER_KINDS:
-            raise ValueError(f"Unknown drafter {self.drafter!r}; choose one of {', '.join(DRAFTER_KINDS)}.")
-        if self.drafter == "model" and not (self.draft or "").strip():
+        spec = drafter_spec(self.drafter)  # ValueError for an unknown kind
+        if spec.needs_model and not (self.draft or "").strip():
             raise ValueError("The 'model' drafter needs a draft model: give a hub id or a local folder.")
         if not (1 <= self.ngram_min <= self.ngram_max <= 16):
             raise ValueError(f"Need 1 <= ngram_min <= ngram_max <= 16; got {self.ngram_min} and {self.ngram_max}.")
         if not (0.0 <= self.ngram_threshold <= 1.0):
             raise ValueError(f"The n-gram threshold is a probability between 0 and 1; got {self.ngram_threshold}.")
-        if self.drafter != "none" and not (1 <= self.num_draft_tokens <= MAX_DRAFT_TOKENS):
+        if not spec.baseline and not (1 <= self.num_draft_tokens <= MAX_DRAFT_TOKENS):
             raise ValueError(f"Number of draft tokens k must be between 1 and {MAX_DRAFT_TOKENS}; got {self.num_draft_tokens}.")
         if not (1 <= self.tree_width <= MAX_TREE_WIDTH):
             raise ValueError(f"The tree width must be between 1 (a chain) and {MAX_TREE_WIDTH}; got {self.tree_width}.")
@@ -72,7 +73,7 @@ class RunConfig:
 
     def decode_config(self, eos_token_ids: tuple[int, ...] = (), seed: int | None = None) -> DecodeConfig:
         return DecodeConfig(
-            num_draft_tokens=0 if self.drafter == "none" else self.num_draft_tokens,
+            num_draft_tokens=0 if drafter_spec(self.drafter).baseline else self.num_draft_tokens,
             sampling=self.sampling,
             seed=self.seed if seed is None else seed,
             max_new_tokens=self.max_new_tokens,

@@ -15,15 +15,17 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from specviz.config import DRAFTER_KINDS, RunConfig, validate_prompt
+from specviz.config import RunConfig, validate_prompt
+from specviz.core.divergence import first_difference
 from specviz.core.toy import TOY_VARIANTS, chi_square_pvalue, sample_first_tokens, tv_distance
+from specviz.drafters.specs import ONE_MODEL_KINDS
 from specviz.jobs import Turn, no_turn
 
 if TYPE_CHECKING:
     from specviz.models import LoadedModel
 
 REAL_MODES = {"fast": "fast: the rule on one round's real distributions", "engine": "end to end: N fresh engine runs"}
-LAB_DRAFTERS = [d for d in DRAFTER_KINDS if d not in ("none", "model")]  # the ones that need no second model
+LAB_DRAFTERS = list(ONE_MODEL_KINDS)  # the drafters that need no second model
 TOP_TOKENS = 10  # the target's most likely tokens shown as bars; the rest pooled as "other"
 MAX_FAST_SAMPLES = 1_000_000
 MAX_ENGINE_RUNS = 1_000
@@ -80,10 +82,7 @@ class GreedyResult:
     @property
     def first_difference(self) -> int | None:
         """Index of the first generated token where the two outputs differ (None when identical)."""
-        if self.identical:
-            return None
-        pairs = zip(self.spec_ids, self.plain_ids)
-        return next((i for i, (a, b) in enumerate(pairs) if a != b), min(len(self.spec_ids), len(self.plain_ids)))
+        return first_difference(self.spec_ids, self.plain_ids)
 
 
 def sample_fast(config: RunConfig, target: LoadedModel, prompt_ids: list[int], early_exit, n: int, variant: str):

@@ -22,6 +22,7 @@ import pandas as pd
 import torch
 
 from specviz.config import RunConfig
+from specviz.core.divergence import first_difference
 from specviz.jobs import Turn, no_turn
 
 if TYPE_CHECKING:
@@ -80,9 +81,9 @@ def greedy_trace(target: LoadedModel, prompt_ids: Sequence[int], max_new_tokens:
 
 def first_divergence(a: GreedyTrace, b: GreedyTrace) -> Divergence:
     n = min(len(a.ids), len(b.ids))
-    for i in range(n):
-        if a.ids[i] != b.ids[i]:
-            return Divergence(a.name, b.name, i, a.ids[i], b.ids[i], a.margins[i], b.margins[i], n)
+    i = first_difference(a.ids, b.ids, prefix_only=True)  # specviz.core.divergence: the one rule
+    if i is not None:
+        return Divergence(a.name, b.name, i, a.ids[i], b.ids[i], a.margins[i], b.margins[i], n)
     return Divergence(a.name, b.name, None, None, None, None, None, n)
 
 

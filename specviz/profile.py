@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
 from specviz.core.theory import MAX_K, VerifyCurve
+from specviz.drafters.specs import ONE_MODEL_KINDS
 from specviz.jobs import Turn, no_turn
 
 if TYPE_CHECKING:
@@ -39,7 +40,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 SCHEMA = "specviz.profile/1"
-PROFILE_DRAFTERS: tuple[str, ...] = ("ngram", "lookup", "early-exit")  # the drafters that need no second model
+PROFILE_DRAFTERS: tuple[str, ...] = ONE_MODEL_KINDS  # the drafters that need no second model
 ASSETS = Path(__file__).resolve().parent.parent / "assets"
 MAX_PROFILE_BYTES = 200_000
 Clock = Literal["wall", "cpu"]
@@ -185,6 +186,92 @@ def _timer(fn: Callable[[], object], threads: int, clock: Clock):
     return Timer(stmt="fn()", globals={"fn": fn}, num_threads=threads, **kwargs)
 
 
+def _check_profile_args(target: LoadedModel, max_tokens: int, context_length: int, repeats: int, number: int, clock: str, drafters: Sequence[str]) -> None:
+    if not (2 <= max_tokens <= 64):
+        raise ValueError(f"max_tokens must be between 2 and 64; got {max_tokens}.")
+    if not (1 <= context_length <= 8192):
+        raise ValueError(f"context_length must be between 1 and 8192; got {context_length}.")
+    if repeats < 1 or number < 1:
+        raise ValueError("repeats and number must be at least 1.")
+    if clock not in ("wall", "cpu"):
+        raise ValueError(f"clock must be 'wall' or 'cpu'; got {clock!r}.")
+    if clock == "cpu" and target.device.type != "cpu":
+        raise ValueError("clock='cpu' times the host process; on a GPU use clock='wall' (synchronised).")
+    for d in drafters:
+        if d not in PROFILE_DRAFTERS:
+            raise ValueError(f"Unknown drafter {d!r} for a profile; choose from {', '.join(PROFILE_DRAFTERS)}.")
+
+
+def _pass_runners(target: LoadedModel, context: list[int], new: list[int], turn: Turn = no_turn) -> dict[str, Callable[[], object]]:
+    """'pass n' -> one target pass over n new tokens after the cached context (prefilled in one turn), cropped back after."""
+    from specviz.models import HFCachedLM
+
+    lm = HFCachedLM(target.model, target.vocab_size)
+    with turn():
+        lm.extend(context)
+
+    def target_pass(n: int) -> Callable[[], None]:
+        def fn() -> None:
+            lm.extend(new[:n])
+            lm.crop(len(context))
+
+        return fn
+
+    return {f"pass {n}": target_pass(n) for n in range(1, len(new) + 1)}
+
+
+def _draft_runners(
+    target: LoadedModel, context: list[int], drafters: Sequence[str], draft_k: int, turn: Turn = no_turn
+) -> tuple[dict[str, Callable[[], object]], dict[str, int]]:
+    """kind -> one proposal of draft_k tokens at the context (rolled back after), and the tokens one call drafts."""
+    import torch
+
+    from specviz.config import RunConfig
+    from specviz.runs import make_drafter
+
+    runners: dict[str, Callable[[], object]] = {}
+    drafted_per_call: dict[str, int] = {}
+    generator = torch.Generator().manual_seed(0)
+    for kind in drafters:
+        if kind == "early-exit" and target.num_layers < 2:
+            log.info("skipping early exit: the target has one layer")
+            continue
+        # threshold 0: the n-gram drafter drafts all k where the context matches, so the cost is per drafted token
+        config = RunConfig(target=target.name, drafter=kind, num_draft_tokens=draft_k, ngram_threshold=0.0)  # type: ignore[arg-type]
+        drafter = make_drafter(config, target)
+        with turn():  # early exit runs the target's own layers
+            drafter.prepare(context)
+            drafted_per_call[kind] = max(1, len(drafter.propose(context, draft_k, generator).token_ids))
+            drafter.rollback(context)
+
+        def propose(drafter=drafter) -> None:
+            drafter.propose(context, draft_k, generator)
+            drafter.rollback(context)
+
+        runners[kind] = propose
+    return runners, drafted_per_call
+
+
+def _time_rotating(
+    runners: dict[str, Callable[[], object]], repeats: int, number: int, threads: int, clock: Clock, turn: Turn, on_progress: ProgressFn | None
+) -> dict[str, list[float]]:
+    """name -> ms per call of each repeat, the order rotated every repeat so drift hits every runner alike; one model
+    turn per measurement."""
+    timers = {name: _timer(fn, threads, clock) for name, fn in runners.items()}
+    samples: dict[str, list[float]] = {name: [] for name in timers}
+    names = list(timers)
+    total, done = repeats * len(names), 0
+    for rep in range(repeats):
+        shift = rep % len(names)
+        for name in names[shift:] + names[:shift]:
+            with turn():
+                samples[name].append(timers[name].timeit(number).median * 1000.0)
+            done += 1
+            if on_progress:
+                on_progress(done, total, f"{name} (repeat {rep + 1}/{repeats})")
+    return samples
+
+
 def measure_profile(
     target: LoadedModel,
     *,
@@ -206,21 +293,7 @@ def measure_profile(
     turn: the model is held one turn for the setup and one per measurement, never for the whole profile."""
     import torch
 
-    from specviz.models import HFCachedLM
-
-    if not (2 <= max_tokens <= 64):
-        raise ValueError(f"max_tokens must be between 2 and 64; got {max_tokens}.")
-    if not (1 <= context_length <= 8192):
-        raise ValueError(f"context_length must be between 1 and 8192; got {context_length}.")
-    if repeats < 1 or number < 1:
-        raise ValueError("repeats and number must be at least 1.")
-    if clock not in ("wall", "cpu"):
-        raise ValueError(f"clock must be 'wall' or 'cpu'; got {clock!r}.")
-    if clock == "cpu" and target.device.type != "cpu":
-        raise ValueError("clock='cpu' times the host process; on a GPU use clock='wall' (synchronised).")
-    for d in drafters:
-        if d not in PROFILE_DRAFTERS:
-            raise ValueError(f"Unknown drafter {d!r} for a profile; choose from {', '.join(PROFILE_DRAFTERS)}.")
+    _check_profile_args(target, max_tokens, context_length, repeats, number, clock, drafters)
     max_positions = int(getattr(target.model.config, "max_position_embeddings", None) or 1_000_000)
     context_length = min(context_length, max_positions - max_tokens - draft_k - 1)
     if context_length < 1:
@@ -228,22 +301,9 @@ def measure_profile(
     threads = threads or torch.get_num_threads()
     ids = _context_ids(target, context_length)
     context, new = ids[:context_length], ids[context_length : context_length + max_tokens]
-
-    lm = HFCachedLM(target.model, target.vocab_size)
-    with turn():
-        lm.extend(context)
-
-    def target_pass(n: int) -> Callable[[], None]:
-        def fn() -> None:
-            lm.extend(new[:n])
-            lm.crop(context_length)
-
-        return fn
-
-    runners: dict[str, Callable[[], object]] = {f"pass {n}": target_pass(n) for n in range(1, max_tokens + 1)}
-    drafted_per_call = _add_drafters(runners, target, drafters, context, draft_k, turn)
-    timers = {name: _timer(fn, threads, clock) for name, fn in runners.items()}
-    samples = _time_rotated(timers, repeats, number, turn, on_progress)
+    runners = _pass_runners(target, context, new, turn)
+    draft_runners, drafted_per_call = _draft_runners(target, context, drafters, draft_k, turn)
+    samples = _time_rotating(runners | draft_runners, repeats, number, threads, clock, turn, on_progress)
     pass_ms = tuple(statistics.median(samples[f"pass {n}"]) for n in range(1, max_tokens + 1))
     draft_ms = {kind: statistics.median(samples[kind]) / drafted_per_call[kind] for kind in drafted_per_call}
     return CostProfile(
@@ -252,51 +312,6 @@ def measure_profile(
         context_length=context_length, repeats=repeats, pass_ms=pass_ms, draft_ms_per_token=draft_ms,
         created=datetime.now(UTC).isoformat(timespec="seconds"), label=label,
     )
-
-
-def _add_drafters(runners: dict, target: LoadedModel, drafters: Sequence[str], context: list[int], draft_k: int, turn: Turn) -> dict[str, int]:
-    """Add one proposal call per drafter to runners; returns the tokens each call drafts."""
-    import torch
-
-    from specviz.config import RunConfig
-    from specviz.runs import make_drafter
-
-    drafted_per_call: dict[str, int] = {}
-    generator = torch.Generator().manual_seed(0)
-    for kind in drafters:
-        if kind == "early-exit" and target.num_layers < 2:
-            log.info("skipping early exit: the target has one layer")
-            continue
-        # threshold 0: the n-gram drafter drafts all k where the context matches, so the cost is per drafted token
-        config = RunConfig(target=target.name, drafter=kind, num_draft_tokens=draft_k, ngram_threshold=0.0)  # type: ignore[arg-type]
-        drafter = make_drafter(config, target)
-        with turn():
-            drafter.prepare(context)
-            drafted_per_call[kind] = max(1, len(drafter.propose(context, draft_k, generator).token_ids))
-            drafter.rollback(context)
-
-        def propose(drafter=drafter) -> None:
-            drafter.propose(context, draft_k, generator)
-            drafter.rollback(context)
-
-        runners[kind] = propose
-    return drafted_per_call
-
-
-def _time_rotated(timers: dict, repeats: int, number: int, turn: Turn, on_progress: ProgressFn | None) -> dict[str, list[float]]:
-    """ms per call of each timer, `repeats` times in a rotating order, one model turn per measurement."""
-    samples: dict[str, list[float]] = {name: [] for name in timers}
-    names = list(timers)
-    total, done = repeats * len(names), 0
-    for rep in range(repeats):
-        shift = rep % len(names)
-        for name in names[shift:] + names[:shift]:  # rotate the order so drift hits every size alike
-            with turn():
-                samples[name].append(timers[name].timeit(number).median * 1000.0)
-            done += 1
-            if on_progress:
-                on_progress(done, total, f"{name} (repeat {rep + 1}/{repeats})")
-    return samples
 
 
 def profile_table(profile: CostProfile) -> list[tuple[int, float, float]]:

@@ -21,7 +21,8 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from specviz.config import RunConfig
-from specviz.core.records import RunStats, StepRecord, summarize
+from specviz.core.metrics import RunStats, summarize
+from specviz.core.records import StepRecord
 
 FORMAT = "specviz-recording"
 VERSION = 1

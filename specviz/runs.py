@@ -1,18 +1,36 @@
-"""Turn a RunConfig and loaded models into a decoder: the glue between specviz.models and specviz.core."""
+"""Turn a RunConfig and loaded models into a decoder: the glue between specviz.models and specviz.core.
+
+resolve_models() is the one place that decides which models a run needs (the target; a draft model for the
+'model' drafter; the early-exit view of the target for 'early-exit'); callers hand it their loader (the UI's
+cached one, or a plain load), so the CLI, the benchmark, the lab and the step-through page load alike."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
+from typing import Any
 
 from specviz.config import RunConfig
 from specviz.core.decoding import DecodeConfig, SpeculativeDecoder
 from specviz.core.records import StepRecord
 from specviz.core.resume import DecoderState, resume
-from specviz.drafters import ModelDrafter, NGramDrafter, NoDrafter, PromptLookupDrafter
+from specviz.drafters import NoDrafter
 from specviz.drafters.base import Drafter
-from specviz.models import HFCachedLM, LoadedModel, check_same_tokenizer, early_exit_view
+from specviz.drafters.specs import drafter_spec
+from specviz.models import HFCachedLM, LoadedModel, check_same_tokenizer, early_exit_view, load_model
 from specviz.models.adapter import default_exit_layer
+
+Loader = Callable[[str], LoadedModel]  # source -> loaded model
+EarlyExitOf = Callable[[LoadedModel, int], Any]  # (target, exit layer) -> the early-exit model view
+
+
+@dataclass(frozen=True)
+class RunModels:
+    """The models a run (or a sweep over several drafters) needs, resolved once."""
+
+    target: LoadedModel
+    draft: LoadedModel | None = None  # for the 'model' drafter
+    early_exit: Any = None  # the target's first layers as a model, for 'early-exit'
 
 
 @dataclass(frozen=True)
@@ -30,26 +48,45 @@ def exit_layer_for(config: RunConfig, target: LoadedModel) -> int:
     return config.exit_layer if config.exit_layer is not None else default_exit_layer(target.model)
 
 
+def resolve_models(
+    config: RunConfig,
+    load: Loader | None = None,
+    early_exit_of: EarlyExitOf | None = None,
+    *,
+    target: LoadedModel | None = None,
+    drafters: Iterable[str] | None = None,
+) -> RunModels:
+    """Load the target (unless given), a draft model when one of ``drafters`` (default: the config's) needs it,
+    and the early-exit view when one drafts with the target's first layers. load defaults to load_model with
+    the config's options; early_exit_of to a fresh early_exit_view."""
+    load = load or (lambda source: load_model(source, **config.load_options()))
+    early_exit_of = early_exit_of or (lambda model, layer: early_exit_view(model.model, layer))
+    specs = [drafter_spec(kind) for kind in (drafters if drafters is not None else (config.drafter,))]
+    target = target if target is not None else load(config.target)
+    draft = None
+    if any(s.needs_model for s in specs):
+        if not (config.draft or "").strip():
+            raise ValueError("The 'model' drafter needs a draft model: give a hub id or a local folder.")
+        draft = load(config.draft or "")
+    early = early_exit_of(target, exit_layer_for(config, target)) if any(s.lm == "early-exit" for s in specs) else None
+    return RunModels(target, draft, early)
+
+
 def make_drafter(config: RunConfig, target: LoadedModel, draft: LoadedModel | None = None, early_exit=None) -> Drafter:
-    """Build this run's drafter. early_exit: a cached early_exit_view of the target, if the caller keeps one."""
-    vocab = target.vocab_size
-    if config.drafter == "lookup":
-        return PromptLookupDrafter(config.ngram_max, config.ngram_min)
-    if config.drafter == "ngram":
-        return NGramDrafter(vocab, config.ngram_max, config.ngram_min, config.ngram_threshold)
-    if config.drafter == "none":
-        return NoDrafter()
-    if config.drafter == "model":
+    """Build this run's drafter from its spec. early_exit: a cached early_exit_view of the target, if the caller keeps one."""
+    spec = drafter_spec(config.drafter)
+    vocab, lm, name = target.vocab_size, None, spec.short_name
+    if spec.lm == "draft":
         if draft is None:
             raise ValueError("The 'model' drafter needs a loaded draft model.")
         check_same_tokenizer(target, draft)
         vocab = min(vocab, draft.vocab_size)
-        return ModelDrafter(HFCachedLM(draft.model, vocab), config.sampling, name=f"draft model {draft.name}")
-    if config.drafter == "early-exit":
+        lm, name = HFCachedLM(draft.model, vocab), f"draft model {draft.name}"
+    elif spec.lm == "early-exit":
         layer = exit_layer_for(config, target)
         view = early_exit if early_exit is not None else early_exit_view(target.model, layer)
-        return ModelDrafter(HFCachedLM(view, vocab), config.sampling, name=f"early exit at layer {layer}/{target.num_layers}")
-    raise ValueError(f"Unknown drafter {config.drafter!r}.")
+        lm, name = HFCachedLM(view, vocab), f"early exit at layer {layer}/{target.num_layers}"
+    return spec.build(config, vocab, lm, name)
 
 
 def build_decoder(
@@ -94,3 +131,8 @@ def resume_decoder(
     lm, drafter = _parts(config, target, draft, early_exit, baseline)
     decode = _decode_config(config, target, saved.seed, baseline)
     return resume(lm, drafter, prompt_ids, saved.generated, saved.records, decode, saved.state, saved.prefill_ms)
+
+
+def decoder_for(config: RunConfig, models: RunModels, prompt_ids: list[int], *, seed: int | None = None, baseline: bool = False) -> SpeculativeDecoder:
+    """build_decoder with the models resolve_models() found."""
+    return build_decoder(config, models.target, prompt_ids, models.draft, early_exit=models.early_exit, seed=seed, baseline=baseline)

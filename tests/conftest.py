@@ -136,3 +136,86 @@ def smollm():
     from specviz.models import EMBEDDED_TARGET, load_model
 
     return load_model(EMBEDDED_TARGET, "cpu", "float32")
+
+
+# words from the tiny tokenizer's vocabulary, so prompts are not all <unk>; the first repeats itself
+TINY_PROMPTS = [
+    {"category": "copy", "title": "cat", "prompt": "the cat sat on the mat and the dog sat on the log the cat sat on the"},
+    {"category": "prose", "title": "fox", "prompt": "the quick brown fox jumps over the lazy dog"},
+    {"category": "code", "title": "reverse", "prompt": "def reverse ( s ) : return s [ : : - 1 ]"},
+]
+
+
+@pytest.fixture()
+def prompts_file(tmp_path):
+    path = tmp_path / "prompts.json"
+    import json
+
+    path.write_text(json.dumps(TINY_PROMPTS), encoding="utf-8")
+    return path
+
+
+@pytest.fixture
+def no_model(monkeypatch):
+    """Every way the page could load a model raises; the calls are counted."""
+    calls: list[str] = []
+
+    def refuse(source, *args, **kwargs):
+        calls.append(source)
+        raise ModelLoadError("no model can be loaded on this machine (test)")
+
+    import specviz.ui.models
+    import specviz.ui.session
+    from specviz.models import ModelLoadError
+
+    monkeypatch.setattr(specviz.ui.session, "get_model", refuse)
+    monkeypatch.setattr(specviz.ui.models, "get_model", refuse)
+    monkeypatch.setattr(specviz.ui.models, "load_model", refuse)
+    return calls
+
+
+@pytest.fixture(scope="module")
+def tree_compare(tiny_models, tiny_dir):
+    """Compare mode on the tiny llama: early exit with a width-3 tree at T=1 beside the same as a chain."""
+    from dataclasses import replace
+
+    from specviz.config import RunConfig
+    from tests.test_recording import stepped_compare
+
+    target = tiny_models["llama"]
+    config = RunConfig(
+        target=str(tiny_dir["llama"]), drafter="early-exit", exit_layer=1, temperature=1.0, num_draft_tokens=6,
+        tree_width=3, max_new_tokens=16, chat=False, seed=3,
+    )  # fmt: skip
+    return stepped_compare(target, config, replace(config, tree_width=1), ("A: tree", "B: chain"))
+
+
+def pytest_collection_modifyitems(items):
+    """A test that takes the smollm fixture is a smollm test, so `-m "not smollm"` leaves it out."""
+    for item in items:
+        if "smollm" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.smollm)
+
+
+@pytest.fixture(autouse=True)
+def _only_smollm_tests_load_smollm(request, monkeypatch):
+    """Outside tests marked smollm, loading the embedded SmolLM2 target fails loudly, so `-m "not smollm"` loads
+    nothing big and a test that needs it must say so."""
+    import sys
+
+    loading = sys.modules.get("specviz.models.loading")
+    if loading is None or request.node.get_closest_marker("smollm"):
+        return
+
+    try:
+        embedded = loading.embedded_gguf_path()
+    except Exception:  # no embedded target installed: nothing to guard
+        return
+    load_gguf = loading._load_gguf
+
+    def guarded(path, dtype):
+        if Path(path) == embedded:
+            raise RuntimeError(f"{request.node.nodeid} loads the embedded SmolLM2 target: mark it @pytest.mark.smollm")
+        return load_gguf(path, dtype)
+
+    monkeypatch.setattr(loading, "_load_gguf", guarded)

@@ -3,46 +3,15 @@ from RunConfig and the CLI flag."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 import pytest
-import torch
 
 from specviz.core.decoding import DecodeConfig, SpeculativeDecoder, next_k
 from specviz.core.sampling import SamplingConfig
 from specviz.drafters import NGramDrafter, NoDrafter, PromptLookupDrafter
+from tests.toys import BigramLM, plain_greedy
 
 V = 10
 PROMPT = [1, 2, 3, 4, 1, 2, 3, 4, 1, 2, 3, 5, 1, 2]
-
-
-class BigramLM:
-    """A toy CachedLM in plain torch: logits depend on the current token only."""
-
-    def __init__(self, seed: int = 0) -> None:
-        g = torch.Generator().manual_seed(seed)
-        self.table = torch.randn(V, V, generator=g) * 2.0  # (token, V)
-        self.vocab_size = V
-        self.device = torch.device("cpu")
-        self._tokens: list[int] = []
-
-    @property
-    def tokens(self) -> Sequence[int]:
-        return self._tokens
-
-    def extend(self, ids: Sequence[int]) -> torch.Tensor:
-        self._tokens.extend(int(i) for i in ids)
-        return self.table[torch.tensor(list(ids))]  # (len(ids), V)
-
-    def crop(self, length: int) -> None:
-        del self._tokens[length:]
-
-
-def plain_greedy(lm: BigramLM, prompt: list[int], max_new: int) -> list[int]:
-    out = list(prompt)
-    for _ in range(max_new):
-        out.append(int(lm.table[out[-1]].argmax()))
-    return out[len(prompt) :]
 
 
 def replay(records, k0: int, ceiling: int, max_new: int) -> list[int]:

@@ -10,7 +10,6 @@ from pathlib import Path
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from specviz.models import ModelLoadError
 from specviz.recording import MAX_BYTES, load_recording
 from specviz.ui import replay as replay_ui
 from tests.test_recording import html_tags
@@ -20,24 +19,6 @@ PAGE = str(REPO / "pages" / "step_through.py")
 EXAMPLES = sorted((REPO / "assets" / "recordings").glob("*.json"))
 REPLAY = "specviz_replay"
 HOSTILE = '<script>window.__x=1</script><img src=x onerror=alert(1)>'
-
-
-@pytest.fixture
-def no_model(monkeypatch):
-    """Every way the page could load a model raises; the calls are counted."""
-    calls: list[str] = []
-
-    def refuse(source, *args, **kwargs):
-        calls.append(source)
-        raise ModelLoadError("no model can be loaded on this machine (test)")
-
-    import specviz.ui.models
-    import specviz.ui.session
-
-    monkeypatch.setattr(specviz.ui.session, "get_model", refuse)
-    monkeypatch.setattr(specviz.ui.models, "get_model", refuse)
-    monkeypatch.setattr(specviz.ui.models, "load_model", refuse)
-    return calls
 
 
 def fresh() -> AppTest:

@@ -10,17 +10,15 @@ from streamlit.testing.v1 import AppTest
 
 from specviz.recording import dumps
 from tests.test_app_replay import HOSTILE, click, fresh, upload
-from tests.test_app_replay import no_model as _no_model  # noqa: F401  (a fixture)
-from tests.test_tree_records import live as _live  # noqa: F401  (a fixture)
 
 
 def tree_specs(at: AppTest) -> list[str]:
     return [el.proto.spec for el in at.get("plotly_chart") if "Tree attention mask" in el.proto.spec or "a tree of" in el.proto.spec]
 
 
-@pytest.mark.usefixtures("_no_model")
-def test_a_replayed_tree_run_is_drawn_as_a_tree_beside_its_mask(_live):  # noqa: F811
-    raw = json.loads(dumps(_live[2]))
+@pytest.mark.usefixtures("no_model")
+def test_a_replayed_tree_run_is_drawn_as_a_tree_beside_its_mask(tree_compare):
+    raw = json.loads(dumps(tree_compare[2]))
     raw["token_texts"] = {k: HOSTILE + v for k, v in raw["token_texts"].items()}
     at = fresh()
     upload(at, "tree.json", json.dumps(raw).encode("utf-8"))
@@ -39,9 +37,9 @@ def test_a_replayed_tree_run_is_drawn_as_a_tree_beside_its_mask(_live):  # noqa:
     assert len(tree_specs(at)) == 2
 
 
-@pytest.mark.usefixtures("_no_model")
-def test_a_chain_only_recording_draws_no_tree(_live):  # noqa: F811
-    raw = json.loads(dumps(_live[2]))
+@pytest.mark.usefixtures("no_model")
+def test_a_chain_only_recording_draws_no_tree(tree_compare):
+    raw = json.loads(dumps(tree_compare[2]))
     raw["runs"] = raw["runs"][1:]  # keep the chain run only
     at = fresh()
     upload(at, "chain.json", json.dumps(raw).encode("utf-8"))

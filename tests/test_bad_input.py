@@ -182,6 +182,7 @@ def test_out_of_memory_loading_a_folder(tiny_dir, monkeypatch):
         load_model(str(tiny_dir["llama"]), "cpu", "float32")
 
 
+@pytest.mark.smollm  # reads the embedded GGUF (the model load itself is patched)
 def test_out_of_memory_loading_a_gguf(tmp_path, monkeypatch):
     monkeypatch.setenv("SPECVIZ_CACHE_DIR", str(tmp_path / "cache"))
     monkeypatch.setattr(loading.AutoTokenizer, "from_pretrained", lambda *a, **k: object())  # skip a 14 s conversion
@@ -190,6 +191,7 @@ def test_out_of_memory_loading_a_gguf(tmp_path, monkeypatch):
         load_model(loading.EMBEDDED_TARGET, "cpu", "float32")
 
 
+@pytest.mark.smollm  # reads the embedded GGUF (the model load itself is patched)
 def test_out_of_memory_with_a_cached_gguf_keeps_the_cache(tmp_path, monkeypatch):
     """Running out of memory is not a damaged cache: the de-quantised copy must survive for the next try."""
     cache = tmp_path / "cache"

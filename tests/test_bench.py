@@ -22,20 +22,6 @@ from specviz.bench import (
 from specviz.cli import main
 from specviz.config import DRAFTER_KINDS
 
-# words from the tiny tokenizer's vocabulary, so prompts are not all <unk>; the first repeats itself
-TINY_PROMPTS = [
-    {"category": "copy", "title": "cat", "prompt": "the cat sat on the mat and the dog sat on the log the cat sat on the"},
-    {"category": "prose", "title": "fox", "prompt": "the quick brown fox jumps over the lazy dog"},
-    {"category": "code", "title": "reverse", "prompt": "def reverse ( s ) : return s [ : : - 1 ]"},
-]
-
-
-@pytest.fixture()
-def prompts_file(tmp_path):
-    path = tmp_path / "prompts.json"
-    path.write_text(json.dumps(TINY_PROMPTS), encoding="utf-8")
-    return path
-
 
 def test_cli_writes_csv_with_documented_columns(tiny_dir, prompts_file, tmp_path, capsys):
     out = tmp_path / "results.csv"
@@ -59,9 +45,8 @@ def test_cli_writes_csv_with_documented_columns(tiny_dir, prompts_file, tmp_path
     greedy = frame[frame["temperature"] == 0]
     assert greedy["same_as_baseline"].astype(bool).all()
     assert frame.loc[frame["temperature"] > 0, "same_as_baseline"].isna().all()
-    # Leviathan's alpha needs a q_draft: empty for prompt lookup, present for early exit
-    assert frame.loc[frame["drafter"] == "lookup", "alpha"].isna().all()
-    assert frame.loc[frame["drafter"] == "early-exit", "alpha"].notna().all()
+    # Leviathan's alpha for every drafter that drafted: prompt lookup's one-hot q makes it the mean p_target
+    assert frame.loc[frame["drafted"] > 0, "alpha"].notna().all()
     err = capsys.readouterr()
     total = 2 * 2 * (1 + 2 * 2) * (1 + 2)  # settings x (warm-up + repeats)
     assert f"[1/{total}]" in err.err and f"[{total}/{total}]" in err.err and "baseline" in err.err
@@ -237,7 +222,7 @@ def test_cli_per_category_and_append(tiny_dir, prompts_file, tmp_path):
 def test_compare_to_baseline_uses_paired_medians():
     """Synthetic samples (no clocks read): speedups pair repeat i with repeat i, costs are medians of passes."""
     from specviz.bench import BenchPrompt, RunSample, compare_to_baseline
-    from specviz.core.records import RunStats
+    from specviz.core.metrics import RunStats
 
     def sample(tokens_per_s: float, cpu_s: float, verify_ms: tuple[float, ...], drafted: tuple[int, ...], draft_ms: float = 0.0) -> RunSample:
         passes = len(verify_ms)

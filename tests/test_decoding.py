@@ -4,7 +4,6 @@ EOS and the length limit inside a round, adaptive k, and the first sampled token
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
 
 import pytest
 import torch
@@ -13,63 +12,13 @@ from scipy.stats import chisquare
 from specviz.core.decoding import DecodeConfig, SpeculativeDecoder
 from specviz.core.sampling import SamplingConfig, warp
 from specviz.drafters import ModelDrafter, NoDrafter, PromptLookupDrafter
+from tests.toys import TABLE_V as V
+from tests.toys import TableLM, plain_greedy
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
-V = 10
 PROMPT = [1, 2, 3, 4, 1, 2, 3]  # "1 2 3" repeats, so prompt lookup hits at once
 GREEDY = SamplingConfig()
-
-
-class TableLM:
-    """A toy CachedLM: logits at a position depend on the token there, the one before it, and the
-    position itself, so a cache holding the wrong tokens or the wrong length changes what comes out."""
-
-    def __init__(self, seed: int, vocab_size: int = V, noise: float = 0.0, scale: float = 1.0) -> None:
-        g = torch.Generator().manual_seed(seed)
-        self.cur = torch.randn(vocab_size, vocab_size, generator=g) * 2.5  # (token, V)
-        self.prev = torch.randn(vocab_size, vocab_size, generator=g)  # (previous token, V)
-        self.pos = torch.randn(5, vocab_size, generator=g)  # (position % 5, V)
-        if noise:  # a draft that agrees with its target only partly
-            gn = torch.Generator().manual_seed(99)
-            self.cur = self.cur + noise * torch.randn(vocab_size, vocab_size, generator=gn)
-        self.scale = scale  # < 1 flattens every distribution
-        self.vocab_size = vocab_size
-        self.device = torch.device("cpu")
-        self._tokens: list[int] = []
-        self.extend_calls = 0
-
-    @property
-    def tokens(self) -> Sequence[int]:
-        return self._tokens
-
-    def logits_after(self, seq: Sequence[int]) -> torch.Tensor:
-        """(V,) logits for the token after seq, computed from scratch."""
-        i = len(seq) - 1
-        return (self.cur[seq[i]] + self.prev[seq[i - 1] if i > 0 else 0] + self.pos[i % 5]) * self.scale
-
-    def extend(self, ids: Sequence[int]) -> torch.Tensor:
-        if len(ids) == 0:
-            raise ValueError("extend() needs at least one token")
-        self.extend_calls += 1
-        rows = []
-        for tok in ids:
-            self._tokens.append(int(tok))
-            rows.append(self.logits_after(self._tokens))
-        return torch.stack(rows)  # (len(ids), V)
-
-    def crop(self, length: int) -> None:
-        del self._tokens[length:]
-
-
-def plain_greedy(prompt: list[int], max_new: int, eos: tuple[int, ...] = (), seed: int = 0) -> list[int]:
-    """The reference: argmax from scratch at every step, no caches involved."""
-    lm, out = TableLM(seed), list(prompt)
-    for _ in range(max_new):
-        out.append(int(lm.logits_after(out).argmax()))
-        if out[-1] in eos:
-            break
-    return out[len(prompt) :]
 
 
 def make_drafter(kind: str, sampling: SamplingConfig = GREEDY, scale: float = 1.0):
@@ -116,7 +65,7 @@ def decoder(kind: str, k: int, max_new: int = 40, eos=(), sampling=GREEDY, seed=
 
 def test_plain_greedy_decoder_matches_the_reference():
     dec = run_checked(decoder("none", 0))
-    assert dec.generated == plain_greedy(PROMPT, 40)
+    assert dec.generated == plain_greedy(TableLM(0), PROMPT, 40)
     assert all(r.emitted_fates == ("target",) and r.drafted == () for r in dec.records)
 
 
@@ -124,7 +73,7 @@ def test_plain_greedy_decoder_matches_the_reference():
 @pytest.mark.parametrize("k", [1, 2, 4, 8])
 def test_greedy_speculative_equals_plain_greedy(kind, k):
     dec = run_checked(decoder(kind, k))
-    assert dec.generated == plain_greedy(PROMPT, 40)
+    assert dec.generated == plain_greedy(TableLM(0), PROMPT, 40)
     stats = dec.stats()
     assert stats.new_tokens == 40 and stats.target_passes == len(dec.records)
     if kind == "same":  # all accepted: every round but the length-limited last ones emits k+1 tokens
@@ -145,7 +94,7 @@ def test_the_toy_drafts_exercise_both_fates():
 def test_a_one_token_prompt_works():
     config = DecodeConfig(num_draft_tokens=3, max_new_tokens=12)
     dec = run_checked(SpeculativeDecoder(TableLM(0), make_drafter("same"), [7], config))
-    assert dec.generated == plain_greedy([7], 12)
+    assert dec.generated == plain_greedy(TableLM(0), [7], 12)
 
 
 # -- EOS and the length limit inside a round -----------------------------------------------------------
@@ -153,7 +102,7 @@ def test_a_one_token_prompt_works():
 
 def eos_inside_first_round() -> tuple[int, int]:
     """A token whose first appearance in the greedy output is at index 2..6: inside a k=8 round."""
-    ref = plain_greedy(PROMPT, 40)
+    ref = plain_greedy(TableLM(0), PROMPT, 40)
     for i in range(2, 7):
         if ref[i] not in ref[:i]:
             return ref[i], i
@@ -164,7 +113,7 @@ def eos_inside_first_round() -> tuple[int, int]:
 def test_eos_inside_a_round_stops_there(kind):
     eos, index = eos_inside_first_round()
     dec = run_checked(decoder(kind, 8, eos=(eos,)))
-    assert dec.generated == plain_greedy(PROMPT, 40, eos=(eos,))
+    assert dec.generated == plain_greedy(TableLM(0), PROMPT, 40, eos=(eos,))
     assert len(dec.generated) == index + 1 and dec.generated[-1] == eos  # nothing after EOS
     assert dec.finished and dec.done and dec.records[-1].finished
     assert not any(r.finished for r in dec.records[:-1])
@@ -179,7 +128,7 @@ def test_eos_inside_a_round_stops_there(kind):
 @pytest.mark.parametrize("max_new", [1, 3, 6, 10])
 def test_max_new_tokens_is_exact(kind, max_new):
     dec = run_checked(decoder(kind, 8, max_new=max_new))
-    assert dec.generated == plain_greedy(PROMPT, max_new)
+    assert dec.generated == plain_greedy(TableLM(0), PROMPT, max_new)
     remaining = max_new
     for r in dec.records:  # nobody drafts tokens that could never be emitted
         assert r.num_draft_tokens == min(8, remaining - 1) and len(r.emitted) <= remaining
@@ -216,7 +165,7 @@ def test_adaptive_k_stays_in_range_and_is_recorded(kind, temperature):
     elif kind == "model":
         assert len(set(ks)) > 1  # it moved
     if temperature == 0.0:
-        assert dec.generated == plain_greedy(PROMPT, 60)
+        assert dec.generated == plain_greedy(TableLM(0), PROMPT, 60)
 
 
 def test_adaptive_k_starting_above_the_ceiling_is_refused():
@@ -298,11 +247,12 @@ def test_records_hold_what_the_round_decided():
     assert stats.alpha is not None and 0 < stats.alpha <= 1
 
 
-def test_lookup_records_have_one_hot_q_and_no_alpha():
+def test_lookup_records_have_one_hot_q_and_alpha_from_p_target():
     dec = run_checked(decoder("lookup", 4))
     drafted = [r for r in dec.records if r.drafted]
     assert drafted and all(not r.has_q and r.overlap == () and set(r.q_draft) == {1.0} for r in drafted)
-    assert dec.stats().alpha is None
+    checked = [p for r in drafted for p, f in zip(r.p_target, r.draft_fates) if f != "discarded"]
+    assert dec.stats().alpha == pytest.approx(sum(checked) / len(checked))  # sum_v min(p, one-hot q) = p(x)
 
 
 def test_same_seed_same_run():
@@ -328,7 +278,7 @@ def test_bad_decode_config_and_empty_prompt_raise():
 @pytest.mark.parametrize("kind", ["model", "lookup", "none"])
 def test_building_the_record_is_outside_round_ms(kind, monkeypatch):
     """A slow record step (top-N rows) shows up in record_ms and leaves round_ms alone, for plain decoding too."""
-    import specviz.core.decoding as decoding
+    import specviz.core.rounds as decoding  # the one record builder, chains and trees
 
     slow_ms = 150.0
     to_host = decoding._to_host  # gathers the top-N rows and moves the record's numbers to the host
@@ -340,7 +290,7 @@ def test_building_the_record_is_outside_round_ms(kind, monkeypatch):
     monkeypatch.setattr(decoding, "_to_host", slow_to_host)
     dec = decoder(kind, 4, max_new=6)
     dec.run()
-    assert dec.generated == plain_greedy(PROMPT, 6)
+    assert dec.generated == plain_greedy(TableLM(0), PROMPT, 6)
     for r in dec.records:
         assert r.record_ms >= slow_ms * 0.99
         assert r.round_ms < slow_ms, "the record's cost leaked into the round's clock"

@@ -56,3 +56,12 @@ def test_page_note_warns_with_position_and_margin(monkeypatch):
     for same in (_session([4, 5, 6, 7], [4, 5]), _session([4, 5, 6], [4, 5, 9], temperature=1.0)):
         step_views.divergence_notes(same[0])  # a baseline still stepping, or a sampled run: nothing to say
     assert warnings == []
+
+
+def test_one_first_difference_rule():
+    from specviz.core.divergence import first_difference
+
+    assert first_difference([1, 2, 3], [1, 2, 3]) is None
+    assert first_difference([1, 2, 3], [1, 5, 3]) == 1
+    assert first_difference([1, 2], [1, 2, 3]) == 2  # one ended first
+    assert first_difference([1, 2], [1, 2, 3], prefix_only=True) is None

@@ -91,7 +91,7 @@ def test_the_drafter_proposes_without_a_distribution():
     drafter = PromptLookupDrafter(ngram_max=2)
     draft = drafter.propose([5, 6, 1, 5, 6], 2, torch.Generator())
     assert draft.token_ids == (1, 5) and draft.q_draft is None
-    assert drafter.has_distribution is False
+    assert drafter.has_q is False
     assert drafter.propose([1, 2, 3], 2, torch.Generator()).token_ids == ()
 
 

@@ -112,3 +112,18 @@ def test_step_through_shows_the_metrics_table(tiny_models, monkeypatch):
     assert {"definition", "printed by"} <= set(table.columns)
     assert any("Acceptance by draft position" in h.value for h in at.subheader)
     assert any("best k" in m.value or "Too few rounds" in m.value for m in at.markdown)
+
+
+def test_tree_acceptance_is_by_depth_not_by_node_order():
+    """Nodes 0 and 1 hang under the root (depth 1), 2 under 0 and 3 under 1 (depth 2). The rule rejected node 0,
+    accepted its sibling 1, then rejected 1's child 3: depth 1 kept, depth 2 tried and refused. Walking the
+    fates in node order would read 'position 1 rejected, position 2 accepted'."""
+    import dataclasses
+
+    tree = dataclasses.replace(
+        rec("rard", 2), tree_parents=(-1, -1, 0, 1), accepted_path=(1,), tree_width=2,
+        draft_fates=("rejected", "accepted", "discarded", "rejected"),
+    )  # fmt: skip
+    pos = position_acceptance([tree])
+    assert [(p.position, p.reached, p.accepted) for p in pos] == [(1, 1, 1), (2, 1, 0)]
+    assert run_metrics([tree]).mean_acceptance_length == pytest.approx(2.0)

@@ -3,10 +3,8 @@ counts, and exactness of speculative decoding with it (greedy identity; sampled 
 
 from __future__ import annotations
 
-import functools
 import itertools
 from collections import Counter
-from collections.abc import Sequence
 
 import pytest
 import torch
@@ -17,6 +15,7 @@ from specviz.core.sampling import SamplingConfig
 from specviz.drafters import NGramDrafter, NoDrafter
 from specviz.drafters.base import Draft
 from specviz.drafters.ngram import NGramCounts, confidence, smoothed
+from tests.toys import PairTableLM, plain_greedy
 
 V = 12
 
@@ -27,40 +26,6 @@ def gen(seed: int = 0) -> torch.Generator:
 
 def support(row: torch.Tensor) -> set[int]:
     return set(torch.nonzero(row).flatten().tolist())
-
-
-@functools.cache
-def logit_table(vocab_size: int, seed: int, sharpness: float = 2.0) -> torch.Tensor:
-    g = torch.Generator().manual_seed(seed)
-    return torch.randn(vocab_size, vocab_size, vocab_size, generator=g) * sharpness  # (prev, cur, V)
-
-
-class TableLM:
-    """A toy CachedLM in plain torch: next-token logits are a fixed table of the last two tokens."""
-
-    def __init__(self, vocab_size: int, seed: int = 0) -> None:
-        self.table = logit_table(vocab_size, seed)  # (prev, cur, V)
-        self.vocab_size = vocab_size
-        self.device = torch.device("cpu")
-        self._tokens: list[int] = []
-
-    @property
-    def tokens(self) -> Sequence[int]:
-        return self._tokens
-
-    def next_logits(self, prev: int, cur: int) -> torch.Tensor:
-        return self.table[prev, cur]
-
-    def extend(self, ids: Sequence[int]) -> torch.Tensor:
-        rows = []
-        for tok in ids:
-            prev = self._tokens[-1] if self._tokens else 0
-            rows.append(self.next_logits(prev, tok))
-            self._tokens.append(int(tok))
-        return torch.stack(rows)  # (len(ids), V)
-
-    def crop(self, length: int) -> None:
-        del self._tokens[length:]
 
 
 class SoftQGreedyDrafter(NGramDrafter):
@@ -244,17 +209,9 @@ def test_bad_arguments_raise_value_error(kwargs):
 
 def decode(lm_seed: int, drafter, prompt: list[int], sampling: SamplingConfig, seed: int, max_new: int, k: int = 4, adaptive: bool = False):
     config = DecodeConfig(num_draft_tokens=k, sampling=sampling, seed=seed, max_new_tokens=max_new, adaptive_k=adaptive)
-    decoder = SpeculativeDecoder(TableLM(V, lm_seed), drafter, prompt, config)
+    decoder = SpeculativeDecoder(PairTableLM(V, lm_seed), drafter, prompt, config)
     decoder.run()
     return decoder
-
-
-def plain_greedy(lm_seed: int, prompt: list[int], max_new: int) -> list[int]:
-    lm = TableLM(V, lm_seed)
-    out = list(prompt)
-    for _ in range(max_new):
-        out.append(int(lm.next_logits(out[-2] if len(out) > 1 else 0, out[-1]).argmax()))
-    return out[len(prompt) :]
 
 
 @pytest.mark.parametrize("mode", ["sample", "greedy"])
@@ -262,7 +219,7 @@ def plain_greedy(lm_seed: int, prompt: list[int], max_new: int) -> list[int]:
 def test_greedy_output_is_identical_to_plain_greedy(mode, adaptive):
     drafted = accepted = 0
     for lm_seed, prompt in [(0, [1, 2, 3, 1, 2, 3, 1, 2]), (1, [5, 5, 6, 7, 5, 6]), (2, [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 0, 1])]:
-        expected = plain_greedy(lm_seed, prompt, 40)
+        expected = plain_greedy(PairTableLM(V, lm_seed), prompt, 40)
         for seed in range(3):
             decoder = decode(lm_seed, NGramDrafter(V, mode=mode), prompt, SamplingConfig(), seed, 40, adaptive=adaptive)
             assert decoder.generated == expected
@@ -275,11 +232,11 @@ def test_greedy_output_is_identical_to_plain_greedy(mode, adaptive):
 
 def test_baseline_agrees_with_the_toy_plain_greedy():
     prompt = [1, 2, 3, 1, 2]
-    assert decode(0, NoDrafter(), prompt, SamplingConfig(), 0, 20).generated == plain_greedy(0, prompt, 20)
+    assert decode(0, NoDrafter(), prompt, SamplingConfig(), 0, 20).generated == plain_greedy(PairTableLM(V, 0), prompt, 20)
 
 
 def exact_sequence_probs(lm_seed: int, prompt: list[int], length: int) -> dict[tuple[int, ...], float]:
-    p_next = torch.softmax(TableLM(V, lm_seed).table.double(), dim=-1).tolist()  # (prev, cur, V)
+    p_next = torch.softmax(PairTableLM(V, lm_seed).table.double(), dim=-1).tolist()  # (prev, cur, V)
     probs = {}
     for seq in itertools.product(range(V), repeat=length):
         ctx, p = list(prompt), 1.0
@@ -348,3 +305,30 @@ def test_ngram_drafter_on_a_tiny_transformers_model(tiny_models):
     base.run()
     assert spec.generated == base.generated
     assert spec.stats().drafted > 0
+
+
+@pytest.mark.parametrize("width", [1, 2, 3])
+@pytest.mark.parametrize(
+    "seq",
+    [
+        [7, 1, 2, 3, 7],  # fresh prose: a unigram seen once is no evidence, the chain does not draft
+        [1, 2, 3, 4, 1, 2, 3, 5, 1, 2],  # the chain drafts one token, then the evidence runs out
+        [1, 2, 3, 1, 2, 3, 1, 2],  # a repeated passage: the chain drafts to the budget
+    ],
+)
+def test_the_tree_stops_where_the_chain_stops_at_the_default_threshold(seq, width):
+    chain = NGramDrafter(V, mode="greedy")  # the default threshold; greedy so the chain is the spine
+    chain.prepare(seq)
+    spine = chain.propose(seq, 4, gen()).token_ids
+    tree_drafter = NGramDrafter(V)
+    tree_drafter.prepare(seq)
+    tree = tree_drafter.propose_tree(seq, 4 * width, width, gen())
+    depth, node = 0, -1
+    while True:  # walk the spine: the first child of each level
+        kids = [i for i, parent in enumerate(tree.parents) if parent == node]
+        if not kids:
+            break
+        node = kids[0]
+        depth += 1
+        assert tree.token_ids[node] == spine[depth - 1]
+    assert depth == len(spine)

@@ -14,6 +14,7 @@ import torch
 
 from specviz.config import RunConfig
 from specviz.models import ModelLoadError, load_model, loading
+from tests.toys import RepeatLM
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -98,7 +99,6 @@ class _Booby:
 
 def _pickle_only_folder(src: Path, dst: Path, payload) -> Path:
     """A model folder whose weights exist only as pytorch_model.bin (a pickle)."""
-    import torch
 
     dst.mkdir()
     for name in ("config.json", "tokenizer.json", "tokenizer_config.json"):
@@ -132,7 +132,6 @@ def test_folder_with_safetensors_and_pickle_prefers_safetensors(tiny_dir, tmp_pa
     marker = tmp_path / "pickle-ran"
     folder = tmp_path / "both"
     shutil.copytree(tiny_dir["llama"], folder)
-    import torch
 
     torch.save({"x": _Booby(marker)}, folder / "pytorch_model.bin")
     loaded = load_model(str(folder), "cpu", "float32")
@@ -183,28 +182,6 @@ def _parse(markup: str) -> _TagCollector:
     return parser
 
 
-class _RepeatLM:
-    """A CachedLM that always predicts (next id) = (last id + 1) mod V: every round emits tokens."""
-
-    vocab_size = len(PAYLOADS)
-    device = torch.device("cpu")
-
-    def __init__(self) -> None:
-        self._tokens: list[int] = []
-
-    @property
-    def tokens(self):
-        return self._tokens
-
-    def extend(self, ids):
-        self._tokens.extend(ids)
-        nxt = (torch.tensor(list(ids)) + 1) % self.vocab_size
-        return torch.nn.functional.one_hot(nxt, self.vocab_size).float() * 20.0
-
-    def crop(self, length):
-        del self._tokens[length:]
-
-
 def test_visible_html_escapes_tags():
     from specviz.viz import visible_html
 
@@ -221,7 +198,7 @@ def test_token_stream_renders_model_output_as_text():
     from specviz.drafters import PromptLookupDrafter
     from specviz.viz import stream_frame, token_stream_html
 
-    decoder = SpeculativeDecoder(_RepeatLM(), PromptLookupDrafter(), [0, 1, 2, 3, 0, 1], DecodeConfig(num_draft_tokens=3, max_new_tokens=12))
+    decoder = SpeculativeDecoder(RepeatLM(len(PAYLOADS)), PromptLookupDrafter(), [0, 1, 2, 3, 0, 1], DecodeConfig(num_draft_tokens=3, max_new_tokens=12))
     decoder.run()
     text_of = lambda i: PAYLOADS[i]  # noqa: E731
     stream = stream_frame(decoder.records, text_of)

@@ -8,10 +8,9 @@ import pytest
 
 from specviz.bench import COLUMNS, SweepSpec, tree_vs_chain_table
 from specviz.cli import main
-from tests.test_bench import prompts_file  # noqa: F401  (a fixture)
 
 
-def test_bench_sweeps_tree_widths(tiny_dir, prompts_file, tmp_path, capsys):  # noqa: F811
+def test_bench_sweeps_tree_widths(tiny_dir, prompts_file, tmp_path, capsys):
     out = tmp_path / "trees.csv"
     rc = main([
         "bench", "--target", str(tiny_dir["llama"]), "--prompts", str(prompts_file), "--categories", "copy",

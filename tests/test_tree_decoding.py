@@ -4,37 +4,18 @@ per round, EOS and the length limit inside a tree, and the first two sampled tok
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 import pytest
 import torch
 from scipy.stats import chisquare
 
 from specviz.core.decoding import DecodeConfig, SpeculativeDecoder
 from specviz.core.sampling import SamplingConfig, warp
-from specviz.core.tree import ancestors
 from specviz.drafters import ModelDrafter, NGramDrafter, PromptLookupDrafter
-from tests.test_decoding import PROMPT, TableLM, V, check_caches, plain_greedy
+from tests.test_decoding import PROMPT, V, check_caches
+from tests.toys import TableLM, TreeTableLM, plain_greedy
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 GREEDY = SamplingConfig()
-
-
-class TreeTableLM(TableLM):
-    """The toy target that also scores a token tree in one call: each node from its own path."""
-
-    def extend_tree(self, ids: Sequence[int], parents: Sequence[int]) -> torch.Tensor:
-        self.extend_calls += 1
-        base = list(self._tokens)
-        rows = [self.logits_after(base + [ids[j] for j in ancestors(parents, i)]) for i in range(len(ids))]
-        self._tokens.extend(int(t) for t in ids)
-        self._tree = (len(base), list(ids))
-        return torch.stack(rows)
-
-    def keep_path(self, path: Sequence[int]) -> None:
-        start, ids = self._tree
-        del self._tokens[start:]
-        self._tokens.extend(ids[i] for i in path)
 
 
 def make_drafter(kind: str, sampling: SamplingConfig, scale: float = 1.0):
@@ -68,7 +49,7 @@ def run_checked(dec: SpeculativeDecoder) -> SpeculativeDecoder:
 @pytest.mark.parametrize("k", [1, 4, 7])
 def test_greedy_tree_equals_plain_greedy(kind, width, k):
     dec = run_checked(decoder(kind, k, width))
-    assert dec.generated == plain_greedy(PROMPT, 40)
+    assert dec.generated == plain_greedy(TableLM(0), PROMPT, 40)
     trees = [r for r in dec.records if r.is_tree]
     assert bool(trees) == (width > 1 and kind != "lookup")
     for r in trees:
@@ -86,11 +67,11 @@ def test_trees_accept_siblings_a_chain_would_have_missed():
 @pytest.mark.parametrize("max_new", [1, 2, 3, 5])
 def test_max_new_tokens_is_exact_with_trees(max_new):
     dec = run_checked(decoder("model", 6, 2, max_new=max_new))
-    assert dec.generated == plain_greedy(PROMPT, max_new)
+    assert dec.generated == plain_greedy(TableLM(0), PROMPT, max_new)
 
 
 def test_eos_inside_a_tree_stops_there():
-    ref = plain_greedy(PROMPT, 40)
+    ref = plain_greedy(TableLM(0), PROMPT, 40)
     eos = ref[3]
     dec = run_checked(decoder("model", 6, 2, eos=(eos,)))
     assert dec.generated == ref[: ref.index(eos) + 1]

@@ -5,34 +5,21 @@ accepted path, and token texts are escaped in the tree's hover text."""
 from __future__ import annotations
 
 import json
-from dataclasses import replace
 
 import pytest
 
-from specviz.config import RunConfig
 from specviz.recording import RecordingError, dumps, load_recording
 from specviz.viz.tree import mask_figure, mask_frame, tree_figure, tree_frame
 from tests.test_cli import parse_one_json, run_main
-from tests.test_recording import HOSTILE, PROMPT, assert_same_views, stepped_compare, views_of
+from tests.test_recording import HOSTILE, PROMPT, assert_same_views, views_of
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
 
-@pytest.fixture(scope="module")
-def live(tiny_models, tiny_dir):
-    """Compare mode on the tiny llama: early exit with a width-3 tree at T=1 beside the same as a chain."""
-    target = tiny_models["llama"]
-    config = RunConfig(
-        target=str(tiny_dir["llama"]), drafter="early-exit", exit_layer=1, temperature=1.0, num_draft_tokens=6,
-        tree_width=3, max_new_tokens=16, chat=False, seed=3,
-    )  # fmt: skip
-    return stepped_compare(target, config, replace(config, tree_width=1), ("A: tree", "B: chain"))
-
-
-def test_tree_runs_replay_view_for_view(live):
+def test_tree_runs_replay_view_for_view(tree_compare):
     from specviz.ui.replay import ReplaySession
 
-    session, snapshots, recording = live
+    session, snapshots, recording = tree_compare
     trees = [r for r in session.runs[0].records if r.is_tree]
     assert trees and not any(r.is_tree for r in session.runs[1].records)
     assert any("rejected" in r.draft_fates for r in trees) and any(r.accepted_path for r in trees)
@@ -43,8 +30,8 @@ def test_tree_runs_replay_view_for_view(live):
         assert_same_views(expected, views_of(ReplaySession.open(loaded, "test", shown=n)))
 
 
-def test_old_records_without_tree_fields_still_load(live):
-    raw = json.loads(dumps(live[2]))
+def test_old_records_without_tree_fields_still_load(tree_compare):
+    raw = json.loads(dumps(tree_compare[2]))
     for rec in raw["runs"][1]["records"]:
         for key in ("tree_width", "tree_parents", "accepted_path", "tree_p_current"):
             rec.pop(key)
@@ -52,16 +39,16 @@ def test_old_records_without_tree_fields_still_load(live):
     assert all(not r.is_tree and r.tree_width == 1 for r in loaded.runs[1].records)
 
 
-def test_a_broken_tree_record_is_a_clear_error(live):
-    raw = json.loads(dumps(live[2]))
+def test_a_broken_tree_record_is_a_clear_error(tree_compare):
+    raw = json.loads(dumps(tree_compare[2]))
     rec = next(r for r in raw["runs"][0]["records"] if r["accepted_path"])
     rec["accepted_path"] = [len(rec["drafted"]) + 3]
     with pytest.raises(RecordingError, match="accepted path"):
         load_recording(json.dumps(raw).encode("utf-8"))
 
 
-def test_tree_frames_and_figures(live):
-    session = live[0]
+def test_tree_frames_and_figures(tree_compare):
+    session = tree_compare[0]
     rec = next(r for r in session.runs[0].records if r.is_tree and "rejected" in r.draft_fates)
     frame = tree_frame(rec, lambda t: HOSTILE)
     assert len(frame) == rec.num_drafted and frame["on_path"].sum() == len(rec.accepted_path)

@@ -5,9 +5,11 @@ distribution, ``q_draft`` the draft's, ``x`` a drafted token. Nothing here impor
 streamlit or transformers.
 """
 
-from specviz.core.decoding import CachedLM, DecodeConfig, SpeculativeDecoder
+from specviz.core.decoding import DecodeConfig, SpeculativeDecoder
 from specviz.core.divergence import Divergence, first_divergence
-from specviz.core.records import RunStats, StepRecord, TokenDist, summarize
+from specviz.core.metrics import RunStats, summarize
+from specviz.core.protocols import CachedLM, Drafter, TreeCachedLM, TreeDrafter
+from specviz.core.records import StepRecord, TokenDist
 from specviz.core.sampling import SamplingConfig, draw, warp
 from specviz.core.verify import Decision, Verdict, decide, residual, verify
 
@@ -15,12 +17,15 @@ __all__ = [
     "CachedLM",
     "Decision",
     "DecodeConfig",
+    "Drafter",
     "Divergence",
     "RunStats",
     "SamplingConfig",
     "SpeculativeDecoder",
     "StepRecord",
     "TokenDist",
+    "TreeCachedLM",
+    "TreeDrafter",
     "Verdict",
     "decide",
     "draw",

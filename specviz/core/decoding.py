@@ -8,59 +8,27 @@ once per drafted token, and reads the clock only after the device has synchronis
 
 from __future__ import annotations
 
-import functools
-import inspect
 import logging
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol
 
 import torch
 
-from specviz.core.records import RunStats, StepRecord, TokenDist, summarize
+from specviz.core.metrics import RunStats, summarize
+from specviz.core.protocols import CachedLM, Drafter, common_prefix_len, extend_last
+from specviz.core.records import StepRecord
+from specviz.core.rounds import Drafted, RoundContext, Verified, build_record, cut_emitted
 from specviz.core.sampling import SamplingConfig, warp
 from specviz.core.tree import MAX_TREE_WIDTH
-from specviz.core.verify import Decision, EmitFate, decide, next_fate, one_hot_q, residual
+from specviz.core.tree_round import draft_tree, keep_path, verify_tree
+from specviz.core.verify import EmitFate, decide, next_fate, one_hot_q
 from specviz.core.verify import draft_fates as draft_fates_of
 
-if TYPE_CHECKING:
-    from specviz.drafters.base import Drafter
+__all__ = ["CachedLM", "DecodeConfig", "Drafter", "SpeculativeDecoder", "common_prefix_len", "extend_last", "next_k"]
 
 MAX_DRAFT_TOKENS = 16
 logger = logging.getLogger(__name__)
-
-
-class CachedLM(Protocol):
-    """A causal LM with its own KV cache, owned by one run. ``tokens`` are the ids already cached."""
-
-    vocab_size: int
-    device: torch.device
-
-    @property
-    def tokens(self) -> Sequence[int]: ...
-
-    def extend(self, ids: Sequence[int] | torch.Tensor, last_only: bool = False) -> torch.Tensor:
-        """Feed ids after the cached ones; return (len(ids), vocab_size) logits, one row per fed id.
-        last_only (optional to implement): only the last row, (1, vocab_size), e.g. for a long prefill.
-        ids may be a 1-D LongTensor on the device (a draft model feeding back its own samples)."""
-        ...
-
-    def crop(self, length: int) -> None:
-        """Keep only the first ``length`` cached tokens."""
-        ...
-
-
-def extend_last(lm: CachedLM, ids: Sequence[int] | torch.Tensor) -> torch.Tensor:
-    """Feed ids and return the last position's (V,) logits; an lm whose extend takes last_only computes no others."""
-    if _takes_last_only(type(lm)):
-        return lm.extend(ids, last_only=True)[-1]
-    return lm.extend(ids)[-1]
-
-
-@functools.cache
-def _takes_last_only(lm_type: type) -> bool:
-    return "last_only" in inspect.signature(lm_type.extend).parameters
 
 
 @dataclass(frozen=True)
@@ -104,25 +72,16 @@ def next_k(k: int, num_drafted: int, num_accepted: int, config: DecodeConfig) ->
     return max(1, k - 1)
 
 
-def common_prefix_len(a: Sequence[int], b: Sequence[int]) -> int:
-    n = 0
-    for x, y in zip(a, b):
-        if x != y:
-            break
-        n += 1
-    return n
-
-
 def tree_ready(target: CachedLM, drafter: Drafter) -> bool:
     """Whether rounds can draft token trees: the drafter proposes them and the target verifies them in one
-    pass. When not, the run drafts chains and says why in the log."""
-    if not hasattr(drafter, "propose_tree"):
+    pass (both declare it). When not, the run drafts chains and says why in the log."""
+    if not drafter.can_branch:
         logger.warning("The %s drafter proposes chains only; token trees fall back to chains.", drafter.name)
         return False
-    if not hasattr(target, "extend_tree"):
+    if not target.can_verify_tree:
         logger.warning("This target cannot verify a token tree in one pass; token trees fall back to chains.")
         return False
-    problem = getattr(target, "tree_problem", None)
+    problem = target.tree_problem  # type: ignore[attr-defined]  # a TreeCachedLM
     if problem:
         logger.warning("%s", problem)
         return False
@@ -134,27 +93,6 @@ def _sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
     elif device.type == "mps":
         torch.mps.synchronize()
-
-
-@dataclass(frozen=True)
-class Drafted:
-    """A round's proposal, ready for the target: ids on the host and on the device, and q_draft when given."""
-
-    ids: tuple[int, ...]  # (m,) what the drafter proposed, cut to k
-    on_device: torch.Tensor  # (m,) the same ids on the target's device
-    q_draft: torch.Tensor | None  # (m, V) float32 on the device; None: one-hot on each id
-
-
-@dataclass(frozen=True)
-class Verified:
-    """The target pass and the rule's decision; only num_accepted and next_token have crossed to the host."""
-
-    logits: torch.Tensor  # (m+1, V) raw target logits at the newest committed token and each draft
-    p_target: torch.Tensor  # (m+1, V) after the warp
-    q_draft: torch.Tensor  # (m, V), one-hot for drafters without a distribution
-    decision: Decision  # on the device
-    num_accepted: int  # n
-    next_token: int
 
 
 class SpeculativeDecoder:
@@ -173,7 +111,7 @@ class SpeculativeDecoder:
         self.tokens: list[int] = list(prompt_ids)  # prompt + every committed token
         self.records: list[StepRecord] = []
         self.device = torch.device(target.device)
-        draft_device = torch.device(getattr(drafter, "device", "cpu"))  # host-side drafters have no device
+        draft_device = torch.device(drafter.device)  # the CPU for host-side drafters
         self.generator = torch.Generator(device=self.device).manual_seed(config.seed)
         self.draft_generator = (
             self.generator if draft_device == self.device else torch.Generator(device=draft_device).manual_seed(config.seed)
@@ -206,32 +144,30 @@ class SpeculativeDecoder:
         return self.records
 
     def step(self) -> StepRecord:
-        """One round. The clock reads after the device synchronises and stops before the record is built."""
+        """One round, chain or tree. The clock reads after the device synchronises and stops before the record."""
         if self.done:
             raise RuntimeError("This run is finished; reset to start again.")
         k = min(self.k, self.config.max_new_tokens - len(self.generated) - 1)  # a round emits up to k+1 tokens
-        if self.use_tree:  # token trees: their own round (specviz.core.tree_round); chains are untouched
-            from specviz.core.tree_round import tree_round
-
-            record = tree_round(self, k)
-            self.records.append(record)
-            self.k = next_k(self.k, record.num_drafted, record.num_accepted, self.config)
-            return record
         t0 = self._clock()
         drafted = self.draft(k)
         t1 = self._clock()
         verified = self.verify(drafted)
         t2 = self._clock()
         emitted, fates = self.commit(drafted, verified)
-        self.rollback()
+        self.rollback(drafted, verified)
         t3 = self._clock()
-        record = self.record(k, drafted, verified, emitted, fates, (t0, t1, t2, t3))
+        width = self.config.tree_width if self.use_tree else 1
+        context = RoundContext(len(self.records), len(self.tokens) - len(emitted), k, width, self.config.top_n, self.done)
+        record = build_record(context, drafted, verified, emitted, fates, (t0, t1, t2, t3))
         self.records.append(record)
         self.k = next_k(self.k, record.num_drafted, record.num_accepted, self.config)
         return record
 
     def draft(self, k: int) -> Drafted:
-        """1. Up to k drafted tokens, and the drafter's q_draft when it has one, moved to the target's device."""
+        """1. Up to k drafted tokens (a chain, or a tree of at most k nodes) and the drafter's q_draft when it
+        has one, moved to the target's device."""
+        if self.use_tree:
+            return draft_tree(self.drafter, self.tokens, k, self.config.tree_width, self.draft_generator, self.device)  # type: ignore[arg-type]
         ids, q_draft = (), None
         if k > 0:
             proposal = self.drafter.propose(self.tokens, k, self.draft_generator)
@@ -241,139 +177,43 @@ class SpeculativeDecoder:
         return Drafted(ids, torch.tensor(ids, dtype=torch.long, device=self.device), q_draft)
 
     def verify(self, drafted: Drafted) -> Verified:
-        """2. One target pass over the newest committed token plus every draft (m+1 distributions), then the
-        rule, all on the device; the host learns only n and the next token (one transfer)."""
+        """2. One target pass over the committed tokens not yet cached plus every draft (m+1 distributions),
+        then the rule: for a chain all on the device, the host learning only n and the next token (one
+        transfer); for a tree the tree rule (specviz.core.tree_round)."""
+        pending = self.tokens[len(self.target.tokens) :]
+        if drafted.is_tree:
+            return verify_tree(self.target, pending, drafted, self.config.sampling, self.generator)  # type: ignore[arg-type]
         m = len(drafted.ids)
-        feed = self.tokens[len(self.target.tokens) :] + list(drafted.ids)
-        logits = self.target.extend(feed)[-(m + 1) :]  # (m+1, V)
+        logits = self.target.extend(pending + list(drafted.ids))[-(m + 1) :]  # (m+1, V)
         p_target = warp(logits, self.config.sampling)  # (m+1, V)
         q_draft = drafted.q_draft if drafted.q_draft is not None else one_hot_q(drafted.on_device, p_target.shape[-1])
         decision = decide(p_target, q_draft, drafted.on_device, self.generator)
         n, next_token = decision.outcome().tolist()
-        return Verified(logits, p_target, q_draft, decision, n, next_token)
+        return Verified(
+            logits, p_target, q_draft, tuple(range(n)), next_token, next_fate(m, n), draft_fates_of(m, n),
+            decision.accept_prob, decision.uniforms, decision.next_dist,
+        )  # fmt: skip
 
     def commit(self, drafted: Drafted, verified: Verified) -> tuple[list[int], list[EmitFate]]:
-        """3. Commit the accepted drafts, then the resampled / bonus token; cut at EOS or the length limit."""
-        n = verified.num_accepted
-        emitted = list(drafted.ids[:n]) + [verified.next_token]
-        fates: list[EmitFate] = ["accepted"] * n + [next_fate(len(drafted.ids), n)]
-        cut = next((i + 1 for i, tok in enumerate(emitted) if tok in self.config.eos_token_ids), None)
-        cut = min(cut or len(emitted), self.config.max_new_tokens - len(self.generated))
-        self.finished = emitted[cut - 1] in self.config.eos_token_ids
-        emitted, fates = emitted[:cut], fates[:cut]
+        """3. Commit the accepted path, then the resampled / bonus token; cut at EOS or the length limit."""
+        emitted = [drafted.ids[i] for i in verified.path] + [verified.next_token]
+        fates: list[EmitFate] = ["accepted"] * len(verified.path) + [verified.next_fate]
+        room = self.config.max_new_tokens - len(self.generated)
+        emitted, fates, self.finished = cut_emitted(emitted, fates, self.config.eos_token_ids, room)
         self.tokens.extend(emitted)
         return emitted, fates
 
-    def rollback(self) -> None:
-        """4. Both caches keep only what was committed. The target cached every draft; the committed tokens
-        before the newest one are accepted drafts, so cropping by length is enough (and costs nothing)."""
+    def rollback(self, drafted: Drafted, verified: Verified) -> None:
+        """4. Both caches keep only what was committed. The target cached every draft: a tree first drops every
+        node off the accepted path (nothing is recomputed); then the committed tokens before the newest one are
+        accepted drafts, so cropping by length is enough (and costs nothing)."""
+        if drafted.is_tree:
+            keep_path(self.target, verified.pending, verified.path)  # type: ignore[arg-type]
         self.target.crop(len(self.tokens) - 1)
         self.drafter.rollback(self.tokens)
-
-    def record(
-        self, k: int, drafted: Drafted, verified: Verified, emitted: list[int], fates: list[EmitFate], times: tuple[float, ...]
-    ) -> StepRecord:
-        """5. The round's record, built after its clock stopped: per drafted token, then top-N rows and the top-2
-        logit margin at the position of every emitted token. Drafts after an EOS / length cut are "discarded",
-        so the stats count only what was kept. Everything crosses to the host in one transfer."""
-        start = time.perf_counter()
-        m, e, n = len(drafted.ids), len(emitted), verified.num_accepted
-        kept = min(n, e)
-        draft_fates = draft_fates_of(m, n)[: kept + (e == n + 1)]  # the rejection stays unless the cut came first
-        draft_fates += ("discarded",) * (m - len(draft_fates))
-        has_q = drafted.q_draft is not None
-        host = _to_host(verified, drafted.on_device, e, has_q, self.config.top_n)
-        t0, t1, t2, t3 = times
-        fields = dict(
-            index=len(self.records),
-            context_length=len(self.tokens) - e,
-            num_draft_tokens=k,
-            drafted=drafted.ids,
-            draft_fates=draft_fates,
-            emitted=tuple(emitted),
-            emitted_fates=tuple(fates),
-            has_q=has_q,
-            draft_ms=(t1 - t0) * 1000.0,
-            verify_ms=(t2 - t1) * 1000.0,
-            round_ms=(t3 - t0) * 1000.0,
-            finished=self.done,  # EOS, or the max_new_tokens limit, reached this round
-            **host,
-        )
-        return StepRecord(**fields, record_ms=(time.perf_counter() - start) * 1000.0)
 
     def _clock(self) -> float:
         """Seconds, read only after every device of the run finished its queued work."""
         for device in self._devices:
             _sync(device)
         return time.perf_counter()
-
-
-def _to_host(verified: Verified, drafted: torch.Tensor, e: int, has_q: bool, top_n: int) -> dict:
-    """The record's numbers, gathered on the device and moved to the host in one float64 transfer: per drafted
-    token p, q, min(1, p/q) and u; the chosen token's p and residual; overlaps; margins; top-N candidates."""
-    p, q, decision = verified.p_target, verified.q_draft, verified.decision
-    m, n, token = drafted.numel(), verified.num_accepted, verified.next_token
-    vocab = p.shape[-1]
-    with_q = min(e, m)  # emitted positions that had a draft, hence a q row
-    res = residual(p[:with_q], q[:with_q])  # (with_q, V)
-    pad = torch.zeros_like(p[with_q:e])  # the bonus row has no q: its candidates are p's top-N only
-    q_rows, res_rows = torch.cat([q[:with_q], pad]), torch.cat([res, pad])  # (e, V)
-    top = min(top_n, vocab)
-    cand = torch.cat([torch.topk(t, top, dim=-1).indices for t in (p[:e], q_rows, res_rows)], dim=-1)  # (e, 3N)
-    top2 = torch.topk(verified.logits[:e].float(), min(2, vocab), dim=-1).values  # (e, 2)
-    next_res = decision.next_dist[token] if n < m else torch.full((), -1.0, device=p.device)
-    parts = [
-        p[:m].gather(1, drafted.view(-1, 1)).view(-1),
-        q.gather(1, drafted.view(-1, 1)).view(-1),
-        decision.accept_prob,
-        decision.uniforms,
-        p[n, token].view(1),
-        next_res.view(1),
-        torch.minimum(p[:with_q], q[:with_q]).sum(dim=-1) if has_q else p.new_zeros(0),
-        top2[:, 0] - top2[:, -1],
-        cand.flatten(),
-        p[:e].gather(1, cand).flatten(),
-        q_rows.gather(1, cand).flatten(),
-        res_rows.gather(1, cand).flatten(),
-    ]
-    flat = torch.cat([t.double() for t in parts]).tolist()  # the record's one host transfer
-    sizes = [m, m, m, m, 1, 1, with_q if has_q else 0, e] + [cand.numel()] * 4
-    p_x, q_x, accept, uniforms, next_p, next_r, overlap, margin, ids, pv, qv, rv = _split(flat, sizes)
-    width = cand.shape[-1]
-    dists = []
-    for i in range(e):
-        row = slice(i * width, (i + 1) * width)
-        ids_i, p_i, q_i, r_i = ids[row], pv[row], qv[row], rv[row]
-        if i < with_q:  # p's, q's and the residual's top-N, where any of them has mass
-            keep = [j for j in range(width) if p_i[j] + q_i[j] + r_i[j] > 0]
-        else:
-            keep = list(range(top))
-        by_id = {int(ids_i[j]): j for j in keep}
-        order = sorted(sorted(by_id), key=lambda t: -p_i[by_id[t]])  # by p_target, ties by token id
-        dists.append(
-            TokenDist(
-                token_ids=tuple(order),
-                p_target=tuple(p_i[by_id[t]] for t in order),
-                q_draft=tuple(q_i[by_id[t]] for t in order) if i < with_q else None,
-                residual=tuple(r_i[by_id[t]] for t in order) if i < with_q else None,
-            )
-        )
-    return dict(
-        p_target=tuple(p_x),
-        q_draft=tuple(q_x),
-        accept_prob=tuple(accept),
-        uniforms=tuple(uniforms),
-        next_p_target=next_p[0],
-        next_residual=next_r[0] if n < m else None,
-        overlap=tuple(overlap),
-        emitted_margin=tuple(margin),
-        dists=tuple(dists),
-    )
-
-
-def _split(flat: list[float], sizes: list[int]) -> list[list[float]]:
-    out, at = [], 0
-    for size in sizes:
-        out.append(flat[at : at + size])
-        at += size
-    return out

@@ -32,6 +32,17 @@ def emitted_margins(records: Sequence[StepRecord]) -> list[float]:
     return [m for r in records for m in r.emitted_margin]
 
 
+def first_difference(ids: Sequence[int], other: Sequence[int], *, prefix_only: bool = False) -> int | None:
+    """The first index where two token sequences differ; where one ends first, its length; None when equal.
+    prefix_only: compare only as far as the shorter one goes. The one first-difference rule of specviz."""
+    for i, (a, b) in enumerate(zip(ids, other)):
+        if a != b:
+            return i
+    if prefix_only or len(ids) == len(other):
+        return None
+    return min(len(ids), len(other))
+
+
 def first_divergence(
     ids: Sequence[int],
     margins: Sequence[float],
@@ -42,12 +53,9 @@ def first_divergence(
 ) -> Divergence | None:
     """The first position where two greedy outputs differ, with both margins there; None when identical.
     prefix_only: compare only as far as the shorter one goes (a baseline still being stepped)."""
-    for i, (a, b) in enumerate(zip(ids, baseline_ids)):
-        if a != b:
-            return Divergence(i, a, b, _at(margins, i), _at(baseline_margins, i))
-    if prefix_only or len(ids) == len(baseline_ids):
+    i = first_difference(ids, baseline_ids, prefix_only=prefix_only)
+    if i is None:
         return None
-    i = min(len(ids), len(baseline_ids))
     return Divergence(i, _at(ids, i), _at(baseline_ids, i), _at(margins, i), _at(baseline_margins, i))
 
 

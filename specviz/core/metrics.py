@@ -11,7 +11,8 @@ agree. Here all of them come from the same StepRecords:
 * tokens per target pass = new tokens / target passes (EAGLE's average acceptance length tau,
   Spec-Bench's mean accepted tokens): every round counts, drafting or not, and EOS / length cuts too.
 * acceptance at draft position i, conditional: accepted at i / rounds that reached i (drafts 1..i-1
-  kept and a draft at i). Under Leviathan's independence assumption it equals alpha at every i.
+  kept and a draft at i). For a token tree, position i is depth i: reached when the accepted path got to
+  depth i-1 and a node at depth i was tried. Under Leviathan's independence assumption it equals alpha at every i.
   vLLM's "Per-position acceptance rate" is unconditional (accepted at i / drafting rounds), the product
   of the conditional rates up to i.
 * measured speedup: plain decoding's decode time for as many tokens / this run's decode time.
@@ -23,6 +24,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from specviz.core.records import StepRecord
+from specviz.core.tree import tree_depths
 
 
 @dataclass(frozen=True)
@@ -125,16 +127,31 @@ def _verified(record: StepRecord) -> int:
     return sum(f in ("accepted", "rejected") for f in record.draft_fates)
 
 
+def accepted_depth(record: StepRecord) -> tuple[int, bool]:
+    """(n, rejected_next): the depth the rule accepted to (a chain's leading run, a tree's path), and whether it
+    tried and rejected something at depth n+1 (a chain's rejected draft; a tree's rejected children)."""
+    fates = record.draft_fates
+    n = sum(f == "accepted" for f in fates)  # a tree's accepted nodes are its path, one per depth
+    depths = tree_depths(record.tree_parents) if record.is_tree else range(len(fates))
+    return n, any(f == "rejected" and d == n for f, d in zip(fates, depths))
+
+
+def draft_depth(record: StepRecord) -> int:
+    """How many draft positions (depths) the round drafted: k for a chain, the deepest level for a tree."""
+    if record.is_tree:
+        return max(tree_depths(record.tree_parents)) + 1
+    return record.num_drafted
+
+
 def position_acceptance(records: Sequence[StepRecord]) -> tuple[PositionAcceptance, ...]:
-    """Conditional acceptance at each draft position 1..max drafted, with counts."""
-    depth = max((r.num_drafted for r in records), default=0)
+    """Conditional acceptance at each draft position (a tree's depth) 1..deepest drafted, with counts."""
+    depth = max((draft_depth(r) for r in records), default=0)
     reached, accepted = [0] * depth, [0] * depth
     for r in records:
-        for i, fate in enumerate(r.draft_fates):
-            if fate not in ("accepted", "rejected"):
-                break
+        n, rejected_next = accepted_depth(r)
+        for i in range(n + rejected_next):
             reached[i] += 1
-            accepted[i] += fate == "accepted"
+            accepted[i] += i < n
     drafting = sum(r.num_drafted > 0 for r in records)
     return tuple(PositionAcceptance(i + 1, reached[i], accepted[i], drafting) for i in range(depth))
 
@@ -188,4 +205,39 @@ def run_metrics(records: Sequence[StepRecord], baseline: Sequence[StepRecord] = 
         tokens_per_target_pass=new_tokens / len(records) if records else None,
         position_acceptance=position_acceptance(records),
         speedup=measured_speedup(records, baseline) if baseline else None,
+    )
+
+
+@dataclass(frozen=True)
+class RunStats:
+    """A run's totals and clocks, with its acceptance numbers taken from run_metrics() (the same α,
+    acceptance rate and tokens per pass the step-through panel, the Benchmark table and recordings show)."""
+
+    new_tokens: int
+    target_passes: int  # verify passes; the prefill is not counted
+    tokens_per_target_pass: float
+    drafted: int
+    accepted: int
+    acceptance_rate: float | None  # accepted / drafted, as vLLM and llama.cpp print it
+    alpha: float | None  # Leviathan's alpha (alpha_of): mean over checked positions of sum_v min(p, q)
+    wall_s: float  # prefill plus every round's round_ms (record building excluded)
+    tokens_per_s: float
+    mean_acceptance_length: float | None = None  # vLLM: 1 + accepted per drafting round
+
+
+def summarize(records: Sequence[StepRecord], prefill_ms: float = 0.0) -> RunStats:
+    """Derive run statistics from the records alone (acceptance from run_metrics, time from round_ms)."""
+    m = run_metrics(records)
+    wall_s = (prefill_ms + decode_ms(records)) / 1000.0
+    return RunStats(
+        new_tokens=m.new_tokens,
+        target_passes=m.rounds,
+        tokens_per_target_pass=m.tokens_per_target_pass or 0.0,
+        drafted=m.drafted,
+        accepted=m.accepted,
+        acceptance_rate=m.acceptance_rate,
+        alpha=m.alpha,
+        wall_s=wall_s,
+        tokens_per_s=m.new_tokens / wall_s if wall_s > 0 else 0.0,
+        mean_acceptance_length=m.mean_acceptance_length,
     )

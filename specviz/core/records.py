@@ -1,4 +1,4 @@
-"""Frozen per-round records and the statistics derived from them."""
+"""Frozen per-round records; the statistics derived from them are in specviz.core.metrics."""
 
 from __future__ import annotations
 
@@ -64,37 +64,3 @@ class StepRecord:
     @property
     def num_drafted(self) -> int:
         return len(self.drafted)
-
-
-@dataclass(frozen=True)
-class RunStats:
-    new_tokens: int
-    target_passes: int  # verify passes; the prefill is not counted
-    tokens_per_target_pass: float
-    drafted: int
-    accepted: int
-    acceptance_rate: float | None  # accepted / drafted, as vLLM and llama.cpp print it
-    alpha: float | None  # Leviathan's alpha: mean over verified positions of sum_v min(p, q)
-    wall_s: float  # prefill plus every round's round_ms (record building excluded)
-    tokens_per_s: float
-
-
-def summarize(records: list[StepRecord] | tuple[StepRecord, ...], prefill_ms: float = 0.0) -> RunStats:
-    """Derive run statistics from the records alone."""
-    new_tokens = sum(len(r.emitted) for r in records)
-    passes = len(records)
-    drafted = sum(r.num_drafted for r in records)
-    accepted = sum(r.num_accepted for r in records)
-    overlaps = [o for r in records for o in r.overlap]
-    wall_s = (prefill_ms + sum(r.round_ms for r in records)) / 1000.0
-    return RunStats(
-        new_tokens=new_tokens,
-        target_passes=passes,
-        tokens_per_target_pass=new_tokens / passes if passes else 0.0,
-        drafted=drafted,
-        accepted=accepted,
-        acceptance_rate=accepted / drafted if drafted else None,
-        alpha=sum(overlaps) / len(overlaps) if overlaps else None,
-        wall_s=wall_s,
-        tokens_per_s=new_tokens / wall_s if wall_s > 0 else 0.0,
-    )

@@ -25,7 +25,7 @@ from collections.abc import Sequence
 
 import torch
 
-from specviz.drafters.base import Draft
+from specviz.core.protocols import Draft
 
 MAX_MATCH = 32  # how far back a match is extended to break ties between equally long continuations
 
@@ -115,7 +115,9 @@ class PromptLookupDrafter:
     """Proposes without a distribution: q_draft is one-hot on each proposal, which keeps the rule exact."""
 
     name = "prompt lookup"
-    has_distribution = False
+    has_q = False
+    can_branch = False  # one continuation per match: chains only
+    device = torch.device("cpu")
 
     def __init__(self, ngram_max: int = 3, ngram_min: int = 1) -> None:
         if not (1 <= ngram_min <= ngram_max):

@@ -6,10 +6,10 @@ from collections.abc import Sequence
 
 import torch
 
-from specviz.core.decoding import CachedLM, common_prefix_len, extend_last
+from specviz.core.protocols import CachedLM, Draft, common_prefix_len, extend_last
 from specviz.core.sampling import SamplingConfig, draw, warp
 from specviz.core.tree import TreeDraft
-from specviz.drafters.base import Draft
+from specviz.drafters.tree import level_sizes, spine_tree
 
 
 class ModelDrafter:
@@ -17,7 +17,8 @@ class ModelDrafter:
     Warp and sampling stay on the model's device: each drafted token is fed back as a device tensor, and the
     k ids come to the host once, at the end of the round's drafting."""
 
-    has_distribution = True
+    has_q = True
+    can_branch = True
 
     def __init__(self, lm: CachedLM, sampling: SamplingConfig, name: str = "draft model") -> None:
         self.lm = lm
@@ -55,10 +56,25 @@ class ModelDrafter:
         return Draft(tuple(torch.cat(ids).tolist()), torch.stack(qs))  # (k, V) q_draft; one transfer for the ids
 
     def propose_tree(self, context: Sequence[int], k: int, width: int, generator: torch.Generator) -> TreeDraft:
-        """A token tree of at most k nodes, width children per level (see specviz.drafters.tree)."""
-        from specviz.drafters.tree import model_tree
-
-        return model_tree(self, context, k, width)
+        """A token tree of at most k nodes (see specviz.drafters.tree): the top-W children of the draft model's
+        logits per level, one draft forward per level."""
+        if k <= 0:
+            return TreeDraft((), ())
+        lm = self.lm
+        cached = len(lm.tokens)
+        if cached >= len(context):
+            lm.crop(len(context) - 1)
+            cached = len(context) - 1
+        logits = lm.extend(context[cached:])[-1]  # (V,)
+        levels: list[tuple[list[int], torch.Tensor | None]] = []
+        sizes = level_sizes(k, width)
+        for depth, size in enumerate(sizes):
+            q = warp(logits, self.sampling)  # (V,) the draft's q at the spine's tip, for charts
+            top = torch.topk(logits.float(), min(size, logits.shape[-1])).indices  # (size,) on the device
+            levels.append((top.tolist(), q))
+            if depth < len(sizes) - 1:
+                logits = lm.extend(top[:1])[-1]  # the spine goes on through the best child
+        return spine_tree(levels)
 
     def rollback(self, committed: Sequence[int]) -> None:
         self.lm.crop(common_prefix_len(self.lm.tokens, committed))

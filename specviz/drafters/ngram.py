@@ -49,8 +49,9 @@ from typing import Literal
 
 import torch
 
+from specviz.core.protocols import Draft
 from specviz.core.tree import TreeDraft
-from specviz.drafters.base import Draft
+from specviz.drafters.tree import level_sizes, spine_tree
 
 NGramMode = Literal["sample", "greedy"]
 DEFAULT_THRESHOLD = 0.5  # stop drafting when the confidence is below this
@@ -110,7 +111,9 @@ def confidence(counter: Counter[int], order: int, n_max: int, prior: float = DEF
 class NGramDrafter:
     """Drafts from an n-gram model of the context itself; q_draft is a real, sparse distribution."""
 
-    has_distribution = True
+    has_q = True
+    can_branch = True
+    device = torch.device("cpu")
 
     def __init__(
         self,
@@ -158,6 +161,18 @@ class NGramDrafter:
         elif len(committed) > len(seen):
             self.counts.extend(committed[len(seen) :])
 
+    def followers(self, suffix: Sequence[int]) -> Counter[int] | None:
+        """What followed the suffix at the longest matching order, or None where drafting stops: no order
+        matches (nothing to say), or the confidence is below the threshold (too little evidence to spend
+        verify compute on). The one stopping rule of the chain and the tree (specviz.drafters.tree)."""
+        found = self.counts.match(suffix)
+        if found is None:
+            return None
+        order, counter = found
+        if confidence(counter, order, self.n_max, self.prior, self.backoff) < self.threshold:
+            return None
+        return counter
+
     def propose(self, context: Sequence[int], k: int, generator: torch.Generator) -> Draft:
         if k <= 0:
             return Draft(())
@@ -167,12 +182,9 @@ class NGramDrafter:
         ids: list[int] = []
         support: list[tuple[list[int], list[float]]] = []  # per drafted token: (ids, probabilities)
         for _ in range(k):
-            found = self.counts.match(suffix)
-            if found is None:
-                break  # no order matches: nothing to say
-            order, counter = found
-            if confidence(counter, order, self.n_max, self.prior, self.backoff) < self.threshold:
-                break  # too little evidence to spend verify compute on it
+            counter = self.followers(suffix)
+            if counter is None:
+                break
             tokens, probs = smoothed(counter, self.smoothing)
             if self.mode == "greedy":
                 tok = tokens[0]
@@ -193,10 +205,24 @@ class NGramDrafter:
         return Draft(tuple(ids), q_draft)
 
     def propose_tree(self, context: Sequence[int], k: int, width: int, generator: torch.Generator) -> TreeDraft:
-        """A token tree of at most k nodes: the width most frequent followers per level (specviz.drafters.tree)."""
-        from specviz.drafters.tree import ngram_tree
-
-        return ngram_tree(self, context, k, width)
+        """A token tree of at most k nodes (specviz.drafters.tree): the width most frequent followers per level;
+        the spine stops where the chain would stop (followers(): no order matches, or too little confidence)."""
+        if k <= 0:
+            return TreeDraft((), ())
+        self.rollback(context)  # count what was committed since the last round
+        suffix = list(context[max(0, len(context) - self.n_max) :])
+        levels: list[tuple[list[int], torch.Tensor | None]] = []
+        for size in level_sizes(k, width):
+            counter = self.followers(suffix)  # the chain's stopping rule (NGramDrafter.followers)
+            if counter is None:
+                break
+            tokens, probs = smoothed(counter, self.smoothing)
+            q = torch.zeros(self.vocab_size)
+            q[tokens] = torch.tensor(probs)
+            levels.append((tokens[:size], q))
+            suffix.append(tokens[0])
+            del suffix[: max(0, len(suffix) - self.n_max)]
+        return spine_tree(levels)
 
     def rollback(self, committed: Sequence[int]) -> None:
         self._catch_up(committed)

@@ -13,7 +13,10 @@ from specviz.core.tree import tree_mask
 
 
 class HFCachedLM:
-    """Implements specviz.core.CachedLM. The model is shared and never mutated; the cache belongs to this run."""
+    """Implements specviz.core.protocols.TreeCachedLM. The model is shared and never mutated; the cache belongs
+    to this run. tree_problem says when this model cannot verify a tree after all (e.g. flash attention)."""
+
+    can_verify_tree = True
 
     def __init__(self, model: PreTrainedModel, vocab_size: int) -> None:
         self.model = model

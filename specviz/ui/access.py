@@ -21,6 +21,7 @@ from specviz.jobs import JobStopped, LongJobs, Turn, check_running, shutting_dow
 from specviz.policy import Policy, load_policy
 from specviz.serving import ModelQueue, QueueTimeout, SessionRegistry, model_queue, turns_in_flight
 from specviz.ui import timing
+from specviz.ui.keys import STEP_THROUGH_KEY
 from specviz.viz.markdown import md_text
 
 log = get_logger(__name__)  # streamlit's handler: `--logger.level info` shows what the sweeper frees
@@ -235,10 +236,8 @@ def _track_session() -> None:
 
 def _free_session(session_id: str, state, whole: bool) -> None:
     """whole: the tab is gone, drop everything the session kept (state, uploads). Else idle: drop the runs only."""
-    from specviz.ui.session import STATE_KEY
-
     try:
-        page = state[STATE_KEY] if STATE_KEY in state else None
+        page = state[STEP_THROUGH_KEY] if STEP_THROUGH_KEY in state else None
         if page is not None and hasattr(page, "free"):
             page.free()
         if whole:

@@ -11,7 +11,7 @@ import streamlit as st
 from specviz.bench import COLUMNS as BENCH_COLUMNS
 from specviz.core.theory import alpha_from_acceptance_rate
 from specviz.ui.keys import BENCH_RESULTS_KEY as BENCH_KEY
-from specviz.ui.session import STATE_KEY as STEP_THROUGH_KEY
+from specviz.ui.keys import STEP_THROUGH_KEY
 from specviz.ui.session import PageState
 from specviz.viz.bench import measured_points
 from specviz.viz.frames import rounds_frame

@@ -7,12 +7,15 @@ message, and a load that runs out of memory is reported the same way; either way
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterable
 from pathlib import Path
 
 import streamlit as st
 import torch
 
+from specviz.config import RunConfig
 from specviz.models import LoadedModel, ModelLoadError, early_exit_view, load_model
+from specviz.runs import RunModels, resolve_models
 from specviz.ui.access import current_policy
 from specviz.viz.markdown import md_text
 
@@ -104,3 +107,17 @@ def _cached_early_exit(_target: LoadedModel, target_key: tuple, exit_layer: int)
 def get_early_exit(target: LoadedModel, exit_layer: int):
     """The early-exit view shares the target's weights; building it is cheap but we still do it once."""
     return _cached_early_exit(target, (target.name, str(target.device), str(target.dtype)), exit_layer)
+
+
+def run_models(config: RunConfig, *, target: LoadedModel | None = None, drafters: Iterable[str] | None = None) -> RunModels:
+    """The models config's drafter (or ``drafters``) needs, from the shared caches (specviz.runs.resolve_models)."""
+
+    def load(source: str) -> LoadedModel:
+        return get_model(source, **config.load_options())
+
+    return resolve_models(config, load, get_early_exit, target=target, drafters=drafters)
+
+
+def sweep_models(target: str, draft: str, device: str, drafters: Iterable[str]) -> RunModels:
+    """The models a benchmark sweep over ``drafters`` needs, from the shared caches."""
+    return run_models(RunConfig(target=target, draft=draft or None, device=device), drafters=drafters)

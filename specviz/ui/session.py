@@ -26,31 +26,28 @@ from specviz.baselines import BaselineRun, baseline_worker
 from specviz.config import RunConfig, validate_prompt
 from specviz.core.decoding import SpeculativeDecoder
 from specviz.core.records import StepRecord
+from specviz.drafters.specs import branches, short_name
 from specviz.models import LoadedModel, encode_prompt, token_bytes
-from specviz.runs import build_decoder, exit_layer_for
+from specviz.runs import build_decoder, decoder_for
 from specviz.ui import timing
 from specviz.ui.access import model_turn, target_queue
-from specviz.ui.models import get_early_exit, get_model
+from specviz.ui.keys import STEP_THROUGH_KEY
+from specviz.ui.models import get_model, run_models
 from specviz.viz.markdown import md_text
 from specviz.viz.tokens import TokenTable
 
 log = logging.getLogger(__name__)
 
-STATE_KEY = "specviz_step_through"
+STATE_KEY = STEP_THROUGH_KEY
 # RunConfig fields that change only the drafter: plain decoding of the same prompt does not depend on them
 DRAFTER_FIELDS = frozenset({"drafter", "draft", "exit_layer", "ngram_max", "ngram_min", "ngram_threshold", "num_draft_tokens", "adaptive_k", "tree_width"})
-CHAIN_ONLY = ("lookup", "none")  # drafters that draft chains whatever the tree width
-SHORT_NAMES = {"lookup": "prompt lookup", "ngram": "n-gram model", "model": "draft model", "early-exit": "early exit", "none": "plain decoding"}
-
-
-def short_name(kind: str) -> str:
-    return SHORT_NAMES.get(kind, kind)
 
 
 def run_name(config: RunConfig) -> str:
     """The drafter's short name, with the tree width when the run drafts trees: 'n-gram model, tree W=2'."""
     name = short_name(config.drafter)
-    return f"{name}, tree W={config.tree_width}" if config.tree_width > 1 and config.drafter not in CHAIN_ONLY else name
+    width = branches(config.drafter, config.tree_width)
+    return f"{name}, tree W={width}" if width > 1 else name
 
 
 class TokenTexts(TokenTable):
@@ -233,12 +230,7 @@ def load_target(config: RunConfig) -> LoadedModel:
 
 
 def _decoder(config: RunConfig, target: LoadedModel, prompt_ids: list[int]) -> SpeculativeDecoder:
-    draft = early_exit = None
-    if config.drafter == "model":
-        draft = get_model(config.draft or "", **config.load_options())
-    if config.drafter == "early-exit":
-        early_exit = get_early_exit(target, exit_layer_for(config, target))
-    return build_decoder(config, target, prompt_ids, draft, early_exit=early_exit)
+    return decoder_for(config, run_models(config, target=target), prompt_ids)
 
 
 def start_session(state: PageState, config: RunConfig, compare: RunConfig | None, prompt: str) -> StepSession:
@@ -254,8 +246,7 @@ def start_session(state: PageState, config: RunConfig, compare: RunConfig | None
     if compare is not None:
         labels = [f"A: {labels[0]}", f"B: {labels[1]}"]
     for c in configs:  # load a draft model (cached) before taking a turn: a slow load must not hold the queue
-        if c.drafter == "model":
-            get_model(c.draft or "", **c.load_options())
+        run_models(c, target=target)
     with model_turn(target, "your prefill"):  # building a decoder runs the prefill: a model pass like any round
         runs = [Run(label, c, _decoder(c, target, prompt_ids)) for label, c in zip(labels, configs)]
     baseline = request_baseline(config, target, prompt_ids)

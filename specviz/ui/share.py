@@ -24,6 +24,7 @@ import streamlit as st
 
 from specviz.config import DRAFTER_KINDS, EMBEDDED_TARGET, MAX_NEW_TOKENS, RunConfig, validate_prompt
 from specviz.core.decoding import MAX_DRAFT_TOKENS
+from specviz.ui.presets import CUSTOM, MODEL_PAIRS
 from specviz.viz.markdown import md_text
 
 # The widget keys a link carries, in the order the link lists them.
@@ -149,8 +150,6 @@ def restore_from_query() -> Restored | None:
     if st.session_state.get(RESTORED_KEY):
         return None
     st.session_state[RESTORED_KEY] = True
-    from specviz.ui.sidebar import CUSTOM, MODEL_PAIRS  # here, not at the top: the sidebar imports this module
-
     restored = parse_query(st.query_params.to_dict(), MODEL_PAIRS, CUSTOM)
     for key, value in restored.values.items():
         st.session_state[key] = value

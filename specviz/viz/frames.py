@@ -215,8 +215,6 @@ def position_info(record: StepRecord, position: int) -> PositionInfo:
     if not 0 <= position < num_positions(record):
         raise ValueError(f"round {record.index} has positions 0..{num_positions(record) - 1}; got {position}.")
     if record.tree_parents:  # a token-tree round: positions follow the accepted path
-        from specviz.viz.tree import tree_position_info
-
         return tree_position_info(record, position)
     emitted_here = position < len(record.emitted) and record.emitted_fates[position] != "accepted"
     next_token = record.emitted[position] if emitted_here else None
@@ -270,3 +268,24 @@ def progress_frame(records: Sequence[StepRecord], run: str) -> pd.DataFrame:
     tokens = np.cumsum([0] + [len(r.emitted) for r in records])
     ms = np.cumsum([0.0] + [r.round_ms for r in records])
     return pd.DataFrame({"run": run, "decode_ms": ms, "tokens": tokens})
+
+
+def tree_position_info(record: StepRecord, position: int) -> PositionInfo:
+    """The inspector's view of emitted position j in a tree round: the accepted node there, or at the round's
+    last position the last child the rule rejected (None when the path ended at a leaf: a bonus)."""
+    path = record.accepted_path
+    emitted_here = position < len(record.emitted) and record.emitted_fates[position] != "accepted"
+    next_token = record.emitted[position] if emitted_here else None
+    next_fate = record.emitted_fates[position] if emitted_here else None
+    if position < len(path):
+        node = path[position]
+    else:
+        parent = path[-1] if path else -1
+        tried = [i for i, j in enumerate(record.tree_parents) if j == parent and record.draft_fates[i] == "rejected"]
+        node = tried[-1] if tried else None
+    if node is None:
+        return PositionInfo(position, "bonus", None, None, None, None, None, None, next_token, next_fate)
+    return PositionInfo(
+        position, "draft", record.drafted[node], record.draft_fates[node], record.p_target[node], record.q_draft[node],
+        record.accept_prob[node], record.uniforms[node], next_token, next_fate,
+    )  # fmt: skip

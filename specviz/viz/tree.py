@@ -11,7 +11,7 @@ import plotly.graph_objects as go
 
 from specviz.core.records import StepRecord
 from specviz.core.tree import tree_depths, tree_mask
-from specviz.viz.frames import PositionInfo, TokenText
+from specviz.viz.frames import TokenText
 from specviz.viz.tokens import visible_plain
 
 FATE_COLOURS = {"accepted": "#2ca02c", "rejected": "#d62728", "discarded": "#bbbbbb", "root": "#1f77b4", "next": "#ff7f0e"}
@@ -154,22 +154,3 @@ def mask_figure(record: StepRecord, token_text: TokenText) -> go.Figure:
     return fig
 
 
-def tree_position_info(record: StepRecord, position: int) -> PositionInfo:
-    """The inspector's view of emitted position j in a tree round: the accepted node there, or at the round's
-    last position the last child the rule rejected (None when the path ended at a leaf: a bonus)."""
-    path = record.accepted_path
-    emitted_here = position < len(record.emitted) and record.emitted_fates[position] != "accepted"
-    next_token = record.emitted[position] if emitted_here else None
-    next_fate = record.emitted_fates[position] if emitted_here else None
-    if position < len(path):
-        node = path[position]
-    else:
-        parent = path[-1] if path else -1
-        tried = [i for i, j in enumerate(record.tree_parents) if j == parent and record.draft_fates[i] == "rejected"]
-        node = tried[-1] if tried else None
-    if node is None:
-        return PositionInfo(position, "bonus", None, None, None, None, None, None, next_token, next_fate)
-    return PositionInfo(
-        position, "draft", record.drafted[node], record.draft_fates[node], record.p_target[node], record.q_draft[node],
-        record.accept_prob[node], record.uniforms[node], next_token, next_fate,
-    )  # fmt: skip

@@ -1,0 +1,109 @@
+"""What the round needs from a model and from a drafter, with the capabilities declared on the classes.
+
+A target or draft model is a ``CachedLM`` (a KV cache owned by one run); one that can also score a token tree
+in one pass is a ``TreeCachedLM`` and says so with ``can_verify_tree = True``. A drafter is a ``Drafter``; one
+that can propose token trees is a ``TreeDrafter`` and says so with ``can_branch = True``. ``has_q`` says whether
+propose() returns a real q_draft. Nothing in the loop discovers a capability by inspecting signatures.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import ClassVar, Protocol
+
+import torch
+
+from specviz.core.tree import TreeDraft
+
+
+class CachedLM(Protocol):
+    """A causal LM with its own KV cache, owned by one run. ``tokens`` are the ids already cached."""
+
+    vocab_size: int
+    device: torch.device
+    can_verify_tree: ClassVar[bool]  # True: this is a TreeCachedLM
+
+    @property
+    def tokens(self) -> Sequence[int]: ...
+
+    def extend(self, ids: Sequence[int] | torch.Tensor, last_only: bool = False) -> torch.Tensor:
+        """Feed ids after the cached ones; return (len(ids), vocab_size) logits, one row per fed id.
+        last_only: only the last row is needed (a long prefill); an implementation may return (1, V) or all rows.
+        ids may be a 1-D LongTensor on the device (a draft model feeding back its own samples)."""
+        ...
+
+    def crop(self, length: int) -> None:
+        """Keep only the first ``length`` cached tokens."""
+        ...
+
+
+class TreeCachedLM(CachedLM, Protocol):
+    """A CachedLM that scores a token tree in one pass and compacts its cache to the accepted path."""
+
+    @property
+    def tree_problem(self) -> str | None:
+        """Why this model cannot verify a tree right now (e.g. its attention ignores a custom mask), or None."""
+        ...
+
+    def extend_tree(self, ids: Sequence[int], parents: Sequence[int]) -> torch.Tensor:
+        """Feed a tree (parents[i] < i, -1 = the cached context) -> (len(ids), V) logits, one row per node."""
+        ...
+
+    def keep_path(self, path: Sequence[int]) -> None:
+        """After extend_tree(): keep the cached context plus the nodes at ``path`` (root's child first)."""
+        ...
+
+
+@dataclass(frozen=True)
+class Draft:
+    """Proposed token ids and, when the drafter has one, its distribution at each of them."""
+
+    token_ids: tuple[int, ...]
+    q_draft: torch.Tensor | None = None  # (len(token_ids), V) probabilities, any device; None: one-hot on each id
+
+
+class Drafter(Protocol):
+    """Proposes up to k next tokens for a context; told afterwards what was committed.
+
+    Randomness comes only from the generator handed to propose(), seeded from the run's seed; it lives on the
+    drafter's ``device`` (the CPU for host-side drafters), so a draft model samples where it runs. Read tensors
+    back to the host at most a constant number of times per call, never per token.
+    """
+
+    name: str
+    has_q: ClassVar[bool]  # True when propose() returns a real q_draft
+    can_branch: ClassVar[bool]  # True: this is a TreeDrafter
+    device: torch.device  # where propose() samples
+
+    def prepare(self, prompt_ids: Sequence[int]) -> None:
+        """Called once before the first round (e.g. prefill a draft model's cache)."""
+        ...
+
+    def propose(self, context: Sequence[int], k: int, generator: torch.Generator) -> Draft:
+        """Up to k tokens that may follow context; an empty Draft means 'no guess this round'."""
+        ...
+
+    def rollback(self, committed: Sequence[int]) -> None:
+        """Forget whatever of the last proposal did not become part of committed."""
+        ...
+
+
+class TreeDrafter(Drafter, Protocol):
+    """A Drafter that also proposes token trees of at most k nodes, ``width`` children per node."""
+
+    def propose_tree(self, context: Sequence[int], k: int, width: int, generator: torch.Generator) -> TreeDraft: ...
+
+
+def extend_last(lm: CachedLM, ids: Sequence[int] | torch.Tensor) -> torch.Tensor:
+    """Feed ids and return the last position's (V,) logits, asking the lm to compute no others."""
+    return lm.extend(ids, last_only=True)[-1]
+
+
+def common_prefix_len(a: Sequence[int], b: Sequence[int]) -> int:
+    n = 0
+    for x, y in zip(a, b):
+        if x != y:
+            break
+        n += 1
+    return n

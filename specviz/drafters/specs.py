@@ -1,0 +1,111 @@
+"""One table of drafters: what each kind is called, what it needs and what it can do, read by the config,
+the sidebar, the session, the CLI, the benchmark, the exactness lab and the cost profile.
+
+Capabilities (can it branch into a token tree, does it return a real q_draft) are read off the drafter class,
+where they are declared, so the table cannot drift from the code. ``build`` makes the drafter from the run's
+settings, the vocabulary and, for the two kinds that draft with a language model, that model (a CachedLM the
+caller resolved: specviz.runs).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Literal, Protocol
+
+from specviz.core.protocols import CachedLM, Drafter
+from specviz.core.sampling import SamplingConfig
+from specviz.drafters.base import NoDrafter
+from specviz.drafters.lookup import PromptLookupDrafter
+from specviz.drafters.model import ModelDrafter
+from specviz.drafters.ngram import NGramDrafter
+
+DraftLM = Literal["draft", "early-exit"]  # where a model drafter's LM comes from: a second model, the target's layers
+
+
+class DrafterSettings(Protocol):
+    """The run settings a drafter is built from (specviz.config.RunConfig has them)."""
+
+    ngram_max: int
+    ngram_min: int
+    ngram_threshold: float
+
+    @property
+    def sampling(self) -> SamplingConfig: ...
+
+
+Build = Callable[[DrafterSettings, int, "CachedLM | None", str], Drafter]
+
+
+@dataclass(frozen=True)
+class DrafterSpec:
+    kind: str  # the config's and the CLI's name
+    label: str  # the sidebar menu's line
+    short_name: str  # in run names, tables and messages
+    cls: type  # the drafter class, which declares can_branch and has_q
+    build: Build  # (settings, vocab size, the drafting LM or None, display name) -> the drafter
+    lm: DraftLM | None = None  # a model drafter's LM: "draft" needs a second model loaded
+    baseline: bool = False  # plain decoding: the baseline every speedup divides by
+
+    @property
+    def needs_model(self) -> bool:
+        """A second model must be loaded (and chosen) for this drafter."""
+        return self.lm == "draft"
+
+    @property
+    def can_branch(self) -> bool:
+        return bool(self.cls.can_branch)
+
+    @property
+    def has_q(self) -> bool:
+        return bool(self.cls.has_q)
+
+
+def _model(settings: DrafterSettings, vocab: int, lm: CachedLM | None, name: str) -> Drafter:
+    if lm is None:
+        raise ValueError(f"The {name} drafter needs its language model.")
+    return ModelDrafter(lm, settings.sampling, name=name)
+
+
+DRAFTERS: tuple[DrafterSpec, ...] = (  # the default first (menus start there)
+    DrafterSpec(
+        "ngram", "context n-gram model (a real q from counts)", "n-gram model", NGramDrafter,
+        lambda s, vocab, lm, name: NGramDrafter(vocab, s.ngram_max, s.ngram_min, s.ngram_threshold),
+    ),
+    DrafterSpec(
+        "lookup", "prompt lookup (copies n-grams from the context)", "prompt lookup", PromptLookupDrafter,
+        lambda s, vocab, lm, name: PromptLookupDrafter(s.ngram_max, s.ngram_min),
+    ),
+    DrafterSpec("model", "draft model (a smaller LM)", "draft model", ModelDrafter, _model, lm="draft"),
+    DrafterSpec("early-exit", "early exit (the target's first L layers)", "early exit", ModelDrafter, _model, lm="early-exit"),
+    DrafterSpec("none", "none: plain target decoding", "plain decoding", NoDrafter, lambda s, vocab, lm, name: NoDrafter(), baseline=True),
+)  # fmt: skip
+DRAFTER_KINDS: tuple[str, ...] = tuple(d.kind for d in DRAFTERS)
+SPECULATIVE_KINDS: tuple[str, ...] = tuple(d.kind for d in DRAFTERS if not d.baseline)  # benchmark sweeps
+ONE_MODEL_KINDS: tuple[str, ...] = tuple(d.kind for d in DRAFTERS if not d.baseline and not d.needs_model)  # lab, profile
+TREE_KINDS: tuple[str, ...] = tuple(d.kind for d in DRAFTERS if d.can_branch)
+_BY_KIND = {d.kind: d for d in DRAFTERS}
+
+
+def drafter_spec(kind: str) -> DrafterSpec:
+    """The spec of a drafter kind; ValueError naming the known kinds otherwise."""
+    spec = _BY_KIND.get(kind)
+    if spec is None:
+        raise ValueError(f"Unknown drafter {kind!r}; choose one of {', '.join(DRAFTER_KINDS)}.")
+    return spec
+
+
+def drafter_label(kind: str) -> str:
+    spec = _BY_KIND.get(kind)
+    return spec.label if spec else kind
+
+
+def short_name(kind: str) -> str:
+    spec = _BY_KIND.get(kind)
+    return spec.short_name if spec else kind
+
+
+def branches(kind: str, tree_width: int) -> int:
+    """The tree width a run of this drafter really drafts with: drafters that cannot branch draft chains."""
+    spec = _BY_KIND.get(kind)
+    return tree_width if spec is not None and spec.can_branch else 1

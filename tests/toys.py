@@ -1,0 +1,139 @@
+"""The toy target and draft models every plain-torch test uses, and the one plain-greedy reference.
+
+Each toy is a CachedLM (specviz.core.protocols) whose logits after a sequence come from ``logits_after(seq)``,
+computed from scratch; extend() feeds ids through it one at a time, so a cache holding the wrong tokens or the
+wrong length changes what comes out. ``plain_greedy(lm, ...)`` is argmax of logits_after at every step, no cache
+involved: what every greedy exactness test compares against.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Sequence
+
+import torch
+
+from specviz.core.tree import ancestors
+
+TABLE_V = 10  # TableLM's default vocabulary
+
+
+class ToyLM:
+    """The cache, the protocol's declarations and extend(); subclasses say what follows a sequence."""
+
+    can_verify_tree = False
+
+    def __init__(self, vocab_size: int) -> None:
+        self.vocab_size = vocab_size
+        self.device = torch.device("cpu")
+        self._tokens: list[int] = []
+        self.extend_calls = 0
+
+    @property
+    def tokens(self) -> Sequence[int]:
+        return self._tokens
+
+    def logits_after(self, seq: Sequence[int]) -> torch.Tensor:
+        """(V,) logits for the token after seq."""
+        raise NotImplementedError
+
+    def extend(self, ids: Sequence[int], last_only: bool = False) -> torch.Tensor:
+        if len(ids) == 0:
+            raise ValueError("extend() needs at least one token")
+        self.extend_calls += 1
+        rows = []
+        for tok in ids:
+            self._tokens.append(int(tok))
+            rows.append(self.logits_after(self._tokens))
+        return torch.stack(rows)  # (len(ids), V)
+
+    def crop(self, length: int) -> None:
+        del self._tokens[length:]
+
+
+class TableLM(ToyLM):
+    """Logits at a position depend on the token there, the one before it, and the position itself."""
+
+    def __init__(self, seed: int, vocab_size: int = TABLE_V, noise: float = 0.0, scale: float = 1.0) -> None:
+        super().__init__(vocab_size)
+        g = torch.Generator().manual_seed(seed)
+        self.cur = torch.randn(vocab_size, vocab_size, generator=g) * 2.5  # (token, V)
+        self.prev = torch.randn(vocab_size, vocab_size, generator=g)  # (previous token, V)
+        self.pos = torch.randn(5, vocab_size, generator=g)  # (position % 5, V)
+        if noise:  # a draft that agrees with its target only partly
+            gn = torch.Generator().manual_seed(99)
+            self.cur = self.cur + noise * torch.randn(vocab_size, vocab_size, generator=gn)
+        self.scale = scale  # < 1 flattens every distribution
+
+    def logits_after(self, seq: Sequence[int]) -> torch.Tensor:
+        i = len(seq) - 1
+        return (self.cur[seq[i]] + self.prev[seq[i - 1] if i > 0 else 0] + self.pos[i % 5]) * self.scale
+
+
+class TreeTableLM(TableLM):
+    """The TableLM target that also scores a token tree in one call: each node from its own path."""
+
+    can_verify_tree = True
+    tree_problem = None
+
+    def extend_tree(self, ids: Sequence[int], parents: Sequence[int]) -> torch.Tensor:
+        self.extend_calls += 1
+        base = list(self._tokens)
+        rows = [self.logits_after(base + [ids[j] for j in ancestors(parents, i)]) for i in range(len(ids))]
+        self._tokens.extend(int(t) for t in ids)
+        self._tree = (len(base), list(ids))
+        return torch.stack(rows)
+
+    def keep_path(self, path: Sequence[int]) -> None:
+        start, ids = self._tree
+        del self._tokens[start:]
+        self._tokens.extend(ids[i] for i in path)
+
+
+class BigramLM(ToyLM):
+    """Logits depend on the last token only: a fixed random (V, V) table, row = the previous token."""
+
+    def __init__(self, seed: int = 0, vocab_size: int = TABLE_V, sharpness: float = 2.0) -> None:
+        super().__init__(vocab_size)
+        g = torch.Generator().manual_seed(seed)
+        self.table = torch.randn(vocab_size, vocab_size, generator=g) * sharpness  # (V, V)
+
+    def logits_after(self, seq: Sequence[int]) -> torch.Tensor:
+        return self.table[seq[-1]]
+
+
+@functools.cache
+def pair_table(vocab_size: int, seed: int, sharpness: float = 2.0) -> torch.Tensor:
+    g = torch.Generator().manual_seed(seed)
+    return torch.randn(vocab_size, vocab_size, vocab_size, generator=g) * sharpness  # (prev, cur, V)
+
+
+class PairTableLM(ToyLM):
+    """Logits are a fixed table of the last two tokens (the one before the first is 0)."""
+
+    def __init__(self, vocab_size: int, seed: int = 0) -> None:
+        super().__init__(vocab_size)
+        self.table = pair_table(vocab_size, seed)  # (prev, cur, V)
+
+    def next_logits(self, prev: int, cur: int) -> torch.Tensor:
+        return self.table[prev, cur]
+
+    def logits_after(self, seq: Sequence[int]) -> torch.Tensor:
+        return self.next_logits(seq[-2] if len(seq) > 1 else 0, seq[-1])
+
+
+class RepeatLM(ToyLM):
+    """Always predicts (next id) = (last id + 1) mod V, sharply: every round emits tokens."""
+
+    def logits_after(self, seq: Sequence[int]) -> torch.Tensor:
+        return torch.nn.functional.one_hot(torch.tensor((seq[-1] + 1) % self.vocab_size), self.vocab_size).float() * 20.0
+
+
+def plain_greedy(lm: ToyLM, prompt: Sequence[int], max_new: int, eos: tuple[int, ...] = ()) -> list[int]:
+    """The reference: argmax from scratch at every step, no caches involved."""
+    out = list(prompt)
+    for _ in range(max_new):
+        out.append(int(lm.logits_after(out).argmax()))
+        if out[-1] in eos:
+            break
+    return out[len(prompt) :]
