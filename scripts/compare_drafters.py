@@ -5,7 +5,7 @@ vs early exit, at a fixed k and with adaptive k, over prompts by category (code,
     python scripts/compare_drafters.py --temperatures 0 1 --repeats 3 --csv /tmp/compare.csv
 
 Every prompt is decoded plainly (the baseline: same process, sampling and seed) and with each
-drafter, through specviz.bench.measure_setups, the harness `python -m specviz bench` uses: the runs
+drafter, through specviz.experiments.bench.measure_setups, the harness `python -m specviz bench` uses: the runs
 of one prompt are interleaved in a rotating order, a warm-up rotation is discarded, and a setup's
 speedup on a prompt is the median over repeats of its speed / the baseline's in the same rotation.
 By default speed is tokens per CPU-second of this single-threaded process, which other jobs on
@@ -29,11 +29,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from specviz.bench import BASELINE, BenchPrompt, RunSample, first_per_category, measure_setups  # noqa: E402
-from specviz.bench import load_prompts as bench_load_prompts  # noqa: E402
 from specviz.config import EMBEDDED_TARGET, RunConfig  # noqa: E402
 from specviz.core.decoding import SpeculativeDecoder  # noqa: E402
 from specviz.drafters import NGramDrafter, NoDrafter  # noqa: E402
+from specviz.experiments.bench import BASELINE, BenchPrompt, RunSample, first_per_category, measure_setups  # noqa: E402
+from specviz.experiments.bench import load_prompts as bench_load_prompts  # noqa: E402
 
 DRAFTERS = ("lookup", "ngram", "ngram-greedy", "early-exit")  # ngram-greedy: argmax drafts scored with a one-hot q
 
@@ -61,7 +61,7 @@ class Result:
 
 
 def load_prompts(path: Path, categories: list[str], per_category: int) -> list[BenchPrompt]:
-    """The benchmark's prompt set (validated by specviz.bench.load_prompts), the first few of each category."""
+    """The benchmark's prompt set (validated by specviz.experiments.bench.load_prompts), the first few of each category."""
     prompts = bench_load_prompts(path, categories)
     return first_per_category([p for cat in categories for p in prompts if p.category == cat], per_category)
 
@@ -100,7 +100,7 @@ def speed(sample: RunSample, clock: str) -> float:
 
 def measure_prompt(target, early_exit, prompt: BenchPrompt, setups: list[tuple[str, int, bool]], temperature: float, args) -> list[Result]:
     """Baseline and every setup on one prompt, interleaved and repeated by the library's harness."""
-    from specviz.measure import paired_ratio
+    from specviz.experiments.measure import paired_ratio
     from specviz.models import encode_prompt
 
     prompt_ids = encode_prompt(target.tokenizer, prompt.prompt, True)

@@ -26,7 +26,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from specviz.core.theory import speedup  # noqa: E402
-from specviz.profile import load_profile  # noqa: E402
+from specviz.experiments.cost_profile import load_profile  # noqa: E402
 
 
 def predictions(bench: pd.DataFrame, profile, c_from: str = "profile") -> pd.DataFrame:

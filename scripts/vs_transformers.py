@@ -4,7 +4,7 @@ For every prompt of the chosen categories (assets/prompts.json) it times, in one
 prompt ids: transformers' plain ``model.generate(do_sample=False)`` and its prompt lookup
 (``prompt_lookup_num_tokens=k``, ``max_matching_ngram_size`` as given), specviz's plain decoding and
 its prompt lookup at the same k, and specviz's default drafter (RunConfig's defaults). The calls are
-interleaved in a rotating order and repeated (specviz.measure); a speedup is each library's plain
+interleaved in a rotating order and repeated (specviz.experiments.measure); a speedup is each library's plain
 decoding time over its speculative time, summed over a category's prompts, median [min-max] over
 the repeats, under both the wall clock and this process's CPU time. It also checks that every
 greedy output is token-identical to transformers' plain greedy output.
@@ -28,9 +28,9 @@ sys.path.insert(0, str(ROOT))
 
 import torch  # noqa: E402
 
-from specviz.bench import BenchPrompt, load_prompts  # noqa: E402
 from specviz.config import EMBEDDED_TARGET, RunConfig  # noqa: E402
-from specviz.measure import Spread, Timed, interleave, paired_ratio, timed  # noqa: E402
+from specviz.experiments.bench import BenchPrompt, load_prompts  # noqa: E402
+from specviz.experiments.measure import Spread, Timed, interleave, paired_ratio, timed  # noqa: E402
 from specviz.runs import build_decoder  # noqa: E402
 
 HF_PLAIN, SV_PLAIN, SV_DEFAULT = "hf plain", "specviz plain", "specviz default"

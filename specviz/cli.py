@@ -115,8 +115,8 @@ def _add_profile_parser(sub) -> None:
 
 
 def cmd_profile(args: argparse.Namespace) -> int:
+    from specviz.experiments.cost_profile import measure_profile, profile_table
     from specviz.models import load_model
-    from specviz.profile import measure_profile, profile_table
 
     if args.threads is not None:
         if args.threads < 1:
@@ -395,7 +395,7 @@ def cmd_info(args: argparse.Namespace) -> int:
     return 0
 
 
-# --- bench: the sweep lives in specviz.bench; here only its arguments and its output -------------
+# --- bench: the sweep lives in specviz.experiments.bench; here only its arguments and its output -------------
 
 
 def _csv_list(text: str, cast, what: str) -> tuple:
@@ -410,7 +410,7 @@ def _csv_list(text: str, cast, what: str) -> tuple:
 
 def add_bench_parser(sub) -> None:
     """Register `python -m specviz bench` on the CLI's subparsers."""
-    from specviz.bench import BENCH_DRAFTERS, DEFAULT_PROMPTS, SweepSpec
+    from specviz.experiments.bench import BENCH_DRAFTERS, DEFAULT_PROMPTS, SweepSpec
 
     d = SweepSpec  # every default comes from SweepSpec, so the CLI and the Benchmark page agree
     p = sub.add_parser(
@@ -454,7 +454,7 @@ def _print_progress(done: int, total: int, message: str) -> None:
 def cmd_bench(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from specviz.bench import COLUMNS, SweepSpec, first_per_category, load_prompts, rows_to_frame, run_sweep
+    from specviz.experiments.bench import COLUMNS, SweepSpec, first_per_category, load_prompts, rows_to_frame, run_sweep
     from specviz.runs import resolve_models
 
     if args.threads is not None:
@@ -502,7 +502,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
         show.insert(4, "tree_width")
     print(frame[show].to_string(index=False, float_format=lambda x: f"{x:.2f}", na_rep="n/a"))
     if len(spec.tree_widths) > 1:
-        from specviz.bench import tree_vs_chain_table
+        from specviz.experiments.bench import tree_vs_chain_table
 
         print("\ntrees vs chains at the same node budget k (means over prompts):")
         print(tree_vs_chain_table(frame).to_string(index=False, float_format=lambda x: f"{x:.2f}", na_rep="n/a"))

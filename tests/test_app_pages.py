@@ -8,8 +8,8 @@ import pandas as pd
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from specviz.bench import COLUMNS
 from specviz.core.theory import best_k, expected_tokens, speedup
+from specviz.experiments.bench import COLUMNS
 from specviz.ui.keys import BENCH_RESULTS_KEY
 
 PAGES = Path(__file__).resolve().parent.parent / "pages"
@@ -82,7 +82,7 @@ def test_theory_page_overlays_step_through_runs(tiny_models):
 
 
 def test_theory_page_uses_a_shipped_profile():
-    from specviz.profile import shipped_profiles
+    from specviz.experiments.cost_profile import shipped_profiles
 
     cpu = shipped_profiles()["profile_cpu"]
     at = page("theory.py").run()
@@ -98,7 +98,7 @@ def test_theory_page_uses_a_shipped_profile():
 
 def test_theory_page_measures_this_machine(tiny_target, monkeypatch):
     """The button measures (patched to a fast fake), shows progress, and selects the new curve at once."""
-    import specviz.profile as profile_module
+    import specviz.experiments.cost_profile as profile_module
 
     def fake_measure(target, on_progress=None, **kwargs):
         for i in range(1, 4):

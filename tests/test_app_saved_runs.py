@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from specviz.serving import reset_queues
 from specviz.workshop.saved_runs import RunStore, new_token
+from specviz.workshop.serving import reset_queues
 from tests.test_app_shared import OWNER_ENV, PAGES, PROMPT, STATE, click
 
 SETTINGS = {"prompt": PROMPT, "drafter": "ngram", "temperature": 1.0, "seed": 3, "max_new_tokens": 24, "num_draft_tokens": 3}

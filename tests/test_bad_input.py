@@ -351,7 +351,7 @@ def test_settings_the_engine_refuses_show_an_error(tiny_dir, monkeypatch):
     from specviz.ui import sidebar
 
     monkeypatch.setattr(sidebar, "MAX_DRAFT_TOKENS", 32)
-    monkeypatch.setattr("specviz.policy.MAX_DRAFT_TOKENS", 32)  # the owner's limit on this laptop: the engine's, patched alike
+    monkeypatch.setattr("specviz.workshop.policy.MAX_DRAFT_TOKENS", 32)  # the owner's limit on this laptop: the engine's, patched alike
     at = _page(tiny_dir, num_draft_tokens=20)
     _click(at, "step")
     assert any(f"between 1 and {MAX_DRAFT_TOKENS}; got 20" in e for e in _errors(at)), _errors(at)

@@ -1,4 +1,4 @@
-"""The plain-decoding baseline off the Step's path (specviz.baselines): shared between sessions with the same settings,
+"""The plain-decoding baseline off the Step's path (specviz.workshop.baselines): shared between sessions with the same settings,
 measured once, in background turns of the model's queue; a Step never waits for it. Real models and decoders."""
 
 from __future__ import annotations
@@ -10,11 +10,11 @@ from pathlib import Path
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from specviz.baselines import BaselineWorker, reset_baselines
 from specviz.config import RunConfig
 from specviz.models import encode_prompt
 from specviz.runs import build_decoder
-from specviz.serving import ModelQueue
+from specviz.workshop.baselines import BaselineWorker, reset_baselines
+from specviz.workshop.serving import ModelQueue
 
 PROMPT = "the cat sat on the mat"
 

@@ -7,7 +7,9 @@ import json
 import pandas as pd
 import pytest
 
-from specviz.bench import (
+from specviz.cli import main
+from specviz.config import DRAFTER_KINDS
+from specviz.experiments.bench import (
     BASELINE,
     BENCH_DRAFTERS,
     COLUMNS,
@@ -19,8 +21,6 @@ from specviz.bench import (
     run_sweep,
     summary_table,
 )
-from specviz.cli import main
-from specviz.config import DRAFTER_KINDS
 
 
 def test_cli_writes_csv_with_documented_columns(tiny_dir, prompts_file, tmp_path, capsys):
@@ -199,7 +199,7 @@ def test_measure_setups_repeats_interleaves_and_keeps_pairs(tiny_models):
 
 
 def test_first_per_category():
-    from specviz.bench import BenchPrompt
+    from specviz.experiments.bench import BenchPrompt
 
     prompts = [BenchPrompt(c, f"{c}{i}", "x") for c in ("a", "b") for i in range(3)]
     assert [p.title for p in first_per_category(prompts, 2)] == ["a0", "a1", "b0", "b1"]
@@ -221,8 +221,8 @@ def test_cli_per_category_and_append(tiny_dir, prompts_file, tmp_path):
 
 def test_compare_to_baseline_uses_paired_medians():
     """Synthetic samples (no clocks read): speedups pair repeat i with repeat i, costs are medians of passes."""
-    from specviz.bench import BenchPrompt, RunSample, compare_to_baseline
     from specviz.core.metrics import RunStats
+    from specviz.experiments.bench import BenchPrompt, RunSample, compare_to_baseline
 
     def sample(tokens_per_s: float, cpu_s: float, verify_ms: tuple[float, ...], drafted: tuple[int, ...], draft_ms: float = 0.0) -> RunSample:
         passes = len(verify_ms)

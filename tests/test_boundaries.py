@@ -8,11 +8,11 @@ Layers, bottom up (a module may import its own layer and the layers its arrow na
   models    the only transformers code                                      -> core
   viz       records -> frames -> figures, no streamlit                      -> core
   config    the run's config (reads the drafter table)                      -> core, drafters
-  recording, policy   the run's file format; the owner's rules              -> config, core
+  recording  the run's file format                                         -> config, core
   runs      assembly: config + models -> a decoder                         -> config, core, drafters, models
-  measure   timing helpers                                                  -> core
-  experiments (bench, lab, numerics, profile)  what measures               -> config, core, drafters, models, runs, measure, bench
-  serving   the workshop server's process plumbing                          -> config, core, policy
+  experiments  what measures (measure, bench, cost_profile, lab, numerics)  -> config, core, drafters, models, runs, workshop
+  workshop  what a shared server needs (policy, serving, jobs, baselines,   -> config, core, recording, runs
+            saved_runs, room): plain Python, no streamlit
   cli       the command line: every layer below the UI                      -> all of the above, viz
   ui        the only streamlit code besides the pages and app.py            -> everything above
   pages     draw only                                                       -> ui, viz
@@ -28,8 +28,7 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
-EXPERIMENTS = {"bench", "lab", "numerics", "profile"}
-BELOW_UI = {"core", "drafters", "models", "viz", "config", "recording", "policy", "runs", "measure", "serving", "cli", "main"} | EXPERIMENTS
+BELOW_UI = {"core", "drafters", "models", "viz", "config", "recording", "runs", "experiments", "workshop", "cli", "main"}
 ARROWS: dict[str, set[str]] = {
     "root": set(),
     "core": set(),
@@ -38,11 +37,9 @@ ARROWS: dict[str, set[str]] = {
     "viz": {"core"},
     "config": {"core", "drafters"},
     "recording": {"config", "core"},
-    "policy": {"config", "core"},
     "runs": {"config", "core", "drafters", "models"},
-    "measure": {"core"},
-    **{name: {"config", "core", "drafters", "models", "runs", "measure", "bench"} for name in EXPERIMENTS},
-    "serving": {"config", "core", "policy"},
+    "workshop": {"config", "core", "recording", "runs"},
+    "experiments": {"config", "core", "drafters", "models", "runs", "workshop"},
     "cli": BELOW_UI - {"cli", "main"},
     "main": {"cli"},
     "ui": BELOW_UI - {"main"},
@@ -59,7 +56,7 @@ def module_name(path: Path) -> str:
 
 
 def layer(module: str) -> str:
-    """specviz.core.tree -> core; specviz.bench -> bench; specviz.__main__ -> main; pages.x -> pages; app -> app."""
+    """specviz.core.tree -> core; specviz.experiments.bench -> experiments; specviz.__main__ -> main; pages.x -> pages; app -> app."""
     parts = module.split(".")
     if parts[0] != "specviz":
         return parts[0]

@@ -1,4 +1,4 @@
-"""The exactness lab's library (specviz.lab, specviz.core.toy.run_toy) on a tiny local model; the page only draws these."""
+"""The exactness lab's library (specviz.experiments.lab, specviz.core.toy.run_toy) on a tiny local model; the page only draws these."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import torch
 
 from specviz.config import RunConfig
 from specviz.core.toy import run_toy
-from specviz.lab import greedy_side_by_side, sample_real, summarize_real
+from specviz.experiments.lab import greedy_side_by_side, sample_real, summarize_real
 
 
 def test_run_toy_exact_and_biased():

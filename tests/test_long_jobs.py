@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from specviz.bench import SweepSpec, load_prompts, run_sweep
 from specviz.config import RunConfig
-from specviz.serving import ModelQueue
+from specviz.experiments.bench import SweepSpec, load_prompts, run_sweep
+from specviz.workshop.serving import ModelQueue
 
 PAGES = Path(__file__).resolve().parents[1] / "pages"
 PROMPTS = [{"category": "copy", "title": "cat", "prompt": "the cat sat on the mat and the dog sat on the log the cat sat on the"}]
@@ -56,7 +56,7 @@ def test_a_sweep_takes_one_turn_per_run_at_least(tiny_models, prompts):
 
 
 def test_a_long_run_gives_the_model_back_between_rounds_and_waits_are_not_charged(tiny_models, prompts):
-    from specviz.bench import run_in_turns
+    from specviz.experiments.bench import run_in_turns
 
     turn, gaps = CountingTurn(), []
 
@@ -109,9 +109,9 @@ def test_a_step_behind_a_sweep_waits_for_one_run_not_the_sweep(tiny_models, prom
 
 
 def test_lab_profile_and_numerics_take_many_turns(tiny_models):
-    from specviz.lab import sample_real
-    from specviz.numerics import compare
-    from specviz.profile import measure_profile
+    from specviz.experiments.cost_profile import measure_profile
+    from specviz.experiments.lab import sample_real
+    from specviz.experiments.numerics import compare
 
     target = tiny_models["llama"]
     turn = CountingTurn()

@@ -2,7 +2,7 @@
 
 import pytest
 
-from specviz.measure import Spread, interleave, paired_ratio, timed
+from specviz.experiments.measure import Spread, interleave, paired_ratio, timed
 
 
 def test_interleave_rotates_the_order_and_drops_the_warmup():

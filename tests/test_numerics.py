@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from specviz.numerics import GreedyTrace, compare, first_divergence, pass_differences
+from specviz.experiments.numerics import GreedyTrace, compare, first_divergence, pass_differences
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

@@ -1,4 +1,4 @@
-"""The owner's rules (specviz.policy): where they come from, which mode a server is in, what enforce() refuses."""
+"""The owner's rules (specviz.workshop.policy): where they come from, which mode a server is in, what enforce() refuses."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import pytest
 
 from specviz.config import EMBEDDED_TARGET, MAX_NEW_TOKENS, RunConfig
 from specviz.core.decoding import MAX_DRAFT_TOKENS
-from specviz.policy import Policy, is_local_address, load_policy
+from specviz.workshop.policy import Policy, is_local_address, load_policy
 
 
 @pytest.mark.parametrize("address", ["localhost", "127.0.0.1", "::1", "", None])

@@ -8,7 +8,7 @@ import pytest
 
 from specviz import cli
 from specviz.core.theory import VerifyCurve
-from specviz.profile import SCHEMA, CostProfile, load_profile, measure_profile, shipped_profiles
+from specviz.experiments.cost_profile import SCHEMA, CostProfile, load_profile, measure_profile, shipped_profiles
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

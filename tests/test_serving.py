@@ -1,4 +1,4 @@
-"""The per-model queue (specviz.serving): FIFO order, the bound, places in line, timeouts, release on errors;
+"""The per-model queue (specviz.workshop.serving): FIFO order, the bound, places in line, timeouts, release on errors;
 and the registry that frees sessions whose tab went away. Plain threads, no streamlit."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from specviz.serving import ModelQueue, QueueTimeout, SessionRegistry, model_queue, reset_queues
+from specviz.workshop.serving import ModelQueue, QueueTimeout, SessionRegistry, model_queue, reset_queues
 
 
 def wait_until(predicate, timeout: float = 5.0) -> None:
@@ -221,7 +221,7 @@ def test_policy_serving_and_baselines_are_plain_python():
     import subprocess
     import sys
 
-    code = "import sys, specviz.policy, specviz.serving, specviz.baselines; print('streamlit' in sys.modules)"
+    code = "import sys, specviz.workshop.policy, specviz.workshop.serving, specviz.workshop.baselines; print('streamlit' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=str(__import__("pathlib").Path(__file__).resolve().parents[1]))
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.strip() == "False"

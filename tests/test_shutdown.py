@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from specviz import jobs
-from specviz.jobs import JobRefused, LongJobs
+from specviz.workshop import jobs
+from specviz.workshop.jobs import JobRefused, LongJobs
 
 REPO = Path(__file__).resolve().parents[1]
 EXIT_WITHIN_S = 5.0

@@ -6,8 +6,8 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from specviz.bench import COLUMNS, SweepSpec, tree_vs_chain_table
 from specviz.cli import main
+from specviz.experiments.bench import COLUMNS, SweepSpec, tree_vs_chain_table
 
 
 def test_bench_sweeps_tree_widths(tiny_dir, prompts_file, tmp_path, capsys):

@@ -24,7 +24,7 @@ from specviz.core.decoding import CachedLM, DecodeConfig, SpeculativeDecoder
 from specviz.core.records import StepRecord
 
 if TYPE_CHECKING:
-    from specviz.drafters.base import Drafter
+    from specviz.core.protocols import Drafter
 
 MAX_STATE_BYTES = 64 * 1024  # a CPU Philox/MT state is ~5 KB, a CUDA one 16 bytes
 

@@ -1,7 +1,7 @@
 """The owner's policy inside the app: which role this server plays, refusing what participants may not force, the
 per-model queue with a visible place in line, and freeing the memory of sessions whose tab went away.
 
-The rules themselves live in specviz.policy (plain Python); this module only reads streamlit's side of them."""
+The rules themselves live in specviz.workshop.policy (plain Python); this module only reads streamlit's side of them."""
 
 from __future__ import annotations
 
@@ -17,12 +17,12 @@ from contextlib import contextmanager
 import streamlit as st
 from streamlit.logger import get_logger
 
-from specviz.jobs import JobStopped, LongJobs, Turn, check_running, shutting_down, stop_at_exit
-from specviz.policy import Policy, load_policy
-from specviz.serving import ModelQueue, QueueTimeout, SessionRegistry, model_queue, turns_in_flight
 from specviz.ui import timing
 from specviz.ui.keys import STEP_THROUGH_KEY
 from specviz.viz.markdown import md_text
+from specviz.workshop.jobs import JobStopped, LongJobs, Turn, check_running, shutting_down, stop_at_exit
+from specviz.workshop.policy import Policy, load_policy
+from specviz.workshop.serving import ModelQueue, QueueTimeout, SessionRegistry, model_queue, turns_in_flight
 
 log = get_logger(__name__)  # streamlit's handler: `--logger.level info` shows what the sweeper frees
 

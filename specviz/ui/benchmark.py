@@ -1,5 +1,5 @@
 """The Benchmark page's plumbing: what it offers (drafters, limits, prompts) and running a sweep with the shared
-models inside one queue turn. The sweep itself is specviz.bench; the page only draws."""
+models inside one queue turn. The sweep itself is specviz.experiments.bench; the page only draws."""
 
 from __future__ import annotations
 
@@ -7,7 +7,11 @@ from collections.abc import Callable, Sequence
 
 import pandas as pd
 
-from specviz.bench import (
+from specviz.config import EMBEDDED_TARGET
+from specviz.core.decoding import MAX_DRAFT_TOKENS
+from specviz.core.tree import MAX_TREE_WIDTH
+from specviz.drafters.specs import SPECULATIVE_KINDS, drafter_spec
+from specviz.experiments.bench import (
     DEFAULT_PROMPTS,
     BenchPrompt,
     SweepSpec,
@@ -19,10 +23,6 @@ from specviz.bench import (
     summary_table,
     tree_vs_chain_table,
 )
-from specviz.config import EMBEDDED_TARGET
-from specviz.core.decoding import MAX_DRAFT_TOKENS
-from specviz.core.tree import MAX_TREE_WIDTH
-from specviz.drafters.specs import SPECULATIVE_KINDS, drafter_spec
 from specviz.ui import access
 from specviz.ui.models import sweep_models
 

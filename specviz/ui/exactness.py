@@ -1,5 +1,5 @@
 """The Exactness lab's plumbing: its configs, the shared models and one queue turn per batch. The samplers are
-specviz.lab and the toy specviz.core.toy; the page only draws."""
+specviz.experiments.lab and the toy specviz.core.toy; the page only draws."""
 
 from __future__ import annotations
 
@@ -7,7 +7,15 @@ from collections.abc import Callable
 
 from specviz.config import EMBEDDED_TARGET, RunConfig, validate_prompt
 from specviz.core.toy import TOY_VARIANTS, normalise, run_toy
-from specviz.lab import LAB_DRAFTERS, REAL_MODES, GreedyResult, RealResult, greedy_side_by_side, sample_real, summarize_real
+from specviz.experiments.lab import (
+    LAB_DRAFTERS,
+    REAL_MODES,
+    GreedyResult,
+    RealResult,
+    greedy_side_by_side,
+    sample_real,
+    summarize_real,
+)
 from specviz.ui import access
 from specviz.ui.models import run_models
 

@@ -8,8 +8,8 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
-from specviz.bench import COLUMNS as BENCH_COLUMNS
 from specviz.core.theory import alpha_from_acceptance_rate
+from specviz.experiments.bench import COLUMNS as BENCH_COLUMNS
 from specviz.ui.keys import BENCH_RESULTS_KEY as BENCH_KEY
 from specviz.ui.keys import STEP_THROUGH_KEY
 from specviz.ui.session import PageState

@@ -8,7 +8,7 @@ import streamlit as st
 
 from specviz.core.metrics import RunMetrics, run_metrics
 from specviz.core.theory import VerifyCost
-from specviz.profile import shipped_profiles
+from specviz.experiments.cost_profile import shipped_profiles
 from specviz.ui.memo import memo, round_key
 from specviz.ui.step_views import MEASURING, ViewRun, ViewSource, measuring, run_frame
 from specviz.viz import verify_cost_ratio

@@ -1,6 +1,6 @@
 """Models load once per (source, device, dtype) and are shared by every browser session (read-only).
 
-The cache only ever holds models the owner allowed (specviz.policy): a source off the list, or an opt-in the owner
+The cache only ever holds models the owner allowed (specviz.workshop.policy): a source off the list, or an opt-in the owner
 did not grant, is refused before anything is loaded. A model that would not fit in free memory is refused with a
 message, and a load that runs out of memory is reported the same way; either way the models in use stay loaded."""
 

@@ -1,11 +1,11 @@
-"""What the Numerics lab page uses from below the UI: the comparison (specviz.numerics), model loading through
+"""What the Numerics lab page uses from below the UI: the comparison (specviz.experiments.numerics), model loading through
 the shared caches, and the device and dtype the engine would pick. The page only draws."""
 
 from __future__ import annotations
 
 from specviz.config import EMBEDDED_TARGET, validate_prompt
+from specviz.experiments.numerics import NumericsReport, compare, low_precision_dtypes
 from specviz.models import LoadedModel, encode_prompt, resolve_device, resolve_dtype
-from specviz.numerics import NumericsReport, compare, low_precision_dtypes
 from specviz.ui import models as ui_models
 
 __all__ = [

@@ -10,7 +10,7 @@ The API the page (and other features) use:
     step_session(session)                                  # one round of every run, one turn; never waits for the baseline
     session.baseline.covers(n)                             # has plain decoding measured n tokens yet ("measuring…")
 
-The plain-decoding baseline is not on a Step's path: start_session asks specviz.baselines for it (shared between
+The plain-decoding baseline is not on a Step's path: start_session asks specviz.workshop.baselines for it (shared between
 sessions with the same target, precision, prompt ids, sampling, seed and length) and a worker thread measures it in
 background turns of the same queue, after every waiting round."""
 
@@ -22,7 +22,6 @@ from dataclasses import dataclass, field
 import streamlit as st
 import torch
 
-from specviz.baselines import BaselineRun, baseline_worker
 from specviz.config import RunConfig, validate_prompt
 from specviz.core.decoding import SpeculativeDecoder
 from specviz.core.records import StepRecord
@@ -35,6 +34,7 @@ from specviz.ui.keys import STEP_THROUGH_KEY
 from specviz.ui.models import get_model, run_models
 from specviz.viz.markdown import md_text
 from specviz.viz.tokens import TokenTable
+from specviz.workshop.baselines import BaselineRun, baseline_worker
 
 log = logging.getLogger(__name__)
 
@@ -81,7 +81,7 @@ class Run:
 
 @dataclass
 class Baseline:
-    """Plain decoding stepped by its caller (scripts and tests); the page uses a shared specviz.baselines.BaselineRun.
+    """Plain decoding stepped by its caller (scripts and tests); the page uses a shared specviz.workshop.baselines.BaselineRun.
     Both offer what the views read: records, error, prefill_ms, covers()."""
 
     decoder: SpeculativeDecoder

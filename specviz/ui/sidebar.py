@@ -3,7 +3,7 @@
 Widget keys are a contract for automation and tests: prompt, num_draft_tokens, temperature, drafter, seed
 (and the buttons step, run_all, reset on the page).
 
-The owner's policy (specviz.policy) is enforced here, where the widgets become a RunConfig: options participants may
+The owner's policy (specviz.workshop.policy) is enforced here, where the widgets become a RunConfig: options participants may
 not choose are not drawn, and a value forced into session state (a URL parameter, a script) is refused with an
 error and replaced by the safe default, both before the widgets draw and again on the finished RunConfig."""
 
@@ -18,11 +18,11 @@ from specviz.config import DRAFTER_KINDS, EMBEDDED_TARGET, MAX_NEW_TOKENS, RunCo
 from specviz.core.decoding import MAX_DRAFT_TOKENS
 from specviz.core.tree import MAX_TREE_WIDTH
 from specviz.drafters.specs import TREE_KINDS, branches, drafter_label, drafter_spec, short_name
-from specviz.policy import Policy
 from specviz.ui.access import current_policy, limited, refused, replica_footer
 from specviz.ui.presets import CUSTOM, MODEL_PAIRS
 from specviz.ui.prompts import load_examples
 from specviz.ui.share import restore_from_query
+from specviz.workshop.policy import Policy
 
 CUSTOM_PROMPT = "custom"  # the Example prompt menu when the prompt is none of the examples (typed, or from a link)
 DEFAULTS = RunConfig()  # the sidebar starts from the engine's defaults (drafter, k, n-gram settings, ...)

@@ -54,7 +54,7 @@ class ViewRun(Protocol):
 
 
 class ViewBaseline(Protocol):
-    """Plain decoding of the same prompt (live: specviz.baselines.BaselineRun, measured in the background)."""
+    """Plain decoding of the same prompt (live: specviz.workshop.baselines.BaselineRun, measured in the background)."""
 
     @property
     def records(self) -> Sequence[StepRecord]: ...

@@ -6,10 +6,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from specviz import profile as cost_profile
 from specviz.config import EMBEDDED_TARGET
 from specviz.core.theory import MAX_K, VerifyCurve, acceptance_rate, best_k, expected_tokens, round_cost, speedup, verify_cost_at
-from specviz.profile import CostProfile, shipped_profiles
+from specviz.experiments import cost_profile as cost_profile
+from specviz.experiments.cost_profile import CostProfile, shipped_profiles
 from specviz.ui import access
 from specviz.ui import models as ui_models
 

@@ -1,4 +1,4 @@
-"""Benchmark results (the DataFrame of specviz.bench.rows_to_frame) -> plotly figures and theory points.
+"""Benchmark results (the DataFrame of specviz.experiments.bench.rows_to_frame) -> plotly figures and theory points.
 Never imports streamlit."""
 
 from __future__ import annotations

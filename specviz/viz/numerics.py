@@ -1,4 +1,4 @@
-"""The numerics lab's frames and figures (never imports streamlit). Input: specviz.numerics.NumericsReport."""
+"""The numerics lab's frames and figures (never imports streamlit). Input: specviz.experiments.numerics.NumericsReport."""
 
 from __future__ import annotations
 

@@ -19,7 +19,7 @@ from specviz.config import RunConfig, validate_prompt
 from specviz.core.divergence import first_difference
 from specviz.core.toy import TOY_VARIANTS, chi_square_pvalue, sample_first_tokens, tv_distance
 from specviz.drafters.specs import ONE_MODEL_KINDS
-from specviz.jobs import Turn, no_turn
+from specviz.workshop.jobs import Turn, no_turn
 
 if TYPE_CHECKING:
     from specviz.models import LoadedModel
@@ -193,8 +193,8 @@ def summarize_real(real: RealResult) -> RealSummary:
 
 def greedy_side_by_side(config: RunConfig, target: LoadedModel, prompt: str, early_exit=None, turn: Turn = no_turn) -> GreedyResult:
     """Decode the prompt greedily twice, speculatively and plainly, from fresh runs (each in model turns of about a
-    second: specviz.bench.run_in_turns)."""
-    from specviz.bench import run_in_turns
+    second: specviz.experiments.bench.run_in_turns)."""
+    from specviz.experiments.bench import run_in_turns
     from specviz.models import encode_prompt
     from specviz.runs import build_decoder
 

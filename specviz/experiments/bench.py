@@ -1,7 +1,7 @@
 """The benchmark sweep: prompts by category x drafters x k x temperature, each measured against plain
 decoding of the same prompt under the same sampling, in the same process. Plain functions, no
 streamlit: ``python -m specviz bench``, the Benchmark page and ``scripts/compare_drafters.py`` all
-measure through ``measure_setups`` (on top of specviz.measure).
+measure through ``measure_setups`` (on top of specviz.experiments.measure).
 
 Method: for one prompt and temperature, the baseline and every drafter x k form one rotation; each
 repeat runs the whole rotation in an order that shifts by one every repeat, the first ``warmup``
@@ -38,15 +38,15 @@ from specviz.core.metrics import RunStats
 from specviz.core.theory import alpha_from_acceptance_rate, speedup
 from specviz.core.tree import MAX_TREE_WIDTH
 from specviz.drafters.specs import SPECULATIVE_KINDS
-from specviz.jobs import Turn
-from specviz.measure import ProgressFn, Spread, interleave, paired_ratio, timed
+from specviz.experiments.measure import ProgressFn, Spread, interleave, paired_ratio, timed
+from specviz.workshop.jobs import Turn
 
 if TYPE_CHECKING:
     import pandas as pd
 
     from specviz.models import LoadedModel
 
-DEFAULT_PROMPTS = Path(__file__).resolve().parent.parent / "assets" / "prompts.json"
+DEFAULT_PROMPTS = Path(__file__).resolve().parents[2] / "assets" / "prompts.json"
 BENCH_DRAFTERS = SPECULATIVE_KINDS  # every drafter but plain decoding, the baseline
 BASELINE = "baseline"  # the setting name of plain decoding in measure_setups
 MAX_PROMPTS_FILE_BYTES = 1_000_000

@@ -3,7 +3,7 @@
 Plain Python (threading), no streamlit. A session takes a *turn* for one whole round (draft + verify), so the round's
 own timing (measured inside the engine's step()) never includes time spent waiting here, and Play / Run to end, which
 take one turn per round, cannot starve the sessions queued behind them. The plain-decoding baseline that times the
-runs (specviz.baselines) takes *background* turns, one plain step each: admitted only when no round is waiting.
+runs (specviz.workshop.baselines) takes *background* turns, one plain step each: admitted only when no round is waiting.
 
     with model_queue(key).turn(on_wait=lambda ahead, waited_s: ..., timeout_s=120):
         decoder.step()
@@ -30,7 +30,7 @@ class ModelQueue:
     """Admission in two classes with at most `max_in_flight` holders at a time.
 
     Interactive waiters (a participant's round or prefill) are always admitted before background ones (the
-    plain-decoding baseline, specviz.baselines); within a class the order is strict first come, first served, and a
+    plain-decoding baseline, specviz.workshop.baselines); within a class the order is strict first come, first served, and a
     session that finishes a turn and asks again goes to the back of its line. A background turn already in flight is
     not interrupted: an interactive waiter waits at most for that one turn (one plain decoding step)."""
 

@@ -2,7 +2,7 @@
 
 A Step runs its own round and returns. Plain decoding of the same target, prompt and sampling (what the measured
 speedup divides by) catches up in one worker thread that takes *background* turns in the model's queue
-(specviz.serving.ModelQueue), one plain step per turn, so a waiting round always goes first and the baseline's own
+(specviz.workshop.serving.ModelQueue), one plain step per turn, so a waiting round always goes first and the baseline's own
 timings, measured inside the engine's step(), never include a wait.
 
 Sessions with the same key (target, precision, prompt ids, sampling, seed, length) share one BaselineRun: the
@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 
 from specviz.core.decoding import SpeculativeDecoder
 from specviz.core.records import StepRecord
-from specviz.serving import ModelQueue
+from specviz.workshop.serving import ModelQueue
 
 log = logging.getLogger(__name__)
 

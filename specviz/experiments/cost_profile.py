@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Literal
 
 from specviz.core.theory import MAX_K, VerifyCurve
 from specviz.drafters.specs import ONE_MODEL_KINDS
-from specviz.jobs import Turn, no_turn
+from specviz.workshop.jobs import Turn, no_turn
 
 if TYPE_CHECKING:
     from specviz.models import LoadedModel
@@ -41,7 +41,7 @@ log = logging.getLogger(__name__)
 
 SCHEMA = "specviz.profile/1"
 PROFILE_DRAFTERS: tuple[str, ...] = ONE_MODEL_KINDS  # the drafters that need no second model
-ASSETS = Path(__file__).resolve().parent.parent / "assets"
+ASSETS = Path(__file__).resolve().parents[2] / "assets"
 MAX_PROFILE_BYTES = 200_000
 Clock = Literal["wall", "cpu"]
 ProgressFn = Callable[[int, int, str], None]  # (measurements done, in total, what just finished)
@@ -165,7 +165,7 @@ def device_name(device) -> str:
 
 def _context_ids(target: LoadedModel, length: int) -> list[int]:
     """A realistic context: the benchmark prompts, tokenised and repeated up to length tokens."""
-    from specviz.bench import load_prompts
+    from specviz.experiments.bench import load_prompts
 
     try:
         text = "\n\n".join(p.prompt for p in load_prompts())
