@@ -73,7 +73,7 @@ def greedy_trace(target: LoadedModel, prompt_ids: Sequence[int], max_new_tokens:
     decoder = build_decoder(config, target, list(prompt_ids), baseline=not speculative)
     decoder.run()
     margins = tuple(m for r in decoder.records for m in r.emitted_margin)
-    dtype = str(target.dtype).removeprefix("torch.")
+    dtype = target.precision
     return GreedyTrace(f"{dtype} · {'speculative' if speculative else 'plain'}", dtype, speculative, tuple(decoder.generated), margins)
 
 
@@ -108,7 +108,7 @@ def pass_differences(target: LoadedModel, prompt_ids: Sequence[int], generated: 
         rows.append(chunk)
     blocked = torch.cat(rows)  # (n, V)
     top2 = torch.topk(single, 2, dim=-1).values
-    dtype = str(target.dtype).removeprefix("torch.")
+    dtype = target.precision
     diff = (single - blocked).abs().amax(dim=-1)
     a1, ab = single.argmax(dim=-1), blocked.argmax(dim=-1)
     return pd.DataFrame(
@@ -122,6 +122,28 @@ def pass_differences(target: LoadedModel, prompt_ids: Sequence[int], generated: 
             "flipped": (a1 != ab).tolist(),
         }
     )
+
+
+@torch.inference_mode()
+def batch_dependence(target: LoadedModel, context_ids: Sequence[int], following: Sequence[int], max_k: int = 16) -> list[float]:
+    """How far a position's logits move when it is scored inside a pass over k+1 tokens instead of alone, for
+    k = 1..max_k: [max |logit(1-token pass) - logit(row of the (k+1)-token pass)| over the k+1 rows]. A precision
+    fit to verify drafts keeps every entry at rounding level (float32, fp16-weights); per-tensor int8 does not."""
+    from specviz.models import HFCachedLM
+
+    if not context_ids or len(following) < max_k + 1:
+        raise ValueError(f"Need a non-empty context and at least {max_k + 1} following tokens; got {len(following)}.")
+    one = HFCachedLM(target.model, target.vocab_size)
+    one.extend(context_ids)
+    single = torch.cat([one.extend([tok]) for tok in following[: max_k + 1]])  # (max_k + 1, V): 1-token passes
+    block = HFCachedLM(target.model, target.vocab_size)
+    block.extend(context_ids)
+    out = []
+    for k in range(1, max_k + 1):
+        rows = block.extend(following[: k + 1])  # (k + 1, V): one verify-sized pass
+        block.crop(len(context_ids))
+        out.append(float((rows - single[: k + 1]).abs().max()))
+    return out
 
 
 def compare(models: dict[str, LoadedModel], prompt_ids: Sequence[int], max_new_tokens: int = 32, k: int = 4, drafter: str = "ngram", on_progress=None) -> NumericsReport:

@@ -273,7 +273,7 @@ def measure_profile(
     draft_ms = {kind: statistics.median(samples[kind]) / drafted_per_call[kind] for kind in drafted_per_call}
     return CostProfile(
         target=target.name, device=str(target.device), device_name=device_name(target.device),
-        dtype=str(target.dtype).removeprefix("torch."), torch_version=torch.__version__, threads=threads, clock=clock,
+        dtype=target.precision, torch_version=torch.__version__, threads=threads, clock=clock,
         context_length=context_length, repeats=repeats, pass_ms=pass_ms, draft_ms_per_token=draft_ms,
         created=datetime.now(UTC).isoformat(timespec="seconds"), label=label,
     )

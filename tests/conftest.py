@@ -136,3 +136,50 @@ def smollm():
     from specviz.models import EMBEDDED_TARGET, load_model
 
     return load_model(EMBEDDED_TARGET, "cpu", "float32")
+
+
+VERIFIED_PRECISIONS = ("float32", "fp16-weights")  # the precisions specviz verifies drafts with on a CPU
+
+
+def skip_unless_precision_runs(precision: str) -> None:
+    """fp16-weights needs fbgemm (x86-64); elsewhere its tests are skipped, not failed."""
+    import torch
+
+    from specviz.models import FP16_WEIGHTS, fp16_weights_problem
+
+    if precision == FP16_WEIGHTS and (problem := fp16_weights_problem(torch.device("cpu"))):
+        pytest.skip(problem)
+
+
+@pytest.fixture(scope="session")
+def tiny_models_at(tiny_models, tiny_dir):
+    """precision -> the tiny models loaded in it (float32: the tiny_models themselves), loaded once per name."""
+    from specviz.models import load_model
+
+    cache: dict[tuple[str, str], object] = {}
+
+    def get(precision: str, name: str):
+        if precision == "float32":
+            return tiny_models[name]
+        skip_unless_precision_runs(precision)
+        if (precision, name) not in cache:
+            cache[precision, name] = load_model(str(tiny_dir[name]), "cpu", precision)
+        return cache[precision, name]
+
+    return get
+
+
+@pytest.fixture(scope="session")
+def smollm_at(smollm):
+    """precision -> the embedded SmolLM2 loaded in it (float32: the smollm fixture), each loaded once."""
+    from specviz.models import EMBEDDED_TARGET, load_model
+
+    cache = {"float32": smollm}
+
+    def get(precision: str):
+        skip_unless_precision_runs(precision)
+        if precision not in cache:
+            cache[precision] = load_model(EMBEDDED_TARGET, "cpu", precision)
+        return cache[precision]
+
+    return get
