@@ -122,6 +122,7 @@ def quantize_int8_dynamic(model: nn.Module) -> nn.Module:
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", category=DeprecationWarning)
         warnings.filterwarnings("ignore", message=".*torch.ao.quantization.*")
+        warnings.filterwarnings("ignore", message=".*quantized tensor creation functions.*")
         from torch.ao.quantization import quantize_dynamic
 
         return quantize_dynamic(model, {nn.Linear}, dtype=torch.qint8, inplace=True)
