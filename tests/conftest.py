@@ -183,3 +183,23 @@ def smollm_at(smollm):
         return cache[precision]
 
     return get
+
+
+@pytest.fixture(scope="session")
+def loud_dir(tmp_path_factory) -> Path:
+    """A tiny random Llama with a large init (logits of several units, like a trained model's) and a tied head:
+    big enough activations for per-tensor int8 scales to show how a position depends on its neighbours."""
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    tok = build_tokenizer()
+    torch.manual_seed(0)
+    config = LlamaConfig(
+        vocab_size=len(tok), hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=2, max_position_embeddings=128, initializer_range=0.3, tie_word_embeddings=True,
+        bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id,
+    )  # fmt: skip
+    folder = tmp_path_factory.mktemp("loud_llama")
+    LlamaForCausalLM(config).save_pretrained(folder)
+    tok.save_pretrained(folder)
+    return folder

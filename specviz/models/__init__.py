@@ -14,6 +14,7 @@ from specviz.models.loading import (
     resolve_dtype_name,
 )
 from specviz.models.precision import FP16_WEIGHTS, INT8_DYNAMIC, fp16_weights_problem
+from specviz.models.precision import LABELS as PRECISION_LABELS
 from specviz.models.tokens import token_bytes
 
 __all__ = [
@@ -30,6 +31,7 @@ __all__ = [
     "resolve_dtype",
     "resolve_dtype_name",
     "FP16_WEIGHTS",
+    "PRECISION_LABELS",
     "INT8_DYNAMIC",
     "fp16_weights_problem",
     "token_bytes",

@@ -108,3 +108,13 @@ def _cached_early_exit(_target: LoadedModel, target_key: tuple, exit_layer: int)
 def get_early_exit(target: LoadedModel, exit_layer: int):
     """The early-exit view shares the target's weights; building it is cheap but we still do it once."""
     return _cached_early_exit(target, (target.name, str(target.device), target.precision), exit_layer)
+
+
+def lab_models(precisions: list[str] | tuple[str, ...]) -> dict[str, LoadedModel]:
+    """The numerics lab's target (this server's first) in each precision it compares, in order. The lab's menu is
+    fixed by the page, not a participant's free dtype choice, so each loads as named even in shared mode (where
+    get_model would otherwise turn it into 'auto' and compare one precision with itself)."""
+    from specviz.numerics import LAB_PRECISIONS
+
+    source = current_policy().default_target
+    return {p: get_model(source, "auto", p, page_precisions=LAB_PRECISIONS) for p in precisions}
