@@ -179,3 +179,13 @@ def test_the_cli_reports_the_resolved_dtype(capsys, tiny_dir):
     assert code == 0 and out["config"]["dtype"] == "fp16-weights"
     code = cli.main(["generate", "--target", str(tiny_dir["llama"]), "--device", "cpu", "--dtype", "float32", "--prompt", "the cat", "--no-chat", "--max-new-tokens", "2", "--json"])
     assert code == 0 and json.loads(capsys.readouterr().out)["config"]["dtype"] == "float32"
+
+
+@fbgemm
+def test_packing_leaves_the_weight_it_read_alone():
+    """fbgemm's prepack clamps its input to the float16 range in place; a tied head must not clamp the embedding."""
+    linear = torch.nn.Linear(4, 3, bias=False)
+    with torch.no_grad():
+        linear.weight[0, 0] = 1e6
+    PackedFP16Linear.from_module(linear)
+    assert linear.weight[0, 0] == 1e6

@@ -90,7 +90,8 @@ class PackedFP16Linear(nn.Module):
         super().__init__()
         self.out_features, self.in_features = weight.shape
         bias = None if bias is None else bias.detach().float().clone()
-        self._packed = torch.ops.quantized.linear_prepack_fp16(weight.detach().float().contiguous(), bias)
+        # a copy: prepack clamps its input to the float16 range in place, and a tied head's weight is the embedding
+        self._packed = torch.ops.quantized.linear_prepack_fp16(weight.detach().to(torch.float32, copy=True).contiguous(), bias)
 
     @classmethod
     def from_module(cls, module: nn.Module) -> PackedFP16Linear:
@@ -116,6 +117,14 @@ def pack_fp16_linears(model: nn.Module) -> int:
     return len(names)
 
 
+def own_storage(model: nn.Module) -> None:
+    """Copy the tensors left after packing (embeddings, norms) out of the weights file transformers memory-maps, so
+    the mapping closes and the pages packing read stop counting as this process's memory (a fresh model only)."""
+    with torch.no_grad():
+        for tensor in list(model.parameters()) + list(model.buffers()):
+            tensor.data = tensor.data.clone()
+
+
 def quantize_int8_dynamic(model: nn.Module) -> nn.Module:
     """The lab's known-bad precision: int8 weights, one activation scale per tensor (torch.ao's dynamic quantization,
     in place on a freshly loaded model). Its deprecation warning is ours to silence, here only."""
@@ -132,6 +141,7 @@ def convert(model: nn.Module, precision: str) -> nn.Module:
     """Apply a precision's module conversion (none for plain dtypes) once, at load."""
     if precision == FP16_WEIGHTS:
         count = pack_fp16_linears(model)
+        own_storage(model)
         log.info("packed %d linear layers as float16 weights (fbgemm)", count)
     elif precision == INT8_DYNAMIC:
         model = quantize_int8_dynamic(model)
