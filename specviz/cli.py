@@ -141,7 +141,7 @@ def cmd_profile(args: argparse.Namespace) -> int:
             json.dump(profile.to_json(), fh, indent=1)
             fh.write("\n")
         print(f"wrote {args.out}", file=sys.stderr)
-    print(f"{profile.device_name}; torch {profile.torch_version}; {profile.threads} threads; {profile.clock} clock")
+    print(f"{profile.device_name}; {profile.dtype}; torch {profile.torch_version}; {profile.threads} threads; {profile.clock} clock; load average {profile.load_average}")
     print(" k  tokens fed  pass ms  verify cost c_verify(k)")
     for k, ms, cost in profile_table(profile):
         print(f"{k:2d}  {k + 1:10d}  {ms:7.2f}  {cost:6.2f}")
