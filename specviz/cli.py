@@ -382,6 +382,15 @@ def _fmt_margin(margin: float | None) -> str:
     return "n/a" if margin is None else f"{margin:.4g}"
 
 
+def _auto_precision(device: str) -> str:
+    """What --dtype auto resolves to on this device, and why not fp16-weights on a CPU that cannot run it."""
+    from specviz.models import fp16_weights_problem, resolve_device, resolve_dtype_name
+
+    dev = resolve_device(device)
+    problem = fp16_weights_problem(dev) if dev.type == "cpu" else None
+    return resolve_dtype_name("auto", dev) + (f" (not fp16-weights: {problem})" if problem else "")
+
+
 def cmd_info(args: argparse.Namespace) -> int:
     import torch
 
@@ -393,6 +402,7 @@ def cmd_info(args: argparse.Namespace) -> int:
         for i in range(torch.cuda.device_count()):
             print(f"  cuda:{i} {torch.cuda.get_device_name(i)}")
     print(f"auto device: {resolve_device('auto')}")
+    print(f"auto dtype: {_auto_precision(args.device)}")
     print(f"default target: {EMBEDDED_TARGET}; default drafter: {RunConfig.drafter}")
     print(f"weights cache: {cache_root()}")
     try:
