@@ -112,6 +112,17 @@ def test_every_linear_is_packed_the_tied_embedding_stays_float32(loud):
     assert environment(target)["dtype"] == "fp16-weights" and target.dtype == torch.float32
 
 
+def test_the_early_exit_view_of_an_int8_model_shares_its_modules(loud):
+    """Converted modules are shared after the view's own weights load, so nothing is loaded into the target's modules."""
+    target = loud("int8-dynamic")
+    before = {k: v.clone() if isinstance(v, torch.Tensor) else v for k, v in target.model.state_dict().items()}
+    view = early_exit_view(target.model, 1)
+    assert view.lm_head is target.model.lm_head
+    assert HFCachedLM(view, target.vocab_size).extend(random_ids(target.vocab_size, 4)).shape[0] == 4
+    after = target.model.state_dict()
+    assert all(torch.equal(before[k], after[k]) for k in before if isinstance(before[k], torch.Tensor))
+
+
 @fbgemm
 def test_the_early_exit_view_shares_the_packed_layers(loud):
     target = loud("fp16-weights")
