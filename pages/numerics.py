@@ -2,32 +2,28 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import streamlit as st
 
-from specviz.ui import access
 from specviz.ui.navigation import route_through_app
-from specviz.ui.numerics_lab import EMBEDDED_TARGET, NumericsReport, compare, low_precision_dtypes, validate_prompt
+from specviz.ui.numerics_lab import (
+    InvarianceReport,
+    NumericsResult,
+    invariance_precisions,
+    low_precision_dtypes,
+    measure_invariance,
+    precision_label,
+    resolve_device,
+    run_comparison,
+)
 from specviz.viz.markdown import md_text
-from specviz.viz.numerics import divergence_frame, pass_diff_figure, pass_summary, traces_frame
+from specviz.viz.numerics import divergence_frame, invariance_figure, pass_diff_figure, pass_summary, traces_frame
 
 RESULT_KEY = "numerics_result"
+INVARIANCE_KEY = "numerics_invariance"
 DEFAULT_PROMPT = "Write the opening paragraph of a short story about a lighthouse keeper who finds a message in a bottle."  # bfloat16 parts at a near-tie here
 
 
 route_through_app()  # a fresh server's first request may land here without app.py
-
-
-@dataclass(frozen=True)
-class NumericsResult:
-    prompt: str
-    drafter: str
-    report: NumericsReport
-    texts: dict[int, str]  # token id -> its decoded text (untrusted model output)
-
-    def token_text(self, token_id: int) -> str:
-        return self.texts.get(int(token_id), "")
 
 
 st.title("Numerics lab")
@@ -42,27 +38,19 @@ new_tokens = a.slider("max new tokens", 8, 128, 32, 8, key="num_new")
 k = b.slider("k (drafts per round)", 1, 8, 4, key="num_k")
 drafter = c.selectbox("drafter", ["ngram", "lookup"], key="num_drafter", help="Offline drafters: no second model to load.")
 
-from specviz.ui.numerics_lab import resolve_device, resolve_dtype  # noqa: E402  (torch; after the widgets so they draw first)
 
 device = resolve_device("auto")
-low = d.selectbox("low precision", low_precision_dtypes(device), key="num_dtype", help="float16 is offered where the device has it (CUDA, MPS).")
+low = d.selectbox(
+    "low precision", low_precision_dtypes(device), key="num_dtype", format_func=lambda p: precision_label(p),
+    help="fp16 weights and int8 dynamic are CPU kernels (fbgemm); float16 is offered where the device has it (CUDA, MPS).",
+)
 
 if st.button("Run", key="num_run", type="primary", help="Four greedy runs and two scoring sweeps, about a minute on a small CPU; each takes the model as one turn, so other sessions' rounds run in between."):
-    bar = st.progress(0.0, text="loading the model in float32 and in " + low + "…")
+    bar = st.progress(0.0, text="loading the model in float32 and in " + precision_label(low) + "…")
     try:
-        from specviz.ui.numerics_lab import encode_prompt, get_model
-
-        validate_prompt(prompt)
-        # the float32 copy is the one the other pages use when float32 is the device's default
-        fp32 = "auto" if str(resolve_dtype("auto", device)) == "torch.float32" else "float32"
-        models = {"float32": get_model(EMBEDDED_TARGET, "auto", fp32), low: get_model(EMBEDDED_TARGET, "auto", low)}
-        tokenizer = models["float32"].tokenizer
-        prompt_ids = encode_prompt(tokenizer, prompt, True)
-        with access.long_job(models["float32"], "the numerics comparison", "its next decode") as turn:  # one turn per decode
-            report = compare(models, prompt_ids, int(new_tokens), int(k), drafter, turn=turn,
-                             on_progress=lambda done, total, what: bar.progress(done / total, text=f"{what} ({done}/{total})"))
-        ids = {t for trace in report.traces for t in trace.ids}
-        st.session_state[RESULT_KEY] = NumericsResult(prompt, drafter, report, {t: tokenizer.decode([t]) for t in ids})
+        st.session_state[RESULT_KEY] = run_comparison(
+            prompt, int(new_tokens), int(k), drafter, low, lambda done, total, what: bar.progress(done / total, text=f"{what} ({done}/{total})")
+        )
         bar.empty()
     except (ValueError, RuntimeError) as exc:  # a model that will not load says what to do; OOM is a RuntimeError
         bar.empty()
@@ -123,3 +111,46 @@ the divergences above: they should sit where the margin is tiny); sampled output
 to the same rounding.
 """
 )
+
+st.header("Why a verify pass must score each position as a 1-token pass would")
+st.markdown(
+    """
+The rule's guarantee (sampled output distributed as the target's, greedy output equal to plain greedy) assumes that
+p_target at a drafted position is the distribution the target would give there decoding alone. A verify pass computes it
+inside a pass over k + 1 positions, so the precision must not let the other positions in the pass move it:
+
+* **float32**: the sums run in another order; the rows differ by about 10⁻⁵ of a logit. Fit to verify.
+* **float16 weights, float32 math** (fbgemm, the CPU default): every weight is rounded to float16 once, the same way in
+  every pass; the arithmetic is float32. A position's logits move by float32 rounding only. Fit to verify, and on a CPU a
+  pass over nine tokens costs not much more than one.
+* **bfloat16**: the reordering moves logits by tenths; where the top two are that close the argmax flips. Greedy outputs
+  part at near-ties; no position depends on *which* tokens were drafted, only on the pass's shape.
+* **int8 dynamic (per-tensor scales)**: one activation scale for the whole pass, set by its largest value. A position's
+  logits then depend on the other tokens in the pass, so p_target depends on what was drafted and the rule's guarantee is
+  gone. It must never be the verification path.
+"""
+)
+precisions = invariance_precisions(device)
+if st.button("Measure", key="num_inv_run", help="Decodes the prompt above once in float32, then scores its tokens in each precision."):
+    bar = st.progress(0.0, text="loading the model in " + ", ".join(precision_label(p) for p in precisions) + "…")
+    try:
+        st.session_state[INVARIANCE_KEY] = measure_invariance(
+            prompt, int(new_tokens), int(k), precisions, lambda done, total, what: bar.progress(done / total, text=what)
+        )
+        bar.empty()
+    except (ValueError, RuntimeError) as exc:
+        bar.empty()
+        st.error(md_text(exc))
+invariance = st.session_state.get(INVARIANCE_KEY)
+if not isinstance(invariance, InvarianceReport):
+    st.info("Press **Measure**: the prompt's float32 greedy tokens scored by 1-token and by (k+1)-token passes in " + ", ".join(precisions) + ".")
+else:
+    st.plotly_chart(invariance_figure(invariance), width="stretch", key="fig_invariance")
+    st.caption(
+        f"Each marker: how far a position's logits move when it is scored inside a {invariance.k + 1}-token pass instead of alone, "
+        "measured just now. Look at which lines stay under the dashed 10⁻³ line (fit to verify: float32, fp16 weights) and "
+        "which sit orders of magnitude above it (int8's neighbours move it by whole logits)."
+    )
+    cols = st.columns(len(invariance.largest()))
+    for col, (name, moved) in zip(cols, invariance.largest().items()):
+        col.metric(precision_label(name), f"{moved:.1e}", help="largest |Δ logit| over every position")

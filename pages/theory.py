@@ -165,7 +165,8 @@ if shown:
     st.dataframe(table, width="stretch")
     st.caption(
         "Profiles side by side; c is a drafter's cost per drafted token in 1-token target passes (set the c slider to one "
-        "of them). A GPU profile goes beside the CPU one: `python -m specviz profile --device cuda --out assets/profile_gpu.json`."
+        "of them). The CPU profiles are the same model at fp16-weights (the CPU default: float16 weights, float32 math) and at "
+        "float32: compare their slopes. A GPU profile goes beside them: `python -m specviz profile --device cuda --out assets/profile_gpu.json`."
     )
 
 st.header("Where the formula comes from")

@@ -1,21 +1,26 @@
 """specviz's drafters beside transformers' own prompt lookup, on the embedded SmolLM2-135M, greedy.
 
 For every prompt of the chosen categories (assets/prompts.json) it times, in one process on the same
-prompt ids: transformers' plain ``model.generate(do_sample=False)`` and its prompt lookup
-(``prompt_lookup_num_tokens=k``, ``max_matching_ngram_size`` as given), specviz's plain decoding and
-its prompt lookup at the same k, and specviz's default drafter (RunConfig's defaults). The calls are
+prompt ids: transformers' plain ``model.generate(do_sample=False)`` on the float32 model and on the model at
+specviz's precision (``--dtype``, default auto: fp16-weights on an x86-64 CPU), transformers' prompt lookup on
+the latter (``prompt_lookup_num_tokens=k``, ``max_matching_ngram_size`` as given), and, at that precision,
+specviz's plain decoding, its prompt lookup at the same k and its default drafter (RunConfig's defaults). It prints
+(a) specviz plain decoding against transformers' float32 generate, (b) transformers' generate on the converted
+model against its own float32 generate, (c) each library's drafters against its own plain decoding, and the load
+average before and after (measure on a quiet machine: below 0.5 before you start). The calls are
 interleaved in a rotating order and repeated (specviz.experiments.measure); a speedup is each library's plain
 decoding time over its speculative time, summed over a category's prompts, median [min-max] over
 the repeats, under both the wall clock and this process's CPU time. It also checks that every
 greedy output is token-identical to transformers' plain greedy output.
 
-    python scripts/vs_transformers.py --k 4 10 --repeats 3 --out /tmp/vs_transformers.csv
+    python scripts/vs_transformers.py --k 4 10 --repeats 3 --threads 2 --out /tmp/vs_transformers.csv
 """
 
 from __future__ import annotations
 
 import argparse
 import csv
+import os
 import statistics
 import sys
 import time
@@ -33,7 +38,8 @@ from specviz.experiments.bench import BenchPrompt, load_prompts  # noqa: E402
 from specviz.experiments.measure import Spread, Timed, interleave, paired_ratio, timed  # noqa: E402
 from specviz.runs import build_decoder  # noqa: E402
 
-HF_PLAIN, SV_PLAIN, SV_DEFAULT = "hf plain", "specviz plain", "specviz default"
+HF_PLAIN, SV_PLAIN, SV_DEFAULT = "hf plain", "specviz plain", "specviz default"  # at specviz's precision
+HF_FP32 = "hf plain float32"  # transformers' generate on the float32 model: the bar specviz's plain decoding is held to
 
 
 def hf_lookup(k: int) -> str:
@@ -53,13 +59,14 @@ class Run:
     cpu_s: float
 
 
-def contenders(target, prompt_ids: list[int], args) -> dict[str, Callable[[], Run]]:
-    """Name -> a zero-argument call that decodes the prompt once from scratch (prefill included)."""
-    model, tok = target.model, target.tokenizer
+def contenders(target, prompt_ids: list[int], args, fp32=None) -> dict[str, Callable[[], Run]]:
+    """Name -> a zero-argument call that decodes the prompt once from scratch (prefill included). target: the model
+    at specviz's precision; fp32: the same model in float32 (transformers' float32 generate), or None."""
+    tok = target.tokenizer
     input_ids = torch.tensor([prompt_ids])
     pad = tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
 
-    def hf(k: int | None) -> Callable[[], Run]:
+    def hf(k: int | None, model=target.model) -> Callable[[], Run]:
         extra = {} if k is None else {"prompt_lookup_num_tokens": k, "max_matching_ngram_size": args.hf_ngram}
 
         def call() -> list[int]:
@@ -89,6 +96,8 @@ def contenders(target, prompt_ids: list[int], args) -> dict[str, Callable[[], Ru
 
     base = RunConfig(temperature=0.0, max_new_tokens=args.max_new_tokens)
     calls: dict[str, Callable[[], Run]] = {HF_PLAIN: hf(None), SV_PLAIN: sv(base, baseline=True)}
+    if fp32 is not None:
+        calls[HF_FP32] = hf(None, fp32.model)
     for k in args.k:
         calls[hf_lookup(k)] = hf(k)
         calls[sv_lookup(k)] = sv(RunConfig(drafter="lookup", num_draft_tokens=k, adaptive_k=False, temperature=0.0, max_new_tokens=args.max_new_tokens))
@@ -102,7 +111,7 @@ def as_run(t: Timed[list[int]]) -> Run:
     return Run(tuple(t.value), t.wall_s, t.cpu_s)
 
 
-def measure(target, prompts: list[BenchPrompt], args) -> dict[str, dict[str, list[list[Run]]]]:
+def measure(target, prompts: list[BenchPrompt], args, fp32=None) -> dict[str, dict[str, list[list[Run]]]]:
     """category -> contender -> per prompt, the kept repeats (interleaved with the other contenders)."""
     from specviz.models import encode_prompt
 
@@ -110,7 +119,7 @@ def measure(target, prompts: list[BenchPrompt], args) -> dict[str, dict[str, lis
     start = time.perf_counter()
     for prompt in prompts:
         prompt_ids = encode_prompt(target.tokenizer, prompt.prompt, True)
-        runs = interleave(contenders(target, prompt_ids, args), repeats=args.repeats, warmup=args.warmup)
+        runs = interleave(contenders(target, prompt_ids, args, fp32), repeats=args.repeats, warmup=args.warmup)
         per_cat = results.setdefault(prompt.category, {})
         for name, kept in runs.items():
             per_cat.setdefault(name, []).append(kept)
@@ -169,13 +178,43 @@ def report(results: dict[str, dict[str, list[list[Run]]]], args) -> str:
             )
         lines.append(f"| mean over categories | | | | | **{statistics.fmean(means['default']):.2f}×** |")
     lines += ["\n**greedy identity** (every repeat, every prompt, token-identical to transformers' plain greedy)\n"]
-    names = [n for n in next(iter(results.values())) if n != HF_PLAIN]
+    names = [n for n in next(iter(results.values())) if n not in (HF_PLAIN, HF_FP32)]
     lines += ["| category | " + " | ".join(names) + " |", "|---|" + "---|" * len(names)]
     for category, cat in results.items():
         lines.append(f"| {category} | " + " | ".join("yes" if identical(cat, n) else "**NO**" for n in names) + " |")
-    plain_ratio = [paired_ratio(totals(cat[HF_PLAIN], "wall_s"), totals(cat[SV_PLAIN], "wall_s")).median for cat in results.values()]
-    lines.append(f"\nspecviz plain decoding vs transformers plain generate (speed ratio, wall, per category): {', '.join(f'{r:.2f}' for r in plain_ratio)}")
-    return "\n".join(lines)
+    return "\n".join(lines + headline(results, args))
+
+
+def tokens_per_s(per_prompt: list[list[Run]]) -> list[float]:
+    """Per repeat, new tokens per wall-clock second over a category's prompts."""
+    return [sum(len(runs[i].tokens) for runs in per_prompt) / sum(runs[i].wall_s for runs in per_prompt) for i in range(len(per_prompt[0]))]
+
+
+def tps_ratio(results, ours: str, theirs: str) -> Spread:
+    """Tokens/s of ours over theirs, per repeat over every prompt of every category (wall clock)."""
+    a = [sum(v) for v in zip(*(tokens_per_s(cat[ours]) for cat in results.values()))]
+    b = [sum(v) for v in zip(*(tokens_per_s(cat[theirs]) for cat in results.values()))]
+    return paired_ratio(a, b)
+
+
+def headline(results, args) -> list[str]:
+    """The issue's three comparisons, with the targets they check (wall clock)."""
+    cats = list(results.values())
+    lines = ["\n**headline** (wall clock; tokens/s summed over every prompt, median [min–max] of the repeats)\n"]
+    if all(HF_FP32 in cat for cat in cats):
+        a = tps_ratio(results, SV_PLAIN, HF_FP32)
+        b = tps_ratio(results, HF_PLAIN, HF_FP32)
+        lines.append(f"(a) specviz plain decoding ({args.precision}) vs transformers generate float32: {x(a)} tokens/s — target ≥ 1.5×: {'met' if a.median >= 1.5 else 'NOT met'}")
+        lines.append(f"(b) transformers generate on the {args.precision} model vs its own float32 generate: {x(b)}")
+    default = {c: speedup(cat, SV_PLAIN, SV_DEFAULT, "wall_s").median for c, cat in results.items()}
+    mean = statistics.fmean(default.values())
+    lines.append(f"(c) default drafter vs specviz plain at {args.precision}: mean {mean:.2f}× — target ≥ 1.3×: {'met' if mean >= 1.3 else 'NOT met'}")
+    if "prose" in default:
+        lines.append(f"    prose {default['prose']:.2f}× — target ≥ 0.98×: {'met' if default['prose'] >= 0.98 else 'NOT met'}")
+    if "copy" in results:
+        best = max(speedup(results["copy"], SV_PLAIN, sv_lookup(k), "wall_s").median for k in args.k)
+        lines.append(f"    prompt lookup on copy (best k of {args.k}) {best:.2f}× — target ≥ 2.0×: {'met' if best >= 2.0 else 'NOT met'}")
+    return lines
 
 
 def write_csv(path: Path, results: dict[str, dict[str, list[list[Run]]]], prompts: list[BenchPrompt]) -> None:
@@ -220,6 +259,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--repeats", type=int, default=3, help="kept repeats per contender (median and range reported)")
     p.add_argument("--warmup", type=int, default=1, help="repeats run first on each prompt and discarded")
     p.add_argument("--threads", type=int, default=1, help="torch intra-op threads (1: the machine is shared)")
+    p.add_argument("--dtype", default="auto", help="specviz's precision (auto: fp16-weights on an x86-64 CPU); transformers also runs it")
+    p.add_argument("--no-float32", action="store_true", help="skip transformers' float32 generate (comparisons a and b)")
     p.add_argument("--out", type=Path, default=None, help="also write every timed call here (CSV)")
     p.add_argument("--from-csv", type=Path, default=None, help="print the tables of an earlier --out file instead of measuring")
     return p.parse_args(argv)
@@ -232,17 +273,22 @@ def main(argv: list[str] | None = None) -> int:
     torch.set_num_threads(args.threads)
     prompts = load_prompts(args.prompts, args.categories)
     prompts = [p for c in args.categories for p in prompts if p.category == c]
+    load_before = os.getloadavg()
     if args.from_csv:
         results = read_csv(args.from_csv)
         args.repeats = len(next(iter(next(iter(results.values())).values()))[0])
+        args.precision = args.dtype
     else:
-        target = load_model(EMBEDDED_TARGET, "cpu", "float32")
-        results = measure(target, prompts, args)
+        target = load_model(EMBEDDED_TARGET, "cpu", args.dtype)
+        args.precision = target.precision
+        fp32 = None if args.no_float32 else (target if target.precision == "float32" else load_model(EMBEDDED_TARGET, "cpu", "float32"))
+        results = measure(target, prompts, args, fp32)
     if args.out and not args.from_csv:
         write_csv(args.out, results, prompts)
     d = RunConfig()
+    print(f"load average (1, 5, 15 min) before: {load_before[0]:.2f} {load_before[1]:.2f} {load_before[2]:.2f}; after: " + " ".join(f"{v:.2f}" for v in os.getloadavg()))
     print(
-        f"SmolLM2-135M-Instruct float32 CPU, {args.threads} torch thread(s), greedy, max {args.max_new_tokens} new tokens, "
+        f"SmolLM2-135M-Instruct {args.precision} CPU, {args.threads} torch thread(s), greedy, max {args.max_new_tokens} new tokens, "
         f"{len(prompts)} prompts; transformers max_matching_ngram_size={args.hf_ngram}; specviz lookup n-grams "
         f"{d.ngram_max}..{d.ngram_min}; default drafter: {d.drafter} k={d.num_draft_tokens}{' adaptive' if d.adaptive_k else ''}"
         f"{f', threshold {d.ngram_threshold}' if d.drafter == 'ngram' else ''}"

@@ -14,6 +14,11 @@ from specviz.config import DRAFTER_KINDS, EMBEDDED_TARGET, RunConfig, validate_p
 from specviz.core.divergence import emitted_margins, first_divergence
 from specviz.workshop.room import add_room_parser, cmd_room
 
+DTYPE_HELP = (
+    "auto (CPU: fp16-weights where fbgemm runs, else float32; CUDA: bfloat16), float32, fp16-weights "
+    "(float16 weights, float32 math), bfloat16 or float16"
+)
+
 ANSI = {"accepted": "\033[32m", "resampled": "\033[33m", "bonus": "\033[36m", "target": "\033[0m", "prompt": "\033[90m"}
 RESET = "\033[0m"
 
@@ -37,7 +42,7 @@ def _add_run_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-new-tokens", type=int, default=d.max_new_tokens)
     p.add_argument("--no-chat", action="store_true", help="feed the prompt raw, without the chat template")
     p.add_argument("--device", default="auto")
-    p.add_argument("--dtype", default="auto")
+    p.add_argument("--dtype", default="auto", help=DTYPE_HELP)
     p.add_argument("--trust-remote-code", action="store_true", help="run code shipped in a model repository (only if you trust it)")
     p.add_argument("--allow-download", action="store_true", help="let hub ids download (off by default: offline)")
     p.add_argument("--allow-pickle", action="store_true", help="load .bin/.pt checkpoints, which can run code (only if you trust them)")
@@ -101,7 +106,7 @@ def _add_profile_parser(sub) -> None:
     p = sub.add_parser("profile", help="this machine's cost profile: a target pass over 1..17 tokens, and each drafter's cost per token")
     p.add_argument("--target", default=EMBEDDED_TARGET, help="hub id, local folder or .gguf file (default: embedded SmolLM2-135M-Instruct)")
     p.add_argument("--device", default="auto")
-    p.add_argument("--dtype", default="auto")
+    p.add_argument("--dtype", default="auto", help=DTYPE_HELP)
     p.add_argument("--context", type=int, default=256, help="tokens already cached before each timed pass (default 256)")
     p.add_argument("--max-tokens", type=int, default=17, help="time passes over 1..N new tokens (default 17: k = 0..16)")
     p.add_argument("--repeats", type=int, default=5, help="interleaved repeats; the profile keeps medians (default 5)")
@@ -126,7 +131,7 @@ def cmd_profile(args: argparse.Namespace) -> int:
         torch.set_num_threads(args.threads)
     target = load_model(args.target, args.device, args.dtype, trust_remote_code=args.trust_remote_code,
                         allow_download=args.allow_download, allow_pickle=args.allow_pickle)
-    print(f"profiling {target.name} on {target.device} ({str(target.dtype).removeprefix('torch.')}), context {args.context} tokens", file=sys.stderr)
+    print(f"profiling {target.name} on {target.device} ({target.precision}), context {args.context} tokens", file=sys.stderr)
 
     def progress(done: int, total: int, message: str) -> None:
         print(f"[{done}/{total}] {message}", file=sys.stderr, flush=True)
@@ -138,7 +143,7 @@ def cmd_profile(args: argparse.Namespace) -> int:
             json.dump(profile.to_json(), fh, indent=1)
             fh.write("\n")
         print(f"wrote {args.out}", file=sys.stderr)
-    print(f"{profile.device_name}; torch {profile.torch_version}; {profile.threads} threads; {profile.clock} clock")
+    print(f"{profile.device_name}; {profile.dtype}; torch {profile.torch_version}; {profile.threads} threads; {profile.clock} clock; load average {profile.load_average}")
     print(" k  tokens fed  pass ms  verify cost c_verify(k)")
     for k, ms, cost in profile_table(profile):
         print(f"{k:2d}  {k + 1:10d}  {ms:7.2f}  {cost:6.2f}")
@@ -259,7 +264,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
         _write_recording(args.record, config, text, prompt_ids, recorded, target, baseline=args.baseline)
     if args.json:
         out = {
-            "config": {**config.to_dict(), "baseline": args.baseline, "num_samples": args.num_samples},
+            "config": {**config.to_dict(), "dtype": target.precision, "baseline": args.baseline, "num_samples": args.num_samples},
             "prompt_ids": prompt_ids,
             "samples": samples,
         }
@@ -371,6 +376,15 @@ def _fmt_margin(margin: float | None) -> str:
     return "n/a" if margin is None else f"{margin:.4g}"
 
 
+def _auto_precision(device: str) -> str:
+    """What --dtype auto resolves to on this device, and why not fp16-weights on a CPU that cannot run it."""
+    from specviz.models import fp16_weights_problem, resolve_device, resolve_dtype_name
+
+    dev = resolve_device(device)
+    problem = fp16_weights_problem(dev) if dev.type == "cpu" else None
+    return resolve_dtype_name("auto", dev) + (f" (not fp16-weights: {problem})" if problem else "")
+
+
 def cmd_info(args: argparse.Namespace) -> int:
     import torch
 
@@ -382,13 +396,14 @@ def cmd_info(args: argparse.Namespace) -> int:
         for i in range(torch.cuda.device_count()):
             print(f"  cuda:{i} {torch.cuda.get_device_name(i)}")
     print(f"auto device: {resolve_device('auto')}")
+    print(f"auto dtype: {_auto_precision(args.device)}")
     print(f"default target: {EMBEDDED_TARGET}; default drafter: {RunConfig.drafter}")
     print(f"weights cache: {cache_root()}")
     try:
         print(f"embedded GGUF: {embedded_gguf_path()}")
         start = time.perf_counter()
         m = load_model(EMBEDDED_TARGET, args.device)
-        print(f"loads: yes ({time.perf_counter() - start:.1f}s, {m.num_layers} layers, vocab {m.vocab_size}, {m.device}, {m.dtype})")
+        print(f"loads: yes ({time.perf_counter() - start:.1f}s, {m.num_layers} layers, vocab {m.vocab_size}, {m.device}, {m.precision})")
     except ValueError as exc:
         print(f"loads: no — {exc}")
         return 1
@@ -438,7 +453,7 @@ def add_bench_parser(sub) -> None:
     p.add_argument("--exit-layer", type=int, default=None, help="early exit: target blocks the draft runs")
     p.add_argument("--no-chat", action="store_true", help="feed prompts raw, without the chat template")
     p.add_argument("--device", default="auto")
-    p.add_argument("--dtype", default="auto")
+    p.add_argument("--dtype", default="auto", help=DTYPE_HELP)
     p.add_argument("--trust-remote-code", action="store_true")
     p.add_argument("--allow-pickle", action="store_true", help="load .bin/.pt checkpoints (only if you trust them)")
     p.add_argument("--allow-download", action="store_true")
@@ -484,7 +499,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
     target, draft = models.target, models.draft
     print(
         f"benchmark: {len(prompts)} prompts, {spec.num_settings(len(prompts))} settings x ({spec.warmup} warm-up + "
-        f"{spec.repeats} repeats) = {spec.num_runs(len(prompts))} runs on {target.name} ({target.device}, {target.dtype})",
+        f"{spec.repeats} repeats) = {spec.num_runs(len(prompts))} runs on {target.name} ({target.device}, {target.precision})",
         file=sys.stderr,
     )
     frame = rows_to_frame(run_sweep(target, prompts, spec, draft=draft, early_exit=models.early_exit, on_progress=_print_progress))

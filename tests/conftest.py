@@ -219,3 +219,70 @@ def _only_smollm_tests_load_smollm(request, monkeypatch):
         return load_gguf(path, dtype)
 
     monkeypatch.setattr(loading, "_load_gguf", guarded)
+
+
+VERIFIED_PRECISIONS = ("float32", "fp16-weights")  # the precisions specviz verifies drafts with on a CPU
+
+
+def skip_unless_precision_runs(precision: str) -> None:
+    """fp16-weights needs fbgemm (x86-64); elsewhere its tests are skipped, not failed."""
+    import torch
+
+    from specviz.models import FP16_WEIGHTS, fp16_weights_problem
+
+    if precision == FP16_WEIGHTS and (problem := fp16_weights_problem(torch.device("cpu"))):
+        pytest.skip(problem)
+
+
+@pytest.fixture(scope="session")
+def tiny_models_at(tiny_models, tiny_dir):
+    """precision -> the tiny models loaded in it (float32: the tiny_models themselves), loaded once per name."""
+    from specviz.models import load_model
+
+    cache: dict[tuple[str, str], object] = {}
+
+    def get(precision: str, name: str):
+        if precision == "float32":
+            return tiny_models[name]
+        skip_unless_precision_runs(precision)
+        if (precision, name) not in cache:
+            cache[precision, name] = load_model(str(tiny_dir[name]), "cpu", precision)
+        return cache[precision, name]
+
+    return get
+
+
+@pytest.fixture(scope="session")
+def smollm_at(smollm):
+    """precision -> the embedded SmolLM2 loaded in it (float32: the smollm fixture), each loaded once."""
+    from specviz.models import EMBEDDED_TARGET, load_model
+
+    cache = {"float32": smollm}
+
+    def get(precision: str):
+        skip_unless_precision_runs(precision)
+        if precision not in cache:
+            cache[precision] = load_model(EMBEDDED_TARGET, "cpu", precision)
+        return cache[precision]
+
+    return get
+
+
+@pytest.fixture(scope="session")
+def loud_dir(tmp_path_factory) -> Path:
+    """A tiny random Llama with a large init (logits of several units, like a trained model's) and a tied head:
+    big enough activations for per-tensor int8 scales to show how a position depends on its neighbours."""
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    tok = build_tokenizer()
+    torch.manual_seed(0)
+    config = LlamaConfig(
+        vocab_size=len(tok), hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=2, max_position_embeddings=128, initializer_range=0.3, tie_word_embeddings=True,
+        bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id,
+    )  # fmt: skip
+    folder = tmp_path_factory.mktemp("loud_llama")
+    LlamaForCausalLM(config).save_pretrained(folder)
+    tok.save_pretrained(folder)
+    return folder

@@ -14,6 +14,7 @@ from specviz.core.decoding import DecodeConfig, SpeculativeDecoder
 from specviz.drafters import ModelDrafter
 from specviz.models import HFCachedLM, LoadedModel, ModelLoadError, early_exit_view, encode_prompt, load_model
 from specviz.runs import build_decoder
+from tests.conftest import VERIFIED_PRECISIONS
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # tiny models: one intra-op thread is faster
 
@@ -39,9 +40,17 @@ def hf_greedy(model: LoadedModel, ids: list[int], max_new: int = MAX_NEW, eos=No
 
 
 @pytest.fixture(scope="module")
-def reference(tiny_models) -> dict[str, list[int]]:
-    """transformers' own greedy output for each target."""
-    return {name: hf_greedy(tiny_models[name], prompt_ids(tiny_models[name])) for name in ("llama", "gpt2")}
+def reference(tiny_models_at):
+    """(precision, target name) -> transformers' own greedy output for that target in that precision."""
+    cache: dict[tuple[str, str], list[int]] = {}
+
+    def get(precision: str, name: str) -> list[int]:
+        if (precision, name) not in cache:
+            model = tiny_models_at(precision, name)
+            cache[precision, name] = hf_greedy(model, prompt_ids(model))
+        return cache[precision, name]
+
+    return get
 
 
 def check_caches(dec: SpeculativeDecoder) -> None:
@@ -65,26 +74,28 @@ def run_checked(dec: SpeculativeDecoder) -> SpeculativeDecoder:
 DRAFTS = {"llama": "llama_draft", "gpt2": "llama_draft"}  # share the tokenizer; the llama draft is a noisy copy
 
 
+@pytest.mark.parametrize("precision", VERIFIED_PRECISIONS)
 @pytest.mark.parametrize("target_name", ["llama", "gpt2"])
-def test_baseline_equals_generate(tiny_models, reference, target_name):
-    target = tiny_models[target_name]
+def test_baseline_equals_generate(tiny_models_at, reference, target_name, precision):
+    target = tiny_models_at(precision, target_name)
     config = RunConfig(target=target_name, drafter="none", max_new_tokens=MAX_NEW)
     dec = run_checked(build_decoder(config, target, prompt_ids(target), baseline=True))
-    assert dec.generated == reference[target_name]
+    assert dec.generated == reference(precision, target_name)
     assert all(len(r.emitted) == 1 for r in dec.records)
 
 
+@pytest.mark.parametrize("precision", VERIFIED_PRECISIONS)
 @pytest.mark.parametrize("k", [1, 3, 8])
 @pytest.mark.parametrize("drafter", ["lookup", "model", "early-exit"])
 @pytest.mark.parametrize("target_name", ["llama", "gpt2"])
-def test_greedy_speculative_equals_generate(tiny_models, reference, target_name, drafter, k):
-    target = tiny_models[target_name]
-    draft = tiny_models[DRAFTS[target_name]] if drafter == "model" else None
+def test_greedy_speculative_equals_generate(tiny_models_at, reference, target_name, drafter, k, precision):
+    target = tiny_models_at(precision, target_name)
+    draft = tiny_models_at(precision, DRAFTS[target_name]) if drafter == "model" else None
     config = RunConfig(
         target=target_name, drafter=drafter, draft="d" if draft else None, exit_layer=1, num_draft_tokens=k, max_new_tokens=MAX_NEW
     )
     dec = run_checked(build_decoder(config, target, prompt_ids(target), draft))
-    assert dec.generated == reference[target_name]
+    assert dec.generated == reference(precision, target_name)
     assert dec.stats().target_passes == len(dec.records)
 
 

@@ -100,3 +100,53 @@ def test_numerics_page(dtype_models, monkeypatch):
     at.text_area(key="num_prompt").set_value("   ")
     at.button(key="num_run").click().run()
     assert not at.exception and any("empty" in e.value for e in at.error)
+
+
+@pytest.fixture()
+def shared_lab(monkeypatch, loud_dir):
+    """Shared mode, the owner's only target the loud tiny llama, participants may not choose a dtype."""
+    for key in ("SPECVIZ_MODE", "SPECVIZ_ALLOW_DEVICE", "SPECVIZ_TARGETS", "SPECVIZ_ALLOW_CUSTOM_MODELS"):
+        monkeypatch.delenv(key, raising=False)
+    monkeypatch.setenv("SPECVIZ_MODE", "shared")
+    monkeypatch.setenv("SPECVIZ_TARGETS", str(loud_dir))
+    return loud_dir
+
+
+def test_the_lab_loads_the_precision_it_shows_in_shared_mode(shared_lab):
+    """Issue 16's bug: shared mode forced dtype 'auto', so the lab compared float32 with itself. Real models, no patches."""
+    from streamlit.testing.v1 import AppTest
+
+    at = AppTest.from_file(str(Path(__file__).resolve().parents[1] / "pages" / "numerics.py"), default_timeout=180)
+    at.run()
+    assert not at.exception
+    at.text_area(key="num_prompt").set_value(PROMPT)
+    at.slider(key="num_new").set_value(8)
+    at.selectbox(key="num_drafter").set_value("lookup")
+    at.selectbox(key="num_dtype").set_value("int8-dynamic")
+    at.button(key="num_run").click().run()
+    assert not at.exception, at.exception
+    labels = {x.label for x in at.metric}
+    assert "int8-dynamic · plain vs int8-dynamic · speculative" in labels and "float32 · plain vs int8-dynamic · plain" in labels
+
+
+def test_the_three_way_batch_invariance_comparison(shared_lab):
+    """float32 and fp16 weights stay at rounding level inside a (k+1)-token pass; per-tensor int8 moves by far more."""
+    from streamlit.testing.v1 import AppTest
+
+    from tests.conftest import skip_unless_precision_runs
+
+    skip_unless_precision_runs("fp16-weights")
+    at = AppTest.from_file(str(Path(__file__).resolve().parents[1] / "pages" / "numerics.py"), default_timeout=180)
+    at.run()
+    assert any("Press **Measure**" in i.value for i in at.info)
+    at.text_area(key="num_prompt").set_value(PROMPT)
+    at.slider(key="num_new").set_value(16)
+    at.slider(key="num_k").set_value(8)
+    at.button(key="num_inv_run").click().run()
+    assert not at.exception, at.exception
+    moved = {x.label: float(x.value) for x in at.metric if x.label in ("float32", "float16 weights, float32 math", "bfloat16", "int8 dynamic (per-tensor scales)")}
+    assert set(moved) == {"float32", "float16 weights, float32 math", "bfloat16", "int8 dynamic (per-tensor scales)"}
+    assert moved["float32"] < 1e-3 and moved["float16 weights, float32 math"] < 1e-3
+    assert moved["int8 dynamic (per-tensor scales)"] > 0.1
+    assert any("Why a verify pass must score" in h.value for h in at.header)
+    assert len(at.get("plotly_chart")) >= 1

@@ -8,6 +8,7 @@ import torch
 from specviz.config import RunConfig
 from specviz.models import LoadedModel, encode_prompt
 from specviz.runs import build_decoder
+from tests.conftest import VERIFIED_PRECISIONS
 
 pytestmark = [pytest.mark.smollm, pytest.mark.usefixtures("one_thread")]  # see conftest.one_thread
 
@@ -23,17 +24,29 @@ def prompt_ids(smollm: LoadedModel) -> list[int]:
     return encode_prompt(smollm.tokenizer, COPY_PROMPT, chat=True)
 
 
-@pytest.fixture(scope="module")
-def reference(smollm: LoadedModel, prompt_ids: list[int]) -> list[int]:
+def hf_greedy(model: LoadedModel, prompt_ids: list[int]) -> list[int]:
     input_ids = torch.tensor([prompt_ids])
-    out = smollm.model.generate(
+    out = model.model.generate(
         input_ids,
         attention_mask=torch.ones_like(input_ids),
         do_sample=False,
         max_new_tokens=MAX_NEW,
-        eos_token_id=list(smollm.eos_token_ids),
+        eos_token_id=list(model.eos_token_ids),
     )
     return out[0, len(prompt_ids) :].tolist()
+
+
+@pytest.fixture(scope="module")
+def reference(smollm_at, prompt_ids: list[int]):
+    """precision -> transformers' greedy output of SmolLM2 loaded in that precision."""
+    cache: dict[str, list[int]] = {}
+
+    def get(precision: str) -> list[int]:
+        if precision not in cache:
+            cache[precision] = hf_greedy(smollm_at(precision), prompt_ids)
+        return cache[precision]
+
+    return get
 
 
 def test_the_prompt_is_wrapped_in_the_chat_template(smollm, prompt_ids):
@@ -42,20 +55,23 @@ def test_the_prompt_is_wrapped_in_the_chat_template(smollm, prompt_ids):
     assert encode_prompt(smollm.tokenizer, COPY_PROMPT, chat=False) != prompt_ids
 
 
-def test_baseline_equals_generate(smollm, prompt_ids, reference):
-    dec = build_decoder(RunConfig(max_new_tokens=MAX_NEW), smollm, prompt_ids, baseline=True)
+@pytest.mark.parametrize("precision", VERIFIED_PRECISIONS)
+def test_baseline_equals_generate(smollm_at, prompt_ids, reference, precision):
+    dec = build_decoder(RunConfig(max_new_tokens=MAX_NEW), smollm_at(precision), prompt_ids, baseline=True)
     dec.run()
-    assert dec.generated == reference
-    assert len(reference) == MAX_NEW  # the copy is long enough that the limit, not EOS, ends it
+    assert dec.generated == reference(precision)
+    assert len(reference(precision)) == MAX_NEW  # the copy is long enough that the limit, not EOS, ends it
 
 
+@pytest.mark.parametrize("precision", VERIFIED_PRECISIONS)
 @pytest.mark.parametrize("drafter", ["lookup", "early-exit", "ngram"])
-def test_greedy_speculative_equals_generate(smollm, prompt_ids, reference, drafter):
+def test_greedy_speculative_equals_generate(smollm_at, prompt_ids, reference, drafter, precision):
+    smollm = smollm_at(precision)
     # the default drafter with its default settings; the others at k = 4
     config = RunConfig(max_new_tokens=MAX_NEW) if drafter == "ngram" else RunConfig(drafter=drafter, num_draft_tokens=4, max_new_tokens=MAX_NEW)
     dec = build_decoder(config, smollm, prompt_ids)
     dec.run()
-    assert dec.generated == reference
+    assert dec.generated == reference(precision)
     stats = dec.stats()
     assert stats.drafted > 0 and stats.target_passes < MAX_NEW  # it drafted, and some drafts saved a pass
     assert stats.alpha is not None and 0 < stats.alpha <= 1  # prompt lookup's: the mean p_target of its checked drafts

@@ -68,16 +68,19 @@ def test_a_model_without_custom_masks_says_so(tiny_models, monkeypatch):
 from specviz.config import RunConfig  # noqa: E402
 from specviz.models import encode_prompt  # noqa: E402
 from specviz.runs import build_decoder  # noqa: E402
+from tests.conftest import VERIFIED_PRECISIONS  # noqa: E402
 from tests.test_models import MAX_NEW, hf_greedy, prompt_ids, run_checked  # noqa: E402
 
+WIDTHS = [("float32", w) for w in (1, 2, 3, 4)] + [("fp16-weights", w) for w in (1, 2, 3)]
 
-@pytest.mark.parametrize("width", [1, 2, 3, 4])
+
+@pytest.mark.parametrize("precision, width", WIDTHS)
 @pytest.mark.parametrize("drafter", ["ngram", "model", "early-exit", "lookup"])
 @pytest.mark.parametrize("target_name", ["llama", "gpt2"])
-def test_greedy_tree_equals_generate(tiny_models, target_name, drafter, width):
-    target = tiny_models[target_name]
+def test_greedy_tree_equals_generate(tiny_models_at, target_name, drafter, precision, width):
+    target = tiny_models_at(precision, target_name)
     ids = prompt_ids(target)
-    draft = tiny_models["llama_draft"] if drafter == "model" else None
+    draft = tiny_models_at(precision, "llama_draft") if drafter == "model" else None
     config = RunConfig(
         target=target_name, drafter=drafter, draft="d" if draft else None, exit_layer=1, num_draft_tokens=6,
         tree_width=width, ngram_threshold=0.0, max_new_tokens=MAX_NEW,
@@ -95,12 +98,15 @@ SMOL_PROMPT = (
 
 
 @pytest.mark.smollm
-def test_greedy_tree_equals_plain_greedy_on_smollm(smollm):
+@pytest.mark.parametrize("precision", VERIFIED_PRECISIONS)
+def test_greedy_tree_equals_plain_greedy_on_smollm(smollm_at, precision):
+    smollm = smollm_at(precision)
+    widths = (1, 2, 3, 4) if precision == "float32" else (3,)  # fp16-weights: widths 1-3 run on the tiny models
     ids = encode_prompt(smollm.tokenizer, SMOL_PROMPT, chat=True)
     plain = build_decoder(RunConfig(max_new_tokens=MAX_NEW), smollm, ids, baseline=True)
     plain.run()
     for drafter in ("ngram", "early-exit"):
-        for width in (1, 2, 3, 4):
+        for width in widths:
             config = RunConfig(drafter=drafter, num_draft_tokens=6, tree_width=width, max_new_tokens=MAX_NEW)
             dec = build_decoder(config, smollm, ids)
             dec.run()

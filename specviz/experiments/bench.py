@@ -410,7 +410,7 @@ def run_sweep(
 
     if "early-exit" in spec.drafters and early_exit is None:
         early_exit = resolve_models(config("early-exit", 1, 0.0), target=target).early_exit
-    device, dtype = str(target.device), str(target.dtype).removeprefix("torch.")
+    device, dtype = str(target.device), target.precision
 
     def factory(
         prompt_ids: list[int], drafter: str, k: int, temperature: float, baseline: bool, tree_width: int = 1

@@ -21,6 +21,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+import os
 import platform
 import statistics
 import time
@@ -65,6 +66,7 @@ class CostProfile:
     draft_ms_per_token: dict[str, float] = field(default_factory=dict)
     created: str = ""  # ISO time (UTC)
     label: str = ""  # a short name for menus, e.g. "this CPU (2 cores)"
+    load_average: str = ""  # the 1-minute load average before and after measuring (a busy machine's numbers mislead)
 
     def __post_init__(self) -> None:
         if len(self.pass_ms) < 2:
@@ -110,7 +112,7 @@ class CostProfile:
                 clock=str(obj["clock"]), context_length=int(obj["context_length"]), repeats=int(obj["repeats"]),
                 pass_ms=tuple(float(t) for t in obj["pass_ms"]),
                 draft_ms_per_token={str(k): float(v) for k, v in dict(obj.get("draft_ms_per_token") or {}).items()},
-                created=str(obj.get("created", "")), label=str(obj.get("label", "")),
+                created=str(obj.get("created", "")), label=str(obj.get("label", "")), load_average=str(obj.get("load_average", "")),
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise ValueError(f"This profile is missing or has a bad field ({type(exc).__name__}: {exc}); re-run `python -m specviz profile`.") from exc
@@ -299,6 +301,7 @@ def measure_profile(
     if context_length < 1:
         raise ValueError(f"This model's context ({max_positions}) is too short to profile {max_tokens} tokens.")
     threads = threads or torch.get_num_threads()
+    load_before = _load_average()
     ids = _context_ids(target, context_length)
     context, new = ids[:context_length], ids[context_length : context_length + max_tokens]
     runners = _pass_runners(target, context, new, turn)
@@ -308,10 +311,18 @@ def measure_profile(
     draft_ms = {kind: statistics.median(samples[kind]) / drafted_per_call[kind] for kind in drafted_per_call}
     return CostProfile(
         target=target.name, device=str(target.device), device_name=device_name(target.device),
-        dtype=str(target.dtype).removeprefix("torch."), torch_version=torch.__version__, threads=threads, clock=clock,
+        dtype=target.precision, torch_version=torch.__version__, threads=threads, clock=clock,
         context_length=context_length, repeats=repeats, pass_ms=pass_ms, draft_ms_per_token=draft_ms,
         created=datetime.now(UTC).isoformat(timespec="seconds"), label=label,
+        load_average=f"before {load_before}, after {_load_average()}",
     )
+
+
+def _load_average() -> str:
+    try:
+        return f"{os.getloadavg()[0]:.2f}"
+    except OSError:  # not every platform has one
+        return "unknown"
 
 
 def profile_table(profile: CostProfile) -> list[tuple[int, float, float]]:

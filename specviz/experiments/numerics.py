@@ -10,6 +10,11 @@ argmax can flip: speculative and plain greedy decoding part there, and neither i
 
 This module measures that on a real model: the traces, where they part, the top-2 margin there, and the
 logits of the same positions computed by 1-token passes and by (k+1)-token passes.
+
+A verify pass must score each position as a 1-token pass would: only then is p_target in the rule the target's
+own distribution whatever was drafted. float32 and fp16-weights (float16 weights, float32 math) keep that up to
+rounding; bfloat16 rounds differently per pass shape (near-ties flip); per-tensor int8 dynamic quantization picks
+one activation scale for the whole pass, so a position's logits depend on its neighbours and the guarantee is gone.
 """
 
 from __future__ import annotations
@@ -29,6 +34,7 @@ if TYPE_CHECKING:
     from specviz.models import LoadedModel
 
 MAX_NEW_TOKENS = 256
+LAB_PRECISIONS = ("float32", "fp16-weights", "bfloat16", "float16", "int8-dynamic")  # what the lab may load, whatever the policy
 
 
 @dataclass(frozen=True)
@@ -75,7 +81,7 @@ def greedy_trace(target: LoadedModel, prompt_ids: Sequence[int], max_new_tokens:
     decoder = build_decoder(config, target, list(prompt_ids), baseline=not speculative)
     decoder.run()
     margins = tuple(m for r in decoder.records for m in r.emitted_margin)
-    dtype = str(target.dtype).removeprefix("torch.")
+    dtype = target.precision
     return GreedyTrace(f"{dtype} · {'speculative' if speculative else 'plain'}", dtype, speculative, tuple(decoder.generated), margins)
 
 
@@ -110,7 +116,7 @@ def pass_differences(target: LoadedModel, prompt_ids: Sequence[int], generated: 
         rows.append(chunk)
     blocked = torch.cat(rows)  # (n, V)
     top2 = torch.topk(single, 2, dim=-1).values
-    dtype = str(target.dtype).removeprefix("torch.")
+    dtype = target.precision
     diff = (single - blocked).abs().amax(dim=-1)
     a1, ab = single.argmax(dim=-1), blocked.argmax(dim=-1)
     return pd.DataFrame(
@@ -124,6 +130,28 @@ def pass_differences(target: LoadedModel, prompt_ids: Sequence[int], generated: 
             "flipped": (a1 != ab).tolist(),
         }
     )
+
+
+@torch.inference_mode()
+def batch_dependence(target: LoadedModel, context_ids: Sequence[int], following: Sequence[int], max_k: int = 16) -> list[float]:
+    """How far a position's logits move when it is scored inside a pass over k+1 tokens instead of alone, for
+    k = 1..max_k: [max |logit(1-token pass) - logit(row of the (k+1)-token pass)| over the k+1 rows]. A precision
+    fit to verify drafts keeps every entry at rounding level (float32, fp16-weights); per-tensor int8 does not."""
+    from specviz.models import HFCachedLM
+
+    if not context_ids or len(following) < max_k + 1:
+        raise ValueError(f"Need a non-empty context and at least {max_k + 1} following tokens; got {len(following)}.")
+    one = HFCachedLM(target.model, target.vocab_size)
+    one.extend(context_ids)
+    single = torch.cat([one.extend([tok]) for tok in following[: max_k + 1]])  # (max_k + 1, V): 1-token passes
+    block = HFCachedLM(target.model, target.vocab_size)
+    block.extend(context_ids)
+    out = []
+    for k in range(1, max_k + 1):
+        rows = block.extend(following[: k + 1])  # (k + 1, V): one verify-sized pass
+        block.crop(len(context_ids))
+        out.append(float((rows - single[: k + 1]).abs().max()))
+    return out
 
 
 def compare(
@@ -171,5 +199,45 @@ def compare(
 
 
 def low_precision_dtypes(device: torch.device) -> list[str]:
-    """bfloat16 everywhere (the CPU does it); float16 where the device has fast float16 (CUDA, MPS)."""
-    return ["bfloat16"] + (["float16"] if device.type in ("cuda", "mps") else [])
+    """bfloat16 everywhere (the CPU does it); on a CPU fp16-weights (where fbgemm runs) and the known-bad int8-dynamic;
+    float16 where the device has fast float16 (CUDA, MPS)."""
+    from specviz.models import fp16_weights_problem
+
+    out = ["bfloat16"]
+    if device.type == "cpu":
+        out += (["fp16-weights"] if fp16_weights_problem(device) is None else []) + ["int8-dynamic"]
+    return out + (["float16"] if device.type in ("cuda", "mps") else [])
+
+
+def invariance_precisions(device: torch.device) -> list[str]:
+    """The batch-invariance section's precisions, float32 first: the three a CPU can verify with or must not."""
+    return ["float32"] + [p for p in ("fp16-weights", "bfloat16", "int8-dynamic", "float16") if p in low_precision_dtypes(device)]
+
+
+@dataclass(frozen=True)
+class InvarianceReport:
+    """The same tokens (float32 plain greedy's) scored by 1-token and by (k+1)-token passes in each precision."""
+
+    pass_diffs: pd.DataFrame  # pass_differences() rows for every precision, float32 first
+    k: int
+    tokens: tuple[int, ...]
+
+    def largest(self) -> dict[str, float]:
+        """precision -> the largest |Δ logit| over every position."""
+        return {str(k): float(v) for k, v in self.pass_diffs.groupby("dtype", sort=False)["max_abs_diff"].max().items()}
+
+
+def batch_invariance(models: dict[str, LoadedModel], prompt_ids: Sequence[int], max_new_tokens: int = 32, k: int = 8, on_progress=None) -> InvarianceReport:
+    """models: precision -> the target loaded in it, float32 first. Decodes float32 plain greedy once, then scores
+    those tokens in every precision by 1-token passes and by (k+1)-token passes (what a verify pass sees)."""
+    if next(iter(models), None) != "float32":
+        raise ValueError("The batch-invariance check starts from float32: pass the float32 model first.")
+    if not (1 <= max_new_tokens <= MAX_NEW_TOKENS) or not (1 <= k <= 16) or not prompt_ids:
+        raise ValueError(f"Need a prompt, 1 to {MAX_NEW_TOKENS} new tokens and k between 1 and 16.")
+    reference = greedy_trace(models["float32"], prompt_ids, max_new_tokens, speculative=False)
+    frames = []
+    for i, (precision, target) in enumerate(models.items()):
+        frames.append(pass_differences(target, prompt_ids, reference.ids, k))
+        if on_progress:
+            on_progress(i + 1, len(models), f"{precision}: 1-token vs {k + 1}-token passes")
+    return InvarianceReport(pd.concat(frames, ignore_index=True), k, reference.ids)

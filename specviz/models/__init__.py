@@ -1,4 +1,4 @@
-"""The only place that imports transformers: loading (hub id, local folder, GGUF) and the KV-cache adapter."""
+"""The only place that imports transformers: loading (hub id, local folder, GGUF), precisions and the KV-cache adapter."""
 
 from specviz.models.adapter import HFCachedLM, early_exit_view
 from specviz.models.environment import environment
@@ -11,7 +11,10 @@ from specviz.models.loading import (
     load_model,
     resolve_device,
     resolve_dtype,
+    resolve_dtype_name,
 )
+from specviz.models.precision import FP16_WEIGHTS, INT8_DYNAMIC, fp16_weights_problem
+from specviz.models.precision import LABELS as PRECISION_LABELS
 from specviz.models.tokens import token_bytes
 
 __all__ = [
@@ -26,5 +29,10 @@ __all__ = [
     "load_model",
     "resolve_device",
     "resolve_dtype",
+    "resolve_dtype_name",
+    "FP16_WEIGHTS",
+    "PRECISION_LABELS",
+    "INT8_DYNAMIC",
+    "fp16_weights_problem",
     "token_bytes",
 ]

@@ -162,8 +162,15 @@ def early_exit_view(model: PreTrainedModel, exit_layer: int) -> PreTrainedModel:
         config.layer_types = list(config.layer_types)[:exit_layer]
     with torch.device("meta"):
         view = type(model)(config)
+    shared: list[str] = []  # converted layers (packed linears) keep no plain weights: share the modules themselves
+    for name, module in view.named_modules():
+        if name and not any(name.startswith(p + ".") for p in shared) and type(model.get_submodule(name)) is not type(module):
+            shared.append(name)
     own = dict(model.state_dict(keep_vars=True))
-    view.load_state_dict({k: v for k, v in own.items() if k in view.state_dict()}, assign=True, strict=False)
+    wanted = set(view.state_dict(keep_vars=True))  # the view's plain (meta) modules, before any is shared
+    view.load_state_dict({k: v for k, v in own.items() if k in wanted}, assign=True, strict=False)
+    for name in shared:  # after loading, so nothing is ever loaded into a module the target owns
+        view.set_submodule(name, model.get_submodule(name))
     # Non-persistent buffers and plain tensor attributes (rotary frequencies) are not in the state dict.
     for name, module in view.named_modules():
         source = model.get_submodule(name)

@@ -32,7 +32,7 @@ def environment(target: LoadedModel) -> dict:
     return {
         "model": target.name,
         "vocab_size": int(target.vocab_size),
-        "dtype": str(target.dtype).removeprefix("torch."),
+        "dtype": target.precision,
         "device": str(target.device),
         "device_name": device_name(target.device),
         "torch": torch.__version__,

@@ -13,6 +13,8 @@ from pathlib import Path
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
+from specviz.models.precision import INT8_DYNAMIC, activation_dtype, convert, resolve_precision
+
 log = logging.getLogger(__name__)
 
 EMBEDDED_TARGET = "embedded:SmolLM2-135M-Instruct"  # the same string as specviz.config.EMBEDDED_TARGET (tests/test_boundaries.py)
@@ -34,13 +36,19 @@ class LoadedModel:
     model: PreTrainedModel
     tokenizer: PreTrainedTokenizerBase
     device: torch.device
-    dtype: torch.dtype
+    dtype: torch.dtype  # the activations' dtype (float32 for fp16-weights)
+    precision: str = ""  # what runs: float32, fp16-weights, bfloat16, float16, int8-dynamic (default: the dtype's name)
+
+    def __post_init__(self) -> None:
+        if not self.precision:
+            object.__setattr__(self, "precision", str(self.dtype).removeprefix("torch."))
 
     @property
     def vocab_size(self) -> int:
         """Columns of the logits that name real tokens (models may pad their output layer)."""
-        width = self.model.get_output_embeddings().weight.shape[0]
-        return min(len(self.tokenizer), width)
+        head = self.model.get_output_embeddings()
+        width = getattr(head, "out_features", None) or head.weight.shape[0]
+        return min(len(self.tokenizer), int(width))
 
     @property
     def eos_token_ids(self) -> tuple[int, ...]:
@@ -75,13 +83,20 @@ def resolve_device(name: str = "auto") -> torch.device:
 
 
 def resolve_dtype(name: str, device: torch.device) -> torch.dtype:
-    """'auto' is bfloat16 on CUDA and float32 elsewhere (exactness tests run in float32)."""
-    table = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
-    if name == "auto":
-        return torch.bfloat16 if device.type == "cuda" else torch.float32
-    if name not in table:
-        raise ModelLoadError(f"Unknown dtype {name!r}; use auto, float32, bfloat16 or float16.")
-    return table[name]
+    """The activations' dtype of a precision: 'auto' is bfloat16 on CUDA and float32 elsewhere (on a CPU as
+    fp16-weights, whose math is float32; see specviz.models.precision)."""
+    return activation_dtype(resolve_dtype_name(name, device))
+
+
+def resolve_dtype_name(name: str, device: torch.device) -> str:
+    """The precision a dtype choice ('auto', 'float32', 'fp16-weights', ...) resolves to on this device."""
+    try:
+        precision = resolve_precision(name, device)
+    except ValueError as exc:
+        raise ModelLoadError(str(exc)) from exc
+    if precision == INT8_DYNAMIC and device.type != "cpu":
+        raise ModelLoadError("int8-dynamic (the numerics lab's example) runs on the CPU only.")
+    return precision
 
 
 def embedded_gguf_path() -> Path:
@@ -180,7 +195,8 @@ def load_model(
     so an offline machine fails at once with a message instead of retrying."""
     source = (source or "").strip() or EMBEDDED_TARGET
     dev = resolve_device(device)
-    dt = resolve_dtype(dtype, dev)
+    precision = resolve_dtype_name(dtype, dev)
+    dt = activation_dtype(precision)
     allow_download = allow_download or os.environ.get("SPECVIZ_ALLOW_DOWNLOAD") == "1"
     if source == EMBEDDED_TARGET:
         model, tok = _load_gguf(embedded_gguf_path(), dt)
@@ -204,7 +220,8 @@ def load_model(
     except torch.OutOfMemoryError as exc:
         raise ModelLoadError(f"Out of memory moving {source} to {dev}; pick a smaller model, dtype bfloat16, or the CPU.") from exc
     model.eval().requires_grad_(False)
-    return LoadedModel(name=source, model=model, tokenizer=tok, device=dev, dtype=dt)
+    model = convert(model, precision)  # once, before anyone shares it
+    return LoadedModel(name=source, model=model, tokenizer=tok, device=dev, dtype=dt, precision=precision)
 
 
 def _from_pretrained(

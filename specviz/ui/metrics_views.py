@@ -16,14 +16,26 @@ from specviz.viz.markdown import md_text
 from specviz.viz.metrics import decay_note, metrics_frame, position_figure, positions_frame
 
 
+def cpu_precision(dtype: str) -> str:
+    """What a dtype choice runs as on this CPU ('auto' is fp16-weights where fbgemm runs); the name itself if unknown."""
+    import torch
+
+    from specviz.models import resolve_dtype_name
+
+    try:
+        return resolve_dtype_name(dtype, torch.device("cpu"))
+    except ValueError:
+        return dtype
+
+
 def _costs(session: ViewSource, run: ViewRun) -> tuple[float, VerifyCost, str]:
     """c measured in this run, and the verify cost: the shipped profile of this model on a CPU, else this run's mean."""
     df = run_frame(session, run)
     c = float(df["c"].iloc[-1]) if len(df) and df["c"].notna().iloc[-1] else 0.0
     if run.device_type == "cpu":
+        precision = cpu_precision(run.config.dtype)
         for profile in shipped_profiles().values():
-            # dtype "auto" is float32 on a CPU
-            if profile.target == run.config.target and profile.device == "cpu" and run.config.dtype in ("auto", profile.dtype):
+            if profile.target == run.config.target and profile.device == "cpu" and profile.dtype == precision:
                 return c, profile.curve, f"the verify-cost curve measured on a CPU ({profile.name})"
     v = verify_cost_ratio(run.records, session.baseline.records)
     if v is None:

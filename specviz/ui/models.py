@@ -1,4 +1,4 @@
-"""Models load once per (source, device, dtype) and are shared by every browser session (read-only).
+"""Models load once per (source, device, resolved precision) and are shared by every browser session (read-only).
 
 The cache only ever holds models the owner allowed (specviz.workshop.policy): a source off the list, or an opt-in the owner
 did not grant, is refused before anything is loaded. A model that would not fit in free memory is refused with a
@@ -14,7 +14,7 @@ import streamlit as st
 import torch
 
 from specviz.config import RunConfig
-from specviz.models import LoadedModel, ModelLoadError, early_exit_view, load_model
+from specviz.models import LoadedModel, ModelLoadError, early_exit_view, load_model, resolve_device, resolve_dtype_name
 from specviz.runs import RunModels, resolve_models
 from specviz.ui.access import current_policy
 from specviz.viz.markdown import md_text
@@ -75,16 +75,21 @@ def get_model(
     trust_remote_code: bool = False,
     allow_download: bool = False,
     allow_pickle: bool = False,
+    page_precisions: tuple[str, ...] = (),
 ) -> LoadedModel:
-    """Load (or fetch from the cache) with a visible status. Raises ModelLoadError (a ValueError) with a message to show."""
+    """Load (or fetch from the cache) with a visible status. Raises ModelLoadError (a ValueError) with a message to show.
+
+    page_precisions: precisions the page itself compares (the numerics lab's fixed menu, not a participant's free
+    choice); they load as asked even where the owner hides the device and dtype menus."""
     policy = current_policy()
     if not policy.allows_model(source):
         raise ModelLoadError(f"{source!r} is not on this server's list of models; ask the person running it to add it.")
     if not policy.allow_device:
-        device, dtype = "auto", "auto"
+        device, dtype = "auto", ("auto" if dtype not in page_precisions else dtype)
     trust_remote_code = trust_remote_code and policy.allow_remote_code
     allow_download = allow_download and policy.allow_download
     allow_pickle = allow_pickle and policy.allow_pickle
+    dtype = resolve_dtype_name(dtype, resolve_device(device))  # the key names what loads: 'auto' and its value share one copy
     key = (source, device, dtype, trust_remote_code, allow_download, allow_pickle)
     loaded = st.session_state.setdefault("_specviz_loaded_models", set())
     if key in loaded:
@@ -94,7 +99,7 @@ def get_model(
             model = _cached_model(*key)
         except (MemoryError, torch.OutOfMemoryError) as exc:
             raise ModelLoadError(f"{source} does not fit in the memory left on this machine; the models already loaded are untouched. Pick a smaller model.") from exc
-        status.update(label=f"Loaded {md_text(model.name)} ({model.num_layers} layers, {model.device}, {str(model.dtype).removeprefix('torch.')})", state="complete")
+        status.update(label=f"Loaded {md_text(model.name)} ({model.num_layers} layers, {model.device}, {model.precision})", state="complete")
     loaded.add(key)
     return model
 
@@ -106,7 +111,7 @@ def _cached_early_exit(_target: LoadedModel, target_key: tuple, exit_layer: int)
 
 def get_early_exit(target: LoadedModel, exit_layer: int):
     """The early-exit view shares the target's weights; building it is cheap but we still do it once."""
-    return _cached_early_exit(target, (target.name, str(target.device), str(target.dtype)), exit_layer)
+    return _cached_early_exit(target, (target.name, str(target.device), target.precision), exit_layer)
 
 
 def run_models(config: RunConfig, *, target: LoadedModel | None = None, drafters: Iterable[str] | None = None) -> RunModels:
@@ -121,3 +126,13 @@ def run_models(config: RunConfig, *, target: LoadedModel | None = None, drafters
 def sweep_models(target: str, draft: str, device: str, drafters: Iterable[str]) -> RunModels:
     """The models a benchmark sweep over ``drafters`` needs, from the shared caches."""
     return run_models(RunConfig(target=target, draft=draft or None, device=device), drafters=drafters)
+
+
+def lab_models(precisions: list[str] | tuple[str, ...]) -> dict[str, LoadedModel]:
+    """The numerics lab's target (this server's first) in each precision it compares, in order. The lab's menu is
+    fixed by the page, not a participant's free dtype choice, so each loads as named even in shared mode (where
+    get_model would otherwise turn it into 'auto' and compare one precision with itself)."""
+    from specviz.experiments.numerics import LAB_PRECISIONS
+
+    source = current_policy().default_target
+    return {p: get_model(source, "auto", p, page_precisions=LAB_PRECISIONS) for p in precisions}

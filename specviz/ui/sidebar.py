@@ -29,7 +29,7 @@ DEFAULTS = RunConfig()  # the sidebar starts from the engine's defaults (drafter
 COMPARE_OFF = "off"
 PLAY_PACES = (0.25, 0.5, 1.0, 2.0)  # seconds between auto-steps
 DEVICES = ("auto", "cpu", "cuda", "mps")
-DTYPES = ("auto", "float32", "bfloat16", "float16")
+DTYPES = ("auto", "float32", "fp16-weights", "bfloat16", "float16")  # int8-dynamic is the numerics lab's alone
 NO_DRAFT = ""
 # numeric widgets: key -> (type, low, high); a forced value outside is refused before the widget would choke on it
 NUMBERS: dict[str, tuple[type, float, float]] = {

@@ -80,3 +80,26 @@ def pass_diff_figure(report) -> go.Figure:
         xaxis=dict(title="generated token"), yaxis=dict(title="logits (log scale)", type="log"), **LAYOUT,
     )
     return fig
+
+
+INVARIANCE_LIMIT = 1e-3  # the test suite's bound for a precision fit to verify drafts
+
+
+def invariance_figure(report) -> go.Figure:
+    """Per position and precision: max |logit(1-token pass) - logit(row of a (k+1)-token pass)|, log scale, with the
+    test suite's 1e-3 bound dashed. Input: specviz.experiments.numerics.InvarianceReport."""
+    df = report.pass_diffs
+    fig = go.Figure()
+    for i, (precision, part) in enumerate(df.groupby("dtype", sort=False)):
+        name = html.escape(str(precision))
+        fig.add_scatter(
+            x=part["position"] + 1, y=part["max_abs_diff"].clip(lower=1e-9), mode="lines+markers", name=name,
+            line=dict(color=K_COLORS[i % len(K_COLORS)]), marker=dict(size=6),
+            hovertemplate=f"{name}, token " + "%{x}: logits move by up to %{y:.2g}<extra></extra>",
+        )
+    fig.add_hline(y=INVARIANCE_LIMIT, line=dict(dash="dash", color="grey"), annotation_text="1e-3: fit to verify")
+    fig.update_layout(
+        title=f"how far a position's logits move inside a {report.k + 1}-token pass",
+        xaxis=dict(title="generated token (float32 plain greedy)"), yaxis=dict(title="max |Δ logit| (log scale)", type="log"), **LAYOUT,
+    )
+    return fig
