@@ -141,11 +141,16 @@ def together(url: str, crowd: list[Person], steps: int, max_new_tokens: int, thi
     return outcomes, time.monotonic() - start
 
 
+def step_lines(lines: list[dict]) -> list[dict]:
+    """The timing lines of reruns that ran a round on the step-through page (a Step's server-side time)."""
+    return [t for t in lines if t.get("steps", 0) >= 1 and t.get("page") == "step-through"]
+
+
 def summary(crowd: list[Person], solo: list[Outcome], outcomes: list[Outcome], lines: list[dict], wall_s: float, rss: dict, tracebacks: int) -> dict:
     """The JSON object the issue asks for (and a few more fields under "detail")."""
-    step_lines = [t for t in lines if t.get("steps", 0) >= 1 and t.get("page") == "step-through"]
-    server_step = [float(t["script_s"]) for t in step_lines]
-    waits = [float(t["queue_wait_s"]) for t in step_lines]
+    steps_run = step_lines(lines)
+    server_step = [float(t["script_s"]) for t in steps_run]
+    waits = [float(t["queue_wait_s"]) for t in steps_run]
     steps = sum(len(o.streams) for o in outcomes)
     equal = all(s.streams and s.streams == o.streams and len(o.streams) == len(s.streams) for s, o in zip(solo, outcomes))
     exceptions = sum(len(o.errors) for o in outcomes) + sum(len(s.errors) for s in solo) + tracebacks
@@ -154,14 +159,14 @@ def summary(crowd: list[Person], solo: list[Outcome], outcomes: list[Outcome], l
         "steps": steps,
         "all_equal_solo": bool(equal),
         "exceptions": exceptions,
-        "server_step_s": {"p50": _round(percentile(server_step, 0.5)), "p95": _round(percentile(server_step, 0.95))},
-        "queue_wait_s": {"p50": _round(percentile(waits, 0.5)), "p95": _round(percentile(waits, 0.95))},
-        "steps_per_s": _round(steps / wall_s if wall_s > 0 else None),
-        "rss_mb": {k: _round(v, 1) for k, v in rss.items()},
+        "server_step_s": {"p50": rounded(percentile(server_step, 0.5)), "p95": rounded(percentile(server_step, 0.95))},
+        "queue_wait_s": {"p50": rounded(percentile(waits, 0.5)), "p95": rounded(percentile(waits, 0.95))},
+        "steps_per_s": rounded(steps / wall_s if wall_s > 0 else None),
+        "rss_mb": {k: rounded(v, 1) for k, v in rss.items()},
     }
 
 
-def _round(x: float | None, digits: int = 3) -> float | None:
+def rounded(x: float | None, digits: int = 3) -> float | None:
     return None if x is None else round(float(x), digits)
 
 

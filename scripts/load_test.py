@@ -5,6 +5,8 @@
     python scripts/load_test.py --sessions 8                     # headless browsers (the default client)
     python scripts/load_test.py --sessions 8 --url http://127.0.0.1:8501 --server-pid 12345
 
+Through a room of replicas behind HAProxy, one of them killed mid-run: scripts/room_load_test.py (docs/rooms.md).
+
 --client protocol (scripts/load_protocol.py) speaks Streamlit's websocket protocol without browsers, so it measures
 the server: p50/p95 server-side Step time and queue wait from the server's `specviz.timing` log, Steps per second,
 RSS before / peak / after. --json prints one JSON object: {"sessions", "steps", "all_equal_solo", "exceptions",

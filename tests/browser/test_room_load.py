@@ -1,0 +1,25 @@
+"""The room under load (scripts/room_load_test.py): `python -m specviz room --replicas 2` (real HAProxy, real
+replicas, a tiny local model), 4 protocol sessions spread over both replicas, one replica SIGKILLed after Step 2 of
+3: its sessions reconnect through the balancer with their `?run=` URL, get their run back at round 2, and every
+session's stream after every Step equals its solo run. No browser: the protocol client speaks Streamlit's websocket."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from scripts import room_load_test as rlt
+
+HAPROXY = next((p for p in ("/usr/sbin/haproxy", "/usr/bin/haproxy") if os.path.exists(p)), None)
+
+
+@pytest.mark.skipif(HAPROXY is None, reason="haproxy is not installed (scripts/test.sh installs it: apt-get install haproxy)")
+def test_killing_a_replica_loses_no_run(tiny_dir):
+    args = rlt.parse_args(["--replicas", "2", "--sessions", "4", "--steps", "3", "--kill-one-at", "2", "--think-s", "0.3", "--max-new-tokens", "12", "--settle-s", "0"])
+    result = rlt.run(args, env={"SPECVIZ_TARGETS": str(tiny_dir["llama"])})
+    assert result["killed"] == "r1" and set(result["split"]) == {"r1", "r2"}, result  # both replicas served someone
+    assert result["reconnects"] == result["split"]["r1"], result  # every session of r1, and only those, reconnected
+    assert result["lost_runs"] == 0 and result["unequal_streams"] == 0 and result["all_equal_solo"], result
+    assert result["exceptions"] == 0 and result["steps"] == 4 * 3, result
+    assert all(r["steps"] > 0 and r["server_step_s"]["p95"] is not None for r in result["per_replica"].values()), result
