@@ -120,7 +120,10 @@ def test_a_run_survives_every_replica_being_killed(make_driver, tmp_path, tiny_d
             os.kill(r["pid"], signal.SIGKILL)
         _all_up(tmp_path / "room.json", log, old_pids={r["pid"] for r in status["replicas"]})
 
-        click_button(stay, "step")  # the tab reconnects to a new replica; its click carries its URL (?run=)
+        # the tab left open reconnects to a new replica, whose first full run restores the run from its URL (?run=);
+        # a Step is a fragment run, which a fresh session cannot serve before that, so the tab waits for the restore
+        wait(stay, STEP_TIMEOUT_S).until(lambda d: "Restored this run at round 1" in main_text(d))
+        click_button(stay, "step")
         wait(stay, STEP_TIMEOUT_S).until(lambda d: metric_value(d, "rounds") == "2")
         wait_idle(stay, STEP_TIMEOUT_S)
         assert stream_text(stay) == solo_texts[1]
