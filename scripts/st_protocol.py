@@ -243,6 +243,10 @@ class StSession:
     def exceptions(self) -> list[str]:
         return [n.proto.exception.message for n in self.elements("exception")]
 
+    def texts(self) -> list[str]:
+        """Every Markdown body drawn (st.markdown, st.caption, st.info, ...): what a reader sees as text."""
+        return [n.proto.markdown.body for n in self.elements("markdown")] + self.alerts()
+
     def alerts(self, kind: str = "alert") -> list[str]:
         return [n.proto.alert.body for n in self.elements(kind)]
 
