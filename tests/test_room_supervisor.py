@@ -104,7 +104,9 @@ def test_a_room_supervises_its_replicas_and_stops_everything(tmp_path):
         status = _wait(lambda: _status(status_file), 60, "the status file", log)
         assert status["url"] == f"http://127.0.0.1:{port}" and [r["id"] for r in status["replicas"]] == ["r1", "r2"]
         pids = [status["balancer_pid"], *(r["pid"] for r in status["replicas"])]
-        code, cookie = _wait(lambda: (_health(status["url"]) if _health(status["url"])[0] == 200 else None), 90, "health through the balancer", log)
+        # one request per try (the check and the answer from the same response); while the replicas start, an answer
+        # can come back without the cookie, so the try repeats until a healthy replica answers through the balancer
+        code, cookie = _wait(lambda: h if (h := _health(status["url"]))[0] == 200 and "SERVERID=r" in h[1] else None, 90, "health through the balancer", log)
         assert "SERVERID=r" in cookie  # the stickiness cookie
         os.kill(status["replicas"][0]["pid"], signal.SIGKILL)
         new = _wait(lambda: (s := _status(status_file)) and s["replicas"][0]["pid"] not in (None, status["replicas"][0]["pid"]) and s, 60, "a restart", log)
