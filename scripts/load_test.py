@@ -68,17 +68,7 @@ LOOPBACK = ("127.0.0.1", "localhost", "::1", "[::1]")
 MAX_SESSIONS = 32
 MAX_PROTOCOL_SESSIONS = 200  # no browsers: the server is the limit
 STEP_TIMEOUT_S = 300
-DRAFTERS = ("ngram", "lookup", "early-exit", "none")  # what a participant may pick on the default shared server
-PROMPTS = (
-    "Repeat exactly: the cat sat on the mat, the cat sat on the mat.",
-    "Write a Python function that reverses a string.",
-    "List the days of the week.",
-    "What is speculative decoding? One sentence.",
-    "Count from one to ten in words.",
-    "Name three primary colours.",
-    "Translate 'good morning' into French.",
-    "Write a haiku about the sea.",
-)
+from scripts.load_protocol import DRAFTERS, PROMPTS  # noqa: E402  (one list of participants' choices for both clients)
 
 
 @dataclass(frozen=True)
