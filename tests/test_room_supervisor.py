@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from specviz.workshop.room import Backend, free_port, haproxy_config, parse_backend
+from specviz.workshop.room import Backend, Room, free_port, haproxy_config, parse_backend, threads_per_replica
 
 REPO = Path(__file__).resolve().parents[1]
 HAPROXY = next((p for p in ("/usr/sbin/haproxy", "/usr/bin/haproxy") if os.path.exists(p)), None)
@@ -48,6 +48,28 @@ def test_config_and_backend_parsing_refuse_nonsense():
         with pytest.raises(ValueError):
             parse_backend(bad, 0)
     assert parse_backend("[::1]:8501", 1) == Backend("r2", "::1", 8501)
+
+
+def test_replicas_share_the_cores_out_instead_of_each_taking_all():
+    assert threads_per_replica(2, cores=2) == 1
+    assert threads_per_replica(8, cores=16) == 2
+    assert threads_per_replica(3, cores=2) == 1  # never zero
+
+
+@needs_haproxy
+def test_each_replica_gets_its_share_of_threads_unless_the_owner_chose(monkeypatch):
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    room = Room(2, free_port())
+    try:
+        assert room.env["OMP_NUM_THREADS"] == room.env["MKL_NUM_THREADS"] == str(threads_per_replica(2))
+    finally:
+        room.stop()
+    monkeypatch.setenv("OMP_NUM_THREADS", "3")
+    room = Room(2, free_port())
+    try:
+        assert room.env["OMP_NUM_THREADS"] == "3"
+    finally:
+        room.stop()
 
 
 def test_a_missing_haproxy_is_a_clear_message_and_starts_nothing(tmp_path):

@@ -182,6 +182,8 @@ class Room:
         env.setdefault("SPECVIZ_RUN_DIR", str(default_run_dir(env)))
         env.setdefault("STREAMLIT_SERVER_COOKIE_SECRET", secrets.token_hex(32))
         env.update(PYTHONUNBUFFERED="1", STREAMLIT_BROWSER_GATHER_USAGE_STATS="false")
+        if "OMP_NUM_THREADS" not in env:  # the owner's choice wins
+            env["OMP_NUM_THREADS"] = env["MKL_NUM_THREADS"] = str(threads_per_replica(len(self.replicas)))
         return env
 
     def _start_replica(self, r: Replica) -> None:
@@ -300,6 +302,12 @@ class Room:
         if self.status_file is not None:
             self.status_file.unlink(missing_ok=True)
         shutil.rmtree(self.config_dir, ignore_errors=True)
+
+
+def threads_per_replica(replicas: int, cores: int | None = None) -> int:
+    """torch's threads for one replica's passes: the cores shared out (each replica would otherwise start a thread per
+    core, and N replicas' threads would fight over the same cores), at least one."""
+    return max(1, (cores or os.cpu_count() or 2) // replicas)
 
 
 def default_replicas() -> int:
