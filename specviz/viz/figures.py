@@ -6,7 +6,6 @@ import html
 
 import pandas as pd
 import plotly.graph_objects as go
-from plotly.subplots import make_subplots
 
 from specviz.viz.frames import PositionInfo
 
@@ -30,110 +29,124 @@ def _runs(df: pd.DataFrame) -> list[tuple[str, pd.DataFrame, str]]:
     return out
 
 
-def _round_axis(fig: go.Figure, rounds: pd.DataFrame) -> None:
+def _figure(traces: list[dict], layout: dict) -> go.Figure:
+    """The figure in one validated construction. Each Step redraws these charts, and plotly's add_*/update_* calls
+    validate property by property: built that way the six curves took 57 ms here, built like this 16 ms (median of 15 builds, same JSON)."""
+    return go.Figure({"data": traces, "layout": {**LAYOUT, **layout}})
+
+
+def _round_axis(rounds: pd.DataFrame) -> dict:
     """Whole-number round ticks."""
     n = int(rounds["round"].max()) + 1 if len(rounds) else 1
-    fig.update_xaxes(title_text="round", tick0=0, dtick=max(1, -(-n // 12)))
+    return dict(title=dict(text="round"), tick0=0, dtick=max(1, -(-n // 12)))
+
+
+def _hline(y: float, text: str) -> dict:
+    """A grey horizontal line across the plot with its label at the bottom right (what Figure.add_hline draws)."""
+    return dict(
+        shapes=[dict(type="line", xref="x domain", x0=0, x1=1, yref="y", y0=y, y1=y, line=dict(color=BASELINE_COLOR, width=1))],
+        annotations=[dict(text=text, xref="x domain", x=1, yref="y", y=y, showarrow=False, xanchor="right", yanchor="top")],
+    )  # fmt: skip
+
+
+def _title(text: str) -> dict:
+    return dict(title=dict(text=text))
+
+
+def _measured_and_theory(rounds: pd.DataFrame, measured: str, theory: str, names: tuple[str, str], theory_dash: str = "dot") -> list[dict]:
+    """Per run: the measured line with markers, and the formula's line dashed beside it in the same colour."""
+    traces = []
+    for run, df, color in _runs(rounds):
+        traces.append(dict(type="scatter", x=df["round"], y=df[measured], name=f"{names[0]} · {run}", mode="lines+markers", line=dict(color=color)))
+        traces.append(dict(type="scatter", x=df["round"], y=df[theory], name=f"{names[1]} · {run}", mode="lines", line=dict(color=color, dash=theory_dash)))
+    return traces
 
 
 def inspector_figure(position: pd.DataFrame, info: PositionInfo) -> go.Figure:
     """Bars of p_target, q_draft and the normalised residual at one position; the drafted and the emitted
     token are marked; a side gauge puts min(1, p/q) against the uniform draw u."""
     has_gauge = info.accept_prob is not None
-    fig = make_subplots(rows=1, cols=2 if has_gauge else 1, column_widths=[0.82, 0.18] if has_gauge else None, horizontal_spacing=0.08)
     labels = [_label(t) for t in position["token"]]
-    fig.add_bar(x=labels, y=position["p_target"], name="p_target", marker_color=P_COLOR, row=1, col=1)
+    traces = [dict(type="bar", x=labels, y=position["p_target"], name="p_target", marker_color=P_COLOR)]
     if position["q_draft"].notna().any():
-        fig.add_bar(x=labels, y=position["q_draft"], name="q_draft", marker_color=Q_COLOR, row=1, col=1)
+        traces.append(dict(type="bar", x=labels, y=position["q_draft"], name="q_draft", marker_color=Q_COLOR))
     if position["residual"].notna().any():
-        fig.add_bar(x=labels, y=position["residual"], name="residual max(0, p−q), normalised", marker_color=RES_COLOR, row=1, col=1)
+        traces.append(dict(type="bar", x=labels, y=position["residual"], name="residual max(0, p−q), normalised", marker_color=RES_COLOR))
     top = float(position[["p_target", "q_draft", "residual"]].max().max() or 1.0)
+    annotations = []
     for label, role in zip(labels, position["role"]):
         if role:  # the drafted token leans left, the emitted one right, so neighbours don't collide
             ax = -30 if role == "drafted" else (30 if "drafted" not in role else 0)
-            fig.add_annotation(x=label, y=top * 1.02, text=f"<b>{role.replace('+', ' + ')}</b>", showarrow=True, arrowhead=2, ax=ax, ay=-30, row=1, col=1)
+            annotations.append(dict(x=label, y=top * 1.02, xref="x", yref="y", text=f"<b>{role.replace('+', ' + ')}</b>", showarrow=True, arrowhead=2, ax=ax, ay=-30))
+    # the axes' domains are those make_subplots gives two columns 0.82 : 0.18 apart by 0.08
+    layout = dict(
+        barmode="group", height=360, margin=dict(l=10, r=10, t=50, b=10),
+        xaxis=dict(anchor="y", domain=[0.0, 0.7544 if has_gauge else 1.0], tickangle=-40),
+        yaxis=dict(anchor="x", domain=[0.0, 1.0], title=dict(text="probability"), range=[0, top * 1.25]),
+    )  # fmt: skip
     if has_gauge:
         kept = info.fate == "accepted"
         gauge_x = [f"min(1, p/q) = {info.accept_prob:.2f}"]
-        fig.add_bar(x=gauge_x, y=[info.accept_prob], marker_color=RES_COLOR if kept else "#d23c3c", name="min(1, p/q)", showlegend=False, row=1, col=2)
-        fig.add_scatter(
-            x=gauge_x, y=[info.uniform], mode="markers", marker=dict(symbol="line-ew", size=46, line=dict(width=4, color="#222")),
-            name="uniform draw u", showlegend=False, hovertemplate="u = %{y:.3f}<extra></extra>", row=1, col=2,
-        )
-        fig.add_annotation(x=gauge_x[0], y=info.uniform, text=f"u = {info.uniform:.2f}", showarrow=False, yshift=12, font=dict(size=11), row=1, col=2)
-        fig.update_yaxes(range=[0, 1.12], title_text=("kept: u < bar" if kept else "rejected: u ≥ bar"), row=1, col=2)
-    fig.update_layout(barmode="group", **{**LAYOUT, "height": 360, "margin": dict(l=10, r=10, t=50, b=10)})
-    fig.update_yaxes(title_text="probability", range=[0, top * 1.25], row=1, col=1)
-    fig.update_xaxes(tickangle=-40, row=1, col=1)
-    return fig
+        traces.append(dict(type="bar", x=gauge_x, y=[info.accept_prob], marker_color=RES_COLOR if kept else "#d23c3c", name="min(1, p/q)", showlegend=False, xaxis="x2", yaxis="y2"))
+        traces.append(dict(
+            type="scatter", x=gauge_x, y=[info.uniform], mode="markers", marker=dict(symbol="line-ew", size=46, line=dict(width=4, color="#222")),
+            name="uniform draw u", showlegend=False, hovertemplate="u = %{y:.3f}<extra></extra>", xaxis="x2", yaxis="y2",
+        ))  # fmt: skip
+        annotations.append(dict(x=gauge_x[0], y=info.uniform, xref="x2", yref="y2", text=f"u = {info.uniform:.2f}", showarrow=False, yshift=12, font=dict(size=11)))
+        layout["xaxis2"] = dict(anchor="y2", domain=[0.8344, 1.0])
+        layout["yaxis2"] = dict(anchor="x2", domain=[0.0, 1.0], range=[0, 1.12], title=dict(text="kept: u < bar" if kept else "rejected: u ≥ bar"))
+    return _figure(traces, {**layout, "annotations": annotations})
 
 
 def accepted_figure(rounds: pd.DataFrame) -> go.Figure:
     """Accepted drafts per round against what was drafted (and k, which moves when adaptive)."""
-    fig = go.Figure()
     runs = _runs(rounds)
+    layout = dict(**_title("accepted drafts per round"), yaxis=dict(title=dict(text="tokens")), xaxis=_round_axis(rounds))
     if len(runs) == 1:
         _, df, _ = runs[0]
-        fig.add_bar(x=df["round"], y=df["drafted"], name="drafted", marker_color="rgba(128,128,128,.35)")
-        fig.add_bar(x=df["round"], y=df["accepted"], name="accepted", marker_color="rgba(46,160,67,.85)")
-        fig.add_scatter(x=df["round"], y=df["k"], name="k asked", mode="lines", line=dict(dash="dot", color="#555", shape="hv"))
-        fig.update_layout(barmode="overlay")
+        traces = [
+            dict(type="bar", x=df["round"], y=df["drafted"], name="drafted", marker_color="rgba(128,128,128,.35)"),
+            dict(type="bar", x=df["round"], y=df["accepted"], name="accepted", marker_color="rgba(46,160,67,.85)"),
+            dict(type="scatter", x=df["round"], y=df["k"], name="k asked", mode="lines", line=dict(dash="dot", color="#555", shape="hv")),
+        ]
+        layout["barmode"] = "overlay"
     else:
-        for run, df, color in runs:
-            fig.add_scatter(x=df["round"], y=df["accepted"], name=run, mode="lines+markers", line=dict(color=color))
-    fig.update_layout(title="accepted drafts per round", yaxis_title="tokens", **LAYOUT)
-    _round_axis(fig, rounds)
-    return fig
+        traces = [dict(type="scatter", x=df["round"], y=df["accepted"], name=run, mode="lines+markers", line=dict(color=color)) for run, df, color in runs]
+    return _figure(traces, layout)
 
 
 def alpha_figure(rounds: pd.DataFrame) -> go.Figure:
     """Running alpha = E[Σ min(p_target, q_draft)] (Leviathan) beside running accepted / drafted."""
-    fig = go.Figure()
-    for run, df, color in _runs(rounds):
-        fig.add_scatter(x=df["round"], y=df["alpha"], name=f"α = E[Σ min(p,q)] · {run}", mode="lines+markers", line=dict(color=color))
-        fig.add_scatter(x=df["round"], y=df["acceptance_rate"], name=f"accepted/drafted · {run}", mode="lines", line=dict(color=color, dash="dash"))
-    fig.update_layout(title="running α and acceptance rate", yaxis=dict(range=[0, 1.05]), **LAYOUT)
-    _round_axis(fig, rounds)
-    return fig
+    traces = _measured_and_theory(rounds, "alpha", "acceptance_rate", ("α = E[Σ min(p,q)]", "accepted/drafted"), theory_dash="dash")
+    return _figure(traces, dict(**_title("running α and acceptance rate"), yaxis=dict(range=[0, 1.05]), xaxis=_round_axis(rounds)))
 
 
 def tokens_per_pass_figure(rounds: pd.DataFrame) -> go.Figure:
     """Running tokens per target pass against (1 − α^(k+1))/(1 − α) at the running α."""
-    fig = go.Figure()
-    for run, df, color in _runs(rounds):
-        fig.add_scatter(x=df["round"], y=df["tokens_per_pass"], name=f"measured · {run}", mode="lines+markers", line=dict(color=color))
-        fig.add_scatter(x=df["round"], y=df["theory_tokens_per_pass"], name=f"(1−α^(k+1))/(1−α) · {run}", mode="lines", line=dict(color=color, dash="dot"))
-    fig.add_hline(y=1.0, line=dict(color=BASELINE_COLOR, width=1), annotation_text="plain decoding", annotation_position="bottom right")
-    fig.update_layout(title="tokens per target pass", yaxis=dict(rangemode="tozero"), **LAYOUT)
-    _round_axis(fig, rounds)
-    return fig
+    traces = _measured_and_theory(rounds, "tokens_per_pass", "theory_tokens_per_pass", ("measured", "(1−α^(k+1))/(1−α)"))
+    layout = dict(**_title("tokens per target pass"), yaxis=dict(rangemode="tozero"), xaxis=_round_axis(rounds), **_hline(1.0, "plain decoding"))
+    return _figure(traces, layout)
 
 
 def speedup_figure(rounds: pd.DataFrame) -> go.Figure:
     """Measured wall-clock speedup over plain decoding against Leviathan's prediction with c measured."""
-    fig = go.Figure()
-    for run, df, color in _runs(rounds):
-        fig.add_scatter(x=df["round"], y=df["speedup"], name=f"measured · {run}", mode="lines+markers", line=dict(color=color))
-        fig.add_scatter(x=df["round"], y=df["predicted_speedup"], name=f"predicted (1−α^(k+1))/((1−α)(1+kc)) · {run}", mode="lines", line=dict(color=color, dash="dot"))
-    fig.add_hline(y=1.0, line=dict(color=BASELINE_COLOR, width=1), annotation_text="break-even", annotation_position="bottom right")
-    fig.update_layout(title="speedup (wall clock)", yaxis=dict(rangemode="tozero"), **LAYOUT)
-    _round_axis(fig, rounds)
-    return fig
+    traces = _measured_and_theory(rounds, "speedup", "predicted_speedup", ("measured", "predicted (1−α^(k+1))/((1−α)(1+kc))"))
+    layout = dict(**_title("speedup (wall clock)"), yaxis=dict(rangemode="tozero"), xaxis=_round_axis(rounds), **_hline(1.0, "break-even"))
+    return _figure(traces, layout)
 
 
 def latency_figure(latency: pd.DataFrame) -> go.Figure:
     """Histogram of the gap before each token: speculative bursts (many ~0 ms gaps, some long) vs an even cadence."""
-    fig = go.Figure()
-    for run, df, color in _runs(latency):
-        fig.add_histogram(x=df["gap_ms"], name=run, marker_color=color, opacity=0.65, nbinsx=30)
-    fig.update_layout(title="inter-token latency", barmode="overlay", xaxis_title="gap before a token (ms)", yaxis_title="tokens", **LAYOUT)
-    return fig
+    traces = [dict(type="histogram", x=df["gap_ms"], name=run, marker_color=color, opacity=0.65, nbinsx=30) for run, df, color in _runs(latency)]
+    layout = dict(**_title("inter-token latency"), barmode="overlay", xaxis=dict(title=dict(text="gap before a token (ms)")), yaxis=dict(title=dict(text="tokens")))
+    return _figure(traces, layout)
 
 
 def progress_figure(progress: pd.DataFrame) -> go.Figure:
     """Tokens committed against decode time, one line per run: the steeper line is the faster decoder."""
-    fig = go.Figure()
-    for run, df, color in _runs(progress):
-        fig.add_scatter(x=df["decode_ms"] / 1000.0, y=df["tokens"], name=run, mode="lines", line=dict(color=color, shape="hv"))
-    fig.update_layout(title="tokens over decode time", xaxis_title="decode time (s, prefill excluded)", yaxis_title="tokens committed", **LAYOUT)
-    return fig
+    traces = [
+        dict(type="scatter", x=df["decode_ms"] / 1000.0, y=df["tokens"], name=run, mode="lines", line=dict(color=color, shape="hv"))
+        for run, df, color in _runs(progress)
+    ]
+    layout = dict(**_title("tokens over decode time"), xaxis=dict(title=dict(text="decode time (s, prefill excluded)")), yaxis=dict(title=dict(text="tokens committed")))
+    return _figure(traces, layout)
