@@ -220,6 +220,20 @@ def test_inspector_figure_marks_tokens_and_escapes_labels(model_run):
     assert "drafted" in notes and "resampled" in notes
     gauge = fig.data[-1]
     assert gauge.y[0] == pytest.approx(record.uniforms[pos])
+    assert (gauge.xaxis, gauge.yaxis) == ("x2", "y2")  # the gauge sits in its own narrow column at the right
+    assert fig.layout.xaxis.domain[1] < fig.layout.xaxis2.domain[0]
+    assert "rejected" in fig.layout.yaxis2.title.text
+
+
+def test_reference_lines_and_titles_are_drawn(model_run, baseline_run):
+    rounds = rounds_frame(model_run.records, "model", baseline_run.records)
+    for fig, label in ((figures.tokens_per_pass_figure(rounds), "plain decoding"), (figures.speedup_figure(rounds), "break-even")):
+        (line,) = fig.layout.shapes
+        assert (line.type, line.y0, line.y1, line.xref) == ("line", 1.0, 1.0, "x domain")
+        assert [a.text for a in fig.layout.annotations] == [label]
+        assert fig.layout.xaxis.title.text == "round" and fig.layout.xaxis.dtick >= 1
+    assert figures.alpha_figure(rounds).layout.title.text == "running α and acceptance rate"
+    assert figures.accepted_figure(rounds).layout.barmode == "overlay"
 
 
 def test_viz_never_imports_streamlit():
