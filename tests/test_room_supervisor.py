@@ -80,14 +80,15 @@ def test_a_missing_haproxy_is_a_clear_message_and_starts_nothing(tmp_path):
     assert "Traceback" not in out.stderr and not (tmp_path / "s.json").exists()
 
 
-def _wait(predicate, timeout: float, what: str, log: Path):
+def wait_or_fail(predicate, timeout: float, what: str, log: Path):
+    """predicate()'s first true value within timeout, else fail with the end of the log (the room tests share it)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         value = predicate()
         if value:
             return value
         time.sleep(0.25)
-    pytest.fail(f"timed out waiting for {what}:\n{log.read_text(errors='replace')[-3000:]}")
+    pytest.fail(f"timed out waiting for {what}:\n{log.read_text(errors='replace')[-4000:]}")
 
 
 def _status(path: Path) -> dict | None:
@@ -123,15 +124,15 @@ def test_a_room_supervises_its_replicas_and_stops_everything(tmp_path):
         room = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT)
     pids: list[int] = []
     try:
-        status = _wait(lambda: _status(status_file), 60, "the status file", log)
+        status = wait_or_fail(lambda: _status(status_file), 60, "the status file", log)
         assert status["url"] == f"http://127.0.0.1:{port}" and [r["id"] for r in status["replicas"]] == ["r1", "r2"]
         pids = [status["balancer_pid"], *(r["pid"] for r in status["replicas"])]
         # one request per try (the check and the answer from the same response); while the replicas start, an answer
         # can come back without the cookie, so the try repeats until a healthy replica answers through the balancer
-        code, cookie = _wait(lambda: h if (h := _health(status["url"]))[0] == 200 and "SERVERID=r" in h[1] else None, 90, "health through the balancer", log)
+        code, cookie = wait_or_fail(lambda: h if (h := _health(status["url"]))[0] == 200 and "SERVERID=r" in h[1] else None, 90, "health through the balancer", log)
         assert "SERVERID=r" in cookie  # the stickiness cookie
         os.kill(status["replicas"][0]["pid"], signal.SIGKILL)
-        new = _wait(lambda: (s := _status(status_file)) and s["replicas"][0]["pid"] not in (None, status["replicas"][0]["pid"]) and s, 60, "a restart", log)
+        new = wait_or_fail(lambda: (s := _status(status_file)) and s["replicas"][0]["pid"] not in (None, status["replicas"][0]["pid"]) and s, 60, "a restart", log)
         pids.append(new["replicas"][0]["pid"])
         assert new["replicas"][1] == status["replicas"][1] and new["replicas"][0]["port"] == status["replicas"][0]["port"]
         text = log.read_text(errors="replace")
@@ -142,4 +143,4 @@ def test_a_room_supervises_its_replicas_and_stops_everything(tmp_path):
     assert room.returncode == 0
     assert not status_file.exists()
     for pid in pids:
-        _wait(lambda pid=pid: not _alive(pid), 10, f"pid {pid} to end", log)
+        wait_or_fail(lambda pid=pid: not _alive(pid), 10, f"pid {pid} to end", log)

@@ -10,7 +10,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from urllib.parse import parse_qs, urlencode, urlparse
@@ -20,6 +19,7 @@ import pytest
 from specviz.workshop.saved_runs import RunStore
 from tests.browser.conftest import REPO, _free_port, _healthy
 from tests.browser.st_browser import click_button, exceptions, main_text, metric_value, stream_text, wait, wait_idle
+from tests.test_room_supervisor import wait_or_fail
 
 STEP_TIMEOUT_S = 180
 PROMPT = "the quick brown fox jumps over the lazy dog the quick brown fox"
@@ -34,16 +34,6 @@ def _status(path: Path) -> dict | None:
         return None
 
 
-def _until(predicate, timeout: float, what: str, log: Path):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.25)
-    pytest.fail(f"timed out waiting for {what}:\n{log.read_text(errors='replace')[-4000:]}")
-
-
 def _all_up(status_file: Path, log: Path, old_pids: set[int] = frozenset()) -> dict:
     """The status once every replica runs (with a pid not in old_pids) and answers its health check."""
 
@@ -53,7 +43,7 @@ def _all_up(status_file: Path, log: Path, old_pids: set[int] = frozenset()) -> d
             return None
         return s if all(_healthy(f"http://127.0.0.1:{r['port']}") for r in s["replicas"]) and _healthy(s["url"]) else None
 
-    return _until(ready, 120, "every replica up", log)
+    return wait_or_fail(ready, 120, "every replica up", log)
 
 
 @contextlib.contextmanager
@@ -112,7 +102,7 @@ def test_a_run_survives_every_replica_being_killed(make_driver, tmp_path, tiny_d
         open_url(driver, url)
         step(driver, 0)
         step(driver, 1)
-        token = _until(lambda: run_token(driver), 30, "the run token in the URL", log)
+        token = wait_or_fail(lambda: run_token(driver), 30, "the run token in the URL", log)
         assert "Served by replica r" in driver.find_element("css selector", '[data-testid="stSidebar"]').text
         saved_url = driver.current_url
 
