@@ -185,11 +185,12 @@ def _chain_step_to_json(r) -> dict:
     }
 
 
-def stats_to_json(s, records=()) -> dict:
-    """RunStats plus the metrics named as vLLM names them (specviz.core.metrics); the same alpha every view shows."""
+def stats_to_json(s, records=(), baseline=()) -> dict:
+    """RunStats plus the metrics named as vLLM names them (specviz.core.metrics); the same alpha every view shows.
+    With plain decoding's records (--check-baseline) also the measured speedup, as the step-through page computes it."""
     from specviz.core.metrics import run_metrics
 
-    m = run_metrics(records).to_json()
+    m = run_metrics(records, baseline).to_json()
     return {
         "new_tokens": s.new_tokens,
         "target_passes": s.target_passes,
@@ -203,6 +204,7 @@ def stats_to_json(s, records=()) -> dict:
         "mean_acceptance_length": m["mean_acceptance_length"],  # vLLM: 1 + accepted per drafting round
         "drafting_rounds": m["drafting_rounds"],
         "position_acceptance": m["position_acceptance"],  # per draft position: reached, accepted, rate (conditional), unconditional (vLLM)
+        **({"speedup": m["speedup"], "speedup_disturbed": m["speedup_disturbed"]} if baseline else {}),
     }
 
 
@@ -242,14 +244,14 @@ def cmd_generate(args: argparse.Namespace) -> int:
         decoder.run()
         difference = None
         if check is not None:
-            difference = first_divergence(decoder.generated, emitted_margins(decoder.records), *check)
+            difference = first_divergence(decoder.generated, emitted_margins(decoder.records), check[0], check[1])
         if args.json:
             sample = {
                 "seed": decoder.config.seed,
                 "output_ids": decoder.generated,
                 "text": target.tokenizer.decode(decoder.generated, skip_special_tokens=True),
                 "steps": [step_to_json(r) for r in decoder.records],
-                "stats": stats_to_json(decoder.stats(), decoder.records),
+                "stats": stats_to_json(decoder.stats(), decoder.records, check[2] if check else ()),
             }
             if check is not None:
                 sample["same_as_baseline"] = difference is None
@@ -338,18 +340,21 @@ def cmd_replay(args: argparse.Namespace) -> int:
     return 0
 
 
-def _baseline_for_check(args: argparse.Namespace, config: RunConfig, target, prompt_ids: list[int]) -> tuple[list[int], list[float]] | None:
-    """--check-baseline: plain greedy decoding's output ids and top-2 margins, kept (the decoder is not)."""
+def _baseline_for_check(args: argparse.Namespace, config: RunConfig, target, prompt_ids: list[int]) -> tuple[list[int], list[float], list] | None:
+    """--check-baseline: plain greedy decoding's output ids, top-2 margins and records (for the measured speedup),
+    kept (the decoder is not)."""
     if not args.check_baseline:
         return None
     from specviz.runs import build_decoder
 
     plain = build_decoder(config, target, prompt_ids, seed=config.seed, baseline=True)
     plain.run()
-    return plain.generated, emitted_margins(plain.records)
+    return plain.generated, emitted_margins(plain.records), plain.records
 
 
 def _print_sample(args, config: RunConfig, target, prompt_ids: list[int], d, check, difference) -> None:
+    from specviz.core.metrics import run_metrics
+
     tty = sys.stdout.isatty()
     if tty:
         print(_coloured(target.tokenizer, prompt_ids, d.records))
@@ -361,7 +366,8 @@ def _print_sample(args, config: RunConfig, target, prompt_ids: list[int], d, che
     mode = "baseline" if args.baseline else config.drafter
     same = ""
     if check is not None:
-        same = "; same as plain greedy" if difference is None else (
+        same = f"; measured speedup {_fmt_speedup(run_metrics(d.records, check[2]))} against plain decoding"
+        same += "; same as plain greedy" if difference is None else (
             f"; differs from plain greedy at new token {difference.position} (top-2 logit margin {_fmt_margin(difference.margin)} here, "
             f"{_fmt_margin(difference.baseline_margin)} in the baseline)"
         )
@@ -370,6 +376,12 @@ def _print_sample(args, config: RunConfig, target, prompt_ids: list[int], d, che
         f"{s.tokens_per_target_pass:.2f} tokens/target pass; accepted/drafted {acc}; alpha (E[sum min(p,q)]) {alpha}{same}",
         file=sys.stderr if tty else sys.stdout,
     )
+
+
+def _fmt_speedup(m) -> str:
+    if m.speedup_disturbed:
+        return "disturbed (above the tokens per target pass)"
+    return "n/a" if m.speedup is None else f"{m.speedup:.2f}x"
 
 
 def _fmt_margin(margin: float | None) -> str:

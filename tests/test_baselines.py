@@ -13,6 +13,7 @@ from streamlit.testing.v1 import AppTest
 from specviz.config import RunConfig
 from specviz.models import encode_prompt
 from specviz.runs import build_decoder
+from specviz.viz.metrics import DISTURBED
 from specviz.workshop.baselines import BaselineWorker, reset_baselines
 from specviz.workshop.serving import ModelQueue
 
@@ -122,4 +123,6 @@ def test_a_step_does_not_wait_for_a_slow_baseline(monkeypatch, smollm):
     assert next(m.value for m in at.metric if m.label == "speedup (wall clock)") == "measuring…"
     assert session.baseline.wait_for(run_tokens, timeout_s=120)
     at.run()
-    assert next(m.value for m in at.metric if m.label == "speedup (wall clock)").endswith("×")  # measured, not guessed
+    shown = next(m.value for m in at.metric if m.label == "speedup (wall clock)")
+    # measured, not guessed: a number, or (on a machine busy with other processes) the word that says it is no result
+    assert shown.endswith("×") or shown == DISTURBED, shown

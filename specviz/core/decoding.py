@@ -25,7 +25,7 @@ from specviz.core.tree_round import draft_tree, keep_path, verify_tree
 from specviz.core.verify import EmitFate, decide, next_fate, one_hot_q
 from specviz.core.verify import draft_fates as draft_fates_of
 
-__all__ = ["CachedLM", "DecodeConfig", "Drafter", "SpeculativeDecoder", "common_prefix_len", "extend_last", "next_k"]
+__all__ = ["CachedLM", "Checkpoint", "DecodeConfig", "Drafter", "SpeculativeDecoder", "common_prefix_len", "extend_last", "next_k"]
 
 MAX_DRAFT_TOKENS = 16
 logger = logging.getLogger(__name__)
@@ -86,6 +86,18 @@ def tree_ready(target: CachedLM, drafter: Drafter) -> bool:
         logger.warning("%s", problem)
         return False
     return True
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    """Where a run stood between two rounds (SpeculativeDecoder.checkpoint), to take the next round again."""
+
+    num_tokens: int  # prompt + committed
+    num_records: int
+    finished: bool
+    k: int
+    rng_state: torch.Tensor  # the rule's generator
+    draft_rng_state: torch.Tensor
 
 
 def _sync(device: torch.device) -> None:
@@ -162,6 +174,26 @@ class SpeculativeDecoder:
         self.records.append(record)
         self.k = next_k(self.k, record.num_drafted, record.num_accepted, self.config)
         return record
+
+    def checkpoint(self) -> Checkpoint:
+        """The run as it stands, generators included, for restore(): plain decoding whose step a rerun disturbed
+        takes it again (specviz.workshop.baselines), the same tokens from the same draws."""
+        return Checkpoint(
+            len(self.tokens), len(self.records), self.finished, self.k, self.generator.get_state(), self.draft_generator.get_state()
+        )
+
+    def restore(self, checkpoint: Checkpoint) -> None:
+        """Back to checkpoint: the tokens, records and draws after it are forgotten, the target's cache cropped.
+        The drafter is told the shorter commit; one that learns from committed text (the n-gram model) would keep
+        what it learned, so this is for drafters that keep nothing of it (plain decoding, prompt lookup, a model)."""
+        del self.tokens[checkpoint.num_tokens :]
+        del self.records[checkpoint.num_records :]
+        self.finished, self.k = checkpoint.finished, checkpoint.k
+        self.generator.set_state(checkpoint.rng_state)
+        if self.draft_generator is not self.generator:
+            self.draft_generator.set_state(checkpoint.draft_rng_state)
+        self.target.crop(min(len(self.target.tokens), len(self.tokens) - 1))
+        self.drafter.rollback(self.tokens)
 
     def draft(self, k: int) -> Drafted:
         """1. Up to k drafted tokens (a chain, or a tree of at most k nodes) and the drafter's q_draft when it

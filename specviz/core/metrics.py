@@ -15,7 +15,9 @@ agree. Here all of them come from the same StepRecords:
   depth i-1 and a node at depth i was tried. Under Leviathan's independence assumption it equals alpha at every i.
   vLLM's "Per-position acceptance rate" is unconditional (accepted at i / drafting rounds), the product
   of the conditional rates up to i.
-* measured speedup: plain decoding's decode time for as many tokens / this run's decode time.
+* measured speedup: plain decoding's decode time for as many tokens / this run's decode time. It can never exceed
+  tokens per target pass: each round is one target pass over k+1 tokens, which costs at least a 1-token pass. A
+  measured speedup above it means a clock was disturbed (speedup_disturbed), and it is not reported as a result.
 """
 
 from __future__ import annotations
@@ -105,7 +107,8 @@ class RunMetrics:
     mean_acceptance_length: float | None
     tokens_per_target_pass: float | None
     position_acceptance: tuple[PositionAcceptance, ...]
-    speedup: float | None
+    speedup: float | None  # None where undefined or disturbed
+    speedup_disturbed: bool = False  # measured above tokens per target pass: a clock was disturbed, no result
 
     def to_json(self) -> dict:
         return {
@@ -119,6 +122,7 @@ class RunMetrics:
                 for p in self.position_acceptance
             ],
             "speedup": self.speedup,
+            "speedup_disturbed": self.speedup_disturbed,
         }
 
 
@@ -187,12 +191,30 @@ def measured_speedup(records: Sequence[StepRecord], baseline: Sequence[StepRecor
     return base_ms / ms
 
 
+def speedup_disturbed(speedup: float | None, tokens_per_pass: float | None) -> bool:
+    """True when a measured speedup is above the tokens per target pass, which no real one can be (a round costs at
+    least one plain pass): one of the two clocks was disturbed (contention, a slow baseline), so it is no result."""
+    return speedup is not None and tokens_per_pass is not None and speedup > tokens_per_pass * (1.0 + 1e-9)  # float sums
+
+
+def disturbance_note(speedup: float, tokens_per_pass: float, baseline_ms_per_token: float, run_ms_per_pass: float) -> str:
+    """Why a speedup is not shown, for the log and the page's small print."""
+    return (
+        f"measured speedup {speedup:.2f}× is above the {tokens_per_pass:.2f} tokens per target pass, which no speedup can "
+        f"exceed: plain decoding was timed at {baseline_ms_per_token:.1f} ms per token and this run at {run_ms_per_pass:.1f} ms "
+        "per target pass, so one of the two clocks was disturbed (other work on the cores)."
+    )
+
+
 def run_metrics(records: Sequence[StepRecord], baseline: Sequence[StepRecord] = ()) -> RunMetrics:
     """All the metrics of one run from its records (and, for the speedup, plain decoding's records)."""
     new_tokens = sum(len(r.emitted) for r in records)
     drafted = sum(r.num_drafted for r in records)
     accepted = sum(r.num_accepted for r in records)
     drafting = sum(r.num_drafted > 0 for r in records)
+    tokens_per_pass = new_tokens / len(records) if records else None
+    speedup = measured_speedup(records, baseline) if baseline else None
+    disturbed = speedup_disturbed(speedup, tokens_per_pass)
     return RunMetrics(
         rounds=len(records),
         drafting_rounds=drafting,
@@ -202,9 +224,10 @@ def run_metrics(records: Sequence[StepRecord], baseline: Sequence[StepRecord] = 
         alpha=alpha_of(records),
         acceptance_rate=accepted / drafted if drafted else None,
         mean_acceptance_length=1.0 + accepted / drafting if drafting else None,
-        tokens_per_target_pass=new_tokens / len(records) if records else None,
+        tokens_per_target_pass=tokens_per_pass,
         position_acceptance=position_acceptance(records),
-        speedup=measured_speedup(records, baseline) if baseline else None,
+        speedup=None if disturbed else speedup,
+        speedup_disturbed=disturbed,
     )
 
 

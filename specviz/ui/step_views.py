@@ -6,6 +6,7 @@ replayed recording (specviz.ui.replay.ReplaySession) draw the same way: see View
 
 from __future__ import annotations
 
+import logging
 import math
 from collections.abc import Sequence
 from typing import Protocol
@@ -15,6 +16,7 @@ import streamlit as st
 
 from specviz.config import RunConfig
 from specviz.core.divergence import Divergence, emitted_margins, first_divergence
+from specviz.core.metrics import disturbance_note
 from specviz.core.records import StepRecord
 from specviz.core.theory import speedup as theory_speedup
 from specviz.ui.memo import baseline_state, memo, round_key
@@ -35,6 +37,9 @@ from specviz.viz import (
 )
 from specviz.viz.figures import BASELINE_RUN
 from specviz.viz.markdown import md_code, md_text
+from specviz.viz.metrics import DISTURBED
+
+log = logging.getLogger(__name__)
 
 
 class ViewRun(Protocol):
@@ -111,9 +116,22 @@ def measuring(session: ViewSource, run: ViewRun) -> bool:
     return session.baseline.error is None and not session.baseline.covers(num_generated(run))
 
 
+def disturbance(df: pd.DataFrame) -> str | None:
+    """Why the run's last measured speedup is no result (it is above the tokens per pass), or None."""
+    if not len(df) or not bool(df["speedup_disturbed"].iloc[-1]):
+        return None
+    last = df.iloc[-1]
+    measured = float(last["baseline_ms"]) / float(last["decode_ms"])
+    return disturbance_note(measured, float(last["tokens_per_pass"]), float(last["baseline_ms"]) / float(last["tokens"]), float(last["decode_ms"]) / float(last["passes"]))
+
+
 def speedup_text(session: ViewSource, run: ViewRun, df: pd.DataFrame) -> str:
     if measuring(session, run):
         return MEASURING
+    note = disturbance(df)
+    if note is not None:
+        memo(session, f"disturbed:{run.label}", (len(df),), lambda: log.warning("%s: %s", run.label, note))  # logged once per round
+        return DISTURBED
     return _fmt(_last(df, "speedup"), ".2f", "×")
 
 
@@ -332,6 +350,8 @@ def speedup_note(session: ViewSource, runs: list[ViewRun]) -> str:
     notes = []
     for run in runs:
         df = run_frame(session, run)
+        if (note := disturbance(df)) is not None and not measuring(session, run):
+            notes.append(f"{md_text(run.label)}: no measured speedup, {md_text(note)}")
         v = verify_cost_ratio(run.records, session.baseline.records)
         alpha, c = _last(df, "alpha"), _last(df, "c")
         if v is None or alpha is None or math.isnan(alpha):

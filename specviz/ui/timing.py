@@ -20,6 +20,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 
+from specviz.workshop.foreground import foreground
+
 LOGGER_NAME = "specviz.timing"
 log = logging.getLogger(LOGGER_NAME)
 _local = threading.local()  # one rerun at a time per script thread
@@ -79,7 +81,8 @@ def _session_id() -> str:
 @contextmanager
 def rerun(page: str, fragment: bool = False) -> Iterator[RerunTiming]:
     """Time this rerun and log one line at its end (however it ends: st.rerun and st.stop raise). Nested calls (a
-    fragment drawn inside a full run) share the outer rerun's line."""
+    fragment drawn inside a full run) share the outer rerun's line. While it runs, background work in this process
+    (the baselines) waits: specviz.workshop.foreground."""
     outer = getattr(_local, "timing", None)
     if outer is not None:
         yield outer
@@ -88,7 +91,8 @@ def rerun(page: str, fragment: bool = False) -> Iterator[RerunTiming]:
     timing = RerunTiming(page, fragment, time.perf_counter())
     _local.timing = timing
     try:
-        yield timing
+        with foreground().busy():
+            yield timing
     finally:
         _local.timing = None
         log.info(timing.line(_session_id()))

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from specviz.core.metrics import speedup_disturbed
 from specviz.core.records import StepRecord
 from specviz.core.theory import expected_tokens, speedup
 from specviz.viz.tokens import visible_plain
@@ -76,11 +77,15 @@ def rounds_frame(records: Sequence[StepRecord], run: str = "speculative", baseli
         df["c"] = np.nan
         df["baseline_ms"] = np.nan
         df["speedup"] = np.nan
+        df["speedup_disturbed"] = False
         df["predicted_speedup"] = np.nan
         return df
     df["c"] = (draft_ms_per_token / base.ms_per_token).fillna(0.0)
     df["baseline_ms"] = [base.time_for(int(n)) for n in df["tokens"]]
-    df["speedup"] = df["baseline_ms"] / df["decode_ms"]
+    measured = df["baseline_ms"] / df["decode_ms"]
+    # above the tokens per pass is impossible: a disturbed clock, shown as such and never as a result
+    df["speedup_disturbed"] = [speedup_disturbed(s, t) for s, t in zip(measured, df["tokens_per_pass"])]
+    df["speedup"] = measured.where(~df["speedup_disturbed"].astype(bool))
     df["predicted_speedup"] = [speedup(a, k, c) if pd.notna(a) else np.nan for a, k, c in zip(df["alpha"], df["k_mean"], df["c"])]
     return df
 

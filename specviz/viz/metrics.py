@@ -25,6 +25,9 @@ def _fmt(x: float | None, spec: str = ".3f") -> str:
     return "–" if x is None or (isinstance(x, float) and np.isnan(x)) else f"{x:{spec}}"
 
 
+DISTURBED = "disturbed"  # a measured speedup above the tokens per pass: no result (specviz.core.metrics.speedup_disturbed)
+
+
 def _positions_text(m: RunMetrics, limit: int = 6) -> str:
     parts = [f"{p.position}: {_fmt(p.rate, '.2f')} (n={p.reached})" for p in m.position_acceptance[:limit]]
     more = len(m.position_acceptance) - limit
@@ -39,7 +42,7 @@ def metric_values(m: RunMetrics) -> dict[str, str]:
         "mean_acceptance_length": _fmt(m.mean_acceptance_length) + (f" ({m.drafting_rounds} drafting rounds)" if m.drafting_rounds else ""),
         "tokens_per_target_pass": _fmt(m.tokens_per_target_pass) + (f" ({m.new_tokens}/{m.rounds})" if m.rounds else ""),
         "position_acceptance": _positions_text(m),
-        "speedup": _fmt(m.speedup, ".2f") + ("×" if m.speedup is not None else ""),
+        "speedup": DISTURBED if m.speedup_disturbed else _fmt(m.speedup, ".2f") + ("×" if m.speedup is not None else ""),
     }
 
 
