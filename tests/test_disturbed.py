@@ -7,6 +7,7 @@ from __future__ import annotations
 import itertools
 import threading
 import time
+from dataclasses import replace
 
 import pytest
 
@@ -20,7 +21,7 @@ from specviz.models import encode_prompt
 from specviz.runs import build_decoder
 from specviz.viz.frames import rounds_frame
 from specviz.viz.metrics import DISTURBED, metric_values
-from specviz.workshop.baselines import BaselineWorker
+from specviz.workshop.baselines import BaselineWorker, _outlier
 from specviz.workshop.foreground import Foreground
 from specviz.workshop.serving import ModelQueue
 from tests.toys import RepeatLM, TableLM
@@ -101,7 +102,7 @@ def _plain_job(tiny_models, max_new: int = 8):
 
 def test_background_baseline_makes_no_progress_while_a_step_is_in_flight(tiny_models):
     _, _, _, make = _plain_job(tiny_models)
-    busy = Foreground()
+    busy = Foreground(settle_s=0.0)
     worker = BaselineWorker(busy=busy)
     with busy.busy():  # a Step (its round, then its drawing) in flight in this process
         run = worker.request(("k",), make, ModelQueue("tiny"), 8)
@@ -116,7 +117,7 @@ def test_a_plain_step_that_a_rerun_overlapped_is_taken_again(tiny_models):
     kept is still plain decoding's own output (sampled: the generator is restored with the cache)."""
     _, config, ids, make = _plain_job(tiny_models, max_new=16)
     target = tiny_models["llama"]
-    busy = Foreground()
+    busy = Foreground(settle_s=0.0)
     worker = BaselineWorker(busy=busy)
     run = worker.request(("k",), make, ModelQueue("tiny"), 16)
     stop = threading.Event()
@@ -139,3 +140,27 @@ def test_a_plain_step_that_a_rerun_overlapped_is_taken_again(tiny_models):
     plain.run()
     assert run.generated == plain.generated
     assert worker.disturbed > 0  # the overlap was seen (and the step taken again), not timed
+
+
+def test_background_work_waits_for_the_browser_to_draw_the_last_rerun():
+    now = [100.0]
+    busy = Foreground(settle_s=0.5, clock=lambda: now[0])
+    assert busy.wait_idle() == 0  # nothing ran yet: idle at once
+    with busy.busy():
+        pass
+    waiter = threading.Thread(target=busy.wait_idle, kwargs={"poll_s": 0.01})
+    waiter.start()
+    time.sleep(0.1)
+    assert waiter.is_alive()  # the rerun ended 0 s ago (fake clock): its page may still be drawing
+    now[0] += 0.6
+    waiter.join(2)
+    assert not waiter.is_alive()
+
+
+def test_a_plain_step_far_slower_than_its_neighbours_is_an_outlier():
+    def plain(ms: float):
+        return replace(runs(1.0)[1][0], round_ms=ms)
+
+    steady = tuple(plain(ms) for ms in (20.0, 21.0, 22.0, 20.5))
+    assert _outlier(plain(40.0), steady) and not _outlier(plain(25.0), steady)
+    assert not _outlier(plain(400.0), steady[:2])  # too few steps to judge

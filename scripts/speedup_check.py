@@ -1,0 +1,125 @@
+"""Is the step-through page's measured speedup the real one? The page's number after N Steps beside the command line's
+for the same run, and the bound no speedup can pass (tokens per target pass).
+
+    python scripts/speedup_check.py                 # starts its own server (local mode, the defaults), one headless Chromium
+    python scripts/speedup_check.py --steps 8 --cli-repeats 3 --json
+
+It presses Step --steps times with the default settings (the first example prompt, the n-gram drafter, greedy), waits
+until the background baseline has caught up (the metric no longer says "measuring…"), and reads the page's speedup and
+tokens per target pass. Then `python -m specviz generate --check-baseline --json` decodes the same prompt, greedy, to
+the same number of tokens, --cli-repeats times in fresh processes (plain decoding, then speculative, timed alone), and
+the script prints the page's speedup against the median of the command line's. Run it on a quiet machine: it prints
+the load average before and after and the CPU. Needs Debian's chromium and chromium-driver.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from selenium.webdriver.common.by import By  # noqa: E402
+
+from scripts.load_test import new_driver, start_server, stop_server  # noqa: E402
+from scripts.step_latency import one_step  # noqa: E402
+from specviz.ui.prompts import load_examples  # noqa: E402
+from tests.browser.st_browser import metric_value, open_page, wait_idle  # noqa: E402
+
+MEASURING = "measuring…"
+
+
+def cpu_name() -> str:
+    try:
+        out = subprocess.run(["lscpu"], capture_output=True, text=True, check=False).stdout
+        return next((line.split(":", 1)[1].strip() for line in out.splitlines() if line.startswith("Model name")), platform.processor())
+    except OSError:
+        return platform.processor()
+
+
+def speedup_shown(driver) -> str | None:
+    """The speedup metric's value, whatever the label's small print ("speedup", "speedup (wall clock)")."""
+    return next((v for label in ("speedup", "speedup (wall clock)") if (v := metric_value(driver, label)) is not None), None)
+
+
+def page_speedup(steps: int, timeout_s: float) -> dict:
+    """Step the page `steps` times; once the baseline covers the run, its speedup, tokens per pass and tokens."""
+    log_path = Path(os.environ.get("TMPDIR", "/tmp")) / f"specviz_speedup_check_{os.getpid()}.log"
+    proc, url = start_server("local", log_path)
+    driver = new_driver()
+    try:
+        open_page(driver, url, timeout=300)
+        for n in range(steps):
+            one_step(driver, n)
+        deadline = time.monotonic() + timeout_s
+        while (shown := speedup_shown(driver)) in (MEASURING, None, ""):
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"the baseline did not catch up within {timeout_s:.0f} s")
+            time.sleep(2.0)  # the page redraws on a rerun: toggle the inspector's follow switch off and on (no model time)
+            for _ in range(2):
+                driver.find_element(By.CSS_SELECTOR, ".st-key-inspect_follow label").click()
+                wait_idle(driver, 60, settle=0.3)
+        tokens = int(metric_value(driver, "tokens").split("/")[0])
+        return {"shown": shown, "tokens_per_pass": float(metric_value(driver, "tokens / target pass")), "tokens": tokens}
+    finally:
+        driver.quit()
+        stop_server(proc)
+
+
+def cli_speedup(prompt: str, tokens: int) -> dict:
+    cmd = [sys.executable, "-m", "specviz", "generate", "--prompt", prompt, "--max-new-tokens", str(tokens), "--check-baseline", "--json"]
+    out = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, check=True, env={**os.environ, "HF_HUB_OFFLINE": "1"}).stdout
+    stats = json.loads(out)["samples"][0]["stats"]
+    sample = json.loads(out)["samples"][0]
+    return {"speedup": stats["speedup"], "disturbed": stats["speedup_disturbed"], "tokens_per_pass": stats["tokens_per_target_pass"], "same": sample["same_as_baseline"]}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--steps", type=int, default=8)
+    parser.add_argument("--cli-repeats", type=int, default=3)
+    parser.add_argument("--timeout-s", type=float, default=180.0, help="how long to wait for the baseline to catch up")
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args(argv)
+    load_before = os.getloadavg()
+    page = page_speedup(args.steps, args.timeout_s)
+    prompt = load_examples()[0].prompt  # the page's default prompt
+    cli = [cli_speedup(prompt, page["tokens"]) for _ in range(args.cli_repeats)]
+    measured = [c["speedup"] for c in cli if c["speedup"] is not None]
+    cli_median = statistics.median(measured) if measured else None
+    shown = float(page["shown"].rstrip("×")) if page["shown"].endswith("×") else None
+    result = {
+        "cpu": cpu_name(),
+        "steps": args.steps,
+        "tokens": page["tokens"],
+        "page_speedup": page["shown"],
+        "page_tokens_per_pass": page["tokens_per_pass"],
+        "page_at_most_tokens_per_pass": shown is not None and shown <= page["tokens_per_pass"],
+        "cli_speedups": [round(c["speedup"], 3) if c["speedup"] is not None else "disturbed" for c in cli],
+        "cli_speedup_median": round(cli_median, 3) if cli_median is not None else None,
+        "cli_tokens_per_pass": cli[0]["tokens_per_pass"],
+        "cli_same_as_plain_greedy": all(c["same"] for c in cli),
+        "page_over_cli": round(shown / cli_median, 3) if shown is not None and cli_median else None,
+        "load_average_before": [round(x, 2) for x in load_before],
+        "load_average_after": [round(x, 2) for x in os.getloadavg()],
+    }
+    if args.json:
+        print(json.dumps(result))
+    else:
+        for key, value in result.items():
+            print(f"{key:30} {value}")
+    ok = result["page_at_most_tokens_per_pass"] and result["page_over_cli"] is not None and abs(result["page_over_cli"] - 1) <= 0.25
+    print("within the bound and within 25 % of the command line" if ok else "NOT within the bound and 25 % of the command line", file=sys.stderr)
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
