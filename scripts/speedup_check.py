@@ -21,20 +21,15 @@ import platform
 import statistics
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from selenium.webdriver.common.by import By  # noqa: E402
-
 from scripts.load_test import new_driver, start_server, stop_server  # noqa: E402
 from scripts.step_latency import one_step  # noqa: E402
 from specviz.ui.prompts import load_examples  # noqa: E402
-from tests.browser.st_browser import metric_value, open_page, wait_idle  # noqa: E402
-
-MEASURING = "measuring…"
+from tests.browser.st_browser import metric_value, open_page, wait_for_baseline  # noqa: E402
 
 
 def cpu_name() -> str:
@@ -43,11 +38,6 @@ def cpu_name() -> str:
         return next((line.split(":", 1)[1].strip() for line in out.splitlines() if line.startswith("Model name")), platform.processor())
     except OSError:
         return platform.processor()
-
-
-def speedup_shown(driver) -> str | None:
-    """The speedup metric's value, whatever the label's small print ("speedup", "speedup (wall clock)")."""
-    return next((v for label in ("speedup", "speedup (wall clock)") if (v := metric_value(driver, label)) is not None), None)
 
 
 def page_speedup(steps: int, timeout_s: float) -> dict:
@@ -59,14 +49,7 @@ def page_speedup(steps: int, timeout_s: float) -> dict:
         open_page(driver, url, timeout=300)
         for n in range(steps):
             one_step(driver, n)
-        deadline = time.monotonic() + timeout_s
-        while (shown := speedup_shown(driver)) in (MEASURING, None, ""):
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"the baseline did not catch up within {timeout_s:.0f} s")
-            time.sleep(2.0)  # the page redraws on a rerun: toggle the inspector's follow switch off and on (no model time)
-            for _ in range(2):
-                driver.find_element(By.CSS_SELECTOR, ".st-key-inspect_follow label").click()
-                wait_idle(driver, 60, settle=0.3)
+        shown = wait_for_baseline(driver, timeout_s)
         tokens = int(metric_value(driver, "tokens").split("/")[0])
         return {"shown": shown, "tokens_per_pass": float(metric_value(driver, "tokens / target pass")), "tokens": tokens}
     finally:

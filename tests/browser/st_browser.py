@@ -152,3 +152,26 @@ def save_section_screenshot(driver: WebDriver, heading: str, path) -> None:
     time.sleep(0.5)
     if not driver.save_screenshot(str(path)):
         raise RuntimeError(f"could not write {path}")
+
+
+SPEEDUP_LABELS = ("speedup", "speedup (wall clock)")  # the step-through page's measured speedup metric
+
+
+def speedup_shown(driver: WebDriver) -> str | None:
+    """The step-through page's measured speedup as shown ("3.41×", "measuring…", "disturbed"), or None."""
+    return next((v for label in SPEEDUP_LABELS if (v := metric_value(driver, label)) is not None), None)
+
+
+def wait_for_baseline(driver: WebDriver, timeout_s: float = 180.0, pause_s: float = 2.0) -> str:
+    """Until the speedup is no longer "measuring…" (the baseline is timed in the background and the page draws
+    it on its next rerun): pause, then rerun the page by switching the inspector's follow toggle off and on (no
+    model time). Returns the speedup shown."""
+    deadline = time.monotonic() + timeout_s
+    while (shown := speedup_shown(driver)) in ("measuring…", None, ""):
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"the baseline did not catch up within {timeout_s:.0f} s")
+        time.sleep(pause_s)
+        for _ in range(2):
+            driver.find_element(By.CSS_SELECTOR, ".st-key-inspect_follow label").click()
+            wait_idle(driver, 60, settle=0.3)
+    return shown
