@@ -28,7 +28,7 @@ import torch
 
 from specviz.config import RunConfig
 from specviz.core.divergence import first_difference
-from specviz.workshop.jobs import Turn, no_turn
+from specviz.core.protocols import Turn, no_turn
 
 if TYPE_CHECKING:
     from specviz.models import LoadedModel
