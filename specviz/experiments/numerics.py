@@ -85,7 +85,8 @@ def greedy_trace(
         target=target.name, drafter=drafter if speculative else "none", num_draft_tokens=k, temperature=0.0,  # type: ignore[arg-type]
         max_new_tokens=max_new_tokens, ngram_threshold=0.0 if drafter == "ngram" else RunConfig.ngram_threshold,
     )
-    decoder, _, _ = run_in_turns(lambda: build_decoder(config, target, list(prompt_ids), baseline=not speculative), turn, slice_s=0.0)
+    make = lambda: build_decoder(config, target, list(prompt_ids), baseline=not speculative)  # noqa: E731
+    decoder, _, _ = run_in_turns(make, turn, slice_s=0.0)  # slice 0: one round per turn
     margins = tuple(m for r in decoder.records for m in r.emitted_margin)
     dtype = target.precision
     return GreedyTrace(f"{dtype} · {'speculative' if speculative else 'plain'}", dtype, speculative, tuple(decoder.generated), margins)

@@ -41,6 +41,7 @@ class LabLimits:
 
 
 def lab_limits() -> LabLimits:
+    """The lab's widgets' limits under this server's policy (in local mode only the lab's own ranges bite)."""
     policy = access.current_policy()
     return LabLimits(policy.max_prompt_chars, max(8, min(NEW_TOKENS_TOP, policy.max_new_tokens)), max(2, min(K_TOP, policy.max_draft_tokens)))
 
