@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import streamlit as st
 
+from specviz.ui import access
 from specviz.ui.navigation import route_through_app
 from specviz.ui.numerics_lab import (
     InvarianceReport,
     NumericsResult,
     invariance_precisions,
+    lab_limits,
     low_precision_dtypes,
     measure_invariance,
     precision_label,
@@ -32,10 +34,14 @@ st.caption(
     "float32 and in bfloat16, plainly and speculatively, and see where the outputs part and why."
 )
 
-prompt = st.text_area("prompt (chat template)", value=DEFAULT_PROMPT, key="num_prompt", height=80)
+access.current_policy(report=True)
+limits = lab_limits()  # the owner's caps in shared mode
+access.refuse_above("num_new", limits.new_tokens, "max new tokens")
+access.refuse_above("num_k", limits.k, "k")
+prompt = st.text_area("prompt (chat template)", value=DEFAULT_PROMPT[: limits.prompt_chars], key="num_prompt", height=80, max_chars=limits.prompt_chars)
 a, b, c, d = st.columns(4)
-new_tokens = a.slider("max new tokens", 8, 128, 32, 8, key="num_new")
-k = b.slider("k (drafts per round)", 1, 8, 4, key="num_k")
+new_tokens = a.slider("max new tokens", 8, limits.new_tokens, min(32, limits.new_tokens), 8, key="num_new")
+k = b.slider("k (drafts per round)", 1, limits.k, min(4, limits.k), key="num_k")
 drafter = c.selectbox("drafter", ["ngram", "lookup"], key="num_drafter", help="Offline drafters: no second model to load.")
 
 
@@ -45,7 +51,7 @@ low = d.selectbox(
     help="fp16 weights and int8 dynamic are CPU kernels (fbgemm); float16 is offered where the device has it (CUDA, MPS).",
 )
 
-if st.button("Run", key="num_run", type="primary", help="Four greedy runs and two scoring sweeps, about a minute on a small CPU; each takes the model as one turn, so other sessions' rounds run in between."):
+if st.button("Run", key="num_run", type="primary", help="Four greedy runs and two scoring sweeps, about a minute on a small CPU; each model pass takes the model as one turn, so other sessions' rounds run in between."):
     bar = st.progress(0.0, text="loading the model in float32 and in " + precision_label(low) + "…")
     try:
         st.session_state[RESULT_KEY] = run_comparison(
@@ -131,7 +137,7 @@ inside a pass over k + 1 positions, so the precision must not let the other posi
 """
 )
 precisions = invariance_precisions(device)
-if st.button("Measure", key="num_inv_run", help="Decodes the prompt above once in float32, then scores its tokens in each precision."):
+if st.button("Measure", key="num_inv_run", help="Decodes the prompt above once in float32, then scores its tokens in each precision; each model pass takes the model as one turn."):
     bar = st.progress(0.0, text="loading the model in " + ", ".join(precision_label(p) for p in precisions) + "…")
     try:
         st.session_state[INVARIANCE_KEY] = measure_invariance(

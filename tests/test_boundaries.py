@@ -10,7 +10,8 @@ Layers, bottom up (a module may import its own layer and the layers its arrow na
   config    the run's config (reads the drafter table)                      -> core, drafters
   recording  the run's file format                                         -> config, core
   runs      assembly: config + models -> a decoder                         -> config, core, drafters, models
-  experiments  what measures (measure, bench, cost_profile, lab, numerics)  -> config, core, drafters, models, runs, workshop
+  experiments  what measures (measure, bench, cost_profile, lab, numerics)  -> config, core, drafters, models, runs
+            (a model turn is handed in: specviz.core.protocols.Turn)
   workshop  what a shared server needs (policy, serving, jobs, baselines,   -> config, core, recording, runs
             saved_runs, room): plain Python, no streamlit
   cli       the command line: every layer below the UI                      -> all of the above, viz
@@ -39,7 +40,7 @@ ARROWS: dict[str, set[str]] = {
     "recording": {"config", "core"},
     "runs": {"config", "core", "drafters", "models"},
     "workshop": {"config", "core", "recording", "runs"},
-    "experiments": {"config", "core", "drafters", "models", "runs", "workshop"},
+    "experiments": {"config", "core", "drafters", "models", "runs"},
     "cli": BELOW_UI - {"cli", "main"},
     "main": {"cli"},
     "ui": BELOW_UI - {"main"},

@@ -124,7 +124,89 @@ def test_lab_profile_and_numerics_take_many_turns(tiny_models):
     turn.count = 0
     ids = target.tokenizer("the cat sat on the mat")["input_ids"]
     compare({"float32": target}, ids, max_new_tokens=4, k=2, drafter="lookup", turn=turn)
-    assert turn.count == 3  # plain, speculative, the scoring sweep
+    assert turn.count >= 4 + 1 + 2 + 4 + 2  # one per pass: the plain decode's 4 rounds, at least one speculative round,
+    # the scoring sweep's two prefills, its four 1-token passes and its two 3-token passes
+
+
+class PassTurn(CountingTurn):
+    """A CountingTurn that also counts the model passes (HFCachedLM.extend) inside each turn and outside any."""
+
+    def __init__(self, queue: ModelQueue | None = None) -> None:
+        super().__init__(queue)
+        self.per_turn: list[int] = []
+        self.outside = 0
+
+    @contextlib.contextmanager
+    def __call__(self):
+        with super().__call__():
+            self.per_turn.append(0)
+            yield
+
+    def watch(self, monkeypatch) -> None:
+        from specviz.models import HFCachedLM
+
+        extend = HFCachedLM.extend
+
+        def counted(lm, *args, **kwargs):
+            if self.held:
+                self.per_turn[-1] += 1
+            else:
+                self.outside += 1
+            return extend(lm, *args, **kwargs)
+
+        monkeypatch.setattr(HFCachedLM, "extend", counted)
+
+
+def _numerics_models(tiny_models) -> tuple[dict, list[int]]:
+    target = tiny_models["llama"]
+    return {"float32": target, "bfloat16": target}, target.tokenizer(PROMPTS[0]["prompt"])["input_ids"]  # two names: two sweeps
+
+
+def test_the_numerics_lab_takes_one_model_turn_per_pass(tiny_models, monkeypatch):
+    """Issue 26: Measure held the model for its whole batch-invariance check (140 s with a long prompt). Now every
+    model pass is its own turn; only a decode's first turn holds two (the prefill and the first round)."""
+    from specviz.experiments.numerics import batch_invariance, compare
+
+    models, ids = _numerics_models(tiny_models)
+    turn = PassTurn()
+    turn.watch(monkeypatch)
+    report = batch_invariance(models, ids, max_new_tokens=12, k=3, turn=turn)
+    scoring = 2 * (2 + 12 + 3)  # per precision: two prefills, twelve 1-token passes, ceil(12 / 4) verify-sized passes
+    assert turn.outside == 0 and len(report.tokens) == 12
+    assert turn.count == 12 + scoring and max(turn.per_turn) == 2 and turn.per_turn.count(2) == 1  # one decode
+    turn = PassTurn()
+    turn.watch(monkeypatch)
+    compare(models, ids, max_new_tokens=12, k=3, drafter="lookup", turn=turn)
+    assert turn.outside == 0 and max(turn.per_turn) == 2 and turn.per_turn.count(2) == 4  # four decodes
+    assert turn.count >= 2 * 12 + 2 + scoring
+
+
+def test_a_step_behind_the_numerics_lab_waits_for_one_pass_not_the_measurement(tiny_models):
+    from specviz.experiments.numerics import batch_invariance
+
+    models, ids = _numerics_models(tiny_models)
+    queue, started, done = ModelQueue("numerics"), threading.Event(), []
+    lab_turn = CountingTurn(queue)
+
+    @contextlib.contextmanager
+    def lab():
+        with lab_turn():
+            started.set()
+            yield
+
+    t = threading.Thread(target=lambda: done.append(batch_invariance(models, ids, max_new_tokens=64, k=8, turn=lab)))
+    t.start()
+    started.wait(10)
+    waits, lab_turns_then = [], []
+    for _ in range(3):
+        with queue.turn() as waited:  # another participant's Step: one short turn
+            waits.append(waited)
+            lab_turns_then.append(lab_turn.count)
+        time.sleep(0.005)
+    t.join(120)
+    assert done, "the measurement did not finish"
+    assert all(n < lab_turn.count for n in lab_turns_then)  # each Step got in while the lab still had passes to make
+    assert max(waits) < 5.0  # one pass of a tiny model
 
 
 def test_a_second_long_job_of_one_participant_is_refused_with_a_message(tiny_models, monkeypatch):

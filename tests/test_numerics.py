@@ -150,3 +150,94 @@ def test_the_three_way_batch_invariance_comparison(shared_lab):
     assert moved["int8 dynamic (per-tensor scales)"] > 0.1
     assert any("Why a verify pass must score" in h.value for h in at.header)
     assert len(at.get("plotly_chart")) >= 1
+
+
+def _lab_page(dtype_models, monkeypatch, **state):
+    """The lab's page on the tiny models, with `state` forced into session state before its first run."""
+    from streamlit.testing.v1 import AppTest
+
+    import specviz.ui.models as ui_models
+
+    monkeypatch.setattr(ui_models, "get_model", lambda source, device="auto", dtype="auto", **kw: dtype_models["bfloat16" if dtype == "bfloat16" else "float32"])
+    at = AppTest.from_file(str(Path(__file__).resolve().parents[1] / "pages" / "numerics.py"), default_timeout=180)
+    for key, value in state.items():
+        at.session_state[key] = value
+    at.run()
+    assert not at.exception, at.exception
+    return at
+
+
+def test_run_and_measure_on_the_page_take_one_model_turn_per_pass(dtype_models, monkeypatch):
+    """Issue 26: the page held one model turn for the whole batch-invariance measurement (140 s with a long prompt)."""
+    import contextlib
+
+    import specviz.ui.access as access
+
+    turns, depth = [], []
+
+    @contextlib.contextmanager
+    def recorded(model, what="your round", slot=None):
+        depth.append(1)
+        turns.append((what, len(depth)))
+        try:
+            yield 0.0
+        finally:
+            depth.pop()
+
+    monkeypatch.setattr(access, "model_turn", recorded)
+    at = _lab_page(dtype_models, monkeypatch)
+    at.text_area(key="num_prompt").set_value(PROMPT)
+    at.slider(key="num_new").set_value(8)
+    at.slider(key="num_k").set_value(2)
+    at.button(key="num_inv_run").click().run()
+    assert not at.exception and not at.error, (at.exception, [e.value for e in at.error])
+    scoring = 2 + 8 + 3  # per precision: two prefills, eight 1-token passes, ceil(8 / 3) verify-sized passes
+    assert len(turns) >= 8 + 2 * scoring and {t for t in turns} == {("its next pass", 1)}  # never nested, never one for all
+    turns.clear()
+    at.selectbox(key="num_drafter").set_value("lookup")
+    at.button(key="num_run").click().run()
+    assert not at.exception and not at.error, (at.exception, [e.value for e in at.error])
+    assert len(turns) >= 2 * (8 + 1 + scoring) and {t for t in turns} == {("its next pass", 1)}
+
+
+def test_the_labs_prompt_new_tokens_and_k_keep_within_the_owners_caps(dtype_models, monkeypatch):
+    """Issue 26: in shared mode the lab's prompt length and sliders were not capped by the owner's policy."""
+    caps = {"SPECVIZ_MODE": "shared", "SPECVIZ_MAX_NEW_TOKENS": "16", "SPECVIZ_MAX_DRAFT_TOKENS": "3", "SPECVIZ_MAX_PROMPT_CHARS": "60"}
+    for key, value in caps.items():
+        monkeypatch.setenv(key, value)
+    long_prompt = "the cat sat on the mat " * 180  # 4,140 characters, past the box's limit
+    at = _lab_page(dtype_models, monkeypatch, num_new=128, num_k=8, num_prompt=long_prompt)  # forced past the widgets
+    assert (at.slider(key="num_new").max, at.slider(key="num_k").max) == (16, 3)
+    assert at.text_area(key="num_prompt").proto.max_chars == 60
+    errors = [e.value for e in at.error]
+    assert any("max new tokens is limited to 16" in e for e in errors) and any("k is limited to 3" in e for e in errors), errors
+    assert (at.slider(key="num_new").value, at.slider(key="num_k").value) == (16, 3)
+    at.button(key="num_inv_run").click().run()  # the box sends its value back, cut at its limit
+    assert not at.exception and not at.error, (at.exception, [e.value for e in at.error])
+    assert at.text_area(key="num_prompt").value == long_prompt[:60]
+    assert not any("Press **Measure**" in i.value for i in at.info)  # measured, on the capped prompt and sliders
+
+
+def test_the_labs_plumbing_caps_whatever_the_widgets_sent(monkeypatch):
+    """The page's widgets keep within the caps; its plumbing checks again (a value that never went through a widget)."""
+    from specviz.ui.numerics_lab import within_caps
+
+    for key, value in {"SPECVIZ_MODE": "shared", "SPECVIZ_MAX_NEW_TOKENS": "16", "SPECVIZ_MAX_DRAFT_TOKENS": "3", "SPECVIZ_MAX_PROMPT_CHARS": "60"}.items():
+        monkeypatch.setenv(key, value)
+    assert within_caps(PROMPT[:60], 128, 8) == (16, 3)
+    with pytest.raises(ValueError, match=r"limited to 60 on this server \(asked for 4,000\)\. Shorten it"):
+        within_caps("x" * 4_000, 8, 2)
+    with pytest.raises(ValueError, match="empty"):
+        within_caps("  ", 8, 2)
+
+
+def test_a_long_prompt_pasted_in_shared_mode_is_cut_at_the_default_cap(dtype_models, monkeypatch):
+    """The issue's 4,000-character paste: the box keeps the owner's default 2,000 characters."""
+    from specviz.workshop.policy import Policy
+
+    monkeypatch.setenv("SPECVIZ_MODE", "shared")
+    for key in ("SPECVIZ_MAX_PROMPT_CHARS", "SPECVIZ_MAX_NEW_TOKENS", "SPECVIZ_MAX_DRAFT_TOKENS"):
+        monkeypatch.delenv(key, raising=False)
+    at = _lab_page(dtype_models, monkeypatch)
+    at.text_area(key="num_prompt").set_value("x" * 4_000).run()
+    assert not at.exception and len(at.text_area(key="num_prompt").value) == Policy().max_prompt_chars == 2_000

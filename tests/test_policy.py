@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from specviz.config import EMBEDDED_TARGET, MAX_NEW_TOKENS, RunConfig
+from specviz.config import EMBEDDED_TARGET, MAX_NEW_TOKENS, MAX_PROMPT_CHARS, RunConfig
 from specviz.core.decoding import MAX_DRAFT_TOKENS
 from specviz.workshop.policy import Policy, is_local_address, load_policy
 
@@ -14,6 +14,7 @@ def test_localhost_is_the_owners_laptop(address):
     policy = load_policy(env={}, server_address=address)
     assert not policy.shared and policy.allow_remote_code and policy.allow_custom_models
     assert policy.max_new_tokens == MAX_NEW_TOKENS and policy.max_draft_tokens == MAX_DRAFT_TOKENS
+    assert policy.max_prompt_chars == MAX_PROMPT_CHARS
     assert is_local_address(address)
 
 
@@ -24,6 +25,13 @@ def test_any_other_address_is_shared_and_safe(address):
     assert not (policy.allow_remote_code or policy.allow_pickle or policy.allow_download or policy.allow_custom_models or policy.allow_device)
     assert policy.targets == (EMBEDDED_TARGET,) and policy.drafts == ()
     assert policy.max_new_tokens < MAX_NEW_TOKENS
+    assert policy.max_prompt_chars == 2_000 < MAX_PROMPT_CHARS
+
+
+def test_the_owner_sets_the_prompt_cap():
+    assert load_policy(env={"SPECVIZ_MAX_PROMPT_CHARS": "500"}, server_address="0.0.0.0").max_prompt_chars == 500
+    assert load_policy(secrets={"max_prompt_chars": 300}, server_address="0.0.0.0").max_prompt_chars == 300
+    assert Policy(max_prompt_chars=100).cap(4_000, "max_prompt_chars", "The prompt's length")[0] == 100
 
 
 def test_owner_can_say_local_on_a_public_address_and_shared_on_localhost():
@@ -45,6 +53,7 @@ def test_environment_beats_secrets_and_lists_are_parsed():
         ({"SPECVIZ_ALLOW_PICKLE": "maybe"}, {}, "SPECVIZ_ALLOW_PICKLE"),
         ({"SPECVIZ_MAX_NEW_TOKENS": "lots"}, {}, "SPECVIZ_MAX_NEW_TOKENS"),
         ({"SPECVIZ_MAX_NEW_TOKENS": "0"}, {}, "between 1"),
+        ({"SPECVIZ_MAX_PROMPT_CHARS": "100000"}, {}, "SPECVIZ_MAX_PROMPT_CHARS"),
         ({"SPECVIZ_MODE": "public"}, {}, "'shared' or 'local'"),
         ({"SPECVIZ_TARGETS": " , "}, {}, "allow-list"),
         ({}, {"allow_everything": True}, "allow_everything"),

@@ -4,17 +4,24 @@ A target or draft model is a ``CachedLM`` (a KV cache owned by one run); one tha
 in one pass is a ``TreeCachedLM`` and says so with ``can_verify_tree = True``. A drafter is a ``Drafter``; one
 that can propose token trees is a ``TreeDrafter`` and says so with ``can_branch = True``. ``has_q`` says whether
 propose() returns a real q_draft. Nothing in the loop discovers a capability by inspecting signatures.
+
+A long job (a sweep, a lab's measurement) that shares the model with other sessions is handed a ``Turn``: each call
+holds the model for one piece of work (``with turn(): one pass``). The measuring code never knows whose queue it is.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from typing import ClassVar, Protocol
 
 import torch
 
 from specviz.core.tree import TreeDraft
+
+Turn = Callable[[], AbstractContextManager[object]]  # one model turn per call: `with turn(): one run or one pass`
+no_turn: Turn = nullcontext  # alone on the machine (the command line, tests): nothing to wait for
 
 
 class CachedLM(Protocol):

@@ -35,11 +35,11 @@ from typing import TYPE_CHECKING
 from specviz.config import RunConfig
 from specviz.core.decoding import MAX_DRAFT_TOKENS, SpeculativeDecoder
 from specviz.core.metrics import RunStats
+from specviz.core.protocols import Turn
 from specviz.core.theory import alpha_from_acceptance_rate, speedup
 from specviz.core.tree import MAX_TREE_WIDTH
 from specviz.drafters.specs import SPECULATIVE_KINDS
 from specviz.experiments.measure import ProgressFn, Spread, interleave, paired_ratio, timed
-from specviz.workshop.jobs import Turn
 
 if TYPE_CHECKING:
     import pandas as pd

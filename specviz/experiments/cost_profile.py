@@ -31,9 +31,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
+from specviz.core.protocols import Turn, no_turn
 from specviz.core.theory import MAX_K, VerifyCurve
 from specviz.drafters.specs import ONE_MODEL_KINDS
-from specviz.workshop.jobs import Turn, no_turn
 
 if TYPE_CHECKING:
     from specviz.models import LoadedModel

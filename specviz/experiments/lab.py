@@ -17,9 +17,9 @@ import torch
 
 from specviz.config import RunConfig, validate_prompt
 from specviz.core.divergence import first_difference
+from specviz.core.protocols import Turn, no_turn
 from specviz.core.toy import TOY_VARIANTS, chi_square_pvalue, sample_first_tokens, tv_distance
 from specviz.drafters.specs import ONE_MODEL_KINDS
-from specviz.workshop.jobs import Turn, no_turn
 
 if TYPE_CHECKING:
     from specviz.models import LoadedModel

@@ -9,7 +9,9 @@ reordering moves logits by tenths (up to about one logit on the embedded model),
 argmax can flip: speculative and plain greedy decoding part there, and neither is wrong.
 
 This module measures that on a real model: the traces, where they part, the top-2 margin there, and the
-logits of the same positions computed by 1-token passes and by (k+1)-token passes.
+logits of the same positions computed by 1-token passes and by (k+1)-token passes. On a shared server every model
+pass takes its own model turn (a ``Turn`` handed in): a decode one turn per round, a scoring sweep one per pass, so
+another session's round waits for one pass of the lab, never for a whole measurement.
 
 A verify pass must score each position as a 1-token pass would: only then is p_target in the rule the target's
 own distribution whatever was drafted. float32 and fp16-weights (float16 weights, float32 math) keep that up to
@@ -28,7 +30,7 @@ import torch
 
 from specviz.config import RunConfig
 from specviz.core.divergence import first_difference
-from specviz.workshop.jobs import Turn, no_turn
+from specviz.core.protocols import CachedLM, Turn, no_turn
 
 if TYPE_CHECKING:
     from specviz.models import LoadedModel
@@ -70,16 +72,21 @@ class NumericsReport:
     k: int
 
 
-def greedy_trace(target: LoadedModel, prompt_ids: Sequence[int], max_new_tokens: int, speculative: bool, k: int = 4, drafter: str = "ngram") -> GreedyTrace:
-    """Greedy decoding with the engine: plain (one token per pass) or speculative (the given drafter, k drafts)."""
+def greedy_trace(
+    target: LoadedModel, prompt_ids: Sequence[int], max_new_tokens: int, speculative: bool, k: int = 4, drafter: str = "ngram",
+    turn: Turn = no_turn,
+) -> GreedyTrace:
+    """Greedy decoding with the engine: plain (one token per pass) or speculative (the given drafter, k drafts).
+    turn: one model turn per round (the first one also holds the prefill)."""
+    from specviz.experiments.bench import run_in_turns
     from specviz.runs import build_decoder
 
     config = RunConfig(
         target=target.name, drafter=drafter if speculative else "none", num_draft_tokens=k, temperature=0.0,  # type: ignore[arg-type]
         max_new_tokens=max_new_tokens, ngram_threshold=0.0 if drafter == "ngram" else RunConfig.ngram_threshold,
     )
-    decoder = build_decoder(config, target, list(prompt_ids), baseline=not speculative)
-    decoder.run()
+    make = lambda: build_decoder(config, target, list(prompt_ids), baseline=not speculative)  # noqa: E731
+    decoder, _, _ = run_in_turns(make, turn, slice_s=0.0)  # slice 0: one round per turn
     margins = tuple(m for r in decoder.records for m in r.emitted_margin)
     dtype = target.precision
     return GreedyTrace(f"{dtype} · {'speculative' if speculative else 'plain'}", dtype, speculative, tuple(decoder.generated), margins)
@@ -93,27 +100,32 @@ def first_divergence(a: GreedyTrace, b: GreedyTrace) -> Divergence:
     return Divergence(a.name, b.name, None, None, None, None, None, n)
 
 
+def _pass(lm: CachedLM, ids: Sequence[int], turn: Turn, last_only: bool = False) -> torch.Tensor:
+    """One model pass in its own model turn -> (len(ids), V) logits (or the last row only, for a prefill)."""
+    with turn():
+        return lm.extend(ids, last_only=last_only)
+
+
 @torch.inference_mode()
-def pass_differences(target: LoadedModel, prompt_ids: Sequence[int], generated: Sequence[int], k: int) -> pd.DataFrame:
+def pass_differences(target: LoadedModel, prompt_ids: Sequence[int], generated: Sequence[int], k: int, turn: Turn = no_turn) -> pd.DataFrame:
     """For every generated position: the logits a 1-token pass gives (plain decoding) against those a (k+1)-token
     pass gives (a verify pass over the same tokens). Columns: dtype, position, max_abs_diff, margin (top-1 minus
-    top-2 of the 1-token row), argmax_one, argmax_block, flipped."""
+    top-2 of the 1-token row), argmax_one, argmax_block, flipped. turn: one model turn per pass."""
     from specviz.models import HFCachedLM
 
     if not generated:
         raise ValueError("Nothing was generated to compare.")
     seq = list(prompt_ids) + list(generated)
     start = len(prompt_ids) - 1  # the row at index start predicts generated[0]
-    one = HFCachedLM(target.model, target.vocab_size)
-    one.extend(seq[:start])
-    single = torch.cat([one.extend([tok]) for tok in seq[start : len(seq) - 1]])  # (n, V): 1-token passes
-    block = HFCachedLM(target.model, target.vocab_size)
-    block.extend(seq[:start])
+    one, block = HFCachedLM(target.model, target.vocab_size), HFCachedLM(target.model, target.vocab_size)
+    if start:
+        _pass(one, seq[:start], turn, last_only=True)  # the same prefill for both: only the passes after it differ
+        _pass(block, seq[:start], turn, last_only=True)
+    single = torch.cat([_pass(one, [tok], turn) for tok in seq[start : len(seq) - 1]])  # (n, V): 1-token passes
     rows = []
     for j in range(start, len(seq) - 1, k + 1):
         block.crop(j)
-        chunk = block.extend(seq[j : min(j + k + 1, len(seq) - 1)])  # (<= k+1, V): one verify-sized pass
-        rows.append(chunk)
+        rows.append(_pass(block, seq[j : min(j + k + 1, len(seq) - 1)], turn))  # (<= k+1, V): one verify-sized pass
     blocked = torch.cat(rows)  # (n, V)
     top2 = torch.topk(single, 2, dim=-1).values
     dtype = target.precision
@@ -160,7 +172,7 @@ def compare(
 ) -> NumericsReport:
     """models: dtype name -> the same target loaded in that dtype, float32 first. Runs plain and speculative
     greedy decoding in each, finds where they part, and compares 1-token with (k+1)-token pass logits.
-    turn: one model turn per decode or scoring sweep, never one for the whole comparison."""
+    turn: one model turn per model pass (a decode's round, a scoring pass), never one for a decode or a sweep."""
     if "float32" not in models:
         raise ValueError("The numerics lab compares against float32: load the target in float32 too.")
     if not (1 <= max_new_tokens <= MAX_NEW_TOKENS):
@@ -181,15 +193,12 @@ def compare(
     traces, diffs = [], []
     reference: GreedyTrace | None = None
     for dtype, target in models.items():
-        with turn():
-            plain = greedy_trace(target, prompt_ids, max_new_tokens, speculative=False)
+        plain = greedy_trace(target, prompt_ids, max_new_tokens, speculative=False, turn=turn)
         tick(f"{dtype}: plain greedy")
-        with turn():
-            spec = greedy_trace(target, prompt_ids, max_new_tokens, speculative=True, k=k, drafter=drafter)
+        spec = greedy_trace(target, prompt_ids, max_new_tokens, speculative=True, k=k, drafter=drafter, turn=turn)
         tick(f"{dtype}: speculative greedy")
         reference = reference or plain
-        with turn():
-            diffs.append(pass_differences(target, prompt_ids, reference.ids, k))  # the same tokens for every dtype
+        diffs.append(pass_differences(target, prompt_ids, reference.ids, k, turn))  # the same tokens for every dtype
         tick(f"{dtype}: 1-token vs {k + 1}-token passes")
         traces += [plain, spec]
     plains = [t for t in traces if not t.speculative]
@@ -227,17 +236,23 @@ class InvarianceReport:
         return {str(k): float(v) for k, v in self.pass_diffs.groupby("dtype", sort=False)["max_abs_diff"].max().items()}
 
 
-def batch_invariance(models: dict[str, LoadedModel], prompt_ids: Sequence[int], max_new_tokens: int = 32, k: int = 8, on_progress=None) -> InvarianceReport:
+def batch_invariance(
+    models: dict[str, LoadedModel], prompt_ids: Sequence[int], max_new_tokens: int = 32, k: int = 8, on_progress=None,
+    turn: Turn = no_turn,
+) -> InvarianceReport:
     """models: precision -> the target loaded in it, float32 first. Decodes float32 plain greedy once, then scores
-    those tokens in every precision by 1-token passes and by (k+1)-token passes (what a verify pass sees)."""
+    those tokens in every precision by 1-token passes and by (k+1)-token passes (what a verify pass sees).
+    turn: one model turn per model pass (each round of the decode, each scoring pass)."""
     if next(iter(models), None) != "float32":
         raise ValueError("The batch-invariance check starts from float32: pass the float32 model first.")
     if not (1 <= max_new_tokens <= MAX_NEW_TOKENS) or not (1 <= k <= 16) or not prompt_ids:
         raise ValueError(f"Need a prompt, 1 to {MAX_NEW_TOKENS} new tokens and k between 1 and 16.")
-    reference = greedy_trace(models["float32"], prompt_ids, max_new_tokens, speculative=False)
+    reference = greedy_trace(models["float32"], prompt_ids, max_new_tokens, speculative=False, turn=turn)
+    if on_progress:
+        on_progress(1, len(models) + 1, "float32: plain greedy")
     frames = []
     for i, (precision, target) in enumerate(models.items()):
-        frames.append(pass_differences(target, prompt_ids, reference.ids, k))
+        frames.append(pass_differences(target, prompt_ids, reference.ids, k, turn))
         if on_progress:
-            on_progress(i + 1, len(models), f"{precision}: 1-token vs {k + 1}-token passes")
+            on_progress(i + 2, len(models) + 1, f"{precision}: 1-token vs {k + 1}-token passes")
     return InvarianceReport(pd.concat(frames, ignore_index=True), k, reference.ids)

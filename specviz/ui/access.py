@@ -17,10 +17,11 @@ from contextlib import contextmanager
 import streamlit as st
 from streamlit.logger import get_logger
 
+from specviz.core.protocols import Turn
 from specviz.ui import timing
 from specviz.ui.keys import STEP_THROUGH_KEY
 from specviz.viz.markdown import md_text
-from specviz.workshop.jobs import JobStopped, LongJobs, Turn, check_running, shutting_down, stop_at_exit
+from specviz.workshop.jobs import JobStopped, LongJobs, check_running, shutting_down, stop_at_exit
 from specviz.workshop.policy import Policy, load_policy
 from specviz.workshop.serving import ModelQueue, QueueTimeout, SessionRegistry, model_queue, turns_in_flight
 

@@ -1,6 +1,7 @@
-"""The Numerics lab page's plumbing: its models (each precision loaded as named, from the shared caches), the two
-measurements as long jobs in the model's queue, and the names the page shows. The comparisons themselves are
-specviz.experiments.numerics; the page only draws."""
+"""The Numerics lab page's plumbing: its models (each precision loaded as named, from the shared caches), its limits
+(the owner's caps on the prompt, max new tokens and k), the two measurements as long jobs in the model's queue (one
+model turn per pass), and the names the page shows. The comparisons themselves are specviz.experiments.numerics; the
+page only draws."""
 
 from __future__ import annotations
 
@@ -21,11 +22,44 @@ from specviz.ui import access
 from specviz.ui.models import lab_models
 
 __all__ = [
-    "EMBEDDED_TARGET", "PRECISION_LABELS", "InvarianceReport", "NumericsReport", "NumericsResult", "invariance_precisions",
-    "low_precision_dtypes", "measure_invariance", "precision_label", "resolve_device", "run_comparison",
+    "EMBEDDED_TARGET", "PRECISION_LABELS", "InvarianceReport", "LabLimits", "NumericsReport", "NumericsResult",
+    "invariance_precisions", "lab_limits", "low_precision_dtypes", "measure_invariance", "precision_label", "resolve_device",
+    "run_comparison",
 ]  # fmt: skip
 
 Progress = Callable[[int, int, str], None]
+NEW_TOKENS_TOP, K_TOP = 128, 8  # the sliders' tops before the owner's caps
+
+
+@dataclass(frozen=True)
+class LabLimits:
+    """What the lab's widgets offer: the lab's own ranges within the owner's caps (specviz.workshop.policy)."""
+
+    prompt_chars: int
+    new_tokens: int  # the max-new-tokens slider's top (at least its bottom, 8)
+    k: int  # the k slider's top (at least 2: a slider needs two values)
+
+
+def lab_limits() -> LabLimits:
+    """The lab's widgets' limits under this server's policy (in local mode only the lab's own ranges bite)."""
+    policy = access.current_policy()
+    return LabLimits(policy.max_prompt_chars, max(8, min(NEW_TOKENS_TOP, policy.max_new_tokens)), max(2, min(K_TOP, policy.max_draft_tokens)))
+
+
+def within_caps(prompt: str, new_tokens: int, k: int) -> tuple[int, int]:
+    """(new tokens, k) within the owner's caps whatever the widgets sent, each cap applied said on the page.
+    Raises ValueError for an empty prompt or one over the owner's length cap."""
+    validate_prompt(prompt)
+    policy = access.current_policy()
+    _, too_long = policy.cap(len(prompt), "max_prompt_chars", "The prompt's length in characters")
+    if too_long:
+        raise ValueError(f"{too_long} Shorten it.")
+    new_tokens, new_capped = policy.cap(int(new_tokens), "max_new_tokens", "max new tokens")
+    k, k_capped = policy.cap(int(k), "max_draft_tokens", "k")
+    for message in (new_capped, k_capped):
+        if message:
+            access.limited(message)
+    return new_tokens, k
 
 
 @dataclass(frozen=True)
@@ -44,23 +78,23 @@ def precision_label(name: str) -> str:
 
 
 def run_comparison(prompt: str, new_tokens: int, k: int, drafter: str, low: str, on_progress: Progress) -> NumericsResult:
-    """Plain and speculative greedy decoding in float32 and in `low`, one model turn per decode or scoring sweep.
-    Raises ValueError (or RuntimeError: out of memory) with a message for the user."""
-    validate_prompt(prompt)
+    """Plain and speculative greedy decoding in float32 and in `low`, one model turn per model pass, within the
+    owner's caps. Raises ValueError (or RuntimeError: out of memory) with a message for the user."""
+    new_tokens, k = within_caps(prompt, new_tokens, k)
     models = lab_models(["float32", low])
     tokenizer = models["float32"].tokenizer
     prompt_ids = encode_prompt(tokenizer, prompt, True)
-    with access.long_job(models["float32"], "the numerics comparison", "its next decode") as turn:
-        report = compare(models, prompt_ids, int(new_tokens), int(k), drafter, turn=turn, on_progress=on_progress)
+    with access.long_job(models["float32"], "the numerics comparison", "its next pass") as turn:
+        report = compare(models, prompt_ids, new_tokens, k, drafter, turn=turn, on_progress=on_progress)
     ids = {t for trace in report.traces for t in trace.ids}
     return NumericsResult(prompt, drafter, report, {t: tokenizer.decode([t]) for t in ids})
 
 
 def measure_invariance(prompt: str, new_tokens: int, k: int, precisions: list[str], on_progress: Progress) -> InvarianceReport:
     """The prompt's float32 greedy tokens scored by 1-token and by (k+1)-token passes in each precision, as one long
-    job (a few seconds of passes in one turn: the decode and the scoring share their caches)."""
-    validate_prompt(prompt)
+    job taking one model turn per model pass, within the owner's caps."""
+    new_tokens, k = within_caps(prompt, new_tokens, k)
     models = lab_models(precisions)
     prompt_ids = encode_prompt(models["float32"].tokenizer, prompt, True)
-    with access.long_job(models["float32"], "the batch-invariance check", "its passes") as turn, turn():
-        return batch_invariance(models, prompt_ids, int(new_tokens), int(k), on_progress=on_progress)
+    with access.long_job(models["float32"], "the batch-invariance check", "its next pass") as turn:
+        return batch_invariance(models, prompt_ids, new_tokens, k, on_progress=on_progress, turn=turn)

@@ -1,8 +1,8 @@
 """Long jobs on a shared server: a benchmark sweep, the Exactness lab's samplers, the cost profile, the numerics
 comparison. Plain Python (threading), no streamlit.
 
-Each job takes the model one turn per run (or per pass) through specviz.workshop.serving's queue, so other sessions' rounds
-get a turn between two of its runs. This module adds what the queue does not know about:
+Each job takes the model one turn per run (or per pass) through specviz.workshop.serving's queue (a Turn,
+specviz.core.protocols, handed to the measuring code), so other sessions' rounds get a turn between two of its runs. This module adds what the queue does not know about:
 
 * LongJobs: in shared mode a participant (a session) holds at most one long job at a time; a second start is
   refused with a message saying which job is still running.
@@ -20,13 +20,11 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
-from contextlib import AbstractContextManager, contextmanager, nullcontext
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 log = logging.getLogger(__name__)
 
-Turn = Callable[[], AbstractContextManager[object]]  # one model turn per call: `with turn(): one run`
-no_turn: Turn = nullcontext  # alone on the machine (the command line, tests): nothing to wait for
 EXIT_WAIT_S = 3.5  # at exit, wait this long at most for model turns in flight (the server must be gone within 5 s)
 
 shutting_down = threading.Event()  # set once the process is stopping; never cleared

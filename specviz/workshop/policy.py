@@ -21,6 +21,7 @@ SPECVIZ_TARGETS            targets                 comma-separated target allow-
 SPECVIZ_DRAFTS             drafts                  comma-separated draft-model allow-list (none)
 SPECVIZ_MAX_NEW_TOKENS     max_new_tokens          cap on max new tokens per run (256)
 SPECVIZ_MAX_DRAFT_TOKENS   max_draft_tokens        cap on k, tokens drafted per round (8)
+SPECVIZ_MAX_PROMPT_CHARS   max_prompt_chars        cap on the Numerics lab's prompt, in characters (2,000)
 SPECVIZ_MAX_SAMPLES        max_samples             cap on vectorised samples N on the Exactness lab (100,000)
 SPECVIZ_MAX_RUNS           max_runs                cap on engine runs one button starts (lab, benchmark) (50)
 SPECVIZ_MAX_CONCURRENT     max_concurrent          model rounds in flight per loaded model (1 per CPU model)
@@ -38,7 +39,7 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from specviz.config import EMBEDDED_TARGET, MAX_NEW_TOKENS, RunConfig
+from specviz.config import EMBEDDED_TARGET, MAX_NEW_TOKENS, MAX_PROMPT_CHARS, RunConfig
 from specviz.core.decoding import MAX_DRAFT_TOKENS
 
 LOCAL_ADDRESSES = ("", "localhost", "127.0.0.1", "::1", "[::1]")
@@ -58,6 +59,7 @@ SETTINGS: dict[str, tuple[str, str]] = {
     "drafts": ("SPECVIZ_DRAFTS", "list"),
     "max_new_tokens": ("SPECVIZ_MAX_NEW_TOKENS", "int"),
     "max_draft_tokens": ("SPECVIZ_MAX_DRAFT_TOKENS", "int"),
+    "max_prompt_chars": ("SPECVIZ_MAX_PROMPT_CHARS", "int"),
     "max_samples": ("SPECVIZ_MAX_SAMPLES", "int"),
     "max_runs": ("SPECVIZ_MAX_RUNS", "int"),
     "max_concurrent": ("SPECVIZ_MAX_CONCURRENT", "int"),
@@ -81,6 +83,7 @@ class Policy:
     drafts: tuple[str, ...] = ()
     max_new_tokens: int = 256
     max_draft_tokens: int = 8
+    max_prompt_chars: int = 2_000  # the Numerics lab's prompt: its prefill passes (one model turn each) grow with it
     max_samples: int = 100_000
     max_runs: int = 50
     max_concurrent: int = 0  # 0: sized from the device (1 per model on a CPU, 2 on a GPU)
@@ -91,8 +94,8 @@ class Policy:
         if not self.targets:
             raise ValueError("The target allow-list (SPECVIZ_TARGETS / targets) is empty: name at least one model.")
         checks = (
-            ("max_new_tokens", 1, MAX_NEW_TOKENS), ("max_draft_tokens", 1, MAX_DRAFT_TOKENS), ("max_samples", 1, MAX_SAMPLES),
-            ("max_runs", 1, MAX_RUNS), ("max_concurrent", 0, 256), ("queue_timeout_s", 1, 86_400), ("idle_minutes", 1, 7 * 24 * 60),
+            ("max_new_tokens", 1, MAX_NEW_TOKENS), ("max_draft_tokens", 1, MAX_DRAFT_TOKENS), ("max_prompt_chars", 1, MAX_PROMPT_CHARS),
+            ("max_samples", 1, MAX_SAMPLES), ("max_runs", 1, MAX_RUNS), ("max_concurrent", 0, 256), ("queue_timeout_s", 1, 86_400), ("idle_minutes", 1, 7 * 24 * 60),
         )  # fmt: skip
         for name, low, high in checks:
             value = getattr(self, name)
@@ -105,7 +108,8 @@ class Policy:
         """The laptop: every option, the engine's own limits."""
         base = dict(
             shared=False, allow_remote_code=True, allow_pickle=True, allow_download=True, allow_custom_models=True, allow_device=True,
-            max_new_tokens=MAX_NEW_TOKENS, max_draft_tokens=MAX_DRAFT_TOKENS, max_samples=MAX_SAMPLES, max_runs=200,
+            max_new_tokens=MAX_NEW_TOKENS, max_draft_tokens=MAX_DRAFT_TOKENS, max_prompt_chars=MAX_PROMPT_CHARS,
+            max_samples=MAX_SAMPLES, max_runs=200,
         )  # fmt: skip
         return cls(**(base | overrides))
 
