@@ -113,14 +113,27 @@ def _add_profile_parser(sub) -> None:
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice); 1 is steadier on a busy machine")
     p.add_argument("--clock", choices=("wall", "cpu"), default="wall", help="wall clock (synchronised), or process CPU time (CPU only; steadier on a shared machine)")
     p.add_argument("--label", default="", help="a short name for the theory page's menu")
+    p.add_argument("--batch", type=batch_sizes_arg, default=(), metavar="B,B,...",
+                   help="also time passes over B rows at once (e.g. 1,2,4,8,16,32), kept as batch_pass_ms")
     p.add_argument("--out", default=None, help="write the profile here as JSON")
     p.add_argument("--trust-remote-code", action="store_true")
     p.add_argument("--allow-download", action="store_true")
     p.add_argument("--allow-pickle", action="store_true")
 
 
+def batch_sizes_arg(text: str) -> tuple[int, ...]:
+    """'1,2,4' -> (1, 2, 4): the batch sizes --batch takes."""
+    try:
+        sizes = tuple(int(part) for part in text.split(",") if part.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"batch sizes are whole numbers separated by commas, e.g. 1,2,4,8; got {text!r}") from None
+    if not sizes or min(sizes) < 1:
+        raise argparse.ArgumentTypeError(f"batch sizes must be at least 1; got {text!r}")
+    return sizes
+
+
 def cmd_profile(args: argparse.Namespace) -> int:
-    from specviz.experiments.cost_profile import measure_profile, profile_table
+    from specviz.experiments.cost_profile import batch_profile_table, measure_profile, profile_table
     from specviz.models import load_model
 
     if args.threads is not None:
@@ -137,7 +150,8 @@ def cmd_profile(args: argparse.Namespace) -> int:
         print(f"[{done}/{total}] {message}", file=sys.stderr, flush=True)
 
     profile = measure_profile(target, max_tokens=args.max_tokens, context_length=args.context, repeats=args.repeats,
-                              threads=args.threads, clock=args.clock, on_progress=progress, label=args.label)
+                              threads=args.threads, clock=args.clock, on_progress=progress, label=args.label,
+                              batch_sizes=args.batch)
     if args.out:
         with open(args.out, "w", encoding="utf-8") as fh:
             json.dump(profile.to_json(), fh, indent=1)
@@ -149,6 +163,10 @@ def cmd_profile(args: argparse.Namespace) -> int:
         print(f"{k:2d}  {k + 1:10d}  {ms:7.2f}  {cost:6.2f}")
     for name, c in profile.draft_cost.items():
         print(f"draft cost c, {name}: {c:.4f} of a 1-token pass ({profile.draft_ms_per_token[name]:.3f} ms per drafted token)")
+    if profile.batch_pass_ms:
+        print("  B   t  pass ms  ms per row-token")
+        for b, t, ms, per_token in batch_profile_table(profile):
+            print(f"{b:3d} {t:3d}  {ms:7.2f}  {per_token:7.3f}")
     return 0
 
 
