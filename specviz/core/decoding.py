@@ -88,7 +88,8 @@ def tree_ready(target: CachedLM, drafter: Drafter) -> bool:
     return True
 
 
-def _sync(device: torch.device) -> None:
+def sync(device: torch.device) -> None:
+    """Wait until the device finished its queued work (a no-op on the CPU)."""
     if device.type == "cuda":
         torch.cuda.synchronize(device)
     elif device.type == "mps":
@@ -215,5 +216,5 @@ class SpeculativeDecoder:
     def _clock(self) -> float:
         """Seconds, read only after every device of the run finished its queued work."""
         for device in self._devices:
-            _sync(device)
+            sync(device)
         return time.perf_counter()

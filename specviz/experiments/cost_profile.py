@@ -354,7 +354,7 @@ def measure_profile(
     if context_length < 1:
         raise ValueError(f"This model's context ({max_positions}) is too short to profile {max_tokens} tokens.")
     threads = threads or torch.get_num_threads()
-    load_before = _load_average()
+    load_before = load_average()
     batch_sizes = sorted(set(batch_sizes))
     ids = _context_ids(target, context_length, BATCH_ROW_OFFSET * max(batch_sizes, default=0) + max_tokens)
     context, new = ids[:context_length], ids[context_length : context_length + max_tokens]
@@ -369,11 +369,11 @@ def measure_profile(
         dtype=target.precision, torch_version=torch.__version__, threads=threads, clock=clock,
         context_length=context_length, repeats=repeats, pass_ms=pass_ms, draft_ms_per_token=draft_ms,
         created=datetime.now(UTC).isoformat(timespec="seconds"), label=label,
-        load_average=f"before {load_before}, after {_load_average()}", batch_pass_ms=batch_ms,
+        load_average=f"before {load_before}, after {load_average()}", batch_pass_ms=batch_ms,
     )
 
 
-def _load_average() -> str:
+def load_average() -> str:
     try:
         return f"{os.getloadavg()[0]:.2f}"
     except OSError:  # not every platform has one
