@@ -13,7 +13,9 @@ from specviz.ui.theory import (
     CostProfile,
     VerifyCurve,
     acceptance_rate,
+    batch_lesson,
     best_k,
+    last_run_alpha,
     measure_this_machine,
     shipped_profiles,
     theory_numbers,
@@ -22,6 +24,8 @@ from specviz.viz.markdown import md_text
 from specviz.viz.theory import (
     MEASURED_COLUMNS,
     alpha_definitions_figure,
+    batch_ratio_figure,
+    batch_throughput_figure,
     curves_figure,
     heatmap_figure,
     speedup_vs_k_figure,
@@ -235,3 +239,43 @@ st.markdown(
   {early['speedup']:.2f}× at k = 4 and at best {early['speedup at best k']:.2f}×. The benchmark on this machine shows the same.
 """
 )
+
+
+def at_batch_b(selected: CostProfile | None, available: dict[str, CostProfile], alpha: float, k: int, c: float) -> None:
+    """The *At batch B* section: what speculation does not buy once a batch has used up the spare arithmetic."""
+    st.header("At batch B")
+    st.markdown(
+        "Everything above is one stream. A server decodes B streams at once: plain decoding as one pass over B rows "
+        "per token, speculative decoding as one verify over B rows of k + 1 tokens per round, every row keeping its own "
+        "accepted drafts. The measured batched passes of a profile predict both throughputs at your k and c."
+    )
+    last = last_run_alpha(session_points())
+    choices = [f"the sidebar's α ({alpha:.2f})"] + ([f"the last measured run's α ({last:.2f})"] if last is not None else [])
+    pick = st.radio("acceptance rate at batch B", choices, horizontal=True, key="theory_batch_alpha_source")
+    lesson = batch_lesson(selected, available, last if last is not None and pick == choices[-1] else alpha, k, c)
+    if lesson is None:
+        st.info("No profile here has batched passes yet: `python -m specviz profile --batch 1,2,4,8,16,32 --out profile.json` measures them.")
+        return
+    where = f"not up to B = {int(lesson.ratios['batch_size'].max())}" if lesson.crossover is None else f"B ≈ {lesson.crossover:.1f}"
+    cols = st.columns(3)
+    cols[0].metric("speculation stops paying at", where, help=f"predicted from {lesson.profile_name} at k = {lesson.k}")
+    predicted = lesson.ratios[lesson.ratios["source"] == "predicted"]
+    cols[1].metric(f"speculative ÷ plain at B = {int(predicted['batch_size'].iloc[0])}", f"{predicted['ratio'].iloc[0]:.2f}×")
+    cols[2].metric(f"at B = {int(predicted['batch_size'].iloc[-1])}", f"{predicted['ratio'].iloc[-1]:.2f}×")
+    left, right = st.columns(2)
+    left.plotly_chart(batch_throughput_figure(lesson.frame), width="stretch")
+    left.caption("Tokens/s of every stream together. Plain decoding climbs with B: one pass serves B rows for the price of little more than one.")
+    right.plotly_chart(batch_ratio_figure(lesson.ratios, lesson.crossover), width="stretch")
+    right.caption(f"Above the dashed line speculation still pays; the red line is where it stops on this profile. {lesson.measured_note}")
+    st.caption(
+        "Why the arithmetic stops being spare: at batch 1 a pass mostly waits for the weights to arrive, so checking k + 1 "
+        "tokens costs little more than checking one, and speculation spends work that would otherwise idle. Batching spends "
+        "that same idle work on other people's tokens. Add k drafts per row and one pass carries B·(k + 1) tokens: every "
+        "draft the target rejects is now real work taken from a row that would surely have produced a token. Past the "
+        "crossover the rejected drafts cost more time than the accepted ones save, which is why a service turns "
+        "speculation off (or shortens k) as load rises and keeps it for quiet, latency-bound hours. On a CPU the arithmetic "
+        "is scarce even at batch 1, so the crossover comes early."
+    )
+
+
+at_batch_b(profile, available, alpha, k, c)
