@@ -70,3 +70,16 @@ def test_bad_batch_arguments(capsys, tiny_dir, prompts_file):
     assert run_batch(capsys, tiny_dir, prompts_file, "--repeats", "0")[0] == 2
     with pytest.raises(SystemExit):
         cli.main(["batch", "--batch", "0"])
+
+
+def test_smollm_greedy_rows_equal_plain_rows_at_the_same_batch_size(smollm):
+    from specviz.config import RunConfig
+    from specviz.experiments.batch import BatchSetup, measure_batch
+    from specviz.experiments.bench import load_prompts
+    from specviz.runs import RunModels
+
+    config = RunConfig(target="embedded", drafter="lookup", num_draft_tokens=4, max_new_tokens=12, temperature=0.0)
+    setup = BatchSetup(config, tuple(load_prompts(categories=["copy"])[:2]), repeats=1, warmup=0)
+    point = measure_batch(RunModels(smollm), setup, 3)
+    assert point.plain_new_tokens == point.spec_new_tokens and point.spec_tokens_per_pass > 1.0
+    assert bad_mismatches([point]) == [], point.mismatches

@@ -161,7 +161,7 @@ class HFBatchedLM:
         self.device = model.device
         self.pad_id = pad_id
         self.cache = DynamicCache(config=model.config)
-        problem = tree_support_problem(model, self.cache, "attention mask", "batched ragged rows need eager or sdpa attention")
+        problem = tree_support_problem(model, self.cache, "attention mask", "batched ragged rows cannot run on this model")
         if problem is not None:
             raise ValueError(problem)
         self.valid = torch.zeros(batch_size, 0, dtype=torch.bool, device=self.device)  # (B, S)
