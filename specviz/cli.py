@@ -240,6 +240,9 @@ def cmd_batch(args: argparse.Namespace) -> int:
             print(f"{p.batch_size:3d}  {p.plain_tokens_per_s:11.1f}  {p.spec_tokens_per_s:10.1f}  {p.ratio:5.2f}  "
                   f"{p.spec_tokens_per_pass:11.2f}  {p.load_average}")  # fmt: skip
     for p in points:
+        if not p.physical:
+            print(f"warning: B={p.batch_size}: a ratio of {p.ratio:.2f} beats {p.spec_tokens_per_pass:.2f} tokens per pass; "
+                  "the machine was busier for one side (check the load average, use --repeats)", file=sys.stderr)  # fmt: skip
         for m in p.mismatches:
             print(f"B={p.batch_size} row {m.stream}: first differs at generated token {m.position} "
                   f"({m.token} vs plain {m.plain_token}), target top-2 margin {m.margin:.2e}", file=sys.stderr)  # fmt: skip

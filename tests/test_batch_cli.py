@@ -53,7 +53,7 @@ def test_a_row_that_differs_away_from_a_near_tie_fails(capsys, tiny_dir, prompts
 def test_near_ties_are_tolerated():
     point = lambda margin: BatchPoint(2, 1.0, 2.0, 1.5, 4, 4, "", (Mismatch(1, 3, 5, 6, margin),))  # noqa: E731
     assert bad_mismatches([point(1e-5)]) == [] and len(bad_mismatches([point(0.1)])) == 1
-    assert point(0.0).ratio == 2.0
+    assert point(0.0).ratio == 2.0 and not point(0.0).physical  # 2x from 1.5 tokens per pass: not under the same conditions
 
 
 def test_batch_results_files(tmp_path):

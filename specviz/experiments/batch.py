@@ -67,6 +67,12 @@ class BatchPoint:
         """Speculative over plain tokens/s at this B: above 1, speculation still pays."""
         return self.spec_tokens_per_s / self.plain_tokens_per_s
 
+    @property
+    def physical(self) -> bool:
+        """A round's pass costs at least a plain pass, so the ratio cannot beat the tokens per pass by more than
+        noise (10 %); above that the two sides did not run under the same conditions."""
+        return self.ratio <= 1.1 * self.spec_tokens_per_pass
+
     def to_json(self) -> dict:
         return asdict(self) | {"ratio": round(self.ratio, 4)}
 
