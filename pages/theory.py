@@ -250,9 +250,11 @@ def at_batch_b(selected: CostProfile | None, available: dict[str, CostProfile], 
         "accepted drafts. The measured batched passes of a profile predict both throughputs at your k and c."
     )
     last = last_run_alpha(session_points())
-    choices = [f"the sidebar's α ({alpha:.2f})"] + ([f"the last measured run's α ({last:.2f})"] if last is not None else [])
-    pick = st.radio("acceptance rate at batch B", choices, horizontal=True, key="theory_batch_alpha_source")
-    lesson = batch_lesson(selected, available, last if last is not None and pick == choices[-1] else alpha, k, c)
+    if last is not None:
+        choices = [f"the sidebar's α ({alpha:.2f})", f"the last measured run's α ({last:.2f})"]
+        pick = st.radio("acceptance rate at batch B", choices, horizontal=True, key="theory_batch_alpha_source")
+        alpha = last if pick == choices[1] else alpha
+    lesson = batch_lesson(selected, available, alpha, k, c)
     if lesson is None:
         st.info("No profile here has batched passes yet: `python -m specviz profile --batch 1,2,4,8,16,32 --out profile.json` measures them.")
         return

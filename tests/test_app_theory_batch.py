@@ -58,3 +58,18 @@ def test_the_section_predicts_the_crossover_and_draws_measured_points(batched_pr
     assert not at.exception
     later = metrics(at)["speculation stops paying at"]
     assert later.startswith("B ≈ ") and float(later[4:]) > crossover
+
+
+def test_the_last_measured_runs_alpha_can_drive_the_section(batched_profile, monkeypatch):
+    import pandas as pd
+
+    import specviz.ui.measured as measured
+
+    at = AppTest.from_file(str(PAGES / "theory.py"), default_timeout=TIMEOUT)
+    row = {"source": "benchmark", "label": "lookup k=4", "alpha": 0.95, "k": 4, "speedup": 1.7}
+    monkeypatch.setattr(measured, "step_through_points", lambda: pd.DataFrame([row]))
+    at.run()
+    assert not at.exception
+    before = metrics(at)["speculation stops paying at"]
+    at.radio(key="theory_batch_alpha_source").set_value("the last measured run's α (0.95)").run()
+    assert not at.exception and metrics(at)["speculation stops paying at"] != before
