@@ -121,14 +121,18 @@ def top2_margin(target: LoadedModel, ids: Sequence[int]) -> float:
     return float(top[0] - top[1])
 
 
-def mismatches(target: LoadedModel, prompts: list[list[int]], spec: BatchDecoder, plain: BatchDecoder) -> tuple[Mismatch, ...]:
-    """Every row whose greedy speculative output differs from its plain output, with the margin there."""
+def mismatches(target: LoadedModel, prompts: list[list[int]], spec: BatchDecoder, plain: BatchDecoder,
+               turn: Turn = no_turn) -> tuple[Mismatch, ...]:  # fmt: skip
+    """Every row whose greedy speculative output differs from its plain output, with the margin there (each
+    margin's pass one model turn; rows that agree take none)."""
     out = []
     for b, prompt in enumerate(prompts):
         ours, theirs = spec.generated(b), plain.generated(b)
         i = first_difference(ours, theirs)
         if i is not None:
-            out.append(Mismatch(b, i, _at(ours, i), _at(theirs, i), top2_margin(target, prompt + theirs[:i])))
+            with turn():
+                margin = top2_margin(target, prompt + theirs[:i])
+            out.append(Mismatch(b, i, _at(ours, i), _at(theirs, i), margin))
     return tuple(out)
 
 
@@ -138,7 +142,7 @@ def _at(ids: Sequence[int], i: int) -> int | None:
 
 def measure_batch(models: RunModels, setup: BatchSetup, batch_size: int, turn: Turn = no_turn) -> BatchPoint:
     """Plain and speculative decoding of the same B prompts, alternating which runs first, the warm-up runs
-    discarded; medians of tokens/s."""
+    discarded; medians of tokens/s. One model turn per batched run (and per greedy mismatch's margin pass)."""
     target = models.target
     before = load_average()
     prompts = stream_prompts(target, setup, batch_size)
@@ -153,7 +157,7 @@ def measure_batch(models: RunModels, setup: BatchSetup, batch_size: int, turn: T
                 rates[plain].append(batch_stats(decoder).tokens_per_s)
                 runs.setdefault(plain, decoder)  # the first timed repeat's outputs and passes
     spec, plain_run = batch_stats(runs[False]), batch_stats(runs[True])
-    wrong = mismatches(target, prompts, runs[False], runs[True]) if setup.config.sampling.greedy else ()
+    wrong = mismatches(target, prompts, runs[False], runs[True], turn) if setup.config.sampling.greedy else ()
     return BatchPoint(
         batch_size, statistics.median(rates[True]), statistics.median(rates[False]), spec.tokens_per_pass,
         plain_run.new_tokens, spec.new_tokens, f"before {before}, after {load_average()}", wrong,
