@@ -1,5 +1,6 @@
 """AppTest of the Speedup theory page's *At batch B* section: hidden behind a hint without batched passes; with a
-profile that has them, the predicted crossover, the two charts and the shipped measured points."""
+profile that has them, the predicted crossover, the two charts and the shipped measured points; *Measure on this
+machine* (the measurement patched) draws this session's points instead of the shipped ones."""
 
 from __future__ import annotations
 
@@ -73,3 +74,70 @@ def test_the_last_measured_runs_alpha_can_drive_the_section(batched_profile, mon
     before = metrics(at)["speculation stops paying at"]
     at.radio(key="theory_batch_alpha_source").set_value("the last measured run's α (0.95)").run()
     assert not at.exception and metrics(at)["speculation stops paying at"] != before
+
+
+def measured_batch_sizes(at: AppTest) -> list[int]:
+    """The B of the measured markers on the section's ratio chart (plotly may pack the x values as typed bytes)."""
+    import base64
+    import json
+
+    import numpy as np
+
+    spec = json.loads(at.get("plotly_chart")[-1].proto.spec)
+    xs = [t["x"] for t in spec["data"] if t.get("name") == "measured"]
+    if not xs:
+        return []
+    x = xs[0]
+    return [int(v) for v in (np.frombuffer(base64.b64decode(x["bdata"]), dtype=x["dtype"]) if isinstance(x, dict) else x)]
+
+
+def fake_points(models, setup, batch_sizes, on_progress=None, turn=None):
+    """measure_batches without decoding: plain throughput grows with B, speculation's edge shrinks."""
+    from specviz.experiments.batch import BatchPoint
+
+    points = []
+    for done, b in enumerate(batch_sizes, start=1):
+        points.append(BatchPoint(b, 50.0 * b, 50.0 * b * (2.0 - 0.2 * b), 2.5, 8 * b, 8 * b, "before 0.1, after 0.1"))
+        if on_progress:
+            on_progress(done, len(batch_sizes), f"batch {b}")
+    return points
+
+
+def test_measure_on_this_machine_draws_this_sessions_points(tiny_models, monkeypatch):
+    """The button runs the batch measurement (patched) with a progress bar; its points replace the shipped ones,
+    even where no profile has batched passes, and a caption says which are shown."""
+    import specviz.ui.batch_lab as batch_lab
+    import specviz.ui.models as ui_models
+    import specviz.ui.theory as ui_theory
+
+    monkeypatch.setattr(ui_theory, "shipped_profiles", lambda: {})
+    monkeypatch.setattr(ui_models, "get_model", lambda *a, **k: tiny_models["llama"])
+    monkeypatch.setattr(batch_lab, "measure_batches", fake_points)
+    at = AppTest.from_file(str(PAGES / "theory.py"), default_timeout=TIMEOUT).run()
+    assert not at.exception
+    at.button(key="batch_measure").click().run()
+    assert not at.exception and not at.error, [e.value for e in at.error]
+    mine = at.session_state["theory_batch_measured"]
+    assert [p.batch_size for p in mine.points] == [1, 2, 4, 8]
+    assert mine.plan.max_new_tokens == 32 and mine.plan.repeats == 3  # local mode: the page's settings, uncapped
+    assert any("Measured on this machine just now" in cap.value and "B = 1, 2, 4, 8" in cap.value for cap in at.caption)
+    assert any("profile --batch" in i.value for i in at.info)  # still no predicted curve: the points alone
+    assert measured_batch_sizes(at) == [1, 2, 4, 8]
+
+
+def test_this_sessions_points_replace_the_shipped_ones_beside_the_prediction(batched_profile, tiny_models, monkeypatch):
+    import specviz.ui.batch_lab as batch_lab
+    import specviz.ui.models as ui_models
+
+    monkeypatch.setattr(ui_models, "get_model", lambda *a, **k: tiny_models["llama"])
+    monkeypatch.setattr(batch_lab, "measure_batches", fake_points)
+    at = AppTest.from_file(str(PAGES / "theory.py"), default_timeout=TIMEOUT).run()
+    assert any("Measured: `specviz batch`, lookup" in cap.value for cap in at.caption)
+    assert measured_batch_sizes(at) == [1, 8]  # the shipped points
+    at.button(key="batch_measure").click().run()
+    assert not at.exception
+    captions = [cap.value for cap in at.caption]
+    assert any("Measured on this machine just now" in c for c in captions)
+    assert not any("Measured: `specviz batch`" in c for c in captions)
+    assert measured_batch_sizes(at) == [1, 2, 4, 8]
+    assert "speculation stops paying at" in metrics(at)  # the prediction is still drawn

@@ -104,16 +104,24 @@ def _measured_points() -> tuple[list[tuple[int, float, float]], str]:
     )
 
 
-def batch_lesson(selected: CostProfile | None, available: dict[str, CostProfile], alpha: float, k: int, c: float) -> BatchLesson | None:
-    """Plain and speculative tokens/s against B from a profile's batch_pass_ms at (alpha, k, c); None when no
-    profile has batched passes. c: a draft forward over a 1-token target pass, charged per drafted token per row."""
+def batch_lesson(
+    selected: CostProfile | None, available: dict[str, CostProfile], alpha: float, k: int, c: float,
+    mine: tuple[list[tuple[int, float, float]], str] | None = None,
+) -> BatchLesson | None:  # fmt: skip
+    """Plain and speculative tokens/s against B from a profile's batch_pass_ms at (alpha, k, c), with measured
+    points: this session's (mine: points and their note) instead of the shipped ones. Without batched passes only
+    this session's points are drawn (profile_name ""); None when there are none either. c: a draft forward over a
+    1-token target pass, charged per drafted token per row."""
     found = batch_profile(selected, available)
+    points, note = mine if mine is not None else _measured_points()
     if found is None:
-        return None
+        if mine is None:
+            return None
+        frame = batch_frame({}, alpha, k, 0.0, points)
+        return BatchLesson("", k, frame, batch_ratios(frame), None, note)
     name, prof = found
     passes = {b: prof.batch_pass(b) for b in prof.batch_sizes}
     k = max(1, min(k, min(len(ms) for ms in passes.values()) - 1))
-    points, note = _measured_points()
     frame = batch_frame(passes, alpha, k, c * prof.pass_ms[0], points)
     ratios = batch_ratios(frame)
     predicted = ratios[ratios["source"] == "predicted"]
