@@ -6,14 +6,18 @@ import pandas as pd
 import streamlit as st
 
 from specviz.ui import access
+from specviz.ui.batch_lab import BatchMeasurement, batch_plan, measure_batches_here
 from specviz.ui.measured import session_points
 from specviz.ui.navigation import route_through_app
 from specviz.ui.theory import (
     MAX_K,
+    BatchLesson,
     CostProfile,
     VerifyCurve,
     acceptance_rate,
+    batch_lesson,
     best_k,
+    last_run_alpha,
     measure_this_machine,
     shipped_profiles,
     theory_numbers,
@@ -22,6 +26,8 @@ from specviz.viz.markdown import md_text
 from specviz.viz.theory import (
     MEASURED_COLUMNS,
     alpha_definitions_figure,
+    batch_ratio_figure,
+    batch_throughput_figure,
     curves_figure,
     heatmap_figure,
     speedup_vs_k_figure,
@@ -35,6 +41,7 @@ route_through_app()  # a fresh server's first request may land here without app.
 MEASURED_KEY = "theory_profile_measured"  # this session's own measurement (a CostProfile)
 SOURCE_KEY = "theory_verify_source"
 SELECT_MEASURED_KEY = "theory_select_measured"  # set by the button: choose the new measurement on the next run
+BATCH_MEASURED_KEY = "theory_batch_measured"  # this session's `specviz batch` points (a BatchMeasurement)
 CONSTANT = "one constant (the slider)"
 THIS_MACHINE = "this machine (measured now)"
 
@@ -235,3 +242,78 @@ st.markdown(
   {early['speedup']:.2f}× at k = 4 and at best {early['speedup at best k']:.2f}×. The benchmark on this machine shows the same.
 """
 )
+
+
+def measure_batch_button(k: int) -> None:
+    """*Measure on this machine*: `specviz batch` at the page's settings; its points replace the shipped ones."""
+    plan = batch_plan(k, access.current_policy())
+    help_text = (
+        f"`specviz batch` here: greedy prompt lookup with k = {plan.k} on the copy prompts, B = "
+        f"{', '.join(map(str, plan.batch_sizes))}, {plan.max_new_tokens} new tokens per row, {plan.warmup} warm-up and "
+        f"{plan.repeats} timed run(s) of each side per B; about a minute on a small CPU. Each batched run takes the model as "
+        f"one turn ({plan.batched_runs} in all), so other sessions' rounds run in between. One long job per participant at a time."
+    )
+    if not st.button("Measure on this machine", key="batch_measure", help=help_text):
+        return
+    for message in plan.limits:
+        access.limited(message)
+    bar = st.progress(0.0, text="loading the model, then B = 1…")
+    try:
+        mine = measure_batches_here(plan, lambda done, total, what: bar.progress(done / total, text=f"{md_text(what)} ({done}/{total})"))
+    except (ValueError, RuntimeError) as exc:  # a refused or stopped job, a model that will not load; OOM is a RuntimeError
+        st.error(f"Could not measure: {md_text(exc)}")
+    else:
+        st.session_state[BATCH_MEASURED_KEY] = mine
+    bar.empty()
+
+
+def draw_batch_lesson(lesson: BatchLesson) -> None:
+    """The crossover metrics (when a profile predicts) and the two charts of the *At batch B* section."""
+    if lesson.profile_name:
+        where = f"not up to B = {int(lesson.ratios['batch_size'].max())}" if lesson.crossover is None else f"B ≈ {lesson.crossover:.1f}"
+        cols = st.columns(3)
+        cols[0].metric("speculation stops paying at", where, help=f"predicted from {lesson.profile_name} at k = {lesson.k}")
+        predicted = lesson.ratios[lesson.ratios["source"] == "predicted"]
+        cols[1].metric(f"speculative ÷ plain at B = {int(predicted['batch_size'].iloc[0])}", f"{predicted['ratio'].iloc[0]:.2f}×")
+        cols[2].metric(f"at B = {int(predicted['batch_size'].iloc[-1])}", f"{predicted['ratio'].iloc[-1]:.2f}×")
+    left, right = st.columns(2)
+    left.plotly_chart(batch_throughput_figure(lesson.frame), width="stretch")
+    left.caption("Tokens/s of every stream together. Plain decoding climbs with B: one pass serves B rows for the price of little more than one.")
+    right.plotly_chart(batch_ratio_figure(lesson.ratios, lesson.crossover), width="stretch")
+    where = "; the red line is where it stops on this profile" if lesson.profile_name else ""
+    right.caption(f"Above the dashed line speculation still pays{where}. {lesson.measured_note}")
+
+
+def at_batch_b(selected: CostProfile | None, available: dict[str, CostProfile], alpha: float, k: int, c: float) -> None:
+    """The *At batch B* section: what speculation does not buy once a batch has used up the spare arithmetic."""
+    st.header("At batch B")
+    st.markdown(
+        "Everything above is one stream. A server decodes B streams at once: plain decoding as one pass over B rows "
+        "per token, speculative decoding as one verify over B rows of k + 1 tokens per round, every row keeping its own "
+        "accepted drafts. The measured batched passes of a profile predict both throughputs at your k and c; "
+        "**Measure on this machine** decodes B copy prompts together here, plainly and speculatively, and draws the points."
+    )
+    last = last_run_alpha(session_points())
+    if last is not None:
+        choices = [f"the sidebar's α ({alpha:.2f})", f"the last measured run's α ({last:.2f})"]
+        pick = st.radio("acceptance rate at batch B", choices, horizontal=True, key="theory_batch_alpha_source")
+        alpha = last if pick == choices[1] else alpha
+    measure_batch_button(k)
+    mine = st.session_state.get(BATCH_MEASURED_KEY)
+    lesson = batch_lesson(selected, available, alpha, k, c, (mine.triples, mine.note) if isinstance(mine, BatchMeasurement) else None)
+    if lesson is None or not lesson.profile_name:
+        st.info("No profile here has batched passes yet: `python -m specviz profile --batch 1,2,4,8,16,32 --out profile.json` measures them.")
+    if lesson is not None:
+        draw_batch_lesson(lesson)
+    st.caption(
+        "Why the arithmetic stops being spare: at batch 1 a pass mostly waits for the weights to arrive, so checking k + 1 "
+        "tokens costs little more than checking one, and speculation spends work that would otherwise idle. Batching spends "
+        "that same idle work on other people's tokens. Add k drafts per row and one pass carries B·(k + 1) tokens: every "
+        "draft the target rejects is now real work taken from a row that would surely have produced a token. Past the "
+        "crossover the rejected drafts cost more time than the accepted ones save, which is why a service turns "
+        "speculation off (or shortens k) as load rises and keeps it for quiet, latency-bound hours. On a CPU the arithmetic "
+        "is scarce even at batch 1, so the crossover comes early."
+    )
+
+
+at_batch_b(profile, available, alpha, k, c)

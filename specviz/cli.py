@@ -1,4 +1,4 @@
-"""python -m specviz generate | replay | info | bench | profile | room — the command-line face of the engine."""
+"""python -m specviz generate | replay | info | bench | profile | batch | room — the command-line face of the engine."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ import os
 import sys
 import time
 from collections.abc import Sequence
+from pathlib import Path
 
 from specviz.config import DRAFTER_KINDS, EMBEDDED_TARGET, RunConfig, validate_prompt
 from specviz.core.divergence import emitted_margins, first_divergence
@@ -98,6 +99,7 @@ def build_parser() -> argparse.ArgumentParser:
     info.add_argument("--device", default="auto")
     add_bench_parser(sub)
     _add_profile_parser(sub)
+    _add_batch_parser(sub)
     add_room_parser(sub)
     return parser
 
@@ -113,14 +115,27 @@ def _add_profile_parser(sub) -> None:
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice); 1 is steadier on a busy machine")
     p.add_argument("--clock", choices=("wall", "cpu"), default="wall", help="wall clock (synchronised), or process CPU time (CPU only; steadier on a shared machine)")
     p.add_argument("--label", default="", help="a short name for the theory page's menu")
+    p.add_argument("--batch", type=batch_sizes_arg, default=(), metavar="B,B,...",
+                   help="also time passes over B rows at once (e.g. 1,2,4,8,16,32), kept as batch_pass_ms")
     p.add_argument("--out", default=None, help="write the profile here as JSON")
     p.add_argument("--trust-remote-code", action="store_true")
     p.add_argument("--allow-download", action="store_true")
     p.add_argument("--allow-pickle", action="store_true")
 
 
+def batch_sizes_arg(text: str) -> tuple[int, ...]:
+    """'1,2,4' -> (1, 2, 4): the batch sizes --batch takes."""
+    try:
+        sizes = tuple(int(part) for part in text.split(",") if part.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"batch sizes are whole numbers separated by commas, e.g. 1,2,4,8; got {text!r}") from None
+    if not sizes or min(sizes) < 1:
+        raise argparse.ArgumentTypeError(f"batch sizes must be at least 1; got {text!r}")
+    return sizes
+
+
 def cmd_profile(args: argparse.Namespace) -> int:
-    from specviz.experiments.cost_profile import measure_profile, profile_table
+    from specviz.experiments.cost_profile import batch_profile_table, measure_profile, profile_table
     from specviz.models import load_model
 
     if args.threads is not None:
@@ -137,7 +152,8 @@ def cmd_profile(args: argparse.Namespace) -> int:
         print(f"[{done}/{total}] {message}", file=sys.stderr, flush=True)
 
     profile = measure_profile(target, max_tokens=args.max_tokens, context_length=args.context, repeats=args.repeats,
-                              threads=args.threads, clock=args.clock, on_progress=progress, label=args.label)
+                              threads=args.threads, clock=args.clock, on_progress=progress, label=args.label,
+                              batch_sizes=args.batch)
     if args.out:
         with open(args.out, "w", encoding="utf-8") as fh:
             json.dump(profile.to_json(), fh, indent=1)
@@ -149,6 +165,91 @@ def cmd_profile(args: argparse.Namespace) -> int:
         print(f"{k:2d}  {k + 1:10d}  {ms:7.2f}  {cost:6.2f}")
     for name, c in profile.draft_cost.items():
         print(f"draft cost c, {name}: {c:.4f} of a 1-token pass ({profile.draft_ms_per_token[name]:.3f} ms per drafted token)")
+    if profile.batch_pass_ms:
+        print("  B   t  pass ms  ms per row-token")
+        for b, t, ms, per_token in batch_profile_table(profile):
+            print(f"{b:3d} {t:3d}  {ms:7.2f}  {per_token:7.3f}")
+    return 0
+
+
+def _add_batch_parser(sub) -> None:
+    from specviz.drafters.specs import SPECULATIVE_KINDS
+    from specviz.experiments.bench import DEFAULT_PROMPTS, SweepSpec
+
+    d, s = RunConfig, SweepSpec
+    p = sub.add_parser("batch", help="B prompts of one category at once: plain vs speculative tokens/s for every batch size B")
+    p.add_argument("--batch", type=batch_sizes_arg, default=(1, 2, 4, 8, 16), metavar="B,B,...", help="batch sizes (default 1,2,4,8,16)")
+    p.add_argument("--drafter", choices=SPECULATIVE_KINDS, default="lookup", help="default: lookup")
+    p.add_argument("--category", default="copy", help="the benchmark prompts' category (copy, code, prose, qa; default copy)")
+    p.add_argument("--prompts", default=str(DEFAULT_PROMPTS), help="JSON list of {category, title, prompt} (default: assets/prompts.json)")
+    p.add_argument("--num-draft-tokens", "-k", type=int, default=d.num_draft_tokens)
+    p.add_argument("--max-new-tokens", type=int, default=s.max_new_tokens, help=f"new tokens per row (default {s.max_new_tokens})")
+    p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default), where rows are checked against plain")
+    p.add_argument("--seed", type=int, default=d.seed)
+    p.add_argument("--repeats", type=int, default=1, help="timed runs of each side per B, alternating which goes first; medians (default 1)")
+    p.add_argument("--warmup", type=int, default=1, help="runs of each side per B first, discarded (default 1)")
+    p.add_argument("--target", default=EMBEDDED_TARGET, help="hub id, local folder or .gguf file (default: embedded SmolLM2-135M-Instruct)")
+    p.add_argument("--draft", default=None, help="draft model for --drafter model (same tokenizer as the target)")
+    p.add_argument("--exit-layer", type=int, default=None, help="early exit: target blocks the draft runs")
+    p.add_argument("--no-chat", action="store_true", help="feed prompts raw, without the chat template")
+    p.add_argument("--device", default="auto")
+    p.add_argument("--dtype", default="auto", help=DTYPE_HELP)
+    p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
+    p.add_argument("--json", action="store_true", help="print exactly one JSON object on stdout")
+    p.add_argument("--out", default=None, help="also write the JSON here (the theory page reads assets/batch_cpu.json)")
+    p.add_argument("--trust-remote-code", action="store_true")
+    p.add_argument("--allow-download", action="store_true")
+    p.add_argument("--allow-pickle", action="store_true")
+
+
+def cmd_batch(args: argparse.Namespace) -> int:
+    """Exit 1 when a greedy row differs from plain where the target's top two logits are not a near-tie."""
+    import torch
+
+    from specviz.experiments.batch import BatchSetup, bad_mismatches, measure_batches, results_json
+    from specviz.experiments.bench import load_prompts
+    from specviz.experiments.cost_profile import device_name
+    from specviz.runs import resolve_models
+
+    if args.threads is not None:
+        if args.threads < 1:
+            raise ValueError(f"--threads must be at least 1; got {args.threads}.")
+        torch.set_num_threads(args.threads)
+    config = RunConfig(target=args.target, draft=args.draft, drafter=args.drafter, exit_layer=args.exit_layer,
+                       num_draft_tokens=args.num_draft_tokens, temperature=args.temperature, seed=args.seed,
+                       max_new_tokens=args.max_new_tokens, chat=not args.no_chat, device=args.device, dtype=args.dtype,
+                       trust_remote_code=args.trust_remote_code, allow_download=args.allow_download, allow_pickle=args.allow_pickle)  # fmt: skip
+    setup = BatchSetup(config, tuple(load_prompts(args.prompts, [args.category])), args.repeats, args.warmup)
+    models = resolve_models(config, drafters=[args.drafter])
+    target = models.target
+    print(f"batch: {args.drafter}, k={args.num_draft_tokens}, {len(setup.prompts)} {args.category} prompts (cycled) on "
+          f"{target.name} ({target.device}, {target.precision}), B = {','.join(map(str, args.batch))}", file=sys.stderr)  # fmt: skip
+    points = measure_batches(models, setup, args.batch, on_progress=_print_progress)
+    machine = {"device": str(target.device), "device_name": device_name(target.device), "dtype": target.precision,
+               "threads": torch.get_num_threads(), "torch_version": torch.__version__}  # fmt: skip
+    result = results_json(points, setup, machine)
+    if args.out:
+        Path(args.out).write_text(json.dumps(result, indent=1) + "\n", encoding="utf-8")
+        print(f"wrote {args.out}", file=sys.stderr)
+    if args.json:
+        print(json.dumps(result))
+    else:
+        print(f"{machine['device_name']}; {machine['dtype']}; {machine['threads']} threads")
+        print("  B  plain tok/s  spec tok/s  ratio  tokens/pass  load average")
+        for p in points:
+            print(f"{p.batch_size:3d}  {p.plain_tokens_per_s:11.1f}  {p.spec_tokens_per_s:10.1f}  {p.ratio:5.2f}  "
+                  f"{p.spec_tokens_per_pass:11.2f}  {p.load_average}")  # fmt: skip
+    for p in points:
+        if not p.physical:
+            print(f"warning: B={p.batch_size}: a ratio of {p.ratio:.2f} beats {p.spec_tokens_per_pass:.2f} tokens per pass; "
+                  "the machine was busier for one side (check the load average, use --repeats)", file=sys.stderr)  # fmt: skip
+        for m in p.mismatches:
+            print(f"B={p.batch_size} row {m.stream}: first differs at generated token {m.position} "
+                  f"({m.token} vs plain {m.plain_token}), target top-2 margin {m.margin:.2e}", file=sys.stderr)  # fmt: skip
+    bad = bad_mismatches(points)
+    if bad:
+        print(f"error: {len(bad)} greedy row(s) differ from plain decoding away from a near-tie (margin above 1e-3)", file=sys.stderr)
+        return 1
     return 0
 
 
@@ -551,6 +652,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return cmd_profile(args)
         if args.command == "room":
             return cmd_room(args)
+        if args.command == "batch":
+            return cmd_batch(args)
         return cmd_bench(args)
     except (ValueError, OSError) as exc:
         print(f"error: {exc}", file=sys.stderr)

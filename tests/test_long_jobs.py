@@ -1,5 +1,5 @@
-"""Long jobs share the model like rounds: a sweep, the lab's samplers, the cost profile and the numerics comparison
-take one model turn per run (or per pass), never one for the whole job; a Step waiting behind a sweep gets the
+"""Long jobs share the model like rounds: a sweep, the lab's samplers, the cost profile, the numerics comparison and the
+batch measurement take one model turn per run (or per pass), never one for the whole job; a Step waiting behind a sweep gets the
 model after one run, not after the sweep; in shared mode a participant's second long job is refused with a message."""
 
 from __future__ import annotations
@@ -227,3 +227,62 @@ def test_a_second_long_job_of_one_participant_is_refused_with_a_message(tiny_mod
     at.button(key="bench_run").click().run()  # the slot is free again: the sweep runs
     assert not at.exception and not at.error, [e.value for e in at.error]
     assert "Run benchmark" in [b.label for b in at.button] and "One long job per participant" in at.button(key="bench_run").help
+
+
+def test_the_batch_plan_keeps_to_the_owners_caps():
+    from specviz.ui.batch_lab import PAGE_BATCH_SIZES, PAGE_MAX_NEW_TOKENS, batch_plan
+    from specviz.workshop.policy import Policy
+
+    roomy = batch_plan(4, Policy())
+    assert roomy.batch_sizes == PAGE_BATCH_SIZES and roomy.max_new_tokens == PAGE_MAX_NEW_TOKENS and roomy.k == 4
+    assert roomy.repeats == 1 and not roomy.limits and roomy.batched_runs == 4 * 2 * 2 <= Policy().max_runs
+    tight = batch_plan(4, Policy(max_runs=12, max_new_tokens=8, max_draft_tokens=2))
+    assert tight.batch_sizes == (1, 2, 4) and tight.batched_runs == 12  # the largest B goes until the runs fit
+    assert (tight.k, tight.max_new_tokens) == (2, 8)
+    assert len(tight.limits) == 3 and "B is limited to 4" in tight.limits[0]
+    assert batch_plan(4, Policy(max_runs=3)).batch_sizes == (1,)  # at least B = 1, whatever the cap
+    assert batch_plan(16, Policy.local()).repeats == 3
+
+
+def test_the_batch_measurement_takes_one_turn_per_batched_run_within_the_caps(tiny_models, monkeypatch):
+    """Shared mode: *Measure on this machine* on the theory page runs `specviz batch`'s measurement as a long job,
+    one model turn per batched run (B × side × run), never overlapping, at the owner's caps on B, k and new tokens."""
+    import specviz.ui.access as access
+    import specviz.ui.batch_lab as batch_lab
+    import specviz.ui.models as ui_models
+
+    monkeypatch.setenv("SPECVIZ_MODE", "shared")
+    monkeypatch.setenv("SPECVIZ_TARGETS", tiny_models["llama"].name)
+    for name, value in (("SPECVIZ_MAX_RUNS", "12"), ("SPECVIZ_MAX_NEW_TOKENS", "8"), ("SPECVIZ_MAX_DRAFT_TOKENS", "2")):
+        monkeypatch.setenv(name, value)
+    monkeypatch.setattr(ui_models, "get_model", lambda *a, **k: tiny_models["llama"])
+    monkeypatch.setattr(access, "_session_id", lambda: "participant-1")
+    seen, counting = {}, CountingTurn()
+    real = batch_lab.measure_batches
+
+    def counted(models, setup, batch_sizes, on_progress=None, turn=None):
+        @contextlib.contextmanager
+        def each():
+            with turn(), counting():  # the job's own turn (the server's queue) and our count inside it
+                yield
+
+        seen.update(setup=setup, sizes=tuple(batch_sizes))
+        return real(models, setup, batch_sizes, on_progress=on_progress, turn=each)
+
+    monkeypatch.setattr(batch_lab, "measure_batches", counted)
+    at = AppTest.from_file(str(PAGES / "theory.py"), default_timeout=120).run()
+    at.button(key="batch_measure").click().run()
+    assert not at.exception
+    errors = [e.value for e in at.error]
+    assert any("B is limited to 4" in e for e in errors) and any("k is limited to 2" in e for e in errors), errors
+    assert not any("Could not measure" in e for e in errors), errors
+    mine = at.session_state["theory_batch_measured"]
+    config = seen["setup"].config
+    assert seen["sizes"] == (1, 2, 4) and (config.num_draft_tokens, config.max_new_tokens) == (2, 8)
+    assert seen["setup"].repeats == 1 and seen["setup"].warmup == 1  # one timed run in shared mode
+    margins = sum(len(p.mismatches) for p in mine.points)  # a greedy row that parts from plain: one margin pass each
+    assert counting.count == len(seen["sizes"]) * 2 * 2 + margins == mine.plan.batched_runs + margins
+    assert all(p.plain_new_tokens <= 8 * p.batch_size for p in mine.points)
+    with access._jobs.hold("participant-1", "a benchmark sweep"):  # one long job per participant
+        at.button(key="batch_measure").click().run()
+    assert any("already have a benchmark sweep running" in e.value for e in at.error)

@@ -73,3 +73,33 @@ def test_cli_profile_writes_json(capsys, tiny_dir, tmp_path):
     assert "verify cost" in stdout and "draft cost c, ngram" in stdout
     assert load_profile(out).curve.k_max == 2
     assert cli.main(["profile", "--target", str(tiny_dir["llama"]), "--threads", "0"]) == 2
+
+
+def test_batch_passes_schema_and_round_trip(tiny_models):
+    profile = measure_profile(tiny_models["llama"], max_tokens=3, context_length=8, repeats=1, number=1, drafters=(), batch_sizes=(2, 1))
+    assert profile.batch_sizes == (1, 2)
+    assert all(len(profile.batch_pass(b)) == 3 and all(t > 0 for t in profile.batch_pass(b)) for b in (1, 2))
+    obj = json.loads(json.dumps(profile.to_json()))
+    assert obj["batch_pass_ms"].keys() == {"1", "2"} and all(len(v) == 3 for v in obj["batch_pass_ms"].values())
+    assert CostProfile.from_json(obj) == profile
+    with pytest.raises(ValueError):
+        measure_profile(tiny_models["llama"], batch_sizes=(0,))
+
+
+def test_a_profile_without_batch_passes_still_loads():
+    obj = {"schema": SCHEMA, "target": "x", "device": "cpu", "device_name": "c", "dtype": "float32", "torch_version": "2",
+           "threads": 1, "clock": "wall", "context_length": 8, "repeats": 1, "pass_ms": [1.0, 1.5]}
+    assert CostProfile.from_json(obj).batch_sizes == ()
+    for bad in ({"x": [1.0]}, {"2": []}, {"2": [1.0, -1.0]}, {"0": [1.0]}):
+        with pytest.raises(ValueError):
+            CostProfile.from_json(obj | {"batch_pass_ms": bad})
+
+
+def test_cli_profile_batch(capsys, tiny_dir, tmp_path):
+    out = tmp_path / "profile.json"
+    code = cli.main(["profile", "--target", str(tiny_dir["llama"]), "--max-tokens", "2", "--context", "8", "--repeats", "1",
+                     "--threads", "1", "--batch", "1,4", "--out", str(out)])
+    assert code == 0 and "ms per row-token" in capsys.readouterr().out
+    assert load_profile(out).batch_sizes == (1, 4)
+    with pytest.raises(SystemExit):
+        cli.main(["profile", "--batch", "1,x"])

@@ -137,3 +137,42 @@ def plain_greedy(lm: ToyLM, prompt: Sequence[int], max_new: int, eos: tuple[int,
         if out[-1] in eos:
             break
     return out[len(prompt) :]
+
+
+class BatchedToyLM:
+    """B toy rows (one ToyLM each) behind specviz.core.batch.BatchedLM: each row's logits come from its own tokens,
+    so a row whose cache holds the wrong tokens or length gives other logits."""
+
+    def __init__(self, rows: Sequence[ToyLM]) -> None:
+        self.rows = list(rows)
+        self.vocab_size = self.rows[0].vocab_size
+        self.device = torch.device("cpu")
+        self.extend_calls = 0
+
+    @property
+    def lengths(self) -> list[int]:
+        return [len(row.tokens) for row in self.rows]
+
+    def extend(self, feeds: Sequence[Sequence[int]], keep_last: int = 0) -> torch.Tensor:
+        self.extend_calls += 1
+        width = max(len(f) for f in feeds)
+        out = torch.zeros(len(feeds), width, self.vocab_size)  # (B, T, V), right-aligned
+        for i, (row, fed) in enumerate(zip(self.rows, feeds)):
+            if fed:
+                out[i, width - len(fed) :] = row.extend(fed)
+        return out[:, -keep_last:] if keep_last else out
+
+    def keep(self, lengths: Sequence[int]) -> None:
+        for row, n in zip(self.rows, lengths):
+            row.crop(n)
+
+    def select(self, rows: Sequence[int]) -> None:
+        self.rows = [self.rows[i] for i in rows]
+
+
+class SharedLengthToyLM(BatchedToyLM):
+    """Known-bad: one cache length for every row (the longest), as a batch with one shared cache position would
+    keep; a row that accepted fewer drafts than another keeps rejected drafts in its context."""
+
+    def keep(self, lengths: Sequence[int]) -> None:
+        super().keep([max(lengths)] * len(lengths))

@@ -100,7 +100,8 @@ class Checkpoint:
     draft_rng_state: torch.Tensor
 
 
-def _sync(device: torch.device) -> None:
+def sync(device: torch.device) -> None:
+    """Wait until the device finished its queued work (a no-op on the CPU)."""
     if device.type == "cuda":
         torch.cuda.synchronize(device)
     elif device.type == "mps":
@@ -247,5 +248,5 @@ class SpeculativeDecoder:
     def _clock(self) -> float:
         """Seconds, read only after every device of the run finished its queued work."""
         for device in self._devices:
-            _sync(device)
+            sync(device)
         return time.perf_counter()

@@ -167,3 +167,42 @@ def best_k_by_position(acceptance: Sequence[float], c: float, verify_cost: Verif
     if not (1 <= k_max <= 64):
         raise ValueError(f"k_max must be between 1 and 64; got {k_max}.")
     return max(range(1, k_max + 1), key=lambda k: (expected_tokens_by_position(acceptance, k) / round_cost(k, c, verify_cost), -k))
+
+
+# --- B streams at once -------------------------------------------------------------------------------
+# A pass over B rows each adding t tokens costs pass_ms[t-1] (measured; specviz profile --batch). Plain decoding
+# commits B tokens per 1-token pass; a speculative round commits B * expected_tokens(alpha, k) for one pass over
+# k+1 tokens per row plus B*k drafted tokens. At batch 1 that pass costs little more than a 1-token pass (the
+# arithmetic is spare); at batch B the B*(k+1) tokens of one pass keep the cores busy, and the ratio falls.
+
+
+def pass_ms_at(pass_ms: Sequence[float], tokens: int) -> float:
+    """ms of a pass adding ``tokens`` per row, from pass_ms[t-1] (t = 1..), extrapolated like VerifyCurve past the end."""
+    return VerifyCurve.from_pass_ms(pass_ms).at(tokens - 1) * float(pass_ms[0])
+
+
+def batch_plain_tokens_per_s(batch_size: int, pass_ms: Sequence[float]) -> float:
+    """Plain decoding at batch B: B tokens per 1-token pass over B rows."""
+    return batch_size * 1000.0 / float(pass_ms[0])
+
+
+def batch_speculative_tokens_per_s(batch_size: int, pass_ms: Sequence[float], alpha: float, k: int, draft_ms_per_token: float = 0.0) -> float:
+    """Speculative decoding at batch B: every row commits expected_tokens(alpha, k) per round; a round costs one
+    pass over B rows of k+1 tokens plus B*k drafted tokens at draft_ms_per_token each (0 for prompt lookup)."""
+    _check(alpha, k, draft_ms_per_token)
+    round_ms = pass_ms_at(pass_ms, k + 1) + batch_size * k * draft_ms_per_token
+    return batch_size * expected_tokens(alpha, k) * 1000.0 / round_ms
+
+
+def crossover_batch(batch_sizes: Sequence[int], ratios: Sequence[float]) -> float | None:
+    """The batch size where the speculative/plain ratio first falls below 1, interpolated in log2(B) between the
+    measured sizes around it; the smallest B if it starts below 1; None if it never does."""
+    points = sorted(zip(batch_sizes, ratios))
+    for i, (b, r) in enumerate(points):
+        if r < 1.0:
+            if i == 0:
+                return float(b)
+            b0, r0 = points[i - 1]
+            x0, x1 = math.log2(b0), math.log2(b)
+            return float(2 ** (x0 + (r0 - 1.0) / (r0 - r) * (x1 - x0)))
+    return None

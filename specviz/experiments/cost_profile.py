@@ -12,6 +12,12 @@ tokens, and every size is timed once per repeat in an order that rotates between
 busy machine hits all sizes alike; the profile keeps medians. ``clock="cpu"`` times process CPU time
 instead of wall clock (steadier on a shared CPU with one thread; meaningless on a GPU).
 
+Batched passes (``batch_sizes``): the same passes over B rows at once, each row its own context of the same
+length (a different stretch of the prompts) in one ``HFBatchedLM`` forward, kept as ``batch_pass_ms`` (B -> ms
+for t = 1.. new tokens per row). They are timed in the same rotation as everything else, so the batch-1 story
+and the batch-B story come from one machine state. Where spare arithmetic runs out shows here: at batch 1 a
+pass over t tokens costs little more than one token; at batch B the B*t tokens of one pass fill the cores.
+
 The measurement imports torch and specviz.models (transformers); the CostProfile record and its JSON
 loader do not, so pages can read shipped profiles cheaply.
 """
@@ -44,6 +50,8 @@ SCHEMA = "specviz.profile/1"
 PROFILE_DRAFTERS: tuple[str, ...] = ONE_MODEL_KINDS  # the drafters that need no second model
 ASSETS = Path(__file__).resolve().parents[2] / "assets"
 MAX_PROFILE_BYTES = 200_000
+MAX_BATCH = 64  # the largest batch a profile measures
+BATCH_ROW_OFFSET = 7  # row b of a batched pass reads the text from id b*7 on, so no two rows hold the same cache
 Clock = Literal["wall", "cpu"]
 ProgressFn = Callable[[int, int, str], None]  # (measurements done, in total, what just finished)
 
@@ -67,6 +75,7 @@ class CostProfile:
     created: str = ""  # ISO time (UTC)
     label: str = ""  # a short name for menus, e.g. "this CPU (2 cores)"
     load_average: str = ""  # the 1-minute load average before and after measuring (a busy machine's numbers mislead)
+    batch_pass_ms: dict[str, tuple[float, ...]] = field(default_factory=dict)  # "B" -> ms of one pass over B rows, t = 1..
 
     def __post_init__(self) -> None:
         if len(self.pass_ms) < 2:
@@ -78,11 +87,25 @@ class CostProfile:
                 raise ValueError(f"Draft cost of {name!r} must be a number of milliseconds >= 0; got {ms!r}.")
         if self.threads < 1 or self.context_length < 1 or self.repeats < 1:
             raise ValueError("threads, context_length and repeats must be at least 1.")
+        for b, times in self.batch_pass_ms.items():
+            if not (b.isdigit() and int(b) >= 1 and times):
+                raise ValueError(f"batch_pass_ms needs batch sizes >= 1 as keys and a list of times each; got {b!r}.")
+            if not all(isinstance(t, (int, float)) and math.isfinite(t) and t > 0 for t in times):
+                raise ValueError(f"Every batched pass time (batch {b}) must be a positive number of milliseconds.")
 
     @property
     def curve(self) -> VerifyCurve:
         """c_verify(k) = pass over k+1 tokens / pass over 1 token."""
         return VerifyCurve.from_pass_ms(self.pass_ms)
+
+    @property
+    def batch_sizes(self) -> tuple[int, ...]:
+        """The batch sizes with measured passes, ascending; () for a profile measured without --batch."""
+        return tuple(sorted(int(b) for b in self.batch_pass_ms))
+
+    def batch_pass(self, batch_size: int) -> tuple[float, ...]:
+        """ms of one pass over batch_size rows, each adding t = 1.. tokens."""
+        return self.batch_pass_ms[str(batch_size)]
 
     @property
     def draft_cost(self) -> dict[str, float]:
@@ -96,6 +119,7 @@ class CostProfile:
     def to_json(self) -> dict:
         out = asdict(self)
         out["pass_ms"] = list(self.pass_ms)
+        out["batch_pass_ms"] = {b: list(self.batch_pass(int(b))) for b in sorted(self.batch_pass_ms, key=int)}
         out["verify_cost"] = {str(k): round(v, 4) for k, v in enumerate(self.curve.costs)}
         out["draft_cost"] = {name: round(v, 5) for name, v in self.draft_cost.items()}
         return {"schema": SCHEMA, **out}
@@ -113,6 +137,7 @@ class CostProfile:
                 pass_ms=tuple(float(t) for t in obj["pass_ms"]),
                 draft_ms_per_token={str(k): float(v) for k, v in dict(obj.get("draft_ms_per_token") or {}).items()},
                 created=str(obj.get("created", "")), label=str(obj.get("label", "")), load_average=str(obj.get("load_average", "")),
+                batch_pass_ms={str(b): tuple(float(t) for t in ts) for b, ts in dict(obj.get("batch_pass_ms") or {}).items()},
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise ValueError(f"This profile is missing or has a bad field ({type(exc).__name__}: {exc}); re-run `python -m specviz profile`.") from exc
@@ -165,8 +190,8 @@ def device_name(device) -> str:
     return f"{name or platform.processor() or platform.machine()} ({cores} cores)"
 
 
-def _context_ids(target: LoadedModel, length: int) -> list[int]:
-    """A realistic context: the benchmark prompts, tokenised and repeated up to length tokens."""
+def _context_ids(target: LoadedModel, length: int, extra: int = 0) -> list[int]:
+    """A realistic context: the benchmark prompts, tokenised and repeated up to length + extra tokens."""
     from specviz.experiments.bench import load_prompts
 
     try:
@@ -176,7 +201,7 @@ def _context_ids(target: LoadedModel, length: int) -> list[int]:
     ids = list(target.tokenizer(text)["input_ids"])
     if not ids:
         raise ValueError("The tokenizer gave no ids for the profiling text.")
-    while len(ids) < length + MAX_K + 1:
+    while len(ids) < length + extra + MAX_K + 1:
         ids = ids + ids
     return ids
 
@@ -188,7 +213,10 @@ def _timer(fn: Callable[[], object], threads: int, clock: Clock):
     return Timer(stmt="fn()", globals={"fn": fn}, num_threads=threads, **kwargs)
 
 
-def _check_profile_args(target: LoadedModel, max_tokens: int, context_length: int, repeats: int, number: int, clock: str, drafters: Sequence[str]) -> None:
+def _check_profile_args(target: LoadedModel, max_tokens: int, context_length: int, repeats: int, number: int, clock: str,
+                        drafters: Sequence[str], batch_sizes: Sequence[int] = ()) -> None:
+    if any(not (1 <= b <= MAX_BATCH) for b in batch_sizes):
+        raise ValueError(f"batch sizes must be between 1 and {MAX_BATCH}; got {', '.join(map(str, batch_sizes))}.")
     if not (2 <= max_tokens <= 64):
         raise ValueError(f"max_tokens must be between 2 and 64; got {max_tokens}.")
     if not (1 <= context_length <= 8192):
@@ -220,6 +248,30 @@ def _pass_runners(target: LoadedModel, context: list[int], new: list[int], turn:
         return fn
 
     return {f"pass {n}": target_pass(n) for n in range(1, len(new) + 1)}
+
+
+def _batch_runners(target: LoadedModel, ids: list[int], context_length: int, max_tokens: int, batch_sizes: Sequence[int],
+                   turn: Turn = no_turn) -> dict[str, Callable[[], object]]:
+    """'batch B pass t' -> one forward over B rows, each its own context_length cached tokens (row b starts b*7
+    ids further into the text) adding t new ones, then every row keeps its context again."""
+    from specviz.models import HFBatchedLM
+
+    runners: dict[str, Callable[[], object]] = {}
+    for b in batch_sizes:
+        lm = HFBatchedLM(target.model, target.vocab_size, b)
+        rows = [ids[r * BATCH_ROW_OFFSET : r * BATCH_ROW_OFFSET + context_length + max_tokens] for r in range(b)]
+        with turn():
+            lm.extend([row[:context_length] for row in rows], keep_last=1)
+
+        def batch_pass(t: int, lm=lm, rows=rows) -> Callable[[], None]:
+            def fn() -> None:
+                lm.extend([row[context_length : context_length + t] for row in rows])
+                lm.keep([context_length] * len(rows))
+
+            return fn
+
+        runners |= {f"batch {b} pass {t}": batch_pass(t) for t in range(1, max_tokens + 1)}
+    return runners
 
 
 def _draft_runners(
@@ -288,37 +340,40 @@ def measure_profile(
     on_progress: ProgressFn | None = None,
     label: str = "",
     turn: Turn = no_turn,
+    batch_sizes: Sequence[int] = (),
 ) -> CostProfile:
-    """Time target passes over 1..max_tokens new tokens after context_length cached tokens, and each
-    drafter's proposals (draft_k tokens at a time) at that context. Each measurement is the mean of
-    ``number`` calls after torch's own warm-up; the profile keeps the median over ``repeats``.
-    turn: the model is held one turn for the setup and one per measurement, never for the whole profile."""
+    """Time target passes over 1..max_tokens new tokens after context_length cached tokens, each drafter's
+    proposals (draft_k tokens at a time) at that context, and for each of batch_sizes the same passes over B
+    rows at once. Each measurement is the mean of ``number`` calls after torch's own warm-up; the profile keeps
+    the median over ``repeats``. turn: the model is held one turn for the setup and one per measurement."""
     import torch
 
-    _check_profile_args(target, max_tokens, context_length, repeats, number, clock, drafters)
+    _check_profile_args(target, max_tokens, context_length, repeats, number, clock, drafters, batch_sizes)
     max_positions = int(getattr(target.model.config, "max_position_embeddings", None) or 1_000_000)
     context_length = min(context_length, max_positions - max_tokens - draft_k - 1)
     if context_length < 1:
         raise ValueError(f"This model's context ({max_positions}) is too short to profile {max_tokens} tokens.")
     threads = threads or torch.get_num_threads()
-    load_before = _load_average()
-    ids = _context_ids(target, context_length)
+    load_before = load_average()
+    batch_sizes = sorted(set(batch_sizes))
+    ids = _context_ids(target, context_length, BATCH_ROW_OFFSET * max(batch_sizes, default=0) + max_tokens)
     context, new = ids[:context_length], ids[context_length : context_length + max_tokens]
-    runners = _pass_runners(target, context, new, turn)
+    runners = _pass_runners(target, context, new, turn) | _batch_runners(target, ids, context_length, max_tokens, batch_sizes, turn)
     draft_runners, drafted_per_call = _draft_runners(target, context, drafters, draft_k, turn)
     samples = _time_rotating(runners | draft_runners, repeats, number, threads, clock, turn, on_progress)
     pass_ms = tuple(statistics.median(samples[f"pass {n}"]) for n in range(1, max_tokens + 1))
+    batch_ms = {str(b): tuple(statistics.median(samples[f"batch {b} pass {t}"]) for t in range(1, max_tokens + 1)) for b in batch_sizes}
     draft_ms = {kind: statistics.median(samples[kind]) / drafted_per_call[kind] for kind in drafted_per_call}
     return CostProfile(
         target=target.name, device=str(target.device), device_name=device_name(target.device),
         dtype=target.precision, torch_version=torch.__version__, threads=threads, clock=clock,
         context_length=context_length, repeats=repeats, pass_ms=pass_ms, draft_ms_per_token=draft_ms,
         created=datetime.now(UTC).isoformat(timespec="seconds"), label=label,
-        load_average=f"before {load_before}, after {_load_average()}",
+        load_average=f"before {load_before}, after {load_average()}", batch_pass_ms=batch_ms,
     )
 
 
-def _load_average() -> str:
+def load_average() -> str:
     try:
         return f"{os.getloadavg()[0]:.2f}"
     except OSError:  # not every platform has one
@@ -328,3 +383,8 @@ def _load_average() -> str:
 def profile_table(profile: CostProfile) -> list[tuple[int, float, float]]:
     """(k, ms of the (k+1)-token pass, c_verify(k)) for k = 0..k_max: what the CLI prints."""
     return [(k, profile.pass_ms[k], v) for k, v in enumerate(profile.curve.costs)]
+
+
+def batch_profile_table(profile: CostProfile) -> list[tuple[int, int, float, float]]:
+    """(B, t, ms of one pass over B rows adding t tokens each, ms per row-token) for every measured B and t."""
+    return [(b, t, ms, ms / (b * t)) for b in profile.batch_sizes for t, ms in enumerate(profile.batch_pass(b), start=1)]

@@ -1,6 +1,6 @@
 """The only place that imports transformers: loading (hub id, local folder, GGUF), precisions and the KV-cache adapter."""
 
-from specviz.models.adapter import HFCachedLM, early_exit_view
+from specviz.models.adapter import HFBatchedLM, HFCachedLM, early_exit_view
 from specviz.models.environment import environment
 from specviz.models.loading import (
     EMBEDDED_TARGET,
@@ -19,6 +19,7 @@ from specviz.models.tokens import token_bytes
 
 __all__ = [
     "EMBEDDED_TARGET",
+    "HFBatchedLM",
     "HFCachedLM",
     "LoadedModel",
     "ModelLoadError",

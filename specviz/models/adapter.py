@@ -125,19 +125,125 @@ class HFCachedLM:
             self._length = length
 
 
-def tree_support_problem(model: PreTrainedModel, cache: DynamicCache) -> str | None:
-    """Why this model cannot verify a token tree in one pass (a clear message), or None when it can."""
+def tree_support_problem(
+    model: PreTrainedModel, cache: DynamicCache, mask: str = "tree mask", outcome: str = "token trees fall back to chains"
+) -> str | None:
+    """Why this model cannot take a custom attention mask over a compactable cache (a clear message), or None
+    when it can: what token trees and batched ragged rows both need."""
     name = type(model).__name__
     attn = getattr(model.config, "_attn_implementation", None) or "eager"
     if "flash" in attn:
-        return f"{name} runs {attn} attention, which takes no custom tree mask; token trees fall back to chains."
+        return f"{name} runs {attn} attention, which takes no custom {mask}; {outcome}."
     layers = getattr(cache, "layers", [])
     if any(type(layer) is not DynamicLayer for layer in layers):
         kinds = sorted({type(layer).__name__ for layer in layers} - {"DynamicLayer"})
-        return (
-            f"{name} keeps {', '.join(kinds)} cache layers, which cannot be compacted to a path; token trees fall back to chains."
-        )
+        return f"{name} keeps {', '.join(kinds)} cache layers, which cannot be compacted to a path; {outcome}."
     return None
+
+
+class HFBatchedLM:
+    """Implements specviz.core.batch.BatchedLM: B rows over one shared (never mutated) model, each row its own
+    cache contents, so B independent streams advance in one batched forward.
+
+    The design: a padded KV cache with a per-row validity mask. A pass appends T slots to every row (T = the
+    most ids any row feeds; a row feeding fewer is left-padded, so every row's newest token sits in the last
+    column); ``valid`` (B, S) says which slots hold a row's tokens. Each pass attends through a (B, 1, T, S + T)
+    boolean mask (the row's valid slots, then causal over its own new ids) at positions lengths[b] + i, so a
+    row's logits are those of its tokens alone, whatever its neighbours hold. keep() marks rejected drafts
+    invalid (nothing is copied or recomputed); trailing slots no row uses are cropped, and when more than half
+    of the slots are holes compact() gathers each row's valid slots to the front (one gather per layer)."""
+
+    def __init__(self, model: PreTrainedModel, vocab_size: int, batch_size: int, pad_id: int = 0) -> None:
+        if batch_size < 1:
+            raise ValueError(f"batch_size must be at least 1; got {batch_size}.")
+        self.model = model
+        self.vocab_size = vocab_size
+        self.device = model.device
+        self.pad_id = pad_id
+        self.cache = DynamicCache(config=model.config)
+        problem = tree_support_problem(model, self.cache, "attention mask", "batched ragged rows cannot run on this model")
+        if problem is not None:
+            raise ValueError(problem)
+        self.valid = torch.zeros(batch_size, 0, dtype=torch.bool, device=self.device)  # (B, S)
+        self._tokens: list[list[int]] = [[] for _ in range(batch_size)]
+
+    @property
+    def batch_size(self) -> int:
+        return len(self._tokens)
+
+    @property
+    def tokens(self) -> list[Sequence[int]]:
+        return list(self._tokens)
+
+    @property
+    def lengths(self) -> list[int]:
+        return [len(t) for t in self._tokens]
+
+    @torch.inference_mode()
+    def extend(self, rows: Sequence[Sequence[int]], keep_last: int = 0) -> torch.Tensor:
+        """B ragged id lists -> (B, keep_last or T, V) float32 logits of each row's last positions, right-aligned:
+        row b's newest id is in the last column; columns before its first fed id are padding."""
+        if len(rows) != self.batch_size:
+            raise ValueError(f"extend() needs one id list per row ({self.batch_size}); got {len(rows)}.")
+        t = max(len(r) for r in rows)
+        if t == 0:
+            raise ValueError("extend() needs at least one token in some row")
+        b, dev = self.batch_size, self.device
+        ids = torch.tensor([[self.pad_id] * (t - len(r)) + [int(i) for i in r] for r in rows], dtype=torch.long, device=dev)  # (B, T)
+        fed = torch.tensor([len(r) for r in rows], device=dev)  # (B,)
+        col = torch.arange(t, device=dev)  # (T,)
+        new_valid = col[None, :] >= (t - fed)[:, None]  # (B, T) real ids, not padding
+        # a real id sees the row's valid slots and its own earlier real ids; padding sees only itself (no empty row)
+        own = torch.ones(t, t, dtype=torch.bool, device=dev).tril() & new_valid[:, None, :]  # (B, T, T)
+        own = own | torch.eye(t, dtype=torch.bool, device=dev)
+        past = self.valid[:, None, :].expand(b, t, -1) & new_valid[:, :, None]  # (B, T, S)
+        mask = torch.cat([past, own], dim=-1)[:, None]  # (B, 1, T, S + T)
+        start = torch.tensor(self.lengths, device=dev)  # (B,)
+        position_ids = (start[:, None] + col[None, :] - (t - fed)[:, None]).clamp_min(0)  # (B, T)
+        out = self.model(input_ids=ids, attention_mask=mask, position_ids=position_ids, past_key_values=self.cache,
+                         use_cache=True, logits_to_keep=keep_last)  # fmt: skip
+        self.valid = torch.cat([self.valid, new_valid], dim=1)
+        for row, r in zip(self._tokens, rows):
+            row.extend(int(i) for i in r)
+        return out.logits[..., : self.vocab_size].float()
+
+    @torch.inference_mode()
+    def keep(self, lengths: Sequence[int]) -> None:
+        """Row b keeps its first lengths[b] cached tokens: later slots become holes (masked, never attended)."""
+        if len(lengths) != self.batch_size:
+            raise ValueError(f"keep() needs one length per row ({self.batch_size}); got {len(lengths)}.")
+        for row, n in zip(self._tokens, lengths):
+            del row[max(0, int(n)) :]
+        limit = torch.tensor(self.lengths, device=self.device)[:, None]  # (B, 1)
+        self.valid = self.valid & (self.valid.cumsum(dim=1) <= limit)
+        used = self.valid.any(dim=0).nonzero()
+        slots = int(used[-1]) + 1 if used.numel() else 0
+        if slots < self.valid.shape[1]:  # trailing slots no row uses: crop them (costs nothing)
+            self.cache.crop(slots - self.valid.shape[1])
+            self.valid = self.valid[:, :slots]
+        if self.valid.shape[1] > 2 * max(self.lengths, default=0) + 16:
+            self.compact()
+
+    @torch.inference_mode()
+    def compact(self) -> None:
+        """Gather every row's valid slots to the front, in order, so S = the longest row (one gather per layer)."""
+        width = max(self.lengths, default=0)
+        order = torch.argsort((~self.valid).to(torch.int8), dim=1, stable=True)[:, :width]  # (B, L) valid slots first
+        for layer in self.cache.layers:
+            if layer.is_initialized and layer.keys.numel():
+                index = order[:, None, :, None].expand(-1, layer.keys.shape[1], -1, layer.keys.shape[-1])  # (B, H, L, D)
+                layer.keys = layer.keys.gather(2, index.to(layer.keys.device))
+                layer.values = layer.values.gather(2, index.to(layer.values.device))
+        self.valid = torch.arange(width, device=self.device)[None, :] < torch.tensor(self.lengths, device=self.device)[:, None]
+
+    @torch.inference_mode()
+    def select(self, rows: Sequence[int]) -> None:
+        """Keep only these rows, in this order (finished streams leave the batch)."""
+        index = torch.tensor(list(rows), dtype=torch.long, device=self.device)
+        if self.valid.shape[1]:
+            self.cache.batch_select_indices(index)
+        self.valid = self.valid.index_select(0, index)
+        self._tokens = [self._tokens[i] for i in rows]
 
 
 def num_layers(model: PreTrainedModel) -> int:

@@ -6,14 +6,31 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+import pandas as pd
+
 from specviz.config import EMBEDDED_TARGET
-from specviz.core.theory import MAX_K, VerifyCurve, acceptance_rate, best_k, expected_tokens, round_cost, speedup, verify_cost_at
+from specviz.core.theory import (
+    MAX_K,
+    VerifyCurve,
+    acceptance_rate,
+    best_k,
+    crossover_batch,
+    expected_tokens,
+    round_cost,
+    speedup,
+    verify_cost_at,
+)
+from specviz.experiments import batch as batch_results
 from specviz.experiments import cost_profile as cost_profile
 from specviz.experiments.cost_profile import CostProfile, shipped_profiles
 from specviz.ui import access
 from specviz.ui import models as ui_models
+from specviz.viz.theory import batch_frame, batch_ratios
 
-__all__ = ["MAX_K", "CostProfile", "TheoryNumbers", "VerifyCurve", "acceptance_rate", "best_k", "measure_this_machine", "shipped_profiles", "theory_numbers"]
+__all__ = [
+    "MAX_K", "BatchLesson", "CostProfile", "TheoryNumbers", "VerifyCurve", "acceptance_rate", "batch_lesson", "best_k",
+    "last_run_alpha", "measure_this_machine", "shipped_profiles", "theory_numbers",
+]  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -43,3 +60,70 @@ def measure_this_machine(on_progress: Callable[[int, int, str], None]) -> CostPr
     repeats = 1 if access.current_policy().shared else 3
     with access.long_job(target, "the cost profile", "its next measurement") as turn:
         return cost_profile.measure_profile(target, repeats=repeats, label="this machine, measured now", turn=turn, on_progress=on_progress)
+
+
+# --- At batch B ----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class BatchLesson:
+    """What the *At batch B* section draws: predicted (and, when shipped, measured) throughput against B."""
+
+    profile_name: str  # "" when no profile has batched passes
+    k: int  # the k predicted with (the sidebar's, at most the longest pass measured minus one)
+    frame: pd.DataFrame  # viz.theory.BATCH_COLUMNS
+    ratios: pd.DataFrame  # viz.theory.batch_ratios
+    crossover: float | None  # predicted B where speculation stops paying; None: not up to the largest B profiled
+    measured_note: str  # where the measured points come from, or why there are none
+
+
+def batch_profile(selected: CostProfile | None, available: dict[str, CostProfile]) -> tuple[str, CostProfile] | None:
+    """The profile to predict from: the sidebar's choice if it has batched passes, else the first one that has."""
+    named = ([(selected.name, selected)] if selected is not None else []) + [(prof.name, prof) for prof in available.values()]
+    return next(((name, prof) for name, prof in named if prof.batch_pass_ms), None)
+
+
+def last_run_alpha(measured: pd.DataFrame) -> float | None:
+    """α of the last measured run this session (step-through or benchmark), if it has one."""
+    alphas = measured["alpha"].dropna() if "alpha" in measured else pd.Series(dtype=float)
+    return float(alphas.iloc[-1]) if len(alphas) else None
+
+
+def _measured_points() -> tuple[list[tuple[int, float, float]], str]:
+    """The shipped `specviz batch` points (assets/batch_cpu.json) and a note saying what they are."""
+    try:
+        loaded = batch_results.load_batch_points()
+    except ValueError as exc:
+        return [], f"The shipped batch results could not be read: {exc}"
+    if loaded is None:
+        return [], "No measured points shipped yet (`python -m specviz batch --out assets/batch_cpu.json` writes them)."
+    header, points = loaded
+    return points, (
+        f"Measured: `specviz batch`, {header.get('drafter', '?')} with k = {header.get('k', '?')} on "
+        f"{', '.join(header.get('category') or ['?'])} prompts, {header.get('device_name', '?')}, {header.get('threads', '?')} threads."
+    )
+
+
+def batch_lesson(
+    selected: CostProfile | None, available: dict[str, CostProfile], alpha: float, k: int, c: float,
+    mine: tuple[list[tuple[int, float, float]], str] | None = None,
+) -> BatchLesson | None:  # fmt: skip
+    """Plain and speculative tokens/s against B from a profile's batch_pass_ms at (alpha, k, c), with measured
+    points: this session's (mine: points and their note) instead of the shipped ones. Without batched passes only
+    this session's points are drawn (profile_name ""); None when there are none either. c: a draft forward over a
+    1-token target pass, charged per drafted token per row."""
+    found = batch_profile(selected, available)
+    points, note = mine if mine is not None else _measured_points()
+    if found is None:
+        if mine is None:
+            return None
+        frame = batch_frame({}, alpha, k, 0.0, points)
+        return BatchLesson("", k, frame, batch_ratios(frame), None, note)
+    name, prof = found
+    passes = {b: prof.batch_pass(b) for b in prof.batch_sizes}
+    k = max(1, min(k, min(len(ms) for ms in passes.values()) - 1))
+    frame = batch_frame(passes, alpha, k, c * prof.pass_ms[0], points)
+    ratios = batch_ratios(frame)
+    predicted = ratios[ratios["source"] == "predicted"]
+    crossover = crossover_batch(predicted["batch_size"].tolist(), predicted["ratio"].tolist())
+    return BatchLesson(name, k, frame, ratios, crossover, note)

@@ -8,6 +8,7 @@ label (hover text), alpha, k, speedup (measured wall clock). Never imports strea
 from __future__ import annotations
 
 import html
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -20,6 +21,8 @@ from specviz.core.theory import (
     VerifyCost,
     VerifyCurve,
     acceptance_rate,
+    batch_plain_tokens_per_s,
+    batch_speculative_tokens_per_s,
     best_k,
     expected_tokens,
     round_cost,
@@ -239,3 +242,67 @@ def worked_examples(scenarios: Sequence[Scenario] = WORKED_EXAMPLES) -> pd.DataF
             }
         )
     return pd.DataFrame(rows)
+
+
+# --- B streams at once -------------------------------------------------------------------------------
+
+BATCH_COLUMNS: tuple[str, ...] = ("batch_size", "side", "source", "tokens_per_s")
+SIDE_COLORS = {"plain": "#7f7f7f", "speculative": "#3b7dd8"}
+
+
+def batch_frame(
+    batch_pass_ms: dict[int, Sequence[float]], alpha: float, k: int, draft_ms_per_token: float = 0.0,
+    measured: Sequence[tuple[int, float, float]] = (),
+) -> pd.DataFrame:  # fmt: skip
+    """Tidy rows (batch_size, side, source, tokens_per_s): predicted plain and speculative throughput at every
+    profiled B, then measured (B, plain, speculative) points from `specviz batch`."""
+    rows = []
+    for b, pass_ms in sorted(batch_pass_ms.items()):
+        rows.append((b, "plain", "predicted", batch_plain_tokens_per_s(b, pass_ms)))
+        rows.append((b, "speculative", "predicted", batch_speculative_tokens_per_s(b, pass_ms, alpha, k, draft_ms_per_token)))
+    for b, plain, spec in measured:
+        rows += [(b, "plain", "measured", plain), (b, "speculative", "measured", spec)]
+    return pd.DataFrame(rows, columns=list(BATCH_COLUMNS))
+
+
+def batch_ratios(frame: pd.DataFrame) -> pd.DataFrame:
+    """(source, batch_size, plain, speculative, ratio): speculative over plain tokens/s per B and source."""
+    wide = frame.pivot_table(index=["source", "batch_size"], columns="side", values="tokens_per_s").reset_index()
+    wide["ratio"] = wide["speculative"] / wide["plain"]
+    return wide[["source", "batch_size", "plain", "speculative", "ratio"]]
+
+
+def _batch_axis() -> dict:
+    return dict(title="B (streams decoded at once)", type="log", dtick=math.log10(2))
+
+
+def batch_throughput_figure(frame: pd.DataFrame) -> go.Figure:
+    """Tokens/s over all rows against B: plain and speculative, predicted lines and measured markers."""
+    fig = go.Figure()
+    for (source, side), part in frame.groupby(["source", "side"], sort=False):
+        predicted = source == "predicted"
+        fig.add_scatter(
+            x=part["batch_size"], y=part["tokens_per_s"], name=f"{side} · {source}", mode="lines+markers" if predicted else "markers",
+            line=dict(color=SIDE_COLORS[str(side)], width=3), marker=dict(size=8 if predicted else 12, symbol="circle" if predicted else "diamond",
+            line=dict(color="black", width=0 if predicted else 1.5)),
+            hovertemplate=f"{side} ({source}), " + "B=%{x}: %{y:.0f} tokens/s<extra></extra>",
+        )  # fmt: skip
+    fig.update_layout(title="throughput, every stream together", xaxis=_batch_axis(), yaxis=dict(title="tokens/s", rangemode="tozero"), **LAYOUT)
+    return fig
+
+
+def batch_ratio_figure(ratios: pd.DataFrame, crossover: float | None = None) -> go.Figure:
+    """Speculative ÷ plain tokens/s against B, the break-even line, and where the prediction crosses it."""
+    fig = go.Figure()
+    for source, part in ratios.groupby("source", sort=False):
+        predicted = source == "predicted"
+        fig.add_scatter(
+            x=part["batch_size"], y=part["ratio"], name=str(source), mode="lines+markers" if predicted else "markers",
+            line=dict(color=SIDE_COLORS["speculative"], width=3), marker=dict(size=8 if predicted else 12, symbol="circle" if predicted else "diamond"),
+            hovertemplate=f"{source}, " + "B=%{x}: %{y:.2f}×<extra></extra>",
+        )  # fmt: skip
+    fig.add_hline(y=1.0, line=dict(color="black", dash="dash"), annotation_text="break-even", annotation_position="top left")
+    if crossover is not None:
+        fig.add_vline(x=crossover, line=dict(color="#e15759", width=2), annotation_text=f"B ≈ {crossover:.1f}", annotation_position="top right")
+    fig.update_layout(title="what speculation buys at batch B", xaxis=_batch_axis(), yaxis=dict(title="speculative ÷ plain", rangemode="tozero"), **LAYOUT)
+    return fig

@@ -1,0 +1,210 @@
+"""B streams at once, measured: plain and speculative decoding of B prompts of one category in one batch.
+
+For every batch size B the same B prompts (the category's benchmark prompts, cycled when B is larger than
+their number) are decoded twice: plainly, one batched target pass per token, and speculatively, one batched
+verify per round (specviz.core.batch). Both sides run on the same model, threads and prompts, alternating
+which goes first over the repeats; the tokens/s of each is every row's new tokens over the rounds' wall clock
+(the prefill, the same for both, left out), the median over repeats. The load average is read before and
+after each B: a busy machine's numbers mislead.
+
+At temperature 0 every speculative row must equal the plain row of the same prompt at the same B. Where one
+differs, ``Mismatch`` names the first differing position and the target's top-2 logit margin there (one
+unbatched pass over the common prefix): batched kernels may flip a near-tie, a bug rarely strikes at one.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+
+from specviz.config import RunConfig
+from specviz.core.batch import BatchDecoder, batch_stats
+from specviz.core.decoding import DecodeConfig
+from specviz.core.divergence import first_difference
+from specviz.core.protocols import Turn, no_turn
+from specviz.drafters import NoDrafter
+from specviz.experiments.bench import BenchPrompt
+from specviz.experiments.cost_profile import ASSETS, load_average
+from specviz.models import HFBatchedLM, HFCachedLM, LoadedModel, encode_prompt
+from specviz.runs import RunModels, make_drafter
+
+SCHEMA = "specviz.batch/1"
+MARGIN_TOLERANCE = 1e-3  # a greedy row may differ from plain only where the target's top two logits are this close
+SHIPPED = ASSETS / "batch_cpu.json"  # measured points the theory page draws, when present
+MAX_BATCH_FILE_BYTES = 500_000
+ProgressFn = Callable[[int, int, str], None]
+
+
+@dataclass(frozen=True)
+class Mismatch:
+    """Where a greedy speculative row first left the plain row of the same prompt at the same batch size."""
+
+    stream: int
+    position: int  # index into the generated tokens
+    token: int | None  # the speculative row's token there (None: it ended first)
+    plain_token: int | None
+    margin: float  # the target's top-1 minus top-2 logit after the common prefix
+
+
+@dataclass(frozen=True)
+class BatchPoint:
+    """One batch size measured: plain and speculative throughput over all rows, and what the rounds did."""
+
+    batch_size: int
+    plain_tokens_per_s: float
+    spec_tokens_per_s: float
+    spec_tokens_per_pass: float  # mean tokens a row commits per batched verify it takes part in
+    plain_new_tokens: int
+    spec_new_tokens: int
+    load_average: str  # before and after this B
+    mismatches: tuple[Mismatch, ...] = ()
+
+    @property
+    def ratio(self) -> float:
+        """Speculative over plain tokens/s at this B: above 1, speculation still pays."""
+        return self.spec_tokens_per_s / self.plain_tokens_per_s
+
+    @property
+    def physical(self) -> bool:
+        """A round's pass costs at least a plain pass, so the ratio cannot beat the tokens per pass by more than
+        noise (10 %); above that the two sides did not run under the same conditions."""
+        return self.ratio <= 1.1 * self.spec_tokens_per_pass
+
+    def to_json(self) -> dict:
+        return asdict(self) | {"ratio": round(self.ratio, 4)}
+
+
+@dataclass(frozen=True)
+class BatchSetup:
+    """What a batch measurement runs: the drafter's run config, the category's prompts, repeats per B."""
+
+    config: RunConfig  # drafter, k, sampling, max new tokens, chat, seed
+    prompts: tuple[BenchPrompt, ...]
+    repeats: int = 1  # timed runs of each side per B
+    warmup: int = 1  # runs of each side per B first, discarded (new shapes, cold caches)
+
+    def __post_init__(self) -> None:
+        if not self.prompts:
+            raise ValueError("No prompts to decode: pick a category that has some.")
+        if self.repeats < 1 or self.warmup < 0:
+            raise ValueError(f"repeats must be at least 1 and warmup at least 0; got {self.repeats} and {self.warmup}.")
+        if self.config.drafter == "none":
+            raise ValueError("Pick a drafter: plain decoding is the side every batch size measures anyway.")
+
+
+def stream_prompts(target: LoadedModel, setup: BatchSetup, batch_size: int) -> list[list[int]]:
+    """B prompts' ids: the category's prompts in order, cycled."""
+    texts = [setup.prompts[b % len(setup.prompts)].prompt for b in range(batch_size)]
+    return [encode_prompt(target.tokenizer, t, setup.config.chat) for t in texts]
+
+
+def batch_decoder(models: RunModels, setup: BatchSetup, prompts: list[list[int]], plain: bool) -> BatchDecoder:
+    """A fresh batch: plain (no drafter, k = 0) or speculative, every row its own drafter; fixed k, chains."""
+    target, config = models.target, setup.config
+    vocab = target.vocab_size if models.draft is None or plain else min(target.vocab_size, models.draft.vocab_size)
+    decode: DecodeConfig = replace(config.decode_config(target.eos_token_ids), adaptive_k=False, tree_width=1)
+    if plain:
+        drafters = [NoDrafter() for _ in prompts]
+        decode = replace(decode, num_draft_tokens=0)
+    else:
+        drafters = [make_drafter(config, target, models.draft, models.early_exit) for _ in prompts]
+    return BatchDecoder(HFBatchedLM(target.model, vocab, len(prompts)), drafters, prompts, decode)
+
+
+def top2_margin(target: LoadedModel, ids: Sequence[int]) -> float:
+    """The target's top-1 minus top-2 logit for the token after ids (one unbatched pass)."""
+    logits = HFCachedLM(target.model, target.vocab_size).extend(list(ids), last_only=True)[-1]  # (V,)
+    top = logits.topk(2).values
+    return float(top[0] - top[1])
+
+
+def mismatches(target: LoadedModel, prompts: list[list[int]], spec: BatchDecoder, plain: BatchDecoder,
+               turn: Turn = no_turn) -> tuple[Mismatch, ...]:  # fmt: skip
+    """Every row whose greedy speculative output differs from its plain output, with the margin there (each
+    margin's pass one model turn; rows that agree take none)."""
+    out = []
+    for b, prompt in enumerate(prompts):
+        ours, theirs = spec.generated(b), plain.generated(b)
+        i = first_difference(ours, theirs)
+        if i is not None:
+            with turn():
+                margin = top2_margin(target, prompt + theirs[:i])
+            out.append(Mismatch(b, i, _at(ours, i), _at(theirs, i), margin))
+    return tuple(out)
+
+
+def _at(ids: Sequence[int], i: int) -> int | None:
+    return ids[i] if i < len(ids) else None
+
+
+def measure_batch(models: RunModels, setup: BatchSetup, batch_size: int, turn: Turn = no_turn) -> BatchPoint:
+    """Plain and speculative decoding of the same B prompts, alternating which runs first, the warm-up runs
+    discarded; medians of tokens/s. One model turn per batched run (and per greedy mismatch's margin pass)."""
+    target = models.target
+    before = load_average()
+    prompts = stream_prompts(target, setup, batch_size)
+    rates: dict[bool, list[float]] = {True: [], False: []}
+    runs: dict[bool, BatchDecoder] = {}
+    for rep in range(setup.warmup + setup.repeats):
+        for plain in (rep % 2 == 0, rep % 2 == 1):
+            with turn():  # one model turn per batched run
+                decoder = batch_decoder(models, setup, prompts, plain)
+                decoder.run()
+            if rep >= setup.warmup:
+                rates[plain].append(batch_stats(decoder).tokens_per_s)
+                runs.setdefault(plain, decoder)  # the first timed repeat's outputs and passes
+    spec, plain_run = batch_stats(runs[False]), batch_stats(runs[True])
+    wrong = mismatches(target, prompts, runs[False], runs[True], turn) if setup.config.sampling.greedy else ()
+    return BatchPoint(
+        batch_size, statistics.median(rates[True]), statistics.median(rates[False]), spec.tokens_per_pass,
+        plain_run.new_tokens, spec.new_tokens, f"before {before}, after {load_average()}", wrong,
+    )  # fmt: skip
+
+
+def measure_batches(models: RunModels, setup: BatchSetup, batch_sizes: Sequence[int], on_progress: ProgressFn | None = None,
+                    turn: Turn = no_turn) -> list[BatchPoint]:  # fmt: skip
+    """measure_batch for every B, smallest first."""
+    sizes = sorted(set(batch_sizes))
+    if not sizes or sizes[0] < 1:
+        raise ValueError("Batch sizes must be at least 1.")
+    points = []
+    for done, b in enumerate(sizes, start=1):
+        points.append(measure_batch(models, setup, b, turn))
+        if on_progress:
+            on_progress(done, len(sizes), f"batch {b}: ratio {points[-1].ratio:.2f}")
+    return points
+
+
+def bad_mismatches(points: Sequence[BatchPoint], tolerance: float = MARGIN_TOLERANCE) -> list[tuple[int, Mismatch]]:
+    """(B, mismatch) for every greedy difference that is not a near-tie: a bug, not rounding."""
+    return [(p.batch_size, m) for p in points for m in p.mismatches if m.margin > tolerance]
+
+
+def results_json(points: Sequence[BatchPoint], setup: BatchSetup, machine: dict) -> dict:
+    """The file `specviz batch --out` writes and the theory page reads."""
+    c = setup.config
+    return {
+        "schema": SCHEMA, "target": c.target, "drafter": c.drafter, "k": c.num_draft_tokens, "temperature": c.temperature,
+        "max_new_tokens": c.max_new_tokens, "category": sorted({p.category for p in setup.prompts}), **machine,
+        "points": [p.to_json() for p in points],
+    }  # fmt: skip
+
+
+def load_batch_points(path: Path = SHIPPED) -> tuple[dict, list[tuple[int, float, float]]] | None:
+    """A batch results file -> (its header, [(B, plain tokens/s, speculative tokens/s)]), or None when there is none.
+    A file that exists but is not one raises ValueError."""
+    if not path.is_file():
+        return None
+    if path.stat().st_size > MAX_BATCH_FILE_BYTES:
+        raise ValueError(f"{path} is over {MAX_BATCH_FILE_BYTES:,} bytes; a batch results file is a few kilobytes.")
+    try:
+        obj = json.loads(path.read_text(encoding="utf-8"))
+        if obj.get("schema") != SCHEMA:
+            raise ValueError(f"expected \"schema\": \"{SCHEMA}\"")
+        points = [(int(p["batch_size"]), float(p["plain_tokens_per_s"]), float(p["spec_tokens_per_s"])) for p in obj["points"]]
+    except (json.JSONDecodeError, AttributeError, KeyError, TypeError, ValueError) as exc:
+        raise ValueError(f"{path} is not a specviz batch results file ({exc}); re-run `python -m specviz batch --out`.") from exc
+    return {k: v for k, v in obj.items() if k != "points"}, points

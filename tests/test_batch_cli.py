@@ -1,0 +1,85 @@
+"""`python -m specviz batch` on a tiny random Llama: the JSON it prints and writes, the greedy check against plain
+decoding at the same batch size, and the exit code when a row differs away from a near-tie (no timing asserted)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from specviz import cli
+from specviz.experiments import batch as batch_experiment
+from specviz.experiments.batch import SCHEMA, BatchPoint, Mismatch, bad_mismatches, load_batch_points
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+
+def run_batch(capsys, tiny_dir, prompts_file, *extra: str) -> tuple[int, str, str]:
+    code = cli.main(["batch", "--target", str(tiny_dir["llama"]), "--prompts", str(prompts_file), "--category", "copy",
+                     "--batch", "1,3", "--max-new-tokens", "8", "--no-chat", "--threads", "1", "--warmup", "0", *extra])  # fmt: skip
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+@pytest.mark.parametrize("drafter", ["lookup", "ngram"])
+def test_batch_json_and_file(capsys, tiny_dir, prompts_file, tmp_path, drafter):
+    path = tmp_path / "batch.json"
+    code, out, err = run_batch(capsys, tiny_dir, prompts_file, "--drafter", drafter, "-k", "3", "--json", "--out", str(path))
+    assert code == 0, err
+    result = json.loads(out)
+    assert result["schema"] == SCHEMA and result["drafter"] == drafter and result["category"] == ["copy"]
+    points = result["points"]
+    assert [p["batch_size"] for p in points] == [1, 3]
+    for p in points:
+        assert p["plain_tokens_per_s"] > 0 and p["spec_tokens_per_s"] > 0 and p["mismatches"] == []
+        assert p["plain_new_tokens"] == p["spec_new_tokens"] == 8 * p["batch_size"]  # no EOS in 8 tokens here
+        assert p["spec_tokens_per_pass"] >= 1.0 and "before" in p["load_average"]
+    header, loaded = load_batch_points(path)
+    assert header["drafter"] == drafter and [b for b, _, _ in loaded] == [1, 3]
+
+
+def test_batch_table_and_the_model_drafter(capsys, tiny_dir, prompts_file):
+    code, out, err = run_batch(capsys, tiny_dir, prompts_file, "--drafter", "model", "--draft", str(tiny_dir["llama_draft"]))
+    assert code == 0, err
+    assert "plain tok/s" in out and "ratio" in out and "load average" in out
+
+
+def test_a_row_that_differs_away_from_a_near_tie_fails(capsys, tiny_dir, prompts_file, monkeypatch):
+    monkeypatch.setattr(batch_experiment, "mismatches", lambda *a: (Mismatch(0, 2, 5, 6, 0.25),))
+    code, _, err = run_batch(capsys, tiny_dir, prompts_file)
+    assert code == 1 and "first differs at generated token 2" in err and "margin 2.50e-01" in err
+
+
+def test_near_ties_are_tolerated():
+    point = lambda margin: BatchPoint(2, 1.0, 2.0, 1.5, 4, 4, "", (Mismatch(1, 3, 5, 6, margin),))  # noqa: E731
+    assert bad_mismatches([point(1e-5)]) == [] and len(bad_mismatches([point(0.1)])) == 1
+    assert point(0.0).ratio == 2.0 and not point(0.0).physical  # 2x from 1.5 tokens per pass: not under the same conditions
+
+
+def test_batch_results_files(tmp_path):
+    assert load_batch_points(tmp_path / "missing.json") is None
+    bad = tmp_path / "bad.json"
+    for text in ("{", json.dumps({"schema": "nope"}), json.dumps({"schema": SCHEMA, "points": [{"batch_size": 1}]})):
+        bad.write_text(text)
+        with pytest.raises(ValueError):
+            load_batch_points(bad)
+
+
+def test_bad_batch_arguments(capsys, tiny_dir, prompts_file):
+    assert run_batch(capsys, tiny_dir, prompts_file, "--category", "nope")[0] == 2
+    assert run_batch(capsys, tiny_dir, prompts_file, "--repeats", "0")[0] == 2
+    with pytest.raises(SystemExit):
+        cli.main(["batch", "--batch", "0"])
+
+
+def test_smollm_greedy_rows_equal_plain_rows_at_the_same_batch_size(smollm):
+    from specviz.config import RunConfig
+    from specviz.experiments.batch import BatchSetup, measure_batch
+    from specviz.experiments.bench import load_prompts
+    from specviz.runs import RunModels
+
+    config = RunConfig(target="embedded", drafter="lookup", num_draft_tokens=4, max_new_tokens=12, temperature=0.0)
+    setup = BatchSetup(config, tuple(load_prompts(categories=["copy"])[:2]), repeats=1, warmup=0)
+    point = measure_batch(RunModels(smollm), setup, 3)
+    assert point.plain_new_tokens == point.spec_new_tokens and point.spec_tokens_per_pass > 1.0
+    assert bad_mismatches([point]) == [], point.mismatches
