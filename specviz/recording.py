@@ -124,6 +124,11 @@ def check_record(r: StepRecord, where: str) -> None:
     for name in ("p_target", "q_draft", "accept_prob", "uniforms", "draft_fates"):
         if len(getattr(r, name)) != n:
             raise ValueError(f"{where}: {n} drafted tokens but {len(getattr(r, name))} {name}")
+    for j, dist in enumerate(r.dists):
+        for name in ("p_target", "q_draft", "residual"):
+            values = getattr(dist, name)
+            if values is not None and len(values) != len(dist.token_ids):
+                raise ValueError(f"{where}, position {j}: {len(dist.token_ids)} token ids but {len(values)} {name} values")
     if r.tree_parents or r.accepted_path:  # a token-tree round has its own consistency rules
         check_tree_record(r, where)
         return
@@ -139,11 +144,6 @@ def check_record(r: StepRecord, where: str) -> None:
         raise ValueError(f"{where}: the emitted accepted tokens {kept} are not the accepted drafted tokens {list(r.drafted[: r.num_accepted])}")
     if any(f == "accepted" for f in r.emitted_fates[len(kept) :]):
         raise ValueError(f"{where}: accepted tokens must come first among the emitted ones")
-    for j, dist in enumerate(r.dists):
-        for name in ("p_target", "q_draft", "residual"):
-            values = getattr(dist, name)
-            if values is not None and len(values) != len(dist.token_ids):
-                raise ValueError(f"{where}, position {j}: {len(dist.token_ids)} token ids but {len(values)} {name} values")
 
 
 def check_tree_record(r: StepRecord, where: str) -> None:
@@ -422,7 +422,10 @@ def _check_items(items: list, rule: FieldRule, path: tuple[str, ...]) -> None:
 def check_fields(raw: object) -> None:
     """Every text, number and key of a parsed file against its place in the schema (field_rules); RecordingError
     names the first that is off. One pass over the parsed JSON, before pydantic sees it."""
-    _check(raw, field_rules(), ())
+    try:
+        _check(raw, field_rules(), ())
+    except RecursionError:  # json.loads reads nesting a little deeper than this walk can follow
+        raise RecordingError("This is not a specviz recording: its JSON is nested too deeply to read.") from None
 
 
 def _describe(exc: ValidationError) -> str:

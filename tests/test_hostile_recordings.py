@@ -161,6 +161,12 @@ def test_dict_keys_are_capped_too():
     assert "token_texts" in refused(json.dumps(raw))
 
 
+def test_deep_nesting_in_a_field_the_schema_leaves_open_is_a_recording_error():
+    raw = example()
+    raw["environment"]["note"] = json.loads("[" * 950 + "]" * 950)  # json reads it; a recursive walk would not
+    assert "nested too deeply" in refused(json.dumps(raw))
+
+
 def test_examples_still_load():
     for path in EXAMPLES:
         load_recording(path.read_bytes())
@@ -220,6 +226,30 @@ HOSTILE_VALUES = st.one_of(
     st.integers(min_value=-(2**70), max_value=2**70),
     st.text(max_size=4),
 )
+EDGE_INTS = [0, 1, 2, 3, -1, -3, 4, 5, 16, 17, 2**63 - 1, 2**63, 10**20]
+EDGE_FLOATS = [0.0, -0.0, 1.0, 0.5, 1e-6, 1e-9, 5e-324, 1.0000001, 1e9, 1e15, 1e300, float("nan"), float("inf"), float("-inf")]
+FATES = ["accepted", "rejected", "discarded", "resampled", "bonus", "target", "", "x"]
+
+
+@st.composite
+def replacement(draw, old):
+    """A value for a place that held `old`: mostly of the same kind (so the file often still loads and reaches the
+    views), sometimes anything hostile."""
+    if draw(st.integers(0, 9)) == 0:
+        return draw(HOSTILE_VALUES)
+    if isinstance(old, bool):
+        return not old
+    if isinstance(old, int):
+        return draw(st.one_of(st.sampled_from(EDGE_INTS), st.integers(-2, 40)))
+    if isinstance(old, float):
+        return draw(st.one_of(st.sampled_from(EDGE_FLOATS), st.floats(0.0, 1.0), st.floats(0.0, 1e4)))
+    if isinstance(old, str):
+        return draw(st.one_of(st.sampled_from(FATES), st.text(max_size=3)))
+    if isinstance(old, list) and old:
+        how = draw(st.sampled_from(["empty", "drop", "repeat", "reverse"]))
+        i = draw(st.integers(0, len(old) - 1))
+        return {"empty": [], "drop": old[:i] + old[i + 1 :], "repeat": old[: i + 1] + old[i:], "reverse": old[::-1]}[how]
+    return draw(HOSTILE_VALUES)
 
 
 def _places(node, path=()):
@@ -330,14 +360,6 @@ def places_of(text: str) -> tuple[tuple, ...]:
     return tuple(p for p in _places(json.loads(text)) if p)
 
 
-def mutated(text: str, changes: list) -> str:
-    raw = json.loads(text)
-    for where, value in changes:
-        with contextlib.suppress(KeyError, IndexError, TypeError):  # an earlier change replaced a container on the way
-            _set(raw, where, value)
-    return json.dumps(raw)
-
-
 @settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 @given(data=st.data())
 def test_mutated_recordings_load_and_draw_or_are_a_recording_error(sources, data):
@@ -346,8 +368,13 @@ def test_mutated_recordings_load_and_draw_or_are_a_recording_error(sources, data
     message); nothing else may come out."""
     text = sources[data.draw(st.sampled_from(sorted(sources)), label="recording")]
     places = places_of(text)
-    changes = [(data.draw(st.sampled_from(places), label="place"), data.draw(HOSTILE_VALUES, label="value")) for _ in range(data.draw(st.integers(1, 3)))]
-    mutant = mutated(text, changes)
+    raw, changes = json.loads(text), []
+    for _ in range(data.draw(st.integers(1, 3), label="changes")):
+        where = data.draw(st.sampled_from(places), label="place")
+        with contextlib.suppress(KeyError, IndexError, TypeError):  # an earlier change replaced a container on the way
+            changes.append((where, data.draw(replacement(_get(raw, where)), label="value")))
+            _set(raw, where, changes[-1][1])
+    mutant = json.dumps(raw)
     try:
         recording = load_recording(mutant)
     except RecordingError as exc:
@@ -359,6 +386,14 @@ def test_mutated_recordings_load_and_draw_or_are_a_recording_error(sources, data
     views(recording, touched_rounds(changes))
     rc, out, _ = replay_cli(mutant)
     assert rc == 0 and out
+
+
+def test_a_tree_rounds_top_rows_must_match_their_token_ids(sources):
+    """Found by the property test: a tree round skipped the per-position length checks, and the inspector crashed."""
+    raw = json.loads(sources["toy-tree"])
+    record = next(r for r in raw["runs"][0]["records"] if r["tree_parents"])
+    record["dists"][0]["p_target"] = []
+    assert "token ids but 0 p_target values" in refused(json.dumps(raw))
 
 
 def test_finite_checks_do_not_refuse_the_examples_numbers():
