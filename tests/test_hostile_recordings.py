@@ -13,7 +13,7 @@ from functools import cache
 from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from specviz.recording import MAX_BYTES, RecordingError, json_schema, load_recording
@@ -165,6 +165,16 @@ def test_deep_nesting_in_a_field_the_schema_leaves_open_is_a_recording_error():
     raw = example()
     raw["environment"]["note"] = json.loads("[" * 950 + "]" * 950)  # json reads it; a recursive walk would not
     assert "nested too deeply" in refused(json.dumps(raw))
+
+
+def test_a_long_run_error_is_cut_when_recorded_so_the_file_still_loads():
+    from specviz.recording import MAX_ERROR_CHARS, dumps, recorded_run
+
+    recording = load_recording(example_text())
+    run = recording.runs[0]
+    cut = recorded_run(run.label, run.config, run.records, error="out of memory " * 2_000)
+    assert len(cut.error) == MAX_ERROR_CHARS and cut.error.endswith("…")
+    assert load_recording(dumps(recording.model_copy(update={"runs": (cut,)}))).runs[0].error == cut.error
 
 
 def test_examples_still_load():
@@ -378,11 +388,13 @@ def test_mutated_recordings_load_and_draw_or_are_a_recording_error(sources, data
     try:
         recording = load_recording(mutant)
     except RecordingError as exc:
+        event("refused")
         message = str(exc)
         assert message and len(message) < 1_000 and "Traceback" not in message
         rc, _, err = replay_cli(mutant)
         assert rc == 2 and message in err
         return
+    event("loaded and drawn")
     views(recording, touched_rounds(changes))
     rc, out, _ = replay_cli(mutant)
     assert rc == 0 and out
