@@ -38,6 +38,13 @@ def emit(text: object = "", *, err: bool = False, flush: bool = False, escaped: 
     print(line, file=sys.stderr if err else sys.stdout, flush=flush)
 
 
+class EscapingFormatter(logging.Formatter):
+    """Log lines on stderr are printed text too: escaped like emit's."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        return terminal_text(super().format(record))
+
+
 def painted(text: str, kind: str) -> str:
     """text in the colour of its fate (or the prompt's), escaped, for emit(..., escaped=True)."""
     return ANSI[kind] + terminal_text(text) + RESET
@@ -546,7 +553,9 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    logging.basicConfig(level=os.environ.get("SPECVIZ_LOG", "WARNING"))
+    handler = logging.StreamHandler()  # stderr
+    handler.setFormatter(EscapingFormatter(logging.BASIC_FORMAT))
+    logging.basicConfig(level=os.environ.get("SPECVIZ_LOG", "WARNING"), handlers=[handler])
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     args = build_parser().parse_args(argv)
     try:

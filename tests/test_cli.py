@@ -337,6 +337,15 @@ def test_json_output_escapes_control_characters(capsys, tiny_dir, tiny_models, m
     assert parse_one_json(stdout)["samples"][0]["text"].startswith(HOSTILE_TERMINAL)
 
 
+def test_log_lines_are_escaped_too():
+    import logging
+
+    record = logging.LogRecord("specviz", logging.WARNING, __file__, 1, "model %s failed", (HOSTILE_TERMINAL,), None)
+    line = cli.EscapingFormatter(logging.BASIC_FORMAT).format(record)
+    assert "\\x1b[2J" in line
+    assert_no_control(line)
+
+
 def test_every_print_in_the_cli_goes_through_emit():
     """No print() or sys.stdout/stderr.write outside emit (and the JSON's closing newline): a new print path cannot
     skip the escaping."""
