@@ -6,6 +6,7 @@ import argparse
 import json
 import logging
 import os
+import re
 import sys
 import time
 from collections.abc import Sequence
@@ -22,6 +23,32 @@ DTYPE_HELP = (
 
 ANSI = {"accepted": "\033[32m", "resampled": "\033[33m", "bonus": "\033[36m", "target": "\033[0m", "prompt": "\033[90m"}
 RESET = "\033[0m"
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")  # C0 but newline and tab, DEL, C1
+
+
+def terminal_text(text: str) -> str:
+    """text with every C0 and C1 control character but newline and tab written as an escape (ESC as \\x1b), so a
+    token, title or message from a file or a model cannot clear the screen, retitle the window or plant a link."""
+    return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
+
+
+def emit(text: object = "", *, err: bool = False, flush: bool = False, escaped: bool = False) -> None:
+    """Every line the command line prints goes through here: to stdout (or stderr), control characters escaped.
+    escaped=True: the text is already built from terminal_text() pieces plus our own colour codes (ANSI)."""
+    line = str(text) if escaped else terminal_text(str(text))
+    print(line, file=sys.stderr if err else sys.stdout, flush=flush)
+
+
+class EscapingFormatter(logging.Formatter):
+    """Log lines on stderr are printed text too: escaped like emit's."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        return terminal_text(super().format(record))
+
+
+def painted(text: str, kind: str) -> str:
+    """text in the colour of its fate (or the prompt's), escaped, for emit(..., escaped=True)."""
+    return ANSI[kind] + terminal_text(text) + RESET
 
 
 def _add_run_options(p: argparse.ArgumentParser) -> None:
@@ -146,10 +173,10 @@ def cmd_profile(args: argparse.Namespace) -> int:
         torch.set_num_threads(args.threads)
     target = load_model(args.target, args.device, args.dtype, trust_remote_code=args.trust_remote_code,
                         allow_download=args.allow_download, allow_pickle=args.allow_pickle)
-    print(f"profiling {target.name} on {target.device} ({target.precision}), context {args.context} tokens", file=sys.stderr)
+    emit(f"profiling {target.name} on {target.device} ({target.precision}), context {args.context} tokens", err=True)
 
     def progress(done: int, total: int, message: str) -> None:
-        print(f"[{done}/{total}] {message}", file=sys.stderr, flush=True)
+        emit(f"[{done}/{total}] {message}", err=True, flush=True)
 
     profile = measure_profile(target, max_tokens=args.max_tokens, context_length=args.context, repeats=args.repeats,
                               threads=args.threads, clock=args.clock, on_progress=progress, label=args.label,
@@ -158,17 +185,17 @@ def cmd_profile(args: argparse.Namespace) -> int:
         with open(args.out, "w", encoding="utf-8") as fh:
             json.dump(profile.to_json(), fh, indent=1)
             fh.write("\n")
-        print(f"wrote {args.out}", file=sys.stderr)
-    print(f"{profile.device_name}; {profile.dtype}; torch {profile.torch_version}; {profile.threads} threads; {profile.clock} clock; load average {profile.load_average}")
-    print(" k  tokens fed  pass ms  verify cost c_verify(k)")
+        emit(f"wrote {args.out}", err=True)
+    emit(f"{profile.device_name}; {profile.dtype}; torch {profile.torch_version}; {profile.threads} threads; {profile.clock} clock; load average {profile.load_average}")
+    emit(" k  tokens fed  pass ms  verify cost c_verify(k)")
     for k, ms, cost in profile_table(profile):
-        print(f"{k:2d}  {k + 1:10d}  {ms:7.2f}  {cost:6.2f}")
+        emit(f"{k:2d}  {k + 1:10d}  {ms:7.2f}  {cost:6.2f}")
     for name, c in profile.draft_cost.items():
-        print(f"draft cost c, {name}: {c:.4f} of a 1-token pass ({profile.draft_ms_per_token[name]:.3f} ms per drafted token)")
+        emit(f"draft cost c, {name}: {c:.4f} of a 1-token pass ({profile.draft_ms_per_token[name]:.3f} ms per drafted token)")
     if profile.batch_pass_ms:
-        print("  B   t  pass ms  ms per row-token")
+        emit("  B   t  pass ms  ms per row-token")
         for b, t, ms, per_token in batch_profile_table(profile):
-            print(f"{b:3d} {t:3d}  {ms:7.2f}  {per_token:7.3f}")
+            emit(f"{b:3d} {t:3d}  {ms:7.2f}  {per_token:7.3f}")
     return 0
 
 
@@ -222,33 +249,33 @@ def cmd_batch(args: argparse.Namespace) -> int:
     setup = BatchSetup(config, tuple(load_prompts(args.prompts, [args.category])), args.repeats, args.warmup)
     models = resolve_models(config, drafters=[args.drafter])
     target = models.target
-    print(f"batch: {args.drafter}, k={args.num_draft_tokens}, {len(setup.prompts)} {args.category} prompts (cycled) on "
-          f"{target.name} ({target.device}, {target.precision}), B = {','.join(map(str, args.batch))}", file=sys.stderr)  # fmt: skip
+    emit(f"batch: {args.drafter}, k={args.num_draft_tokens}, {len(setup.prompts)} {args.category} prompts (cycled) on "
+          f"{target.name} ({target.device}, {target.precision}), B = {','.join(map(str, args.batch))}", err=True)  # fmt: skip
     points = measure_batches(models, setup, args.batch, on_progress=_print_progress)
     machine = {"device": str(target.device), "device_name": device_name(target.device), "dtype": target.precision,
                "threads": torch.get_num_threads(), "torch_version": torch.__version__}  # fmt: skip
     result = results_json(points, setup, machine)
     if args.out:
         Path(args.out).write_text(json.dumps(result, indent=1) + "\n", encoding="utf-8")
-        print(f"wrote {args.out}", file=sys.stderr)
+        emit(f"wrote {args.out}", err=True)
     if args.json:
-        print(json.dumps(result))
+        emit(json.dumps(result))
     else:
-        print(f"{machine['device_name']}; {machine['dtype']}; {machine['threads']} threads")
-        print("  B  plain tok/s  spec tok/s  ratio  tokens/pass  load average")
+        emit(f"{machine['device_name']}; {machine['dtype']}; {machine['threads']} threads")
+        emit("  B  plain tok/s  spec tok/s  ratio  tokens/pass  load average")
         for p in points:
-            print(f"{p.batch_size:3d}  {p.plain_tokens_per_s:11.1f}  {p.spec_tokens_per_s:10.1f}  {p.ratio:5.2f}  "
+            emit(f"{p.batch_size:3d}  {p.plain_tokens_per_s:11.1f}  {p.spec_tokens_per_s:10.1f}  {p.ratio:5.2f}  "
                   f"{p.spec_tokens_per_pass:11.2f}  {p.load_average}")  # fmt: skip
     for p in points:
         if not p.physical:
-            print(f"warning: B={p.batch_size}: a ratio of {p.ratio:.2f} beats {p.spec_tokens_per_pass:.2f} tokens per pass; "
-                  "the machine was busier for one side (check the load average, use --repeats)", file=sys.stderr)  # fmt: skip
+            emit(f"warning: B={p.batch_size}: a ratio of {p.ratio:.2f} beats {p.spec_tokens_per_pass:.2f} tokens per pass; "
+                  "the machine was busier for one side (check the load average, use --repeats)", err=True)  # fmt: skip
         for m in p.mismatches:
-            print(f"B={p.batch_size} row {m.stream}: first differs at generated token {m.position} "
-                  f"({m.token} vs plain {m.plain_token}), target top-2 margin {m.margin:.2e}", file=sys.stderr)  # fmt: skip
+            emit(f"B={p.batch_size} row {m.stream}: first differs at generated token {m.position} "
+                  f"({m.token} vs plain {m.plain_token}), target top-2 margin {m.margin:.2e}", err=True)  # fmt: skip
     bad = bad_mismatches(points)
     if bad:
-        print(f"error: {len(bad)} greedy row(s) differ from plain decoding away from a near-tie (margin above 1e-3)", file=sys.stderr)
+        emit(f"error: {len(bad)} greedy row(s) differ from plain decoding away from a near-tie (margin above 1e-3)", err=True)
         return 1
     return 0
 
@@ -310,10 +337,11 @@ def stats_to_json(s, records=(), baseline=()) -> dict:
 
 
 def _coloured(tokenizer, prompt_ids: list[int], records) -> str:
-    parts = [ANSI["prompt"] + tokenizer.decode(prompt_ids) + RESET]
+    """The prompt and every emitted token in its fate's colour, escaped: for emit(..., escaped=True)."""
+    parts = [painted(tokenizer.decode(prompt_ids), "prompt")]
     for r in records:
         for tok, fate in zip(r.emitted, r.emitted_fates):
-            parts.append(ANSI[fate] + tokenizer.decode([tok]) + RESET)
+            parts.append(painted(tokenizer.decode([tok]), fate))
     return "".join(parts)
 
 
@@ -371,7 +399,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
             "prompt_ids": prompt_ids,
             "samples": samples,
         }
-        json.dump(out, sys.stdout)
+        json.dump(out, sys.stdout)  # ensure_ascii (the default) writes every control character as \u001b
         sys.stdout.write("\n")
     return 0
 
@@ -404,7 +432,7 @@ def _write_recording(path: str, config: RunConfig, text: str, prompt_ids: list[i
         token_text=TokenTable(lambda i: token_bytes(target.tokenizer, i)), environment=environment(target),
     )  # fmt: skip
     save_recording(recording, path)
-    print(f"recorded {len(runs)} run(s) to {path}", file=sys.stderr)
+    emit(f"recorded {len(runs)} run(s) to {path}", err=True)
 
 
 def _stats_line(mode: str, s) -> str:
@@ -423,21 +451,21 @@ def cmd_replay(args: argparse.Namespace) -> int:
 
     rec = read_recording(args.file)
     tty = sys.stdout.isatty()
-    print(f"recording: {rec.title or args.file}; {rec.describe()}", file=sys.stderr if tty else sys.stdout)
+    emit(f"recording: {rec.title or args.file}; {rec.describe()}", err=tty)
     prompt = "".join(text for _, _, text in join_pieces([rec.token_text(t) for t in rec.prompt_ids]))
     for run in rec.runs:
         tokens = [(t, f) for r in run.records for t, f in zip(r.emitted, r.emitted_fates)]
         groups = join_pieces([rec.token_text(t) for t, _ in tokens])
         if tty:
-            body = "".join(ANSI[tokens[start][1]] + text + RESET for start, _, text in groups)
-            print(f"\n{run.label}:\n" + ANSI["prompt"] + prompt + RESET + body)
+            body = "".join(painted(text, tokens[start][1]) for start, _, text in groups)
+            emit(terminal_text(f"\n{run.label}:\n") + painted(prompt, "prompt") + body, escaped=True)
         else:
-            print(f"\n{run.label}:\n" + "".join(text for _, _, text in groups))
+            emit(f"\n{run.label}:\n" + "".join(text for _, _, text in groups))
         if run.error:
-            print(f"[{run.label}] stopped by an error: {run.error}")
-        print(_stats_line(run.label, run.stats), file=sys.stderr if tty else sys.stdout)
+            emit(f"[{run.label}] stopped by an error: {run.error}")
+        emit(_stats_line(run.label, run.stats), err=tty)
     if rec.baseline is not None:
-        print(_stats_line(rec.baseline.label, rec.baseline.stats), file=sys.stderr if tty else sys.stdout)
+        emit(_stats_line(rec.baseline.label, rec.baseline.stats), err=tty)
     return 0
 
 
@@ -458,9 +486,9 @@ def _print_sample(args, config: RunConfig, target, prompt_ids: list[int], d, che
 
     tty = sys.stdout.isatty()
     if tty:
-        print(_coloured(target.tokenizer, prompt_ids, d.records))
+        emit(_coloured(target.tokenizer, prompt_ids, d.records), escaped=True)
     else:
-        print(target.tokenizer.decode(d.generated, skip_special_tokens=True))
+        emit(target.tokenizer.decode(d.generated, skip_special_tokens=True))
     s = d.stats()
     acc = "n/a" if s.acceptance_rate is None else f"{s.acceptance_rate:.2f}"
     alpha = "n/a" if s.alpha is None else f"{s.alpha:.2f}"
@@ -472,10 +500,10 @@ def _print_sample(args, config: RunConfig, target, prompt_ids: list[int], d, che
             f"; differs from plain greedy at new token {difference.position} (top-2 logit margin {_fmt_margin(difference.margin)} here, "
             f"{_fmt_margin(difference.baseline_margin)} in the baseline)"
         )
-    print(
+    emit(
         f"[{mode}] {s.new_tokens} tokens in {s.wall_s:.2f}s = {s.tokens_per_s:.1f} tok/s; "
         f"{s.tokens_per_target_pass:.2f} tokens/target pass; accepted/drafted {acc}; alpha (E[sum min(p,q)]) {alpha}{same}",
-        file=sys.stderr if tty else sys.stdout,
+        err=tty,
     )
 
 
@@ -504,21 +532,21 @@ def cmd_info(args: argparse.Namespace) -> int:
     from specviz.models import load_model, resolve_device
     from specviz.models.loading import cache_root, embedded_gguf_path
 
-    print(f"torch {torch.__version__}; cuda available: {torch.cuda.is_available()}", flush=True)
+    emit(f"torch {torch.__version__}; cuda available: {torch.cuda.is_available()}", flush=True)
     if torch.cuda.is_available():
         for i in range(torch.cuda.device_count()):
-            print(f"  cuda:{i} {torch.cuda.get_device_name(i)}")
-    print(f"auto device: {resolve_device('auto')}")
-    print(f"auto dtype: {_auto_precision(args.device)}")
-    print(f"default target: {EMBEDDED_TARGET}; default drafter: {RunConfig.drafter}")
-    print(f"weights cache: {cache_root()}")
+            emit(f"  cuda:{i} {torch.cuda.get_device_name(i)}")
+    emit(f"auto device: {resolve_device('auto')}")
+    emit(f"auto dtype: {_auto_precision(args.device)}")
+    emit(f"default target: {EMBEDDED_TARGET}; default drafter: {RunConfig.drafter}")
+    emit(f"weights cache: {cache_root()}")
     try:
-        print(f"embedded GGUF: {embedded_gguf_path()}")
+        emit(f"embedded GGUF: {embedded_gguf_path()}")
         start = time.perf_counter()
         m = load_model(EMBEDDED_TARGET, args.device)
-        print(f"loads: yes ({time.perf_counter() - start:.1f}s, {m.num_layers} layers, vocab {m.vocab_size}, {m.device}, {m.precision})")
+        emit(f"loads: yes ({time.perf_counter() - start:.1f}s, {m.num_layers} layers, vocab {m.vocab_size}, {m.device}, {m.precision})")
     except ValueError as exc:
-        print(f"loads: no — {exc}")
+        emit(f"loads: no — {exc}")
         return 1
     return 0
 
@@ -576,7 +604,7 @@ def add_bench_parser(sub) -> None:
 
 
 def _print_progress(done: int, total: int, message: str) -> None:
-    print(f"[{done}/{total}] {message}", file=sys.stderr, flush=True)
+    emit(f"[{done}/{total}] {message}", err=True, flush=True)
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
@@ -610,10 +638,10 @@ def cmd_bench(args: argparse.Namespace) -> int:
                       trust_remote_code=args.trust_remote_code, allow_download=args.allow_download, allow_pickle=args.allow_pickle)
     models = resolve_models(where, drafters=[d for d in spec.drafters if d != "model" or args.draft])  # run_sweep names a missing draft
     target, draft = models.target, models.draft
-    print(
+    emit(
         f"benchmark: {len(prompts)} prompts, {spec.num_settings(len(prompts))} settings x ({spec.warmup} warm-up + "
         f"{spec.repeats} repeats) = {spec.num_runs(len(prompts))} runs on {target.name} ({target.device}, {target.precision})",
-        file=sys.stderr,
+        err=True,
     )
     frame = rows_to_frame(run_sweep(target, prompts, spec, draft=draft, early_exit=models.early_exit, on_progress=_print_progress))
     if out is not None:
@@ -623,22 +651,24 @@ def cmd_bench(args: argparse.Namespace) -> int:
         else:
             append = args.append and out.is_file() and out.stat().st_size > 0
             frame.to_csv(out, index=False, float_format="%.4g", mode="a" if append else "w", header=not append)
-        print(f"wrote {len(frame)} rows to {out}", file=sys.stderr)
+        emit(f"wrote {len(frame)} rows to {out}", err=True)
     show = ["category", "prompt", "drafter", "k", "temperature", "alpha", "acceptance_rate", "tokens_per_pass",
             "baseline_tokens_per_s", "speedup", "speedup_low", "speedup_high", "speedup_cpu", "verify_cost"]
     if len(spec.tree_widths) > 1:
         show.insert(4, "tree_width")
-    print(frame[show].to_string(index=False, float_format=lambda x: f"{x:.2f}", na_rep="n/a"))
+    emit(frame[show].to_string(index=False, float_format=lambda x: f"{x:.2f}", na_rep="n/a"))
     if len(spec.tree_widths) > 1:
         from specviz.experiments.bench import tree_vs_chain_table
 
-        print("\ntrees vs chains at the same node budget k (means over prompts):")
-        print(tree_vs_chain_table(frame).to_string(index=False, float_format=lambda x: f"{x:.2f}", na_rep="n/a"))
+        emit("\ntrees vs chains at the same node budget k (means over prompts):")
+        emit(tree_vs_chain_table(frame).to_string(index=False, float_format=lambda x: f"{x:.2f}", na_rep="n/a"))
     return 0
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    logging.basicConfig(level=os.environ.get("SPECVIZ_LOG", "WARNING"))
+    handler = logging.StreamHandler()  # stderr
+    handler.setFormatter(EscapingFormatter(logging.BASIC_FORMAT))
+    logging.basicConfig(level=os.environ.get("SPECVIZ_LOG", "WARNING"), handlers=[handler])
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     args = build_parser().parse_args(argv)
     try:
@@ -656,7 +686,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             return cmd_batch(args)
         return cmd_bench(args)
     except (ValueError, OSError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        emit(f"error: {exc}", err=True)
         return 2
 
 

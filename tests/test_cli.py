@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -251,3 +252,113 @@ def test_num_samples_at_temperature_one_on_smollm(capsys, monkeypatch, smollm):
     out = parse_one_json(stdout)
     check_contract(out, 3, 8)
     assert len({s["seed"] for s in out["samples"]}) == 3
+
+
+# -- terminal control sequences from a file or a model are printed escaped ---------------------------------------
+
+CLEAR = "\x1b[2J"  # clear the screen
+TITLE = "\x1b]0;pwned\x07"  # OSC 0: set the window title
+LINK = "\x1b]8;;http://127.0.0.1:1/x\x1b\\click\x1b]8;;\x1b\\"  # OSC 8: a clickable link
+C1 = "\x9b2J\x9d0;t\x9c\r\x08\x7f"  # CSI and OSC as C1 characters, ST, a carriage return, a backspace, DEL
+HOSTILE_TERMINAL = CLEAR + TITLE + LINK + C1
+OUR_COLOURS = re.compile(r"\x1b\[(?:0|32|33|36|90)m")  # the only escape sequences replay may write (on a terminal)
+
+
+def assert_no_control(text: str) -> None:
+    """Nothing but newline, tab and our own colour codes below U+0020 or in C1."""
+    bare = OUR_COLOURS.sub("", text)
+    assert not re.search(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]", bare), repr(bare[:300])
+
+
+def test_terminal_text_escapes_c0_and_c1_but_newline_and_tab():
+    assert cli.terminal_text("a\tb\nc") == "a\tb\nc"
+    assert cli.terminal_text(CLEAR) == "\\x1b[2J"
+    assert cli.terminal_text("\x9b\x07\x00\x7f") == "\\x9b\\x07\\x00\\x7f"
+    assert_no_control(cli.terminal_text(HOSTILE_TERMINAL))
+
+
+def _hostile_terminal_recording(path: Path) -> Path:
+    example = sorted((REPO / "assets" / "recordings").glob("*.json"))[0]
+    raw = json.loads(example.read_text(encoding="utf-8"))
+    raw["title"] = HOSTILE_TERMINAL
+    raw["environment"]["model"] = HOSTILE_TERMINAL
+    raw["environment"]["device_name"] = TITLE
+    for tid in raw["token_texts"]:
+        raw["token_texts"][tid] = HOSTILE_TERMINAL
+    raw["runs"][0]["label"] = "run \x07\x1bc"  # BEL and RIS (reset the terminal) pass the label rules
+    raw["runs"][0]["error"] = HOSTILE_TERMINAL
+    path.write_text(json.dumps(raw), encoding="utf-8")
+    return path
+
+
+@pytest.mark.parametrize("tty", [False, True], ids=["pipe", "terminal"])
+def test_replay_prints_control_sequences_escaped(capsys, tmp_path, monkeypatch, tty):
+    path = _hostile_terminal_recording(tmp_path / "hostile.json")
+    monkeypatch.setattr(sys.stdout, "isatty", lambda: tty)
+    code, stdout, stderr = run_main(capsys, "replay", str(path))
+    assert code == 0
+    assert_no_control(stdout)
+    assert_no_control(stderr)
+    shown = stdout + stderr
+    assert "\\x1b[2J" in shown and "\\x1b]0;pwned\\x07" in shown and "\\x9b2J" in shown and "stopped by an error" in shown
+
+
+def test_error_messages_are_escaped(capsys, monkeypatch):
+    def fail(args):
+        raise ValueError(f"bad {HOSTILE_TERMINAL}")
+
+    monkeypatch.setattr(cli, "cmd_replay", fail)
+    code, _, stderr = run_main(capsys, "replay", "x.json")
+    assert code == 2 and stderr.startswith("error: bad \\x1b[2J")
+    assert_no_control(stderr)
+
+
+@pytest.mark.parametrize("tty", [False, True], ids=["pipe", "terminal"])
+def test_generate_text_output_escapes_what_the_model_decodes(capsys, tiny_dir, tiny_models, monkeypatch, tty):
+    tokenizer_type = type(tiny_models["llama"].tokenizer)
+    decode = tokenizer_type.decode
+    monkeypatch.setattr(tokenizer_type, "decode", lambda self, *a, **k: HOSTILE_TERMINAL + decode(self, *a, **k))
+    monkeypatch.setattr(sys.stdout, "isatty", lambda: tty)
+    code, stdout, stderr = run_main(capsys, "generate", "--target", str(tiny_dir["llama"]), "--no-chat", "--prompt", TINY_PROMPT,
+                                    "--max-new-tokens", "4")  # fmt: skip
+    assert code == 0 and "\\x1b[2J" in stdout
+    assert_no_control(stdout)
+    assert_no_control(re.sub(r"[^\n]*Loading weights[^\n]*\n?", "", stderr))  # transformers' own progress bar is not ours
+
+
+def test_json_output_escapes_control_characters(capsys, tiny_dir, tiny_models, monkeypatch):
+    tokenizer_type = type(tiny_models["llama"].tokenizer)
+    decode = tokenizer_type.decode
+    monkeypatch.setattr(tokenizer_type, "decode", lambda self, *a, **k: HOSTILE_TERMINAL + decode(self, *a, **k))
+    code, stdout, _ = run_main(capsys, "generate", "--target", str(tiny_dir["llama"]), "--no-chat", "--prompt", TINY_PROMPT,
+                               "--max-new-tokens", "4", "--json")  # fmt: skip
+    assert code == 0 and "\\u001b[2J" in stdout
+    assert_no_control(stdout.rstrip("\n"))
+    assert parse_one_json(stdout)["samples"][0]["text"].startswith(HOSTILE_TERMINAL)
+
+
+def test_log_lines_are_escaped_too():
+    import logging
+
+    record = logging.LogRecord("specviz", logging.WARNING, __file__, 1, "model %s failed", (HOSTILE_TERMINAL,), None)
+    line = cli.EscapingFormatter(logging.BASIC_FORMAT).format(record)
+    assert "\\x1b[2J" in line
+    assert_no_control(line)
+
+
+def test_every_print_in_the_cli_goes_through_emit():
+    """No print() or sys.stdout/stderr.write outside emit (and the JSON's closing newline): a new print path cannot
+    skip the escaping."""
+    import ast
+
+    tree = ast.parse((REPO / "specviz" / "cli.py").read_text(encoding="utf-8"))
+    raw = []
+    for func in ast.walk(tree):
+        if not isinstance(func, ast.FunctionDef) or func.name == "emit":
+            continue
+        for node in ast.walk(func):
+            if isinstance(node, ast.Call):
+                name = ast.unparse(node.func)
+                if name == "print" or name.endswith(("stdout.write", "stderr.write")) and ast.unparse(node) != "sys.stdout.write('\\n')":
+                    raw.append(f"{func.name}: {ast.unparse(node)[:60]}")
+    assert not raw, raw

@@ -191,7 +191,7 @@ def test_an_over_long_token_text_is_refused_naming_the_field():
     raw = _example()
     tid = next(iter(raw["token_texts"]))
     raw["token_texts"][tid] = "x" * (MAX_TOKEN_TEXT_CHARS + 1)
-    with pytest.raises(RecordingError, match=rf"token_texts\['{tid}'\] is 1,001 characters long; a token text may be at most 1,000"):
+    with pytest.raises(RecordingError, match=rf"token_texts\['{tid}'\] is 1,001 characters long; it may be at most 1,000"):
         load_recording(json.dumps(raw))
     raw["token_texts"][tid] = "x" * MAX_TOKEN_TEXT_CHARS
     load_recording(json.dumps(raw))  # at the cap: fine
