@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import streamlit as st
 
+from specviz.ui import widgets
 from specviz.ui.navigation import route_through_app
 from specviz.ui.numerics_lab import (
     InvarianceReport,
@@ -32,15 +33,15 @@ st.caption(
     "float32 and in bfloat16, plainly and speculatively, and see where the outputs part and why."
 )
 
-prompt = st.text_area("prompt (chat template)", value=DEFAULT_PROMPT, key="num_prompt", height=80)
+prompt = widgets.text_area("prompt (chat template)", value=DEFAULT_PROMPT, key="num_prompt", height=80)
 a, b, c, d = st.columns(4)
-new_tokens = a.slider("max new tokens", 8, 128, 32, 8, key="num_new")
-k = b.slider("k (drafts per round)", 1, 8, 4, key="num_k")
-drafter = c.selectbox("drafter", ["ngram", "lookup"], key="num_drafter", help="Offline drafters: no second model to load.")
+new_tokens = widgets.on(a).slider("max new tokens", 8, 128, 32, 8, key="num_new")
+k = widgets.on(b).slider("k (drafts per round)", 1, 8, 4, key="num_k")
+drafter = widgets.on(c).selectbox("drafter", ["ngram", "lookup"], key="num_drafter", help="Offline drafters: no second model to load.")
 
 
 device = resolve_device("auto")
-low = d.selectbox(
+low = widgets.on(d).selectbox(
     "low precision", low_precision_dtypes(device), key="num_dtype", format_func=lambda p: precision_label(p),
     help="fp16 weights and int8 dynamic are CPU kernels (fbgemm); float16 is offered where the device has it (CUDA, MPS).",
 )

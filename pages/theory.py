@@ -5,7 +5,7 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
-from specviz.ui import access
+from specviz.ui import access, widgets
 from specviz.ui.measured import session_points
 from specviz.ui.navigation import route_through_app
 from specviz.ui.theory import (
@@ -55,27 +55,27 @@ st.caption("For a given acceptance rate and draft cost, how much faster can spec
 
 with st.sidebar:
     st.subheader("Theory inputs")
-    alpha = st.slider("α: chance a drafted token is accepted", 0.0, 1.0, 0.7, 0.01, key="theory_alpha")
-    k = st.slider("k: tokens drafted per round", 1, MAX_K, 4, key="theory_k")
-    c = st.slider(
+    alpha = widgets.slider("α: chance a drafted token is accepted", 0.0, 1.0, 0.7, 0.01, key="theory_alpha")
+    k = widgets.slider("k: tokens drafted per round", 1, MAX_K, 4, key="theory_k")
+    c = widgets.slider(
         "c: one draft forward ÷ one target forward", 0.0, 1.0, 0.05, 0.01, key="theory_c",
         help="0 for prompt lookup; about 0.05 for a draft model ~20× smaller; ~0.93 for an early exit at 28 of 30 layers.",
     )
     available = profiles()
     if st.session_state.pop(SELECT_MEASURED_KEY, False) and THIS_MACHINE in available:
         st.session_state[SOURCE_KEY] = THIS_MACHINE  # before the widget is drawn, so it shows the new curve
-    source = st.selectbox(
+    source = widgets.selectbox(
         "verify cost c_verify(k)", [CONSTANT, *available], key=SOURCE_KEY,
         help="A measured profile charges each k what a (k+1)-token pass really cost on that machine; the constant charges every k the same.",
     )
-    constant = st.slider(
+    constant = widgets.slider(
         "constant verify cost: a (k+1)-token target pass ÷ a 1-token pass", 1.0, 3.0, 1.0, 0.05, key="theory_verify_cost",
         disabled=source != CONSTANT,
         help="About 1 on a GPU, where a pass is limited by reading the weights. On a 2-core CPU, 5 tokens measured about 1.7 (assets/profile_cpu.json).",
     )
     profile = available.get(source)
     verify_cost: float | VerifyCurve = profile.curve if profile is not None else constant
-    show_measured = st.toggle("overlay this session's measured runs", value=True, key="theory_show_measured")
+    show_measured = widgets.toggle("overlay this session's measured runs", value=True, key="theory_show_measured")
 
 numbers = theory_numbers(alpha, k, c, verify_cost)
 tokens, gain, kb, gain_best = numbers.tokens_per_pass, numbers.speedup, numbers.best_k, numbers.best_speedup

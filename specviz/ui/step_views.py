@@ -17,6 +17,7 @@ from specviz.config import RunConfig
 from specviz.core.divergence import Divergence, emitted_margins, first_divergence
 from specviz.core.records import StepRecord
 from specviz.core.theory import speedup as theory_speedup
+from specviz.ui import widgets
 from specviz.ui.memo import baseline_state, memo, round_key
 from specviz.ui.session import baseline_key
 from specviz.viz import (
@@ -201,22 +202,22 @@ def inspector(session: ViewSource) -> None:
         return
     run = runs[0]
     if len(runs) > 1:
-        label = st.radio("run", [r.label for r in runs], horizontal=True, key="inspect_run", format_func=md_text)
+        label = widgets.radio("run", [r.label for r in runs], horizontal=True, key="inspect_run", format_func=md_text)
         run = next(r for r in runs if r.label == label)
     n = len(run.records)
     left, right = st.columns([1, 3])
     with left:
-        follow = st.toggle("follow the latest round", value=True, key="inspect_follow")
+        follow = widgets.toggle("follow the latest round", value=True, key="inspect_follow")
         if follow or n == 1:
             round_index = n - 1
             st.caption(f"showing round {round_index}, the latest (rounds count from 0)")
         else:
-            round_index = st.slider("round", 0, n - 1, value=n - 1, key="inspect_round")
+            round_index = widgets.slider("round", 0, n - 1, value=n - 1, key="inspect_round")
         record = run.records[round_index]
         positions = list(range(num_positions(record)))
         rejected = [i for i in positions if position_info(record, i).fate == "rejected"]
         default = rejected[0] if rejected else positions[-1]
-        position = st.radio(
+        position = widgets.radio(
             "position in the round",
             positions,
             index=default,
