@@ -128,7 +128,7 @@ def metrics(session: ViewSource, run: ViewRun, columns: int = 6) -> None:
         ("α", _fmt(_last(df, "alpha")), "Leviathan's α = E[Σ_v min(p_target, q_draft)] over the positions the rule checked."),
         ("accepted / drafted", _fmt(_last(df, "acceptance_rate")), "Kept drafts over all drafts (discarded ones included), as vLLM and llama.cpp report it."),
         ("tokens / target pass", _fmt(_last(df, "tokens_per_pass")), f"Theory at this α and k={k}: (1−α^(k+1))/(1−α) = {_fmt(_last(df, 'theory_tokens_per_pass'))}."),
-        ("speedup (wall clock)", speedup_text(session, run, df), f"Against plain decoding of the same prompt, measured. Predicted (1−α^(k+1))/((1−α)(1+kc)): {_fmt(_last(df, 'predicted_speedup'), '.2f', '×')}."),
+        ("speedup", speedup_text(session, run, df), f"Wall clock, measured, against plain decoding of the same prompt. Predicted (1−α^(k+1))/((1−α)(1+kc)): {_fmt(_last(df, 'predicted_speedup'), '.2f', '×')}."),
     ]
     cols = st.columns(columns)
     for i, (label, value, help_text) in enumerate(cells):
