@@ -13,22 +13,18 @@ from specviz.ui.theory import (
     CostProfile,
     VerifyCurve,
     acceptance_rate,
+    alpha_definitions,
     best_k,
+    curves,
+    heatmap,
     measure_this_machine,
     shipped_profiles,
     theory_numbers,
-)
-from specviz.viz.markdown import md_text
-from specviz.viz.theory import (
-    MEASURED_COLUMNS,
-    alpha_definitions_figure,
-    curves_figure,
-    heatmap_figure,
-    speedup_vs_k_figure,
-    verify_curve_figure,
-    verify_label,
+    verify_curves,
     worked_examples,
 )
+from specviz.viz.markdown import md_text
+from specviz.viz.theory import MEASURED_COLUMNS, speedup_vs_k_figure, verify_label
 
 route_through_app()  # a fresh server's first request may land here without app.py
 
@@ -94,7 +90,7 @@ if gain_best <= 1.0:
 
 measured = session_points() if show_measured else pd.DataFrame(columns=list(MEASURED_COLUMNS))
 
-st.plotly_chart(heatmap_figure(c, verify_cost, alpha, k, measured), width="stretch")
+st.plotly_chart(heatmap(c, verify_cost, alpha, k, measured), width="stretch")
 st.caption(
     "Blue beats plain decoding, red loses to it; the black line is break-even and the gold steps are the best k for "
     "each α. Measured runs sit at their (α, k); compare their own speedup (hover) with the colour underneath."
@@ -103,7 +99,7 @@ st.caption(
 left, right = st.columns(2)
 with left:
     ks = sorted({1, 2, 4, 8, 16, k})
-    st.plotly_chart(curves_figure(c, verify_cost, ks, alpha, measured), width="stretch")
+    st.plotly_chart(curves(c, verify_cost, ks, alpha, measured), width="stretch")
     st.caption(f"Each curve is one k at your c and verify cost ({verify_label(verify_cost)}); white markers are measured speedups at their α.")
 with right:
     st.plotly_chart(speedup_vs_k_figure(alpha, c, verify_cost, k), width="stretch")
@@ -142,8 +138,7 @@ if st.button("Measure this machine", key="theory_measure", help=measure_help):
 
 shown = profiles()
 if shown:
-    curves = {name: prof.curve for name, prof in shown.items()}
-    st.plotly_chart(verify_curve_figure(curves, constant if profile is None else None), width="stretch")
+    st.plotly_chart(verify_curves({name: prof.curve for name, prof in shown.items()}, constant if profile is None else None), width="stretch")
     st.caption(
         "Read the slope. On a CPU a pass is bound by arithmetic, which grows with the tokens fed, so c_verify(k) climbs "
         "with k and every extra draft must pay for its share of a longer pass. On a GPU a pass over a few tokens is bound by "
@@ -202,7 +197,7 @@ implies; real text breaks the independence assumption (acceptances come in strea
 and prompt lookup often drafts fewer than k tokens, so the implied α is an estimate.
 """
 )
-st.plotly_chart(alpha_definitions_figure(), width="stretch")
+st.plotly_chart(alpha_definitions(), width="stretch")
 st.caption("Read across at one α: the larger k, the lower the accepted/drafted a dashboard will show for the same drafter.")
 st.markdown(f"At your settings: α = {alpha:.2f} and k = {k} give accepted/drafted ≈ **{acceptance_rate(alpha, k):.2f}**.")
 
