@@ -5,12 +5,15 @@ a raw protocol client that sends an integer for a selectbox or a string for a sl
 or raises on it (an st.exception); these wrappers take the same arguments as st.<widget>, and a value of the wrong
 type, outside the range or not among the options is replaced by the widget's default (`reset=`, for a widget whose
 caller seeds its value through session state; else the value is dropped and the widget starts at its own value=,
-index= or default=) with a warning naming the widget. What a valid value means (the owner's policy) is for the caller to judge."""
+index= or default=) with a warning naming the widget. What a valid value means (the owner's policy) is for the
+caller to judge. (A protocol client's string for a slider makes Streamlit's own deserializer raise before the
+script runs, in that client's session only; nothing in the script can catch that.)"""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from numbers import Real
+from typing import Any
 
 import streamlit as st
 
@@ -74,22 +77,24 @@ def _number_ok(low: object, high: object, integer: bool) -> Callable[[object], b
 class Widgets:
     """The checked widgets drawn in one container (st, st.sidebar, a column)."""
 
-    def __init__(self, where=st) -> None:
+    def __init__(self, where: Any = st) -> None:
         self.where = where
 
     def selectbox(
         self, label: str, options: Sequence, index: int | None = 0, *, key: str | None = None, reset: object = UNSET, **kw
-    ):
+    ) -> Any:
         options = list(options)
         _guard(key, label, lambda v: _in(options, v), "one of its options", reset)
         return self.where.selectbox(label, options, index, key=key, **kw)
 
-    def radio(self, label: str, options: Sequence, index: int | None = 0, *, key: str | None = None, reset: object = UNSET, **kw):
+    def radio(
+        self, label: str, options: Sequence, index: int | None = 0, *, key: str | None = None, reset: object = UNSET, **kw
+    ) -> Any:
         options = list(options)
         _guard(key, label, lambda v: _in(options, v), "one of its options", reset)
         return self.where.radio(label, options, index, key=key, **kw)
 
-    def select_slider(self, label: str, options: Sequence, *, key: str | None = None, reset: object = UNSET, **kw):
+    def select_slider(self, label: str, options: Sequence, *, key: str | None = None, reset: object = UNSET, **kw) -> Any:
         options = list(options)
         _guard(key, label, lambda v: _in(options, v), "one of its options", reset)
         return self.where.select_slider(label, options, key=key, **kw)
@@ -103,20 +108,20 @@ class Widgets:
         key: str | None = None,
         reset: object = UNSET,
         **kw,
-    ):
+    ) -> Any:
         options = list(options)
         _guard(
             key, label, lambda v: isinstance(v, (list, tuple)) and all(_in(options, x) for x in v), "a list of its options", reset
         )
         return self.where.multiselect(label, options, default, key=key, **kw)
 
-    def _numeric(self, widget, label: str, low, high, value, step, key: str | None, reset: object, kw: dict):
+    def _numeric(self, widget, label: str, low, high, value, step, key: str | None, reset: object, kw: dict) -> Any:
         """A slider or number box: a number within [low, high], whole where the widget's arguments are."""
         integer = all(isinstance(x, int) for x in (low, high, value, step) if x is not None and not isinstance(x, str))
         _guard(key, label, _number_ok(low, high, integer), f"a {'whole ' if integer else ''}number from {low} to {high}", reset)
-        held = peek(key) if key is not None else UNSET
-        if _is_number(held) and type(held) is not (int if integer else float):
-            st.session_state[key] = int(held) if integer else float(held)  # 2.0 on a whole-number slider, 1 on a float one
+        current = peek(key) if key is not None else UNSET
+        if _is_number(current) and type(current) is not (int if integer else float):
+            st.session_state[key] = int(current) if integer else float(current)  # 2.0 on a whole-number slider, 1 on a float one
         return widget(label, low, high, value, step, key=key, **kw)
 
     def slider(
@@ -130,7 +135,7 @@ class Widgets:
         key: str | None = None,
         reset: object = UNSET,
         **kw,
-    ):
+    ) -> Any:
         return self._numeric(self.where.slider, label, min_value, max_value, value, step, key, reset, kw)
 
     def number_input(
@@ -144,27 +149,27 @@ class Widgets:
         key: str | None = None,
         reset: object = UNSET,
         **kw,
-    ):
+    ) -> Any:
         return self._numeric(self.where.number_input, label, min_value, max_value, value, step, key, reset, kw)
 
-    def toggle(self, label: str, value: bool = False, *, key: str | None = None, reset: object = UNSET, **kw):
+    def toggle(self, label: str, value: bool = False, *, key: str | None = None, reset: object = UNSET, **kw) -> Any:
         _guard(key, label, lambda v: isinstance(v, bool), "on or off", reset)
         return self.where.toggle(label, value, key=key, **kw)
 
-    def checkbox(self, label: str, value: bool = False, *, key: str | None = None, reset: object = UNSET, **kw):
+    def checkbox(self, label: str, value: bool = False, *, key: str | None = None, reset: object = UNSET, **kw) -> Any:
         _guard(key, label, lambda v: isinstance(v, bool), "on or off", reset)
         return self.where.checkbox(label, value, key=key, **kw)
 
-    def text_input(self, label: str, value: str | None = "", *, key: str | None = None, reset: object = UNSET, **kw):
+    def text_input(self, label: str, value: str | None = "", *, key: str | None = None, reset: object = UNSET, **kw) -> Any:
         _guard(key, label, lambda v: isinstance(v, str), "text", reset)
         return self.where.text_input(label, value, key=key, **kw)
 
-    def text_area(self, label: str, value: str | None = "", *, key: str | None = None, reset: object = UNSET, **kw):
+    def text_area(self, label: str, value: str | None = "", *, key: str | None = None, reset: object = UNSET, **kw) -> Any:
         _guard(key, label, lambda v: isinstance(v, str), "text", reset)
         return self.where.text_area(label, value, key=key, **kw)
 
 
-def on(where) -> Widgets:
+def on(where: Any) -> Widgets:
     """The checked widgets drawn in a column or another container: widgets.on(col).slider(...)."""
     return Widgets(where)
 
