@@ -7,7 +7,7 @@ from pathlib import Path
 import pandas as pd
 import streamlit as st
 
-from specviz.ui import access
+from specviz.ui import access, widgets
 from specviz.ui.benchmark import (
     BENCH_DRAFTERS,
     DEFAULT_PROMPTS,
@@ -47,7 +47,7 @@ def plural(n: int, word: str) -> str:
 def show_results(frame: pd.DataFrame, name: str) -> None:
     """Table, charts and downloads for one results frame."""
     metrics = [m for m in SPEEDUP_METRICS if m in frame]
-    metric = st.radio(
+    metric = widgets.radio(
         "speedup measured by", metrics, format_func=SPEEDUP_METRICS.get, horizontal=True, key=f"{name}_metric",
         help="Wall clock is what a user waits. Process CPU time ignores time stolen by other programs on a busy machine.",
     )
@@ -94,29 +94,30 @@ except ValueError as exc:
 
 with st.sidebar:
     st.subheader("Sweep")
-    categories = st.multiselect("categories", prompt_categories(all_prompts), default=["copy"], key="bench_categories")
-    per_category = st.slider("prompts per category", 1, 5, 1, key="bench_per_category")
-    drafters = st.multiselect("drafters", BENCH_DRAFTERS, default=["lookup"], key="bench_drafters")
+    categories = widgets.multiselect("categories", prompt_categories(all_prompts), default=["copy"], key="bench_categories")
+    per_category = widgets.slider("prompts per category", 1, 5, 1, key="bench_per_category")
+    drafters = widgets.multiselect("drafters", BENCH_DRAFTERS, default=["lookup"], key="bench_drafters")
     k_options = list(range(1, min(MAX_DRAFT_TOKENS, policy.max_draft_tokens) + 1))
-    if any(k not in k_options for k in st.session_state.get("bench_ks", [])):
+    forced_ks = widgets.held("bench_ks", [])
+    if isinstance(forced_ks, list) and any(k not in k_options for k in forced_ks):
         access.limited(f"k is limited to {max(k_options)} on this server.")
-        st.session_state["bench_ks"] = [k for k in st.session_state["bench_ks"] if k in k_options]
-    ks = st.multiselect("k values", k_options, default=[k for k in (2, 4) if k in k_options], key="bench_ks")
-    tree_widths = st.multiselect(
+        st.session_state["bench_ks"] = [k for k in forced_ks if k in k_options]
+    ks = widgets.multiselect("k values", k_options, default=[k for k in (2, 4) if k in k_options], key="bench_ks")
+    tree_widths = widgets.multiselect(
         "tree widths (1 = a chain)", list(range(1, MAX_TREE_WIDTH + 1)), default=[1], key="bench_tree_widths",
         help="Children per node of a token tree; k is the node budget. Prompt lookup drafts chains whatever the width.",
     )  # fmt: skip
-    temperatures = st.multiselect("temperatures (0 = greedy)", TEMPERATURES, default=[0.0], key="bench_temperatures", format_func=lambda t: f"{t:g}")
+    temperatures = widgets.multiselect("temperatures (0 = greedy)", TEMPERATURES, default=[0.0], key="bench_temperatures", format_func=lambda t: f"{t:g}")
     new_cap = max(8, min(128, policy.max_new_tokens))
     access.refuse_above("bench_max_new_tokens", new_cap, "max new tokens")
-    max_new_tokens = st.slider("max new tokens", 8, new_cap, min(32, new_cap), 8, key="bench_max_new_tokens")
-    repeats = st.slider("repeats", 1, 5, SweepSpec.repeats, key="bench_repeats", help="Every setting and its baseline run this many times, interleaved, after one discarded warm-up; the table shows medians.")
-    seed = st.number_input("seed", 0, 2**31 - 1, value=0, key="bench_seed")
+    max_new_tokens = widgets.slider("max new tokens", 8, new_cap, min(32, new_cap), 8, key="bench_max_new_tokens")
+    repeats = widgets.slider("repeats", 1, 5, SweepSpec.repeats, key="bench_repeats", help="Every setting and its baseline run this many times, interleaved, after one discarded warm-up; the table shows medians.")
+    seed = widgets.number_input("seed", 0, 2**31 - 1, value=0, key="bench_seed")
     with st.expander("Models"):
         target_source = access.model_choice("bench_target", "target: hub id, local folder or .gguf", EMBEDDED_TARGET) or policy.default_target
         draft_source = access.model_choice("bench_draft", "draft model (for the 'model' drafter)", "", draft=True)
         device = access.device_choice("bench_device")
-        chat = st.toggle("chat template", value=True, key="bench_chat")
+        chat = widgets.toggle("chat template", value=True, key="bench_chat")
 
 chosen = first_per_category([p for p in all_prompts if p.category in categories], int(per_category))
 try:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
-from specviz.ui import access
+from specviz.ui import access, widgets
 from specviz.ui.exactness import (
     EMBEDDED_TARGET,
     LAB_DRAFTERS,
@@ -68,11 +68,11 @@ with left:
         },
     )
 with right:
-    variant = st.radio("Rule", TOY_VARIANTS, format_func=VARIANT_LABELS.get, key="lab_variant")
+    variant = widgets.radio("Rule", TOY_VARIANTS, format_func=VARIANT_LABELS.get, key="lab_variant")
     sizes = access.capped_options(SAMPLE_SIZES, policy.max_samples)
     access.refuse_over("lab_num_samples", sizes, "samples N")
-    num_samples = st.select_slider("samples N", sizes, value=min(10_000, max(sizes)), key="lab_num_samples", format_func=lambda n: f"{n:,}")
-    seed = st.number_input("seed", 0, 2**31 - 1, value=0, key="lab_seed")
+    num_samples = widgets.select_slider("samples N", sizes, value=min(10_000, max(sizes)), key="lab_num_samples", format_func=lambda n: f"{n:,}")
+    seed = widgets.number_input("seed", 0, 2**31 - 1, value=0, key="lab_seed")
 
 toy_error = None
 try:
@@ -129,20 +129,20 @@ st.markdown(
     "the first token the run emits: the accepted draft or its replacement. (With max new tokens = 1 the loop would "
     "not draft at all.) Every target-alone sample is a fresh plain run of one token. Slow, so N stays small."
 )
-real_mode = st.radio("method", list(REAL_MODES), format_func=REAL_MODES.get, horizontal=True, key="lab_real_mode")
+real_mode = widgets.radio("method", list(REAL_MODES), format_func=REAL_MODES.get, horizontal=True, key="lab_real_mode")
 c1, c2, c3, c4 = st.columns(4)
-real_prompt = c1.text_input("prompt (fed raw, no chat template)", value="My favourite colour is", key="lab_real_prompt")
-real_drafter = c2.selectbox("drafter", LAB_DRAFTERS, index=LAB_DRAFTERS.index("early-exit") if "early-exit" in LAB_DRAFTERS else 0, key="lab_real_drafter")
-real_temperature = c3.slider("temperature", 0.1, 2.0, 1.0, 0.1, key="lab_real_temperature")
+real_prompt = widgets.on(c1).text_input("prompt (fed raw, no chat template)", value="My favourite colour is", key="lab_real_prompt")
+real_drafter = widgets.on(c2).selectbox("drafter", LAB_DRAFTERS, index=LAB_DRAFTERS.index("early-exit") if "early-exit" in LAB_DRAFTERS else 0, key="lab_real_drafter")
+real_temperature = widgets.on(c3).slider("temperature", 0.1, 2.0, 1.0, 0.1, key="lab_real_temperature")
 if real_mode == "fast":
     sizes = access.capped_options([1_000, 10_000, 100_000], policy.max_samples)
     access.refuse_over("lab_real_n_fast", sizes, "samples N")
-    real_n = c4.select_slider("samples N", sizes, value=min(10_000, max(sizes)), key="lab_real_n_fast", format_func=lambda n: f"{n:,}")
-    real_variant = st.radio("rule", TOY_VARIANTS, format_func=VARIANT_LABELS.get, key="lab_real_variant", horizontal=True)
+    real_n = widgets.on(c4).select_slider("samples N", sizes, value=min(10_000, max(sizes)), key="lab_real_n_fast", format_func=lambda n: f"{n:,}")
+    real_variant = widgets.radio("rule", TOY_VARIANTS, format_func=VARIANT_LABELS.get, key="lab_real_variant", horizontal=True)
 else:
     sizes = access.capped_options([10, 20, 50, 100, 200], policy.max_runs)
     access.refuse_over("lab_real_n", sizes, "runs N")
-    real_n = c4.select_slider("samples N (each is a run)", sizes, value=min(20, max(sizes)), key="lab_real_n")
+    real_n = widgets.on(c4).select_slider("samples N (each is a run)", sizes, value=min(20, max(sizes)), key="lab_real_n")
     real_variant = "exact"
 real_target, real_device = target_inputs("lab_real")
 
@@ -189,12 +189,12 @@ st.markdown(
     "argmax, and the output should be token for token what plain greedy decoding writes."
 )
 g1, g2, g3 = st.columns([3, 1, 1])
-greedy_prompt = g1.text_input("prompt (chat template)", value="Write a Python function that reverses a string.", key="lab_greedy_prompt")
-greedy_drafter = g2.selectbox("drafter", LAB_DRAFTERS, key="lab_greedy_drafter")
+greedy_prompt = widgets.on(g1).text_input("prompt (chat template)", value="Write a Python function that reverses a string.", key="lab_greedy_prompt")
+greedy_drafter = widgets.on(g2).selectbox("drafter", LAB_DRAFTERS, key="lab_greedy_drafter")
 access.refuse_above("lab_greedy_k", min(8, policy.max_draft_tokens), "k")
 access.refuse_above("lab_greedy_new", max(8, min(96, policy.max_new_tokens)), "max new tokens")
-greedy_k = g3.slider("k", 1, min(8, policy.max_draft_tokens), min(4, policy.max_draft_tokens), key="lab_greedy_k")
-greedy_new = st.slider("max new tokens", 8, max(8, min(96, policy.max_new_tokens)), min(32, max(8, policy.max_new_tokens)), 8, key="lab_greedy_new")
+greedy_k = widgets.on(g3).slider("k", 1, min(8, policy.max_draft_tokens), min(4, policy.max_draft_tokens), key="lab_greedy_k")
+greedy_new = widgets.slider("max new tokens", 8, max(8, min(96, policy.max_new_tokens)), min(32, max(8, policy.max_new_tokens)), 8, key="lab_greedy_new")
 greedy_target, greedy_device = target_inputs("lab_greedy")
 
 if st.button("Run both", key="lab_greedy_run", type="primary"):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import streamlit as st
 
-from specviz.ui import access
+from specviz.ui import access, widgets
 from specviz.ui.navigation import route_through_app
 from specviz.ui.numerics_lab import (
     InvarianceReport,
@@ -38,15 +38,17 @@ access.current_policy(report=True)
 limits = lab_limits()  # the owner's caps in shared mode
 access.refuse_above("num_new", limits.new_tokens, "max new tokens")
 access.refuse_above("num_k", limits.k, "k")
-prompt = st.text_area("prompt (chat template)", value=DEFAULT_PROMPT[: limits.prompt_chars], key="num_prompt", height=80, max_chars=limits.prompt_chars)
+prompt = widgets.text_area(
+    "prompt (chat template)", value=DEFAULT_PROMPT[: limits.prompt_chars], key="num_prompt", height=80, max_chars=limits.prompt_chars
+)
 a, b, c, d = st.columns(4)
-new_tokens = a.slider("max new tokens", 8, limits.new_tokens, min(32, limits.new_tokens), 8, key="num_new")
-k = b.slider("k (drafts per round)", 1, limits.k, min(4, limits.k), key="num_k")
-drafter = c.selectbox("drafter", ["ngram", "lookup"], key="num_drafter", help="Offline drafters: no second model to load.")
+new_tokens = widgets.on(a).slider("max new tokens", 8, limits.new_tokens, min(32, limits.new_tokens), 8, key="num_new")
+k = widgets.on(b).slider("k (drafts per round)", 1, limits.k, min(4, limits.k), key="num_k")
+drafter = widgets.on(c).selectbox("drafter", ["ngram", "lookup"], key="num_drafter", help="Offline drafters: no second model to load.")
 
 
 device = resolve_device("auto")
-low = d.selectbox(
+low = widgets.on(d).selectbox(
     "low precision", low_precision_dtypes(device), key="num_dtype", format_func=lambda p: precision_label(p),
     help="fp16 weights and int8 dynamic are CPU kernels (fbgemm); float16 is offered where the device has it (CUDA, MPS).",
 )

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
-from specviz.ui import access
+from specviz.ui import access, widgets
 from specviz.ui.batch_lab import BatchMeasurement, batch_plan, measure_batches_here
 from specviz.ui.measured import session_points
 from specviz.ui.navigation import route_through_app
@@ -15,25 +15,25 @@ from specviz.ui.theory import (
     CostProfile,
     VerifyCurve,
     acceptance_rate,
+    alpha_definitions,
     batch_lesson,
     best_k,
+    curves,
+    heatmap,
     last_run_alpha,
     measure_this_machine,
     shipped_profiles,
     theory_numbers,
+    verify_curves,
+    worked_examples,
 )
 from specviz.viz.markdown import md_text
 from specviz.viz.theory import (
     MEASURED_COLUMNS,
-    alpha_definitions_figure,
     batch_ratio_figure,
     batch_throughput_figure,
-    curves_figure,
-    heatmap_figure,
     speedup_vs_k_figure,
-    verify_curve_figure,
     verify_label,
-    worked_examples,
 )
 
 route_through_app()  # a fresh server's first request may land here without app.py
@@ -62,27 +62,27 @@ st.caption("For a given acceptance rate and draft cost, how much faster can spec
 
 with st.sidebar:
     st.subheader("Theory inputs")
-    alpha = st.slider("α: chance a drafted token is accepted", 0.0, 1.0, 0.7, 0.01, key="theory_alpha")
-    k = st.slider("k: tokens drafted per round", 1, MAX_K, 4, key="theory_k")
-    c = st.slider(
+    alpha = widgets.slider("α: chance a drafted token is accepted", 0.0, 1.0, 0.7, 0.01, key="theory_alpha")
+    k = widgets.slider("k: tokens drafted per round", 1, MAX_K, 4, key="theory_k")
+    c = widgets.slider(
         "c: one draft forward ÷ one target forward", 0.0, 1.0, 0.05, 0.01, key="theory_c",
         help="0 for prompt lookup; about 0.05 for a draft model ~20× smaller; ~0.93 for an early exit at 28 of 30 layers.",
     )
     available = profiles()
     if st.session_state.pop(SELECT_MEASURED_KEY, False) and THIS_MACHINE in available:
         st.session_state[SOURCE_KEY] = THIS_MACHINE  # before the widget is drawn, so it shows the new curve
-    source = st.selectbox(
+    source = widgets.selectbox(
         "verify cost c_verify(k)", [CONSTANT, *available], key=SOURCE_KEY,
         help="A measured profile charges each k what a (k+1)-token pass really cost on that machine; the constant charges every k the same.",
     )
-    constant = st.slider(
+    constant = widgets.slider(
         "constant verify cost: a (k+1)-token target pass ÷ a 1-token pass", 1.0, 3.0, 1.0, 0.05, key="theory_verify_cost",
         disabled=source != CONSTANT,
         help="About 1 on a GPU, where a pass is limited by reading the weights. On a 2-core CPU, 5 tokens measured about 1.7 (assets/profile_cpu.json).",
     )
     profile = available.get(source)
     verify_cost: float | VerifyCurve = profile.curve if profile is not None else constant
-    show_measured = st.toggle("overlay this session's measured runs", value=True, key="theory_show_measured")
+    show_measured = widgets.toggle("overlay this session's measured runs", value=True, key="theory_show_measured")
 
 numbers = theory_numbers(alpha, k, c, verify_cost)
 tokens, gain, kb, gain_best = numbers.tokens_per_pass, numbers.speedup, numbers.best_k, numbers.best_speedup
@@ -101,7 +101,7 @@ if gain_best <= 1.0:
 
 measured = session_points() if show_measured else pd.DataFrame(columns=list(MEASURED_COLUMNS))
 
-st.plotly_chart(heatmap_figure(c, verify_cost, alpha, k, measured), width="stretch")
+st.plotly_chart(heatmap(c, verify_cost, alpha, k, measured), width="stretch")
 st.caption(
     "Blue beats plain decoding, red loses to it; the black line is break-even and the gold steps are the best k for "
     "each α. Measured runs sit at their (α, k); compare their own speedup (hover) with the colour underneath."
@@ -110,7 +110,7 @@ st.caption(
 left, right = st.columns(2)
 with left:
     ks = sorted({1, 2, 4, 8, 16, k})
-    st.plotly_chart(curves_figure(c, verify_cost, ks, alpha, measured), width="stretch")
+    st.plotly_chart(curves(c, verify_cost, ks, alpha, measured), width="stretch")
     st.caption(f"Each curve is one k at your c and verify cost ({verify_label(verify_cost)}); white markers are measured speedups at their α.")
 with right:
     st.plotly_chart(speedup_vs_k_figure(alpha, c, verify_cost, k), width="stretch")
@@ -149,8 +149,7 @@ if st.button("Measure this machine", key="theory_measure", help=measure_help):
 
 shown = profiles()
 if shown:
-    curves = {name: prof.curve for name, prof in shown.items()}
-    st.plotly_chart(verify_curve_figure(curves, constant if profile is None else None), width="stretch")
+    st.plotly_chart(verify_curves({name: prof.curve for name, prof in shown.items()}, constant if profile is None else None), width="stretch")
     st.caption(
         "Read the slope. On a CPU a pass is bound by arithmetic, which grows with the tokens fed, so c_verify(k) climbs "
         "with k and every extra draft must pay for its share of a longer pass. On a GPU a pass over a few tokens is bound by "
@@ -209,7 +208,7 @@ implies; real text breaks the independence assumption (acceptances come in strea
 and prompt lookup often drafts fewer than k tokens, so the implied α is an estimate.
 """
 )
-st.plotly_chart(alpha_definitions_figure(), width="stretch")
+st.plotly_chart(alpha_definitions(), width="stretch")
 st.caption("Read across at one α: the larger k, the lower the accepted/drafted a dashboard will show for the same drafter.")
 st.markdown(f"At your settings: α = {alpha:.2f} and k = {k} give accepted/drafted ≈ **{acceptance_rate(alpha, k):.2f}**.")
 
@@ -296,7 +295,7 @@ def at_batch_b(selected: CostProfile | None, available: dict[str, CostProfile], 
     last = last_run_alpha(session_points())
     if last is not None:
         choices = [f"the sidebar's α ({alpha:.2f})", f"the last measured run's α ({last:.2f})"]
-        pick = st.radio("acceptance rate at batch B", choices, horizontal=True, key="theory_batch_alpha_source")
+        pick = widgets.radio("acceptance rate at batch B", choices, horizontal=True, key="theory_batch_alpha_source")
         alpha = last if pick == choices[1] else alpha
     measure_batch_button(k)
     mine = st.session_state.get(BATCH_MEASURED_KEY)

@@ -1,6 +1,6 @@
 """Write the example recordings in assets/recordings/ with the embedded SmolLM2 (or --target).
 
-    python scripts/make_recordings.py [--device cpu] [--only NAME] [--out assets/recordings]
+    python scripts/make_recordings.py [--device cpu] [--dtype auto] [--only NAME] [--out assets/recordings]
 
 Each example is one prompt decoded like the step-through page does it: every run to its end, then plain decoding
 of the same prompt and sampling (the baseline) for as many tokens. Charts keep the top 10 rows per position
@@ -53,7 +53,7 @@ def prompts() -> dict[str, str]:
 
 def make(example: Example, target, device: str, max_new_tokens: int) -> str:
     text = prompts()[example.prompt_title] if example.prompt_title else UNICODE_PROMPT
-    configs = [RunConfig(target=target.name, device=device, dtype="float32", max_new_tokens=max_new_tokens, **fields) for fields in example.configs]
+    configs = [RunConfig(target=target.name, device=device, dtype=target.precision, max_new_tokens=max_new_tokens, **fields) for fields in example.configs]
     prompt_ids = encode_prompt(target.tokenizer, text, configs[0].chat)
     runs = []
     for i, config in enumerate(configs):
@@ -80,6 +80,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--target", default=EMBEDDED_TARGET)
     parser.add_argument("--device", default="cpu")
+    parser.add_argument("--dtype", default="auto", help="the app's default unless told otherwise (docs/precision.md)")
     parser.add_argument("--max-new-tokens", type=int, default=48)
     parser.add_argument("--only", action="append", help="example name (repeatable); default: all")
     parser.add_argument("--suffix", default="", help="added to each file name, e.g. -h200")
@@ -88,7 +89,7 @@ def main() -> None:
     import torch
 
     torch.set_num_threads(max(1, torch.get_num_threads()))
-    target = load_model(args.target, args.device, "float32")
+    target = load_model(args.target, args.device, args.dtype)
     args.out.mkdir(parents=True, exist_ok=True)
     for example in EXAMPLES:
         if args.only and example.name not in args.only:

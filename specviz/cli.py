@@ -345,6 +345,25 @@ def _coloured(tokenizer, prompt_ids: list[int], records) -> str:
     return "".join(parts)
 
 
+def check_output_file(path: str, flag: str) -> None:
+    """Fail at once, with a message naming the flag, where a file cannot be written at path (a folder, a missing or
+    non-folder parent, no permission); a file created to find out is removed again."""
+    target = Path(path)
+    if target.is_dir():
+        raise ValueError(f"{flag} {path} is a folder; give a file name, e.g. {target / 'run.json'}.")
+    parent = target.parent
+    if not parent.is_dir():
+        raise ValueError(f"{flag} {path}: the folder {parent} {'is not a folder' if parent.exists() else 'does not exist'}; create it first.")
+    existed = target.exists()
+    try:
+        with open(target, "a", encoding="utf-8"):
+            pass
+    except OSError as exc:
+        raise ValueError(f"{flag} {path} cannot be written: {exc.strerror or exc}.") from None
+    if not existed:
+        target.unlink()
+
+
 def cmd_generate(args: argparse.Namespace) -> int:
     from specviz.models import encode_prompt
     from specviz.runs import decoder_for, resolve_models
@@ -362,6 +381,8 @@ def cmd_generate(args: argparse.Namespace) -> int:
     else:
         text = args.prompt
     validate_prompt(text)
+    if args.record:
+        check_output_file(args.record, "--record")  # before the models load and the run decodes
     models = resolve_models(config, drafters=() if args.baseline else None)  # plain decoding needs no draft
     target = models.target
     prompt_ids = encode_prompt(target.tokenizer, text, config.chat)
@@ -608,7 +629,6 @@ def _print_progress(done: int, total: int, message: str) -> None:
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
-    from pathlib import Path
 
     from specviz.experiments.bench import COLUMNS, SweepSpec, first_per_category, load_prompts, rows_to_frame, run_sweep
     from specviz.runs import resolve_models
@@ -630,6 +650,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
         raise ValueError(f"--out must end in .csv or .json; got {args.out}.")
     if args.append and (out is None or out.suffix.lower() != ".csv"):
         raise ValueError("--append adds rows to a CSV: give --out FILE.csv.")
+    if out is not None:
+        check_output_file(args.out, "--out")  # before the sweep runs
     if args.append and out.is_file() and out.stat().st_size > 0:
         with out.open(encoding="utf-8") as fh:
             if fh.readline().strip() != ",".join(COLUMNS):

@@ -213,6 +213,54 @@ def test_a_missing_target_exits_2(capsys, tmp_path):
     assert code == 2 and "No model folder or file" in stderr
 
 
+@pytest.fixture
+def no_loading(monkeypatch):
+    """Loading a model fails the test: a bad output path must be refused before any model loads or any run decodes."""
+    import specviz.runs
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("the models were loaded before the output path was checked")
+
+    monkeypatch.setattr(specviz.runs, "resolve_models", refuse)
+
+
+def _unwritable(tmp_path: Path) -> Path:
+    """A file no one may create here: inside /proc when running as root (who may write any folder), else a read-only folder."""
+    if os.geteuid() == 0:
+        return Path("/proc/specviz-test-recording.json")
+    locked = tmp_path / "locked"
+    locked.mkdir(mode=0o500)
+    return locked / "run.json"
+
+
+@pytest.mark.parametrize(
+    ("where", "words"),
+    [("folder", ["is a folder", "run.json"]), ("missing parent", ["does not exist", "create it first"]),
+     ("file as parent", ["is not a folder"]), ("unwritable", ["cannot be written"])],
+)  # fmt: skip
+def test_record_checks_its_path_before_decoding(capsys, tmp_path, no_loading, where, words):
+    (tmp_path / "a-file").write_text("x")
+    path = {"folder": tmp_path, "missing parent": tmp_path / "nope" / "run.json", "file as parent": tmp_path / "a-file" / "run.json",
+            "unwritable": _unwritable(tmp_path)}[where]  # fmt: skip
+    code, stdout, stderr = run_main(capsys, "generate", "--prompt", "hello", "--record", str(path))
+    assert code == 2 and stdout == ""
+    assert stderr.startswith("error: --record ") and all(w in stderr for w in words), stderr
+
+
+def test_record_leaves_no_file_behind_when_checking_a_good_path(tmp_path, capsys):
+    path = tmp_path / "run.json"
+    cli.check_output_file(str(path), "--record")
+    assert not path.exists()
+    path.write_text("old")
+    cli.check_output_file(str(path), "--record")
+    assert path.read_text() == "old"
+
+
+def test_bench_out_checks_its_path_before_the_sweep(capsys, tmp_path, no_loading):
+    code, _, stderr = run_main(capsys, "bench", "--out", str(tmp_path / "nope" / "table.csv"))
+    assert code == 2 and "--out" in stderr and "does not exist" in stderr, stderr
+
+
 # -- on the embedded SmolLM2, as the README runs it -----------------------------------------------------------
 
 

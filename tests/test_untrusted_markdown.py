@@ -24,11 +24,17 @@ EXAMPLE = sorted((REPO / "assets" / "recordings").glob("*.json"))[0]
 PAYLOAD = (
     "x`[Click here](http://127.0.0.1:1/phish)![t](http://127.0.0.1:1/bt.png)`y <img src=http://127.0.0.1:1/i.png> "
     '<a href="http://127.0.0.1:1/a">a</a> __import__ *em* http://127.0.0.1:1/bare www.127.0.0.1.example/w '
-    "me@127.0.0.1.example <http://127.0.0.1:1/auto> :red[red] $x^2$"
-)
+    "me@127.0.0.1.example <http://127.0.0.1:1/auto> :red[r] :material/home: :smile: $x^2$"
+)  # at most 300 characters: a link's target may be no longer (specviz.ui.share.MAX_TARGET_CHARS)
 SHOWN = "[Click here](http://127.0.0.1:1/phish)"  # what the reader sees, literally, somewhere on the page
 _MD = MarkdownIt("commonmark", {"html": True})
 _GFM_AUTOLINK = re.compile(r"(?i)(https?://|www\.)[-\w.]+|[-.\w+]+@[-\w]+(\.[-\w]+)+")  # GFM's literal autolinks
+# Streamlit's colon syntax, found (like GFM's autolinks) in the text after escapes are resolved: colour and size
+# directives (':red[x]', and ':red' alone, which draws an empty red span), Material icons, emoji shortcodes
+_ST_COLON = re.compile(
+    r":(red|orange|yellow|green|blue|violet|gr[ae]y|rainbow|primary|color|small)(-background|-badge)?(?![\w-])"
+    r"|:material/\w+:|:[\w+-]+:"
+)
 
 
 def live_markup(markdown: str) -> list[str]:
@@ -40,6 +46,8 @@ def live_markup(markdown: str) -> list[str]:
                 found.append(f"{tok.type}: {tok.attrs or tok.content}")
             elif tok.type == "text" and _GFM_AUTOLINK.search(tok.content):
                 found.append(f"autolink: {_GFM_AUTOLINK.search(tok.content).group(0)}")
+            elif tok.type == "text" and _ST_COLON.search(tok.content):
+                found.append(f"streamlit directive: {_ST_COLON.search(tok.content).group(0)}")
     return found
 
 
@@ -75,6 +83,15 @@ def test_the_checker_finds_what_raw_or_merely_backslash_escaped_text_would_draw(
     old_escape = re.sub(r"([\\`*_{}\[\]()<>#+\-.!|~$])", r"\\\1", PAYLOAD)  # the escape replay.py had
     assert any(f.startswith("autolink") for f in live_markup(old_escape)), "escapes alone leave bare URLs live (GFM)"
     assert live_markup(f"`{PAYLOAD}`"), "a code span built by hand is broken out of by a backtick"
+    # seen in Chromium: escaped brackets still draw an empty red span (':red' is a directive without a label), and an
+    # escaped colon still draws the icon
+    for escaped in (r":red\[x\]", r":blue-background\[bg\]", r"\:material/home:", ":smile:", ":+1:"):
+        assert live_markup(escaped), f"{escaped} is drawn by Streamlit"
+
+
+def test_md_text_keeps_ordinary_colons_as_written():
+    assert md_text("ratio: 2, k = 4") == "ratio: 2, k = 4"
+    assert rendered_text(md_text("12:30 a:b :red[x]")).strip() == "12:30 a:b :red[x]"
 
 
 @pytest.mark.parametrize("text", [PAYLOAD, "`", "``x``", " `lead", "trail` ", "", "a\nb", "=HYPERLINK(\"http://127.0.0.1:1/x\")"])

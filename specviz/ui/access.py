@@ -18,7 +18,7 @@ import streamlit as st
 from streamlit.logger import get_logger
 
 from specviz.core.protocols import Turn
-from specviz.ui import timing
+from specviz.ui import timing, widgets
 from specviz.ui.keys import STEP_THROUGH_KEY
 from specviz.viz.markdown import md_text
 from specviz.workshop.jobs import JobStopped, LongJobs, check_running, shutting_down, stop_at_exit
@@ -72,7 +72,7 @@ def capped_options(options: Sequence[int], limit: int) -> list[int]:
 
 def refuse_over(key: str, options: Sequence[int], what: str) -> None:
     """A value forced into a capped menu's session state (URL, session state) falls back to the largest allowed."""
-    value = st.session_state.get(key)
+    value = widgets.held(key)
     if value is not None and value not in options:
         limited(f"{what} is limited to {max(options):,} on this server (asked for {value!r}).")
         st.session_state[key] = max(options)
@@ -80,7 +80,7 @@ def refuse_over(key: str, options: Sequence[int], what: str) -> None:
 
 def refuse_above(key: str, high: int, what: str) -> None:
     """A number forced into a capped slider's session state above the cap falls back to the cap."""
-    value = st.session_state.get(key)
+    value = widgets.held(key)
     if isinstance(value, (int, float)) and value > high:
         limited(f"{what} is limited to {high:,} on this server (asked for {value!r}).")
         st.session_state[key] = high
@@ -90,26 +90,26 @@ def model_choice(key: str, label: str, default: str, *, draft: bool = False) -> 
     """One model box: free text for the owner; for participants the owner's list ("" = none, for a draft)."""
     policy = current_policy()
     allows = policy.allows_draft if draft else policy.allows_target
-    forced = st.session_state.get(key)
+    forced = widgets.held(key)
     if isinstance(forced, str) and forced.strip() and not allows(forced):
         refused(f"The model {forced!r} is not on this server's list.")
         st.session_state[key] = "" if draft else policy.default_target
     if policy.allow_custom_models:
-        return st.text_input(label, value=default, key=key).strip()
+        return widgets.text_input(label, value=default, key=key).strip()
     choices = ([""] + list(policy.drafts)) if draft else list(policy.targets)
-    if st.session_state.get(key, choices[0]) not in choices:
+    if widgets.held(key, choices[0]) not in choices:
         st.session_state[key] = choices[0]
-    return st.selectbox(f"{label} (this server's list)", choices, key=key, format_func=lambda d: d or "none")
+    return widgets.selectbox(f"{label} (this server's list)", choices, key=key, format_func=lambda d: d or "none")
 
 
 def device_choice(key: str) -> str:
     """The device menu for the owner; auto for participants."""
     if not current_policy().allow_device:
-        if st.session_state.get(key, "auto") != "auto":
+        if widgets.held(key, "auto") != "auto":
             refused("Choosing the device is not allowed on this shared server; using auto.")
             st.session_state[key] = "auto"
         return "auto"
-    return st.selectbox("device", ["auto", "cpu", "cuda", "mps"], key=key)
+    return widgets.selectbox("device", ["auto", "cpu", "cuda", "mps"], key=key)
 
 
 def target_and_device(target_key: str, device_key: str, default_target: str) -> tuple[str, str]:

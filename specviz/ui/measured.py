@@ -13,8 +13,8 @@ from specviz.experiments.bench import COLUMNS as BENCH_COLUMNS
 from specviz.ui.keys import BENCH_RESULTS_KEY as BENCH_KEY
 from specviz.ui.keys import STEP_THROUGH_KEY
 from specviz.ui.session import PageState
+from specviz.ui.step_views import measuring, run_frame
 from specviz.viz.bench import measured_points
-from specviz.viz.frames import rounds_frame
 from specviz.viz.theory import MEASURED_COLUMNS
 
 
@@ -30,8 +30,8 @@ def step_through_points() -> pd.DataFrame:
     session = state.session
     rows = []
     for run in session.runs:
-        df = rounds_frame(list(run.records), run.label, list(session.baseline.records))
-        if df.empty or pd.isna(df["speedup"].iloc[-1]):
+        df = run_frame(session, run)  # the step-through page's own frame, memoised per round: not rebuilt per rerun here
+        if df.empty or measuring(session, run) or pd.isna(df["speedup"].iloc[-1]):  # "measuring…" there: no point here
             continue
         last = df.iloc[-1]
         k = int(last["k_mean"])

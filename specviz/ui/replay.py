@@ -25,6 +25,7 @@ from specviz.recording import (
     read_recording,
     recorded_run,
 )
+from specviz.ui import widgets
 from specviz.ui.session import StepSession, load_target
 from specviz.viz.figures import BASELINE_RUN
 from specviz.viz.markdown import md_text
@@ -282,7 +283,7 @@ def controls(state: ReplayState) -> None:
     sits with the Step buttons, which rerun on their own: see specviz.ui.controls.)"""
     st.session_state.setdefault("example_recording", NO_EXAMPLE)
     menu, upload = st.columns([3, 3], vertical_alignment="bottom")
-    menu.selectbox(
+    widgets.on(menu).selectbox(
         "Example recordings (open instantly, no model needed)",
         [NO_EXAMPLE, *example_paths()],
         key="example_recording",

@@ -24,6 +24,7 @@ import streamlit as st
 
 from specviz.config import DRAFTER_KINDS, EMBEDDED_TARGET, MAX_NEW_TOKENS, RunConfig, validate_prompt
 from specviz.core.decoding import MAX_DRAFT_TOKENS
+from specviz.ui import widgets
 from specviz.ui.presets import CUSTOM, MODEL_PAIRS
 from specviz.viz.markdown import md_text
 
@@ -205,7 +206,7 @@ def share_link(settings) -> None:
     base = st.context.url or ""
     st.session_state[LINK_KEY] = link.url(base)  # shown, not read: every run writes the current link
     with st.sidebar.expander("Copy link", icon="🔗"):
-        st.text_input(
+        widgets.text_input(
             "Link to this setup", key=LINK_KEY,
             help="This page's settings are in its URL: select the link and copy it to share the setup. Values at their defaults are left out.",
         )  # fmt: skip

@@ -18,6 +18,7 @@ from specviz.config import DRAFTER_KINDS, EMBEDDED_TARGET, MAX_NEW_TOKENS, RunCo
 from specviz.core.decoding import MAX_DRAFT_TOKENS
 from specviz.core.tree import MAX_TREE_WIDTH
 from specviz.drafters.specs import TREE_KINDS, branches, drafter_label, drafter_spec, short_name
+from specviz.ui import widgets
 from specviz.ui.access import current_policy, limited, refused, replica_footer
 from specviz.ui.presets import CUSTOM, MODEL_PAIRS
 from specviz.ui.prompts import load_examples
@@ -116,29 +117,29 @@ def refuse_forced(policy: Policy) -> None:
                ("allow_pickle", "allow pickle checkpoints", policy.allow_pickle),
                ("allow_download", "allow downloads", policy.allow_download))  # fmt: skip
     for key, label, allowed in opt_ins:
-        if state.get(key) and not allowed:
+        if widgets.held(key) and not allowed:
             refused(f"'{label}' is not allowed on this shared server; it stays off.")
             state[key] = False
-    target = state.get("target")
+    target = widgets.held("target")
     if not isinstance(target, str) or (target.strip() and not policy.allows_target(target)):
         refused(f"The target {target!r} is not on this server's list; using {policy.default_target!r}.")
         state["target"] = policy.default_target
-    draft = state.get("draft_model")
+    draft = widgets.held("draft_model")
     if not isinstance(draft, str) or (draft.strip() and not policy.allows_draft(draft)):
         refused(f"The draft model {draft!r} is not on this server's list.")
         state["draft_model"] = NO_DRAFT
     for key, choices in (("device", DEVICES), ("dtype", DTYPES)):
-        value = state.get(key, "auto")
+        value = widgets.held(key, "auto")
         if value not in choices or (value != "auto" and not policy.allow_device):
             refused(f"{key} {value!r} is not allowed on this server; using auto.")
             state[key] = "auto"
-    drafter = state.get("drafter")
+    drafter = widgets.held("drafter")
     if drafter not in allowed_drafters(policy):
         refused(f"The drafter {drafter!r} is not available on this server; using {DEFAULTS.drafter!r}.")
         state["drafter"] = DEFAULTS.drafter
     for key, high, what in (("num_draft_tokens", min(MAX_DRAFT_TOKENS, policy.max_draft_tokens), "k"),
                             ("max_new_tokens", policy.max_new_tokens, "max new tokens")):  # fmt: skip
-        value = state.get(key)
+        value = widgets.held(key)
         if value is None:
             continue
         if not isinstance(value, int) or isinstance(value, bool) or value < 1:
@@ -148,7 +149,7 @@ def refuse_forced(policy: Policy) -> None:
             limited(f"{what} is limited to {high} on this server (asked for {value}).")
             state[key] = high
     for key, (kind, low, high) in NUMBERS.items():
-        value = state.get(key)
+        value = widgets.held(key)
         if value is None:
             continue
         ok = isinstance(value, (int, float)) and not isinstance(value, bool) and low <= value <= high and (kind is float or float(value).is_integer())
@@ -189,15 +190,15 @@ def _drafter_widgets(policy: Policy, max_k: int) -> tuple[dict, str, int]:
     """The Drafter section -> (RunConfig fields, the compare choice, run B's tree width)."""
     st.subheader("Drafter")
     kinds = allowed_drafters(policy)
-    drafter = st.selectbox("Drafter", kinds, key="drafter", format_func=drafter_label)
+    drafter = widgets.selectbox("Drafter", kinds, key="drafter", format_func=drafter_label)
     spec = drafter_spec(drafter)
-    k = st.slider("k: tokens drafted per round", 1, max_k, key="num_draft_tokens", disabled=spec.baseline)
-    tree_width = st.slider(
+    k = widgets.slider("k: tokens drafted per round", 1, max_k, key="num_draft_tokens", disabled=spec.baseline, reset=min(DEFAULTS.num_draft_tokens, max_k))
+    tree_width = widgets.slider(
         "tree width: children per node (1 = a chain)", 1, MAX_TREE_WIDTH, value=DEFAULTS.tree_width, key="tree_width",
         disabled=not spec.can_branch, help=f"Draft a token tree of at most k nodes ({', '.join(map(short_name, TREE_KINDS))}) and verify every node in one pass.",
     )  # fmt: skip
-    adaptive_k = st.toggle("adaptive k", value=DEFAULTS.adaptive_k, key="adaptive_k", help="Grow k by 2 after a round where every draft was kept, shrink by 1 after a rejection.")
-    compare = st.selectbox(
+    adaptive_k = widgets.toggle("adaptive k", value=DEFAULTS.adaptive_k, key="adaptive_k", help="Grow k by 2 after a round where every draft was kept, shrink by 1 after a rejection.")
+    compare = widgets.selectbox(
         "Compare side by side with",
         [COMPARE_OFF] + kinds,
         key="compare",
@@ -206,18 +207,18 @@ def _drafter_widgets(policy: Policy, max_k: int) -> tuple[dict, str, int]:
     )
     compare_width = 1
     if compare != COMPARE_OFF:
-        compare_width = st.slider(
+        compare_width = widgets.slider(
             "compare: run B's tree width (1 = a chain)", 1, MAX_TREE_WIDTH, value=1, key="compare_tree_width",
             help=f"Set a chain against a tree: the same drafter with another width, or another drafter as a tree ({', '.join(map(short_name, TREE_KINDS))}).",
         )  # fmt: skip
     kinds_in_use = {drafter, compare}
     ngram_max, threshold, exit_layer = DEFAULTS.ngram_max, DEFAULTS.ngram_threshold, 0
     if kinds_in_use & {"lookup", "ngram"}:
-        ngram_max = st.slider("n: longest n-gram matched", DEFAULTS.ngram_min, 8, value=DEFAULTS.ngram_max, key="ngram_max")
+        ngram_max = widgets.slider("n: longest n-gram matched", DEFAULTS.ngram_min, 8, value=DEFAULTS.ngram_max, key="ngram_max")
     if "ngram" in kinds_in_use:
-        threshold = st.slider("n-gram: stop drafting when its confidence falls below", 0.0, 1.0, value=DEFAULTS.ngram_threshold, step=0.05, key="ngram_threshold")
+        threshold = widgets.slider("n-gram: stop drafting when its confidence falls below", 0.0, 1.0, value=DEFAULTS.ngram_threshold, step=0.05, key="ngram_threshold")
     if "early-exit" in kinds_in_use:
-        exit_layer = st.number_input("early exit: layers L the draft runs (0 = auto, ~93% of the depth)", 0, 200, value=0, key="exit_layer")
+        exit_layer = widgets.number_input("early exit: layers L the draft runs (0 = auto, ~93% of the depth)", 0, 200, value=0, key="exit_layer")
     fields = dict(
         drafter=drafter, num_draft_tokens=int(k), tree_width=int(tree_width), adaptive_k=bool(adaptive_k), ngram_max=int(ngram_max),
         ngram_min=DEFAULTS.ngram_min, ngram_threshold=float(threshold), exit_layer=int(exit_layer) or None,
@@ -228,12 +229,13 @@ def _drafter_widgets(policy: Policy, max_k: int) -> tuple[dict, str, int]:
 def _sampling_widgets(policy: Policy) -> tuple[dict, float]:
     """The Sampling section -> (RunConfig fields, Play's seconds per round)."""
     st.subheader("Sampling")
-    temperature = st.slider("temperature (0 = greedy)", 0.0, 2.0, step=0.05, key="temperature")
-    top_k = st.number_input("top-k (0 = off)", 0, 100_000, value=DEFAULTS.top_k, key="top_k")
-    top_p = st.slider("top-p (1 = off)", 0.05, 1.0, value=DEFAULTS.top_p, step=0.05, key="top_p")
-    seed = st.number_input("seed", 0, 2**31 - 1, key="seed")
-    max_new = st.number_input("max new tokens", 1, min(MAX_NEW_TOKENS, policy.max_new_tokens), key="max_new_tokens")
-    pace = st.select_slider("Play: seconds per round", PLAY_PACES, value=0.5, key="play_every")
+    temperature = widgets.slider("temperature (0 = greedy)", 0.0, 2.0, step=0.05, key="temperature", reset=DEFAULTS.temperature)
+    top_k = widgets.number_input("top-k (0 = off)", 0, 100_000, value=DEFAULTS.top_k, key="top_k")
+    top_p = widgets.slider("top-p (1 = off)", 0.05, 1.0, value=DEFAULTS.top_p, step=0.05, key="top_p")
+    seed = widgets.number_input("seed", 0, 2**31 - 1, key="seed", reset=DEFAULTS.seed)
+    new_cap = min(MAX_NEW_TOKENS, policy.max_new_tokens)
+    max_new = widgets.number_input("max new tokens", 1, new_cap, key="max_new_tokens", reset=min(DEFAULTS.max_new_tokens, new_cap))
+    pace = widgets.select_slider("Play: seconds per round", PLAY_PACES, value=0.5, key="play_every")
     fields = dict(temperature=float(temperature), top_k=int(top_k), top_p=float(top_p), seed=int(seed), max_new_tokens=int(max_new))
     return fields, float(pace)
 
@@ -241,20 +243,20 @@ def _sampling_widgets(policy: Policy) -> tuple[dict, float]:
 def _model_choice(policy: Policy) -> tuple[str, str]:
     """(target, draft) as typed (the owner allows custom models) or picked from the owner's lists."""
     if policy.allow_custom_models:
-        st.selectbox("Model pair", list(MODEL_PAIRS) + [CUSTOM], key="model_pair", on_change=_apply_pair)
-        target = st.text_input("Target model: hub id, local folder or .gguf", key="target")
-        draft = st.text_input("Draft model (for the draft-model drafter)", key="draft_model", help="Must share the target's tokenizer.")
+        widgets.selectbox("Model pair", list(MODEL_PAIRS) + [CUSTOM], key="model_pair", on_change=_apply_pair)
+        target = widgets.text_input("Target model: hub id, local folder or .gguf", key="target", reset=policy.default_target)
+        draft = widgets.text_input("Draft model (for the draft-model drafter)", key="draft_model", reset=NO_DRAFT, help="Must share the target's tokenizer.")
         return target, draft
     # participants pick from the owner's lists; nothing typed reaches the loader
     if st.session_state["target"] not in policy.targets:
         st.session_state["target"] = policy.default_target
-    target = st.selectbox("Target model (this server's list)", list(policy.targets), key="target")
+    target = widgets.selectbox("Target model (this server's list)", list(policy.targets), key="target")
     drafts = [NO_DRAFT] + [d for d in policy.drafts if d != NO_DRAFT]
     if st.session_state["draft_model"] not in drafts:
         st.session_state["draft_model"] = NO_DRAFT
     draft = NO_DRAFT
     if len(drafts) > 1:
-        draft = st.selectbox("Draft model (this server's list)", drafts, key="draft_model", format_func=lambda d: d or "none")
+        draft = widgets.selectbox("Draft model (this server's list)", drafts, key="draft_model", format_func=lambda d: d or "none")
     return target, draft
 
 
@@ -264,20 +266,20 @@ def _model_widgets(policy: Policy) -> dict:
         target, draft = _model_choice(policy)
         device = dtype = "auto"
         if policy.allow_device:
-            device = st.selectbox("Device", list(DEVICES), key="device")
-            dtype = st.selectbox("dtype", list(DTYPES), key="dtype")
+            device = widgets.selectbox("Device", list(DEVICES), key="device")
+            dtype = widgets.selectbox("dtype", list(DTYPES), key="dtype")
         _default("chat", DEFAULTS.chat)
-        chat = st.toggle("chat template", key="chat", help="Wrap the prompt as a user turn; off feeds it raw.")
+        chat = widgets.toggle("chat template", key="chat", reset=DEFAULTS.chat, help="Wrap the prompt as a user turn; off feeds it raw.")
         allow_download = trust = allow_pickle = False
         if policy.allow_download:
             _default("allow_download", False)
-            allow_download = st.checkbox("allow downloads from the hub", key="allow_download", help="Off: hub ids load only from the local cache, so an offline machine fails at once.")
+            allow_download = widgets.checkbox("allow downloads from the hub", key="allow_download", help="Off: hub ids load only from the local cache, so an offline machine fails at once.")
         if policy.allow_remote_code:
             _default("trust_remote_code", False)
-            trust = st.checkbox("trust remote code", key="trust_remote_code", help="Runs code shipped in a model repository. Only for repositories you trust.")
+            trust = widgets.checkbox("trust remote code", key="trust_remote_code", help="Runs code shipped in a model repository. Only for repositories you trust.")
         if policy.allow_pickle:
             _default("allow_pickle", False)
-            allow_pickle = st.checkbox("allow pickle checkpoints", key="allow_pickle", help="Loads .bin/.pt weights, which can run code when unpickled. Only for files you trust; safetensors and GGUF need no opt-in.")
+            allow_pickle = widgets.checkbox("allow pickle checkpoints", key="allow_pickle", help="Loads .bin/.pt weights, which can run code when unpickled. Only for files you trust; safetensors and GGUF need no opt-in.")
     return dict(
         target=target.strip() or EMBEDDED_TARGET, draft=draft.strip() or None, chat=bool(chat), device=device, dtype=dtype,
         trust_remote_code=bool(trust), allow_download=bool(allow_download), allow_pickle=bool(allow_pickle),
@@ -288,15 +290,16 @@ def sidebar() -> Settings:
     """Draw the sidebar and return the settings it describes."""
     restore_from_query()  # a share link's settings (specviz/ui/share.py), before any widget exists
     policy = current_policy(report=True)
-    examples = _seed_defaults(policy)
+    _seed_defaults(policy)
     refuse_forced(policy)
+    examples = _seed_defaults(policy)  # again: what refuse_forced dropped starts at its default
     max_k = min(MAX_DRAFT_TOKENS, policy.max_draft_tokens)
     with st.sidebar:
         if policy.shared:
             st.caption("🔒 Shared server: the person running it chose the models and limits (max new tokens "
                        f"{policy.max_new_tokens}, k up to {max_k}). Your runs are yours alone.")
-        st.selectbox("Example prompt", [e.label for e in examples] + [CUSTOM_PROMPT], key="example", on_change=_apply_example)
-        prompt = st.text_area("Prompt", key="prompt", height=150, on_change=_match_example, help="Sent as a user turn through the chat template (see Models).")
+        widgets.selectbox("Example prompt", [e.label for e in examples] + [CUSTOM_PROMPT], key="example", on_change=_apply_example)
+        prompt = widgets.text_area("Prompt", key="prompt", reset=examples[0].prompt, height=150, on_change=_match_example, help="Sent as a user turn through the chat template (see Models).")
         drafter_fields, compare, compare_width = _drafter_widgets(policy, max_k)
         sampling_fields, pace = _sampling_widgets(policy)
         model_fields = _model_widgets(policy)

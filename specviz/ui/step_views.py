@@ -19,6 +19,7 @@ from specviz.core.divergence import Divergence, emitted_margins, first_divergenc
 from specviz.core.metrics import disturbance_note
 from specviz.core.records import StepRecord
 from specviz.core.theory import speedup as theory_speedup
+from specviz.ui import widgets
 from specviz.ui.memo import baseline_state, memo, round_key
 from specviz.ui.session import baseline_key
 from specviz.viz import (
@@ -145,7 +146,7 @@ def metrics(session: ViewSource, run: ViewRun, columns: int = 6) -> None:
         ("α", _fmt(_last(df, "alpha")), "Leviathan's α = E[Σ_v min(p_target, q_draft)] over the positions the rule checked."),
         ("accepted / drafted", _fmt(_last(df, "acceptance_rate")), "Kept drafts over all drafts (discarded ones included), as vLLM and llama.cpp report it."),
         ("tokens / target pass", _fmt(_last(df, "tokens_per_pass")), f"Theory at this α and k={k}: (1−α^(k+1))/(1−α) = {_fmt(_last(df, 'theory_tokens_per_pass'))}."),
-        ("speedup (wall clock)", speedup_text(session, run, df), f"Against plain decoding of the same prompt, measured. Predicted (1−α^(k+1))/((1−α)(1+kc)): {_fmt(_last(df, 'predicted_speedup'), '.2f', '×')}."),
+        ("speedup", speedup_text(session, run, df), f"Wall clock, measured, against plain decoding of the same prompt. Predicted (1−α^(k+1))/((1−α)(1+kc)): {_fmt(_last(df, 'predicted_speedup'), '.2f', '×')}."),
     ]
     cols = st.columns(columns)
     for i, (label, value, help_text) in enumerate(cells):
@@ -219,22 +220,22 @@ def inspector(session: ViewSource) -> None:
         return
     run = runs[0]
     if len(runs) > 1:
-        label = st.radio("run", [r.label for r in runs], horizontal=True, key="inspect_run", format_func=md_text)
+        label = widgets.radio("run", [r.label for r in runs], horizontal=True, key="inspect_run", format_func=md_text)
         run = next(r for r in runs if r.label == label)
     n = len(run.records)
     left, right = st.columns([1, 3])
     with left:
-        follow = st.toggle("follow the latest round", value=True, key="inspect_follow")
+        follow = widgets.toggle("follow the latest round", value=True, key="inspect_follow")
         if follow or n == 1:
             round_index = n - 1
             st.caption(f"showing round {round_index}, the latest (rounds count from 0)")
         else:
-            round_index = st.slider("round", 0, n - 1, value=n - 1, key="inspect_round")
+            round_index = widgets.slider("round", 0, n - 1, value=n - 1, key="inspect_round")
         record = run.records[round_index]
         positions = list(range(num_positions(record)))
         rejected = [i for i in positions if position_info(record, i).fate == "rejected"]
         default = rejected[0] if rejected else positions[-1]
-        position = st.radio(
+        position = widgets.radio(
             "position in the round",
             positions,
             index=default,

@@ -1,12 +1,15 @@
 """The Speedup theory page's plumbing: the formulas it evaluates (specviz.core.theory), the cost profiles
-(shipped, or this machine measured now inside one queue turn). The page only draws."""
+(shipped, or this machine measured now inside one queue turn), and its figures cached as plain dicts where they do
+not move with the α and k sliders (building a plotly figure costs tens of ms; the sliders' marks are added to a copy
+of the cached dict). The page only draws."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import pandas as pd
+import streamlit as st
 
 from specviz.config import EMBEDDED_TARGET
 from specviz.core.theory import (
@@ -25,11 +28,13 @@ from specviz.experiments import cost_profile as cost_profile
 from specviz.experiments.cost_profile import CostProfile, shipped_profiles
 from specviz.ui import access
 from specviz.ui import models as ui_models
+from specviz.viz import theory as figures
 from specviz.viz.theory import batch_frame, batch_ratios
 
 __all__ = [
-    "MAX_K", "BatchLesson", "CostProfile", "TheoryNumbers", "VerifyCurve", "acceptance_rate", "batch_lesson", "best_k",
-    "last_run_alpha", "measure_this_machine", "shipped_profiles", "theory_numbers",
+    "MAX_K", "BatchLesson", "CostProfile", "TheoryNumbers", "VerifyCurve", "acceptance_rate", "alpha_definitions", "batch_lesson",
+    "best_k", "curves", "heatmap", "last_run_alpha", "measure_this_machine", "shipped_profiles", "theory_numbers", "verify_curves",
+    "worked_examples",
 ]  # fmt: skip
 
 
@@ -127,3 +132,45 @@ def batch_lesson(
     predicted = ratios[ratios["source"] == "predicted"]
     crossover = crossover_batch(predicted["batch_size"].tolist(), predicted["ratio"].tolist())
     return BatchLesson(name, k, frame, ratios, crossover, note)
+
+
+# --- figures the sliders do not change, cached ---
+
+
+@st.cache_data(show_spinner=False, max_entries=64)
+def _heatmap_base(c: float, verify_cost: float | VerifyCurve, measured: pd.DataFrame) -> dict:
+    return figures.heatmap_base(c, verify_cost, measured).to_plotly_json()
+
+
+def heatmap(c: float, verify_cost: float | VerifyCurve, alpha: float, k: int, measured: pd.DataFrame) -> dict:
+    """figures.heatmap_figure as a dict: the cached base (a copy per call) plus the chosen (α, k)."""
+    fig = _heatmap_base(c, verify_cost, measured)
+    fig["data"] = [*fig["data"], figures.choice_marker(alpha, k, c, verify_cost)]
+    return fig
+
+
+@st.cache_data(show_spinner=False, max_entries=64)
+def _curves_base(c: float, verify_cost: float | VerifyCurve, ks: tuple[int, ...], measured: pd.DataFrame) -> dict:
+    return figures.curves_figure(c, verify_cost, ks, None, measured).to_plotly_json()
+
+
+def curves(c: float, verify_cost: float | VerifyCurve, ks: Sequence[int], alpha: float, measured: pd.DataFrame) -> dict:
+    """figures.curves_figure as a dict: the cached curves plus the line at the chosen α."""
+    fig = _curves_base(c, verify_cost, tuple(ks), measured)
+    fig["layout"]["shapes"] = [*fig["layout"].get("shapes", ()), figures.alpha_line(alpha)]
+    return fig
+
+
+@st.cache_data(show_spinner=False, max_entries=16)
+def verify_curves(curves_by_name: dict[str, VerifyCurve], constant: float | None) -> dict:
+    return figures.verify_curve_figure(curves_by_name, constant).to_plotly_json()
+
+
+@st.cache_data(show_spinner=False)
+def alpha_definitions() -> dict:
+    return figures.alpha_definitions_figure().to_plotly_json()
+
+
+@st.cache_data(show_spinner=False)
+def worked_examples() -> pd.DataFrame:
+    return figures.worked_examples()

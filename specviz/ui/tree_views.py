@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import streamlit as st
 
+from specviz.ui import widgets
 from specviz.ui.memo import memo
 from specviz.ui.step_views import ViewSource
 from specviz.viz.markdown import md_text
@@ -19,14 +20,14 @@ def tree_rounds(session: ViewSource) -> None:
     st.subheader("Token tree")
     run = runs[0]
     if len(runs) > 1:
-        label = st.radio("tree run", [r.label for r in runs], horizontal=True, key="tree_run", format_func=md_text)  # options are Markdown
+        label = widgets.radio("tree run", [r.label for r in runs], horizontal=True, key="tree_run", format_func=md_text)  # options are Markdown
         run = next(r for r in runs if r.label == label)
     trees = [r for r in run.records if r.is_tree]
     if len(trees) == 1:
         record = trees[0]
     else:
         # the key names the count, so a new tree round resets the slider to the latest one
-        index = st.select_slider("tree round", [r.index for r in trees], value=trees[-1].index, key=f"tree_round_{run.label}_{len(trees)}")
+        index = widgets.select_slider("tree round", [r.index for r in trees], value=trees[-1].index, key=f"tree_round_{run.label}_{len(trees)}")
         record = next(r for r in trees if r.index == index)
     left, right = st.columns([3, 2])
     with left:

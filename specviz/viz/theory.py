@@ -77,6 +77,13 @@ def heatmap_figure(
 ) -> go.Figure:
     """Speedup over (alpha, k) for one c and verify cost; the speedup = 1 contour, the best k per alpha,
     the chosen point, and measured runs placed at their (alpha, k)."""
+    fig = heatmap_base(c, verify_cost, measured, k_max)
+    fig.add_trace(choice_marker(alpha, k, c, verify_cost))
+    return fig
+
+
+def heatmap_base(c: float, verify_cost: VerifyCost, measured: pd.DataFrame | None = None, k_max: int = MAX_K) -> go.Figure:
+    """The heatmap without the chosen point: what does not move with the α and k sliders (the page caches it)."""
     grid = speedup_grid(c, verify_cost, k_max)
     table = grid.pivot(index="k", columns="alpha", values="speedup")  # (k_max, n_alpha)
     speedups = table.values
@@ -101,10 +108,6 @@ def heatmap_figure(
     )
     if measured is not None and not measured.empty:
         _measured_traces(fig, measured, "k")
-    fig.add_scatter(
-        x=[alpha], y=[k], mode="markers", name="your α and k", marker=dict(symbol="star", size=16, color="gold", line=dict(color="black", width=1)),
-        hovertemplate=f"α={alpha:.2f}, k={k}: {speedup(alpha, k, c, verify_cost):.2f}×<extra></extra>",
-    )
     fig.update_layout(
         title=f"expected speedup (c = {c:g}, verify cost {verify_label(verify_cost)})",
         xaxis=dict(title="α (probability a drafted token is accepted)", range=[0, 1]),
@@ -112,6 +115,20 @@ def heatmap_figure(
         **LAYOUT,
     )
     return fig
+
+
+def choice_marker(alpha: float, k: int, c: float, verify_cost: VerifyCost) -> dict:
+    """The heatmap's chosen (α, k) as a plain trace dict: added to a cached figure without rebuilding it."""
+    return dict(
+        type="scatter", x=[alpha], y=[k], mode="markers", name="your α and k",
+        marker=dict(symbol="star", size=16, color="gold", line=dict(color="black", width=1)),
+        hovertemplate=f"α={alpha:.2f}, k={k}: {speedup(alpha, k, c, verify_cost):.2f}×<extra></extra>",
+    )  # fmt: skip
+
+
+def alpha_line(alpha: float) -> dict:
+    """The curves' gold line at the chosen α as a plain shape dict (what add_vline draws)."""
+    return dict(type="line", xref="x", yref="y domain", x0=alpha, x1=alpha, y0=0, y1=1, line=dict(color="gold", width=2))
 
 
 def curves_figure(c: float, verify_cost: VerifyCost, ks: Sequence[int], alpha: float | None = None, measured: pd.DataFrame | None = None) -> go.Figure:
@@ -125,7 +142,7 @@ def curves_figure(c: float, verify_cost: VerifyCost, ks: Sequence[int], alpha: f
         )
     fig.add_hline(y=1.0, line=dict(color="black", dash="dash"), annotation_text="break-even", annotation_position="top left")
     if alpha is not None:
-        fig.add_vline(x=alpha, line=dict(color="gold", width=2))
+        fig.add_shape(alpha_line(alpha))
     _measured_traces(fig, measured, "speedup")
     fig.update_layout(
         title="speedup against α", xaxis=dict(title="α", range=[0, 1]), yaxis=dict(title="speedup (×)", rangemode="tozero"), **LAYOUT

@@ -18,6 +18,8 @@ from tests.test_shutdown import EXIT_WITHIN_S, start_server, stop_within
 from tests.test_untrusted_markdown import PAYLOAD, SHOWN, hostile_recording
 
 LIVE = 'a[href*="127.0.0.1:1"], img[src*="127.0.0.1:1"], [src*="127.0.0.1:1"], [href*="127.0.0.1:1"]'
+# what the payload's ':red[r]' and ':material/home:' would draw (its ':smile:' would be an emoji in the text)
+STYLED = '.stMarkdownColoredText, .stMarkdownColoredBackground, [aria-label="home icon"]'
 
 
 @pytest.fixture(scope="module")
@@ -42,6 +44,7 @@ def test_a_hostile_share_link_draws_no_link_or_image(driver, shared_url):
     assert not live_elements(driver), live_elements(driver)
     assert SHOWN in shown_text(driver), "the link's text is shown, literally"
     assert not [e.text for e in driver.find_elements(By.CSS_SELECTOR, "strong, em") if e.text.strip() in ("import", "em")], "no emphasis from the link"
+    assert not driver.find_elements(By.CSS_SELECTOR, STYLED) and "\U0001f604" not in shown_text(driver), "no colour, icon or emoji"
 
 
 def test_a_hostile_recording_draws_no_link_or_image(driver, shared_url, tmp_path):
