@@ -4,7 +4,7 @@ for the same run, and the bound no speedup can pass (tokens per target pass).
     python scripts/speedup_check.py                 # starts its own server (local mode, the defaults), one headless Chromium
     python scripts/speedup_check.py --steps 8 --cli-repeats 3 --json
 
-It presses Step --steps times with the default settings (the first example prompt, the n-gram drafter, greedy), waits
+It presses Step --steps times, --pause-s apart as a reader would, with the default settings (the first example prompt, the n-gram drafter, greedy), waits
 until the background baseline has caught up (the metric no longer says "measuring…"), and reads the page's speedup and
 tokens per target pass. Then `python -m specviz generate --check-baseline --json` decodes the same prompt, greedy, to
 the same number of tokens, --cli-repeats times in fresh processes (plain decoding, then speculative, timed alone), and
@@ -21,6 +21,7 @@ import platform
 import statistics
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -29,6 +30,7 @@ sys.path.insert(0, str(REPO))
 from scripts.load_test import new_driver, start_server, stop_server  # noqa: E402
 from scripts.step_latency import one_step  # noqa: E402
 from specviz.ui.prompts import load_examples  # noqa: E402
+from specviz.workshop.serving import server_threads  # noqa: E402
 from tests.browser.st_browser import metric_value, open_page, wait_for_baseline  # noqa: E402
 
 
@@ -40,7 +42,7 @@ def cpu_name() -> str:
         return platform.processor()
 
 
-def page_speedup(steps: int, timeout_s: float) -> dict:
+def page_speedup(steps: int, timeout_s: float, pause_s: float) -> dict:
     """Step the page `steps` times; once the baseline covers the run, its speedup, tokens per pass and tokens."""
     log_path = Path(os.environ.get("TMPDIR", "/tmp")) / f"specviz_speedup_check_{os.getpid()}.log"
     proc, url = start_server("local", log_path)
@@ -49,6 +51,7 @@ def page_speedup(steps: int, timeout_s: float) -> dict:
         open_page(driver, url, timeout=300)
         for n in range(steps):
             one_step(driver, n)
+            time.sleep(pause_s)  # a person reads the round before the next click (the browser finishes drawing)
         shown = wait_for_baseline(driver, timeout_s)
         tokens = int(metric_value(driver, "tokens").split("/")[0])
         return {"shown": shown, "tokens_per_pass": float(metric_value(driver, "tokens / target pass")), "tokens": tokens}
@@ -57,9 +60,9 @@ def page_speedup(steps: int, timeout_s: float) -> dict:
         stop_server(proc)
 
 
-def cli_speedup(prompt: str, tokens: int) -> dict:
+def cli_speedup(prompt: str, tokens: int, threads: int) -> dict:
     cmd = [sys.executable, "-m", "specviz", "generate", "--prompt", prompt, "--max-new-tokens", str(tokens), "--check-baseline", "--json"]
-    out = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, check=True, env={**os.environ, "HF_HUB_OFFLINE": "1"}).stdout
+    out = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, check=True, env={**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": str(threads)}).stdout
     stats = json.loads(out)["samples"][0]["stats"]
     sample = json.loads(out)["samples"][0]
     return {"speedup": stats["speedup"], "disturbed": stats["speedup_disturbed"], "tokens_per_pass": stats["tokens_per_target_pass"], "same": sample["same_as_baseline"]}
@@ -68,20 +71,23 @@ def cli_speedup(prompt: str, tokens: int) -> dict:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--steps", type=int, default=8)
-    parser.add_argument("--cli-repeats", type=int, default=3)
+    parser.add_argument("--cli-repeats", type=int, default=5)
+    parser.add_argument("--pause-s", type=float, default=2.0, help="seconds between a Step's page going idle and the next click")
     parser.add_argument("--timeout-s", type=float, default=180.0, help="how long to wait for the baseline to catch up")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
     load_before = os.getloadavg()
-    page = page_speedup(args.steps, args.timeout_s)
+    page = page_speedup(args.steps, args.timeout_s, args.pause_s)
     prompt = load_examples()[0].prompt  # the page's default prompt
-    cli = [cli_speedup(prompt, page["tokens"]) for _ in range(args.cli_repeats)]
+    threads = server_threads() or int(os.environ["OMP_NUM_THREADS"])  # the server's torch threads: the CLI gets as many
+    cli = [cli_speedup(prompt, page["tokens"], threads) for _ in range(args.cli_repeats)]
     measured = [c["speedup"] for c in cli if c["speedup"] is not None]
     cli_median = statistics.median(measured) if measured else None
     shown = float(page["shown"].rstrip("×")) if page["shown"].endswith("×") else None
     result = {
         "cpu": cpu_name(),
         "steps": args.steps,
+        "torch_threads": threads,
         "tokens": page["tokens"],
         "page_speedup": page["shown"],
         "page_tokens_per_pass": page["tokens_per_pass"],

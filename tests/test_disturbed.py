@@ -164,3 +164,14 @@ def test_a_plain_step_far_slower_than_its_neighbours_is_an_outlier():
     steady = tuple(plain(ms) for ms in (20.0, 21.0, 22.0, 20.5))
     assert _outlier(plain(40.0), steady) and not _outlier(plain(25.0), steady)
     assert not _outlier(plain(400.0), steady[:2])  # too few steps to judge
+
+
+def test_a_server_runs_torch_on_one_thread_unless_the_owner_says_otherwise():
+    from specviz.workshop.serving import server_threads
+
+    assert server_threads({}) == 1  # many threads run torch in a server: one intra-op thread each
+    assert server_threads({"OMP_NUM_THREADS": "2"}) is None  # the room (or the owner) set it: torch follows it
+    assert server_threads({"SPECVIZ_TORCH_THREADS": "4", "OMP_NUM_THREADS": "2"}) == 4
+    for bad in ("0", "two", "-1"):
+        with pytest.raises(ValueError, match="SPECVIZ_TORCH_THREADS"):
+            server_threads({"SPECVIZ_TORCH_THREADS": bad})

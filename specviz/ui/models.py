@@ -6,6 +6,7 @@ message, and a load that runs out of memory is reported the same way; either way
 
 from __future__ import annotations
 
+import functools
 import gc
 import logging
 from collections.abc import Iterable
@@ -19,6 +20,7 @@ from specviz.models import LoadedModel, ModelLoadError, early_exit_view, load_mo
 from specviz.runs import RunModels, resolve_models
 from specviz.ui.access import current_policy
 from specviz.viz.markdown import md_text
+from specviz.workshop.serving import server_threads
 
 log = logging.getLogger(__name__)
 GGUF_EXPANSION = 8  # a 4-bit GGUF de-quantised to float32 takes about 8x its file size
@@ -62,8 +64,19 @@ def check_fits(source: str, device: str) -> None:
         )
 
 
+@functools.cache
+def configure_threads() -> int:
+    """Once per server process, before its first model loads: torch's threads (specviz.workshop.serving.server_threads)."""
+    threads = server_threads()
+    if threads is not None:
+        torch.set_num_threads(threads)
+    log.info("torch uses %d intra-op threads in this server", torch.get_num_threads())
+    return torch.get_num_threads()
+
+
 @st.cache_resource(show_spinner=False, max_entries=4)
 def _cached_model(source: str, device: str, dtype: str, trust_remote_code: bool, allow_download: bool, allow_pickle: bool) -> LoadedModel:
+    configure_threads()
     check_fits(source, device)
     model = load_model(source, device, dtype, trust_remote_code=trust_remote_code, allow_download=allow_download, allow_pickle=allow_pickle)
     freeze_long_lived()

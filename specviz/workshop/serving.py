@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import itertools
 import logging
+import os
 import threading
 import time
 from collections import deque
@@ -20,6 +21,29 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 log = logging.getLogger(__name__)
+
+
+THREADS_ENV = "SPECVIZ_TORCH_THREADS"
+
+
+def server_threads(environ: dict[str, str] | os._Environ = os.environ) -> int | None:
+    """torch's intra-op threads for a Streamlit server process: the owner's SPECVIZ_TORCH_THREADS; else None when
+    OMP_NUM_THREADS is set (the room sets it per replica, and torch already follows it); else 1.
+
+    Why 1: a server runs torch on many threads (every rerun's script thread, the baselines' worker), and once the
+    OpenMP threads they start outnumber the cores, libgomp stops spinning between parallel regions. On the 2-core
+    machine here a Step's 9-token verify pass then took 120-165 ms against 40 ms from the command line's one thread
+    of two OpenMP threads, and 50-65 ms with one (docs/performance.md)."""
+    raw = environ.get(THREADS_ENV, "").strip()
+    if raw:
+        try:
+            value = int(raw)
+        except ValueError:
+            value = 0
+        if value < 1:
+            raise ValueError(f"{THREADS_ENV} must be a whole number of at least 1; got {raw!r}.")
+        return value
+    return None if environ.get("OMP_NUM_THREADS", "").strip() else 1
 
 
 class QueueTimeout(TimeoutError):
