@@ -24,6 +24,7 @@ from specviz.config import RunConfig
 from specviz.core.batch import BatchDecoder, batch_stats
 from specviz.core.decoding import DecodeConfig
 from specviz.core.divergence import first_difference
+from specviz.core.metrics import speedup_disturbed
 from specviz.core.protocols import Turn, no_turn
 from specviz.drafters import NoDrafter
 from specviz.experiments.bench import BenchPrompt
@@ -69,9 +70,9 @@ class BatchPoint:
 
     @property
     def physical(self) -> bool:
-        """A round's pass costs at least a plain pass, so the ratio cannot beat the tokens per pass by more than
-        noise (10 %); above that the two sides did not run under the same conditions."""
-        return self.ratio <= 1.1 * self.spec_tokens_per_pass
+        """A round's pass costs at least a plain pass, so the ratio cannot beat the tokens per pass; above it the two
+        sides did not run under the same conditions (the same rule as every measured speedup's)."""
+        return not speedup_disturbed(self.ratio, self.spec_tokens_per_pass)
 
     def to_json(self) -> dict:
         return asdict(self) | {"ratio": round(self.ratio, 4)}
