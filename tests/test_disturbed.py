@@ -4,7 +4,6 @@ again any plain step a rerun overlapped (SpeculativeDecoder.checkpoint / restore
 
 from __future__ import annotations
 
-import itertools
 import threading
 import time
 from dataclasses import replace
@@ -24,16 +23,9 @@ from specviz.viz.metrics import DISTURBED, metric_values
 from specviz.workshop.baselines import BaselineWorker, _outlier
 from specviz.workshop.foreground import Foreground
 from specviz.workshop.serving import ModelQueue
-from tests.toys import RepeatLM, TableLM
+from tests.toys import RepeatLM, TableLM, fake_clock
 
 PROMPT_IDS = [0, 1, 2, 3, 4, 5, 6, 7, 0, 1]  # RepeatLM counts up: prompt lookup's drafts are all kept
-
-
-def fake_clock(decoder: SpeculativeDecoder, ms_per_read: float) -> SpeculativeDecoder:
-    """Every clock read advances ms_per_read: a round (four reads) takes 3 * ms_per_read, whatever it did."""
-    ticks = itertools.count()
-    decoder._clock = lambda: next(ticks) * ms_per_read / 1000.0  # type: ignore[method-assign]
-    return decoder
 
 
 def runs(baseline_ms_per_read: float):

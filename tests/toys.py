@@ -9,6 +9,7 @@ involved: what every greedy exactness test compares against.
 from __future__ import annotations
 
 import functools
+import itertools
 from collections.abc import Sequence
 
 import torch
@@ -176,3 +177,11 @@ class SharedLengthToyLM(BatchedToyLM):
 
     def keep(self, lengths: Sequence[int]) -> None:
         super().keep([max(lengths)] * len(lengths))
+
+
+def fake_clock(decoder, ms_per_read: float):
+    """Every clock read of this decoder advances ms_per_read: a round (four reads) takes 3 * ms_per_read, whatever
+    it did, so timings, and the speedups made of them, are the same on any machine."""
+    ticks = itertools.count()
+    decoder._clock = lambda: next(ticks) * ms_per_read / 1000.0
+    return decoder
