@@ -28,7 +28,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from scripts.load_test import new_driver, start_server, stop_server  # noqa: E402
-from scripts.step_latency import one_step  # noqa: E402
+from scripts.step_latency import one_step, print_result  # noqa: E402
 from specviz.ui.prompts import load_examples  # noqa: E402
 from specviz.workshop.serving import server_threads  # noqa: E402
 from tests.browser.st_browser import metric_value, open_page, wait_for_baseline  # noqa: E402
@@ -100,11 +100,7 @@ def main(argv: list[str] | None = None) -> int:
         "load_average_before": [round(x, 2) for x in load_before],
         "load_average_after": [round(x, 2) for x in os.getloadavg()],
     }
-    if args.json:
-        print(json.dumps(result))
-    else:
-        for key, value in result.items():
-            print(f"{key:30} {value}")
+    print_result(result, args.json, width=30)
     ok = result["page_at_most_tokens_per_pass"] and result["page_over_cli"] is not None and abs(result["page_over_cli"] - 1) <= 0.25
     print("within the bound and within 25 % of the command line" if ok else "NOT within the bound and 25 % of the command line", file=sys.stderr)
     return 0 if ok else 1

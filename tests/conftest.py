@@ -286,3 +286,4 @@ def loud_dir(tmp_path_factory) -> Path:
     LlamaForCausalLM(config).save_pretrained(folder)
     tok.save_pretrained(folder)
     return folder
+

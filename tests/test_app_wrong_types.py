@@ -21,18 +21,6 @@ WRONG: dict[str, tuple] = {
 }  # fmt: skip
 
 
-@pytest.fixture
-def no_model(monkeypatch):
-    """Model loading refused at once (the step-through page then offers recordings only)."""
-    import specviz.ui.models
-    import specviz.ui.session
-    from specviz.models import ModelLoadError
-
-    def refuse(source, *args, **kwargs):
-        raise ModelLoadError(f"could not load {source}: no model on this machine (test)")
-
-    monkeypatch.setattr(specviz.ui.session, "get_model", refuse)
-    monkeypatch.setattr(specviz.ui.models, "load_model", refuse)
 
 
 def _page(name: str) -> AppTest:
