@@ -53,7 +53,9 @@ def _guard(key: str | None, label: str, ok: Callable[[object], bool], what: str,
         del st.session_state[key]
     else:
         st.session_state[key] = reset
-    st.warning(md_text(f"The widget '{label}' was reset to its default: {value!r} is not {what}."), icon="↩️")
+    shown = repr(value)
+    shown = shown if len(shown) <= 80 else shown[:77] + "…"  # a client's value can be any size
+    st.warning(md_text(f"The widget '{label}' was reset to its default: {shown} is not {what}."), icon="↩️")
 
 
 def _is_number(value: object) -> bool:
