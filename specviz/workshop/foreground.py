@@ -39,11 +39,6 @@ class Foreground:
         self._epoch = 0
         self._ended = float("-inf")  # when the last foreground job ended
 
-    @property
-    def in_flight(self) -> int:
-        with self._cond:
-            return self._in_flight
-
     @contextmanager
     def busy(self) -> Iterator[None]:
         """Count the with-block as foreground work (background work waits for it to end)."""
