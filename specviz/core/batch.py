@@ -23,6 +23,7 @@ docstring says how). A round:
 from __future__ import annotations
 
 import time
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
@@ -75,10 +76,16 @@ class BatchRound:
     accepted: tuple[int, ...]
     committed: tuple[int, ...]  # tokens committed (after the EOS / length cut)
     ms: float  # the round's wall clock: drafting, the pass, the rule, commit and rollback
+    pass_ms: float = 0.0  # the batched target forward alone (clocked after the device finished it)
 
     @property
     def tokens(self) -> int:
         return sum(self.committed)
+
+    @property
+    def width(self) -> int:
+        """T of the batched pass: the most ids any row fed (its newest token plus its drafts)."""
+        return 1 + max(self.drafted, default=0)
 
 
 class BatchDecoder:
@@ -130,13 +137,13 @@ class BatchDecoder:
             raise RuntimeError("Every stream is finished.")
         t0 = self._clock()
         drafts = [self.draft(b) for b in self.active]  # 1.
-        decisions = self.verify(drafts)  # 2. + 3.
+        decisions, pass_ms = self.verify(drafts)  # 2. + 3.
         outcomes = torch.stack([d.outcome() for d in decisions]).tolist() if decisions else []  # one transfer
         committed = [self.commit(b, draft[0], n, nxt) for b, draft, (n, nxt) in zip(self.active, drafts, outcomes)]  # 4.
         streams = tuple(self.active)
         self.rollback()  # 4. + 5.
         record = BatchRound(streams, tuple(len(ids) for ids, _ in drafts), tuple(n for n, _ in outcomes), tuple(committed),
-                            (self._clock() - t0) * 1000.0)  # fmt: skip
+                            (self._clock() - t0) * 1000.0, pass_ms)  # fmt: skip
         self.rounds.append(record)
         return record
 
@@ -150,11 +157,14 @@ class BatchDecoder:
         q = proposal.q_draft[: len(ids)].to(self.device, torch.float32) if proposal.q_draft is not None and ids else None
         return ids, q
 
-    def verify(self, drafts: Sequence[tuple[tuple[int, ...], torch.Tensor | None]]) -> list[Decision]:
-        """2. One batched pass over each row's newest token plus its drafts; 3. the exact rule, row by row."""
+    def verify(self, drafts: Sequence[tuple[tuple[int, ...], torch.Tensor | None]]) -> tuple[list[Decision], float]:
+        """2. One batched pass over each row's newest token plus its drafts; 3. the exact rule, row by row.
+        Returns the decisions and the pass's own ms (what a cost profile's batched pass measures)."""
         feeds = [[self.tokens[b][-1], *ids] for b, (ids, _) in zip(self.active, drafts)]
         width = max(len(f) for f in feeds)
+        start = self._clock()
         logits = self.target.extend(feeds, keep_last=width)  # (B, width, V), right-aligned
+        pass_ms = (self._clock() - start) * 1000.0
         decisions = []
         for row, (b, (ids, q_draft)) in enumerate(zip(self.active, drafts)):
             m = len(ids)
@@ -162,7 +172,7 @@ class BatchDecoder:
             drafted = torch.tensor(ids, dtype=torch.long, device=self.device)  # (m,)
             q = q_draft if q_draft is not None else one_hot_q(drafted, p_target.shape[-1])  # (m, V)
             decisions.append(decide(p_target, q, drafted, self.generators[b]))
-        return decisions
+        return decisions, pass_ms
 
     def commit(self, stream: int, ids: tuple[int, ...], n: int, next_token: int) -> int:
         """4. Commit this stream's n accepted drafts and its next token, cut at EOS or the length limit."""
@@ -191,13 +201,18 @@ class BatchDecoder:
 
 @dataclass(frozen=True)
 class BatchStats:
-    """What a batched run measured: tokens over every stream, target passes, wall time of the rounds."""
+    """What a batched run measured: tokens over every stream, target passes, wall time of the rounds, and the shape
+    of its passes (what a prediction from a cost profile needs: how many rows each pass held and how wide it was)."""
 
     streams: int
     new_tokens: int
-    passes: int
+    passes: int  # row-passes: every round counts each row that took part
     decode_s: float  # the rounds' wall clock, prefill excluded
     prefill_ms: float
+    rounds: int = 0  # batched target passes
+    pass_s: float = 0.0  # the batched forwards alone, summed
+    drafted: int = 0  # drafted tokens over every row and round
+    schedule: tuple[tuple[int, int, int], ...] = ()  # (rows, width, rounds): how many passes had that shape
 
     @property
     def tokens_per_s(self) -> float:
@@ -208,11 +223,39 @@ class BatchStats:
         """Mean tokens one stream commits per target pass it takes part in."""
         return self.new_tokens / self.passes if self.passes else float("nan")
 
+    @property
+    def rows_per_pass(self) -> float:
+        """Mean rows in a batched pass (the batch shrinks as streams finish)."""
+        return self.passes / self.rounds if self.rounds else float("nan")
+
+    @property
+    def verify_width(self) -> float:
+        """Mean T of a batched pass: ids per row, the widest row's (1 for plain decoding)."""
+        return sum(w * n for _, w, n in self.schedule) / self.rounds if self.rounds else float("nan")
+
+    @property
+    def drafted_per_row(self) -> float:
+        """Mean tokens a row drafted per round (prompt lookup often drafts none)."""
+        return self.drafted / self.passes if self.passes else float("nan")
+
+    @property
+    def pass_ms(self) -> float:
+        """Mean ms of one batched forward."""
+        return self.pass_s * 1000.0 / self.rounds if self.rounds else float("nan")
+
+    @property
+    def overhead_ms_per_row(self) -> float:
+        """ms per row per round outside the forward: drafting, the rule, commit, rollback, the Python loop."""
+        return (self.decode_s - self.pass_s) * 1000.0 / self.passes if self.passes else float("nan")
+
 
 def batch_stats(decoder: BatchDecoder) -> BatchStats:
     """Derived from the rounds, never tracked on the side."""
     rounds = decoder.rounds
+    shapes = Counter((len(r.streams), r.width) for r in rounds)
     return BatchStats(
         streams=len(decoder.tokens), new_tokens=sum(r.tokens for r in rounds), passes=sum(len(r.streams) for r in rounds),
-        decode_s=sum(r.ms for r in rounds) / 1000.0, prefill_ms=decoder.prefill_ms,
+        decode_s=sum(r.ms for r in rounds) / 1000.0, prefill_ms=decoder.prefill_ms, rounds=len(rounds),
+        pass_s=sum(r.pass_ms for r in rounds) / 1000.0, drafted=sum(sum(r.drafted) for r in rounds),
+        schedule=tuple((rows, width, n) for (rows, width), n in sorted(shapes.items())),
     )  # fmt: skip

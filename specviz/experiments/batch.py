@@ -15,13 +15,14 @@ unbatched pass over the common prefix): batched kernels may flip a near-tie, a b
 from __future__ import annotations
 
 import json
+import math
 import statistics
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 from specviz.config import RunConfig
-from specviz.core.batch import BatchDecoder, batch_stats
+from specviz.core.batch import BatchDecoder, BatchStats, batch_stats
 from specviz.core.decoding import DecodeConfig
 from specviz.core.divergence import first_difference
 from specviz.core.metrics import speedup_disturbed
@@ -32,7 +33,10 @@ from specviz.experiments.cost_profile import ASSETS, load_average
 from specviz.models import HFBatchedLM, HFCachedLM, LoadedModel, encode_prompt
 from specviz.runs import RunModels, make_drafter
 
-SCHEMA = "specviz.batch/1"
+SCHEMA = "specviz.batch/2"  # 2: the passes' shapes, forward ms and overheads per point
+OLD_SCHEMAS = ("specviz.batch/1",)  # still read (tokens/s only; batch_check needs schema 2)
+MAX_POINTS = 64
+MAX_SCHEDULE = 4096  # (rows, width) shapes per side: at most B * (k+1)
 MARGIN_TOLERANCE = 1e-3  # a greedy row may differ from plain only where the target's top two logits are this close
 SHIPPED = ASSETS / "batch_cpu.json"  # measured points the theory page draws, when present
 MAX_BATCH_FILE_BYTES = 500_000
@@ -62,6 +66,17 @@ class BatchPoint:
     spec_new_tokens: int
     load_average: str  # before and after this B
     mismatches: tuple[Mismatch, ...] = ()
+    # what a prediction from the cost profile needs (schema 2; a schema-1 file leaves them at their defaults)
+    plain_rounds: int = 0  # batched passes of the plain side (the batch shrinks as rows end)
+    spec_rounds: int = 0
+    spec_verify_width: float = 0.0  # mean T of a speculative pass: ids per row, the widest row's
+    spec_drafted_per_row: float = 0.0  # mean drafts a row proposed per round (prompt lookup: often 0 on a miss)
+    plain_pass_ms: float = 0.0  # mean ms of one batched forward, measured in the run (median over repeats)
+    spec_pass_ms: float = 0.0
+    plain_overhead_ms_per_row: float = 0.0  # ms per row per round outside the forward (median over repeats)
+    spec_overhead_ms_per_row: float = 0.0
+    plain_schedule: tuple[tuple[int, int, int], ...] = ()  # (rows, width, passes) of the first timed repeat
+    spec_schedule: tuple[tuple[int, int, int], ...] = ()
 
     @property
     def ratio(self) -> float:
@@ -73,6 +88,11 @@ class BatchPoint:
         """A round's pass costs at least a plain pass, so the ratio cannot beat the tokens per pass; above it the two
         sides did not run under the same conditions (the same rule as every measured speedup's)."""
         return not speedup_disturbed(self.ratio, self.spec_tokens_per_pass)
+
+    @property
+    def measured_shape(self) -> bool:
+        """Whether this point carries its passes' shapes and overheads (schema 2), what batch_check predicts from."""
+        return bool(self.plain_schedule and self.spec_schedule)
 
     def to_json(self) -> dict:
         return asdict(self) | {"ratio": round(self.ratio, 4)}
@@ -143,11 +163,12 @@ def _at(ids: Sequence[int], i: int) -> int | None:
 
 def measure_batch(models: RunModels, setup: BatchSetup, batch_size: int, turn: Turn = no_turn) -> BatchPoint:
     """Plain and speculative decoding of the same B prompts, alternating which runs first, the warm-up runs
-    discarded; medians of tokens/s. One model turn per batched run (and per greedy mismatch's margin pass)."""
+    discarded; medians of tokens/s, forward ms and overhead over the timed repeats. One model turn per batched run
+    (and per greedy mismatch's margin pass)."""
     target = models.target
     before = load_average()
     prompts = stream_prompts(target, setup, batch_size)
-    rates: dict[bool, list[float]] = {True: [], False: []}
+    stats: dict[bool, list[BatchStats]] = {True: [], False: []}
     runs: dict[bool, BatchDecoder] = {}
     for rep in range(setup.warmup + setup.repeats):
         for plain in (rep % 2 == 0, rep % 2 == 1):
@@ -155,13 +176,16 @@ def measure_batch(models: RunModels, setup: BatchSetup, batch_size: int, turn: T
                 decoder = batch_decoder(models, setup, prompts, plain)
                 decoder.run()
             if rep >= setup.warmup:
-                rates[plain].append(batch_stats(decoder).tokens_per_s)
+                stats[plain].append(batch_stats(decoder))
                 runs.setdefault(plain, decoder)  # the first timed repeat's outputs and passes
     spec, plain_run = batch_stats(runs[False]), batch_stats(runs[True])
     wrong = mismatches(target, prompts, runs[False], runs[True], turn) if setup.config.sampling.greedy else ()
+    med = lambda side, attr: statistics.median(getattr(s, attr) for s in stats[side])  # noqa: E731
     return BatchPoint(
-        batch_size, statistics.median(rates[True]), statistics.median(rates[False]), spec.tokens_per_pass,
+        batch_size, med(True, "tokens_per_s"), med(False, "tokens_per_s"), spec.tokens_per_pass,
         plain_run.new_tokens, spec.new_tokens, f"before {before}, after {load_average()}", wrong,
+        plain_run.rounds, spec.rounds, spec.verify_width, spec.drafted_per_row, med(True, "pass_ms"), med(False, "pass_ms"),
+        med(True, "overhead_ms_per_row"), med(False, "overhead_ms_per_row"), plain_run.schedule, spec.schedule,
     )  # fmt: skip
 
 
@@ -194,18 +218,58 @@ def results_json(points: Sequence[BatchPoint], setup: BatchSetup, machine: dict)
     }  # fmt: skip
 
 
-def load_batch_points(path: Path = SHIPPED) -> tuple[dict, list[tuple[int, float, float]]] | None:
-    """A batch results file -> (its header, [(B, plain tokens/s, speculative tokens/s)]), or None when there is none.
-    A file that exists but is not one raises ValueError."""
+def load_batch_results(path: Path = SHIPPED) -> tuple[dict, list[BatchPoint]] | None:
+    """A batch results file -> (its header, its points), or None when there is none. A file that exists but is not
+    one (too big, another schema, a missing or wrong field) raises ValueError. Schema 1 files load with the
+    prediction's fields at their defaults (BatchPoint.measured_shape is False)."""
     if not path.is_file():
         return None
     if path.stat().st_size > MAX_BATCH_FILE_BYTES:
         raise ValueError(f"{path} is over {MAX_BATCH_FILE_BYTES:,} bytes; a batch results file is a few kilobytes.")
     try:
         obj = json.loads(path.read_text(encoding="utf-8"))
-        if obj.get("schema") != SCHEMA:
+        if obj.get("schema") not in (SCHEMA, *OLD_SCHEMAS):
             raise ValueError(f"expected \"schema\": \"{SCHEMA}\"")
-        points = [(int(p["batch_size"]), float(p["plain_tokens_per_s"]), float(p["spec_tokens_per_s"])) for p in obj["points"]]
+        if not isinstance(obj["points"], list) or len(obj["points"]) > MAX_POINTS:
+            raise ValueError(f"\"points\" must be a list of at most {MAX_POINTS}")
+        points = [_point(p) for p in obj["points"]]
     except (json.JSONDecodeError, AttributeError, KeyError, TypeError, ValueError) as exc:
         raise ValueError(f"{path} is not a specviz batch results file ({exc}); re-run `python -m specviz batch --out`.") from exc
     return {k: v for k, v in obj.items() if k != "points"}, points
+
+
+def _point(p: dict) -> BatchPoint:
+    """One point of a results file, checked: positive B and tokens/s, finite non-negative shape fields."""
+    point = BatchPoint(
+        int(p["batch_size"]), float(p["plain_tokens_per_s"]), float(p["spec_tokens_per_s"]), float(p.get("spec_tokens_per_pass", 1.0)),
+        int(p.get("plain_new_tokens", 0)), int(p.get("spec_new_tokens", 0)), str(p.get("load_average", ""))[:200], (),
+        int(p.get("plain_rounds", 0)), int(p.get("spec_rounds", 0)), float(p.get("spec_verify_width", 0.0)),
+        float(p.get("spec_drafted_per_row", 0.0)), float(p.get("plain_pass_ms", 0.0)), float(p.get("spec_pass_ms", 0.0)),
+        float(p.get("plain_overhead_ms_per_row", 0.0)), float(p.get("spec_overhead_ms_per_row", 0.0)),
+        _schedule(p.get("plain_schedule", ())), _schedule(p.get("spec_schedule", ())),
+    )  # fmt: skip
+    if point.batch_size < 1 or not (point.plain_tokens_per_s > 0 and point.spec_tokens_per_s > 0):
+        raise ValueError(f"batch_size must be >= 1 and both tokens/s above 0 (batch {point.batch_size})")
+    numbers = (point.spec_verify_width, point.spec_drafted_per_row, point.plain_pass_ms, point.spec_pass_ms)
+    if not all(math.isfinite(x) and x >= 0 for x in numbers):  # an overhead may dip below 0 on a noisy clock
+        raise ValueError(f"the shape fields of batch {point.batch_size} must be finite numbers >= 0")
+    return point
+
+
+def _schedule(rows: object) -> tuple[tuple[int, int, int], ...]:
+    if not isinstance(rows, (list, tuple)) or len(rows) > MAX_SCHEDULE:
+        raise ValueError(f"a schedule must be a list of at most {MAX_SCHEDULE} [rows, width, passes]")
+    out = tuple((int(r), int(w), int(n)) for r, w, n in rows)
+    if any(r < 1 or w < 1 or n < 1 for r, w, n in out):
+        raise ValueError("a schedule's rows, width and passes must all be at least 1")
+    return out
+
+
+def load_batch_points(path: Path = SHIPPED) -> tuple[dict, list[tuple[int, float, float]]] | None:
+    """A batch results file -> (its header, [(B, plain tokens/s, speculative tokens/s)]), or None when there is none.
+    A file that exists but is not one raises ValueError."""
+    loaded = load_batch_results(path)
+    if loaded is None:
+        return None
+    header, points = loaded
+    return header, [(p.batch_size, p.plain_tokens_per_s, p.spec_tokens_per_s) for p in points]
