@@ -11,7 +11,7 @@ Plain decoding costs 1 per token, so speedup = expected tokens per round / cost 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 MAX_K = 16
@@ -174,24 +174,102 @@ def best_k_by_position(acceptance: Sequence[float], c: float, verify_cost: Verif
 # commits B tokens per 1-token pass; a speculative round commits B * expected_tokens(alpha, k) for one pass over
 # k+1 tokens per row plus B*k drafted tokens. At batch 1 that pass costs little more than a 1-token pass (the
 # arithmetic is spare); at batch B the B*(k+1) tokens of one pass keep the cores busy, and the ratio falls.
+#
+# Two things the profile's pass does not show, both charged in batch_round_ms, the one place a round is priced:
+# - the width. A batched verify is as wide as its widest row (1 + the most drafts any row proposed), not k+1:
+#   prompt lookup drafts nothing on a miss, so at small B many passes are 1 or a few tokens wide. With the
+#   measured passes' shapes (`specviz batch` records, per side, how many passes had r rows and width T) the
+#   prediction prices each shape; the slider curve, without them, assumes k drafts per row (width k+1).
+# - the per-row work outside the forward: the rule, the commit, the rollback, the host transfer, the Python loop,
+#   paid by every row every round on BOTH sides. It is taken from the plain side of the same `specviz batch`
+#   run (its rounds' wall clock minus its forwards, per row-pass): a measurement of the denominator's machinery,
+#   never of the speculative time being predicted, and not fitted to the ratio. It is a lower bound for the
+#   speculative side (its rule checks m+1 positions, its drafter rolls back), so an error left over points there.
 
 
-def pass_ms_at(pass_ms: Sequence[float], tokens: int) -> float:
-    """ms of a pass adding ``tokens`` per row, from pass_ms[t-1] (t = 1..), extrapolated like VerifyCurve past the end."""
-    return VerifyCurve.from_pass_ms(pass_ms).at(tokens - 1) * float(pass_ms[0])
+def _between(xs: Sequence[float], x: float) -> tuple[int, int, float]:
+    """Indices i, j of sorted xs around x and the weight of j (linear; past the ends along the last two, clamped below)."""
+    if len(xs) == 1 or x <= xs[0]:
+        return 0, 0, 0.0
+    j = next((n for n, v in enumerate(xs) if v >= x), len(xs) - 1)
+    i = j - 1
+    return i, j, (x - xs[i]) / (xs[j] - xs[i])
 
 
-def batch_plain_tokens_per_s(batch_size: int, pass_ms: Sequence[float]) -> float:
-    """Plain decoding at batch B: B tokens per 1-token pass over B rows."""
-    return batch_size * 1000.0 / float(pass_ms[0])
+def pass_ms_at(pass_ms: Sequence[float], tokens: float) -> float:
+    """ms of a pass adding ``tokens`` per row, from pass_ms[t-1] (t = 1..): linear between whole widths (a mean
+    width may be fractional), extrapolated like VerifyCurve past the end."""
+    if tokens < 1:
+        raise ValueError(f"A pass adds at least one token per row; got {tokens}.")
+    curve, base = VerifyCurve.from_pass_ms(pass_ms), float(pass_ms[0])
+    lo = int(math.floor(tokens))
+    frac = tokens - lo
+    low = curve.at(lo - 1) * base
+    return low if frac == 0 else low + frac * (curve.at(lo) * base - low)
 
 
-def batch_speculative_tokens_per_s(batch_size: int, pass_ms: Sequence[float], alpha: float, k: int, draft_ms_per_token: float = 0.0) -> float:
-    """Speculative decoding at batch B: every row commits expected_tokens(alpha, k) per round; a round costs one
-    pass over B rows of k+1 tokens plus B*k drafted tokens at draft_ms_per_token each (0 for prompt lookup)."""
+def batch_pass_ms(table: Mapping[int, Sequence[float]], rows: float, width: float) -> float:
+    """ms of one pass over ``rows`` rows each fed ``width`` ids, from a profile's batch_pass_ms {B: [ms, t = 1..]}:
+    linear in the rows between the profiled batch sizes around them (the batch shrinks as streams end), past the
+    largest along the last two, below the smallest that size's own."""
+    if not table:
+        raise ValueError("No batched passes to predict from: `python -m specviz profile --batch 1,2,4,8,16` measures them.")
+    if rows <= 0:
+        raise ValueError(f"A pass holds at least one row; got {rows}.")
+    sizes = sorted(table)
+    i, j, w = _between(sizes, rows)
+    low = pass_ms_at(table[sizes[i]], width)
+    return max(0.0, low + w * (pass_ms_at(table[sizes[j]], width) - low)) if j != i else low
+
+
+def batch_round_ms(table: Mapping[int, Sequence[float]], rows: float, width: float, overhead_ms_per_row: float = 0.0,
+                   draft_ms: float = 0.0) -> float:  # fmt: skip
+    """One batched round (plain step or speculative round): the pass over rows x width, each row's work outside the
+    forward, and the round's drafting (ms over all its rows)."""
+    if not (math.isfinite(overhead_ms_per_row) and math.isfinite(draft_ms) and draft_ms >= 0):
+        raise ValueError(f"overhead and drafting must be finite ms, drafting >= 0; got {overhead_ms_per_row} and {draft_ms}.")
+    return batch_pass_ms(table, rows, width) + rows * overhead_ms_per_row + draft_ms
+
+
+def batch_plain_tokens_per_s(batch_size: int, pass_ms: Sequence[float], overhead_ms_per_row: float = 0.0) -> float:
+    """Plain decoding at batch B: B tokens per round of one 1-token pass over B rows plus B rows' overhead."""
+    return batch_size * 1000.0 / batch_round_ms({batch_size: pass_ms}, batch_size, 1, overhead_ms_per_row)
+
+
+def batch_speculative_tokens_per_s(
+    batch_size: int, pass_ms: Sequence[float], alpha: float, k: int, draft_ms_per_token: float = 0.0,
+    overhead_ms_per_row: float = 0.0, width: float | None = None, drafted_per_row: float | None = None,
+) -> float:  # fmt: skip
+    """Speculative decoding at batch B: every row commits expected_tokens(alpha, k) per round; a round is one pass over
+    B rows of ``width`` ids (default k+1), B rows' overhead and B*drafted_per_row (default k) drafts at
+    draft_ms_per_token each (about 0 for prompt lookup)."""
     _check(alpha, k, draft_ms_per_token)
-    round_ms = pass_ms_at(pass_ms, k + 1) + batch_size * k * draft_ms_per_token
+    width = k + 1 if width is None else width
+    drafted = k if drafted_per_row is None else drafted_per_row
+    round_ms = batch_round_ms({batch_size: pass_ms}, batch_size, width, overhead_ms_per_row, batch_size * drafted * draft_ms_per_token)
     return batch_size * expected_tokens(alpha, k) * 1000.0 / round_ms
+
+
+Schedule = Sequence[tuple[int, int, int]]  # (rows, width, passes): how many batched passes had that shape
+
+
+def schedule_ms(table: Mapping[int, Sequence[float]], schedule: Schedule, overhead_ms_per_row: float = 0.0, draft_ms: float = 0.0) -> float:
+    """Predicted ms of a whole batched run from its passes' shapes: every pass priced by batch_round_ms, plus the
+    run's drafting (ms over every row and round)."""
+    if not schedule:
+        raise ValueError("No passes to price: a run's schedule lists (rows, width, passes).")
+    return sum(n * batch_round_ms(table, rows, width, overhead_ms_per_row) for rows, width, n in schedule) + draft_ms
+
+
+def predicted_batch_ratio(table: Mapping[int, Sequence[float]], plain: Schedule, spec: Schedule, plain_tokens: int, spec_tokens: int,
+                          overhead_ms_per_row: float, spec_draft_ms: float = 0.0) -> float:  # fmt: skip
+    """Speculative over plain tokens/s of two batched runs, predicted from the profile's passes at each run's own
+    shapes and one per-row overhead charged to both sides (measured on the plain side; see the notes above)."""
+    if plain_tokens <= 0 or spec_tokens <= 0:
+        raise ValueError(f"Both runs must have committed tokens; got {plain_tokens} and {spec_tokens}.")
+    plain_ms = schedule_ms(table, plain, overhead_ms_per_row)
+    spec_ms = schedule_ms(table, spec, overhead_ms_per_row, spec_draft_ms)
+    return (spec_tokens / spec_ms) / (plain_tokens / plain_ms)
 
 
 def crossover_batch(batch_sizes: Sequence[int], ratios: Sequence[float]) -> float | None:
