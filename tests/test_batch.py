@@ -96,6 +96,23 @@ def test_greedy_rows_equal_solo_greedy(kind):
         assert len(dec.rounds) == 24 and stats.tokens_per_pass == 1.0
 
 
+def test_stats_record_the_passes_shapes():
+    """What the batch prediction prices: rows and width of every pass (the widest row's 1 + drafts), the forwards'
+    own time within the rounds', drafts per row; a row that finishes early shrinks the later passes."""
+    rights = [0, 1, 2, 4]
+    dec = run_checked(batch([OracleDrafter(TableLM(0), r) for r in rights], max_new=12))
+    stats = batch_stats(dec)
+    assert dec.rounds[0].width == 5 and all(r.width == 1 + max(r.drafted) for r in dec.rounds)
+    assert sum(n for _, _, n in stats.schedule) == stats.rounds == len(dec.rounds)
+    assert sum(rows * n for rows, _, n in stats.schedule) == stats.passes
+    assert {rows for rows, _, _ in stats.schedule} > {len(PROMPTS)}  # the fast row ended first: narrower passes later
+    assert stats.verify_width == pytest.approx(sum(r.width for r in dec.rounds) / len(dec.rounds))
+    assert stats.drafted_per_row == pytest.approx(sum(map(sum, (r.drafted for r in dec.rounds))) / stats.passes)
+    assert 0 < stats.pass_s <= stats.decode_s and stats.overhead_ms_per_row >= 0
+    plain = batch_stats(run_checked(batch([NoDrafter() for _ in PROMPTS], k=0, max_new=6)))
+    assert plain.schedule == ((len(PROMPTS), 1, 6),) and plain.verify_width == 1.0 and plain.drafted_per_row == 0.0
+
+
 def test_eos_in_one_row_ends_that_row_only():
     vocab = 64  # room for a token that one row emits and the others never do
     solo = {b: plain_greedy(TableLM(0, vocab_size=vocab), p, 24) for b, p in enumerate(PROMPTS)}

@@ -7,9 +7,10 @@ import json
 
 import pytest
 
+from scripts import batch_check
 from specviz import cli
 from specviz.experiments import batch as batch_experiment
-from specviz.experiments.batch import SCHEMA, BatchPoint, Mismatch, bad_mismatches, load_batch_points
+from specviz.experiments.batch import SCHEMA, BatchPoint, Mismatch, bad_mismatches, load_batch_points, load_batch_results
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -34,8 +35,15 @@ def test_batch_json_and_file(capsys, tiny_dir, prompts_file, tmp_path, drafter):
         assert p["plain_tokens_per_s"] > 0 and p["spec_tokens_per_s"] > 0 and p["mismatches"] == []
         assert p["plain_new_tokens"] == p["spec_new_tokens"] == 8 * p["batch_size"]  # no EOS in 8 tokens here
         assert p["spec_tokens_per_pass"] >= 1.0 and "before" in p["load_average"]
+        assert p["plain_schedule"][-1][1] == 1 and sum(r * n for r, _, n in p["plain_schedule"]) == 8 * p["batch_size"]
+        assert 1.0 <= p["spec_verify_width"] <= 4 and p["spec_pass_ms"] > 0 and p["plain_pass_ms"] > 0
     header, loaded = load_batch_points(path)
     assert header["drafter"] == drafter and [b for b, _, _ in loaded] == [1, 3]
+    _, full = load_batch_results(path)
+    assert all(p.measured_shape for p in full) and full[1].spec_schedule == tuple(map(tuple, points[1]["spec_schedule"]))
+    if drafter == "lookup":  # the check prices both runs from a profile; no timing asserted, only that it predicts
+        code = batch_check.main(["--batch", str(path), "--tolerance", "1000"])
+        assert code == 0 and "predicted ratio" in capsys.readouterr().out
 
 
 def test_batch_table_and_the_model_drafter(capsys, tiny_dir, prompts_file):
@@ -58,8 +66,18 @@ def test_near_ties_are_tolerated():
 
 def test_batch_results_files(tmp_path):
     assert load_batch_points(tmp_path / "missing.json") is None
+    old = tmp_path / "old.json"  # schema 1: tokens/s only; it loads, but batch_check asks for a re-measurement
+    old.write_text(json.dumps({"schema": "specviz.batch/1", "points": [{"batch_size": 2, "plain_tokens_per_s": 5.0, "spec_tokens_per_s": 6.0}]}))
+    assert load_batch_points(old)[1] == [(2, 5.0, 6.0)] and not load_batch_results(old)[1][0].measured_shape
+    assert batch_check.main(["--batch", str(old)]) == 2
+    point = {"batch_size": 1, "plain_tokens_per_s": 1.0, "spec_tokens_per_s": 1.0}
     bad = tmp_path / "bad.json"
-    for text in ("{", json.dumps({"schema": "nope"}), json.dumps({"schema": SCHEMA, "points": [{"batch_size": 1}]})):
+    for text in ("{", json.dumps({"schema": "nope"}), json.dumps({"schema": SCHEMA, "points": [{"batch_size": 1}]}),
+                 json.dumps({"schema": SCHEMA, "points": [point] * 65}),
+                 json.dumps({"schema": SCHEMA, "points": [point | {"spec_schedule": [[1, 0, 3]]}]}),
+                 json.dumps({"schema": SCHEMA, "points": [point | {"spec_schedule": [[1, 1, 1]] * 5000}]}),
+                 json.dumps({"schema": SCHEMA, "points": [point | {"spec_verify_width": float("inf")}]}),
+                 json.dumps({"schema": SCHEMA, "points": [point | {"plain_tokens_per_s": 0}]})):  # fmt: skip
         bad.write_text(text)
         with pytest.raises(ValueError):
             load_batch_points(bad)

@@ -8,11 +8,15 @@ import pandas as pd
 import pytest
 
 from specviz.core.theory import (
+    batch_pass_ms,
     batch_plain_tokens_per_s,
+    batch_round_ms,
     batch_speculative_tokens_per_s,
     crossover_batch,
     expected_tokens,
     pass_ms_at,
+    predicted_batch_ratio,
+    schedule_ms,
 )
 from specviz.viz.theory import batch_frame, batch_ratio_figure, batch_ratios, batch_throughput_figure
 from tests.test_app_theory_batch import BATCHES, PROFILE
@@ -27,6 +31,48 @@ def test_batch_throughput_by_hand():
     assert batch_speculative_tokens_per_s(1, pass_ms, 0.0, 2) == pytest.approx(1000 / 14)  # nothing accepted: a longer plain pass
     with pytest.raises(ValueError):
         batch_speculative_tokens_per_s(1, pass_ms, 1.5, 2)
+
+
+TABLE = {1: [10.0, 12.0, 14.0], 4: [16.0, 30.0, 40.0]}  # ms of a pass over B rows adding t = 1, 2, 3 ids each
+
+
+def test_a_pass_priced_at_its_rows_and_width():
+    assert pass_ms_at(TABLE[1], 1.5) == pytest.approx(11.0)  # a mean width between whole widths
+    assert batch_pass_ms(TABLE, 4, 2) == 30.0 and batch_pass_ms(TABLE, 1, 3) == 14.0
+    assert batch_pass_ms(TABLE, 2, 1) == pytest.approx(12.0)  # a third of the way from B = 1 to B = 4
+    assert batch_pass_ms(TABLE, 2.5, 2.5) == pytest.approx((13.0 + 35.0) / 2)
+    assert batch_pass_ms(TABLE, 7, 1) == pytest.approx(22.0)  # past the largest B, along the last two
+    assert batch_pass_ms({4: TABLE[4]}, 2, 1) == 16.0  # below the smallest profiled B: its own
+    assert batch_round_ms(TABLE, 4, 2, overhead_ms_per_row=0.5, draft_ms=1.0) == pytest.approx(30.0 + 2.0 + 1.0)
+    for bad in (lambda: batch_pass_ms({}, 1, 1), lambda: batch_pass_ms(TABLE, 0, 1), lambda: pass_ms_at(TABLE[1], 0.5),
+                lambda: batch_round_ms(TABLE, 1, 1, float("nan"))):  # fmt: skip
+        with pytest.raises(ValueError):
+            bad()
+
+
+def test_overhead_is_charged_to_both_sides_and_the_width_is_the_measured_one():
+    # plain at B = 4 with 1 ms per row outside the forward: 4 tokens per (16 + 4) ms
+    assert batch_plain_tokens_per_s(4, TABLE[4], overhead_ms_per_row=1.0) == pytest.approx(4000 / 20)
+    # k = 2 but rows fed only one draft each (width 2): 4 x 1.75 tokens per (30 + 4) ms
+    spec = batch_speculative_tokens_per_s(4, TABLE[4], 0.5, 2, overhead_ms_per_row=1.0, width=2, drafted_per_row=1)
+    assert spec == pytest.approx(4 * 1.75 * 1000 / 34)
+    # the same overhead on both sides narrows the gap the forward alone would show
+    bare = batch_speculative_tokens_per_s(4, TABLE[4], 0.5, 2) / batch_plain_tokens_per_s(4, TABLE[4])
+    loaded = batch_speculative_tokens_per_s(4, TABLE[4], 0.5, 2, overhead_ms_per_row=5.0) / batch_plain_tokens_per_s(4, TABLE[4], 5.0)
+    assert bare == pytest.approx(1.75 * 16 / 40) and loaded == pytest.approx(1.75 * 36 / 60) and loaded > bare
+
+
+def test_a_measured_run_priced_from_its_schedule():
+    plain = [(4, 1, 10), (1, 1, 2)]  # 10 passes over 4 rows, then 2 over the one row left: 42 tokens
+    spec = [(4, 3, 3), (4, 1, 2), (1, 2, 2)]  # wide passes where some row drafted, 1-wide where every row missed
+    assert schedule_ms(TABLE, plain, 0.5) == pytest.approx(10 * (16 + 2) + 2 * (10 + 0.5))
+    assert schedule_ms(TABLE, spec, 0.5, draft_ms=3.0) == pytest.approx(3 * 42 + 2 * 18 + 2 * 12.5 + 3.0)
+    ratio = predicted_batch_ratio(TABLE, plain, spec, 42, 42, 0.5, 3.0)
+    assert ratio == pytest.approx((10 * 18 + 2 * 10.5) / (3 * 42 + 2 * 18 + 2 * 12.5 + 3.0))
+    with pytest.raises(ValueError):
+        predicted_batch_ratio(TABLE, plain, [], 42, 42, 0.5)
+    with pytest.raises(ValueError):
+        predicted_batch_ratio(TABLE, plain, spec, 0, 42, 0.5)
 
 
 def test_crossover_by_hand():
