@@ -299,7 +299,7 @@ def at_batch_b(selected: CostProfile | None, available: dict[str, CostProfile], 
         alpha = last if pick == choices[1] else alpha
     measure_batch_button(k)
     mine = st.session_state.get(BATCH_MEASURED_KEY)
-    lesson = batch_lesson(selected, available, alpha, k, c, (mine.triples, mine.note) if isinstance(mine, BatchMeasurement) else None)
+    lesson = batch_lesson(selected, available, alpha, k, c, (mine.triples, mine.note, mine.overhead_ms_per_row) if isinstance(mine, BatchMeasurement) else None)
     if lesson is None or not lesson.profile_name:
         st.info("No profile here has batched passes yet: `python -m specviz profile --batch 1,2,4,8,16,32 --out profile.json` measures them.")
     if lesson is not None:

@@ -109,3 +109,17 @@ def test_the_lesson_prefers_the_selected_profile_and_tolerates_none(monkeypatch)
     assert "No measured points shipped" in lesson.measured_note
     assert ui_theory.last_run_alpha(pd.DataFrame({"alpha": [0.5, None, 0.8, None]})) == 0.8
     assert ui_theory.last_run_alpha(pd.DataFrame(columns=["alpha"])) is None
+
+
+def test_the_lesson_charges_the_measured_overhead_to_both_sides(tmp_path, monkeypatch):
+    import specviz.ui.theory as ui_theory
+    from specviz.experiments.batch import BatchPoint, typical_overhead_ms_per_row
+
+    shaped = lambda b, o: BatchPoint(b, 10.0, 12.0, 2.0, 8, 8, "", (), 8, 4, 3.0, 1.0, 5.0, 6.0, o, o + 1, ((b, 1, 8),), ((b, 3, 4),))  # noqa: E731
+    assert typical_overhead_ms_per_row([shaped(1, 1.0), shaped(2, 3.0), shaped(4, 2.0), BatchPoint(8, 1.0, 1.0, 1.0, 1, 1, "")]) == 2.0
+    lesson = ui_theory.batch_lesson(PROFILE, {"a": PROFILE}, 0.7, 4, 0.0, ([(1, 90.0, 160.0)], "mine", 2.0))
+    predicted = lesson.frame[(lesson.frame["source"] == "predicted") & (lesson.frame["side"] == "plain")].set_index("batch_size")
+    b = max(BATCHES)
+    assert predicted.loc[b, "tokens_per_s"] == pytest.approx(b * 1000 / (BATCHES[b][0] + 2.0 * b))
+    monkeypatch.setattr(ui_theory.batch_results, "load_batch_points", lambda: ({"plain_overhead_ms_per_row": 1.5}, []))
+    assert ui_theory._measured_points()[2] == 1.5

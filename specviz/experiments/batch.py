@@ -265,11 +265,20 @@ def _schedule(rows: object) -> tuple[tuple[int, int, int], ...]:
     return out
 
 
+def typical_overhead_ms_per_row(points: Sequence[BatchPoint]) -> float:
+    """The plain side's ms per row per round outside the forward, the median over the points that measured it (0 for
+    none): what the theory page's slider curve charges both sides when it has no measured passes to price."""
+    measured = [p.plain_overhead_ms_per_row for p in points if p.measured_shape]
+    return max(0.0, statistics.median(measured)) if measured else 0.0
+
+
 def load_batch_points(path: Path = SHIPPED) -> tuple[dict, list[tuple[int, float, float]]] | None:
     """A batch results file -> (its header, [(B, plain tokens/s, speculative tokens/s)]), or None when there is none.
-    A file that exists but is not one raises ValueError."""
+    The header gains "plain_overhead_ms_per_row" (typical_overhead_ms_per_row of its points). A file that exists but
+    is not one raises ValueError."""
     loaded = load_batch_results(path)
     if loaded is None:
         return None
     header, points = loaded
+    header = header | {"plain_overhead_ms_per_row": typical_overhead_ms_per_row(points)}
     return header, [(p.batch_size, p.plain_tokens_per_s, p.spec_tokens_per_s) for p in points]

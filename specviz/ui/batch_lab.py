@@ -10,7 +10,7 @@ from dataclasses import dataclass
 import torch
 
 from specviz.config import RunConfig
-from specviz.experiments.batch import BatchPoint, BatchSetup, measure_batches
+from specviz.experiments.batch import BatchPoint, BatchSetup, measure_batches, typical_overhead_ms_per_row
 from specviz.experiments.bench import DEFAULT_PROMPTS, load_prompts
 from specviz.experiments.cost_profile import device_name
 from specviz.runs import RunModels
@@ -72,6 +72,11 @@ class BatchMeasurement:
     def triples(self) -> list[tuple[int, float, float]]:
         """(B, plain tokens/s, speculative tokens/s), as the section draws measured points."""
         return [(p.batch_size, p.plain_tokens_per_s, p.spec_tokens_per_s) for p in self.points]
+
+    @property
+    def overhead_ms_per_row(self) -> float:
+        """The plain side's per-row overhead outside the forward, charged to both sides of the predicted curve."""
+        return typical_overhead_ms_per_row(self.points)
 
     @property
     def note(self) -> str:

@@ -94,31 +94,37 @@ def last_run_alpha(measured: pd.DataFrame) -> float | None:
     return float(alphas.iloc[-1]) if len(alphas) else None
 
 
-def _measured_points() -> tuple[list[tuple[int, float, float]], str]:
-    """The shipped `specviz batch` points (assets/batch_cpu.json) and a note saying what they are."""
+MeasuredPoints = tuple[list[tuple[int, float, float]], str, float]  # (B, plain, speculative tokens/s), note, overhead ms per row
+
+
+def _measured_points() -> MeasuredPoints:
+    """The shipped `specviz batch` points (assets/batch_cpu.json), a note saying what they are, and their plain side's
+    per-row overhead outside the forward (0 for a file that did not measure it)."""
     try:
         loaded = batch_results.load_batch_points()
     except ValueError as exc:
-        return [], f"The shipped batch results could not be read: {exc}"
+        return [], f"The shipped batch results could not be read: {exc}", 0.0
     if loaded is None:
-        return [], "No measured points shipped yet (`python -m specviz batch --out assets/batch_cpu.json` writes them)."
+        return [], "No measured points shipped yet (`python -m specviz batch --out assets/batch_cpu.json` writes them).", 0.0
     header, points = loaded
+    overhead = float(header.get("plain_overhead_ms_per_row", 0.0))  # derived by load_batch_points, >= 0
     return points, (
         f"Measured: `specviz batch`, {header.get('drafter', '?')} with k = {header.get('k', '?')} on "
         f"{', '.join(header.get('category') or ['?'])} prompts, {header.get('device_name', '?')}, {header.get('threads', '?')} threads."
-    )
+    ), overhead
 
 
 def batch_lesson(
     selected: CostProfile | None, available: dict[str, CostProfile], alpha: float, k: int, c: float,
-    mine: tuple[list[tuple[int, float, float]], str] | None = None,
+    mine: MeasuredPoints | None = None,
 ) -> BatchLesson | None:  # fmt: skip
     """Plain and speculative tokens/s against B from a profile's batch_pass_ms at (alpha, k, c), with measured
-    points: this session's (mine: points and their note) instead of the shipped ones. Without batched passes only
-    this session's points are drawn (profile_name ""); None when there are none either. c: a draft forward over a
+    points: this session's (mine: points, their note, their overhead) instead of the shipped ones. The points' plain
+    per-row overhead outside the forward is charged to both predicted sides. Without batched passes only this
+    session's points are drawn (profile_name ""); None when there are none either. c: a draft forward over a
     1-token target pass, charged per drafted token per row."""
     found = batch_profile(selected, available)
-    points, note = mine if mine is not None else _measured_points()
+    points, note, overhead = mine if mine is not None else _measured_points()
     if found is None:
         if mine is None:
             return None
@@ -127,7 +133,7 @@ def batch_lesson(
     name, prof = found
     passes = {b: prof.batch_pass(b) for b in prof.batch_sizes}
     k = max(1, min(k, min(len(ms) for ms in passes.values()) - 1))
-    frame = batch_frame(passes, alpha, k, c * prof.pass_ms[0], points)
+    frame = batch_frame(passes, alpha, k, c * prof.pass_ms[0], points, overhead)
     ratios = batch_ratios(frame)
     predicted = ratios[ratios["source"] == "predicted"]
     crossover = crossover_batch(predicted["batch_size"].tolist(), predicted["ratio"].tolist())

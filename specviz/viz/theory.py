@@ -269,14 +269,15 @@ SIDE_COLORS = {"plain": "#7f7f7f", "speculative": "#3b7dd8"}
 
 def batch_frame(
     batch_pass_ms: dict[int, Sequence[float]], alpha: float, k: int, draft_ms_per_token: float = 0.0,
-    measured: Sequence[tuple[int, float, float]] = (),
+    measured: Sequence[tuple[int, float, float]] = (), overhead_ms_per_row: float = 0.0,
 ) -> pd.DataFrame:  # fmt: skip
     """Tidy rows (batch_size, side, source, tokens_per_s): predicted plain and speculative throughput at every
-    profiled B, then measured (B, plain, speculative) points from `specviz batch`."""
-    rows = []
+    profiled B (k drafts per row, each row's overhead outside the forward on both sides), then measured
+    (B, plain, speculative) points from `specviz batch`."""
+    rows, o = [], overhead_ms_per_row
     for b, pass_ms in sorted(batch_pass_ms.items()):
-        rows.append((b, "plain", "predicted", batch_plain_tokens_per_s(b, pass_ms)))
-        rows.append((b, "speculative", "predicted", batch_speculative_tokens_per_s(b, pass_ms, alpha, k, draft_ms_per_token)))
+        rows.append((b, "plain", "predicted", batch_plain_tokens_per_s(b, pass_ms, o)))
+        rows.append((b, "speculative", "predicted", batch_speculative_tokens_per_s(b, pass_ms, alpha, k, draft_ms_per_token, o)))
     for b, plain, spec in measured:
         rows += [(b, "plain", "measured", plain), (b, "speculative", "measured", spec)]
     return pd.DataFrame(rows, columns=list(BATCH_COLUMNS))
