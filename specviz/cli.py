@@ -57,6 +57,7 @@ def _add_run_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--draft", default=None, help="draft model for --drafter model (same tokenizer as the target)")
     p.add_argument("--drafter", choices=DRAFTER_KINDS, default=d.drafter, help=f"default: {d.drafter}")
     p.add_argument("--exit-layer", type=int, default=None, help="early exit: target blocks the draft runs (default ~93%% of the depth)")
+    p.add_argument("--medusa-heads", default=None, metavar="PATH", help="Medusa heads folder (Medusa's layout; default: the heads shipped for the embedded target)")
     p.add_argument("--ngram-max", type=int, default=d.ngram_max)
     p.add_argument("--ngram-min", type=int, default=d.ngram_min)
     p.add_argument("--ngram-threshold", type=float, default=d.ngram_threshold, help=f"n-gram drafter: stop drafting when its top probability falls below this (default {d.ngram_threshold})")
@@ -82,6 +83,7 @@ def config_from_args(args: argparse.Namespace) -> RunConfig:
         draft=args.draft,
         drafter=args.drafter,
         exit_layer=args.exit_layer,
+        medusa_heads=args.medusa_heads,
         ngram_max=args.ngram_max,
         ngram_min=args.ngram_min,
         ngram_threshold=args.ngram_threshold,
