@@ -115,13 +115,14 @@ def test_the_observed_row_is_the_one_whose_lm_head_chose_the_newest_token(tiny_m
         dec.step()
         assert dec.drafter.hidden is dec.hidden
         if not dec.finished:  # an EOS among the accepted drafts ends the run before the round's last token
-            assert int(lm_head(dec.hidden).argmax()) == dec.tokens[-1]
+            with torch.inference_mode():
+                assert int(lm_head(dec.hidden).argmax()) == dec.tokens[-1]
 
 
 def test_the_adapter_keeps_the_lm_heads_input(tiny_models):
     """lm_head(last_hidden) == logits, for a pass, a last_only prefill (one row) and a tree."""
     target = tiny_models["llama"]
-    lm_head = target.model.get_output_embeddings()
+    lm_head = torch.inference_mode()(target.model.get_output_embeddings())  # another test may leave weights needing grad
     lm = HFCachedLM(target.model, target.vocab_size, keep_hidden=True)
     first = lm.extend([5, 6, 7], last_only=True)
     assert lm.last_hidden.shape == (1, 32)
