@@ -3,8 +3,10 @@
 A run's future depends on four things: the committed tokens (prompt + generated), the generators' states, the
 adaptive k and whether the run finished. Everything else is derived from the committed tokens: the target's KV
 cache (re-prefilled), and every drafter's state (n-gram counts, the lookup index, a draft model's cache), which
-prepare() rebuilds from them. So capture() keeps those four, and resume() rebuilds a decoder that draws the same
-uniforms in the same order from the same states as the uninterrupted run.
+prepare() rebuilds from them, and the hidden state Medusa heads read: the re-prefill's last row is the row that
+chose the newest committed token, the same rule as after a round (SpeculativeDecoder.observe). So capture() keeps
+those four, and resume() rebuilds a decoder that draws the same uniforms in the same order from the same states as
+the uninterrupted run.
 
 The continued stream equals the uninterrupted one token for token, up to floating-point reassociation: a
 re-prefilled cache holds the same keys and values computed in one pass instead of round by round, which can

@@ -18,6 +18,10 @@ for t = 1.. new tokens per row). They are timed in the same rotation as everythi
 and the batch-B story come from one machine state. Where spare arithmetic runs out shows here: at batch 1 a
 pass over t tokens costs little more than one token; at batch B the B*t tokens of one pass fill the cores.
 
+Medusa heads are timed as one proposal from the hidden state of the context (the K heads and one LM-head read over
+the K rows; no target pass), divided by the tokens it drafts, min(k, K): the heads' c next to a 1-token pass. A
+target with no heads for it is skipped with a warning.
+
 The measurement imports torch and specviz.models (transformers); the CostProfile record and its JSON
 loader do not, so pages can read shipped profiles cheaply.
 """
@@ -281,6 +285,8 @@ def _draft_runners(
     import torch
 
     from specviz.config import RunConfig
+    from specviz.models import HFCachedLM
+    from specviz.models.medusa import HeadsError
     from specviz.runs import make_drafter
 
     runners: dict[str, Callable[[], object]] = {}
@@ -292,9 +298,17 @@ def _draft_runners(
             continue
         # threshold 0: the n-gram drafter drafts all k where the context matches, so the cost is per drafted token
         config = RunConfig(target=target.name, drafter=kind, num_draft_tokens=draft_k, ngram_threshold=0.0)  # type: ignore[arg-type]
-        drafter = make_drafter(config, target)
+        try:
+            drafter = make_drafter(config, target)
+        except HeadsError as exc:  # no heads for this target: the other drafters are still measured
+            log.warning("skipping Medusa heads: %s", exc)
+            continue
         with turn():  # early exit runs the target's own layers
             drafter.prepare(context)
+            if drafter.reads_hidden:  # Medusa: the hidden state the round's verify pass would hand over
+                lm = HFCachedLM(target.model, target.vocab_size, keep_hidden=True)
+                lm.extend(context[:-1], last_only=True)
+                drafter.observe(lm.last_hidden[-1])  # type: ignore[attr-defined]  # a HiddenDrafter
             drafted_per_call[kind] = max(1, len(drafter.propose(context, draft_k, generator).token_ids))
             drafter.rollback(context)
 
