@@ -19,6 +19,7 @@ SPECVIZ_ALLOW_CUSTOM_MODELS allow_custom_models    participants may type any mod
 SPECVIZ_ALLOW_DEVICE       allow_device            participants may choose device and dtype (no)
 SPECVIZ_TARGETS            targets                 comma-separated target allow-list (the embedded model)
 SPECVIZ_DRAFTS             drafts                  comma-separated draft-model allow-list (none)
+SPECVIZ_HEADS              heads                   comma-separated Medusa heads folders beside the shipped ones (none)
 SPECVIZ_MAX_NEW_TOKENS     max_new_tokens          cap on max new tokens per run (256)
 SPECVIZ_MAX_DRAFT_TOKENS   max_draft_tokens        cap on k, tokens drafted per round (8)
 SPECVIZ_MAX_PROMPT_CHARS   max_prompt_chars        cap on the Numerics lab's prompt, in characters (2,000)
@@ -57,6 +58,7 @@ SETTINGS: dict[str, tuple[str, str]] = {
     "allow_device": ("SPECVIZ_ALLOW_DEVICE", "bool"),
     "targets": ("SPECVIZ_TARGETS", "list"),
     "drafts": ("SPECVIZ_DRAFTS", "list"),
+    "heads": ("SPECVIZ_HEADS", "list"),
     "max_new_tokens": ("SPECVIZ_MAX_NEW_TOKENS", "int"),
     "max_draft_tokens": ("SPECVIZ_MAX_DRAFT_TOKENS", "int"),
     "max_prompt_chars": ("SPECVIZ_MAX_PROMPT_CHARS", "int"),
@@ -81,6 +83,7 @@ class Policy:
     allow_device: bool = False  # the device and dtype menus
     targets: tuple[str, ...] = (EMBEDDED_TARGET,)
     drafts: tuple[str, ...] = ()
+    heads: tuple[str, ...] = ()  # Medusa heads folders participants may pick; the shipped heads are always allowed
     max_new_tokens: int = 256
     max_draft_tokens: int = 8
     max_prompt_chars: int = 2_000  # the Numerics lab's prompt: its prefill passes (one model turn each) grow with it
@@ -121,6 +124,10 @@ class Policy:
     def allows_draft(self, source: str) -> bool:
         return self.allow_custom_models or source.strip() in self.drafts or source.strip() in self.targets
 
+    def allows_heads(self, folder: str | None) -> bool:
+        """A Medusa heads folder participants may use: the shipped heads (None), the owner's list, or any with custom models."""
+        return folder is None or self.allow_custom_models or folder.strip() in self.heads
+
     def allows_model(self, source: str) -> bool:
         return self.allows_target(source) or self.allows_draft(source)
 
@@ -149,6 +156,9 @@ class Policy:
             changes["draft"] = None
             if config.drafter == "model":
                 changes["drafter"] = RunConfig().drafter
+        if not self.allows_heads(config.medusa_heads):
+            refusals.append(f"The Medusa heads {config.medusa_heads!r} are not on this server's list; using the shipped heads.")
+            changes["medusa_heads"] = None
         if not self.allow_device and (config.device, config.dtype) != ("auto", "auto"):
             refusals.append(f"Choosing the device and dtype ({config.device}, {config.dtype}) is not allowed on this shared server; using auto.")
             changes.update(device="auto", dtype="auto")
