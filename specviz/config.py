@@ -12,10 +12,11 @@ from specviz.drafters.specs import DRAFTER_KINDS, drafter_spec
 
 __all__ = ["DRAFTER_KINDS", "EMBEDDED_TARGET", "MAX_NEW_TOKENS", "MAX_PROMPT_CHARS", "DrafterKind", "RunConfig", "validate_prompt"]
 
-DrafterKind = Literal["model", "lookup", "ngram", "early-exit", "none"]  # the kinds of specviz.drafters.specs.DRAFTERS
+DrafterKind = Literal["model", "lookup", "ngram", "early-exit", "medusa", "none"]  # the kinds of specviz.drafters.specs.DRAFTERS
 EMBEDDED_TARGET = "embedded:SmolLM2-135M-Instruct"  # same string as specviz.models.EMBEDDED_TARGET
 MAX_PROMPT_CHARS = 20_000
 MAX_NEW_TOKENS = 2048
+MAX_PATH_CHARS = 1_000  # a folder path typed or read from a file
 
 
 @dataclass(frozen=True)
@@ -24,6 +25,7 @@ class RunConfig:
     draft: str | None = None  # only for drafter="model"
     drafter: DrafterKind = "ngram"  # the offline default: no second model, a real q, fastest measured (scripts/compare_drafters.py)
     exit_layer: int | None = None  # early exit: blocks of the target the draft runs; None picks ~93% of the depth
+    medusa_heads: str | None = None  # Medusa: a heads folder (Medusa's layout); None = the heads shipped for the embedded target
     ngram_max: int = 3  # prompt lookup and n-gram drafter: longest n-gram tried first
     ngram_min: int = 1  # ... down to this one
     ngram_threshold: float = 0.5  # n-gram drafter: stop drafting when its count-aware confidence falls below this
@@ -57,6 +59,8 @@ class RunConfig:
             raise ValueError(f"Number of draft tokens k must be between 1 and {MAX_DRAFT_TOKENS}; got {self.num_draft_tokens}.")
         if not (1 <= self.tree_width <= MAX_TREE_WIDTH):
             raise ValueError(f"The tree width must be between 1 (a chain) and {MAX_TREE_WIDTH}; got {self.tree_width}.")
+        if self.medusa_heads is not None:
+            validate_path(self.medusa_heads, "The Medusa heads folder")
         if self.exit_layer is not None and self.exit_layer < 1:
             raise ValueError(f"The exit layer must be at least 1; got {self.exit_layer}.")
         if not (1 <= self.max_new_tokens <= MAX_NEW_TOKENS):
@@ -94,6 +98,15 @@ class RunConfig:
 
     def to_dict(self) -> dict:
         return asdict(self)
+
+
+def validate_path(text: object, what: str) -> str:
+    """A folder path from a widget, a flag or a file: non-empty text, at most MAX_PATH_CHARS, no control characters."""
+    if not isinstance(text, str) or not text.strip():
+        raise ValueError(f"{what} is empty: give a folder path, or leave it unset for the default.")
+    if len(text) > MAX_PATH_CHARS or any(ch < " " or ch == "\x7f" for ch in text):
+        raise ValueError(f"{what} must be a path of at most {MAX_PATH_CHARS:,} printable characters.")
+    return text
 
 
 def validate_prompt(text: str) -> str:

@@ -1,13 +1,16 @@
 """Turn a RunConfig and loaded models into a decoder: the glue between specviz.models and specviz.core.
 
 resolve_models() is the one place that decides which models a run needs (the target; a draft model for the
-'model' drafter; the early-exit view of the target for 'early-exit'); callers hand it their loader (the UI's
-cached one, or a plain load), so the CLI, the benchmark, the lab and the step-through page load alike."""
+'model' drafter; the early-exit view of the target for 'early-exit'; Medusa heads for 'medusa'); callers hand it
+their loaders (the UI's cached ones, or a plain load), so the CLI, the benchmark, the lab and the step-through page
+load alike. A Medusa run's target view keeps its hidden states (HFCachedLM keep_hidden), per run: the shared model
+and the shared heads are only read."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Any
 
 from specviz.config import RunConfig
@@ -16,12 +19,16 @@ from specviz.core.records import StepRecord
 from specviz.core.resume import DecoderState, resume
 from specviz.drafters import NoDrafter
 from specviz.drafters.base import Drafter
+from specviz.drafters.medusa import HeadsSource
 from specviz.drafters.specs import drafter_spec
 from specviz.models import HFCachedLM, LoadedModel, check_same_tokenizer, early_exit_view, load_model
 from specviz.models.adapter import default_exit_layer
+from specviz.models.medusa import HeadsError, MedusaHeads, head_logits_fn, load_heads, target_fingerprint
 
 Loader = Callable[[str], LoadedModel]  # source -> loaded model
 EarlyExitOf = Callable[[LoadedModel, int], Any]  # (target, exit layer) -> the early-exit model view
+HeadsOf = Callable[[str | None, LoadedModel], MedusaHeads]  # (heads folder or None, target) -> heads on its device
+SHIPPED_HEADS = Path(__file__).resolve().parents[1] / "assets" / "medusa_smollm2_135m"  # for the embedded target
 
 
 @dataclass(frozen=True)
@@ -31,6 +38,7 @@ class RunModels:
     target: LoadedModel
     draft: LoadedModel | None = None  # for the 'model' drafter
     early_exit: Any = None  # the target's first layers as a model, for 'early-exit'
+    heads: MedusaHeads | None = None  # for 'medusa', on the target's device
 
 
 @dataclass(frozen=True)
@@ -48,19 +56,40 @@ def exit_layer_for(config: RunConfig, target: LoadedModel) -> int:
     return config.exit_layer if config.exit_layer is not None else default_exit_layer(target.model)
 
 
+def load_target_heads(folder: str | None, target: LoadedModel) -> MedusaHeads:
+    """Medusa heads for this target, on its device: from ``folder``, or the shipped heads (None). HeadsError (a
+    ValueError) naming both models when they were trained for another target or do not fit its hidden size."""
+    path = SHIPPED_HEADS if folder is None else Path(folder).expanduser()
+    if folder is None and not (path / "config.json").is_file():
+        raise HeadsError(f"The shipped Medusa heads ({path}) are not installed; give a heads folder (--medusa-heads PATH).")
+    if not path.is_dir():
+        raise HeadsError(f"No Medusa heads folder at {path}.")
+    embedding = target.model.get_input_embeddings().weight
+    heads = load_heads(path, int(embedding.shape[1]), target_fingerprint(embedding), target.name)
+    return heads.to(target.device)
+
+
+def heads_source(heads: MedusaHeads, target: LoadedModel, vocab: int) -> HeadsSource:
+    """What the Medusa drafter drafts with: the heads, then the target's own LM head (both only read)."""
+    return HeadsSource(head_logits_fn(heads, target.model.get_output_embeddings(), vocab), heads.num_heads, target.device)
+
+
 def resolve_models(
     config: RunConfig,
     load: Loader | None = None,
     early_exit_of: EarlyExitOf | None = None,
+    heads_of: HeadsOf | None = None,
     *,
     target: LoadedModel | None = None,
     drafters: Iterable[str] | None = None,
 ) -> RunModels:
     """Load the target (unless given), a draft model when one of ``drafters`` (default: the config's) needs it,
-    and the early-exit view when one drafts with the target's first layers. load defaults to load_model with
-    the config's options; early_exit_of to a fresh early_exit_view."""
+    the early-exit view when one drafts with the target's first layers, and the Medusa heads when one drafts with
+    them. load defaults to load_model with the config's options; early_exit_of to a fresh early_exit_view; heads_of
+    to load_target_heads."""
     load = load or (lambda source: load_model(source, **config.load_options()))
     early_exit_of = early_exit_of or (lambda model, layer: early_exit_view(model.model, layer))
+    heads_of = heads_of or load_target_heads
     specs = [drafter_spec(kind) for kind in (drafters if drafters is not None else (config.drafter,))]
     target = target if target is not None else load(config.target)
     draft = None
@@ -69,13 +98,18 @@ def resolve_models(
             raise ValueError("The 'model' drafter needs a draft model: give a hub id or a local folder.")
         draft = load(config.draft or "")
     early = early_exit_of(target, exit_layer_for(config, target)) if any(s.lm == "early-exit" for s in specs) else None
-    return RunModels(target, draft, early)
+    heads = heads_of(config.medusa_heads, target) if any(s.lm == "heads" for s in specs) else None
+    return RunModels(target, draft, early, heads)
 
 
-def make_drafter(config: RunConfig, target: LoadedModel, draft: LoadedModel | None = None, early_exit=None) -> Drafter:
-    """Build this run's drafter from its spec. early_exit: a cached early_exit_view of the target, if the caller keeps one."""
+def make_drafter(
+    config: RunConfig, target: LoadedModel, draft: LoadedModel | None = None, early_exit=None, heads: MedusaHeads | None = None
+) -> Drafter:
+    """Build this run's drafter from its spec. early_exit: a cached early_exit_view of the target, heads: loaded Medusa
+    heads (load_target_heads), if the caller keeps them; otherwise they are built or loaded here."""
     spec = drafter_spec(config.drafter)
-    vocab, lm, name = target.vocab_size, None, spec.short_name
+    vocab, name = target.vocab_size, spec.short_name
+    lm: HFCachedLM | HeadsSource | None = None
     if spec.lm == "draft":
         if draft is None:
             raise ValueError("The 'model' drafter needs a loaded draft model.")
@@ -86,6 +120,9 @@ def make_drafter(config: RunConfig, target: LoadedModel, draft: LoadedModel | No
         layer = exit_layer_for(config, target)
         view = early_exit if early_exit is not None else early_exit_view(target.model, layer)
         lm, name = HFCachedLM(view, vocab), f"early exit at layer {layer}/{target.num_layers}"
+    elif spec.lm == "heads":
+        heads = heads if heads is not None else load_target_heads(config.medusa_heads, target)
+        lm, name = heads_source(heads, target, vocab), f"{heads.num_heads} Medusa heads"
     return spec.build(config, vocab, lm, name)
 
 
@@ -96,19 +133,21 @@ def build_decoder(
     draft: LoadedModel | None = None,
     *,
     early_exit=None,
+    heads: MedusaHeads | None = None,
     seed: int | None = None,
     baseline: bool = False,
 ) -> SpeculativeDecoder:
     """A fresh run. baseline=True gives plain target decoding under the same sampling: one token per pass."""
-    lm, drafter = _parts(config, target, draft, early_exit, baseline)
+    lm, drafter = _parts(config, target, draft, early_exit, heads, baseline)
     return SpeculativeDecoder(lm, drafter, prompt_ids, _decode_config(config, target, seed, baseline))
 
 
-def _parts(config: RunConfig, target: LoadedModel, draft, early_exit, baseline: bool) -> tuple[HFCachedLM, Drafter]:
-    """The target's cached view and the run's drafter (plain decoding: no drafter)."""
-    drafter: Drafter = NoDrafter() if baseline else make_drafter(config, target, draft, early_exit)
+def _parts(config: RunConfig, target: LoadedModel, draft, early_exit, heads, baseline: bool) -> tuple[HFCachedLM, Drafter]:
+    """The target's cached view (keeping its hidden states when the drafter reads them) and the run's drafter
+    (plain decoding: no drafter)."""
+    drafter: Drafter = NoDrafter() if baseline else make_drafter(config, target, draft, early_exit, heads)
     vocab = target.vocab_size if draft is None or baseline else min(target.vocab_size, draft.vocab_size)
-    return HFCachedLM(target.model, vocab), drafter
+    return HFCachedLM(target.model, vocab, keep_hidden=drafter.reads_hidden), drafter
 
 
 def _decode_config(config: RunConfig, target: LoadedModel, seed: int | None, baseline: bool) -> DecodeConfig:
@@ -124,15 +163,18 @@ def resume_decoder(
     draft: LoadedModel | None = None,
     *,
     early_exit=None,
+    heads: MedusaHeads | None = None,
     baseline: bool = False,
 ) -> SpeculativeDecoder:
     """A run continued where a saved one stopped (specviz.core.resume): same drafter, prefilled with every committed
     token, generators restored, so the next rounds are the ones the saved run would have stepped."""
-    lm, drafter = _parts(config, target, draft, early_exit, baseline)
+    lm, drafter = _parts(config, target, draft, early_exit, heads, baseline)
     decode = _decode_config(config, target, saved.seed, baseline)
     return resume(lm, drafter, prompt_ids, saved.generated, saved.records, decode, saved.state, saved.prefill_ms)
 
 
 def decoder_for(config: RunConfig, models: RunModels, prompt_ids: list[int], *, seed: int | None = None, baseline: bool = False) -> SpeculativeDecoder:
     """build_decoder with the models resolve_models() found."""
-    return build_decoder(config, models.target, prompt_ids, models.draft, early_exit=models.early_exit, seed=seed, baseline=baseline)
+    return build_decoder(
+        config, models.target, prompt_ids, models.draft, early_exit=models.early_exit, heads=models.heads, seed=seed, baseline=baseline
+    )

@@ -30,6 +30,7 @@ class OracleDrafter:
     name = "oracle"
     has_q = False
     can_branch = False
+    reads_hidden = False
     device = torch.device("cpu")
 
     def __init__(self, target: TableLM, right: int) -> None:

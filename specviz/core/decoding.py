@@ -1,6 +1,10 @@
 """The speculative decoding loop: prefill once, then draft -> verify in one target pass -> commit -> roll back,
 and only then, with the round's clock stopped, build its record.
 
+A drafter that reads the target's hidden state (Medusa heads, reads_hidden) is handed, after the prefill and after
+every verify pass, the hidden state of the row whose LM-head output chose the newest committed token: from there
+head i guesses the token i places after the newest. The target kept it from the pass the round ran anyway.
+
 A round stays on the target's device: the warp, the rule and every draw run there, with a generator there.
 The host reads the device back a constant number of times per round (the rule's outcome; the record), never
 once per drafted token, and reads the clock only after the device has synchronised.
@@ -98,6 +102,7 @@ class Checkpoint:
     k: int
     rng_state: torch.Tensor  # the rule's generator
     draft_rng_state: torch.Tensor
+    hidden: torch.Tensor | None = None  # (H,) what a drafter reading hidden states was last handed
 
 
 def sync(device: torch.device) -> None:
@@ -133,11 +138,13 @@ class SpeculativeDecoder:
         self.k = config.num_draft_tokens
         self.finished = False
         self.use_tree = config.tree_width > 1 and tree_ready(target, drafter)
+        self.hidden: torch.Tensor | None = None  # (H,) the newest committed token's hidden row, for a drafter reading it
         # Prefill: the target caches all but the newest token, whose logits the first verify pass computes.
         start = self._clock()
         if len(self.tokens) > 1:
             extend_last(self.target, self.tokens[:-1])  # no (L, V) logits for a prompt of L tokens
         self.drafter.prepare(self.tokens)
+        self.observe(-1 if len(self.tokens) > 1 else None)  # the prefill's last row chose the newest token
         self.prefill_ms = (self._clock() - start) * 1000.0
 
     @property
@@ -180,8 +187,9 @@ class SpeculativeDecoder:
         """The run as it stands, generators included, for restore(): plain decoding whose step a rerun disturbed
         takes it again (specviz.workshop.baselines), the same tokens from the same draws."""
         return Checkpoint(
-            len(self.tokens), len(self.records), self.finished, self.k, self.generator.get_state(), self.draft_generator.get_state()
-        )
+            len(self.tokens), len(self.records), self.finished, self.k, self.generator.get_state(), self.draft_generator.get_state(),
+            self.hidden,
+        )  # fmt: skip
 
     def restore(self, checkpoint: Checkpoint) -> None:
         """Back to checkpoint: the tokens, records and draws after it are forgotten, the target's cache cropped.
@@ -195,6 +203,9 @@ class SpeculativeDecoder:
             self.draft_generator.set_state(checkpoint.draft_rng_state)
         self.target.crop(min(len(self.target.tokens), len(self.tokens) - 1))
         self.drafter.rollback(self.tokens)
+        if self.drafter.reads_hidden:
+            self.hidden = checkpoint.hidden
+            self.drafter.observe(self.hidden)  # type: ignore[attr-defined]  # a HiddenDrafter
 
     def draft(self, k: int) -> Drafted:
         """1. Up to k drafted tokens (a chain, or a tree of at most k nodes) and the drafter's q_draft when it
@@ -224,7 +235,7 @@ class SpeculativeDecoder:
         n, next_token = decision.outcome().tolist()
         return Verified(
             logits, p_target, q_draft, tuple(range(n)), next_token, next_fate(m, n), draft_fates_of(m, n),
-            decision.accept_prob, decision.uniforms, decision.next_dist,
+            decision.accept_prob, decision.uniforms, decision.next_dist, next_row=len(pending) - 1 + n,
         )  # fmt: skip
 
     def commit(self, drafted: Drafted, verified: Verified) -> tuple[list[int], list[EmitFate]]:
@@ -239,11 +250,30 @@ class SpeculativeDecoder:
     def rollback(self, drafted: Drafted, verified: Verified) -> None:
         """4. Both caches keep only what was committed. The target cached every draft: a tree first drops every
         node off the accepted path (nothing is recomputed); then the committed tokens before the newest one are
-        accepted drafts, so cropping by length is enough (and costs nothing)."""
+        accepted drafts, so cropping by length is enough (and costs nothing). A drafter reading hidden states is
+        handed the pass's row that chose the newest token."""
         if drafted.is_tree:
             keep_path(self.target, verified.pending, verified.path)  # type: ignore[arg-type]
         self.target.crop(len(self.tokens) - 1)
         self.drafter.rollback(self.tokens)
+        self.observe(verified.next_row)
+
+    def observe(self, row: int | None) -> None:
+        """Hand a drafter that reads hidden states (reads_hidden) row ``row`` of the target's latest pass: the row
+        whose LM-head output chose the newest committed token (None: no pass yet, a prompt of one token)."""
+        if not self.drafter.reads_hidden:
+            return
+        hidden = None
+        if row is not None:
+            rows = self.target.last_hidden  # type: ignore[attr-defined]  # a HiddenStateLM
+            if rows is None:
+                raise ValueError(
+                    f"The {self.drafter.name} drafter reads the target's hidden states, but this target keeps none "
+                    "(build its cached view with keep_hidden=True)."
+                )
+            hidden = rows[row]  # (H,)
+        self.hidden = hidden
+        self.drafter.observe(hidden)  # type: ignore[attr-defined]  # a HiddenDrafter
 
     def _clock(self) -> float:
         """Seconds, read only after every device of the run finished its queued work."""

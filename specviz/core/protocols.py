@@ -3,7 +3,10 @@
 A target or draft model is a ``CachedLM`` (a KV cache owned by one run); one that can also score a token tree
 in one pass is a ``TreeCachedLM`` and says so with ``can_verify_tree = True``. A drafter is a ``Drafter``; one
 that can propose token trees is a ``TreeDrafter`` and says so with ``can_branch = True``. ``has_q`` says whether
-propose() returns a real q_draft. Nothing in the loop discovers a capability by inspecting signatures.
+propose() returns a real q_draft. A drafter that guesses from the target's own hidden state (Medusa heads) says
+so with ``reads_hidden = True``: the round hands it, through observe(), the target's last hidden state at the row
+whose LM-head output chose the newest committed token, which the target (a ``HiddenStateLM``) kept from the pass
+the round already ran. Nothing in the loop discovers a capability by inspecting signatures.
 
 A long job (a sweep, a lab's measurement) that shares the model with other sessions is handed a ``Turn``: each call
 holds the model for one piece of work (``with turn(): one pass``). The measuring code never knows whose queue it is.
@@ -62,6 +65,16 @@ class TreeCachedLM(CachedLM, Protocol):
         ...
 
 
+class HiddenStateLM(CachedLM, Protocol):
+    """A CachedLM that keeps the last hidden state (after the final norm, what the LM head reads) of its latest pass."""
+
+    @property
+    def last_hidden(self) -> torch.Tensor | None:
+        """(T, H) one row per position of the latest extend()/extend_tree() (one row for a last_only prefill),
+        on the model's device; None when this run keeps no hidden states or nothing was fed yet."""
+        ...
+
+
 @dataclass(frozen=True)
 class Draft:
     """Proposed token ids and, when the drafter has one, its distribution at each of them."""
@@ -81,6 +94,7 @@ class Drafter(Protocol):
     name: str
     has_q: ClassVar[bool]  # True when propose() returns a real q_draft
     can_branch: ClassVar[bool]  # True: this is a TreeDrafter
+    reads_hidden: ClassVar[bool]  # True: this is a HiddenDrafter; the target must be a HiddenStateLM
     device: torch.device  # where propose() samples
 
     def prepare(self, prompt_ids: Sequence[int]) -> None:
@@ -100,6 +114,15 @@ class TreeDrafter(Drafter, Protocol):
     """A Drafter that also proposes token trees of at most k nodes, ``width`` children per node."""
 
     def propose_tree(self, context: Sequence[int], k: int, width: int, generator: torch.Generator) -> TreeDraft: ...
+
+
+class HiddenDrafter(Drafter, Protocol):
+    """A Drafter that guesses from the target's hidden state (reads_hidden = True)."""
+
+    def observe(self, hidden: torch.Tensor | None) -> None:
+        """(H,) the target's last hidden state at the row whose LM-head output chose the newest committed token
+        (None: there is none yet, a prompt of one token); called after the prefill and after every verify pass."""
+        ...
 
 
 def extend_last(lm: CachedLM, ids: Sequence[int] | torch.Tensor) -> torch.Tensor:

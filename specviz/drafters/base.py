@@ -17,6 +17,7 @@ class NoDrafter:
     name = "none"
     has_q = False
     can_branch = False
+    reads_hidden = False
     device = torch.device("cpu")
 
     def prepare(self, prompt_ids: Sequence[int]) -> None:

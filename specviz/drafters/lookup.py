@@ -117,6 +117,7 @@ class PromptLookupDrafter:
     name = "prompt lookup"
     has_q = False
     can_branch = False  # one continuation per match: chains only
+    reads_hidden = False
     device = torch.device("cpu")
 
     def __init__(self, ngram_max: int = 3, ngram_min: int = 1) -> None:

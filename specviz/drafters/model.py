@@ -19,6 +19,7 @@ class ModelDrafter:
 
     has_q = True
     can_branch = True
+    reads_hidden = False
 
     def __init__(self, lm: CachedLM, sampling: SamplingConfig, name: str = "draft model") -> None:
         self.lm = lm

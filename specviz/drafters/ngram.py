@@ -113,6 +113,7 @@ class NGramDrafter:
 
     has_q = True
     can_branch = True
+    reads_hidden = False
     device = torch.device("cpu")
 
     def __init__(

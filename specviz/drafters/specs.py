@@ -3,8 +3,8 @@ the sidebar, the session, the CLI, the benchmark, the exactness lab and the cost
 
 Capabilities (can it branch into a token tree, does it return a real q_draft) are read off the drafter class,
 where they are declared, so the table cannot drift from the code. ``build`` makes the drafter from the run's
-settings, the vocabulary and, for the two kinds that draft with a language model, that model (a CachedLM the
-caller resolved: specviz.runs).
+settings, the vocabulary and what the drafter drafts with, which the caller resolved (specviz.runs): for the two
+kinds that draft with a language model that model (a CachedLM), for Medusa its heads (a HeadsSource).
 """
 
 from __future__ import annotations
@@ -17,10 +17,12 @@ from specviz.core.protocols import CachedLM, Drafter
 from specviz.core.sampling import SamplingConfig
 from specviz.drafters.base import NoDrafter
 from specviz.drafters.lookup import PromptLookupDrafter
+from specviz.drafters.medusa import HeadsSource, MedusaDrafter
 from specviz.drafters.model import ModelDrafter
 from specviz.drafters.ngram import NGramDrafter
 
-DraftLM = Literal["draft", "early-exit"]  # where a model drafter's LM comes from: a second model, the target's layers
+# what a drafter drafts with, beyond the context: a second model, the target's first layers, heads on the target
+DraftLM = Literal["draft", "early-exit", "heads"]
 
 
 class DrafterSettings(Protocol):
@@ -34,7 +36,8 @@ class DrafterSettings(Protocol):
     def sampling(self) -> SamplingConfig: ...
 
 
-Build = Callable[[DrafterSettings, int, "CachedLM | None", str], Drafter]
+DraftSource = CachedLM | HeadsSource | None  # a model drafter's LM, Medusa's heads, or nothing
+Build = Callable[[DrafterSettings, int, DraftSource, str], Drafter]
 
 
 @dataclass(frozen=True)
@@ -43,8 +46,8 @@ class DrafterSpec:
     label: str  # the sidebar menu's line
     short_name: str  # in run names, tables and messages
     cls: type  # the drafter class, which declares can_branch and has_q
-    build: Build  # (settings, vocab size, the drafting LM or None, display name) -> the drafter
-    lm: DraftLM | None = None  # a model drafter's LM: "draft" needs a second model loaded
+    build: Build  # (settings, vocab size, what it drafts with or None, display name) -> the drafter
+    lm: DraftLM | None = None  # what it drafts with: "draft" needs a second model loaded, "heads" Medusa heads
     baseline: bool = False  # plain decoding: the baseline every speedup divides by
 
     @property
@@ -60,11 +63,22 @@ class DrafterSpec:
     def has_q(self) -> bool:
         return bool(self.cls.has_q)
 
+    @property
+    def reads_hidden(self) -> bool:
+        """It drafts from the target's hidden state: the run's target view keeps it (HFCachedLM keep_hidden)."""
+        return bool(self.cls.reads_hidden)
+
 
 def _model(settings: DrafterSettings, vocab: int, lm: CachedLM | None, name: str) -> Drafter:
     if lm is None:
         raise ValueError(f"The {name} drafter needs its language model.")
-    return ModelDrafter(lm, settings.sampling, name=name)
+    return ModelDrafter(lm, settings.sampling, name=name)  # type: ignore[arg-type]
+
+
+def _medusa(settings: DrafterSettings, vocab: int, heads: DraftSource, name: str) -> Drafter:
+    if not isinstance(heads, HeadsSource):
+        raise ValueError(f"The {name} drafter needs its Medusa heads.")
+    return MedusaDrafter(heads.head_logits, heads.num_heads, settings.sampling, heads.device, name=name)
 
 
 DRAFTERS: tuple[DrafterSpec, ...] = (  # the default first (menus start there)
@@ -78,6 +92,7 @@ DRAFTERS: tuple[DrafterSpec, ...] = (  # the default first (menus start there)
     ),
     DrafterSpec("model", "draft model (a smaller LM)", "draft model", ModelDrafter, _model, lm="draft"),
     DrafterSpec("early-exit", "early exit (the target's first L layers)", "early exit", ModelDrafter, _model, lm="early-exit"),
+    DrafterSpec("medusa", "Medusa heads (the target guesses its own future)", "Medusa heads", MedusaDrafter, _medusa, lm="heads"),
     DrafterSpec("none", "none: plain target decoding", "plain decoding", NoDrafter, lambda s, vocab, lm, name: NoDrafter(), baseline=True),
 )  # fmt: skip
 DRAFTER_KINDS: tuple[str, ...] = tuple(d.kind for d in DRAFTERS)

@@ -13,15 +13,21 @@ from specviz.core.tree import tree_mask
 
 
 class HFCachedLM:
-    """Implements specviz.core.protocols.TreeCachedLM. The model is shared and never mutated; the cache belongs
-    to this run. tree_problem says when this model cannot verify a tree after all (e.g. flash attention)."""
+    """Implements specviz.core.protocols.TreeCachedLM and HiddenStateLM. The model is shared and never mutated; the
+    cache belongs to this run. tree_problem says when this model cannot verify a tree after all (e.g. flash attention).
+
+    keep_hidden (per run, for a drafter that reads the target's hidden state): every pass also asks for the hidden
+    states and keeps the last one, ``out.hidden_states[-1]`` (after the final norm: the LM head's input, so
+    ``lm_head(last_hidden) == logits``), as last_hidden (T, H); a last_only prefill keeps its last row only."""
 
     can_verify_tree = True
 
-    def __init__(self, model: PreTrainedModel, vocab_size: int) -> None:
+    def __init__(self, model: PreTrainedModel, vocab_size: int, keep_hidden: bool = False) -> None:
         self.model = model
         self.vocab_size = vocab_size
         self.device = model.device
+        self.keep_hidden = keep_hidden
+        self.last_hidden: torch.Tensor | None = None  # (T, H) of the latest pass when keep_hidden
         self.cache = DynamicCache(config=model.config)
         try:  # sliding-window layers must remember past states to be cropped
             self.cache.activate_past_recording()
@@ -57,9 +63,16 @@ class HFCachedLM:
             self._settled().extend(int(i) for i in ids)
         self._length += input_ids.shape[1]
         keep = {"logits_to_keep": 1} if last_only else {}
-        out = self.model(input_ids=input_ids, past_key_values=self.cache, use_cache=True, **keep)
+        out = self.model(input_ids=input_ids, past_key_values=self.cache, use_cache=True, output_hidden_states=self.keep_hidden, **keep)
+        self._keep_hidden(out, last_only)
         logits = out.logits[0, -1:] if last_only else out.logits[0]  # (T or 1, V_padded)
         return logits[:, : self.vocab_size].float()
+
+    def _keep_hidden(self, out, last_only: bool = False) -> None:
+        """last_hidden <- the pass's final-norm hidden states (T, H), or only the last row (1, H)."""
+        if self.keep_hidden:
+            hidden = out.hidden_states[-1][0]  # (T, H)
+            self.last_hidden = hidden[-1:] if last_only else hidden
 
     @property
     def supports_tree(self) -> bool:
@@ -94,8 +107,10 @@ class HFCachedLM:
         self._length += len(ids)
         self._tree = (cached, tuple(ids))  # what keep_path() compacts
         out = self.model(
-            input_ids=input_ids, attention_mask=mask, position_ids=position_ids, past_key_values=self.cache, use_cache=True
-        )
+            input_ids=input_ids, attention_mask=mask, position_ids=position_ids, past_key_values=self.cache, use_cache=True,
+            output_hidden_states=self.keep_hidden,
+        )  # fmt: skip
+        self._keep_hidden(out)
         return out.logits[0][:, : self.vocab_size].float()
 
     def keep_path(self, path: Sequence[int]) -> None:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -175,3 +176,15 @@ def save_heads(heads: MedusaHeads, folder: Path, base_model: str, fingerprint: s
         **(extra or {}),
     }
     (folder / CONFIG_FILE).write_text(json.dumps(config, indent=2) + "\n", encoding="utf-8")
+
+
+def head_logits_fn(heads: MedusaHeads, lm_head: nn.Module, vocab_size: int) -> Callable[[torch.Tensor], torch.Tensor]:
+    """(H,) hidden state -> (K, vocab_size) float32 logits: the heads in float32, then the LM head (the target's, or
+    the checkpoint's own) in the hidden state's dtype, which is what the target's LM head takes. Reads only."""
+
+    def head_logits(hidden: torch.Tensor) -> torch.Tensor:
+        with torch.inference_mode():
+            logits = heads.logits(hidden.to(torch.float32), lambda states: lm_head(states.to(hidden.dtype)))  # (K, V_padded)
+        return logits[..., :vocab_size].float()
+
+    return head_logits
