@@ -94,9 +94,12 @@ def sample_fast(config: RunConfig, target: LoadedModel, prompt_ids: list[int], e
     from specviz.runs import make_drafter
 
     generator = torch.Generator().manual_seed(config.seed)
-    p1 = warp(HFCachedLM(target.model, target.vocab_size).extend(prompt_ids)[-1], config.sampling).float().cpu()  # (V,)
     drafter = make_drafter(config, target, early_exit=early_exit)
+    lm = HFCachedLM(target.model, target.vocab_size, keep_hidden=drafter.reads_hidden)
+    p1 = warp(lm.extend(prompt_ids)[-1], config.sampling).float().cpu()  # (V,)
     drafter.prepare(prompt_ids)
+    if drafter.reads_hidden:  # Medusa heads guess from the row that scored the first new token
+        drafter.observe(lm.last_hidden[-1])  # type: ignore[attr-defined]  # a HiddenDrafter
     draft = drafter.propose(prompt_ids, 1, generator)
     target_tokens = torch.multinomial(p1, n, replacement=True, generator=generator).tolist()
     if not draft.token_ids:  # nothing drafted: the first token is the target's own sample
