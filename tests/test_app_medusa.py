@@ -4,32 +4,13 @@ acceptance by position, and a tree run's tree labelled by head; the exactness la
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
-import torch
 
 from specviz.config import RunConfig
 from specviz.experiments.lab import LAB_DRAFTERS, sample_real
 from tests.test_app_compare_tree import click, local, step_page  # noqa: F401  (local is a fixture)
 
 STATE = "specviz_step_through"
-
-
-@pytest.fixture(scope="module")
-def tiny_heads(tiny_dir, tiny_models, tmp_path_factory) -> Path:
-    """Three random heads for the tiny llama, saved as Medusa does (config.json + medusa_lm_head.safetensors)."""
-    from specviz.models.medusa import MedusaHeads, save_heads, target_fingerprint
-
-    embedding = tiny_models["llama"].model.get_input_embeddings().weight
-    heads = MedusaHeads(int(embedding.shape[1]), num_heads=3)
-    generator = torch.Generator().manual_seed(0)
-    with torch.no_grad():
-        for param in heads.parameters():
-            param.copy_(torch.randn(param.shape, generator=generator) * 0.5)
-    folder = tmp_path_factory.mktemp("heads") / "tiny_heads"
-    save_heads(heads, folder, base_model=str(tiny_dir["llama"]), fingerprint=target_fingerprint(embedding))
-    return folder
 
 
 def charts(at) -> list[str]:
