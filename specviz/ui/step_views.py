@@ -275,7 +275,8 @@ def head_drafts(record: StepRecord, session: ViewSource, heads: Sequence[int]) -
     st.caption(
         "Which Medusa head proposed each drafted token: head i reads the target's hidden state at the newest committed "
         "token and guesses the token i places ahead, without seeing the guesses before it. Its probability is its "
-        "q_draft; the rule keeps a chain's token with min(1, p/q), a tree's with the one-hot rule, whatever the head said."
+        "q_draft, warped like the target's (one-hot at temperature 0); the rule keeps a chain's token with min(1, p/q) "
+        "and a tree's with the one-hot rule of distinct children, so the output stays the target's whatever the head said."
     )
 
 
