@@ -57,6 +57,7 @@ def _add_run_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--draft", default=None, help="draft model for --drafter model (same tokenizer as the target)")
     p.add_argument("--drafter", choices=DRAFTER_KINDS, default=d.drafter, help=f"default: {d.drafter}")
     p.add_argument("--exit-layer", type=int, default=None, help="early exit: target blocks the draft runs (default ~93%% of the depth)")
+    p.add_argument("--medusa-heads", default=None, metavar="PATH", help="Medusa heads folder (Medusa's layout; default: the heads shipped for the embedded target)")
     p.add_argument("--ngram-max", type=int, default=d.ngram_max)
     p.add_argument("--ngram-min", type=int, default=d.ngram_min)
     p.add_argument("--ngram-threshold", type=float, default=d.ngram_threshold, help=f"n-gram drafter: stop drafting when its top probability falls below this (default {d.ngram_threshold})")
@@ -82,6 +83,7 @@ def config_from_args(args: argparse.Namespace) -> RunConfig:
         draft=args.draft,
         drafter=args.drafter,
         exit_layer=args.exit_layer,
+        medusa_heads=args.medusa_heads,
         ngram_max=args.ngram_max,
         ngram_min=args.ngram_min,
         ngram_threshold=args.ngram_threshold,
@@ -218,6 +220,7 @@ def _add_batch_parser(sub) -> None:
     p.add_argument("--target", default=EMBEDDED_TARGET, help="hub id, local folder or .gguf file (default: embedded SmolLM2-135M-Instruct)")
     p.add_argument("--draft", default=None, help="draft model for --drafter model (same tokenizer as the target)")
     p.add_argument("--exit-layer", type=int, default=None, help="early exit: target blocks the draft runs")
+    p.add_argument("--medusa-heads", default=None, metavar="PATH", help="Medusa heads folder (default: the heads shipped for the embedded target)")
     p.add_argument("--no-chat", action="store_true", help="feed prompts raw, without the chat template")
     p.add_argument("--device", default="auto")
     p.add_argument("--dtype", default="auto", help=DTYPE_HELP)
@@ -613,6 +616,7 @@ def add_bench_parser(sub) -> None:
     p.add_argument("--target", default=EMBEDDED_TARGET, help="hub id, local folder or .gguf file (default: embedded SmolLM2-135M-Instruct)")
     p.add_argument("--draft", default=None, help="draft model for the 'model' drafter (same tokenizer as the target)")
     p.add_argument("--exit-layer", type=int, default=None, help="early exit: target blocks the draft runs")
+    p.add_argument("--medusa-heads", default=None, metavar="PATH", help="Medusa heads folder (default: the heads shipped for the embedded target)")
     p.add_argument("--no-chat", action="store_true", help="feed prompts raw, without the chat template")
     p.add_argument("--device", default="auto")
     p.add_argument("--dtype", default="auto", help=DTYPE_HELP)
@@ -642,7 +646,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
     spec = SweepSpec(
         drafters=tuple(args.drafters), ks=tuple(args.k), temperatures=tuple(args.temperatures),
         max_new_tokens=args.max_new_tokens, seed=args.seed, chat=not args.no_chat, exit_layer=args.exit_layer,
-        repeats=args.repeats, warmup=args.warmup, tree_widths=tuple(args.tree_width),
+        medusa_heads=args.medusa_heads, repeats=args.repeats, warmup=args.warmup, tree_widths=tuple(args.tree_width),
     )
     prompts = first_per_category(load_prompts(args.prompts, args.categories), args.per_category)
     out = Path(args.out) if args.out else None
@@ -656,7 +660,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
         with out.open(encoding="utf-8") as fh:
             if fh.readline().strip() != ",".join(COLUMNS):
                 raise ValueError(f"{out} has other columns than this benchmark writes; --append needs a CSV from the same version.")
-    where = RunConfig(target=args.target, draft=args.draft, exit_layer=args.exit_layer, device=args.device, dtype=args.dtype,
+    where = RunConfig(target=args.target, draft=args.draft, exit_layer=args.exit_layer, medusa_heads=args.medusa_heads, device=args.device, dtype=args.dtype,
                       trust_remote_code=args.trust_remote_code, allow_download=args.allow_download, allow_pickle=args.allow_pickle)
     models = resolve_models(where, drafters=[d for d in spec.drafters if d != "model" or args.draft])  # run_sweep names a missing draft
     target, draft = models.target, models.draft
@@ -665,7 +669,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
         f"{spec.repeats} repeats) = {spec.num_runs(len(prompts))} runs on {target.name} ({target.device}, {target.precision})",
         err=True,
     )
-    frame = rows_to_frame(run_sweep(target, prompts, spec, draft=draft, early_exit=models.early_exit, on_progress=_print_progress))
+    frame = rows_to_frame(run_sweep(target, prompts, spec, draft=draft, early_exit=models.early_exit, heads=models.heads, on_progress=_print_progress))
     if out is not None:
         out.parent.mkdir(parents=True, exist_ok=True)
         if out.suffix.lower() == ".json":

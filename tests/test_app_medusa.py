@@ -73,8 +73,8 @@ def test_the_lab_samples_first_tokens_with_heads(tiny_models, tiny_heads):
 def test_the_policy_allows_the_owners_heads_only():
     from specviz.workshop.policy import Policy, load_policy
 
-    policy = load_policy({"SPECVIZ_MODE": "shared", "SPECVIZ_HEADS": "/srv/heads_a, /srv/heads_b"})
-    assert policy.heads == ("/srv/heads_a", "/srv/heads_b")
+    policy = load_policy({"SPECVIZ_MODE": "shared", "SPECVIZ_MEDUSA_HEADS": "/srv/heads_a, /srv/heads_b"})
+    assert policy.allowed_medusa_heads == ("/srv/heads_a", "/srv/heads_b")
     assert policy.allows_heads(None) and policy.allows_heads("/srv/heads_a") and not policy.allows_heads("/etc")
     config, refusals, _ = policy.enforce(RunConfig(drafter="medusa", medusa_heads="/etc"))
     assert config.medusa_heads is None and any("Medusa heads" in m for m in refusals)
@@ -91,7 +91,7 @@ def test_shared_mode_picks_heads_from_the_owners_list(monkeypatch, tiny_heads):
     at = shared_page(drafter="medusa")
     assert not [w for w in at.text_input if w.key == "medusa_heads"]  # participants never type a path
     assert not [w for w in at.selectbox if w.key == "medusa_heads"]  # no list: the shipped heads, no menu
-    monkeypatch.setenv("SPECVIZ_HEADS", str(tiny_heads))
+    monkeypatch.setenv("SPECVIZ_MEDUSA_HEADS", str(tiny_heads))
     at = shared_page(drafter="medusa", medusa_heads="/etc/passwd")  # forced through session state
     assert any("not on this server's list" in e for e in errors(at))
     menu = at.selectbox(key="medusa_heads")

@@ -90,6 +90,9 @@ class BatchDecoder:
             raise ValueError("Every stream needs a prompt of at least one token.")
         if len(drafters) != len(prompts) or len(target.lengths) != len(prompts):
             raise ValueError(f"Need one drafter and one target row per prompt ({len(prompts)}).")
+        reading = next((d for d in drafters if d.reads_hidden), None)
+        if reading is not None:  # a batched target keeps no per-row hidden states
+            raise ValueError(f"The {reading.name} drafter reads the target's hidden states, which batched decoding does not keep; run it unbatched.")
         self.target, self.drafters, self.config = target, list(drafters), config
         self.prompt_lengths = [len(p) for p in prompts]
         self.tokens: list[list[int]] = [list(p) for p in prompts]  # per stream: prompt + committed tokens

@@ -18,6 +18,10 @@ for t = 1.. new tokens per row). They are timed in the same rotation as everythi
 and the batch-B story come from one machine state. Where spare arithmetic runs out shows here: at batch 1 a
 pass over t tokens costs little more than one token; at batch B the B*t tokens of one pass fill the cores.
 
+Medusa heads are timed as one proposal from the hidden state of the context (the K heads and one LM-head read over
+the K rows; no target pass), divided by the tokens it drafts, min(k, K): the heads' c next to a 1-token pass. A
+target with no heads for it is skipped with a warning.
+
 The measurement imports torch and specviz.models (transformers); the CostProfile record and its JSON
 loader do not, so pages can read shipped profiles cheaply.
 """
@@ -274,24 +278,15 @@ def _batch_runners(target: LoadedModel, ids: list[int], context_length: int, max
     return runners
 
 
-def last_hidden(target: LoadedModel, context: list[int]):
-    """(H,) the target's final-norm hidden state at the context's last position: what Medusa heads draft from."""
-    from specviz.models import HFCachedLM
-
-    lm = HFCachedLM(target.model, target.vocab_size, keep_hidden=True)
-    lm.extend(context)
-    return lm.last_hidden[-1]
-
-
 def _draft_runners(
     target: LoadedModel, context: list[int], drafters: Sequence[str], draft_k: int, turn: Turn = no_turn, heads_folder: str | None = None
 ) -> tuple[dict[str, Callable[[], object]], dict[str, int]]:
     """kind -> one proposal of draft_k tokens at the context (rolled back after), and the tokens one call drafts.
-    Medusa's proposal is one call of its K heads and one LM-head read over their rows (heads_folder: None = the
-    shipped heads), after it was handed the context's hidden state; a target without heads skips it."""
+    heads_folder: the Medusa heads to time (None: the ones shipped for the embedded target)."""
     import torch
 
     from specviz.config import RunConfig
+    from specviz.models import HFCachedLM
     from specviz.models.medusa import HeadsError
     from specviz.runs import make_drafter
 
@@ -306,13 +301,15 @@ def _draft_runners(
         config = RunConfig(target=target.name, drafter=kind, num_draft_tokens=draft_k, ngram_threshold=0.0, medusa_heads=heads_folder)  # type: ignore[arg-type]
         try:
             drafter = make_drafter(config, target)
-        except HeadsError as exc:  # no heads for this target (the shipped ones are for the embedded model)
-            log.info("skipping %s: %s", kind, exc)
+        except HeadsError as exc:  # no heads for this target: the other drafters are still measured
+            log.warning("skipping Medusa heads: %s", exc)
             continue
-        with turn():  # early exit runs the target's own layers; Medusa heads need the context's hidden state
+        with turn():  # early exit runs the target's own layers
             drafter.prepare(context)
-            if drafter.reads_hidden:
-                drafter.observe(last_hidden(target, context))  # type: ignore[attr-defined]  # a HiddenDrafter
+            if drafter.reads_hidden:  # Medusa: the hidden state the round's verify pass would hand over
+                lm = HFCachedLM(target.model, target.vocab_size, keep_hidden=True)
+                lm.extend(context[:-1], last_only=True)
+                drafter.observe(lm.last_hidden[-1])  # type: ignore[attr-defined]  # a HiddenDrafter
             drafted_per_call[kind] = max(1, len(drafter.propose(context, draft_k, generator).token_ids))
             drafter.rollback(context)
 

@@ -240,7 +240,7 @@ def _heads_widget(policy: Policy) -> str:
             "Medusa heads folder (empty = the heads shipped for the embedded target)", key="medusa_heads", reset=SHIPPED_HEADS,
             help="A folder in Medusa's layout (config.json + medusa_lm_head.safetensors) trained for this target; heads for another target are refused.",
         )  # fmt: skip
-    options = [SHIPPED_HEADS] + [h for h in policy.heads if h != SHIPPED_HEADS]
+    options = [SHIPPED_HEADS] + [h for h in policy.allowed_medusa_heads if h != SHIPPED_HEADS]
     if len(options) == 1:
         return SHIPPED_HEADS
     if st.session_state.get("medusa_heads", SHIPPED_HEADS) not in options:

@@ -19,7 +19,7 @@ SPECVIZ_ALLOW_CUSTOM_MODELS allow_custom_models    participants may type any mod
 SPECVIZ_ALLOW_DEVICE       allow_device            participants may choose device and dtype (no)
 SPECVIZ_TARGETS            targets                 comma-separated target allow-list (the embedded model)
 SPECVIZ_DRAFTS             drafts                  comma-separated draft-model allow-list (none)
-SPECVIZ_HEADS              heads                   comma-separated Medusa heads folders beside the shipped ones (none)
+SPECVIZ_MEDUSA_HEADS       allowed_medusa_heads    comma-separated Medusa heads folders (none: the shipped heads only)
 SPECVIZ_MAX_NEW_TOKENS     max_new_tokens          cap on max new tokens per run (256)
 SPECVIZ_MAX_DRAFT_TOKENS   max_draft_tokens        cap on k, tokens drafted per round (8)
 SPECVIZ_MAX_PROMPT_CHARS   max_prompt_chars        cap on the Numerics lab's prompt, in characters (2,000)
@@ -58,7 +58,7 @@ SETTINGS: dict[str, tuple[str, str]] = {
     "allow_device": ("SPECVIZ_ALLOW_DEVICE", "bool"),
     "targets": ("SPECVIZ_TARGETS", "list"),
     "drafts": ("SPECVIZ_DRAFTS", "list"),
-    "heads": ("SPECVIZ_HEADS", "list"),
+    "allowed_medusa_heads": ("SPECVIZ_MEDUSA_HEADS", "list"),
     "max_new_tokens": ("SPECVIZ_MAX_NEW_TOKENS", "int"),
     "max_draft_tokens": ("SPECVIZ_MAX_DRAFT_TOKENS", "int"),
     "max_prompt_chars": ("SPECVIZ_MAX_PROMPT_CHARS", "int"),
@@ -83,7 +83,7 @@ class Policy:
     allow_device: bool = False  # the device and dtype menus
     targets: tuple[str, ...] = (EMBEDDED_TARGET,)
     drafts: tuple[str, ...] = ()
-    heads: tuple[str, ...] = ()  # Medusa heads folders participants may pick; the shipped heads are always allowed
+    allowed_medusa_heads: tuple[str, ...] = ()  # heads folders besides the shipped ones (RunConfig.medusa_heads None)
     max_new_tokens: int = 256
     max_draft_tokens: int = 8
     max_prompt_chars: int = 2_000  # the Numerics lab's prompt: its prefill passes (one model turn each) grow with it
@@ -125,8 +125,8 @@ class Policy:
         return self.allow_custom_models or source.strip() in self.drafts or source.strip() in self.targets
 
     def allows_heads(self, folder: str | None) -> bool:
-        """A Medusa heads folder participants may use: the shipped heads (None), the owner's list, or any with custom models."""
-        return folder is None or self.allow_custom_models or folder.strip() in self.heads
+        """None is the shipped heads, always allowed; a folder only when the owner listed it (or allows custom models)."""
+        return folder is None or self.allow_custom_models or folder.strip() in self.allowed_medusa_heads
 
     def allows_model(self, source: str) -> bool:
         return self.allows_target(source) or self.allows_draft(source)
@@ -157,7 +157,7 @@ class Policy:
             if config.drafter == "model":
                 changes["drafter"] = RunConfig().drafter
         if not self.allows_heads(config.medusa_heads):
-            refusals.append(f"The Medusa heads {config.medusa_heads!r} are not on this server's list; using the shipped heads.")
+            refusals.append(f"The Medusa heads folder {config.medusa_heads!r} is not on this server's list; using the shipped heads.")
             changes["medusa_heads"] = None
         if not self.allow_device and (config.device, config.dtype) != ("auto", "auto"):
             refusals.append(f"Choosing the device and dtype ({config.device}, {config.dtype}) is not allowed on this shared server; using auto.")
