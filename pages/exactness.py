@@ -9,6 +9,8 @@ from specviz.ui import access, widgets
 from specviz.ui.exactness import (
     EMBEDDED_TARGET,
     LAB_DRAFTERS,
+    POSTERIOR_ALPHA,
+    POSTERIOR_THRESHOLD,
     REAL_MODES,
     TOY_VARIANTS,
     GreedyResult,
@@ -29,7 +31,18 @@ VARIANT_LABELS = {
     "exact": "exact: on a rejection, draw from the residual max(0, p − q)",
     "resample_from_target": "bug: on a rejection, draw from p_target instead of the residual",
     "greedy_draft_soft_q": "bug: draft argmax q_draft, but accept with min(1, p/q) using the soft q",
+    "typical_acceptance": f"shipped: typical acceptance (Medusa): keep x when p(x) > min({POSTERIOR_THRESHOLD:g}, {POSTERIOR_ALPHA:g}·e^−H(p)), else draw from p",
 }
+TYPICAL_CAPTION = (
+    f"Typical acceptance is how the Medusa repository (`evaluate_posterior`, posterior_threshold ε = {POSTERIOR_THRESHOLD:g}, posterior_alpha "
+    f"δ = {POSTERIOR_ALPHA:g}) and vLLM's typical acceptance sampler accept candidates: a drafted token stays whenever the target finds it "
+    "likely enough, p_target(x) > min(ε, δ·exp(−H(p_target))), and otherwise the token is drawn from p_target. It never "
+    "divides by q_draft, so nothing undoes the drafter's preferences: at temperature > 0 plausible tokens the drafter "
+    "likes are emitted too often, and the chi-square test catches it. At temperature 0 (one-hot p_target) only the argmax "
+    "clears the bar, so it is exactly greedy decoding. (TGI's Medusa takes another route: it samples the target's own token "
+    "at each position and keeps a candidate only when it equals that sample, which is exact.) specviz verifies Medusa's "
+    "candidates with the exact rule."
+)
 DEFAULT_VOCAB = pd.DataFrame(
     {
         "token": ["the", "a", "cat", "dog", "sat", "ran"],
@@ -73,6 +86,8 @@ with right:
     access.refuse_over("lab_num_samples", sizes, "samples N")
     num_samples = widgets.select_slider("samples N", sizes, value=min(10_000, max(sizes)), key="lab_num_samples", format_func=lambda n: f"{n:,}")
     seed = widgets.number_input("seed", 0, 2**31 - 1, value=0, key="lab_seed")
+    if variant == "typical_acceptance":
+        st.caption(TYPICAL_CAPTION)
 
 toy_error = None
 try:
@@ -104,7 +119,7 @@ else:
         "An exact sampler's distance falls like 1/√N along the dashed line and its p-value wanders, dipping below 0.05 only now and then; "
         "a biased one levels off at a fixed distance while its p-value collapses to 0."
     )
-    with st.expander("Why the two shortcuts fail"):
+    with st.expander("Why the two shortcuts and typical acceptance fail"):
         st.markdown(
             """
 * **Resampling from p_target.** A token v is emitted by acceptance with probability min(p(v), q(v)). The
@@ -113,6 +128,9 @@ else:
 * **Greedy drafting with a soft q.** The acceptance test min(1, p/q) corrects for *how often* q proposes x. If x is
   always the argmax of q, it is proposed with probability 1, not q(x), so the correction is wrong; the test should
   use the one-hot q of a greedy drafter (then the rule keeps x with probability p(x)).
+* **Typical acceptance.** A drafted v is kept with probability 1 whenever p(v) clears the bar, so v is emitted with
+  probability q(v) + (rejected mass)·p(v) instead of p(v): too often where q(v) > p(v), too rarely elsewhere. It trades
+  exactness for longer accepted runs; the output is no longer a sample from the target.
 """
         )
 
@@ -139,6 +157,8 @@ if real_mode == "fast":
     access.refuse_over("lab_real_n_fast", sizes, "samples N")
     real_n = widgets.on(c4).select_slider("samples N", sizes, value=min(10_000, max(sizes)), key="lab_real_n_fast", format_func=lambda n: f"{n:,}")
     real_variant = widgets.radio("rule", TOY_VARIANTS, format_func=VARIANT_LABELS.get, key="lab_real_variant", horizontal=True)
+    if real_variant == "typical_acceptance":
+        st.caption(TYPICAL_CAPTION)
 else:
     sizes = access.capped_options([10, 20, 50, 100, 200], policy.max_runs)
     access.refuse_over("lab_real_n", sizes, "runs N")

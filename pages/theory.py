@@ -19,6 +19,7 @@ from specviz.ui.theory import (
     batch_lesson,
     best_k,
     curves,
+    draft_cost_cells,
     heatmap,
     last_run_alpha,
     measure_this_machine,
@@ -162,7 +163,7 @@ if shown:
                 "device": prof.device_name, "dtype": prof.dtype, "threads": str(prof.threads), "clock": prof.clock,
                 "1-token pass (ms)": f"{prof.pass_ms[0]:.1f}",
                 **{f"c_verify({kk})": f"{prof.curve.at(kk):.2f}" for kk in (1, 2, 4, 8, 16)},
-                **{f"c, {d}": f"{v:.3g}" for d, v in prof.draft_cost.items()},
+                **draft_cost_cells(prof),
                 "best k at your α (c from the slider)": str(best_k(alpha, c, prof.curve)),
             }
             for name, prof in shown.items()
@@ -171,7 +172,8 @@ if shown:
     st.dataframe(table, width="stretch")
     st.caption(
         "Profiles side by side; c is a drafter's cost per drafted token in 1-token target passes (set the c slider to one "
-        "of them). The CPU profiles are the same model at fp16-weights (the CPU default: float16 weights, float32 math) and at "
+        "of them); \"not measured yet\" marks a drafter newer than the profile. For Medusa heads c is one call of the K heads and "
+        "one LM-head read over their K rows, divided by the K tokens it drafts. The CPU profiles are the same model at fp16-weights (the CPU default: float16 weights, float32 math) and at "
         "float32: compare their slopes. A GPU profile goes beside them: `python -m specviz profile --device cuda --out assets/profile_gpu.json`."
     )
 

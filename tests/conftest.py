@@ -287,3 +287,20 @@ def loud_dir(tmp_path_factory) -> Path:
     tok.save_pretrained(folder)
     return folder
 
+
+@pytest.fixture(scope="session")
+def tiny_heads(tiny_dir, tiny_models, tmp_path_factory) -> Path:
+    """Three random heads for the tiny llama, saved as Medusa does (config.json + medusa_lm_head.safetensors)."""
+    import torch
+
+    from specviz.models.medusa import MedusaHeads, save_heads, target_fingerprint
+
+    embedding = tiny_models["llama"].model.get_input_embeddings().weight
+    heads = MedusaHeads(int(embedding.shape[1]), num_heads=3)
+    generator = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        for param in heads.parameters():
+            param.copy_(torch.randn(param.shape, generator=generator) * 0.5)
+    folder = tmp_path_factory.mktemp("heads") / "tiny_heads"
+    save_heads(heads, folder, base_model=str(tiny_dir["llama"]), fingerprint=target_fingerprint(embedding))
+    return folder

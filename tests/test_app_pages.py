@@ -128,12 +128,14 @@ def test_lab_toy_exact_then_broken():
     assert not at.exception
     assert float(metrics(at)["TV from p_target"]) < 0.03
     assert at.success and "consistent with p_target" in at.success[0].value
-    for variant in ("resample_from_target", "greedy_draft_soft_q"):
+    assert any("typical acceptance" in o for o in at.radio(key="lab_variant").options)  # the rule a serving stack ships, offered as a control
+    for variant in ("resample_from_target", "greedy_draft_soft_q", "typical_acceptance"):
         at.radio(key="lab_variant").set_value(variant).run()
         assert not at.exception
         assert float(metrics(at)["TV from p_target"]) > 0.1
         assert float(metrics(at)["chi-square p-value"]) < 1e-6
         assert any("NOT distributed as p_target" in e.value for e in at.error)
+    assert any("evaluate_posterior" in c.value for c in at.caption)  # says what Medusa does and why it is not exact
 
 
 def test_lab_toy_rejects_a_bad_table():

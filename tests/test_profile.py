@@ -103,3 +103,13 @@ def test_cli_profile_batch(capsys, tiny_dir, tmp_path):
     assert load_profile(out).batch_sizes == (1, 4)
     with pytest.raises(SystemExit):
         cli.main(["profile", "--batch", "1,x"])
+
+
+def test_profile_times_medusa_heads(tiny_models, tiny_heads):
+    """Medusa's c: one call of its K heads and one LM-head read over their rows, per drafted token, from the context's
+    hidden state (without it the heads would draft nothing and cost nothing); a target without heads skips it."""
+    target = tiny_models["llama"]
+    profile = measure_profile(target, max_tokens=3, context_length=16, repeats=1, number=1, drafters=("medusa",), heads_folder=str(tiny_heads))
+    assert set(profile.draft_cost) == {"medusa"} and profile.draft_ms_per_token["medusa"] > 0
+    skipped = measure_profile(target, max_tokens=3, context_length=16, repeats=1, number=1, drafters=("lookup", "medusa"))
+    assert set(skipped.draft_cost) == {"lookup"}  # the shipped heads belong to the embedded target, not this one

@@ -1,10 +1,11 @@
-"""The toy speculative sampler: the exact rule passes a chi-square test at a fixed seed, both broken variants fail."""
+"""The toy speculative sampler: the exact rule passes a chi-square test at a fixed seed, the broken variants (and typical acceptance at T > 0) fail."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
+from specviz.core.sampling import SamplingConfig, warp
 from specviz.core.toy import (
     TOY_VARIANTS,
     chi_square_pvalue,
@@ -15,6 +16,8 @@ from specviz.core.toy import (
     normalise,
     sample_first_tokens,
     tv_distance,
+    typical_accepted,
+    typical_threshold,
 )
 
 # (p_target, q_draft): the lab's default, a draft missing tokens p wants, and a p with zeros where q has mass
@@ -39,7 +42,7 @@ def test_exact_rule_passes_chi_square(p, q):
     assert float(tv_distance(counts, normalise(p))) < 0.02
 
 
-@pytest.mark.parametrize("variant", ["resample_from_target", "greedy_draft_soft_q"])
+@pytest.mark.parametrize("variant", ["resample_from_target", "greedy_draft_soft_q", "typical_acceptance"])
 @pytest.mark.parametrize(("p", "q"), CASES)
 def test_broken_variants_fail_chi_square(variant, p, q):
     counts = _counts(variant, p, q)
@@ -109,8 +112,40 @@ def test_bad_inputs(p, q, variant, n):
         sample_first_tokens(torch.tensor(p, dtype=torch.float64), torch.tensor(q, dtype=torch.float64), n, torch.Generator(), variant)
 
 
-def test_variants_are_the_documented_three():
-    assert TOY_VARIANTS == ("exact", "resample_from_target", "greedy_draft_soft_q")
+def test_variants_are_the_documented_four():
+    assert TOY_VARIANTS == ("exact", "resample_from_target", "greedy_draft_soft_q", "typical_acceptance")
+
+
+def test_typical_threshold_is_medusas():
+    """min(eps, delta exp(-H)): a peaked p_target meets eps = 0.09, a flat one delta * exp(-H) = 0.3 / V."""
+    assert typical_threshold(torch.tensor([1.0, 0.0, 0.0])) == pytest.approx(0.09)
+    assert typical_threshold(torch.full((10,), 0.1)) == pytest.approx(0.03)
+    assert typical_accepted(torch.tensor([0.5, 0.45, 0.05])).tolist() == [True, True, False]
+
+
+LOGITS = torch.tensor([2.0, 1.5, 1.0, 0.2, -0.5, -1.0])  # a target's logits over a toy vocabulary
+DRAFT_LOGITS = torch.tensor([0.0, 1.8, 0.5, 1.2, -0.2, 0.3])  # a drafter that likes other tokens
+
+
+@pytest.mark.parametrize("temperature", [0.7, 1.0, 1.5])
+def test_typical_acceptance_is_not_exact_at_positive_temperature(temperature):
+    """The known-bad control a serving stack ships: the chi-square test that passes the exact rule rejects it."""
+    sampling = SamplingConfig(temperature=temperature)
+    p, q = warp(LOGITS, sampling).tolist(), warp(DRAFT_LOGITS, sampling).tolist()
+    assert float(chi_square_pvalue(_counts("exact", p, q), normalise(p))) > 0.01
+    typical = _counts("typical_acceptance", p, q)
+    assert float(chi_square_pvalue(typical, normalise(p))) < 1e-6
+    assert float(chi_square_pvalue(typical, emitted_distribution(torch.tensor(p), torch.tensor(q), "typical_acceptance"))) > 0.01
+
+
+@pytest.mark.parametrize("draft_temperature", [0.0, 1.0])
+def test_typical_acceptance_is_greedy_at_temperature_zero(draft_temperature):
+    """One-hot p_target: only the argmax clears the bar and the fallback is the argmax, so every token is greedy's."""
+    p = warp(LOGITS, SamplingConfig(temperature=0.0))
+    q = warp(DRAFT_LOGITS, SamplingConfig(temperature=draft_temperature))
+    samples = sample_first_tokens(p, q, 5_000, torch.Generator().manual_seed(3), "typical_acceptance")
+    assert samples.eq(int(LOGITS.argmax())).all()
+    assert torch.equal(emitted_distribution(p, q, "typical_acceptance"), p.double())
 
 
 def test_lab_figures_escape_token_names():

@@ -15,6 +15,9 @@ agree. Here all of them come from the same StepRecords:
   depth i-1 and a node at depth i was tried. Under Leviathan's independence assumption it equals alpha at every i.
   vLLM's "Per-position acceptance rate" is unconditional (accepted at i / drafting rounds), the product
   of the conditional rates up to i.
+* acceptance by head (Medusa): the token at draft depth d comes from head d + 1 (draft_heads), so head i's
+  conditional rate is the rate at position i; head_acceptance adds how many of the head's tokens the rule tried
+  (a tree tries up to W siblings) and the mean probability the head itself gave them (its q_draft there).
 * measured speedup: plain decoding's decode time for as many tokens / this run's decode time. It can never exceed
   tokens per target pass: each round is one target pass over k+1 tokens, which costs at least a 1-token pass. A
   measured speedup above it means a clock was disturbed (speedup_disturbed), and it is not reported as a result.
@@ -158,6 +161,46 @@ def position_acceptance(records: Sequence[StepRecord]) -> tuple[PositionAcceptan
             accepted[i] += i < n
     drafting = sum(r.num_drafted > 0 for r in records)
     return tuple(PositionAcceptance(i + 1, reached[i], accepted[i], drafting) for i in range(depth))
+
+
+def draft_heads(record: StepRecord) -> tuple[int, ...]:
+    """The Medusa head (1-based) that proposed each drafted token of a round: a chain's position i and a tree node at
+    depth d come from head i + 1 and d + 1. The one place a head is derived; meaningful for a heads drafter only."""
+    depths = tree_depths(record.tree_parents) if record.is_tree else range(record.num_drafted)
+    return tuple(d + 1 for d in depths)
+
+
+@dataclass(frozen=True)
+class HeadAcceptance:
+    """Medusa head i over a run: its conditional acceptance (position i's) and what it said of the tokens tried."""
+
+    head: int  # 1-based: head i guesses the token i places after the newest committed one
+    acceptance: PositionAcceptance  # rounds that tried a token of head i (every earlier head's kept), and kept one
+    tokens_tried: int  # the head's tokens the rule tried (a tree tries up to W siblings a round)
+    mean_q: float | None  # the head's mean probability (q_draft) for the tokens tried
+    mean_p: float | None  # the target's mean p_target for them (at their parent context)
+
+    @property
+    def rate(self) -> float | None:
+        return self.acceptance.rate
+
+
+def head_acceptance(records: Sequence[StepRecord]) -> tuple[HeadAcceptance, ...]:
+    """Acceptance by head 1..deepest drafted, for a heads drafter's records (see draft_heads)."""
+    positions = position_acceptance(records)
+    q_sums, p_sums, tried = [0.0] * len(positions), [0.0] * len(positions), [0] * len(positions)
+    for r in records:
+        for node, head in enumerate(draft_heads(r)):
+            if r.draft_fates[node] in ("accepted", "rejected"):
+                tried[head - 1] += 1
+                q_sums[head - 1] += r.q_draft[node]
+                p_sums[head - 1] += r.p_target[node]
+    return tuple(
+        HeadAcceptance(
+            p.position, p, tried[i], q_sums[i] / tried[i] if tried[i] else None, p_sums[i] / tried[i] if tried[i] else None,
+        )
+        for i, p in enumerate(positions)
+    )  # fmt: skip
 
 
 def alpha_of(records: Sequence[StepRecord]) -> float | None:

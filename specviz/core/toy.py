@@ -9,6 +9,15 @@ Two tempting mistakes are here too, so their drift can be seen:
   draft over-weights are then emitted too often.
 * ``greedy_draft_soft_q``: draft x = argmax q_draft (as greedy drafting does) but accept with the
   soft q_draft(x). The rule's proof needs x to be drawn from q_draft, so this is biased too.
+
+And one rule a serving stack really ships:
+
+* ``typical_acceptance``: the Medusa repository's ``evaluate_posterior`` (vLLM's typical acceptance sampler
+  follows it). Keep x when p_target(x) > min(eps, delta * exp(-H(p_target))), with eps = 0.09
+  (``posterior_threshold``) and delta = 0.3 (``posterior_alpha``); otherwise emit a draw from p_target. It never
+  looks at q_draft, so it cannot undo the drafter's preferences: at T > 0 the output leans towards what the drafter
+  proposes. At T = 0 (one-hot p_target) only the argmax clears the threshold and the fallback is the argmax, so
+  it is greedy decoding exactly.
 """
 
 from __future__ import annotations
@@ -20,9 +29,11 @@ import torch
 
 from specviz.core.verify import residual
 
-ToyVariant = Literal["exact", "resample_from_target", "greedy_draft_soft_q"]
-TOY_VARIANTS: tuple[ToyVariant, ...] = ("exact", "resample_from_target", "greedy_draft_soft_q")
+ToyVariant = Literal["exact", "resample_from_target", "greedy_draft_soft_q", "typical_acceptance"]
+TOY_VARIANTS: tuple[ToyVariant, ...] = ("exact", "resample_from_target", "greedy_draft_soft_q", "typical_acceptance")
 MAX_TOY_SAMPLES = 1_000_000
+POSTERIOR_THRESHOLD = 0.09  # Medusa's posterior_threshold (eps): a token at least this likely under p_target is kept
+POSTERIOR_ALPHA = 0.3  # Medusa's posterior_alpha (delta): scales exp(-entropy), the bar for a flat p_target
 
 
 def normalise(weights: torch.Tensor | list[float], name: str = "distribution") -> torch.Tensor:
@@ -36,6 +47,20 @@ def normalise(weights: torch.Tensor | list[float], name: str = "distribution") -
     if total <= 0:
         raise ValueError(f"{name} weights are all zero: give at least one token some weight.")
     return w / total
+
+
+def typical_threshold(p_target: torch.Tensor, eps: float = POSTERIOR_THRESHOLD, delta: float = POSTERIOR_ALPHA) -> float:
+    """(V,) p_target -> min(eps, delta * exp(-H(p_target))), the bar typical acceptance holds a candidate to
+    (H in nats, 0 log 0 = 0; Medusa adds 1e-5 inside the log, which moves the bar by less than 1e-4)."""
+    p = torch.as_tensor(p_target, dtype=torch.float64)
+    entropy = -float(torch.special.xlogy(p, p).sum())
+    return min(eps, delta * float(torch.exp(torch.tensor(-entropy))))
+
+
+def typical_accepted(p_target: torch.Tensor) -> torch.Tensor:
+    """(V,) p_target -> (V,) bool: the tokens typical acceptance keeps when they are drafted."""
+    p = torch.as_tensor(p_target, dtype=torch.float64)
+    return p > typical_threshold(p)
 
 
 def _check(p_target: torch.Tensor, q_draft: torch.Tensor, variant: str) -> tuple[torch.Tensor, torch.Tensor]:
@@ -65,11 +90,12 @@ def sample_first_tokens(
         drafted = torch.full((n,), int(q.argmax()), dtype=torch.long)
     else:
         drafted = torch.multinomial(q, n, replacement=True, generator=generator)  # (N,)
-    # 2. accept with min(1, p/q) at the drafted token (q > 0 there, since x came from q or its argmax)
-    accept_prob = (p[drafted] / q[drafted]).clamp(max=1.0)
+    # 2. accept with min(1, p/q) at the drafted token (q > 0 there, since x came from q or its argmax);
+    #    typical acceptance keeps x when p(x) clears its entropy bar, whatever q(x) was
+    accept_prob = typical_accepted(p)[drafted].double() if variant == "typical_acceptance" else (p[drafted] / q[drafted]).clamp(max=1.0)
     accepted = torch.rand(n, generator=generator, dtype=torch.float64) < accept_prob
-    # 3. on a rejection: the residual, or p_target itself for the resampling bug
-    fallback = p if variant == "resample_from_target" else residual(p, q)
+    # 3. on a rejection: the residual, or p_target itself for the resampling bug and for typical acceptance
+    fallback = p if variant in ("resample_from_target", "typical_acceptance") else residual(p, q)
     replacement = torch.multinomial(fallback, n, replacement=True, generator=generator)  # (N,)
     return torch.where(accepted, drafted, replacement)
 
@@ -83,6 +109,9 @@ def emitted_distribution(p_target: torch.Tensor, q_draft: torch.Tensor, variant:
         out = (1.0 - keep) * residual(p, q)
         out[x] += keep
         return out
+    if variant == "typical_acceptance":
+        kept = torch.where(typical_accepted(p), q, torch.zeros_like(q))  # P(draft v and keep it) = q(v) [p(v) > bar]
+        return kept + (1.0 - float(kept.sum())) * p
     kept = torch.minimum(p, q)  # P(draft v and keep it) = q(v) min(1, p(v)/q(v))
     rejected_mass = 1.0 - float(kept.sum())
     fallback = p if variant == "resample_from_target" else residual(p, q)

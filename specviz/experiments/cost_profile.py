@@ -279,9 +279,10 @@ def _batch_runners(target: LoadedModel, ids: list[int], context_length: int, max
 
 
 def _draft_runners(
-    target: LoadedModel, context: list[int], drafters: Sequence[str], draft_k: int, turn: Turn = no_turn
+    target: LoadedModel, context: list[int], drafters: Sequence[str], draft_k: int, turn: Turn = no_turn, heads_folder: str | None = None
 ) -> tuple[dict[str, Callable[[], object]], dict[str, int]]:
-    """kind -> one proposal of draft_k tokens at the context (rolled back after), and the tokens one call drafts."""
+    """kind -> one proposal of draft_k tokens at the context (rolled back after), and the tokens one call drafts.
+    heads_folder: the Medusa heads to time (None: the ones shipped for the embedded target)."""
     import torch
 
     from specviz.config import RunConfig
@@ -297,7 +298,7 @@ def _draft_runners(
             log.info("skipping early exit: the target has one layer")
             continue
         # threshold 0: the n-gram drafter drafts all k where the context matches, so the cost is per drafted token
-        config = RunConfig(target=target.name, drafter=kind, num_draft_tokens=draft_k, ngram_threshold=0.0)  # type: ignore[arg-type]
+        config = RunConfig(target=target.name, drafter=kind, num_draft_tokens=draft_k, ngram_threshold=0.0, medusa_heads=heads_folder)  # type: ignore[arg-type]
         try:
             drafter = make_drafter(config, target)
         except HeadsError as exc:  # no heads for this target: the other drafters are still measured
@@ -355,11 +356,13 @@ def measure_profile(
     label: str = "",
     turn: Turn = no_turn,
     batch_sizes: Sequence[int] = (),
+    heads_folder: str | None = None,
 ) -> CostProfile:
     """Time target passes over 1..max_tokens new tokens after context_length cached tokens, each drafter's
     proposals (draft_k tokens at a time) at that context, and for each of batch_sizes the same passes over B
     rows at once. Each measurement is the mean of ``number`` calls after torch's own warm-up; the profile keeps
-    the median over ``repeats``. turn: the model is held one turn for the setup and one per measurement."""
+    the median over ``repeats``. turn: the model is held one turn for the setup and one per measurement.
+    heads_folder: the Medusa heads to time (None: the ones shipped for the embedded target)."""
     import torch
 
     _check_profile_args(target, max_tokens, context_length, repeats, number, clock, drafters, batch_sizes)
@@ -373,7 +376,7 @@ def measure_profile(
     ids = _context_ids(target, context_length, BATCH_ROW_OFFSET * max(batch_sizes, default=0) + max_tokens)
     context, new = ids[:context_length], ids[context_length : context_length + max_tokens]
     runners = _pass_runners(target, context, new, turn) | _batch_runners(target, ids, context_length, max_tokens, batch_sizes, turn)
-    draft_runners, drafted_per_call = _draft_runners(target, context, drafters, draft_k, turn)
+    draft_runners, drafted_per_call = _draft_runners(target, context, drafters, draft_k, turn, heads_folder)
     samples = _time_rotating(runners | draft_runners, repeats, number, threads, clock, turn, on_progress)
     pass_ms = tuple(statistics.median(samples[f"pass {n}"]) for n in range(1, max_tokens + 1))
     batch_ms = {str(b): tuple(statistics.median(samples[f"batch {b} pass {t}"]) for t in range(1, max_tokens + 1)) for b in batch_sizes}

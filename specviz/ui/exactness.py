@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from specviz.config import EMBEDDED_TARGET, RunConfig, validate_prompt
-from specviz.core.toy import TOY_VARIANTS, normalise, run_toy
+from specviz.core.toy import POSTERIOR_ALPHA, POSTERIOR_THRESHOLD, TOY_VARIANTS, normalise, run_toy
 from specviz.experiments.lab import (
     LAB_DRAFTERS,
     REAL_MODES,
@@ -20,7 +20,7 @@ from specviz.ui import access
 from specviz.ui.models import run_models
 
 __all__ = [
-    "EMBEDDED_TARGET", "LAB_DRAFTERS", "REAL_MODES", "TOY_VARIANTS", "GreedyResult", "RealResult", "normalise", "run_greedy",
+    "EMBEDDED_TARGET", "LAB_DRAFTERS", "POSTERIOR_ALPHA", "POSTERIOR_THRESHOLD", "REAL_MODES", "TOY_VARIANTS", "GreedyResult", "RealResult", "normalise", "run_greedy",
     "run_real", "run_toy", "summarize_real",
 ]  # fmt: skip
 

@@ -6,14 +6,32 @@ from __future__ import annotations
 
 import streamlit as st
 
-from specviz.core.metrics import RunMetrics, run_metrics
+from specviz.core.metrics import RunMetrics, head_acceptance, run_metrics
 from specviz.core.theory import VerifyCost
 from specviz.experiments.cost_profile import shipped_profiles
 from specviz.ui.memo import memo, round_key
-from specviz.ui.step_views import MEASURING, ViewRun, ViewSource, measuring, run_frame
+from specviz.ui.step_views import MEASURING, ViewRun, ViewSource, by_head, measuring, run_frame
 from specviz.viz import verify_cost_ratio
 from specviz.viz.markdown import md_text
-from specviz.viz.metrics import decay_note, metrics_frame, position_figure, positions_frame
+from specviz.viz.metrics import decay_note, head_figure, heads_frame, metrics_frame, position_figure, positions_frame
+
+POSITION_CAPTION = (
+    "Bars: of the rounds that reached draft position i (every earlier draft kept), the share that kept draft i; n is that count, "
+    "faint bars have fewer than 5. Dashed: the one α the formula (1 − α^(k+1))/(1 − α) assumes at every position. "
+    "Bars falling below the line mean long drafts are worth less than the formula promises."
+)
+HEAD_CAPTION = (
+    "Head i guesses the token i places ahead, so its bar is position i's rate: of the rounds that tried head i's token (every "
+    "earlier head's kept), the share that kept it. Look at how fast the bars fall: each head guesses farther from the hidden "
+    "state it reads, blind to the guesses before it. Diamonds: the head's own mean probability for its tried tokens; a diamond "
+    "above its bar is a head surer than it is right."
+)
+WHY_HEADS = (
+    "Why heads, and when not: a Medusa head guesses from the target's own hidden state, which already holds what the target "
+    "is about to say, and all heads together cost about one extra read of the LM head, so on fresh prose they propose tokens "
+    "a context n-gram model has never seen. On text that copies itself, prompt lookup wins: it copies long spans at almost no "
+    "cost and stays right along the whole span, while a head's accuracy falls with every token it looks ahead."
+)
 
 
 def cpu_precision(dtype: str) -> str:
@@ -48,7 +66,7 @@ def panel(session: ViewSource) -> None:
     runs = [r for r in session.runs if r.records]
     if not runs:
         return
-    metrics, table, positions = memo(session, "metrics_panel", round_key(session), lambda: _panel_parts(session, runs))
+    metrics, table, positions, heads = memo(session, "metrics_panel", round_key(session), lambda: _panel_parts(session, runs))
     st.subheader("Every metric by its name")
     st.dataframe(table, hide_index=True, width="stretch", key="metrics_table")
     if any(measuring(session, r) for r in runs):
@@ -58,21 +76,29 @@ def panel(session: ViewSource) -> None:
         "after a rejection, mean acceptance length skips rounds that drafted nothing, tokens per target pass counts every pass. "
         "Compare a tool's number with the row of the same name, not with α."
     )
-    st.subheader("Acceptance by draft position")
-    st.plotly_chart(positions, width="stretch", key="fig_positions")
-    st.caption(
-        "Bars: of the rounds that reached draft position i (every earlier draft kept), the share that kept draft i; n is that count, "
-        "faint bars have fewer than 5. Dashed: the one α the formula (1 − α^(k+1))/(1 − α) assumes at every position. "
-        "Bars falling below the line mean long drafts are worth less than the formula promises."
-    )
+    if heads is None:
+        st.subheader("Acceptance by draft position")
+        st.plotly_chart(positions, width="stretch", key="fig_positions")
+        st.caption(POSITION_CAPTION)
+    else:
+        st.subheader("Acceptance by draft position and by head")
+        left, right = st.columns(2)
+        left.plotly_chart(positions, width="stretch", key="fig_positions")
+        left.caption(POSITION_CAPTION)
+        right.plotly_chart(heads, width="stretch", key="fig_heads")
+        right.caption(HEAD_CAPTION)
+        st.caption(WHY_HEADS)
     for run in runs:
         c, verify, label = _costs(session, run)
         st.markdown(f"**{md_text(run.label)}.** " + decay_note(metrics[run.label], c, verify, label))
 
 
-def _panel_parts(session: ViewSource, runs: list[ViewRun]) -> tuple[dict[str, RunMetrics], object, object]:
-    """The metrics (no speedup while the baseline is short of the run: it would be extrapolated), the table, the chart."""
+def _panel_parts(session: ViewSource, runs: list[ViewRun]) -> tuple[dict[str, RunMetrics], object, object, object | None]:
+    """The metrics (no speedup while the baseline is short of the run: it would be extrapolated), the table, the
+    position chart, and the head chart when a run drafts with Medusa heads (else None)."""
     metrics: dict[str, RunMetrics] = {
         r.label: run_metrics(r.records, () if measuring(session, r) else session.baseline.records) for r in runs
     }
-    return metrics, metrics_frame(metrics), position_figure(positions_frame(metrics))
+    heads = {r.label: head_acceptance(r.records) for r in runs if by_head(r.config)}
+    head_chart = head_figure(heads_frame(heads)) if heads else None
+    return metrics, metrics_frame(metrics), position_figure(positions_frame(metrics)), head_chart

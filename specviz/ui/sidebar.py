@@ -32,6 +32,7 @@ PLAY_PACES = (0.25, 0.5, 1.0, 2.0)  # seconds between auto-steps
 DEVICES = ("auto", "cpu", "cuda", "mps")
 DTYPES = ("auto", "float32", "fp16-weights", "bfloat16", "float16")  # int8-dynamic is the numerics lab's alone
 NO_DRAFT = ""
+SHIPPED_HEADS = ""  # the Medusa heads field left empty: the heads shipped for the embedded target (RunConfig.medusa_heads None)
 # numeric widgets: key -> (type, low, high); a forced value outside is refused before the widget would choke on it
 NUMBERS: dict[str, tuple[type, float, float]] = {
     "temperature": (float, 0.0, 2.0), "top_k": (int, 0, 100_000), "top_p": (float, 0.05, 1.0), "seed": (int, 0, 2**31 - 1),
@@ -128,6 +129,10 @@ def refuse_forced(policy: Policy) -> None:
     if not isinstance(draft, str) or (draft.strip() and not policy.allows_draft(draft)):
         refused(f"The draft model {draft!r} is not on this server's list.")
         state["draft_model"] = NO_DRAFT
+    heads = widgets.held("medusa_heads", SHIPPED_HEADS)
+    if not isinstance(heads, str) or (heads.strip() and not policy.allows_heads(heads)):
+        refused(f"The Medusa heads {heads!r} are not on this server's list; using the shipped heads.")
+        state["medusa_heads"] = SHIPPED_HEADS
     for key, choices in (("device", DEVICES), ("dtype", DTYPES)):
         value = widgets.held(key, "auto")
         if value not in choices or (value != "auto" and not policy.allow_device):
@@ -219,11 +224,28 @@ def _drafter_widgets(policy: Policy, max_k: int) -> tuple[dict, str, int]:
         threshold = widgets.slider("n-gram: stop drafting when its confidence falls below", 0.0, 1.0, value=DEFAULTS.ngram_threshold, step=0.05, key="ngram_threshold")
     if "early-exit" in kinds_in_use:
         exit_layer = widgets.number_input("early exit: layers L the draft runs (0 = auto, ~93% of the depth)", 0, 200, value=0, key="exit_layer")
+    heads = _heads_widget(policy) if any(drafter_spec(d).lm == "heads" for d in kinds_in_use if d != COMPARE_OFF) else SHIPPED_HEADS
     fields = dict(
         drafter=drafter, num_draft_tokens=int(k), tree_width=int(tree_width), adaptive_k=bool(adaptive_k), ngram_max=int(ngram_max),
         ngram_min=DEFAULTS.ngram_min, ngram_threshold=float(threshold), exit_layer=int(exit_layer) or None,
+        medusa_heads=heads.strip() or None,
     )  # fmt: skip
     return fields, compare, int(compare_width)
+
+
+def _heads_widget(policy: Policy) -> str:
+    """The Medusa heads: a folder typed where custom models are allowed, else the owner's list (SHIPPED_HEADS: the shipped ones)."""
+    if policy.allow_custom_models:
+        return widgets.text_input(
+            "Medusa heads folder (empty = the heads shipped for the embedded target)", key="medusa_heads", reset=SHIPPED_HEADS,
+            help="A folder in Medusa's layout (config.json + medusa_lm_head.safetensors) trained for this target; heads for another target are refused.",
+        )  # fmt: skip
+    options = [SHIPPED_HEADS] + [h for h in policy.allowed_medusa_heads if h != SHIPPED_HEADS]
+    if len(options) == 1:
+        return SHIPPED_HEADS
+    if st.session_state.get("medusa_heads", SHIPPED_HEADS) not in options:
+        st.session_state["medusa_heads"] = SHIPPED_HEADS
+    return widgets.selectbox("Medusa heads (this server's list)", options, key="medusa_heads", format_func=lambda h: h or "the shipped heads")
 
 
 def _sampling_widgets(policy: Policy) -> tuple[dict, float]:

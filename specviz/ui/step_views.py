@@ -16,9 +16,10 @@ import streamlit as st
 
 from specviz.config import RunConfig
 from specviz.core.divergence import Divergence, emitted_margins, first_divergence
-from specviz.core.metrics import disturbance_note
+from specviz.core.metrics import disturbance_note, draft_heads
 from specviz.core.records import StepRecord
 from specviz.core.theory import speedup as theory_speedup
+from specviz.drafters.specs import drafter_spec
 from specviz.ui import widgets
 from specviz.ui.memo import baseline_state, memo, round_key
 from specviz.ui.session import baseline_key
@@ -37,6 +38,7 @@ from specviz.viz import (
     visible_plain,
 )
 from specviz.viz.figures import BASELINE_RUN
+from specviz.viz.frames import head_drafts_frame
 from specviz.viz.markdown import md_code, md_text
 from specviz.viz.metrics import DISTURBED
 
@@ -204,11 +206,20 @@ def live_progress(session: ViewSource) -> None:
             st.html(token_stream_html(session.prompt_texts, stream_frame(run.records, session.token_text), show_prompt=False))
 
 
-def _position_label(record, position: int, token_text) -> str:
+def by_head(config: RunConfig) -> bool:
+    """The run drafts with Medusa heads (its DRAFTERS row drafts with "heads"), so each drafted token has a head."""
+    try:
+        return drafter_spec(config.drafter).lm == "heads"
+    except ValueError:  # a recording of a drafter this version does not know
+        return False
+
+
+def _position_label(record, position: int, token_text, heads: Sequence[int] = ()) -> str:
     info = position_info(record, position)
     if info.kind == "draft":
         mark = "✓" if info.fate == "accepted" else "✗"
-        return f"{position + 1}: {visible_plain(token_text(info.drafted))} {mark}"
+        head = f" · head {heads[info.node]}" if heads else ""
+        return f"{position + 1}: {visible_plain(token_text(info.drafted))} {mark}{head}"
     return f"{position + 1}: {info.kind}"
 
 
@@ -232,6 +243,7 @@ def inspector(session: ViewSource) -> None:
         else:
             round_index = widgets.slider("round", 0, n - 1, value=n - 1, key="inspect_round")
         record = run.records[round_index]
+        heads = draft_heads(record) if by_head(run.config) else ()
         positions = list(range(num_positions(record)))
         rejected = [i for i in positions if position_info(record, i).fate == "rejected"]
         default = rejected[0] if rejected else positions[-1]
@@ -239,16 +251,33 @@ def inspector(session: ViewSource) -> None:
             "position in the round",
             positions,
             index=default,
-            format_func=lambda i: md_text(_position_label(record, i, session.token_text)),  # radio options are Markdown
+            format_func=lambda i: md_text(_position_label(record, i, session.token_text, heads)),  # radio options are Markdown
             key=f"inspect_pos_{run.label}_{round_index}",
         )
     info = position_info(record, position)
     df = position_frame(record, position, session.token_text)
     with left:
-        st.markdown(_position_story(info, session))
+        st.markdown(_position_story(info, session, heads))
     with right:
         st.plotly_chart(figures.inspector_figure(df, info), width="stretch", key="inspector_chart")
         st.caption(_inspector_caption(info, record.has_q))
+    if heads:
+        head_drafts(record, session, heads)
+
+
+def head_drafts(record: StepRecord, session: ViewSource, heads: Sequence[int]) -> None:
+    """A Medusa round's drafted tokens with the head that proposed each and the probability it gave it."""
+    st.dataframe(
+        head_drafts_frame(record, session.token_text, heads), hide_index=True, width="stretch", key="inspector_heads",
+        column_config={"q_draft": st.column_config.NumberColumn("the head's probability (q_draft)", format="%.3f"),
+                       "p_target": st.column_config.NumberColumn("p_target", format="%.3f")},
+    )  # fmt: skip
+    st.caption(
+        "Which Medusa head proposed each drafted token: head i reads the target's hidden state at the newest committed "
+        "token and guesses the token i places ahead, without seeing the guesses before it. Its probability is its "
+        "q_draft, warped like the target's (one-hot at temperature 0); the rule keeps a chain's token with min(1, p/q) "
+        "and a tree's with the one-hot rule of distinct children, so the output stays the target's whatever the head said."
+    )
 
 
 def _inspector_caption(info, has_q: bool) -> str:
@@ -269,12 +298,13 @@ def _inspector_caption(info, has_q: bool) -> str:
     )
 
 
-def _position_story(info, session: ViewSource) -> str:
+def _position_story(info, session: ViewSource, heads: Sequence[int] = ()) -> str:
     t = session.token_text
     if info.kind == "draft":
         verdict = "**kept**" if info.fate == "accepted" else "**rejected**"
+        by = f"Medusa head {heads[info.node]} drafted" if heads else "Drafted"
         lines = [
-            f"Drafted {md_code(visible_plain(t(info.drafted)))}: p_target = {_fmt(info.p_target, '.3f')}, q_draft = {_fmt(info.q_draft, '.3f')}.",
+            f"{by} {md_code(visible_plain(t(info.drafted)))}: p_target = {_fmt(info.p_target, '.3f')}, q_draft = {_fmt(info.q_draft, '.3f')}.",
             f"min(1, p/q) = {_fmt(info.accept_prob, '.3f')} against u = {_fmt(info.uniform, '.3f')} → {verdict}.",
         ]
         if info.next_fate == "resampled":

@@ -25,7 +25,7 @@ from specviz.core.theory import (
 )
 from specviz.experiments import batch as batch_results
 from specviz.experiments import cost_profile as cost_profile
-from specviz.experiments.cost_profile import CostProfile, shipped_profiles
+from specviz.experiments.cost_profile import PROFILE_DRAFTERS, CostProfile, shipped_profiles
 from specviz.ui import access
 from specviz.ui import models as ui_models
 from specviz.viz import theory as figures
@@ -33,8 +33,8 @@ from specviz.viz.theory import batch_frame, batch_ratios
 
 __all__ = [
     "MAX_K", "BatchLesson", "CostProfile", "TheoryNumbers", "VerifyCurve", "acceptance_rate", "alpha_definitions", "batch_lesson",
-    "best_k", "curves", "heatmap", "last_run_alpha", "measure_this_machine", "shipped_profiles", "theory_numbers", "verify_curves",
-    "worked_examples",
+    "best_k", "curves", "draft_cost_cells", "heatmap", "last_run_alpha", "measure_this_machine", "shipped_profiles", "theory_numbers",
+    "verify_curves", "worked_examples",
 ]  # fmt: skip
 
 
@@ -65,6 +65,17 @@ def measure_this_machine(on_progress: Callable[[int, int, str], None]) -> CostPr
     repeats = 1 if access.current_policy().shared else 3
     with access.long_job(target, "the cost profile", "its next measurement") as turn:
         return cost_profile.measure_profile(target, repeats=repeats, label="this machine, measured now", turn=turn, on_progress=on_progress)
+
+
+NOT_MEASURED = "not measured yet"
+
+
+def draft_cost_cells(profile: CostProfile) -> dict[str, str]:
+    """'c, <drafter>' -> the profile's measured c per drafted token, for every drafter a profile measures (a profile made
+    before a drafter existed says so instead of a number: the lead re-measures the shipped profiles), then any other."""
+    cost = profile.draft_cost
+    cells = {f"c, {d}": f"{cost[d]:.3g}" if d in cost else NOT_MEASURED for d in PROFILE_DRAFTERS}
+    return cells | {f"c, {d}": f"{v:.3g}" for d, v in cost.items() if d not in PROFILE_DRAFTERS}
 
 
 # --- At batch B ----------------------------------------------------------------------------------

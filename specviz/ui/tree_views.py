@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import streamlit as st
 
+from specviz.core.metrics import draft_heads
 from specviz.ui import widgets
 from specviz.ui.memo import memo
-from specviz.ui.step_views import ViewSource
+from specviz.ui.step_views import ViewSource, by_head
 from specviz.viz.markdown import md_text
 from specviz.viz.tree import mask_figure, tree_figure
 
@@ -29,10 +30,17 @@ def tree_rounds(session: ViewSource) -> None:
         # the key names the count, so a new tree round resets the slider to the latest one
         index = widgets.select_slider("tree round", [r.index for r in trees], value=trees[-1].index, key=f"tree_round_{run.label}_{len(trees)}")
         record = next(r for r in trees if r.index == index)
+    heads = draft_heads(record) if by_head(run.config) else ()
     left, right = st.columns([3, 2])
     with left:
-        figure = memo(session, f"tree:{run.label}", (record.index,), lambda: tree_figure(record, session.token_text))
+        figure = memo(session, f"tree:{run.label}", (record.index,), lambda: tree_figure(record, session.token_text, heads=heads))
         st.plotly_chart(figure, width="stretch", key="tree_chart")
+        if heads:
+            st.caption(
+                "Medusa's tree: level d holds head d's top guesses for the token d places ahead, each hung under the "
+                "spine (the previous heads' first choices), so the columns are the heads. The tree is fixed before the "
+                "target sees it; one pass verifies every node."
+            )
         st.caption(
             "Look at which branch survived: green nodes were accepted, red ones tried and rejected, grey ones never "
             "tried (their parent was rejected). The thick line is the accepted path; the orange diamond is the token "

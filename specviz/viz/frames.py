@@ -149,6 +149,22 @@ def drafts_frame(records: Sequence[StepRecord], token_text: TokenText | None = N
     return pd.DataFrame(rows, columns=["round", "position", "token_id", "token", "p_target", "q_draft", "accept_prob", "uniform", "fate", "has_q"])
 
 
+HEAD_DRAFT_COLUMNS = ["node", "head", "token_id", "token", "q_draft", "p_target", "fate"]
+
+
+def head_drafts_frame(record: StepRecord, token_text: TokenText, heads: Sequence[int]) -> pd.DataFrame:
+    """One row per drafted token of a Medusa round: the head that proposed it (core.metrics.draft_heads), the
+    probability the head gave it (q_draft), the target's p_target there and its fate. Token text is untrusted."""
+    rows = [
+        {
+            "node": i, "head": heads[i], "token_id": tok, "token": visible_plain(token_text(tok)),
+            "q_draft": record.q_draft[i], "p_target": record.p_target[i], "fate": record.draft_fates[i],
+        }
+        for i, tok in enumerate(record.drafted)
+    ]  # fmt: skip
+    return pd.DataFrame(rows, columns=HEAD_DRAFT_COLUMNS)
+
+
 STREAM_COLUMNS = ["round", "kind", "token_id", "text", "p_target", "q_draft", "accept_prob", "uniform", "residual", "has_q", "first_in_round"]
 
 
@@ -209,6 +225,7 @@ class PositionInfo:
     uniform: float | None
     next_token: int | None  # the resampled / bonus / plain-target token emitted here
     next_fate: str | None
+    node: int | None = None  # the drafted token's index in the record (a chain's position, a tree's node)
 
 
 def num_positions(record: StepRecord) -> int:
@@ -228,7 +245,7 @@ def position_info(record: StepRecord, position: int) -> PositionInfo:
         i = position
         return PositionInfo(
             i, "draft", record.drafted[i], record.draft_fates[i], record.p_target[i], record.q_draft[i],
-            record.accept_prob[i], record.uniforms[i], next_token, next_fate,
+            record.accept_prob[i], record.uniforms[i], next_token, next_fate, node=i,
         )
     kind = "bonus" if record.num_drafted else "target"
     return PositionInfo(position, kind, None, None, None, None, None, None, next_token, next_fate)
@@ -292,5 +309,5 @@ def tree_position_info(record: StepRecord, position: int) -> PositionInfo:
         return PositionInfo(position, "bonus", None, None, None, None, None, None, next_token, next_fate)
     return PositionInfo(
         position, "draft", record.drafted[node], record.draft_fates[node], record.p_target[node], record.q_draft[node],
-        record.accept_prob[node], record.uniforms[node], next_token, next_fate,
+        record.accept_prob[node], record.uniforms[node], next_token, next_fate, node=node,
     )  # fmt: skip

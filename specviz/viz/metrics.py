@@ -13,12 +13,13 @@ import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 
-from specviz.core.metrics import METRIC_INFO, RunMetrics
+from specviz.core.metrics import METRIC_INFO, HeadAcceptance, RunMetrics
 from specviz.core.theory import MAX_K, VerifyCost, best_k, best_k_by_position, expected_tokens, expected_tokens_by_position
 from specviz.viz.theory import K_COLORS, LAYOUT
 
 MIN_COUNT = 5  # a position's rate is drawn solid, and used for best k, only when reached at least this often
 POSITION_COLUMNS = ["run", "position", "reached", "accepted", "rate", "unconditional", "alpha"]
+HEAD_COLUMNS = ["run", "head", "reached", "accepted", "rate", "unconditional", "tokens_tried", "mean_q", "mean_p"]
 
 
 def _fmt(x: float | None, spec: str = ".3f") -> str:
@@ -98,6 +99,51 @@ def position_figure(df: pd.DataFrame) -> go.Figure:
     fig.update_layout(
         title="acceptance by draft position, against one constant α", barmode="group",
         xaxis=dict(title="draft position i in a round", dtick=1), yaxis=dict(title="P(kept at i | reached i)", range=[0, 1.15]), **LAYOUT,
+    )
+    return fig
+
+
+def _nan(x: float | None) -> float:
+    return np.nan if x is None else x
+
+
+def heads_frame(runs: Mapping[str, tuple[HeadAcceptance, ...]]) -> pd.DataFrame:
+    """One row per (run, Medusa head): rounds that tried it and kept it, both rates, tokens tried, the head's and the target's mean probability."""
+    rows = [
+        {
+            "run": label, "head": h.head, "reached": h.acceptance.reached, "accepted": h.acceptance.accepted,
+            "rate": _nan(h.rate), "unconditional": _nan(h.acceptance.unconditional), "tokens_tried": h.tokens_tried,
+            "mean_q": _nan(h.mean_q), "mean_p": _nan(h.mean_p),
+        }
+        for label, heads in runs.items()
+        for h in heads
+    ]  # fmt: skip
+    return pd.DataFrame(rows, columns=HEAD_COLUMNS)
+
+
+def head_figure(df: pd.DataFrame) -> go.Figure:
+    """Conditional acceptance by Medusa head (bars, count on top; faint where tried < MIN_COUNT) with the head's own mean
+    probability for the tokens it had tried (diamonds): a diamond above its bar is a head more sure of itself than right."""
+    fig = go.Figure()
+    for i, (run, part) in enumerate(df.groupby("run", sort=False)):
+        color = K_COLORS[i % len(K_COLORS)]
+        name = html.escape(str(run))
+        opacity = [1.0 if n >= MIN_COUNT else 0.35 for n in part["reached"]]
+        fig.add_bar(
+            x=part["head"], y=part["rate"], name=f"{name}: kept ÷ tried", marker=dict(color=color, opacity=opacity),
+            text=[f"n={n}" for n in part["reached"]], textposition="outside",
+            customdata=np.stack([part["accepted"], part["reached"], part["unconditional"], part["tokens_tried"], part["mean_p"]], axis=-1),
+            hovertemplate=f"{name}<br>" + "head %{x}: kept in %{customdata[0]} of %{customdata[1]} rounds that tried it = %{y:.2f}"
+            "<br>of all drafting rounds: %{customdata[2]:.2f}<br>tokens tried: %{customdata[3]}, mean p_target %{customdata[4]:.2f}<extra></extra>",
+        )  # fmt: skip
+        fig.add_scatter(
+            x=part["head"], y=part["mean_q"], mode="markers", name=f"{name}: the head's own probability (mean q_draft)",
+            marker=dict(color=color, symbol="diamond-open", size=12, line=dict(width=2)),
+            hovertemplate="head %{x}: mean q_draft of its tried tokens %{y:.2f}<extra></extra>",
+        )
+    fig.update_layout(
+        title="acceptance by Medusa head", barmode="group",
+        xaxis=dict(title="head i (guesses the token i places ahead)", dtick=1), yaxis=dict(title="P(kept | tried)", range=[0, 1.15]), **LAYOUT,
     )
     return fig
 

@@ -4,6 +4,7 @@ and the tree attention mask as a matrix. Never imports streamlit."""
 from __future__ import annotations
 
 import html
+from collections.abc import Sequence
 
 import numpy as np
 import pandas as pd
@@ -15,12 +16,13 @@ from specviz.viz.frames import TokenText
 from specviz.viz.tokens import visible_plain
 
 FATE_COLOURS = {"accepted": "#2ca02c", "rejected": "#d62728", "discarded": "#bbbbbb", "root": "#1f77b4", "next": "#ff7f0e"}
-TREE_COLUMNS = ["node", "parent", "depth", "slot", "token_id", "token", "p_target", "q_draft", "p_current", "accept_prob", "uniform", "fate", "on_path"]
+TREE_COLUMNS = ["node", "parent", "depth", "slot", "token_id", "token", "p_target", "q_draft", "p_current", "accept_prob", "uniform", "fate", "on_path", "head"]
 
 
-def tree_frame(record: StepRecord, token_text: TokenText) -> pd.DataFrame:
+def tree_frame(record: StepRecord, token_text: TokenText, heads: Sequence[int] = ()) -> pd.DataFrame:
     """One row per node of a tree round. p_target and q_draft at the node's parent context; p_current is p at
-    the node's token when the rule tried it (the residual left by rejected siblings before it)."""
+    the node's token when the rule tried it (the residual left by rejected siblings before it). heads: the Medusa
+    head of each node (specviz.core.metrics.draft_heads), or () for other drafters (head is then NaN)."""
     depth = tree_depths(record.tree_parents)
     slots: dict[int, int] = {}
     rows = []
@@ -40,6 +42,7 @@ def tree_frame(record: StepRecord, token_text: TokenText) -> pd.DataFrame:
                 "uniform": record.uniforms[i],
                 "fate": record.draft_fates[i],
                 "on_path": i in record.accepted_path,
+                "head": heads[i] if heads else np.nan,
             }
         )
         slots[parent] += 1
@@ -66,9 +69,10 @@ def _layout(frame: pd.DataFrame) -> dict[int, tuple[float, float]]:
 def _hover(row: pd.Series) -> str:
     q = "—" if np.isnan(row["q_draft"]) else f"{row['q_draft']:.3f}"
     tried = row["fate"] != "discarded"
+    head = "" if pd.isna(row["head"]) else f"Medusa head {int(row['head'])}'s "
     lines = [
         f"node {row['node']} · <b>{html.escape(visible_plain(row['token']))}</b> (id {row['token_id']}) · {row['fate']}",
-        f"q_draft (at its parent) = {q}",
+        f"{head}q_draft (at its parent) = {q}",
         f"p_target (at its parent) = {row['p_target']:.3f}",
     ]
     if tried:
@@ -76,10 +80,11 @@ def _hover(row: pd.Series) -> str:
     return "<br>".join(lines)
 
 
-def tree_figure(record: StepRecord, token_text: TokenText, root_text: str = "context") -> go.Figure:
+def tree_figure(record: StepRecord, token_text: TokenText, root_text: str = "context", heads: Sequence[int] = ()) -> go.Figure:
     """The round's tree, root (the newest committed token) at the left: nodes coloured by fate, the accepted
-    path drawn thick, the next token (resampled or bonus) hung off the path's end in orange."""
-    frame = tree_frame(record, token_text)
+    path drawn thick, the next token (resampled or bonus) hung off the path's end in orange. With Medusa heads the
+    depth axis is labelled by head (depth d: head d's guesses)."""
+    frame = tree_frame(record, token_text, heads)
     pos = _layout(frame)
     fig = go.Figure()
     for _, row in frame.iterrows():
@@ -116,9 +121,13 @@ def tree_figure(record: StepRecord, token_text: TokenText, root_text: str = "con
             marker=dict(size=14, color=FATE_COLOURS[fate], line=dict(width=2, color="black")),
             hovertext=[_hover(row) for _, row in part.iterrows()], hoverinfo="text",
         ))  # fmt: skip
+    depth_axis = dict(title="depth (tokens after the committed context)", dtick=1, zeroline=False)
+    if heads:  # depth d holds head d's top guesses
+        ticks = sorted({int(d) for d in frame["depth"]})
+        depth_axis = dict(title="Medusa head (depth d: head d's guesses)", tickvals=[0, *ticks], ticktext=["context", *(f"head {d}" for d in ticks)], zeroline=False)
     fig.update_layout(
         title=f"Round {record.index}: a tree of {record.num_drafted} nodes, {len(record.accepted_path)} accepted",
-        xaxis=dict(title="depth (tokens after the committed context)", dtick=1, zeroline=False),
+        xaxis=depth_axis,
         yaxis=dict(visible=False), height=380, margin=dict(l=30, r=20, t=50, b=40), legend=dict(orientation="h", y=-0.3),
     )  # fmt: skip
     return fig
