@@ -20,7 +20,7 @@ settings = sidebar()
 share_link(settings)  # mirror the settings in the URL; Copy link in the sidebar
 state = page_state()
 restore_run(state)  # ?run=… after a reload or a replica restart: the run at the same round (specviz/ui/saved_runs.py)
-presentation = presenting.live()  # the room's presentation, if any (specviz/ui/presenting.py)
+presentation = presenting.current()  # the room's presentation, if any (specviz/ui/presenting.py)
 presenting.sidebar_section(presentation)
 presenting.make_pending_fork(state)  # Try it yourself from here: the presenter's run as this session's own
 replay = recordings.replay_state()

@@ -64,6 +64,17 @@ def live() -> Presentation | None:
     return None if room is None else room.read()
 
 
+def current() -> Presentation | None:
+    """The live presentation, at the top of the page; a presenter whose presentation is gone or another's is told."""
+    p = live()
+    if st.session_state.get(PRESENTING_KEY) is not None and not _presenting(p):
+        if p is None:  # the file went (a cleared run directory)
+            st.session_state.pop(PRESENTING_KEY, None)
+        else:
+            _taken_over()
+    return p
+
+
 def _say(kind: str, text: str) -> None:
     st.session_state[MESSAGE_KEY] = (kind, text)
 
@@ -206,11 +217,6 @@ def follow_section(p: Presentation | None) -> ReplaySession | None:
     if presenter_key_setting() is None:
         st.session_state[SEEN_KEY] = None
         return None
-    if st.session_state.get(PRESENTING_KEY) is not None and not _presenting(p):
-        if p is None:  # the file went (a cleared run directory)
-            st.session_state.pop(PRESENTING_KEY, None)
-        else:
-            _taken_over()
     if _presenting(p):
         _seen(p, "presenting")
         return None
@@ -233,12 +239,16 @@ def follow_section(p: Presentation | None) -> ReplaySession | None:
     st.session_state[FOLLOWED_KEY] = p.id
     st.button("Try it yourself from here", key="fork", on_click=_on_fork, help="Your own copy of the presenter's run at this round, with the presenter's settings: Step it, change it, replay it.")
     session = ReplaySession.open(saved.recording, "the presenter's run", shown=saved.num_rounds)
-    if p.selected_round is None or p.selected_round >= session.num_rounds:
-        st.session_state["inspect_follow"] = True
-    else:
-        st.session_state["inspect_follow"] = False
-        st.session_state["inspect_round"] = p.selected_round
+    _show_round(p.selected_round if p.selected_round is not None and p.selected_round < session.num_rounds else None)
     return session
+
+
+def _show_round(selected: int | None) -> None:
+    """The follower's inspector at the presenter's round (None: the latest), set before the inspector draws."""
+    wanted = {"inspect_follow": selected is None} | ({} if selected is None else {"inspect_round": selected})
+    for key, value in wanted.items():
+        if widgets.held(key) != value:
+            st.session_state[key] = value
 
 
 def _on_fork() -> None:
