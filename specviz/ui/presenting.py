@@ -46,7 +46,7 @@ IDLE_EVERY_S = 2.0  # its tick otherwise: noticing that a presentation started o
 BOARD_EVERY_S = 2.0
 GATE_KEY = "specviz_present_gate"  # this session's KeyGate (wrong keys, lock-out)
 PRESENTING_KEY = "specviz_presenting"  # the id of the presentation this session presents
-FOLLOWED_KEY = "specviz_followed"  # the id of the presentation this page last drew while following
+FOLLOWED_KEY = "specviz_followed"  # the id of the presentation this page last saw live (it is told when it ends)
 SEEN_KEY = "specviz_present_seen"  # what the page drew of the presentation (the watcher compares)
 VIEW_KEY = "specviz_follow_view"  # (presentation id, version, SavedRun) the follower's view was drawn from
 FORK_KEY = "specviz_fork"  # {"id": presentation id, "fork": anonymous id, "token": the fork's run token}
@@ -225,9 +225,9 @@ def follow_section(p: Presentation | None) -> ReplaySession | None:
             st.info("The presenter stopped presenting. Your own run is below, as you left it.", icon="🎓")
         _seen(p, "idle")
         return None
+    st.session_state[FOLLOWED_KEY] = p.id
     follow = widgets.toggle("Follow the presenter", value=True, key="follow", help="Draws the presenter's run as it goes, round by round. Off: your own run.")
     if not follow:
-        st.session_state.pop(FOLLOWED_KEY, None)
         _seen(p, "idle")
         return None
     _seen(p, "following")
@@ -236,7 +236,6 @@ def follow_section(p: Presentation | None) -> ReplaySession | None:
     except SavedRunError as exc:
         st.warning(f"The presenter's run cannot be shown ({md_text(exc)}). You keep your own run below.", icon="🎓")
         return None
-    st.session_state[FOLLOWED_KEY] = p.id
     st.button("Try it yourself from here", key="fork", on_click=_on_fork, help="Your own copy of the presenter's run at this round, with the presenter's settings: Step it, change it, replay it.")
     session = ReplaySession.open(saved.recording, "the presenter's run", shown=saved.num_rounds)
     _show_round(p.selected_round if p.selected_round is not None and p.selected_round < session.num_rounds else None)
