@@ -95,7 +95,8 @@ def test_the_board_frame_and_figure(tmp_path):
     assert list(df["band"]) == ["greedy (T = 0)", "T = 1", "T = 1"] and set(df["drafter_name"]) == {"NGRAM"}
     fig = board_figure(df)
     markers = [t for t in fig.data if t.mode == "markers"]
-    assert sum(len(t.x) for t in markers) == 2  # the fork still measuring is in the table only
+    assert sum(len(t.x) for t in markers if "measuring" not in t.name) == 2
+    assert [len(t.x) for t in markers if "measuring" in t.name] == [1]  # hollow, at its tokens per pass
     assert {t.name for t in fig.data if t.mode == "lines"} == {"ceiling, k = 2", "ceiling, k = 4"}
     assert len(board_table(df)) == 3 and temperature_band(1.5) == "T > 1"
     assert len(board_figure(board_frame([])).data) == 0

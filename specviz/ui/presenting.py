@@ -51,6 +51,7 @@ SEEN_KEY = "specviz_present_seen"  # what the page drew of the presentation (the
 VIEW_KEY = "specviz_follow_view"  # (presentation id, version, SavedRun) the follower's view was drawn from
 FORK_KEY = "specviz_fork"  # {"id": presentation id, "fork": anonymous id, "token": the fork's run token}
 PENDING_FORK_KEY = "specviz_pending_fork"  # the SavedRun a fork click asked for (made in the next run)
+BOARD_CACHE_KEY = "specviz_board_points"  # (presentation id, the board file's size and mtime, its points)
 MESSAGE_KEY = "specviz_present_message"  # (kind, text) a callback left for the page
 
 
@@ -136,7 +137,7 @@ def sidebar_section(p: Presentation | None) -> None:
             st.caption("Presenting is off on this server: the owner turns it on with a presenter key (SPECVIZ_PRESENTER_KEY, or presenter_key in the [specviz] secrets table).")
             return
         if _presenting(p):
-            st.caption(f"Presenting round {p.round}: the room follows each Step.")
+            st.caption("You are presenting: the room follows each Step, and sees the round your inspector shows.")
             widgets.toggle("Show the board to the room", value=p.show_board, key="show_board", on_change=_on_show_board)
             st.button("Stop presenting", key="stop_present", on_click=_on_stop)
             return
@@ -355,12 +356,28 @@ def board_section(p: Presentation | None) -> None:
     st.fragment(_board, run_every=BOARD_EVERY_S)(p.id)
 
 
+def _board_points(room: PresentationStore, presentation_id: str) -> list[BoardPoint]:
+    """The board's points, read again only when its file changed, and never while a model round is in flight in
+    this process (the last points are drawn instead: the aggregation waits for the Step)."""
+    try:
+        info = room.board_path(presentation_id).stat()
+        stamp = (info.st_size, info.st_mtime_ns)
+    except OSError:
+        stamp = None
+    cached = st.session_state.get(BOARD_CACHE_KEY)
+    if cached is not None and cached[0] == presentation_id and (cached[1] == stamp or turns_in_flight()):
+        return cached[2]
+    points = room.points(presentation_id)
+    st.session_state[BOARD_CACHE_KEY] = (presentation_id, stamp, points)
+    return points
+
+
 def _board(presentation_id: str) -> None:
     room = store()
     if room is None:
         return
     st.subheader("The room board")
-    points = room.points(presentation_id)
+    points = _board_points(room, presentation_id)
     if not points:
         st.info("No forks yet: when participants press **Try it yourself from here** and Step, their results land here (anonymously).")
         return
@@ -368,8 +385,8 @@ def _board(presentation_id: str) -> None:
     color = widgets.radio("colour by", ["temperature", "drafter"], horizontal=True, key="board_color")
     st.plotly_chart(board_figure(df, "band" if color == "temperature" else "drafter_name"), width="stretch", key="board_chart")
     st.caption(
-        f"{len(df)} fork(s) since the presentation started, one marker each at its α and measured speedup (forks still "
-        "measuring plain decoding are in the table only). Dotted: the ceiling for each k, the tokens per target pass α "
-        "implies with a free drafter; a real drafter costs time, so the markers sit below it."
+        f"{len(df)} fork(s) since the presentation started, one marker each at its α and measured speedup (hollow: plain "
+        "decoding is still being measured, so the marker sits at its tokens per pass). Dotted: the ceiling for each k, the "
+        "tokens per target pass α implies with a free drafter; a real drafter costs time, so the markers sit below it."
     )
     st.dataframe(board_table(df), hide_index=True)

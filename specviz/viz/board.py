@@ -3,7 +3,8 @@
 Points are specviz.workshop.presentation.BoardPoint (read here through the Point protocol: viz does not import the
 workshop): one per fork, anonymous (no prompt, no name, no text). The scatter puts each fork at (α, measured
 speedup) over the theory's ceiling for each k in the room: expected tokens per target pass with a free drafter
-(specviz.core.theory.speedup at c = 0), which no measured speedup can pass. Never imports streamlit.
+(specviz.core.theory.speedup at c = 0), which no measured speedup can pass. A fork whose speedup is still being
+measured (plain decoding runs in the background) is a hollow marker at its tokens per pass. Never imports streamlit.
 """
 
 from __future__ import annotations
@@ -70,14 +71,23 @@ def board_figure(df: pd.DataFrame, color_by: str = "band") -> go.Figure:
     for i, k in enumerate(sorted({int(k) for k in df["k"]})):
         ceiling = [speedup(float(a), k, 0.0) for a in grid]
         fig.add_trace(go.Scatter(x=grid, y=ceiling, mode="lines", name=f"ceiling, k = {k}", line=dict(color=K_COLORS[i % len(K_COLORS)], dash="dot", width=1), hoverinfo="skip"))
-    shown = df.dropna(subset=["alpha", "speedup"])
     colors = TEMPERATURE_COLORS if color_by == "band" else {}
-    for j, (group, part) in enumerate(shown.groupby(color_by, sort=True)):
+    groups = sorted(set(df[color_by]))
+    measuring = df[df["speedup"].isna()].dropna(subset=["alpha", "tokens_per_pass"])
+    if len(measuring):  # no speedup yet: hollow, at the tokens per pass (the ceiling it cannot pass)
+        fig.add_trace(go.Scatter(
+            x=measuring["alpha"], y=measuring["tokens_per_pass"], mode="markers", name="still measuring (at its tokens per pass)",
+            marker=dict(size=10, symbol="circle-open", color=[colors.get(g, K_COLORS[groups.index(g) % len(K_COLORS)]) for g in measuring[color_by]]),
+            hovertext=[html.escape(f"{d}, k = {k}: α {a:.2f}, {tp:.2f} tokens/pass, speedup still measuring") for d, k, a, tp in zip(measuring["drafter_name"], measuring["k"], measuring["alpha"], measuring["tokens_per_pass"])],
+            hoverinfo="text",
+        ))  # fmt: skip
+    shown = df.dropna(subset=["alpha", "speedup"])
+    for group, part in shown.groupby(color_by, sort=True):
         hover = [
             html.escape(f"{d}, k = {k}, T = {t:g}: α {a:.2f}, {tp:.2f} tokens/pass, {s:.2f}× over {r} rounds")
             for d, k, t, a, tp, s, r in zip(part["drafter_name"], part["k"], part["temperature"], part["alpha"], part["tokens_per_pass"], part["speedup"], part["rounds"])
         ]  # fmt: skip
-        color = colors.get(group, K_COLORS[j % len(K_COLORS)])
+        color = colors.get(group, K_COLORS[groups.index(group) % len(K_COLORS)])
         fig.add_trace(go.Scatter(x=part["alpha"], y=part["speedup"], mode="markers", name=html.escape(str(group)), marker=dict(size=11, color=color, line=dict(width=1, color="white")), hovertext=hover, hoverinfo="text"))
     fig.update_layout(**LAYOUT, title=dict(text="The room's forks: α against measured speedup", x=0.0), xaxis=dict(title="α (acceptance per drafted position)", range=[0, 1.02]), yaxis=dict(title="measured speedup (×)", rangemode="tozero"))
     return fig

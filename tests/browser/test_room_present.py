@@ -27,7 +27,7 @@ from tests.browser.test_room import HAPROXY, SETTINGS, STEP_TIMEOUT_S, open_url,
 from tests.test_room_supervisor import wait_or_fail
 
 KEY = "a presenter key for the test"
-SCREENSHOT = Path(__file__).resolve().parents[2] / "assets" / "screenshot_board.png"
+SCREENSHOT = "screenshot_board.png"  # in assets/ with SPECVIZ_UPDATE_SCREENSHOTS=1 (the screenshot_dir fixture)
 REDRAW_TIMEOUT_S = 20  # the 1 s is measured on a quiet machine (scripts/room_load_test.py --presenter); here: it comes
 
 
@@ -63,7 +63,7 @@ def follower_on_another_replica(make_driver, url: str, taken: set[str]):
 
 
 @pytest.mark.skipif(HAPROXY is None, reason="haproxy is not installed (scripts/test.sh installs it: apt-get install haproxy)")
-def test_the_room_follows_forks_and_sees_the_board(make_driver, tmp_path, tiny_dir):
+def test_the_room_follows_forks_and_sees_the_board(make_driver, tmp_path, tiny_dir, screenshot_dir: Path):
     with room(tmp_path, str(tiny_dir["llama"]), SPECVIZ_PRESENTER_KEY=KEY) as (status, log, run_dir):
         url = f"{status['url']}/?{urlencode(SETTINGS)}"
         teacher = make_driver()
@@ -100,7 +100,7 @@ def test_the_room_follows_forks_and_sees_the_board(make_driver, tmp_path, tiny_d
 
         wait(teacher, STEP_TIMEOUT_S).until(lambda d: "1 fork(s) since the presentation started" in main_text(d))
         wait_idle(teacher, STEP_TIMEOUT_S)
-        save_section_screenshot(teacher, "The room board", SCREENSHOT)
+        save_section_screenshot(teacher, "The room board", screenshot_dir / SCREENSHOT)
 
         open_expander(teacher, "Present to the room")
         click_button(teacher, "stop_present")
