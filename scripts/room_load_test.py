@@ -18,9 +18,12 @@ Reported: the split of sessions over replicas (from the cookie), lost runs (a se
 not get its run back at its last round: must be 0), unequal streams (must be 0), exceptions (the pages' and the
 replicas' tracebacks), p50/p95 server-side Step per replica (the replicas' `specviz.timing` lines, which the room's
 log prefixes with `[rN]`), and the load average before and after. --json prints one JSON object:
-lp.summary's fields plus {"replicas", "killed", "kill_after_step", "split", "lost_runs", "unequal_streams",
+lp.summary's fields (its "server_step_s" pooled over every replica's Steps, with "steps" and "worst_replica_p95")
+plus {"replicas", "killed", "kill_after_step", "split", "lost_runs", "unequal_streams",
 "reconnects", "per_replica": {rN: {"server_step_s": {"p50", "p95"}, "steps"}}, "load_avg": {"before", "after"}}.
 Exits 0 only when nothing was lost, every stream equals its solo run and nothing raised.
+
+--presenter runs the presenter scenario instead (1 presenter + --sessions followers; scripts/room_presenter.py).
 """
 
 from __future__ import annotations
