@@ -2,7 +2,7 @@
 
 import streamlit as st
 
-from specviz.ui import controls, metrics_views, timing, tree_views
+from specviz.ui import controls, metrics_views, presenting, timing, tree_views
 from specviz.ui import replay as recordings
 from specviz.ui import step_views as views
 from specviz.ui.export_views import export_buttons
@@ -20,6 +20,9 @@ settings = sidebar()
 share_link(settings)  # mirror the settings in the URL; Copy link in the sidebar
 state = page_state()
 restore_run(state)  # ?run=… after a reload or a replica restart: the run at the same round (specviz/ui/saved_runs.py)
+presentation = presenting.current()  # the room's presentation, if any (specviz/ui/presenting.py)
+presenting.sidebar_section(presentation)
+presenting.make_pending_fork(state)  # Try it yourself from here: the presenter's run as this session's own
 replay = recordings.replay_state()
 
 st.title("Step through speculative decoding")
@@ -29,6 +32,7 @@ st.caption(
     "when every guess survived). The output is distributed exactly as the target alone would sample it."
 )
 
+followed = presenting.follow_section(presentation)  # the presenter's run while this page follows it
 recordings.controls(replay)
 
 
@@ -86,7 +90,7 @@ def live_stage() -> controls.LiveStage:
 def stage_view(stage) -> None:
     """The controls and the run: a fragment, so a Step, an inspector click or a Play tick reruns only this."""
     with timing.rerun("step-through", fragment=True):
-        clicks, save_slot = controls.buttons(stage.playing)
+        clicks, save_slot = controls.buttons(stage.playing, disabled=stage.read_only)
         controls.apply(stage, clicks, views.live_progress)
         stage.notices()
         session = stage.session
@@ -98,5 +102,10 @@ def stage_view(stage) -> None:
         export_buttons(session, playing=stage.playing)  # HTML and CSV downloads for slides (a recording's too)
 
 
-stage = controls.ReplayStage(replay) if replay.session is not None else live_stage()
+if followed is not None:
+    stage = presenting.FollowStage(followed)
+else:
+    stage = controls.ReplayStage(replay) if replay.session is not None else live_stage()
 st.fragment(stage_view, run_every=settings.play_every_s if stage.playing else None)(stage)
+presenting.board_section(presentation)  # the room's forks, for the presenter (and the room once shown)
+presenting.watch()  # reruns the page when the presentation moves on, starts or stops

@@ -18,9 +18,12 @@ Reported: the split of sessions over replicas (from the cookie), lost runs (a se
 not get its run back at its last round: must be 0), unequal streams (must be 0), exceptions (the pages' and the
 replicas' tracebacks), p50/p95 server-side Step per replica (the replicas' `specviz.timing` lines, which the room's
 log prefixes with `[rN]`), and the load average before and after. --json prints one JSON object:
-lp.summary's fields plus {"replicas", "killed", "kill_after_step", "split", "lost_runs", "unequal_streams",
+lp.summary's fields (its "server_step_s" pooled over every replica's Steps, with "steps" and "worst_replica_p95")
+plus {"replicas", "killed", "kill_after_step", "split", "lost_runs", "unequal_streams",
 "reconnects", "per_replica": {rN: {"server_step_s": {"p50", "p95"}, "steps"}}, "load_avg": {"before", "after"}}.
 Exits 0 only when nothing was lost, every stream equals its solo run and nothing raised.
+
+--presenter runs the presenter scenario instead (1 presenter + --sessions followers; scripts/room_presenter.py).
 """
 
 from __future__ import annotations
@@ -269,12 +272,22 @@ def room_summary(crowd, solo, outcomes: list[RoomOutcome], by_replica: dict[str,
     for rid, rlines in sorted(by_replica.items()):
         times = [float(t["script_s"]) for t in lp.step_lines(rlines)]
         per_replica[rid] = {"steps": len(times), "server_step_s": {"p50": lp.rounded(lp.percentile(times, 0.5)), "p95": lp.rounded(lp.percentile(times, 0.95))}}
+    result["server_step_s"] = pooled_steps(by_replica)  # every replica's Steps in one distribution
     result.update(
         replicas=args.replicas, killed=killed["replica"] if killed["pid"] is not None else None, kill_after_step=args.kill_one_at,
         split=split, lost_runs=lost, unequal_streams=unequal, reconnects=sum(len(o.restored_at) for o in outcomes),
         per_replica=per_replica, load_avg=load_avg,
     )  # fmt: skip
     return result
+
+
+def pooled_steps(by_replica: dict[str, list[dict]]) -> dict:
+    """p50/p95 server-side Step over the Steps of every replica together (never one replica's figure), with how many
+    Steps that is and the worst replica's p95 next to it, so a slow replica cannot hide in the pool."""
+    times = [float(t["script_s"]) for rlines in by_replica.values() for t in lp.step_lines(rlines)]
+    worst = [lp.percentile([float(t["script_s"]) for t in lp.step_lines(r)], 0.95) for r in by_replica.values()]
+    worst = [w for w in worst if w is not None]
+    return {"p50": lp.rounded(lp.percentile(times, 0.5)), "p95": lp.rounded(lp.percentile(times, 0.95)), "steps": len(times), "worst_replica_p95": lp.rounded(max(worst)) if worst else None}
 
 
 def details(solo, outcomes: list[RoomOutcome]) -> list[str]:
@@ -315,6 +328,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--settle-s", type=float, default=5.0, help="seconds between the solo runs and the room")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     parser.add_argument("--timeout-s", type=float, default=3600.0, help="give up after this long")
+    parser.add_argument("--presenter", action="store_true", help="1 presenter + --sessions followers instead (scripts/room_presenter.py): "
+                        "presenter Step -> follower redraw latency, the followers' model time, memory after they leave")
     args = parser.parse_args(argv)
     if not 1 <= args.sessions <= MAX_PROTOCOL_SESSIONS or args.replicas < 1 or args.steps < 1 or args.kill_one_at < 1:
         parser.error(f"--sessions must be 1..{MAX_PROTOCOL_SESSIONS}; --replicas, --steps and --kill-one-at at least 1")
@@ -329,6 +344,12 @@ def main(argv: list[str] | None = None) -> int:
     watchdog = threading.Timer(args.timeout_s, lambda: os._exit(3))
     watchdog.daemon = True
     watchdog.start()
+    if args.presenter:
+        from scripts.room_presenter import run_presenter
+
+        result = run_presenter(args, room)
+        print(json.dumps(result) if args.json else json.dumps(result, indent=1))
+        return 0 if result["ok"] else 1
     result = run(args)
     print(json.dumps(result) if args.json else json.dumps(result, indent=1))
     ok = result["lost_runs"] == 0 and result["unequal_streams"] == 0 and result["exceptions"] == 0 and result["all_equal_solo"]

@@ -95,6 +95,7 @@ class StSession:
         self.nodes: dict[tuple[int, ...], Node] = {}
         self.values: dict[str, WidgetState] = {}  # widget id -> the value this client set (sent with every rerun)
         self.session_id: str | None = None
+        self.auto_reruns: dict[str, float] = {}  # fragment id -> seconds: the run_every fragments of the latest full run
         self.page_script_hash = ""
         self._ws = None
 
@@ -165,6 +166,7 @@ class StSession:
     def _read_run(self, start: float, fragment: bool) -> RunResult:
         written: set[tuple[int, ...]] = set()
         result = RunResult(status=-1, seconds=0.0, fragment=fragment)
+        timed: dict[str, float] = {}
         deadline = start + self.timeout_s
         while True:
             remaining = deadline - time.perf_counter()
@@ -175,7 +177,10 @@ class StSession:
             kind = msg.WhichOneof("type")
             if kind == "new_session":
                 self.session_id = msg.new_session.initialize.session_id or self.session_id
+                timed = {}  # what this run registers (a fragment run registers nothing: its timers stay)
                 written.clear()
+            elif kind == "auto_rerun":  # a fragment with run_every: a browser reruns it on that timer
+                timed[msg.auto_rerun.fragment_id] = msg.auto_rerun.interval
             elif kind == "delta":
                 path = tuple(msg.metadata.delta_path)
                 self._apply_delta(path, msg.delta)
@@ -187,6 +192,10 @@ class StSession:
                 status = msg.script_finished
                 if status == FINISHED.FINISHED_EARLY_FOR_RERUN:
                     continue  # the script asked for a rerun; it follows on its own
+                if status == FINISHED.FINISHED_FRAGMENT_RUN_SUCCESSFULLY:
+                    self.auto_reruns.update(timed)
+                else:  # a full run: its timed fragments replace the last run's
+                    self.auto_reruns = timed
                 self._clear_stale(written, fragment, set(msg.metadata.run.fragment_ids))
                 result.status, result.seconds = status, time.perf_counter() - start
                 return result

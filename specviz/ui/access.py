@@ -23,6 +23,7 @@ from specviz.ui.keys import STEP_THROUGH_KEY
 from specviz.viz.markdown import md_text
 from specviz.workshop.jobs import JobStopped, LongJobs, check_running, shutting_down, stop_at_exit
 from specviz.workshop.policy import Policy, load_policy
+from specviz.workshop.presentation import presenter_key
 from specviz.workshop.serving import ModelQueue, QueueTimeout, SessionRegistry, model_queue, turns_in_flight
 
 log = get_logger(__name__)  # streamlit's handler: `--logger.level info` shows what the sweeper frees
@@ -41,6 +42,12 @@ def _secrets_table() -> dict:
     except Exception:  # a broken secrets file must not take the app down; the owner sees it in the log
         log.exception("could not read .streamlit/secrets.toml")
         return {}
+
+
+def presenter_key_setting() -> str | None:
+    """The owner's presenter key (SPECVIZ_PRESENTER_KEY or presenter_key in the [specviz] secrets table), or None:
+    presenting is off. Held only for the comparison; never drawn, logged or put in session state."""
+    return presenter_key(secrets_table=_secrets_table())
 
 
 def current_policy(report: bool = False) -> Policy:

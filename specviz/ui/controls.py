@@ -14,6 +14,7 @@ from typing import Protocol
 import streamlit as st
 
 from specviz.config import RunConfig
+from specviz.ui.presenting import after_round
 from specviz.ui.replay import ReplaySession, ReplayState
 from specviz.ui.saved_runs import step_and_save
 from specviz.ui.session import PageState, StepSession, friendly_error, start_session
@@ -24,6 +25,7 @@ class Stage(Protocol):
     """What the controls act on."""
 
     playing: bool
+    read_only: bool  # the controls are drawn disabled and do nothing (a follower's view of the presenter's run)
 
     @property
     def session(self) -> StepSession | ReplaySession | None: ...
@@ -42,21 +44,25 @@ class Clicks:
     reset: bool = False
 
 
-def buttons(playing: bool) -> tuple[Clicks, object]:
-    """The row: Step, Run to end, Play/Pause, Reset, and a slot for Save run (the caller fills it after the round)."""
+def buttons(playing: bool, disabled: bool = False) -> tuple[Clicks, object]:
+    """The row: Step, Run to end, Play/Pause, Reset, and a slot for Save run (the caller fills it after the round).
+    disabled: drawn read-only (the stage's notices say why)."""
     cols = st.columns([1, 1, 1, 1, 1.3, 2.7])
     clicks = Clicks(
-        step=cols[0].button("Step", key="step", type="primary", help="One round: draft, verify in one target pass, commit."),
-        run_all=cols[1].button("Run to end", key="run_all", help="Step until EOS or max new tokens, updating as it goes."),
-        play=cols[2].button("Pause" if playing else "Play", key="play", help="Step automatically at the pace set in the sidebar."),
-        reset=cols[3].button("Reset", key="reset", help="Throw the run away and start again with the current settings."),
+        step=cols[0].button("Step", key="step", type="primary", disabled=disabled, help="One round: draft, verify in one target pass, commit."),
+        run_all=cols[1].button("Run to end", key="run_all", disabled=disabled, help="Step until EOS or max new tokens, updating as it goes."),
+        play=cols[2].button("Pause" if playing else "Play", key="play", disabled=disabled, help="Step automatically at the pace set in the sidebar."),
+        reset=cols[3].button("Reset", key="reset", disabled=disabled, help="Throw the run away and start again with the current settings."),
     )
     return clicks, cols[4].empty()
 
 
 def apply(stage: Stage, clicks: Clicks, progress: Callable[[object], None]) -> None:
     """Act on the clicks (and, while playing, take this tick's round). Play restarts the page (scope app) so the
-    fragment is registered again with or without its timer; Step, Run to end and Reset stay inside the fragment."""
+    fragment is registered again with or without its timer; Step, Run to end and Reset stay inside the fragment.
+    A read-only stage ignores every click (a raw client can send a disabled button's click)."""
+    if stage.read_only:
+        return
     if clicks.reset:
         stage.reset()
     if clicks.play:
@@ -82,6 +88,8 @@ def apply(stage: Stage, clicks: Clicks, progress: Callable[[object], None]) -> N
 
 class ReplayStage:
     """A recording walked round by round."""
+
+    read_only = False
 
     def __init__(self, state: ReplayState) -> None:
         self.state = state
@@ -118,7 +126,10 @@ class ReplayStage:
 
 
 class LiveStage:
-    """Rounds of the model: the first Step (or Run to end, or Play) starts the session with the sidebar's settings."""
+    """Rounds of the model: the first Step (or Run to end, or Play) starts the session with the sidebar's settings.
+    Each saved round also moves a presentation (or a fork's board point) on: specviz.ui.presenting.after_round."""
+
+    read_only = False
 
     def __init__(self, state: PageState, config: RunConfig | None, compare: RunConfig | None, prompt: str, unavailable: bool = False) -> None:
         self.state, self.config, self.compare, self.prompt = state, config, compare, prompt
@@ -160,12 +171,15 @@ class LiveStage:
         )
 
     def step(self) -> bool:
-        return step_and_save(self.state.session)
+        stepped = step_and_save(self.state.session)
+        if stepped:
+            after_round(self.state.session)
+        return stepped
 
     def run_to_end(self, progress: Callable[[object], None]) -> None:
         session = self.state.session
         live = st.empty()
-        while not session.done and step_and_save(session):  # False: the model's queue timed out (a warning says so)
+        while not session.done and self.step():  # False: the model's queue timed out (a warning says so)
             with live.container():
                 progress(session)
         live.empty()

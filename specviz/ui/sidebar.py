@@ -332,3 +332,18 @@ def sidebar() -> Settings:
     except ValueError as exc:
         return Settings(None, prompt, compare_kind, pace, error=str(exc), policy=policy, compare_tree_width=compare_width)
     return Settings(config, prompt, compare_kind, pace, policy=policy, compare_tree_width=compare_width)
+
+
+def seed_from_run(config: RunConfig, prompt: str, compare: RunConfig | None = None) -> None:
+    """Put a run's settings into the sidebar's widgets (a fork of the presenter's run: the sidebar then describes the
+    run it continues). Call from a widget callback, before the sidebar draws; the policy still checks every value."""
+    state = st.session_state
+    fields = config.to_dict()
+    for key in ("drafter", "num_draft_tokens", "tree_width", "adaptive_k", "ngram_max", "ngram_threshold", "temperature", "top_k", "top_p", "seed", "max_new_tokens", "chat", "target"):
+        state[key] = fields[key]
+    state["exit_layer"] = config.exit_layer or 0
+    state["draft_model"] = config.draft or NO_DRAFT
+    state["prompt"] = prompt
+    state["example"] = example_for(prompt, load_examples())
+    state["compare"] = COMPARE_OFF if compare is None else compare.drafter
+    state["compare_tree_width"] = 1 if compare is None else compare.tree_width

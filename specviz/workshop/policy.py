@@ -28,6 +28,8 @@ SPECVIZ_MAX_RUNS           max_runs                cap on engine runs one button
 SPECVIZ_MAX_CONCURRENT     max_concurrent          model rounds in flight per loaded model (1 per CPU model)
 SPECVIZ_QUEUE_TIMEOUT_S    queue_timeout_s         give up waiting for the model after this long (120)
 SPECVIZ_IDLE_MINUTES       idle_minutes            free a session's runs after this long without a click (20)
+SPECVIZ_PRESENTER_KEY      presenter_key           the key that presents a run to the room (none: presenting is
+                                                   off); read by specviz.workshop.presentation, never kept here
 =========================  ======================  ==========================================================
 
 The limits and the queue apply in both modes; in local mode their defaults are the engine's own limits.
@@ -68,6 +70,7 @@ SETTINGS: dict[str, tuple[str, str]] = {
     "queue_timeout_s": ("SPECVIZ_QUEUE_TIMEOUT_S", "float"),
     "idle_minutes": ("SPECVIZ_IDLE_MINUTES", "float"),
 }
+PRESENTER_KEY_SECRET = "presenter_key"  # a secret, not a rule: not a Policy field (a Policy is shown and logged)
 TRUE, FALSE = ("1", "true", "yes", "on"), ("0", "false", "no", "off", "")
 
 
@@ -224,7 +227,7 @@ def load_policy(env: Mapping[str, str] | None = None, secrets: Mapping | None = 
     sets mode = local. Raises ValueError naming the bad setting."""
     env = os.environ if env is None else env
     secrets = secrets or {}
-    unknown = sorted(set(secrets) - set(SETTINGS))
+    unknown = sorted(set(secrets) - set(SETTINGS) - {PRESENTER_KEY_SECRET})
     if unknown:
         raise ValueError(f"Unknown setting(s) in the [specviz] table of secrets.toml: {', '.join(unknown)}. Known: {', '.join(SETTINGS)}.")
     values = {}

@@ -47,10 +47,10 @@ def _all_up(status_file: Path, log: Path, old_pids: set[int] = frozenset()) -> d
 
 
 @contextlib.contextmanager
-def room(tmp_path: Path, target: str) -> Iterator[tuple[dict, Path, Path]]:
+def room(tmp_path: Path, target: str, **extra_env: str) -> Iterator[tuple[dict, Path, Path]]:
     status_file, log, run_dir = tmp_path / "room.json", tmp_path / "room.log", tmp_path / "runs"
     env = {k: v for k, v in os.environ.items() if not k.startswith(("STREAMLIT_", "SPECVIZ_"))}
-    env.update(HF_HUB_OFFLINE="1", SPECVIZ_TARGETS=target, SPECVIZ_RUN_DIR=str(run_dir))
+    env.update(HF_HUB_OFFLINE="1", SPECVIZ_TARGETS=target, SPECVIZ_RUN_DIR=str(run_dir), **extra_env)
     cmd = [sys.executable, "-m", "specviz", "room", "--replicas", "2", "--port", str(_free_port()), "--status-file", str(status_file)]
     with open(log, "wb") as out:
         proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT)

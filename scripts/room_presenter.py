@@ -1,0 +1,177 @@
+"""The room follows the teacher, under load: 1 presenter and N followers through HAProxy (the protocol client).
+
+    python scripts/room_load_test.py --presenter --replicas 2 --sessions 30 --steps 8 --think-s 5 --json
+
+The room starts with a random presenter key (SPECVIZ_PRESENTER_KEY, only in the room's environment and in the
+presenter's websocket message, never in a URL). The presenter opens the page, Steps once, types the key and presses
+*Present this run*. Then N followers open the page through the balancer (each its own cookie jar, so they split
+over the replicas), see *Following the presenter*, and, like a browser, rerun the page's timed watcher fragment
+(the `auto_rerun` the page registers) on its interval. The presenter makes --steps Steps with --think-s between;
+for each Step, each follower's latency is presenter-click-start -> the first watcher tick whose page shows the new
+round (client clocks in one process). Then the followers leave, and after --settle-s the replicas' memory is read
+again (polled until it is back within 10 %, for at most FREED_WITHIN_S: Streamlit frees a closed session after
+30 s).
+
+Reported (--json: one object): follower_redraw_s {p50, p95, n, missed} (missed: a follower that never showed a
+round), presenter_server_step_s {p50, p95} (the presenter's `specviz.timing` lines with a round), followers_round_s
+(the followers' model time: the round_s of their timing lines; must be 0), split (followers per replica),
+rss_mb {before, with_followers, after} summed over the replicas, exceptions, ok (followers' model time 0, nothing
+missed or raised, memory back within 10 %).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import re
+import secrets
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from scripts import load_protocol as lp
+from scripts.load_test import rss_mb
+from scripts.st_protocol import StSession
+
+log = logging.getLogger("load_test")
+ROUND = re.compile(r"Following the presenter \(round (\d+)\)")
+JOIN_TIMEOUT_S = 600
+FREED_WITHIN_S = 90  # a closed session is freed after 30 s (disconnectedSessionTTL), then the sweeper's next pass
+
+
+@dataclass
+class Follower:
+    index: int
+    replica: str = "?"
+    session_id: str = ""
+    seen: dict[int, float] = field(default_factory=dict)  # round -> perf_counter when the page first showed it
+    errors: list[str] = field(default_factory=list)
+
+
+def shown_round(session: StSession) -> int | None:
+    for text in session.alerts():
+        m = ROUND.search(text)
+        if m:
+            return int(m.group(1))
+    return None
+
+
+def _watcher(session: StSession) -> str | None:
+    """The fastest timed fragment of the page: the presentation watcher while following."""
+    return min(session.auto_reruns, key=session.auto_reruns.get) if session.auto_reruns else None
+
+
+def follow(url: str, f: Follower, joined: threading.Barrier, stop: threading.Event) -> None:
+    """Open, check that the page follows, then tick the watcher like a browser until stopped."""
+    from scripts.room_load_test import sticky_replica
+
+    session = StSession(url)
+    try:
+        session.open()
+        f.replica, f.session_id = sticky_replica(session) or "?", (session.session_id or "")[:8]
+        if shown_round(session) is None:
+            f.errors.append(f"the page does not follow: {session.alerts()[:2]}")
+        joined.wait(timeout=JOIN_TIMEOUT_S)
+        while not stop.is_set():
+            fid = _watcher(session)
+            if fid is None:
+                f.errors.append(f"the page registered no watcher (alerts: {[a[:40] for a in session.alerts()][:3]})")
+                return
+            time.sleep(session.auto_reruns[fid])
+            session.rerun(fragment_id=fid)
+            n = shown_round(session)
+            if n is not None and n not in f.seen:
+                f.seen[n] = time.perf_counter()
+        f.errors += [f"page exception: {e[:200]}" for e in session.exceptions()]
+    except Exception as exc:
+        f.errors.append(f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}")
+        with contextlib.suppress(threading.BrokenBarrierError):
+            joined.wait(timeout=1)
+    finally:
+        session.close()
+
+
+def _replica_rss(handle) -> float | None:
+    status = handle.status()
+    values = [rss_mb(r["pid"]) for r in (status or {}).get("replicas", [])]
+    return sum(v for v in values if v is not None) if values else None
+
+
+def _rss_after_leaving(handle, before: float | None, settle_s: float) -> float | None:
+    """The replicas' RSS once the followers' sessions are freed: Streamlit frees a closed tab's session after
+    server.disconnectedSessionTTL (30 s), so poll until it is back within 10 % or FREED_WITHIN_S passed."""
+    time.sleep(settle_s)
+    deadline = time.monotonic() + FREED_WITHIN_S
+    while True:
+        now = _replica_rss(handle)
+        if before is None or now is None or now <= 1.1 * before or time.monotonic() > deadline:
+            return now
+        time.sleep(5)
+
+
+def run_presenter(args, room) -> dict:
+    """The presenter scenario (see the module docstring) in a fresh room; `room` is room_load_test.room."""
+    key = secrets.token_urlsafe(16)
+    with tempfile.TemporaryDirectory(prefix="specviz-room-present-") as tmp, room(args.replicas, Path(tmp), {"SPECVIZ_PRESENTER_KEY": key}) as handle:
+        teacher = StSession(handle.url, lp.people(1)[0].query(args.max_new_tokens))
+        teacher.open()
+        teacher.click("step")
+        teacher.set_widget("present_key", key)
+        teacher.click("present")
+        if not any("You are presenting" in t for t in teacher.alerts()):
+            raise SystemExit(f"the presenter could not present: {teacher.alerts()[:3]}")
+        time.sleep(args.settle_s)
+        rss_before, offset = _replica_rss(handle), lp.log_size(handle.log_path)
+        followers, stop = [Follower(i) for i in range(args.sessions)], threading.Event()
+        joined = threading.Barrier(len(followers) + 1)
+        threads = [threading.Thread(target=follow, args=(handle.url, f, joined, stop), daemon=True) for f in followers]
+        for t in threads:
+            t.start()
+        joined.wait(timeout=JOIN_TIMEOUT_S)
+        clicks = {}
+        for n in range(args.steps):
+            time.sleep(args.think_s)
+            clicks[2 + n] = time.perf_counter()  # the presenter's run is at round 1 when the room joins
+            teacher.click("step")
+        time.sleep(max(3.0, args.think_s))
+        rss_with = _replica_rss(handle)
+        stop.set()
+        for t in threads:
+            t.join(timeout=60)
+        teacher.close()
+        rss_after = _rss_after_leaving(handle, rss_before, args.settle_s)
+        lines = lp.timing_lines(handle.log_path, offset)
+        room_log = handle.log_path.read_bytes()[offset:].decode("utf-8", errors="replace")
+    return presenter_summary(followers, clicks, lines, teacher.session_id or "", {"before": rss_before, "with_followers": rss_with, "after": rss_after}, room_log.count("Traceback"))
+
+
+def presenter_summary(followers: list[Follower], clicks: dict[int, float], lines: list[dict], teacher_id: str, rss: dict, tracebacks: int) -> dict:
+    """The report (module docstring) from what the threads saw and the replicas' timing lines."""
+    latencies, missed = [], 0
+    for f in followers:
+        for n, clicked in clicks.items():
+            if n in f.seen:
+                latencies.append(f.seen[n] - clicked)
+            else:
+                missed += 1
+    ids = {f.session_id for f in followers}
+    teacher_steps = [float(t["script_s"]) for t in lp.step_lines(lines) if t.get("session") == teacher_id[:8]]
+    followers_round_s = sum(float(t.get("round_s", 0)) for t in lines if t.get("session") in ids)
+    split: dict[str, int] = {}
+    for f in followers:
+        split[f.replica] = split.get(f.replica, 0) + 1
+    exceptions = sum(len(f.errors) for f in followers) + tracebacks
+    memory_ok = None not in (rss["before"], rss["after"]) and rss["after"] <= 1.1 * rss["before"]
+    result = {
+        "followers": len(followers), "presenter_steps": len(clicks), "split": split,
+        "follower_redraw_s": {"p50": lp.rounded(lp.percentile(latencies, 0.5)), "p95": lp.rounded(lp.percentile(latencies, 0.95)), "n": len(latencies), "missed": missed},
+        "presenter_server_step_s": {"p50": lp.rounded(lp.percentile(teacher_steps, 0.5)), "p95": lp.rounded(lp.percentile(teacher_steps, 0.95))},
+        "followers_round_s": round(followers_round_s, 4), "rss_mb": {k: lp.rounded(v, 1) for k, v in rss.items()}, "exceptions": exceptions,
+        "errors": [e for f in followers for e in f.errors][:10],
+    }  # fmt: skip
+    result["ok"] = followers_round_s == 0 and missed == 0 and exceptions == 0 and memory_ok
+    log.info("presenter mode: %s", json.dumps(result))
+    return result

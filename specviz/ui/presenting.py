@@ -1,0 +1,392 @@
+"""The room follows the teacher, the page's side (the plain logic is specviz.workshop.presentation).
+
+Presenting: the sidebar's *Present to the room* expander takes the owner's presenter key (key `present_key`, a
+password field emptied as soon as it is read) and *Present this run* (`present`) makes this session's saved run the
+room's presentation; *Stop presenting* ends it. After each of the presenter's Steps the run is saved (as every run
+is) and the presentation's round and version move on (after_round).
+
+Following: while a presentation is live every other session's page shows *Follow the presenter* (`follow`, on for
+a fresh session) and, following, draws the presenter's saved run as a replay at the presenter's round and selected
+round, with its own controls read-only (FollowStage). A small fragment (watch) reads the presentation file every
+FOLLOW_EVERY_S and reruns the page when what this page shows changed; it never takes the model and skips its tick
+while a model round is in flight in this process (a Step goes first). Nothing here reads another session's state.
+
+Forking: *Try it yourself from here* (`fork`) turns the follower's view into their own live run (a new `?run=`
+token, the presenter's settings in the sidebar), resumed exactly (specviz.ui.saved_runs.rebuild_session). Each of
+the fork's Steps adds an anonymous point to the presentation's board, which the presenter sees, and the room when
+the presenter turns on *Show the board to the room* (`show_board`).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+
+import streamlit as st
+
+from specviz.core.metrics import run_metrics
+from specviz.drafters.specs import short_name
+from specviz.ui import widgets
+from specviz.ui.access import presenter_key_setting
+from specviz.ui.replay import ReplaySession
+from specviz.ui.saved_runs import rebuild_session, run_store, save_run
+from specviz.ui.session import PageState, StepSession, friendly_error, page_state
+from specviz.ui.sidebar import seed_from_run
+from specviz.viz.board import board_figure, board_frame, board_table
+from specviz.viz.markdown import md_text
+from specviz.workshop.presentation import BoardPoint, KeyGate, Presentation, PresentationStore, new_id
+from specviz.workshop.saved_runs import SavedRun, SavedRunError
+from specviz.workshop.serving import turns_in_flight
+
+log = logging.getLogger(__name__)
+
+FOLLOW_EVERY_S = 0.5  # the watcher's tick while following or presenting: a redraw within ~1 s of a Step
+IDLE_EVERY_S = 2.0  # its tick otherwise: noticing that a presentation started or stopped
+BOARD_EVERY_S = 2.0
+GATE_KEY = "specviz_present_gate"  # this session's KeyGate (wrong keys, lock-out)
+PRESENTING_KEY = "specviz_presenting"  # the id of the presentation this session presents
+FOLLOWED_KEY = "specviz_followed"  # the id of the presentation this page last saw live (it is told when it ends)
+SEEN_KEY = "specviz_present_seen"  # what the page drew of the presentation (the watcher compares)
+VIEW_KEY = "specviz_follow_view"  # (presentation id, version, SavedRun) the follower's view was drawn from
+FORK_KEY = "specviz_fork"  # {"id": presentation id, "fork": anonymous id, "token": the fork's run token}
+PENDING_FORK_KEY = "specviz_pending_fork"  # the SavedRun a fork click asked for (made in the next run)
+BOARD_CACHE_KEY = "specviz_board_points"  # (presentation id, the board file's size and mtime, its points)
+MESSAGE_KEY = "specviz_present_message"  # (kind, text) a callback left for the page
+
+
+def store() -> PresentationStore | None:
+    runs = run_store()
+    return None if runs is None else PresentationStore(runs.root)
+
+
+def live() -> Presentation | None:
+    room = store()
+    return None if room is None else room.read()
+
+
+def current() -> Presentation | None:
+    """The live presentation, at the top of the page; a presenter whose presentation is gone or another's is told."""
+    p = live()
+    if st.session_state.get(PRESENTING_KEY) is not None and not _presenting(p):
+        if p is None:  # the file went (a cleared run directory)
+            st.session_state.pop(PRESENTING_KEY, None)
+        else:
+            _taken_over()
+    return p
+
+
+def _say(kind: str, text: str) -> None:
+    st.session_state[MESSAGE_KEY] = (kind, text)
+
+
+def _presenting(p: Presentation | None) -> bool:
+    return p is not None and st.session_state.get(PRESENTING_KEY) == p.id
+
+
+# --- presenting ------------------------------------------------------------------------------------------------
+
+
+def _on_present() -> None:
+    """The key is read once and cleared from session state before anything else happens."""
+    given = st.session_state.get("present_key", "")
+    st.session_state["present_key"] = ""
+    gate = st.session_state.setdefault(GATE_KEY, KeyGate())
+    verdict, wait = gate.attempt(given, presenter_key_setting())
+    if verdict != "ok":
+        messages = {
+            "off": "Presenting is off on this server (the owner sets a presenter key).",
+            "empty": "Type the presenter key first.",
+            "locked": f"Too many wrong keys: wait {wait:.0f} s before trying again.",
+            "wrong": "That is not the presenter key." + (f" Too many wrong keys: wait {wait:.0f} s before trying again." if wait else ""),
+        }
+        if verdict in ("wrong", "locked"):
+            log.warning("room: a presenter key was refused (%s)", verdict)  # never the key itself
+        _say("error", messages[verdict])
+        return
+    session, room = page_state().session, store()
+    if session is None or session.run_token is None or room is None:
+        _say("warning", "Step once first: the room follows a saved run, and this session has none yet.")
+        return
+    presentation, before = room.start(session.run_token, session.num_rounds)
+    st.session_state[PRESENTING_KEY] = presentation.id
+    st.session_state[SEEN_KEY] = None
+    _say("success", "You are presenting this run: the room follows each Step." + (" (You took over from the previous presenter.)" if before else ""))
+
+
+def _on_stop() -> None:
+    room, presentation_id = store(), st.session_state.pop(PRESENTING_KEY, None)
+    if room is not None and presentation_id is not None and room.stop(presentation_id):
+        _say("info", "You stopped presenting; the room is back on its own runs.")
+
+
+def _on_show_board() -> None:
+    room, presentation_id = store(), st.session_state.get(PRESENTING_KEY)
+    if room is not None and presentation_id is not None:
+        room.update(presentation_id, show_board=bool(st.session_state.get("show_board")))
+
+
+def sidebar_section(p: Presentation | None) -> None:
+    """The *Present to the room* expander (in the sidebar)."""
+    configured = presenter_key_setting() is not None
+    with st.sidebar, st.expander("Present to the room", expanded=_presenting(p)):
+        message = st.session_state.pop(MESSAGE_KEY, None)
+        if message is not None:
+            getattr(st, message[0])(md_text(message[1]))
+        if not configured:
+            st.caption("Presenting is off on this server: the owner turns it on with a presenter key (SPECVIZ_PRESENTER_KEY, or presenter_key in the [specviz] secrets table).")
+            return
+        if _presenting(p):
+            st.caption("You are presenting: the room follows each Step, and sees the round your inspector shows.")
+            widgets.toggle("Show the board to the room", value=p.show_board, key="show_board", on_change=_on_show_board)
+            st.button("Stop presenting", key="stop_present", on_click=_on_stop)
+            return
+        if p is not None:
+            st.caption("Someone is presenting now; presenting with the key takes over.")
+        widgets.text_input("Presenter key", key="present_key", type="password", autocomplete="off")
+        st.button("Present this run", key="present", on_click=_on_present)
+
+
+def after_round(session: StepSession) -> None:
+    """After a saved Step: the presenter's presentation moves on; a fork's board point is brought up to date."""
+    room = store()
+    if room is None:
+        return
+    presentation_id = st.session_state.get(PRESENTING_KEY)
+    if presentation_id is not None and session.run_token is not None:
+        moved = room.update(presentation_id, run=session.run_token, round=session.num_rounds, selected_round=_selected_round())
+        if moved is None:
+            _taken_over()
+    fork = st.session_state.get(FORK_KEY)
+    if fork is not None and fork["token"] == session.run_token and not room.add_point(fork["id"], board_point(fork["fork"], session)):
+        st.session_state.pop(FORK_KEY, None)  # the presentation ended: no more points
+
+
+def _selected_round() -> int | None:
+    """The round the presenter's inspector shows; None when it follows the latest."""
+    if st.session_state.get("inspect_follow", True):
+        return None
+    value = widgets.held("inspect_round")
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
+
+
+def _taken_over() -> None:
+    st.session_state.pop(PRESENTING_KEY, None)
+    _say("warning", "Another presenter took over the room's presentation: you are no longer presenting.")
+
+
+def board_point(fork_id: str, session: StepSession) -> BoardPoint:
+    """The fork's results so far (run A's, specviz.core.metrics): no prompt, no text."""
+    run = session.runs[0]
+    tokens = sum(len(r.emitted) for r in run.records)
+    baseline = session.baseline.records if session.baseline.covers(tokens) and not session.baseline.error else ()
+    m = run_metrics(run.records, baseline)
+    config = run.config
+    return BoardPoint(fork_id, config.drafter, config.num_draft_tokens, config.temperature, m.rounds, m.alpha, m.tokens_per_target_pass, m.speedup, time.time())
+
+
+# --- following -------------------------------------------------------------------------------------------------
+
+
+def _key(p: Presentation | None, mode: str) -> tuple | None:
+    """What of the presentation a page in this mode draws: the watcher reruns the page when it changes."""
+    if p is None:
+        return None
+    return {"presenting": (p.id,), "following": (p.id, p.version)}.get(mode, (p.id, p.show_board))
+
+
+def _seen(p: Presentation | None, mode: str) -> None:
+    st.session_state[SEEN_KEY] = (mode, _key(p, mode))
+
+
+def _presented(p: Presentation) -> SavedRun:
+    """The presented run as saved at p's version (read once per version). Raises SavedRunError."""
+    view = st.session_state.get(VIEW_KEY)
+    if view is not None and view[:2] == (p.id, p.version):
+        return view[2]
+    runs = run_store()
+    if runs is None:
+        raise SavedRunError("this server's run directory is not set up")
+    saved = runs.load(p.run)
+    st.session_state[VIEW_KEY] = (p.id, p.version, saved)
+    return saved
+
+
+def follow_section(p: Presentation | None) -> ReplaySession | None:
+    """The *Follow the presenter* toggle and *Try it yourself from here*; returns the presenter's run to draw while
+    this page follows it (None: the page draws its own run). Says when the presentation ended or was taken over."""
+    if presenter_key_setting() is None:
+        st.session_state[SEEN_KEY] = None
+        return None
+    if _presenting(p):
+        _seen(p, "presenting")
+        return None
+    if p is None:
+        if st.session_state.pop(FOLLOWED_KEY, None) is not None:
+            st.info("The presenter stopped presenting. Your own run is below, as you left it.", icon="🎓")
+        _seen(p, "idle")
+        return None
+    st.session_state[FOLLOWED_KEY] = p.id
+    follow = widgets.toggle("Follow the presenter", value=True, key="follow", help="Draws the presenter's run as it goes, round by round. Off: your own run.")
+    if not follow:
+        _seen(p, "idle")
+        return None
+    _seen(p, "following")
+    try:
+        saved = _presented(p)
+    except SavedRunError as exc:
+        st.warning(f"The presenter's run cannot be shown ({md_text(exc)}). You keep your own run below.", icon="🎓")
+        return None
+    st.button("Try it yourself from here", key="fork", on_click=_on_fork, help="Your own copy of the presenter's run at this round, with the presenter's settings: Step it, change it, replay it.")
+    session = ReplaySession.open(saved.recording, "the presenter's run", shown=saved.num_rounds)
+    _show_round(p.selected_round if p.selected_round is not None and p.selected_round < session.num_rounds else None)
+    return session
+
+
+def _show_round(selected: int | None) -> None:
+    """The follower's inspector at the presenter's round (None: the latest), set before the inspector draws."""
+    wanted = {"inspect_follow": selected is None} | ({} if selected is None else {"inspect_round": selected})
+    for key, value in wanted.items():
+        if widgets.held(key) != value:
+            st.session_state[key] = value
+
+
+def _on_fork() -> None:
+    """Seed the sidebar with the presenter's settings and ask for the fork (made by make_pending_fork)."""
+    view = st.session_state.get(VIEW_KEY)
+    if view is None:
+        return
+    presentation_id, _, saved = view
+    rec = saved.recording
+    seed_from_run(rec.runs[0].config, rec.prompt, rec.runs[1].config if len(rec.runs) > 1 else None)
+    st.session_state["follow"] = False
+    st.session_state[PENDING_FORK_KEY] = (presentation_id, saved)
+
+
+def make_pending_fork(state: PageState) -> None:
+    """The fork a click asked for: the presenter's run at the round the follower saw, as this session's own live run
+    under a new token, resumed exactly (generators, k, records). Its Steps feed the board."""
+    pending = st.session_state.pop(PENDING_FORK_KEY, None)
+    if pending is None:
+        return
+    presentation_id, saved = pending
+    try:
+        session = rebuild_session(saved)
+    except SavedRunError as exc:
+        st.warning(md_text(str(exc)), icon="🎓")
+        return
+    except Exception as exc:  # a model that will not load, a queue timeout: the follower keeps their own run
+        st.warning(f"Your copy could not be made: {md_text(friendly_error(exc))}", icon="🎓")
+        return
+    state.session, state.playing = session, False
+    save_run(session)  # a new token: the presenter's file is never written by a follower
+    if session.run_token is not None:
+        st.session_state[FORK_KEY] = {"id": presentation_id, "fork": new_id(), "token": session.run_token}
+    st.success(f"Your own copy of the presenter's run at round {session.num_rounds}: **Step** continues it exactly as the presenter's would; change the sidebar and **Reset** to try your own settings.", icon="🎓")
+
+
+class FollowStage:
+    """The presenter's run, drawn round for round: no model, and the controls are read-only."""
+
+    read_only = True
+
+    def __init__(self, session: ReplaySession) -> None:
+        self._session = session
+
+    @property
+    def session(self) -> ReplaySession:
+        return self._session
+
+    @property
+    def playing(self) -> bool:
+        return False
+
+    @playing.setter
+    def playing(self, value: bool) -> None:
+        pass  # a follower does not play the presenter's run
+
+    def ready(self) -> bool:
+        return False  # nothing to step: a click (even from a raw client) does nothing
+
+    def notices(self) -> None:
+        st.info(f"Following the presenter (round {self._session.num_rounds}): your controls are read-only while you follow. **Try it yourself from here** makes it your own run; turning **Follow the presenter** off shows yours.", icon="🎓")
+
+    def step(self) -> bool:
+        return False
+
+    def run_to_end(self, progress: Callable[[object], None]) -> None:
+        pass
+
+    def reset(self) -> None:
+        pass
+
+
+def watch() -> None:
+    """Register the watcher: reruns the page when the presentation changed in a way this page draws (see _key)."""
+    seen = st.session_state.get(SEEN_KEY)
+    if seen is None:
+        return
+    every = FOLLOW_EVERY_S if seen[0] in ("presenting", "following") else IDLE_EVERY_S
+    st.fragment(_tick, run_every=every)()
+
+
+def _tick() -> None:
+    """One look at the presentation file (no model, no other session). A model round in flight in this process
+    goes first: the tick is skipped and the next one looks again."""
+    seen = st.session_state.get(SEEN_KEY)
+    if seen is None or turns_in_flight():
+        return
+    mode, key = seen
+    p = live()
+    if _key(p, mode) != key:
+        st.rerun(scope="app")
+    if mode == "presenting" and p is not None:
+        room = store()
+        if room is not None:
+            room.update(p.id, selected_round=_selected_round())  # the presenter's inspector: followers show that round
+
+
+# --- the board -------------------------------------------------------------------------------------------------
+
+
+def board_section(p: Presentation | None) -> None:
+    """The room board, for the presenter, and for everyone once the presenter shows it; redrawn every BOARD_EVERY_S."""
+    if p is None or not (_presenting(p) or p.show_board):
+        return
+    st.fragment(_board, run_every=BOARD_EVERY_S)(p.id)
+
+
+def _board_points(room: PresentationStore, presentation_id: str) -> list[BoardPoint]:
+    """The board's points, read again only when its file changed, and never while a model round is in flight in
+    this process (the last points are drawn instead: the aggregation waits for the Step)."""
+    try:
+        info = room.board_path(presentation_id).stat()
+        stamp = (info.st_size, info.st_mtime_ns)
+    except OSError:
+        stamp = None
+    cached = st.session_state.get(BOARD_CACHE_KEY)
+    if cached is not None and cached[0] == presentation_id and (cached[1] == stamp or turns_in_flight()):
+        return cached[2]
+    points = room.points(presentation_id)
+    st.session_state[BOARD_CACHE_KEY] = (presentation_id, stamp, points)
+    return points
+
+
+def _board(presentation_id: str) -> None:
+    room = store()
+    if room is None:
+        return
+    st.subheader("The room board")
+    points = _board_points(room, presentation_id)
+    if not points:
+        st.info("No forks yet: when participants press **Try it yourself from here** and Step, their results land here (anonymously).")
+        return
+    df = board_frame(points, short_name)
+    color = widgets.radio("colour by", ["temperature", "drafter"], horizontal=True, key="board_color")
+    st.plotly_chart(board_figure(df, "band" if color == "temperature" else "drafter_name"), width="stretch", key="board_chart")
+    st.caption(
+        f"{len(df)} fork(s) since the presentation started, one marker each at its α and measured speedup (hollow: plain "
+        "decoding is still being measured, so the marker sits at its tokens per pass). Dotted: the ceiling for each k, the "
+        "tokens per target pass α implies with a free drafter; a real drafter costs time, so the markers sit below it."
+    )
+    st.dataframe(board_table(df), hide_index=True)

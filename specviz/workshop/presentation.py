@@ -1,0 +1,343 @@
+"""The room follows the teacher: one live presentation per room, and the board of the room's forks.
+
+A presentation is one small JSON file in the run directory the replicas share (specviz.workshop.saved_runs), so any
+replica reads it and no replica ever reads another participant's session:
+
+    <run_dir>/room.presentation        {"id", "run", "started_at", "round", "selected_round", "version", "show_board"}
+    <run_dir>/board-<id>.jsonl         one anonymous point per line (BoardPoint), appended by the forks' Steps
+
+`run` is the presented run's token (its saved run is written after every Step by the saved-runs machinery), `round`
+its rounds, `selected_round` the round the presenter's inspector shows (None: the latest), `version` a counter bumped
+on every change (followers compare it with what they drew: a read of a file under 1 KB, no model time). The names
+end in neither ``.json`` nor anything the run store evicts. Nothing secret is in either file: the presenter key is
+compared in memory (check_key) and never written, logged or put in a URL.
+
+Writes are atomic (a temporary file, then os.replace) under an flock, so two presenters on two replicas cannot
+interleave a read-modify-write; the second one to start takes over (a new id) and the first one's page sees an id
+that is not its own. Both files are validated on read like any hostile input: a damaged presentation reads as none,
+a damaged board line is skipped, and the board is capped (MAX_BOARD_BYTES), after which points are dropped.
+
+Plain Python: no streamlit (specviz.ui.presenting is the page's side).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hmac
+import json
+import logging
+import math
+import os
+import re
+import secrets
+import tempfile
+import time
+from collections.abc import Iterator, Mapping
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+
+from specviz.config import DRAFTER_KINDS
+from specviz.workshop.policy import PRESENTER_KEY_SECRET
+
+log = logging.getLogger(__name__)
+
+FILE_NAME = "room.presentation"
+LOCK_NAME = ".room.lock"
+MAX_FILE_BYTES = 4096  # a presentation is ~250 bytes; anything larger is not ours
+MAX_BOARD_BYTES = 2 * 2**20  # ~10,000 points: a room of 30 stepping for an hour fits many times
+MAX_LINE_BYTES = 512
+_ID = re.compile(r"[A-Za-z0-9_-]{22}")  # secrets.token_urlsafe(16), as run tokens
+KEY_ENV = "SPECVIZ_PRESENTER_KEY"
+KEY_SECRET = PRESENTER_KEY_SECRET  # its name in the [specviz] secrets table
+# wrong keys: after FREE_TRIES wrong keys a session waits LOCK_S, doubling with each further wrong key (capped)
+FREE_TRIES = 3
+LOCK_S = 5.0
+MAX_LOCK_S = 300.0
+
+
+def new_id() -> str:
+    return secrets.token_urlsafe(16)
+
+
+# --- the key ---------------------------------------------------------------------------------------------------
+
+
+def presenter_key(env: Mapping[str, str] | None = None, secrets_table: Mapping | None = None) -> str | None:
+    """The owner's presenter key: SPECVIZ_PRESENTER_KEY, else presenter_key in the [specviz] secrets table; None
+    (presenting is off) when neither is set or the value is blank."""
+    env = os.environ if env is None else env
+    raw = env.get(KEY_ENV)
+    if raw is None or not str(raw).strip():
+        raw = (secrets_table or {}).get(KEY_SECRET)
+    if not isinstance(raw, str) or not raw.strip():
+        return None
+    return raw.strip()
+
+
+def check_key(given: object, configured: str | None) -> bool:
+    """given is the configured key (constant time in the key's content); False when presenting is off or given empty."""
+    if configured is None or not isinstance(given, str) or not given.strip():
+        return False
+    return hmac.compare_digest(given.strip().encode("utf-8"), configured.encode("utf-8"))
+
+
+@dataclass
+class KeyGate:
+    """One session's tries at the key: the verdict of each, and the wait wrong keys earn (kept in the session)."""
+
+    wrong: int = 0
+    locked_until: float = 0.0
+
+    def attempt(self, given: object, configured: str | None, now: float | None = None) -> tuple[str, float]:
+        """(verdict, seconds to wait): 'off' (no key configured), 'empty', 'locked' (too many wrong keys: wait),
+        'wrong' or 'ok'. A locked session's key is not even compared."""
+        now = time.monotonic() if now is None else now
+        if configured is None:
+            return "off", 0.0
+        if now < self.locked_until:
+            return "locked", self.locked_until - now
+        if not isinstance(given, str) or not given.strip():
+            return "empty", 0.0
+        if check_key(given, configured):
+            self.wrong, self.locked_until = 0, 0.0
+            return "ok", 0.0
+        self.wrong += 1
+        wait = 0.0
+        if self.wrong >= FREE_TRIES:
+            wait = min(MAX_LOCK_S, LOCK_S * 2 ** (self.wrong - FREE_TRIES))
+            self.locked_until = now + wait
+        return "wrong", wait
+
+
+# --- the presentation ------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Presentation:
+    """The room's live presentation (see the module docstring)."""
+
+    id: str
+    run: str  # the presented run's token in the run directory
+    started_at: float  # time.time() when this presenter started
+    round: int = 0  # rounds in the presented run
+    selected_round: int | None = None  # the presenter inspector's round; None: the latest
+    version: int = 0
+    show_board: bool = False
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), separators=(",", ":"))
+
+    @classmethod
+    def from_json(cls, data: bytes) -> Presentation:
+        """Parse and validate; raises ValueError saying what is wrong (the file is hostile until checked)."""
+        try:
+            raw = json.loads(data)
+        except (UnicodeDecodeError, json.JSONDecodeError, RecursionError):
+            raise ValueError("not JSON") from None
+        if not isinstance(raw, dict) or set(raw) != set(cls.__dataclass_fields__):
+            raise ValueError("not a presentation")
+        for name in ("id", "run"):
+            if not isinstance(raw[name], str) or not _ID.fullmatch(raw[name]):
+                raise ValueError(f"{name} is not a token")
+        ints = [raw["round"], raw["version"]] + ([] if raw["selected_round"] is None else [raw["selected_round"]])
+        if any(not _whole(v, 0, 10**9) for v in ints):
+            raise ValueError("a count is not a whole number in range")
+        if not _real(raw["started_at"], 0, 10**11) or not isinstance(raw["show_board"], bool):
+            raise ValueError("started_at or show_board is not valid")
+        return cls(**raw)
+
+
+def _whole(value: object, low: int, high: int) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and low <= value <= high
+
+
+def _real(value: object, low: float, high: float) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and low <= value <= high
+
+
+class PresentationStore:
+    """The room's presentation file and the board files, in the shared run directory."""
+
+    def __init__(self, root: str | os.PathLike) -> None:
+        self.root = Path(root)
+        self.path = self.root / FILE_NAME
+
+    def board_path(self, presentation_id: str) -> Path:
+        if not _ID.fullmatch(presentation_id):
+            raise ValueError("a presentation id is 22 letters, digits, '-' or '_'")
+        return self.root / f"board-{presentation_id}.jsonl"
+
+    @contextlib.contextmanager
+    def _locked(self) -> Iterator[None]:
+        self.root.mkdir(mode=0o700, parents=True, exist_ok=True)
+        fd = os.open(self.root / LOCK_NAME, os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            yield
+        finally:
+            os.close(fd)  # closing releases the lock
+
+    def read(self) -> Presentation | None:
+        """The live presentation, or None (none, or a file that is not one: logged, treated as none)."""
+        try:
+            with open(self.path, "rb") as f:
+                data = f.read(MAX_FILE_BYTES + 1)
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            log.warning("cannot read the presentation file: %s", exc.strerror or exc)
+            return None
+        if len(data) > MAX_FILE_BYTES:
+            log.warning("the presentation file is too large; ignored")
+            return None
+        try:
+            return Presentation.from_json(data)
+        except ValueError as exc:
+            log.warning("the presentation file is damaged (%s); ignored", exc)
+            return None
+
+    def _write(self, presentation: Presentation) -> None:
+        fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".presentation", dir=self.root)  # 0600
+        try:
+            with os.fdopen(fd, "w", encoding="utf-8") as f:
+                f.write(presentation.to_json())
+            os.replace(tmp, self.path)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+
+    def start(self, run_token: str, rounds: int, now: float | None = None) -> tuple[Presentation, Presentation | None]:
+        """Make run_token the room's presentation (a new id: a presenter already live is taken over). Returns (the
+        new presentation, the one it took over or None). The version keeps counting across takeovers."""
+        if not _ID.fullmatch(run_token):
+            raise ValueError("a run token is 22 letters, digits, '-' or '_'")
+        with self._locked():
+            before = self.read()
+            version = before.version + 1 if before else 1
+            started = time.time() if now is None else now
+            presentation = Presentation(new_id(), run_token, started, rounds, None, version)
+            self._write(presentation)
+        if before is not None:
+            self.board_path(before.id).unlink(missing_ok=True)
+        log.info("room: a presentation started%s", " (took over the previous one)" if before else "")
+        return presentation, before
+
+    def update(self, presentation_id: str, **changes) -> Presentation | None:
+        """Change the live presentation if it is still presentation_id's (bumping its version); None when it is not
+        (stopped, or taken over). Fields that do not change leave the file and its version alone."""
+        with self._locked():
+            live = self.read()
+            if live is None or live.id != presentation_id:
+                return None
+            changed = replace(live, **changes)
+            if changed == live:
+                return live
+            changed = replace(changed, version=live.version + 1)
+            self._write(changed)
+            return changed
+
+    def stop(self, presentation_id: str) -> bool:
+        """End the presentation if it is still presentation_id's; its board goes too. False: it was not live."""
+        with self._locked():
+            live = self.read()
+            if live is None or live.id != presentation_id:
+                return False
+            self.path.unlink(missing_ok=True)
+        self.board_path(presentation_id).unlink(missing_ok=True)
+        log.info("room: the presentation stopped")
+        return True
+
+    # --- the board -------------------------------------------------------------------------------------------------
+
+    def add_point(self, presentation_id: str, point: BoardPoint) -> bool:
+        """Append one point to the presentation's board (one write of one short line, O_APPEND). False when the
+        presentation is no longer live or the board is full."""
+        live = self.read()
+        if live is None or live.id != presentation_id:
+            return False
+        path = self.board_path(presentation_id)
+        line = (point.to_json() + "\n").encode("utf-8")
+        try:
+            if path.exists() and path.stat().st_size + len(line) > MAX_BOARD_BYTES:
+                log.warning("room: the board is full (%d bytes); a point was dropped", MAX_BOARD_BYTES)
+                return False
+            fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+            try:
+                os.write(fd, line)
+            finally:
+                os.close(fd)
+        except OSError as exc:
+            log.warning("room: could not add a board point: %s", exc.strerror or exc)
+            return False
+        return True
+
+    def points(self, presentation_id: str) -> list[BoardPoint]:
+        """The board: the latest valid point of each fork, in the order the forks first appeared. Lines that are not
+        valid points (a damaged or hostile file) are skipped."""
+        try:
+            with open(self.board_path(presentation_id), "rb") as f:
+                data = f.read(MAX_BOARD_BYTES)
+        except FileNotFoundError:
+            return []
+        except OSError as exc:
+            log.warning("room: cannot read the board: %s", exc.strerror or exc)
+            return []
+        latest: dict[str, BoardPoint] = {}
+        skipped = 0
+        for raw in data.split(b"\n"):
+            if not raw.strip():
+                continue
+            try:
+                point = BoardPoint.from_json(raw)
+            except ValueError:
+                skipped += 1
+                continue
+            latest[point.fork] = point
+        if skipped:
+            log.warning("room: %d board line(s) were not valid points; skipped", skipped)
+        return list(latest.values())
+
+
+@dataclass(frozen=True)
+class BoardPoint:
+    """One fork's results so far: no prompt, no name, no token of anyone's text. `fork` is a random id made at the
+    fork (not its run token, which would open the run). Metrics come from specviz.core.metrics.run_metrics."""
+
+    fork: str
+    drafter: str
+    k: int  # num_draft_tokens
+    temperature: float
+    rounds: int
+    alpha: float | None
+    tokens_per_pass: float | None
+    speedup: float | None  # measured; None while plain decoding is still measuring (or disturbed)
+    at: float = field(default=0.0)  # time.time() of the Step
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), separators=(",", ":"))
+
+    @classmethod
+    def from_json(cls, data: bytes) -> BoardPoint:
+        """Parse and validate one line; raises ValueError."""
+        if len(data) > MAX_LINE_BYTES:
+            raise ValueError("line too long")
+        try:
+            raw = json.loads(data)
+        except (UnicodeDecodeError, json.JSONDecodeError, RecursionError):
+            raise ValueError("not JSON") from None
+        if not isinstance(raw, dict) or set(raw) != set(cls.__dataclass_fields__):
+            raise ValueError("not a point")
+        ok = (
+            isinstance(raw["fork"], str) and _ID.fullmatch(raw["fork"]) is not None and raw["drafter"] in DRAFTER_KINDS
+            and _whole(raw["k"], 1, 64) and _real(raw["temperature"], 0, 2) and _whole(raw["rounds"], 0, 10**6)
+            and _optional(raw["alpha"], 0, 1) and _optional(raw["tokens_per_pass"], 0, 65) and _optional(raw["speedup"], 0, 1000)
+            and _real(raw["at"], 0, 10**11)
+        )  # fmt: skip
+        if not ok:
+            raise ValueError("a field is out of range")
+        return cls(**raw)
+
+
+def _optional(value: object, low: float, high: float) -> bool:
+    return value is None or _real(value, low, high)
