@@ -31,7 +31,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from specviz.config import RunConfig  # noqa: E402
-from specviz.core.tree import tree_depths  # noqa: E402
+from specviz.core.metrics import head_acceptance, speedup_disturbed  # noqa: E402
 from specviz.experiments.bench import BASELINE, BenchPrompt, first_per_category, load_prompts, measure_setups  # noqa: E402
 from specviz.experiments.measure import paired_ratio  # noqa: E402
 
@@ -61,18 +61,9 @@ def load_average() -> str:
     return " ".join(f"{x:.2f}" for x in os.getloadavg())
 
 
-def acceptance_by_head(records) -> list[tuple[int, int]]:
-    """Per head (depth 1..): (rounds in which a token of that level was tried, rounds in which one was accepted)."""
-    tried: dict[int, int] = {}
-    kept: dict[int, int] = {}
-    for r in records:
-        depth = tree_depths(r.tree_parents) if r.tree_parents else tuple(range(len(r.drafted)))
-        levels_tried = {depth[i] for i, f in enumerate(r.draft_fates) if f in ("accepted", "rejected")}
-        accepted = len(r.accepted_path) if r.tree_parents else sum(f == "accepted" for f in r.draft_fates)
-        for level in levels_tried:
-            tried[level] = tried.get(level, 0) + 1
-            kept[level] = kept.get(level, 0) + (level < accepted)
-    return [(tried[d], kept.get(d, 0)) for d in sorted(tried)]
+def acceptance_by_head(records) -> list[tuple[int, int, int]]:
+    """Per head 1..: (rounds that reached it, rounds that kept its token, rounds that drafted), from core.metrics."""
+    return [(h.acceptance.reached, h.acceptance.accepted, h.acceptance.drafting_rounds) for h in head_acceptance(records)]
 
 
 def measure_prompt(models, prompt: BenchPrompt, temperature: float, args) -> dict[str, dict]:
@@ -80,7 +71,7 @@ def measure_prompt(models, prompt: BenchPrompt, temperature: float, args) -> dic
     from specviz.runs import decoder_for
 
     ids = encode_prompt(models.target.tokenizer, prompt.prompt, True)
-    base = RunConfig(temperature=temperature, max_new_tokens=args.max_new_tokens, seed=args.seed)
+    base = RunConfig(temperature=temperature, max_new_tokens=args.max_new_tokens, seed=args.seed, medusa_heads=args.medusa_heads)
     configs = {name: replace(base, **change) for name, change in SETUPS.items() if name in args.setups}
 
     def factory(config: RunConfig):
@@ -110,13 +101,14 @@ def summarize(results: dict, categories: list[str]) -> list[dict]:
     for (temperature, category), per_prompt in results.items():
         for name in per_prompt[0]:
             speedups = [p[name]["speedup"] for p in per_prompt]
-            tried = [sum(p[name]["heads"][d][0] for p in per_prompt if len(p[name]["heads"]) > d) for d in range(4)]
-            kept = [sum(p[name]["heads"][d][1] for p in per_prompt if len(p[name]["heads"]) > d) for d in range(4)]
+            pooled = [[sum(p[name]["heads"][d][j] for p in per_prompt if len(p[name]["heads"]) > d) for j in range(3)] for d in range(4)]
+            cond = " / ".join(f"{k / r:.0%}" if r else "–" for r, k, _ in pooled)
+            uncond = " / ".join(f"{k / n:.0%}" if n else "–" for _, k, n in pooled)
             rows.append(dict(
                 T=temperature, category=category, setup=name,
                 speedup=math.exp(statistics.fmean(math.log(s) for s in speedups)),
                 tau=statistics.fmean(p[name]["tau"] for p in per_prompt),
-                heads=" / ".join(f"{k / t:.0%}" if t else "–" for t, k in zip(tried, kept)) if name.startswith("medusa") else "",
+                heads=f"{cond} ({uncond})" if name.startswith("medusa") else "",
                 same=all(p[name]["same"] for p in per_prompt) if temperature == 0 else None,
             ))  # fmt: skip
     for temperature in sorted({t for t, _ in results}):
@@ -130,22 +122,22 @@ def summarize(results: dict, categories: list[str]) -> list[dict]:
 
 
 def table(rows: list[dict]) -> str:
-    lines = ["| T | category | setup | speedup | tokens / pass | acceptance by head | same as plain |", "|---|---|---|---|---|---|---|"]
+    lines = ["| T | category | setup | speedup | tokens / pass | acceptance by head: given the earlier kept (of all drafting rounds) | same as plain |", "|---|---|---|---|---|---|---|"]
     for r in rows:
         same = "–" if r["same"] is None else ("yes" if r["same"] else "NO")
-        lines.append(f"| {r['T']:g} | {r['category']} | {r['setup']} | {r['speedup']:.2f}× | {r['tau']:.2f} | {r['heads'] or '–'} | {same} |")
+        shown = f"{r['speedup']:.2f}×" + (" (disturbed: above tokens / pass)" if speedup_disturbed(r["speedup"], r["tau"]) else "")
+        lines.append(f"| {r['T']:g} | {r['category']} | {r['setup']} | {shown} | {r['tau']:.2f} | {r['heads'] or '–'} | {same} |")
     return "\n".join(lines)
 
 
-def heads_cost(models) -> float:
+def heads_cost(models, heads_folder: str | None) -> float:
     """The heads' drafting cost as a fraction of a 1-token pass: median of 30 timed calls each."""
     import torch
 
     from specviz.models import HFCachedLM
     from specviz.runs import make_drafter
 
-    config = RunConfig(drafter="medusa")
-    drafter = make_drafter(config, models.target)
+    drafter = make_drafter(RunConfig(drafter="medusa", medusa_heads=heads_folder), models.target, heads=models.heads)
     lm = HFCachedLM(models.target.model, models.target.vocab_size)
     lm.extend(list(range(100, 140)))
     hidden = torch.randn(models.target.model.config.hidden_size)
@@ -181,6 +173,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--max-new-tokens", type=int, default=64)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--medusa-heads", default=None, help="a heads folder (default: the shipped heads for the embedded target)")
     p.add_argument("--json", type=Path, default=None)
     args = p.parse_args(argv)
     if BASELINE not in args.setups:
@@ -188,7 +181,7 @@ def main(argv: list[str] | None = None) -> int:
     torch.set_num_threads(args.threads)
     before = load_average()
     target = load_model(RunConfig().target, "cpu", "auto")
-    models = resolve_models(RunConfig(drafter="medusa"), target=target)
+    models = resolve_models(RunConfig(drafter="medusa", medusa_heads=args.medusa_heads), target=target)
     prompts = first_per_category(load_prompts(categories=args.categories), args.per_category) + [OPEN_PARAGRAPH]
     results: dict = {}
     start = time.perf_counter()
@@ -197,7 +190,7 @@ def main(argv: list[str] | None = None) -> int:
             results.setdefault((temperature, prompt.category), []).append(measure_prompt(models, prompt, temperature, args))
             print(f"[{time.perf_counter() - start:5.0f}s] T={temperature:g} {prompt.category}/{prompt.title}", file=sys.stderr, flush=True)
     rows = summarize(results, args.categories)
-    cost = heads_cost(models)
+    cost = heads_cost(models, args.medusa_heads)
     after = load_average()
     print(f"CPU: {cpu_name()}; torch threads {args.threads}; precision {target.precision}")
     print(f"load average before: {before}; after: {after}")
