@@ -23,7 +23,8 @@ plus {"replicas", "killed", "kill_after_step", "split", "lost_runs", "unequal_st
 "reconnects", "per_replica": {rN: {"server_step_s": {"p50", "p95"}, "steps"}}, "load_avg": {"before", "after"}}.
 Exits 0 only when nothing was lost, every stream equals its solo run and nothing raised.
 
---presenter runs the presenter scenario instead (1 presenter + --sessions followers; scripts/room_presenter.py).
+--presenter runs the presenter scenario instead (1 presenter + --sessions followers; scripts/room_presenter.py);
+--presenter --fork the fork scenario (1 presenter + --sessions participants who fork and Step; scripts/room_forks.py).
 """
 
 from __future__ import annotations
@@ -330,11 +331,16 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--timeout-s", type=float, default=3600.0, help="give up after this long")
     parser.add_argument("--presenter", action="store_true", help="1 presenter + --sessions followers instead (scripts/room_presenter.py): "
                         "presenter Step -> follower redraw latency, the followers' model time, memory after they leave")
+    parser.add_argument("--fork", action="store_true", help="with --presenter: --sessions participants fork the presentation and make --steps "
+                        "Steps each (scripts/room_forks.py): every fork's stream against the solo run, pooled server-side Step")
+    parser.add_argument("--present-rounds", type=int, default=2, help="with --fork: the presenter's Steps before the room forks")
     args = parser.parse_args(argv)
     if not 1 <= args.sessions <= MAX_PROTOCOL_SESSIONS or args.replicas < 1 or args.steps < 1 or args.kill_one_at < 1:
         parser.error(f"--sessions must be 1..{MAX_PROTOCOL_SESSIONS}; --replicas, --steps and --kill-one-at at least 1")
     if args.kill not in {f"r{i + 1}" for i in range(args.replicas)}:
         parser.error(f"--kill must name a replica r1..r{args.replicas}")
+    if args.fork and (not args.presenter or args.present_rounds < 1):
+        parser.error("--fork goes with --presenter, and --present-rounds must be at least 1")
     return args
 
 
@@ -345,9 +351,10 @@ def main(argv: list[str] | None = None) -> int:
     watchdog.daemon = True
     watchdog.start()
     if args.presenter:
+        from scripts.room_forks import run_forks
         from scripts.room_presenter import run_presenter
 
-        result = run_presenter(args, room)
+        result = (run_forks if args.fork else run_presenter)(args, room)
         print(json.dumps(result) if args.json else json.dumps(result, indent=1))
         return 0 if result["ok"] else 1
     result = run(args)

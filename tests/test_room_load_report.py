@@ -29,3 +29,25 @@ def test_the_presenter_report_reads_latency_model_time_and_memory():
     assert presenter_summary([a, b], {2: 10.0, 3: 20.0}, lines, "tttttttt", {"before": 100.0, "with_followers": 150.0, "after": 105.0}, 0)["ok"]
     model_time = lines + [line("aaaaaaaa", 0.2, steps=1, round_s=0.1)]
     assert not presenter_summary([a, b], {2: 10.0, 3: 20.0}, model_time, "tttttttt", {"before": 100.0, "with_followers": 150.0, "after": 105.0}, 0)["ok"]
+
+
+def test_the_fork_report_checks_each_fork_against_the_solo_run_from_the_same_round():
+    from scripts.load_protocol import Outcome, people
+    from scripts.room_forks import Fork, fork_summary
+
+    solo = Outcome(people(1)[0], streams=[["a"], ["a", "b"], ["a", "b", "c"], ["a", "b", "c", "d"]])
+    good = Fork(0, "r1", 2, "2", [["a", "b", "c"], ["a", "b", "c", "d"]], 0.4)
+    other = Fork(1, "r2", 2, "2", [["a", "b", "c"], ["a", "b", "c", "d"]], 0.6)
+    by_replica = {"r1": [line("f1", 0.5), line("f1", 0.2, steps=0)], "r2": [line("f2", 3.5)]}
+    result = fork_summary(solo, 2, [good, other], by_replica, 0, {"before": None, "after": None})
+    assert result["ok"] and result["unequal_streams"] == 0 and result["forked_at"] == 2
+    assert result["split"] == {"r1": 1, "r2": 1} and result["server_step_s"]["steps"] == 2 and result["server_step_s"]["p95"] == 3.5
+    assert result["per_replica"]["r1"]["p95"] == 0.5  # each replica's own figure next to the pool
+    bad = Fork(1, "r2", 2, "2", [["a", "b", "x"], ["a", "b", "x", "d"]], 0.6)  # the known-bad control: a stream that drifted
+    assert not fork_summary(solo, 2, [good, bad], by_replica, 0, {})["ok"]
+    late = Fork(1, "r2", 3, "3", [["a", "b", "c", "d"]], 0.6)  # forked a round late: the right stream, the wrong round
+    assert not fork_summary(solo, 2, [good, late], by_replica, 0, {})["ok"]
+    assert not fork_summary(solo, 2, [good, other], by_replica, 1, {})["ok"]  # a replica's traceback fails it
+    empty = Outcome(people(1)[0], streams=[[], [], [], []])
+    blank = [Fork(0, "r1", 2, "2", [[], []], 0.4)]
+    assert not fork_summary(empty, 2, blank, by_replica, 0, {})["ok"]  # no tokens drawn is not "equal"

@@ -331,19 +331,26 @@ def watch() -> None:
 
 
 def _tick() -> None:
-    """One look at the presentation file (no model, no other session). A model round in flight in this process
-    goes first: the tick is skipped and the next one looks again."""
+    """One look at the presentation file (no model, no other session); see look()."""
     seen = st.session_state.get(SEEN_KEY)
-    if seen is None or turns_in_flight():
-        return
-    mode, key = seen
-    p = live()
-    if _key(p, mode) != key:
+    verdict, p = look(seen, live)
+    if verdict == "moved":
         st.rerun(scope="app")
-    if mode == "presenting" and p is not None:
+    if verdict == "same" and seen[0] == "presenting" and p is not None:
         room = store()
         if room is not None:
             room.update(p.id, selected_round=_selected_round())  # the presenter's inspector: followers show that round
+
+
+def look(seen: tuple | None, read: Callable[[], Presentation | None], in_flight: Callable[[], int] = turns_in_flight) -> tuple[str, Presentation | None]:
+    """The watcher's decision: "skip" (nothing watched, or a model round is in flight in this process: the Step goes
+    first, nothing is read, the next tick looks again), "moved" (what this page draws changed: rerun it) or "same";
+    with the presentation read (None when skipped)."""
+    if seen is None or in_flight():
+        return "skip", None
+    mode, key = seen
+    p = read()
+    return ("moved" if _key(p, mode) != key else "same"), p
 
 
 # --- the board -------------------------------------------------------------------------------------------------
@@ -357,19 +364,23 @@ def board_section(p: Presentation | None) -> None:
 
 
 def _board_points(room: PresentationStore, presentation_id: str) -> list[BoardPoint]:
-    """The board's points, read again only when its file changed, and never while a model round is in flight in
-    this process (the last points are drawn instead: the aggregation waits for the Step)."""
+    """The board's points, read again only when its file changed (see board_cache)."""
     try:
         info = room.board_path(presentation_id).stat()
         stamp = (info.st_size, info.st_mtime_ns)
     except OSError:
         stamp = None
-    cached = st.session_state.get(BOARD_CACHE_KEY)
-    if cached is not None and cached[0] == presentation_id and (cached[1] == stamp or turns_in_flight()):
-        return cached[2]
-    points = room.points(presentation_id)
-    st.session_state[BOARD_CACHE_KEY] = (presentation_id, stamp, points)
-    return points
+    cache = board_cache(st.session_state.get(BOARD_CACHE_KEY), presentation_id, stamp, lambda: room.points(presentation_id))
+    st.session_state[BOARD_CACHE_KEY] = cache
+    return cache[2]
+
+
+def board_cache(cached: tuple | None, presentation_id: str, stamp: tuple | None, load: Callable[[], list[BoardPoint]], in_flight: Callable[[], int] = turns_in_flight) -> tuple:
+    """(presentation id, the board file's stamp, its points): the cached points while the file is unchanged, or while
+    a model round is in flight in this process (the aggregation waits for the Step); else load() afresh."""
+    if cached is not None and cached[0] == presentation_id and (cached[1] == stamp or in_flight()):
+        return cached
+    return (presentation_id, stamp, load())
 
 
 def _board(presentation_id: str) -> None:

@@ -23,3 +23,15 @@ def test_killing_a_replica_loses_no_run(tiny_dir):
     assert result["lost_runs"] == 0 and result["unequal_streams"] == 0 and result["all_equal_solo"], result
     assert result["exceptions"] == 0 and result["steps"] == 4 * 3, result
     assert all(r["steps"] > 0 and r["server_step_s"]["p95"] is not None for r in result["per_replica"].values()), result
+
+
+@pytest.mark.skipif(HAPROXY is None, reason="haproxy is not installed (scripts/test.sh installs it: apt-get install haproxy)")
+def test_forks_of_the_presentation_continue_as_the_solo_run(tiny_dir):
+    """`--presenter --fork` in small: 2 replicas, 2 participants who follow, fork at round 2 and Step 3 times each."""
+    from scripts.room_forks import run_forks
+
+    args = rlt.parse_args(["--presenter", "--fork", "--replicas", "2", "--sessions", "2", "--steps", "3", "--think-s", "0.3", "--max-new-tokens", "16", "--settle-s", "0"])
+    result = run_forks(args, rlt.room, env={"SPECVIZ_TARGETS": str(tiny_dir["llama"])})
+    assert result["forked_at"] == 2 and result["unequal_streams"] == 0 and result["all_equal_solo"], result
+    assert result["exceptions"] == 0 and result["server_step_s"]["steps"] == 2 * 3 and result["ok"], result
+    assert set(result["split"]) == {"r1", "r2"}, result  # both replicas served a fork

@@ -6,12 +6,14 @@ presenter's round and the next one shortly after each Step; one forks and steps;
 from __future__ import annotations
 
 import time
+from datetime import datetime
 from pathlib import Path
 from urllib.parse import urlencode
 
 import pytest
 from selenium.webdriver.common.by import By
 
+from specviz.ui.timing import parse_line
 from specviz.workshop.presentation import PresentationStore
 from tests.browser.st_browser import (  # noqa: I001
     click_button,
@@ -28,7 +30,17 @@ from tests.test_room_supervisor import wait_or_fail
 
 KEY = "a presenter key for the test"
 SCREENSHOT = "screenshot_board.png"  # in assets/ with SPECVIZ_UPDATE_SCREENSHOTS=1 (the screenshot_dir fixture)
-REDRAW_TIMEOUT_S = 20  # the issue's 1 s is measured on a quiet machine (scripts/room_load_test.py --presenter); here: it comes
+REDRAW_TIMEOUT_S = 20  # how long a follower may take to say the presentation stopped
+# The issue's target is a follower's redraw within 1 s of each presenter Step (scripts/room_load_test.py --presenter
+# measures it under load on a quiet machine). Here three Chromiums, two replicas and the test share a busy 2-core
+# machine (load average 4-7), so the bounds have slack, and the two halves are checked apart (both printed):
+# - the server's half, what the app controls: the presenter's Step ends -> the follower's replica has sent the redrawn
+#   page (the timing lines' clocks): 0.3-1.1 s measured here, asserted <= 2 s;
+# - the click to the follower's page showing the round, browsers included (the teacher's browser sending the click,
+#   the followers' rendering on the same cores): 2.1-5.4 s measured here, asserted <= 8 s.
+SERVER_REDRAW_WITHIN_S = 2.0
+REDRAW_WITHIN_S = 8.0
+SHOWS = "return Array.from(document.querySelectorAll('[data-testid=\"stAlert\"]')).some(e => e.textContent.includes(arguments[0]))"
 
 
 def replica(driver) -> str | None:
@@ -49,6 +61,35 @@ def following_round(driver) -> str:
     text = main_text(driver)
     at = text.find("Following the presenter (round ")
     return text[at + 31 : text.find(")", at)] if at >= 0 else ""
+
+
+def redraw_seconds(clicked: float, followers: list, text: str, timeout_s: float = REDRAW_TIMEOUT_S) -> list[float | None]:
+    """Seconds from the presenter's click until each follower's page shows `text` (None: not within timeout_s),
+    polled side by side every 50 ms with one cheap script per page (not the whole page's text)."""
+    seen: dict[int, float] = {}
+    while len(seen) < len(followers) and time.monotonic() - clicked < timeout_s:
+        for i, f in enumerate(followers):
+            if i not in seen and f.execute_script(SHOWS, text):
+                seen[i] = time.monotonic() - clicked
+        time.sleep(0.05)
+    return [seen.get(i) for i in range(len(followers))]
+
+
+def server_redraws(log_text: str, teacher: str | None = None) -> list[float]:
+    """From the room's timing lines: seconds from the end of each presenter Step (a fragment rerun with a round) to
+    the end of each other session's next full rerun (a follower's redraw), per follower and Step."""
+    out, step_end, waiting = [], None, set()
+    for line in log_text.splitlines():
+        fields = parse_line(line)
+        if fields is None or not line.startswith("[r"):
+            continue
+        at = datetime.strptime(line[5:28], "%Y-%m-%d %H:%M:%S,%f").timestamp()
+        if fields["steps"] >= 1 and fields["fragment"] and fields["session"] == (teacher or fields["session"]):
+            teacher, step_end, waiting = fields["session"], at, set()
+        elif step_end is not None and not fields["fragment"] and fields["session"] != teacher and fields["session"] not in waiting:
+            waiting.add(fields["session"])
+            out.append(at - step_end)
+    return out
 
 
 def follower_on_another_replica(make_driver, url: str, taken: set[str]):
@@ -85,18 +126,26 @@ def test_the_room_follows_forks_and_sees_the_board(make_driver, tmp_path, tiny_d
             wait(f, STEP_TIMEOUT_S).until(lambda d: following_round(d) == "2")
             assert not f.find_elements(By.CSS_SELECTOR, ".st-key-step button:not([disabled])")  # read-only
 
-        clicked = time.monotonic()
-        step(teacher, 2)
-        for f in (first, second):
-            wait(f, REDRAW_TIMEOUT_S).until(lambda d: following_round(d) == "3")
-        redraw_s = time.monotonic() - clicked  # printed for the record; the room load test measures it under load
-        print(f"presenter Step -> both followers at round 3: {redraw_s:.2f} s")
+        redraws = []
+        offset = log.stat().st_size
+        for n in (3, 4):  # two presenter Steps: each follower's page at the new round, timed from the click
+            clicked = time.monotonic()
+            click_button(teacher, "step")
+            redraws.append(redraw_seconds(clicked, [first, second], f"Following the presenter (round {n})"))
+            wait(teacher, STEP_TIMEOUT_S).until(lambda d, n=n: metric_value(d, "rounds") == str(n))
+            wait_idle(teacher, STEP_TIMEOUT_S)
+            for f in (first, second):
+                wait_idle(f, STEP_TIMEOUT_S)
+        server = server_redraws(log.read_bytes()[offset:].decode(errors="replace"))
+        print(f"presenter Step click -> follower shows the round, s (per Step, per follower): {redraws}; server's half: {server}")
+        assert len(server) == 4 and all(s <= SERVER_REDRAW_WITHIN_S for s in server), server
+        assert all(r is not None and r <= REDRAW_WITHIN_S for rs in redraws for r in rs), redraws
 
         click_button(first, "fork")
-        wait(first, STEP_TIMEOUT_S).until(lambda d: "Your own copy of the presenter's run at round 3" in main_text(d))
+        wait(first, STEP_TIMEOUT_S).until(lambda d: "Your own copy of the presenter's run at round 4" in main_text(d))
         wait_idle(first, STEP_TIMEOUT_S)
-        step(first, 3)
-        assert metric_value(first, "rounds") == "4"
+        step(first, 4)
+        assert metric_value(first, "rounds") == "5"
 
         wait(teacher, STEP_TIMEOUT_S).until(lambda d: "1 fork(s) since the presentation started" in main_text(d))
         wait_idle(teacher, STEP_TIMEOUT_S)
