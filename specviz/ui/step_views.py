@@ -236,12 +236,18 @@ def inspector(session: ViewSource) -> None:
     n = len(run.records)
     left, right = st.columns([1, 3])
     with left:
-        follow = widgets.toggle("follow the latest round", value=True, key="inspect_follow")
+        # Defaults go into the session state, not value=: a follower's page sets these keys (specviz.ui.presenting),
+        # and Streamlit warns about a widget given both.
+        st.session_state.setdefault("inspect_follow", True)
+        follow = widgets.toggle("follow the latest round", key="inspect_follow")
         if follow or n == 1:
             round_index = n - 1
             st.caption(f"showing round {round_index}, the latest (rounds count from 0)")
         else:
-            round_index = widgets.slider("round", 0, n - 1, value=n - 1, key="inspect_round")
+            held = st.session_state.get("inspect_round")
+            if not isinstance(held, int) or isinstance(held, bool) or not (0 <= held <= n - 1):
+                st.session_state["inspect_round"] = n - 1
+            round_index = widgets.slider("round", 0, n - 1, key="inspect_round")
         record = run.records[round_index]
         heads = draft_heads(record) if by_head(run.config) else ()
         positions = list(range(num_positions(record)))
