@@ -149,11 +149,14 @@ class TrainConfig:
         if self.matmul_dtype not in ("float32", "bfloat16"):
             raise ValueError(f"matmul_dtype must be float32 or bfloat16; got {self.matmul_dtype!r}.")
 
-    def data_key(self, fingerprint: str) -> str:
-        """The cache key: the target and every setting that changes the data."""
-        recipe = dict(v=DATA_VERSION, target=fingerprint, seed=self.seed, data_tokens=self.data_tokens, max_new=self.max_new_tokens,
+    def data_key(self, fingerprint: str, with_budget: bool = True) -> str:
+        """The cache key: the target and every setting that changes the data (without data_tokens: the key of
+        the generated batches, which a larger budget extends)."""
+        recipe = dict(v=DATA_VERSION, target=fingerprint, seed=self.seed, max_new=self.max_new_tokens,
                       gen_batch=self.gen_batch, sampled=self.sampled_fraction, temperature=self.temperature,
                       heldout_every=self.heldout_every, chat=self.chat)  # fmt: skip
+        if with_budget:
+            recipe["data_tokens"] = self.data_tokens
         return hashlib.sha256(json.dumps(recipe, sort_keys=True).encode()).hexdigest()[:16]
 
 
@@ -233,32 +236,50 @@ def continue_batch(lm: LoadedModel, prompts: Sequence[Sequence[int]], max_new_to
     return [(hid[r][keep[r]], top[r][keep[r]]) for r in range(b)]
 
 
-def _generate_all(lm: LoadedModel, config: TrainConfig, progress: bool) -> tuple[list, list, dict]:
-    """Continue training prompts in batches until data_tokens positions are kept: (train rows, held-out rows, facts),
-    each row a continuation's ((M, H) float16 hidden states, (M,) argmaxes)."""
-    from tqdm.auto import tqdm
-
+def _batch_rows(lm: LoadedModel, config: TrainConfig, n: int, prompts: Sequence[str], parts: Path) -> tuple[list, float]:
+    """Batch n's continuations (greedy, or sampled every 1/sampled_fraction-th batch), each saved as it is made,
+    so an interrupted generation resumes: ([((M, H) float16, (M,) argmax) per prompt], seconds it took)."""
     from specviz.models import encode_prompt
 
-    prompts, gen = training_prompts(config.seed), torch.Generator(device=lm.device).manual_seed(config.seed)
+    path = parts / f"batch-{n:04d}.pt"
+    if path.is_file():
+        saved = torch.load(path, map_location="cpu", weights_only=True)
+        return list(zip(saved["hidden"], saved["argmax"])), float(saved["seconds"])
     sampled_every = 0 if config.sampled_fraction == 0 else max(1, round(1 / config.sampled_fraction))
-    train, heldout, total, used, start = [], [], 0, 0, time.perf_counter()
+    temperature = config.temperature if sampled_every and n % sampled_every == sampled_every - 1 else 0.0
+    gen = torch.Generator(device=lm.device).manual_seed(config.seed * 1_000_003 + n)  # per batch: resumable
+    start = time.perf_counter()
+    encoded = [encode_prompt(lm.tokenizer, p, chat=config.chat) for p in prompts]
+    rows = continue_batch(lm, encoded, config.max_new_tokens, temperature, gen)
+    seconds = time.perf_counter() - start
+    parts.mkdir(parents=True, exist_ok=True)
+    torch.save(dict(hidden=[h for h, _ in rows], argmax=[a for _, a in rows], seconds=seconds), path.with_suffix(".tmp"))
+    path.with_suffix(".tmp").replace(path)
+    return rows, seconds
+
+
+def _generate_all(lm: LoadedModel, config: TrainConfig, parts: Path, progress: bool) -> tuple[list, list, dict]:
+    """Continue training prompts in batches until data_tokens positions are kept: (train rows, held-out rows, facts),
+    each row a continuation's ((M, H) float16 hidden states, (M,) argmaxes); every heldout_every-th prompt held out."""
+    from tqdm.auto import tqdm
+
+    prompts = training_prompts(config.seed)
+    train, heldout, total, used, seconds = [], [], 0, 0, 0.0
     bar = tqdm(total=config.data_tokens, desc="generating", unit="tok", disable=not progress)
     batches = [prompts[i : i + config.gen_batch] for i in range(0, len(prompts), config.gen_batch)]
     for n, batch in enumerate(batches):
         if total >= config.data_tokens:
             break
-        temperature = config.temperature if sampled_every and n % sampled_every == sampled_every - 1 else 0.0
-        encoded = [encode_prompt(lm.tokenizer, p, chat=config.chat) for p in batch]
-        for j, (hid, top) in enumerate(continue_batch(lm, encoded, config.max_new_tokens, temperature, gen)):
+        rows, took = _batch_rows(lm, config, n, batch, parts)
+        for j, (hid, top) in enumerate(rows):
             (heldout if (used + j) % config.heldout_every == config.heldout_every - 1 else train).append((hid, top))
             total += hid.shape[0]
             bar.update(hid.shape[0])
-        used += len(batch)
+        used, seconds = used + len(batch), seconds + took
     bar.close()
     if total < config.data_tokens:
         log.warning("The training prompts gave %d positions, fewer than the %d asked for.", total, config.data_tokens)
-    facts = dict(prompts=used, positions=total, generation_s=round(time.perf_counter() - start, 1),
+    facts = dict(prompts=used, positions=total, generation_s=round(seconds, 1),
                  train_positions=sum(h.shape[0] for h, _ in train), heldout_positions=sum(h.shape[0] for h, _ in heldout))  # fmt: skip
     return train, heldout, facts
 
@@ -282,7 +303,8 @@ def load_or_make_data(lm: LoadedModel, config: TrainConfig, cache_dir: Path, pro
         log.info("Reusing the cached training data %s", path)
         cached = torch.load(path, map_location="cpu", weights_only=True)
     else:
-        train, heldout, facts = _generate_all(lm, config, progress)
+        parts = Path(cache_dir) / f"medusa-parts-{config.data_key(fingerprint, with_budget=False)}"
+        train, heldout, facts = _generate_all(lm, config, parts, progress)
         if not train or not heldout:
             raise ValueError(f"Too little data for training and a held-out split ({facts['positions']} positions): raise --data-tokens.")
         cached = dict(train=_pack(train), heldout=_pack(heldout), facts=facts)
