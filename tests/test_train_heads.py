@@ -46,6 +46,12 @@ def test_data_is_cached_and_split(tiny_models, tiny_data):
     assert len(list(cache.glob("medusa-data-*.pt"))) == 1
     again = th.load_or_make_data(tiny_models["llama"], th.TINY, cache, progress=False)  # from the cache
     assert torch.equal(again.train_hidden, data.train_hidden) and torch.equal(again.heldout_labels, data.heldout_labels)
+    parts = sorted(next(cache.glob("medusa-parts-*")).glob("batch-*.pt"))
+    assert len(parts) >= 2
+    next(cache.glob("medusa-data-*.pt")).unlink()
+    parts[-1].unlink()  # as if generation had been interrupted in its last batch: the others are reused
+    resumed = th.load_or_make_data(tiny_models["llama"], th.TINY, cache, progress=False)
+    assert torch.equal(resumed.train_hidden, data.train_hidden) and torch.equal(resumed.train_labels, data.train_labels)
 
 
 def test_loss_falls_and_accuracy_is_reported(tiny_models, tiny_data, tmp_path):
