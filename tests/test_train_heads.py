@@ -118,3 +118,17 @@ def test_config_refuses_bad_values():
         th.TrainConfig(steps=0)
     with pytest.raises(ValueError, match="sampled_fraction"):
         th.TrainConfig(sampled_fraction=2)
+
+
+def test_shipped_heads_belong_to_the_embedded_target(smollm):
+    """assets/medusa_smollm2_135m: Medusa's layout, under 20 MB, the embedded target's fingerprint (load_heads
+    refuses heads for another target), and held-out accuracy recorded that falls from head 1 to head 4."""
+    from pathlib import Path
+
+    folder = Path(__file__).resolve().parents[1] / "assets" / "medusa_smollm2_135m"
+    assert (folder / "medusa_lm_head.safetensors").stat().st_size < 20_000_000
+    fingerprint = target_fingerprint(smollm.model.get_input_embeddings().weight)
+    heads = load_heads(folder, smollm.model.config.hidden_size, fingerprint, "SmolLM2-135M-Instruct")
+    saved = json.loads((folder / "config.json").read_text(encoding="utf-8"))
+    assert saved["base_model_name_or_path"] == "HuggingFaceTB/SmolLM2-135M-Instruct" and heads.num_heads == 4
+    assert saved["heldout_top1"][0] > saved["heldout_top1"][3] > 0.05
