@@ -1,4 +1,4 @@
-"""python -m specviz generate | replay | info | bench | profile | batch | room — the command-line face of the engine."""
+"""python -m specviz generate | replay | info | bench | profile | batch | train-heads | room — the command-line face of the engine."""
 
 from __future__ import annotations
 
@@ -129,6 +129,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_bench_parser(sub)
     _add_profile_parser(sub)
     _add_batch_parser(sub)
+    _add_train_heads_parser(sub)
     add_room_parser(sub)
     return parser
 
@@ -692,6 +693,88 @@ def cmd_bench(args: argparse.Namespace) -> int:
     return 0
 
 
+EMBEDDED_BASE_MODEL = "HuggingFaceTB/SmolLM2-135M-Instruct"  # what the embedded GGUF is a quantisation of
+TRAIN_OPTIONS = {  # option -> TrainConfig field; unset options take the config's (or --tiny's) default
+    "heads": "num_heads", "layers": "num_layers", "steps": "steps", "lr": "lr", "batch_size": "batch_size",
+    "seed": "seed", "data_tokens": "data_tokens", "max_new_tokens": "max_new_tokens", "gen_batch": "gen_batch",
+}  # fmt: skip
+
+
+def _add_train_heads_parser(sub) -> None:
+    from specviz.experiments.train_heads import TrainConfig
+
+    d = TrainConfig
+    p = sub.add_parser("train-heads", help="train Medusa heads for a target by self-distillation on its own continuations")
+    p.add_argument("--target", default=EMBEDDED_TARGET, help="hub id, local folder or .gguf file (default: embedded SmolLM2-135M-Instruct)")
+    p.add_argument("--out", default="medusa-heads", help="folder for the heads (Medusa's layout; default ./medusa-heads)")
+    p.add_argument("--heads", type=int, default=None, help=f"number of heads K (default {d.num_heads})")
+    p.add_argument("--layers", type=int, default=None, help=f"ResBlocks per head (default {d.num_layers})")
+    p.add_argument("--steps", type=int, default=None, help=f"optimiser steps (default {d.steps})")
+    p.add_argument("--lr", type=float, default=None, help=f"AdamW peak learning rate (default {d.lr})")
+    p.add_argument("--batch-size", type=int, default=None, help=f"positions per step (default {d.batch_size})")
+    p.add_argument("--seed", type=int, default=None, help=f"prompt order, sampling and batches (default {d.seed})")
+    p.add_argument("--data-tokens", type=int, default=None, help=f"positions of the target's own text to generate (default {d.data_tokens})")
+    p.add_argument("--max-new-tokens", type=int, default=None, help=f"tokens per continuation (default {d.max_new_tokens})")
+    p.add_argument("--gen-batch", type=int, default=None, help=f"continuations generated at once (default {d.gen_batch})")
+    p.add_argument("--tiny", action="store_true", help="a small config that trains on a tiny model in seconds (tests, smoke runs)")
+    p.add_argument("--resume", action="store_true", help="continue from this run's last checkpoint (same settings)")
+    p.add_argument("--cache-dir", default=None, help="where the hidden states, labels and checkpoints go (default: specviz's cache)")
+    p.add_argument("--base-model", default=None, help="base_model_name_or_path for config.json (default: the target's name)")
+    p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
+    p.add_argument("--no-progress", action="store_true", help="no progress bars")
+    p.add_argument("--device", default="cpu", help="cpu (default) or cuda")
+    p.add_argument("--trust-remote-code", action="store_true")
+    p.add_argument("--allow-download", action="store_true")
+    p.add_argument("--allow-pickle", action="store_true")
+
+
+def cmd_train_heads(args: argparse.Namespace) -> int:
+    import dataclasses
+
+    import torch
+
+    from specviz.experiments.train_heads import TINY, TrainConfig, checkpoint_path, load_or_make_data, ship, train_heads
+    from specviz.models import load_model
+    from specviz.models.loading import cache_root
+    from specviz.models.medusa import target_fingerprint
+
+    if args.threads is not None:
+        if args.threads < 1:
+            raise ValueError(f"--threads must be at least 1; got {args.threads}.")
+        torch.set_num_threads(args.threads)
+    chosen = {field: getattr(args, opt) for opt, field in TRAIN_OPTIONS.items() if getattr(args, opt) is not None}
+    config = dataclasses.replace(TINY if args.tiny else TrainConfig(), **chosen)
+    # float32: the LM head must be a plain Linear with autograd (fp16-weights packs it); heads do not depend on it
+    target = load_model(args.target, args.device, "float32", trust_remote_code=args.trust_remote_code,
+                        allow_download=args.allow_download, allow_pickle=args.allow_pickle)  # fmt: skip
+    cache = Path(args.cache_dir).expanduser() if args.cache_dir else cache_root() / "medusa"
+    emit(f"training {config.num_heads} Medusa heads for {target.name} on {target.device}; data cache {cache}", err=True)
+    data = load_or_make_data(target, config, cache, progress=not args.no_progress)
+    n_train, n_held = data.train_hidden.shape[0], data.heldout_hidden.shape[0]
+    emit(f"data: {n_train} training positions, {n_held} held out ({data.facts['prompts']} prompts)", err=True)
+    fingerprint = target_fingerprint(target.model.get_input_embeddings().weight)
+    result = train_heads(target, data, config, checkpoint_path(cache, config, fingerprint), resume=args.resume,
+                         progress=not args.no_progress)  # fmt: skip
+    base = args.base_model or (EMBEDDED_BASE_MODEL if args.target == EMBEDDED_TARGET else args.target)
+    ship(result, config, Path(args.out), base, command=_train_command(args, chosen))
+    final = result.evals[-1]
+    emit(f"wrote {args.out} (target {result.fingerprint}); {result.facts['train_s']:.0f} s of training")
+    emit("head  held-out top-1  top-5")
+    for i, (a1, a5) in enumerate(zip(final.top1, final.top5), start=1):
+        emit(f"{i:4d}  {a1:13.3f}  {a5:5.3f}")
+    return 0
+
+
+def _train_command(args: argparse.Namespace, chosen: dict) -> str:
+    """The command line that reproduces a run's heads (the options that change them), for config.json."""
+    parts = ["python -m specviz train-heads"] + (["--tiny"] if args.tiny else [])
+    if args.target != EMBEDDED_TARGET:
+        parts.append(f"--target {args.target}")
+    by_field = {field: opt for opt, field in TRAIN_OPTIONS.items()}
+    parts += [f"--{by_field[f].replace('_', '-')} {v}" for f, v in chosen.items()]
+    return " ".join(parts + [f"--out {args.out}"])
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     handler = logging.StreamHandler()  # stderr
     handler.setFormatter(EscapingFormatter(logging.BASIC_FORMAT))
@@ -711,6 +794,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return cmd_room(args)
         if args.command == "batch":
             return cmd_batch(args)
+        if args.command == "train-heads":
+            return cmd_train_heads(args)
         return cmd_bench(args)
     except (ValueError, OSError) as exc:
         emit(f"error: {exc}", err=True)

@@ -1,0 +1,533 @@
+"""Train Medusa heads for a target by self-distillation: the target's own predictions are the labels.
+
+Data (offline): the target's own continuations, greedy and sampled, of a training prompt set built here from
+templates over many topics (prose, explanations, code, Q&A, lists). The benchmark prompts (assets/prompts.json)
+are never among them, and whole prompts are held out for the evaluation. While the target generates, its
+post-norm last hidden state h_t and its argmax a_t (its prediction for token t+1) are kept at every generated
+position; head i (1-based) learns to predict a_{t+i} from h_t, i.e. token t+1+i as the target itself would
+choose it given the text so far. Hidden states (float16) and labels are computed once and cached on disk,
+keyed by the target's fingerprint and the data settings.
+
+Training: AdamW on the heads' ResBlocks only; the LM head is the target's own, frozen (a plain Linear: load
+the target in float32). Losses are cross-entropies over the full vocabulary, summed over heads with Medusa's
+decaying weights decay**(i-1). The LM head (V x H) dominates the cost, so its matmul runs in bfloat16 by
+default; the heads themselves are float32 and precision-independent. Batches are a pure function of the seed
+and the step, so a run resumed from a checkpoint ends with the same weights as an uninterrupted one.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import math
+import time
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Literal
+
+import torch
+from torch import nn
+
+from specviz.models.medusa import MedusaHeads, save_heads, target_fingerprint
+
+if TYPE_CHECKING:
+    from specviz.models import LoadedModel
+
+log = logging.getLogger(__name__)
+
+IGNORE = -100  # a label past the end of its continuation: no loss, no accuracy
+DATA_VERSION = 1  # bump when the data recipe changes, so old caches are not reused
+CURVE_FILE = "training_curve.json"
+
+# -- the training prompts: templates over topics, none of them a benchmark prompt --------------------------------
+
+TOPICS = [
+    "the water cycle", "volcanoes", "the Roman Empire", "black holes", "the human heart", "honey bees",
+    "the printing press", "climate change", "the immune system", "electric cars", "the Moon landing",
+    "rainforests", "the stock market", "vaccines", "earthquakes", "the internet", "coral reefs", "the Silk Road",
+    "solar panels", "sleep", "the French Revolution", "DNA", "recycling", "gravity", "the ancient Egyptians",
+    "machine learning", "coffee", "the Olympic Games", "glaciers", "bicycles", "the periodic table",
+    "migrating birds", "the Renaissance", "wind turbines", "the human brain", "tea ceremonies in Japan",
+    "the Great Wall of China", "antibiotics", "tides", "chess", "the Industrial Revolution", "dinosaurs",
+    "compound interest", "the speed of light", "bread baking", "democracy", "octopuses", "the Amazon river",
+    "public libraries", "the history of jazz", "deserts", "nuclear energy", "the metric system", "mushrooms",
+]
+CODE_TASKS = [
+    "checks whether a number is prime", "counts the vowels in a string", "returns the largest item in a list",
+    "merges two sorted lists", "computes the factorial of n", "removes duplicates from a list while keeping order",
+    "converts Celsius to Fahrenheit", "checks whether a string is a palindrome", "returns the n-th Fibonacci number",
+    "counts how often each word appears in a text", "flattens a nested list", "computes the average of a list",
+    "finds the second smallest number in a list", "capitalizes the first letter of every word",
+    "returns the sum of the digits of an integer", "checks whether two strings are anagrams",
+    "splits a list into chunks of size n", "reads a CSV file and prints each row", "sorts a list of tuples by the second item",
+    "computes the greatest common divisor of two numbers", "converts a binary string to an integer",
+    "returns the common elements of two lists", "validates an email address with a regular expression",
+    "computes the area of a circle", "transposes a matrix given as a list of lists", "generates all subsets of a set",
+    "performs a binary search in a sorted list", "counts the lines in a text file", "rotates a list by k positions",
+    "implements a simple stack class",
+]
+SCENES = [
+    "a fisherman at dawn", "a robot learning to paint", "a city in the rain", "an old bookshop",
+    "a child's first day at school", "a storm at sea", "a mountain village in winter", "a lost cat finding its way home",
+    "a train journey across the desert", "a baker who starts work at four in the morning", "a dragon who is afraid of fire",
+    "a summer night by a lake", "a spaceship leaving Earth", "a market on a busy morning", "an astronaut looking back at Earth",
+    "two friends meeting after many years", "a garden in spring", "a detective on a quiet Sunday",
+    "a musician playing in the subway", "the last day of summer holidays", "a forest after a snowfall",
+    "an inventor's messy workshop", "a knight who wants to be a cook", "a small island with one school",
+]
+EXPLAIN_TEMPLATES = [
+    "Explain {t} in simple terms.", "What is {t}? Answer in a short paragraph.", "Give three interesting facts about {t}.",
+    "List five key ideas about {t}.", "Write a short paragraph about {t} for a school textbook.",
+    "Why does {t} matter? Explain briefly.", "Summarize what you know about {t} in a few sentences.",
+    "Write three questions a student might ask about {t}, each with a short answer.",
+]
+CODE_TEMPLATES = [
+    "Write a Python function that {c}.", "Write a Python function that {c}. Include a docstring and one example.",
+    "Write a JavaScript function that {c}.", "Explain how to write a program that {c}, then show the code in Python.",
+]
+PROSE_TEMPLATES = [
+    "Write a short story about {s}.", "Write a short poem about {s}.", "Describe {s} in vivid detail.",
+    "Write a diary entry about {s}.",
+]
+
+
+def training_prompts(seed: int) -> list[str]:
+    """Every training prompt (explanations, Q&A, lists, code, prose), in a seeded order."""
+    prompts = [t.format(t=topic) for topic in TOPICS for t in EXPLAIN_TEMPLATES]
+    prompts += [t.format(c=task) for task in CODE_TASKS for t in CODE_TEMPLATES]
+    prompts += [t.format(s=scene) for scene in SCENES for t in PROSE_TEMPLATES]
+    order = torch.randperm(len(prompts), generator=torch.Generator().manual_seed(seed)).tolist()
+    return [prompts[i] for i in order]
+
+
+# -- the configuration -----------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """One training run's settings: the data recipe (which decides the cache key) and the optimisation."""
+
+    num_heads: int = 4  # Medusa's default K
+    num_layers: int = 1  # ResBlocks per head
+    steps: int = 1200  # optimiser steps
+    lr: float = 1e-3  # AdamW peak learning rate (Medusa's), linear warm-up then cosine decay to 10%
+    warmup_steps: int = 50
+    batch_size: int = 256  # positions per step (each trains all K heads)
+    seed: int = 0  # prompts' order, sampling during generation, batches
+    data_tokens: int = 80_000  # stop generating once this many positions are collected (train + held out)
+    max_new_tokens: int = 256  # per continuation
+    gen_batch: int = 32  # continuations generated at once
+    sampled_fraction: float = 0.5  # share of prompts continued by sampling (the rest greedily)
+    temperature: float = 0.7  # the sampled continuations' temperature
+    heldout_every: int = 10  # every n-th prompt (and its continuation) is held out
+    decay: float = 0.8  # head i's loss weight is decay**(i-1) (Medusa's)
+    eval_every: int = 200  # steps between held-out evaluations
+    eval_positions: int = 4096  # held-out positions in the periodic evaluations (the final one uses all)
+    checkpoint_every: int = 200  # steps between checkpoints
+    matmul_dtype: Literal["float32", "bfloat16"] = "bfloat16"  # the frozen LM head's matmul in training
+    chat: bool = True  # wrap prompts in the chat template, as the app does
+
+    def __post_init__(self) -> None:
+        positive = dict(steps=self.steps, batch_size=self.batch_size, data_tokens=self.data_tokens, gen_batch=self.gen_batch,
+                        max_new_tokens=self.max_new_tokens, eval_every=self.eval_every, checkpoint_every=self.checkpoint_every,
+                        heldout_every=self.heldout_every, eval_positions=self.eval_positions)  # fmt: skip
+        for name, value in positive.items():
+            if not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name} must be a whole number of at least 1; got {value!r}.")
+        if self.heldout_every < 2:
+            raise ValueError("heldout_every must be at least 2 (every n-th prompt is held out; 1 would hold out all).")
+        if not (0 < self.lr < 1):
+            raise ValueError(f"lr must be between 0 and 1; got {self.lr}.")
+        if not (0.0 <= self.sampled_fraction <= 1.0):
+            raise ValueError(f"sampled_fraction must be between 0 and 1; got {self.sampled_fraction}.")
+        if not (self.temperature > 0):
+            raise ValueError(f"temperature must be above 0 for the sampled continuations; got {self.temperature}.")
+        if not (0 < self.decay <= 1):
+            raise ValueError(f"decay must be in (0, 1]; got {self.decay}.")
+        if self.matmul_dtype not in ("float32", "bfloat16"):
+            raise ValueError(f"matmul_dtype must be float32 or bfloat16; got {self.matmul_dtype!r}.")
+
+    def data_key(self, fingerprint: str, with_budget: bool = True) -> str:
+        """The cache key: the target and every setting that changes the data (without data_tokens: the key of
+        the generated batches, which a larger budget extends)."""
+        recipe = dict(v=DATA_VERSION, target=fingerprint, seed=self.seed, max_new=self.max_new_tokens,
+                      gen_batch=self.gen_batch, sampled=self.sampled_fraction, temperature=self.temperature,
+                      heldout_every=self.heldout_every, chat=self.chat)  # fmt: skip
+        if with_budget:
+            recipe["data_tokens"] = self.data_tokens
+        return hashlib.sha256(json.dumps(recipe, sort_keys=True).encode()).hexdigest()[:16]
+
+
+TINY = TrainConfig(steps=40, batch_size=64, data_tokens=600, max_new_tokens=24, gen_batch=8, warmup_steps=4,
+                   eval_every=20, eval_positions=512, checkpoint_every=20, lr=5e-2)  # fmt: skip
+"""A config that trains on a tiny random model in seconds (the tests, and --tiny)."""
+
+
+# -- the data: the target's own continuations, its hidden states and argmaxes -------------------------------------
+
+
+@dataclass(frozen=True)
+class HeadsData:
+    """Training and held-out positions: hidden (N, H) float16 and labels (N, K) int64 (IGNORE past the end)."""
+
+    train_hidden: torch.Tensor
+    train_labels: torch.Tensor
+    heldout_hidden: torch.Tensor
+    heldout_labels: torch.Tensor
+    facts: dict  # prompts, continuations, tokens, generation time: for the model card
+
+
+def head_labels(argmax: torch.Tensor, num_heads: int) -> torch.Tensor:
+    """(M,) the target's argmax at each position of one continuation -> (M, K): head i's label at row t is
+    argmax[t + i], IGNORE where t + i runs past the end."""
+    m = argmax.shape[0]
+    labels = torch.full((m, num_heads), IGNORE, dtype=torch.long)
+    for i in range(1, num_heads + 1):
+        if m > i:
+            labels[: m - i, i - 1] = argmax[i:]
+    return labels
+
+
+def _left_padded(rows: Sequence[Sequence[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Ragged id lists -> (B, T) ids left-padded and (B, T) attention mask."""
+    t = max(len(r) for r in rows)
+    ids = torch.tensor([[pad_id] * (t - len(r)) + list(r) for r in rows], dtype=torch.long)
+    mask = torch.tensor([[0] * (t - len(r)) + [1] * len(r) for r in rows], dtype=torch.long)
+    return ids, mask
+
+
+@torch.inference_mode()
+def continue_batch(lm: LoadedModel, prompts: Sequence[Sequence[int]], max_new_tokens: int, temperature: float,
+                   generator: torch.Generator) -> list[tuple[torch.Tensor, torch.Tensor]]:  # fmt: skip
+    """Continue B prompts at once (temperature 0: greedy), keeping at each position that produced a token the
+    post-norm last hidden state and the target's argmax: per row ((M, H) float16, (M,) int64)."""
+    model, dev = lm.model, lm.device
+    pad_id = lm.tokenizer.pad_token_id if lm.tokenizer.pad_token_id is not None else 0
+    eos = torch.tensor(lm.eos_token_ids or (-1,), device=dev)
+    ids, mask = _left_padded(prompts, pad_id)
+    ids, mask = ids.to(dev), mask.to(dev)
+    cache, b = None, len(prompts)
+    hidden, argmax, done = [], [], torch.zeros(b, dtype=torch.bool, device=dev)
+    alive = []  # (B,) per step: rows still generating (their position produced a kept token)
+    feed, positions = ids, (mask.cumsum(-1) - 1).clamp_min(0)
+    for _ in range(max_new_tokens):
+        out = model(input_ids=feed, attention_mask=mask, position_ids=positions, past_key_values=cache, use_cache=True,
+                    output_hidden_states=True, logits_to_keep=1)  # fmt: skip
+        cache = out.past_key_values
+        logits = out.logits[:, -1, : lm.vocab_size].float()  # (B, V)
+        top = logits.argmax(-1)  # (B,)
+        if temperature > 0:
+            probs = torch.softmax(logits / temperature, dim=-1)
+            token = torch.multinomial(probs, 1, generator=generator).squeeze(-1)
+        else:
+            token = top
+        hidden.append(out.hidden_states[-1][:, -1].to(torch.float16).cpu())  # (B, H)
+        argmax.append(top.cpu())
+        alive.append((~done).cpu())
+        done = done | torch.isin(token, eos)
+        if bool(done.all()):
+            break
+        feed = torch.where(done, torch.full_like(token, pad_id), token)[:, None]  # (B, 1)
+        mask = torch.cat([mask, torch.ones(b, 1, dtype=mask.dtype, device=dev)], dim=-1)
+        positions = positions[:, -1:] + 1
+    hid, top, keep = torch.stack(hidden, 1), torch.stack(argmax, 1), torch.stack(alive, 1)  # (B, M, H), (B, M), (B, M)
+    return [(hid[r][keep[r]], top[r][keep[r]]) for r in range(b)]
+
+
+def _batch_rows(lm: LoadedModel, config: TrainConfig, n: int, prompts: Sequence[str], parts: Path) -> tuple[list, float]:
+    """Batch n's continuations (greedy, or sampled every 1/sampled_fraction-th batch), each saved as it is made,
+    so an interrupted generation resumes: ([((M, H) float16, (M,) argmax) per prompt], seconds it took)."""
+    from specviz.models import encode_prompt
+
+    path = parts / f"batch-{n:04d}.pt"
+    if path.is_file():
+        saved = torch.load(path, map_location="cpu", weights_only=True)
+        return list(zip(saved["hidden"], saved["argmax"])), float(saved["seconds"])
+    sampled_every = 0 if config.sampled_fraction == 0 else max(1, round(1 / config.sampled_fraction))
+    temperature = config.temperature if sampled_every and n % sampled_every == sampled_every - 1 else 0.0
+    gen = torch.Generator(device=lm.device).manual_seed(config.seed * 1_000_003 + n)  # per batch: resumable
+    start = time.perf_counter()
+    encoded = [encode_prompt(lm.tokenizer, p, chat=config.chat) for p in prompts]
+    rows = continue_batch(lm, encoded, config.max_new_tokens, temperature, gen)
+    seconds = time.perf_counter() - start
+    parts.mkdir(parents=True, exist_ok=True)
+    torch.save(dict(hidden=[h for h, _ in rows], argmax=[a for _, a in rows], seconds=seconds), path.with_suffix(".tmp"))
+    path.with_suffix(".tmp").replace(path)
+    return rows, seconds
+
+
+def _generate_all(lm: LoadedModel, config: TrainConfig, parts: Path, progress: bool) -> tuple[list, list, dict]:
+    """Continue training prompts in batches until data_tokens positions are kept: (train rows, held-out rows, facts),
+    each row a continuation's ((M, H) float16 hidden states, (M,) argmaxes); every heldout_every-th prompt held out."""
+    from tqdm.auto import tqdm
+
+    prompts = training_prompts(config.seed)
+    train, heldout, total, used, seconds = [], [], 0, 0, 0.0
+    bar = tqdm(total=config.data_tokens, desc="generating", unit="tok", disable=not progress)
+    batches = [prompts[i : i + config.gen_batch] for i in range(0, len(prompts), config.gen_batch)]
+    for n, batch in enumerate(batches):
+        if total >= config.data_tokens:
+            break
+        rows, took = _batch_rows(lm, config, n, batch, parts)
+        for j, (hid, top) in enumerate(rows):
+            (heldout if (used + j) % config.heldout_every == config.heldout_every - 1 else train).append((hid, top))
+            total += hid.shape[0]
+            bar.update(hid.shape[0])
+        used, seconds = used + len(batch), seconds + took
+    bar.close()
+    if total < config.data_tokens:
+        log.warning("The training prompts gave %d positions, fewer than the %d asked for.", total, config.data_tokens)
+    facts = dict(prompts=used, positions=total, generation_s=round(seconds, 1),
+                 train_positions=sum(h.shape[0] for h, _ in train), heldout_positions=sum(h.shape[0] for h, _ in heldout))  # fmt: skip
+    return train, heldout, facts
+
+
+def _pack(rows: list) -> dict:
+    """Rows of (hidden, argmax) -> one (N, H) float16 tensor, one (N,) tensor and the rows' lengths."""
+    return dict(hidden=torch.cat([h for h, _ in rows]), argmax=torch.cat([a for _, a in rows]), lengths=[int(h.shape[0]) for h, _ in rows])
+
+
+def _unpack(packed: dict, num_heads: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The cached form -> hidden (N, H) float16 and labels (N, K), labels never crossing a continuation's end."""
+    labels = [head_labels(a, num_heads) for a in torch.split(packed["argmax"], packed["lengths"])]
+    return packed["hidden"], torch.cat(labels) if labels else torch.zeros(0, num_heads, dtype=torch.long)
+
+
+def load_or_make_data(lm: LoadedModel, config: TrainConfig, cache_dir: Path, progress: bool = True) -> HeadsData:
+    """The cached hidden states and argmaxes for this target and data recipe, generated first if missing."""
+    fingerprint = target_fingerprint(lm.model.get_input_embeddings().weight)
+    path = Path(cache_dir) / f"medusa-data-{config.data_key(fingerprint)}.pt"
+    if path.is_file():
+        log.info("Reusing the cached training data %s", path)
+        cached = torch.load(path, map_location="cpu", weights_only=True)
+    else:
+        parts = Path(cache_dir) / f"medusa-parts-{config.data_key(fingerprint, with_budget=False)}"
+        train, heldout, facts = _generate_all(lm, config, parts, progress)
+        if not train or not heldout:
+            raise ValueError(f"Too little data for training and a held-out split ({facts['positions']} positions): raise --data-tokens.")
+        cached = dict(train=_pack(train), heldout=_pack(heldout), facts=facts)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(".tmp")
+        torch.save(cached, tmp)
+        tmp.replace(path)
+    train_h, train_l = _unpack(cached["train"], config.num_heads)
+    held_h, held_l = _unpack(cached["heldout"], config.num_heads)
+    return HeadsData(train_h, train_l, held_h, held_l, dict(cached["facts"], cache=str(path)))
+
+
+# -- training ---------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class HeadAccuracy:
+    """Held-out accuracy of every head against the target's own prediction, at one step."""
+
+    step: int
+    top1: tuple[float, ...]  # per head (head 1 first)
+    top5: tuple[float, ...]
+    positions: int  # held-out positions scored (head 1's; later heads have a few fewer)
+
+
+@dataclass(frozen=True)
+class TrainResult:
+    heads: MedusaHeads
+    curve: list[dict]  # per logged step: step, loss, per-head train top-1
+    evals: list[HeadAccuracy]  # periodic and final held-out accuracy
+    facts: dict  # data and timing facts for the model card
+    fingerprint: str
+
+
+def _frozen_head(lm: LoadedModel, dtype: str) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """The target's LM head as plain tensors (V, H) [and (V,) bias], cast for the training matmul."""
+    head = lm.model.get_output_embeddings()
+    weight = getattr(head, "weight", None)
+    if not isinstance(head, nn.Linear) or weight is None or not weight.is_floating_point():
+        raise ValueError("Training heads needs the target's LM head as a plain Linear: load the target with dtype float32.")
+    bias = head.bias.detach() if head.bias is not None else None
+    weight = weight.detach()[: lm.vocab_size]
+    return weight.to(getattr(torch, dtype)), None if bias is None else bias[: lm.vocab_size].float()
+
+
+def _logits(states: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+    """(K, N, H) head states -> (K, N, V) float32 logits through the frozen LM head."""
+    logits = (states.to(weight.dtype) @ weight.T).float()
+    return logits if bias is None else logits + bias
+
+
+def batch_loss(heads: MedusaHeads, weight: torch.Tensor, bias: torch.Tensor | None, hidden: torch.Tensor,
+               labels: torch.Tensor, decay: float) -> tuple[torch.Tensor, list[float]]:  # fmt: skip
+    """hidden (N, H), labels (N, K) -> the decay-weighted sum of the heads' cross-entropies, and each head's top-1."""
+    logits = _logits(heads(hidden.float()), weight, bias)  # (K, N, V)
+    total, top1 = logits.new_zeros(()), []
+    for i in range(heads.num_heads):
+        target = labels[:, i]
+        valid = target != IGNORE
+        if not bool(valid.any()):
+            top1.append(float("nan"))
+            continue
+        total = total + decay**i * nn.functional.cross_entropy(logits[i], target, ignore_index=IGNORE)
+        top1.append(float((logits[i].argmax(-1) == target)[valid].float().mean()))
+    return total, top1
+
+
+@torch.no_grad()
+def evaluate(heads: MedusaHeads, weight: torch.Tensor, bias: torch.Tensor | None, hidden: torch.Tensor,
+             labels: torch.Tensor, step: int, chunk: int = 512) -> HeadAccuracy:  # fmt: skip
+    """Top-1 and top-5 of every head on hidden (N, H) against labels (N, K), full vocabulary, float32 logits."""
+    k = heads.num_heads
+    hits1, hits5, count = torch.zeros(k), torch.zeros(k), torch.zeros(k)
+    weight32 = weight.float()
+    for s in range(0, hidden.shape[0], chunk):
+        logits = _logits(heads(hidden[s : s + chunk].float()), weight32, bias)  # (K, n, V)
+        target = labels[s : s + chunk].T  # (K, n)
+        valid = target != IGNORE
+        top5 = logits.topk(5, dim=-1).indices  # (K, n, 5)
+        hits1 += ((top5[..., 0] == target) & valid).sum(-1)
+        hits5 += ((top5 == target[..., None]).any(-1) & valid).sum(-1)
+        count += valid.sum(-1)
+    count = count.clamp_min(1)
+    return HeadAccuracy(step, tuple((hits1 / count).tolist()), tuple((hits5 / count).tolist()), int(count[0]))
+
+
+def batch_indices(step: int, n: int, batch_size: int, seed: int) -> torch.Tensor:
+    """The positions of step ``step``: a pure function of (seed, step), so a resumed run sees the same batches.
+    Each epoch is a seeded permutation of the n training positions."""
+    start = step * batch_size
+    epoch, offset = divmod(start, n)
+    out, need = [], batch_size
+    while need > 0:
+        perm = torch.randperm(n, generator=torch.Generator().manual_seed(seed * 100_003 + epoch))
+        piece = perm[offset : offset + need]
+        out.append(piece)
+        need -= piece.shape[0]
+        epoch, offset = epoch + 1, 0
+    return torch.cat(out)
+
+
+def learning_rate(step: int, config: TrainConfig) -> float:
+    """Linear warm-up to lr, then cosine decay to 10% of it at the last step."""
+    if step < config.warmup_steps:
+        return config.lr * (step + 1) / config.warmup_steps
+    progress = (step - config.warmup_steps) / max(1, config.steps - config.warmup_steps)
+    return config.lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(1.0, progress))))
+
+
+def _optimisation(config: TrainConfig) -> dict:
+    """The settings a checkpoint must share with the run that resumes it (the rest only change logging)."""
+    keep = ("num_heads", "num_layers", "steps", "lr", "warmup_steps", "batch_size", "seed", "decay", "matmul_dtype")
+    return {k: getattr(config, k) for k in keep}
+
+
+def _save_checkpoint(path: Path, step: int, heads: MedusaHeads, opt: torch.optim.Optimizer, config: TrainConfig,
+                     data_key: str, curve: list, evals: list, train_s: float) -> None:  # fmt: skip
+    state = dict(step=step, heads=heads.state_dict(), optimizer=opt.state_dict(), optimisation=_optimisation(config),
+                 data_key=data_key, curve=curve, evals=[asdict(e) for e in evals], train_s=train_s)  # fmt: skip
+    tmp = path.with_suffix(".tmp")
+    torch.save(state, tmp)
+    tmp.replace(path)
+
+
+def _load_checkpoint(path: Path, heads: MedusaHeads, opt: torch.optim.Optimizer, config: TrainConfig, data_key: str) -> dict:
+    """Restore heads and optimiser from a checkpoint of the same run; ValueError naming what differs."""
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True)
+    except FileNotFoundError as exc:
+        raise ValueError(f"--resume: there is no checkpoint at {path}; run without --resume to start.") from exc
+    except Exception as exc:  # a truncated or foreign file
+        raise ValueError(f"--resume: {path} is not a readable checkpoint ({type(exc).__name__}).") from exc
+    if state.get("data_key") != data_key:
+        raise ValueError(f"--resume: {path} was trained on other data (another target or data settings).")
+    differ = {k: (v, state["optimisation"].get(k)) for k, v in _optimisation(config).items() if state["optimisation"].get(k) != v}
+    if differ:
+        what = ", ".join(f"{k} {new} (checkpoint: {old})" for k, (new, old) in differ.items())
+        raise ValueError(f"--resume: the settings differ from the checkpoint's: {what}.")
+    heads.load_state_dict(state["heads"])
+    opt.load_state_dict(state["optimizer"])
+    return state
+
+
+def checkpoint_path(cache_dir: Path, config: TrainConfig, fingerprint: str) -> Path:
+    """Where a run's checkpoint lives: in the cache, named by its data, so --resume finds it again."""
+    return Path(cache_dir) / f"medusa-checkpoint-{config.data_key(fingerprint)}.pt"
+
+
+def train_heads(lm: LoadedModel, data: HeadsData, config: TrainConfig, checkpoint: Path, resume: bool = False,
+                progress: bool = True, stop_after: int | None = None) -> TrainResult:  # fmt: skip
+    """Train K heads on ``data``, checkpointing every checkpoint_every steps; stop_after: stop at that step (tests)."""
+    from tqdm.auto import tqdm
+
+    fingerprint = target_fingerprint(lm.model.get_input_embeddings().weight)
+    data_key, ckpt = config.data_key(fingerprint), Path(checkpoint)
+    weight, bias = _frozen_head(lm, config.matmul_dtype)
+    heads = MedusaHeads(int(data.train_hidden.shape[1]), config.num_heads, config.num_layers)
+    params = [p for p in heads.parameters() if p.requires_grad]
+    opt = torch.optim.AdamW(params, lr=config.lr, weight_decay=0.0)
+    step, curve, evals, train_s = 0, [], [], 0.0
+    if resume:
+        state = _load_checkpoint(ckpt, heads, opt, config, data_key)
+        step, curve, train_s = int(state["step"]), list(state["curve"]), float(state["train_s"])
+        evals = [HeadAccuracy(e["step"], tuple(e["top1"]), tuple(e["top5"]), e["positions"]) for e in state["evals"]]
+    else:
+        evals.append(evaluate(heads, weight, bias, data.heldout_hidden[: config.eval_positions], data.heldout_labels[: config.eval_positions], 0))
+    ckpt.parent.mkdir(parents=True, exist_ok=True)
+    last = config.steps if stop_after is None else min(config.steps, stop_after)
+    bar = tqdm(total=config.steps, initial=step, desc="training heads", unit="step", disable=not progress)
+    n, start = data.train_hidden.shape[0], time.perf_counter()
+    heads.train()
+    while step < last:
+        idx = batch_indices(step, n, config.batch_size, config.seed)
+        for group in opt.param_groups:
+            group["lr"] = learning_rate(step, config)
+        loss, top1 = batch_loss(heads, weight, bias, data.train_hidden[idx], data.train_labels[idx], config.decay)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        step += 1
+        curve.append(dict(step=step, loss=round(float(loss.detach()), 4), top1=[round(a, 4) for a in top1]))
+        bar.set_postfix(loss=f"{float(loss.detach()):.3f}", top1="/".join(f"{a:.2f}" for a in top1))
+        bar.update(1)
+        if step % config.eval_every == 0 and step < config.steps:
+            evals.append(evaluate(heads, weight, bias, data.heldout_hidden[: config.eval_positions], data.heldout_labels[: config.eval_positions], step))
+            bar.write(f"step {step}: held-out top-1 " + " ".join(f"{a:.3f}" for a in evals[-1].top1))
+        if step % config.checkpoint_every == 0 or step == last:
+            _save_checkpoint(ckpt, step, heads, opt, config, data_key, curve, evals, train_s + time.perf_counter() - start)
+    bar.close()
+    train_s += time.perf_counter() - start
+    heads.eval()
+    if step == config.steps:
+        evals.append(evaluate(heads, weight, bias, data.heldout_hidden, data.heldout_labels, step))
+    facts = dict(data.facts, train_s=round(train_s, 1))
+    return TrainResult(heads.requires_grad_(False), curve, evals, facts, fingerprint)
+
+
+def ship(result: TrainResult, config: TrainConfig, out: Path, base_model: str, command: str = "") -> None:
+    """Write the heads (Medusa's layout, float16), their training facts in config.json and the loss curve."""
+    final = result.evals[-1]
+    extra = dict(
+        training=dict(
+            recipe="self-distillation: the target's own greedy and sampled continuations of specviz's training prompts",
+            labels="the target's argmax at position t+i for head i (cross-entropy, full vocabulary)",
+            config=asdict(config), command=command, **{k: v for k, v in result.facts.items() if k != "cache"},
+        ),
+        heldout_top1=[round(a, 4) for a in final.top1],
+        heldout_top5=[round(a, 4) for a in final.top5],
+    )  # fmt: skip
+    save_heads(result.heads, out, base_model, result.fingerprint, extra)
+    curve = dict(curve=result.curve, evals=[asdict(e) for e in result.evals])
+    (Path(out) / CURVE_FILE).write_text(json.dumps(curve) + "\n", encoding="utf-8")
+
+
+def loss_table(curve: list[dict], rows: int = 10) -> list[tuple[int, float, list[float]]]:
+    """About ``rows`` evenly spaced (step, mean loss, mean per-head train top-1) over windows of the curve."""
+    if not curve:
+        return []
+    width = max(1, len(curve) // rows)
+    out = []
+    for s in range(0, len(curve), width):
+        window = curve[s : s + width]
+        heads = len(window[0]["top1"])
+        top1 = [sum(w["top1"][i] for w in window) / len(window) for i in range(heads)]
+        out.append((window[-1]["step"], sum(w["loss"] for w in window) / len(window), top1))
+    return out
