@@ -83,7 +83,7 @@ elif grep -Eq "[0-9]+ skipped" "$TMP/cuda_tests.txt"; then
 fi
 
 step "exactness tests (greedy identity, chi-square, known-bad controls)"
-"$PYTHON" -m pytest -q -p no:cacheprovider -m "not browser" tests/test_verify.py tests/test_decoding.py tests/test_toy.py \
+"$PYTHON" -m pytest -q -p no:cacheprovider -m "not browser" tests/test_verify.py tests/test_decoding.py tests/test_toy.py tests/test_medusa.py \
     || fail "exactness tests failed."
 
 for dtype in float32 bfloat16; do
@@ -91,7 +91,7 @@ for dtype in float32 bfloat16; do
     append=()
     [[ -s "$TMP/bench.csv" ]] && append=(--append)
     timeout "$BENCH_TIMEOUT" "$PYTHON" -m specviz bench --device cuda --dtype "$dtype" \
-        --drafters ngram,lookup,early-exit --k "$KS" --temperatures "$TEMPERATURES" \
+        --drafters ngram,lookup,early-exit,medusa --k "$KS" --temperatures "$TEMPERATURES" \
         --categories "$CATEGORIES" --per-category 1 --max-new-tokens "$TOKENS" \
         --repeats "$REPEATS" --warmup 1 --out "$TMP/bench.csv" "${append[@]}" >"$TMP/bench_$dtype.txt" \
         || fail "bench in $dtype failed or ran past ${BENCH_TIMEOUT}s (set GPU_CHECK_BENCH_TIMEOUT or lower GPU_CHECK_TOKENS)."
