@@ -38,6 +38,8 @@ from scripts.st_protocol import StSession
 
 log = logging.getLogger("load_test")
 ROUND = re.compile(r"Following the presenter \(round (\d+)\)")
+# The presenter's run: open-ended, so it lasts every Step of the test (a copying prompt ends at EOS after 4 rounds).
+PRESENTER = lp.Person(0, "Write a long story about a lighthouse keeper who finds a message in a bottle.", "ngram", 0, 0.0)
 JOIN_TIMEOUT_S = 600
 FREED_WITHIN_S = 90  # a closed session is freed after 30 s (disconnectedSessionTTL), then the sweeper's next pass
 
@@ -49,6 +51,7 @@ class Follower:
     session_id: str = ""
     seen: dict[int, float] = field(default_factory=dict)  # round -> perf_counter when the page first showed it
     errors: list[str] = field(default_factory=list)
+    last_alerts: list[str] = field(default_factory=list)  # what the page said last (a missed round's diagnosis)
 
 
 def shown_round(session: StSession) -> int | None:
@@ -83,6 +86,7 @@ def follow(url: str, f: Follower, joined: threading.Barrier, stop: threading.Eve
             time.sleep(session.auto_reruns[fid])
             session.rerun(fragment_id=fid)
             n = shown_round(session)
+            f.last_alerts = [a[:80] for a in session.alerts()][:3]
             if n is not None and n not in f.seen:
                 f.seen[n] = time.perf_counter()
         f.errors += [f"page exception: {e[:200]}" for e in session.exceptions()]
@@ -116,7 +120,7 @@ def run_presenter(args, room) -> dict:
     """The presenter scenario (see the module docstring) in a fresh room; `room` is room_load_test.room."""
     key = secrets.token_urlsafe(16)
     with tempfile.TemporaryDirectory(prefix="specviz-room-present-") as tmp, room(args.replicas, Path(tmp), {"SPECVIZ_PRESENTER_KEY": key}) as handle:
-        teacher = StSession(handle.url, lp.people(1)[0].query(args.max_new_tokens))
+        teacher = StSession(handle.url, PRESENTER.query(args.max_new_tokens))
         teacher.open()
         teacher.click("step")
         teacher.set_widget("present_key", key)
@@ -134,6 +138,8 @@ def run_presenter(args, room) -> dict:
         clicks = {}
         for n in range(args.steps):
             time.sleep(args.think_s)
+            if teacher.widget("step").proto.button.disabled:  # the presenter's run finished: no more rounds to follow
+                break
             clicks[2 + n] = time.perf_counter()  # the presenter's run is at round 1 when the room joins
             teacher.click("step")
         time.sleep(max(3.0, args.think_s))
@@ -151,14 +157,15 @@ def run_presenter(args, room) -> dict:
 def presenter_summary(followers: list[Follower], clicks: dict[int, float], lines: list[dict], teacher_id: str, rss: dict, tracebacks: int) -> dict:
     """The report (module docstring) from what the threads saw and the replicas' timing lines."""
     latencies, missed = [], 0
+    teacher_steps = [float(t["script_s"]) for t in lp.step_lines(lines) if t.get("session") == teacher_id[:8]]
+    made = dict(list(clicks.items())[: len(teacher_steps)])  # a Step after the run finished makes no round to follow
     for f in followers:
-        for n, clicked in clicks.items():
+        for n, clicked in made.items():
             if n in f.seen:
                 latencies.append(f.seen[n] - clicked)
             else:
                 missed += 1
     ids = {f.session_id for f in followers}
-    teacher_steps = [float(t["script_s"]) for t in lp.step_lines(lines) if t.get("session") == teacher_id[:8]]
     followers_round_s = sum(float(t.get("round_s", 0)) for t in lines if t.get("session") in ids)
     split: dict[str, int] = {}
     for f in followers:
@@ -166,11 +173,15 @@ def presenter_summary(followers: list[Follower], clicks: dict[int, float], lines
     exceptions = sum(len(f.errors) for f in followers) + tracebacks
     memory_ok = None not in (rss["before"], rss["after"]) and rss["after"] <= 1.1 * rss["before"]
     result = {
-        "followers": len(followers), "presenter_steps": len(clicks), "split": split,
+        "followers": len(followers), "presenter_steps": len(clicks), "presenter_rounds": len(made), "split": split,
         "follower_redraw_s": {"p50": lp.rounded(lp.percentile(latencies, 0.5)), "p95": lp.rounded(lp.percentile(latencies, 0.95)), "n": len(latencies), "missed": missed},
         "presenter_server_step_s": {"p50": lp.rounded(lp.percentile(teacher_steps, 0.5)), "p95": lp.rounded(lp.percentile(teacher_steps, 0.95))},
         "followers_round_s": round(followers_round_s, 4), "rss_mb": {k: lp.rounded(v, 1) for k, v in rss.items()}, "exceptions": exceptions,
         "errors": [e for f in followers for e in f.errors][:10],
+        "rounds_seen": sorted(len(f.seen) for f in followers),
+        "seen_by_follower": [{n: round(t - min(made.values(), default=0.0), 2) for n, t in sorted(f.seen.items())} for f in followers[:3]],
+        "clicks": {n: round(t - min(made.values(), default=0.0), 2) for n, t in made.items()},
+        "missed_page_said": next((f.last_alerts for f in followers if len(f.seen) < len(made)), []),
     }  # fmt: skip
     result["ok"] = followers_round_s == 0 and missed == 0 and exceptions == 0 and memory_ok
     log.info("presenter mode: %s", json.dumps(result))

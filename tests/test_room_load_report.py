@@ -20,13 +20,15 @@ def test_the_overall_step_percentiles_pool_every_replica():
 
 def test_the_presenter_report_reads_latency_model_time_and_memory():
     a, b = Follower(0, "r1", "aaaaaaaa", {2: 10.4, 3: 20.9}), Follower(1, "r2", "bbbbbbbb", {2: 10.6})
-    lines = [line("tttttttt", 0.3), line("aaaaaaaa", 0.05, steps=0), line("bbbbbbbb", 0.04, steps=0)]
+    lines = [line("tttttttt", 0.3), line("tttttttt", 0.2), line("aaaaaaaa", 0.05, steps=0), line("bbbbbbbb", 0.04, steps=0)]
     result = presenter_summary([a, b], {2: 10.0, 3: 20.0}, lines, "tttttttt-full-id", {"before": 100.0, "with_followers": 150.0, "after": 105.0}, 0)
     assert result["follower_redraw_s"]["n"] == 3 and result["follower_redraw_s"]["missed"] == 1
     assert result["presenter_server_step_s"]["p95"] == 0.3 and result["followers_round_s"] == 0.0
     assert result["split"] == {"r1": 1, "r2": 1} and not result["ok"]  # a missed round fails it
     b.seen[3] = 21.0
     assert presenter_summary([a, b], {2: 10.0, 3: 20.0}, lines, "tttttttt", {"before": 100.0, "with_followers": 150.0, "after": 105.0}, 0)["ok"]
+    finished = presenter_summary([a, b], {2: 10.0, 3: 20.0, 4: 30.0}, lines, "tttttttt", {"before": 100.0, "with_followers": 150.0, "after": 105.0}, 0)
+    assert finished["ok"] and finished["presenter_rounds"] == 2  # a Step after the run ended makes no round to miss
     model_time = lines + [line("aaaaaaaa", 0.2, steps=1, round_s=0.1)]
     assert not presenter_summary([a, b], {2: 10.0, 3: 20.0}, model_time, "tttttttt", {"before": 100.0, "with_followers": 150.0, "after": 105.0}, 0)["ok"]
 

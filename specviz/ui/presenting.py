@@ -212,6 +212,15 @@ def _presented(p: Presentation) -> SavedRun:
     return saved
 
 
+@st.cache_resource(max_entries=4, show_spinner=False, hash_funcs={SavedRun: lambda saved: saved.num_rounds})
+def _shared_view(presentation_id: str, version: int, saved: SavedRun) -> ReplaySession:
+    """The presented run at one version as one replay view for every follower in this process. It is the presenter's
+    run, which every follower may see, and a follower's page only reads it (FollowStage steps nothing), so the frames
+    and figures memoised on it (specviz.ui.memo) are built once per presenter Step, not once per follower: with 15
+    followers on a replica, building them per follower was most of the redraw (py-spy, docs/rooms.md)."""
+    return ReplaySession.open(saved.recording, "the presenter's run", shown=saved.num_rounds)
+
+
 def follow_section(p: Presentation | None) -> ReplaySession | None:
     """The *Follow the presenter* toggle and *Try it yourself from here*; returns the presenter's run to draw while
     this page follows it (None: the page draws its own run). Says when the presentation ended or was taken over."""
@@ -238,7 +247,7 @@ def follow_section(p: Presentation | None) -> ReplaySession | None:
         st.warning(f"The presenter's run cannot be shown ({md_text(exc)}). You keep your own run below.", icon="🎓")
         return None
     st.button("Try it yourself from here", key="fork", on_click=_on_fork, help="Your own copy of the presenter's run at this round, with the presenter's settings: Step it, change it, replay it.")
-    session = ReplaySession.open(saved.recording, "the presenter's run", shown=saved.num_rounds)
+    session = _shared_view(p.id, p.version, saved)
     _show_round(p.selected_round if p.selected_round is not None and p.selected_round < session.num_rounds else None)
     return session
 
