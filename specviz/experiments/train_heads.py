@@ -30,10 +30,9 @@ from typing import TYPE_CHECKING, Literal
 import torch
 from torch import nn
 
-from specviz.models.medusa import MedusaHeads, save_heads, target_fingerprint
-
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # specviz.models imports transformers: the CLI's parser imports this module for its defaults only
     from specviz.models import LoadedModel
+    from specviz.models.medusa import MedusaHeads
 
 log = logging.getLogger(__name__)
 
@@ -297,6 +296,8 @@ def _unpack(packed: dict, num_heads: int) -> tuple[torch.Tensor, torch.Tensor]:
 
 def load_or_make_data(lm: LoadedModel, config: TrainConfig, cache_dir: Path, progress: bool = True) -> HeadsData:
     """The cached hidden states and argmaxes for this target and data recipe, generated first if missing."""
+    from specviz.models.medusa import target_fingerprint
+
     fingerprint = target_fingerprint(lm.model.get_input_embeddings().weight)
     path = Path(cache_dir) / f"medusa-data-{config.data_key(fingerprint)}.pt"
     if path.is_file():
@@ -458,6 +459,8 @@ def train_heads(lm: LoadedModel, data: HeadsData, config: TrainConfig, checkpoin
     """Train K heads on ``data``, checkpointing every checkpoint_every steps; stop_after: stop at that step (tests)."""
     from tqdm.auto import tqdm
 
+    from specviz.models.medusa import MedusaHeads, target_fingerprint
+
     fingerprint = target_fingerprint(lm.model.get_input_embeddings().weight)
     data_key, ckpt = config.data_key(fingerprint), Path(checkpoint)
     weight, bias = _frozen_head(lm, config.matmul_dtype)
@@ -504,6 +507,8 @@ def train_heads(lm: LoadedModel, data: HeadsData, config: TrainConfig, checkpoin
 
 def ship(result: TrainResult, config: TrainConfig, out: Path, base_model: str, command: str = "") -> None:
     """Write the heads (Medusa's layout, float16), their training facts in config.json and the loss curve."""
+    from specviz.models.medusa import save_heads
+
     final = result.evals[-1]
     extra = dict(
         training=dict(
