@@ -79,6 +79,9 @@ def test_every_example_opens_and_plays_through_without_a_model(no_model, path):
     total = session(at).total_rounds
     assert metric(at, "rounds") == str(total)
     assert at.get("plotly_chart"), "inspector and curves draw from the file"
+    for spec in (json.loads(el.proto.spec) for el in at.get("plotly_chart")):  # specviz.viz.style: no 3-D/polar/geo defaults
+        template = spec["layout"]["template"]
+        assert set(template["data"]) <= {"bar", "scatter", "heatmap"} and "scene" not in template["layout"]
     click(at, "reset")
     assert session(at).num_rounds == 0
     assert len(no_model) == before, "replay must not load a model"

@@ -11,6 +11,7 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from specviz.core.theory import speedup
+from specviz.viz.style import TEMPLATE
 from specviz.viz.theory import K_COLORS, MEASURED_COLUMNS, alpha_grid
 
 LAYOUT = dict(margin=dict(l=10, r=10, t=80, b=10), height=420, legend=dict(orientation="h", y=-0.25), modebar=dict(orientation="v"))
@@ -78,6 +79,7 @@ def speedup_vs_k_figure(frame: pd.DataFrame, metric: str = "speedup") -> go.Figu
     temps = list(dict.fromkeys(df["temperature"]))
     widths = sorted(dict.fromkeys(df["tree_width"]))
     fig = make_subplots(rows=1, cols=max(1, len(categories)), shared_yaxes=True, subplot_titles=[html.escape(str(c)) for c in categories])
+    fig.update_layout(template=TEMPLATE)
     for col, cat in enumerate(categories, start=1):
         for i, drafter in enumerate(drafters):
             for j, t in enumerate(temps):
@@ -109,6 +111,7 @@ def theory_overlay_figure(frame: pd.DataFrame, metric: str = "speedup") -> go.Fi
     df = frame.assign(alpha_theory=alpha_for_theory(frame)).dropna(subset=["alpha_theory", metric])
     drafters = list(dict.fromkeys(frame["drafter"]))
     fig = make_subplots(rows=1, cols=max(1, len(drafters)), shared_yaxes=True, subplot_titles=[html.escape(str(d)) for d in drafters])
+    fig.update_layout(template=TEMPLATE)
     ks = sorted(frame["k"].unique())
     alphas = alpha_grid(0.02)
     for col, drafter in enumerate(drafters, start=1):

@@ -17,6 +17,7 @@ import pandas as pd
 import plotly.graph_objects as go
 
 from specviz.core.theory import speedup
+from specviz.viz.style import TEMPLATE
 from specviz.viz.theory import K_COLORS, LAYOUT, alpha_grid
 
 BOARD_COLUMNS: tuple[str, ...] = ("drafter", "k", "temperature", "rounds", "alpha", "tokens_per_pass", "speedup")
@@ -66,7 +67,7 @@ def board_table(df: pd.DataFrame) -> pd.DataFrame:
 def board_figure(df: pd.DataFrame, color_by: str = "band") -> go.Figure:
     """α against measured speedup, a marker per fork coloured by temperature band (color_by='band') or drafter
     ('drafter_name'); behind them the c = 0 ceiling for each k on the board. Forks still measuring are left out."""
-    fig = go.Figure()
+    fig = go.Figure(layout=dict(template=TEMPLATE))
     grid = alpha_grid(0.02)
     for i, k in enumerate(sorted({int(k) for k in df["k"]})):
         ceiling = [speedup(float(a), k, 0.0) for a in grid]

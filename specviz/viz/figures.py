@@ -8,12 +8,13 @@ import pandas as pd
 import plotly.graph_objects as go
 
 from specviz.viz.frames import PositionInfo
+from specviz.viz.style import TEMPLATE
 
 P_COLOR, Q_COLOR, RES_COLOR = "#3b7dd8", "#f28e2b", "#59a14f"
 RUN_COLORS = ["#3b7dd8", "#e15759", "#59a14f", "#b07aa1", "#9c755f"]
 BASELINE_COLOR = "#888888"
 BASELINE_RUN = "baseline (plain decoding)"  # the run name the page gives the measured baseline; drawn grey
-LAYOUT = dict(margin=dict(l=10, r=10, t=40, b=10), height=320, legend=dict(orientation="h", yanchor="top", y=-0.28))
+LAYOUT = dict(template=TEMPLATE, margin=dict(l=10, r=10, t=40, b=10), height=320, legend=dict(orientation="h", yanchor="top", y=-0.28))
 
 
 def _label(text: str) -> str:

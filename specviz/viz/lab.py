@@ -10,6 +10,8 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+from specviz.viz.style import TEMPLATE
+
 P_COLOR, Q_COLOR, EMP_COLOR, ALT_COLOR = "#3b7dd8", "#f28e2b", "#59a14f", "#9c755f"
 LAYOUT = dict(margin=dict(l=10, r=10, t=40, b=10), height=400, legend=dict(orientation="h", y=-0.2), modebar=dict(orientation="v"))
 
@@ -38,7 +40,7 @@ def toy_frame(names: Sequence[str], p_target: Sequence[float], q_draft: Sequence
 def histogram_figure(df: pd.DataFrame, title: str) -> go.Figure:
     """Grouped bars: p_target, q_draft, the empirical frequency of emitted tokens; diamonds where the variant converges."""
     x = _labels(df["token"])
-    fig = go.Figure()
+    fig = go.Figure(layout=dict(template=TEMPLATE))
     fig.add_bar(x=x, y=df["p_target"], name="p_target (what exact sampling must give)", marker_color=P_COLOR)
     fig.add_bar(x=x, y=df["q_draft"], name="q_draft (what the drafter proposes)", marker_color=Q_COLOR)
     fig.add_bar(x=x, y=df["empirical"], name="emitted tokens (empirical)", marker_color=EMP_COLOR)
@@ -56,6 +58,7 @@ def convergence_figure(df: pd.DataFrame) -> go.Figure:
     """Top: total-variation distance from p_target as samples grow, against the sampling noise of an exact
     sampler. Bottom: the chi-square p-value, with the 0.05 line."""
     fig = make_subplots(rows=2, cols=1, shared_xaxes=True, vertical_spacing=0.08)
+    fig.update_layout(template=TEMPLATE)
     fig.add_scatter(x=df["samples"], y=df["tv"], mode="lines+markers", name="TV(empirical, p_target)", line=dict(color=EMP_COLOR), row=1, col=1)
     fig.add_scatter(x=df["samples"], y=df["noise"], mode="lines", name="typical TV of an exact sampler", line=dict(color="grey", dash="dash"), row=1, col=1)
     fig.add_scatter(x=df["samples"], y=df["pvalue"], mode="lines+markers", name="chi-square p-value", line=dict(color=P_COLOR), row=2, col=1)
@@ -88,7 +91,7 @@ def real_frame(names: Sequence[str], p_target: Sequence[float], q_draft: Sequenc
 def real_histogram_figure(df: pd.DataFrame, title: str) -> go.Figure:
     """Grouped bars over the target's top tokens: p_target, q_draft, and the two empirical histograms."""
     x = _labels(df["token"])
-    fig = go.Figure()
+    fig = go.Figure(layout=dict(template=TEMPLATE))
     fig.add_bar(x=x, y=df["p_target"], name="p_target (exact)", marker_color=P_COLOR)
     if df["q_draft"].notna().any():
         fig.add_bar(x=x, y=df["q_draft"], name="q_draft", marker_color=Q_COLOR)

@@ -15,6 +15,7 @@ import plotly.graph_objects as go
 
 from specviz.core.metrics import METRIC_INFO, HeadAcceptance, RunMetrics
 from specviz.core.theory import MAX_K, VerifyCost, best_k, best_k_by_position, expected_tokens, expected_tokens_by_position
+from specviz.viz.style import TEMPLATE
 from specviz.viz.theory import K_COLORS, LAYOUT
 
 MIN_COUNT = 5  # a position's rate is drawn solid, and used for best k, only when reached at least this often
@@ -76,7 +77,7 @@ def positions_frame(runs: Mapping[str, RunMetrics]) -> pd.DataFrame:
 def position_figure(df: pd.DataFrame) -> go.Figure:
     """Conditional acceptance by draft position (bars, count on top; faint where reached < MIN_COUNT) against
     each run's constant alpha (dashed) and what that alpha predicts unconditionally (alpha^i, dotted)."""
-    fig = go.Figure()
+    fig = go.Figure(layout=dict(template=TEMPLATE))
     for i, (run, part) in enumerate(df.groupby("run", sort=False)):
         color = K_COLORS[i % len(K_COLORS)]
         name = html.escape(str(run))
@@ -124,7 +125,7 @@ def heads_frame(runs: Mapping[str, tuple[HeadAcceptance, ...]]) -> pd.DataFrame:
 def head_figure(df: pd.DataFrame) -> go.Figure:
     """Conditional acceptance by Medusa head (bars, count on top; faint where tried < MIN_COUNT) with the head's own mean
     probability for the tokens it had tried (diamonds): a diamond above its bar is a head more sure of itself than right."""
-    fig = go.Figure()
+    fig = go.Figure(layout=dict(template=TEMPLATE))
     for i, (run, part) in enumerate(df.groupby("run", sort=False)):
         color = K_COLORS[i % len(K_COLORS)]
         name = html.escape(str(run))

@@ -8,6 +8,7 @@ from collections.abc import Callable
 import pandas as pd
 import plotly.graph_objects as go
 
+from specviz.viz.style import TEMPLATE
 from specviz.viz.theory import K_COLORS, LAYOUT
 from specviz.viz.tokens import visible_plain
 
@@ -56,7 +57,7 @@ def pass_diff_figure(report) -> go.Figure:
     """Per position and dtype: how far a (k+1)-token pass moves the logits (markers) against the top-2 margin (dotted);
     an argmax can flip only where the markers reach the dotted line; flips are crossed."""
     df = report.pass_diffs
-    fig = go.Figure()
+    fig = go.Figure(layout=dict(template=TEMPLATE))
     for i, (dtype, part) in enumerate(df.groupby("dtype", sort=False)):
         color = K_COLORS[i % len(K_COLORS)]
         name = html.escape(str(dtype))
@@ -89,7 +90,7 @@ def invariance_figure(report) -> go.Figure:
     """Per position and precision: max |logit(1-token pass) - logit(row of a (k+1)-token pass)|, log scale, with the
     test suite's 1e-3 bound dashed. Input: specviz.experiments.numerics.InvarianceReport."""
     df = report.pass_diffs
-    fig = go.Figure()
+    fig = go.Figure(layout=dict(template=TEMPLATE))
     for i, (precision, part) in enumerate(df.groupby("dtype", sort=False)):
         name = html.escape(str(precision))
         fig.add_scatter(

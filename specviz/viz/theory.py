@@ -29,6 +29,7 @@ from specviz.core.theory import (
     speedup,
     verify_cost_at,
 )
+from specviz.viz.style import TEMPLATE
 
 MEASURED_COLUMNS: tuple[str, ...] = ("source", "label", "alpha", "k", "speedup")
 LAYOUT = dict(margin=dict(l=10, r=10, t=40, b=10), height=380, legend=dict(orientation="h", y=-0.2), modebar=dict(orientation="v"))
@@ -88,7 +89,7 @@ def heatmap_base(c: float, verify_cost: VerifyCost, measured: pd.DataFrame | Non
     table = grid.pivot(index="k", columns="alpha", values="speedup")  # (k_max, n_alpha)
     speedups = table.values
     ticks = [t for t in (0.125, 0.25, 0.5, 1, 2, 4, 8, 16) if speedups.min() / 2 <= t <= speedups.max() * 2]
-    fig = go.Figure()
+    fig = go.Figure(layout=dict(template=TEMPLATE))
     # colour by log2(speedup) so halving and doubling look equally far from break-even (white)
     fig.add_heatmap(
         x=table.columns, y=table.index, z=np.log2(speedups), customdata=speedups, colorscale="RdBu", zmid=0.0,
@@ -134,7 +135,7 @@ def alpha_line(alpha: float) -> dict:
 def curves_figure(c: float, verify_cost: VerifyCost, ks: Sequence[int], alpha: float | None = None, measured: pd.DataFrame | None = None) -> go.Figure:
     """Speedup against alpha, one curve per k, with the break-even line and measured runs at (alpha, speedup)."""
     alphas = alpha_grid(0.01)
-    fig = go.Figure()
+    fig = go.Figure(layout=dict(template=TEMPLATE))
     for i, k in enumerate(ks):
         fig.add_scatter(
             x=alphas, y=[speedup(a, k, c, verify_cost) for a in alphas], mode="lines", name=f"k = {k}",
@@ -166,7 +167,7 @@ def speedup_vs_k_figure(alpha: float, c: float, verify_cost: VerifyCost, k: int,
     df = speedup_vs_k_frame(alpha, c, verify_cost, k_max)
     best = best_k(alpha, c, verify_cost, k_max)
     colors = ["gold" if kk == best else ("#3b7dd8" if kk == k else "#b8c7e0") for kk in df["k"]]
-    fig = go.Figure(go.Bar(x=df["k"], y=df["speedup"], marker_color=colors, hovertemplate="k=%{x}: %{y:.2f}×<extra></extra>", name="speedup"))
+    fig = go.Figure(go.Bar(x=df["k"], y=df["speedup"], marker_color=colors, hovertemplate="k=%{x}: %{y:.2f}×<extra></extra>", name="speedup"), layout=dict(template=TEMPLATE))
     fig.add_hline(y=1.0, line=dict(color="black", dash="dash"))
     fig.update_layout(title=f"speedup by k at α = {alpha:.2f}", xaxis=dict(title="k", dtick=1), yaxis_title="speedup (×)", **LAYOUT)
     return fig
@@ -185,7 +186,7 @@ def verify_curves_frame(curves: dict[str, VerifyCurve], k_max: int = MAX_K) -> p
 def verify_curve_figure(curves: dict[str, VerifyCurve], constant: float | None = None, k_max: int = MAX_K) -> go.Figure:
     """c_verify(k) for each profile (a pass over k+1 tokens / a 1-token pass), and the constant if one is set."""
     df = verify_curves_frame(curves, k_max)
-    fig = go.Figure()
+    fig = go.Figure(layout=dict(template=TEMPLATE))
     for i, (name, part) in enumerate(df.groupby("profile", sort=False)):
         label = html.escape(str(name))
         fig.add_scatter(
@@ -206,7 +207,7 @@ def verify_curve_figure(curves: dict[str, VerifyCurve], constant: float | None =
 def alpha_definitions_figure(ks: Sequence[int] = (1, 2, 4, 8, 16)) -> go.Figure:
     """accepted/drafted against Leviathan's alpha when positions are independent: equal at k = 1, lower for larger k."""
     alphas = alpha_grid(0.01)
-    fig = go.Figure()
+    fig = go.Figure(layout=dict(template=TEMPLATE))
     for i, k in enumerate(ks):
         fig.add_scatter(
             x=alphas, y=[acceptance_rate(a, k) for a in alphas], mode="lines", name=f"k = {k}",
@@ -296,7 +297,7 @@ def _batch_axis() -> dict:
 
 def batch_throughput_figure(frame: pd.DataFrame) -> go.Figure:
     """Tokens/s over all rows against B: plain and speculative, predicted lines and measured markers."""
-    fig = go.Figure()
+    fig = go.Figure(layout=dict(template=TEMPLATE))
     for (source, side), part in frame.groupby(["source", "side"], sort=False):
         predicted = source == "predicted"
         fig.add_scatter(
@@ -311,7 +312,7 @@ def batch_throughput_figure(frame: pd.DataFrame) -> go.Figure:
 
 def batch_ratio_figure(ratios: pd.DataFrame, crossover: float | None = None) -> go.Figure:
     """Speculative ÷ plain tokens/s against B, the break-even line, and where the prediction crosses it."""
-    fig = go.Figure()
+    fig = go.Figure(layout=dict(template=TEMPLATE))
     for source, part in ratios.groupby("source", sort=False):
         predicted = source == "predicted"
         fig.add_scatter(

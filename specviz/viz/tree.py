@@ -13,6 +13,7 @@ import plotly.graph_objects as go
 from specviz.core.records import StepRecord
 from specviz.core.tree import tree_depths, tree_mask
 from specviz.viz.frames import TokenText
+from specviz.viz.style import TEMPLATE
 from specviz.viz.tokens import visible_plain
 
 FATE_COLOURS = {"accepted": "#2ca02c", "rejected": "#d62728", "discarded": "#bbbbbb", "root": "#1f77b4", "next": "#ff7f0e"}
@@ -86,7 +87,7 @@ def tree_figure(record: StepRecord, token_text: TokenText, root_text: str = "con
     depth axis is labelled by head (depth d: head d's guesses)."""
     frame = tree_frame(record, token_text, heads)
     pos = _layout(frame)
-    fig = go.Figure()
+    fig = go.Figure(layout=dict(template=TEMPLATE))
     for _, row in frame.iterrows():
         (x0, y0), (x1, y1) = pos[int(row["parent"])], pos[int(row["node"])]
         fig.add_trace(go.Scatter(
@@ -154,7 +155,7 @@ def mask_figure(record: StepRecord, token_text: TokenText) -> go.Figure:
     fig = go.Figure(go.Heatmap(
         z=z, x=shown, y=shown, colorscale=[[0, "#f4f4f4"], [1, "#1f77b4"]], showscale=False, xgap=1, ygap=1,
         hovertemplate="%{y} sees %{x}: %{z}<extra></extra>",
-    ))  # fmt: skip
+    ), layout=dict(template=TEMPLATE))  # fmt: skip
     fig.update_layout(
         title="Tree attention mask",
         xaxis=dict(title="key (attended to)", side="top", tickangle=-45), yaxis=dict(title="query (node)", autorange="reversed"),
