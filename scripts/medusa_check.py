@@ -154,7 +154,7 @@ def heads_cost(models, heads_folder: str | None) -> float:
         lm.extend([200])
         lm.crop(40)
 
-    return timed(lambda: drafter.head_logits(hidden)) / timed(one_pass)
+    return timed(lambda: drafter.head_logits(hidden, 200)) / timed(one_pass)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -716,6 +716,8 @@ def _add_train_heads_parser(sub) -> None:
     p.add_argument("--data-tokens", type=int, default=None, help=f"positions of the target's own text to generate (default {d.data_tokens})")
     p.add_argument("--max-new-tokens", type=int, default=None, help=f"tokens per continuation (default {d.max_new_tokens})")
     p.add_argument("--gen-batch", type=int, default=None, help=f"continuations generated at once (default {d.gen_batch})")
+    p.add_argument("--plain-medusa", action="store_true", help="Medusa's own heads, reading the hidden state only (default: the heads also read the newest token)")
+    p.add_argument("--full-vocab", action="store_true", help="the training softmax over the whole vocabulary (default: the tokens the training data has; ~7x cheaper)")
     p.add_argument("--tiny", action="store_true", help="a small config that trains on a tiny model in seconds (tests, smoke runs)")
     p.add_argument("--resume", action="store_true", help="continue from this run's last checkpoint (same settings)")
     p.add_argument("--cache-dir", default=None, help="where the hidden states, labels and checkpoints go (default: specviz's cache)")
@@ -743,13 +745,17 @@ def cmd_train_heads(args: argparse.Namespace) -> int:
             raise ValueError(f"--threads must be at least 1; got {args.threads}.")
         torch.set_num_threads(args.threads)
     chosen = {field: getattr(args, opt) for opt, field in TRAIN_OPTIONS.items() if getattr(args, opt) is not None}
+    chosen |= ({"token_input": False} if args.plain_medusa else {}) | ({"train_vocab": "full"} if args.full_vocab else {})
     config = dataclasses.replace(TINY if args.tiny else TrainConfig(), **chosen)
-    # float32: the LM head must be a plain Linear with autograd (fp16-weights packs it); heads do not depend on it
-    target = load_model(args.target, args.device, "float32", trust_remote_code=args.trust_remote_code,
-                        allow_download=args.allow_download, allow_pickle=args.allow_pickle)  # fmt: skip
+    # The data: the target at the app's precision (gen_dtype), whose hidden states the heads will read. The training:
+    # the target in float32, whose LM head is a plain Linear with autograd (fp16-weights packs it).
+    options = dict(trust_remote_code=args.trust_remote_code, allow_download=args.allow_download, allow_pickle=args.allow_pickle)
+    target = load_model(args.target, args.device, "float32", **options)
     cache = Path(args.cache_dir).expanduser() if args.cache_dir else cache_root() / "medusa"
     emit(f"training {config.num_heads} Medusa heads for {target.name} on {target.device}; data cache {cache}", err=True)
-    data = load_or_make_data(target, config, cache, progress=not args.no_progress)
+    generator = target if config.gen_dtype == "float32" else load_model(args.target, args.device, config.gen_dtype, **options)
+    data = load_or_make_data(generator, config, cache, progress=not args.no_progress)
+    del generator
     n_train, n_held = data.train_hidden.shape[0], data.heldout_hidden.shape[0]
     emit(f"data: {n_train} training positions, {n_held} held out ({data.facts['prompts']} prompts)", err=True)
     fingerprint = target_fingerprint(target.model.get_input_embeddings().weight)
@@ -771,7 +777,8 @@ def _train_command(args: argparse.Namespace, chosen: dict) -> str:
     if args.target != EMBEDDED_TARGET:
         parts.append(f"--target {args.target}")
     by_field = {field: opt for opt, field in TRAIN_OPTIONS.items()}
-    parts += [f"--{by_field[f].replace('_', '-')} {v}" for f, v in chosen.items()]
+    parts += [f"--{by_field[f].replace('_', '-')} {v}" for f, v in chosen.items() if f in by_field]
+    parts += (["--plain-medusa"] if args.plain_medusa else []) + (["--full-vocab"] if args.full_vocab else [])
     return " ".join(parts + [f"--out {args.out}"])
 
 

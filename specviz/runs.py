@@ -71,7 +71,8 @@ def load_target_heads(folder: str | None, target: LoadedModel) -> MedusaHeads:
 
 def heads_source(heads: MedusaHeads, target: LoadedModel, vocab: int) -> HeadsSource:
     """What the Medusa drafter drafts with: the heads, then the target's own LM head (both only read)."""
-    return HeadsSource(head_logits_fn(heads, target.model.get_output_embeddings(), vocab), heads.num_heads, target.device)
+    model = target.model
+    return HeadsSource(head_logits_fn(heads, model.get_output_embeddings(), vocab, model.get_input_embeddings()), heads.num_heads, target.device)
 
 
 def resolve_models(

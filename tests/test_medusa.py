@@ -30,10 +30,11 @@ def fingerprint(target) -> str:
     return target_fingerprint(target.model.get_input_embeddings().weight)
 
 
-def fit_heads(target, texts: list[str], steps: int = 100, seed: int = 0) -> MedusaHeads:
+def fit_heads(target, texts: list[str], steps: int = 100, seed: int = 0, token_input: bool = False) -> MedusaHeads:
     """K heads fitted in a second to the target's own greedy continuations (random non-zero start), so drafts are
-    accepted part of the time: the head for t+1+i learns the token the target committed i places later."""
-    hidden, labels = [], []
+    accepted part of the time: the head for t+1+i learns the token the target committed i places later (heads with
+    a token input also read the token at t+1)."""
+    hidden, newest, labels = [], [], []
     for text in texts:
         ids = target.tokenizer(text)["input_ids"]
         plain = build_decoder(RunConfig(target="t", drafter="none", max_new_tokens=24, chat=False), target, ids, baseline=True)
@@ -43,17 +44,19 @@ def fit_heads(target, texts: list[str], steps: int = 100, seed: int = 0) -> Medu
         lm.extend(seq)
         for t in range(len(seq) - 1 - K):  # row t chose seq[t + 1]; head i guesses seq[t + 1 + i]
             hidden.append(lm.last_hidden[t])
+            newest.append(seq[t + 1])
             labels.append([seq[t + 1 + i] for i in range(1, K + 1)])
     h, y = torch.stack(hidden).clone(), torch.tensor(labels).T  # (N, H), (K, N)
+    e = target.model.get_input_embeddings().weight.detach()[torch.tensor(newest)].clone() if token_input else None  # (N, H)
     torch.manual_seed(seed)
-    heads = MedusaHeads(h.shape[-1], K, 1)
+    heads = MedusaHeads(h.shape[-1], K, 1, token_input=token_input)
     for p in heads.parameters():
         torch.nn.init.normal_(p, std=0.1)
     heads.requires_grad_(True)
     lm_head = target.model.get_output_embeddings()
     opt = torch.optim.Adam(heads.parameters(), lr=3e-2)
     for _ in range(steps):
-        logits = heads.logits(h, lm_head)  # (K, N, V)
+        logits = heads.logits(h, lm_head, e)  # (K, N, V)
         loss = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1))
         opt.zero_grad()
         loss.backward()
@@ -66,6 +69,16 @@ def heads_dir(tiny_models, tiny_dir, tmp_path_factory):
     target = tiny_models["llama"]
     folder = tmp_path_factory.mktemp("heads") / "llama_heads"
     save_heads(fit_heads(target, [p["prompt"] for p in TINY_PROMPTS]), folder, str(tiny_dir["llama"]), fingerprint(target))
+    return folder
+
+
+@pytest.fixture(scope="module")
+def token_heads_dir(tiny_models, tiny_dir, tmp_path_factory):
+    """Heads that read the newest token as well (specviz's default for trained heads)."""
+    target = tiny_models["llama"]
+    folder = tmp_path_factory.mktemp("heads") / "llama_token_heads"
+    heads = fit_heads(target, [p["prompt"] for p in TINY_PROMPTS], token_input=True)
+    save_heads(heads, folder, str(tiny_dir["llama"]), fingerprint(target))
     return folder
 
 
@@ -98,6 +111,83 @@ def test_greedy_medusa_is_plain_greedy_chains_and_trees(tiny_models, heads_dir, 
         rejected += sum(r.num_drafted - r.num_accepted for r in spec.records)
         assert max(r.num_drafted for r in spec.records) <= (K if width == 1 else 6)
     assert accepted > 0 and rejected > 0  # both branches of the rule were taken
+
+
+@pytest.mark.parametrize("width", [1, 2, 3])
+def test_greedy_medusa_with_a_token_input_is_plain_greedy(tiny_models, token_heads_dir, width):
+    """Heads that read the newest token too: still token-identical to plain greedy, chains and trees, both paths."""
+    target = tiny_models["llama"]
+    config = medusa_config(token_heads_dir, tree_width=width)
+    accepted = rejected = 0
+    for p in TINY_PROMPTS:
+        ids = ids_of(target, p["prompt"])
+        spec = build_decoder(config, target, ids)
+        spec.run()
+        plain = build_decoder(config, target, ids, baseline=True)
+        plain.run()
+        assert spec.generated == plain.generated, p["title"]
+        accepted += sum(r.num_accepted for r in spec.records)
+        rejected += sum(r.num_drafted - r.num_accepted for r in spec.records)
+    assert accepted > 0 and rejected > 0
+
+
+class StaleTokenDrafter(MedusaDrafter):
+    """Known-bad: hands the heads the token before the newest (the context's second-to-last), not the newest."""
+
+    def propose(self, context, k, generator):
+        return super().propose(list(context[:-1]) or list(context), k, generator)
+
+
+def test_token_heads_read_the_newest_token_and_a_stale_one_drafts_worse(tiny_models, token_heads_dir):
+    """The heads get the context's last token (the one the observed row chose); handing them the one before it
+    (known-bad) keeps the output exact but lowers acceptance."""
+    target = tiny_models["llama"]
+    config = medusa_config(token_heads_dir)
+    seen = []
+    kept = {}
+    for name in ("newest", "stale"):
+        total = 0
+        for p in TINY_PROMPTS:
+            ids = ids_of(target, p["prompt"])
+            dec = build_decoder(config, target, ids)
+            if name == "stale":
+                dec.drafter.__class__ = StaleTokenDrafter
+            else:
+                inner = dec.drafter.head_logits
+                dec.drafter.head_logits = lambda h, newest, inner=inner, dec=dec: (seen.append((newest, dec.tokens[-1])), inner(h, newest))[1]
+            dec.run()
+            total += sum(r.num_accepted for r in dec.records)
+        kept[name] = total
+    assert seen and all(newest == last for newest, last in seen)
+    assert kept["newest"] > kept["stale"]
+
+
+def test_token_input_heads_round_trip_and_are_refused_without_their_weights(tiny_models, token_heads_dir, tmp_path):
+    """config.json says specviz_token_input; the loaded heads read the token; a folder that says so without the
+    weights (or says it with a non-boolean) is refused with a clear message; untrained token input is plain Medusa."""
+    from safetensors.torch import load_file, save_file
+
+    from specviz.models.medusa import TOKEN_INPUT_KEY, WEIGHTS_FILE, load_heads
+
+    target = tiny_models["llama"]
+    saved = json.loads((token_heads_dir / "config.json").read_text(encoding="utf-8"))
+    assert saved[TOKEN_INPUT_KEY] is True
+    heads = load_heads(token_heads_dir, 32, fingerprint(target))
+    assert heads.reads_token
+    broken = tmp_path / "broken"
+    broken.mkdir()
+    (broken / "config.json").write_text(json.dumps(saved), encoding="utf-8")
+    weights = {k: v for k, v in load_file(str(token_heads_dir / WEIGHTS_FILE)).items() if not k.startswith("token_input")}
+    save_file(weights, str(broken / WEIGHTS_FILE))
+    with pytest.raises(HeadsError, match="token_input"):
+        load_heads(broken, 32, fingerprint(target))
+    (broken / "config.json").write_text(json.dumps(saved | {TOKEN_INPUT_KEY: "yes"}), encoding="utf-8")
+    with pytest.raises(HeadsError, match="true or false"):
+        load_heads(broken, 32, fingerprint(target))
+    fresh, plain = MedusaHeads(32, 2, 1, token_input=True), MedusaHeads(32, 2, 1)
+    plain.load_state_dict({k: v for k, v in fresh.state_dict().items() if not k.startswith("token_input")})
+    h, e = torch.randn(5, 32), torch.randn(5, 32)
+    torch.testing.assert_close(fresh(h, e), plain(h))  # W_in starts at zero
 
 
 @pytest.mark.parametrize("width", [1, 3])
@@ -156,7 +246,7 @@ def successor_heads(vocab: int, wrong_when_odd: bool = True):
     """Head i guesses (x + 1 + i) from the row holding x, i.e. the token i places after the newest one, except head 2,
     which errs when x is odd (so rounds see rejections)."""
 
-    def head_logits(h: torch.Tensor) -> torch.Tensor:
+    def head_logits(h: torch.Tensor, newest: int) -> torch.Tensor:
         x = int(h.argmax())
         rows = [(x + 1 + i + (1 if i == 2 and wrong_when_odd and x % 2 else 0)) % vocab for i in range(1, K + 1)]  # (K,)
         return torch.nn.functional.one_hot(torch.tensor(rows), vocab).float() * 10.0
@@ -211,14 +301,14 @@ class HiddenTableLM(TableLM):
 
 def toy_heads(seed: int = 0):
     mixes = torch.randn(K, V, V, generator=torch.Generator().manual_seed(seed)) * 0.4  # (K, H, V)
-    return lambda h: torch.einsum("h,khv->kv", h, mixes)  # (K, V)
+    return lambda h, newest: torch.einsum("h,khv->kv", h, mixes)  # (K, V)
 
 
 class GreedyDraftSoftQ(MedusaDrafter):
     """Known-bad: drafts each head's argmax but reports the soft q (the 'greedy draft scored with soft q' bug)."""
 
     def propose(self, context, k, generator):
-        heads = self.heads_q(min(k, self.num_heads))
+        heads = self.heads_q(min(k, self.num_heads), context[-1])
         if heads is None:
             return Draft(())
         logits, q = heads
@@ -286,7 +376,7 @@ def test_a_medusa1_checkpoint_with_its_own_lm_heads_loads_and_decodes_exactly(ti
     assert spec.generated == plain.generated
     h = torch.randn(32)
     own = torch.stack([head(block(h)) for head, block in zip(loaded.own_lm_heads, loaded.blocks)])
-    torch.testing.assert_close(spec.drafter.head_logits(h), own[:, : target.vocab_size])
+    torch.testing.assert_close(spec.drafter.head_logits(h, 0), own[:, : target.vocab_size])
 
 
 def test_heads_for_another_target_or_hidden_size_are_refused(tiny_models, tmp_path):

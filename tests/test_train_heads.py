@@ -132,3 +132,29 @@ def test_shipped_heads_belong_to_the_embedded_target(smollm):
     saved = json.loads((folder / "config.json").read_text(encoding="utf-8"))
     assert saved["base_model_name_or_path"] == "HuggingFaceTB/SmolLM2-135M-Instruct" and heads.num_heads == 4
     assert saved["heldout_top1"][0] > saved["heldout_top1"][3] > 0.05
+
+
+def test_the_data_keeps_the_token_after_each_position(tiny_data):
+    """x_{t+1}, the token the target committed after position t: at a greedy position it is the target's argmax,
+    which is also head 1's label one position earlier (labels[t, 0] == argmax[t + 1])."""
+    data, _ = tiny_data
+    assert data.train_tokens.shape == data.train_hidden.shape[:1] and data.heldout_tokens.shape == data.heldout_hidden.shape[:1]
+    assert data.train_tokens.dtype == torch.long
+
+
+def test_heads_read_the_token_by_default_and_plain_medusa_on_request(tiny_models, tiny_data, tmp_path):
+    """The default trains heads with a token input over the training vocabulary; --plain-medusa's config trains
+    Medusa's own heads; the full-vocabulary softmax trains too. Evaluations always score the full vocabulary."""
+    data, _ = tiny_data
+    lm = tiny_models["llama"]
+    config = dataclasses.replace(th.TINY, steps=4)
+    token = th.train_heads(lm, data, config, tmp_path / "t.pt", progress=False)
+    assert token.heads.reads_token and 0 < token.facts["train_vocab"] <= lm.vocab_size
+    plain = th.train_heads(lm, data, dataclasses.replace(config, token_input=False, train_vocab="full"), tmp_path / "p.pt", progress=False)
+    assert not plain.heads.reads_token and plain.facts["train_vocab"] is None
+    frozen = th.frozen_parts(lm, config, data)
+    ids = frozen.vocab[[0, -1]]
+    assert frozen.train_labels(torch.tensor([[int(ids[0]), -100, int(ids[1])]])).tolist() == [[0, -100, len(frozen.vocab) - 1]]
+    th.ship(token, config, tmp_path / "heads", "tiny-llama")
+    saved = json.loads((tmp_path / "heads" / "config.json").read_text(encoding="utf-8"))
+    assert saved["specviz_token_input"] is True and saved["training"]["config"]["token_input"] is True

@@ -2,8 +2,9 @@
 
 Model. K heads sit on the target's last hidden state (after the final norm, what the LM head reads). From the
 hidden state h of the row whose LM-head output chose the newest committed token, head i (1-based) scores the
-token i places after the newest: ``head_logits(h)`` is (K, V), one row per head (specviz.models.medusa builds it:
-the heads' residual blocks, then the target's own LM head once over the K rows). The round hands h over through
+token i places after the newest: ``head_logits(h, newest)`` is (K, V), one row per head (specviz.models.medusa
+builds it: the heads' residual blocks, then the target's own LM head once over the K rows). Heads with a token
+input also read the newest committed token itself (the context's last token); Medusa's own heads ignore it. The round hands h over through
 observe() after the prefill and after every verify pass (specviz.core.decoding), so drafting never runs the target.
 q_draft at drafted position i is head i's warped distribution ``warp(head_logits(h)[i])``; it does not depend on the
 tokens drafted before position i, which the rule allows (a proposal may ignore any part of its context).
@@ -33,7 +34,7 @@ from specviz.core.sampling import SamplingConfig, draw, warp
 from specviz.core.tree import TreeDraft
 from specviz.drafters.tree import level_sizes, spine_tree
 
-HeadLogits = Callable[[torch.Tensor], torch.Tensor]  # (H,) hidden -> (K, V) logits, one row per head
+HeadLogits = Callable[[torch.Tensor, int], torch.Tensor]  # (H,) hidden, newest token id -> (K, V) logits, one row per head
 
 
 @dataclass(frozen=True)
@@ -69,16 +70,17 @@ class MedusaDrafter:
     def observe(self, hidden: torch.Tensor | None) -> None:
         self.hidden = hidden
 
-    def heads_q(self, depth: int) -> tuple[torch.Tensor, torch.Tensor] | None:
-        """The first ``depth`` heads' (depth, V) logits and warped q_draft rows at the observed hidden state, or None."""
+    def heads_q(self, depth: int, newest: int) -> tuple[torch.Tensor, torch.Tensor] | None:
+        """The first ``depth`` heads' (depth, V) logits and warped q_draft rows at the observed hidden state and the
+        newest committed token, or None."""
         if self.hidden is None or depth <= 0:
             return None
-        logits = self.head_logits(self.hidden)[:depth].float()  # (depth, V)
+        logits = self.head_logits(self.hidden, newest)[:depth].float()  # (depth, V)
         return logits, warp(logits, self.sampling)
 
     def propose(self, context: Sequence[int], k: int, generator: torch.Generator) -> Draft:
         """Token i drawn from head i's q_i for i = 1..min(k, K); nothing before the first hidden state."""
-        heads = self.heads_q(min(k, self.num_heads))
+        heads = self.heads_q(min(k, self.num_heads), context[-1]) if context else None
         if heads is None:
             return Draft(())
         _, q_draft = heads  # (m, V)
@@ -88,7 +90,7 @@ class MedusaDrafter:
     def propose_tree(self, context: Sequence[int], k: int, width: int, generator: torch.Generator) -> TreeDraft:
         """Level i = head i's top-``width`` tokens (specviz.drafters.tree's spine shape), within k nodes and K levels."""
         sizes = level_sizes(max(k, 0), width)[: self.num_heads]
-        heads = self.heads_q(len(sizes))
+        heads = self.heads_q(len(sizes), context[-1]) if context else None
         if heads is None:
             return TreeDraft((), ())
         logits, q_draft = heads  # (depth, V) each

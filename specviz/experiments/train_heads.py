@@ -8,11 +8,15 @@ position; head i (1-based) learns to predict a_{t+i} from h_t, i.e. token t+1+i 
 choose it given the text so far. Hidden states (float16) and labels are computed once and cached on disk,
 keyed by the target's fingerprint and the data settings.
 
-Training: AdamW on the heads' ResBlocks only; the LM head is the target's own, frozen (a plain Linear: load
-the target in float32). Losses are cross-entropies over the full vocabulary, summed over heads with Medusa's
-decaying weights decay**(i-1). The LM head (V x H) dominates the cost, so its matmul runs in bfloat16 by
-default; the heads themselves are float32 and precision-independent. Batches are a pure function of the seed
-and the step, so a run resumed from a checkpoint ends with the same weights as an uninterrupted one.
+Training: AdamW on the heads' blocks only (and the token input, for heads that read the newest token: the
+default); the LM head and the input embedding are the target's own, frozen (a plain Linear: load the target in
+float32). Losses are cross-entropies summed over heads with Medusa's decaying weights decay**(i-1). The LM head
+(V x H) dominates the cost, so by default the softmax runs over the training vocabulary: every token that is a
+label or an input somewhere in the training data (about 6,500 of SmolLM2's 49,152), which makes a step about 7x
+cheaper; the held-out evaluation always scores the full vocabulary, so a token left out could only show up there
+as a miss. The matmul is float32 by default: on a CPU without native bfloat16 (AVX2 only) a bfloat16 matmul
+ran 20x slower here. Batches are a pure function of the seed and the step, so a run resumed from a checkpoint
+ends with the same weights as an uninterrupted one.
 """
 
 from __future__ import annotations
@@ -37,7 +41,7 @@ if TYPE_CHECKING:  # specviz.models imports transformers: the CLI's parser impor
 log = logging.getLogger(__name__)
 
 IGNORE = -100  # a label past the end of its continuation: no loss, no accuracy
-DATA_VERSION = 1  # bump when the data recipe changes, so old caches are not reused
+DATA_VERSION = 2  # bump when the data recipe changes, so old caches are not reused (2: more prompts, the fed tokens)
 CURVE_FILE = "training_curve.json"
 
 # -- the training prompts: templates over topics, none of them a benchmark prompt --------------------------------
@@ -52,6 +56,13 @@ TOPICS = [
     "the Great Wall of China", "antibiotics", "tides", "chess", "the Industrial Revolution", "dinosaurs",
     "compound interest", "the speed of light", "bread baking", "democracy", "octopuses", "the Amazon river",
     "public libraries", "the history of jazz", "deserts", "nuclear energy", "the metric system", "mushrooms",
+    "the Vikings", "photosynthesis in algae", "lightning", "the Pyramids of Giza", "penguins", "the steam engine",
+    "the water treatment plant of a city", "inflation", "the telescope", "bees' dances", "the human skeleton",
+    "the printing of money", "hurricanes", "the Mongol Empire", "satellites", "the piano", "composting", "volleyball",
+    "the Arctic", "the history of writing", "batteries", "whales", "the Great Barrier Reef", "soap", "the railway",
+    "the rule of law", "the seasons", "the first airplanes", "olive oil", "fungi in forests", "the Byzantine Empire",
+    "3D printing", "the ozone layer", "the violin", "street food", "the human eye", "clouds", "the Maya", "rice farming",
+    "elephants", "quantum computers", "the postal service", "earthworms", "the Hubble telescope", "the marathon",
 ]
 CODE_TASKS = [
     "checks whether a number is prime", "counts the vowels in a string", "returns the largest item in a list",
@@ -65,7 +76,14 @@ CODE_TASKS = [
     "returns the common elements of two lists", "validates an email address with a regular expression",
     "computes the area of a circle", "transposes a matrix given as a list of lists", "generates all subsets of a set",
     "performs a binary search in a sorted list", "counts the lines in a text file", "rotates a list by k positions",
-    "implements a simple stack class",
+    "implements a simple stack class", "reverses a linked list", "counts the words in a sentence",
+    "returns the index of the first negative number", "checks whether a year is a leap year", "computes a running total",
+    "removes the whitespace from both ends of every string in a list", "converts a dictionary into a list of pairs",
+    "finds the longest word in a sentence", "returns the squares of the even numbers in a list", "parses a date string",
+    "groups a list of words by their first letter", "computes the median of a list", "checks whether brackets are balanced",
+    "implements a queue with two stacks", "returns the n largest items of a list", "merges two dictionaries",
+    "counts the uppercase letters in a string", "converts a number to Roman numerals", "computes the dot product of two vectors",
+    "shuffles a list with a fixed seed",
 ]
 SCENES = [
     "a fisherman at dawn", "a robot learning to paint", "a city in the rain", "an old bookshop",
@@ -75,6 +93,9 @@ SCENES = [
     "two friends meeting after many years", "a garden in spring", "a detective on a quiet Sunday",
     "a musician playing in the subway", "the last day of summer holidays", "a forest after a snowfall",
     "an inventor's messy workshop", "a knight who wants to be a cook", "a small island with one school",
+    "a night shift in a hospital", "a grandmother's kitchen", "a kite festival", "a ship's cat", "the first snow of the year",
+    "a village market in Provence", "a lighthouse in a storm", "a boy who collects stones", "an empty theatre",
+    "a bus ride through the city at night", "a beekeeper in summer", "a library after closing time",
 ]
 EXPLAIN_TEMPLATES = [
     "Explain {t} in simple terms.", "What is {t}? Answer in a short paragraph.", "Give three interesting facts about {t}.",
@@ -92,11 +113,67 @@ PROSE_TEMPLATES = [
 ]
 
 
+QUESTIONS = [
+    "How many legs does a spider have?", "What is the largest planet in the solar system?", "Who wrote Romeo and Juliet?",
+    "What is the chemical symbol for gold?", "How many continents are there?", "What is the boiling point of milk?",
+    "Which ocean is the largest?", "What language is spoken in Brazil?", "How many minutes are in a day?",
+    "What gas do plants take in from the air?", "What is the square root of 144?", "Which planet is called the red planet?",
+    "What is the tallest mountain on Earth?", "Who painted the Mona Lisa?", "What is the freezing point of water in Fahrenheit?",
+    "How many bones are in the adult human body?", "What is the capital of Japan?", "What is the longest river in Africa?",
+    "What do bees make?", "How many sides does a hexagon have?", "What is the main ingredient of guacamole?",
+    "Which animal is the fastest on land?", "What is the currency of the United Kingdom?", "How many players are on a football team?",
+    "What is the hardest natural material?", "Which organ pumps blood through the body?", "What is the capital of Canada?",
+    "How long does light from the Sun take to reach Earth?", "What is the smallest prime number?", "What is H2O?",
+]
+QA_TEMPLATES = ["{q} Answer in one sentence.", "{q}", "{q} Explain your answer briefly."]
+PASSAGES = [  # short texts written for these prompts, to be copied, corrected, listed or reworded
+    "The bakery on the corner opens at six. By seven the queue reaches the street, and the smell of warm bread fills the whole block.",
+    "Our team finished the project two days early. We tested every feature twice, wrote the documentation, and cleaned up the code.",
+    "The old bridge was closed for repairs last winter. Engineers replaced the rusted beams and painted the railings dark green.",
+    "Maria packed her bag the night before: a map, a water bottle, two apples, a warm jacket and a small notebook.",
+    "The museum will be closed on Monday. Tickets bought for that day can be used on any other day this month.",
+    "Rain fell all afternoon. The children stayed inside, built a fort out of blankets and read stories by torchlight.",
+    "To make the sauce, melt the butter, stir in the flour, and slowly add the milk while whisking until it thickens.",
+    "The library has added new opening hours. It now opens at nine on weekdays and at ten on Saturdays.",
+    "The garden needs water every evening in summer. The tomatoes grow fastest against the south wall.",
+    "Please send the report by Friday. Include the sales figures, the list of new customers and a short summary.",
+    "The train to the coast leaves at eight fifteen from platform three. It stops at every station after the river.",
+    "Sam fixed the bicycle in an hour. He patched the tyre, tightened the brakes and oiled the chain.",
+    "The meeting is moved to Thursday at two. We will discuss the budget, the timeline and the new office.",
+    "Every morning the fishermen check their nets, sort the catch and sell the best fish at the harbour market.",
+    "The concert starts at seven. Doors open at half past six, and there is no parking next to the hall.",
+    "Clean the brushes with warm water after painting. Let them dry flat so that the bristles keep their shape.",
+    "The new school has twelve classrooms, a library, a gym and a garden where the pupils grow vegetables.",
+    "He wrote the letter slowly, crossed out the first line, and started again with a simple hello.",
+    "The recipe needs three eggs, two cups of flour, one cup of sugar, a spoon of butter and a pinch of salt.",
+    "Our flight was delayed by two hours, so we ate dinner at the airport and watched the planes land.",
+    "The village holds a fair every autumn with music, games, a pie contest and a parade through the main street.",
+    "Turn off the lights when you leave the room. Close the windows if it rains, and lock the back door.",
+    "The scientists measured the temperature of the lake every week for ten years and published the results.",
+    "The shop sells notebooks, pens, glue, scissors, coloured paper and small gifts for children.",
+]
+TYPO_PASSAGES = [
+    "The wether was realy nice yesterday, so we whent to the beech and swam untill sunset.",
+    "I recieved your mesage and will anser it tomorow morning after the meting.",
+    "The resturant was bussy, but the food was delicous and the staf were very frendly.",
+    "Please rember to bring you're passport and a copy of the tickit to the airport.",
+    "Our nieghbour planted a beautifull tree in his gardin last weak.",
+    "The studants finished there homework befor dinner and then played outsid.",
+]
+COPY_TEMPLATES = [
+    "Repeat the following text exactly, word for word:\n\n{p}", "Turn this text into a bulleted list, keeping the wording:\n\n{p}",
+    "Rewrite this text in the past tense, changing nothing else:\n\n{p}", "Quote this text back to me, then say in one sentence what it is about:\n\n{p}",
+]
+
+
 def training_prompts(seed: int) -> list[str]:
-    """Every training prompt (explanations, Q&A, lists, code, prose), in a seeded order."""
+    """Every training prompt (explanations, Q&A, lists, code, prose, copying and rewording), in a seeded order."""
     prompts = [t.format(t=topic) for topic in TOPICS for t in EXPLAIN_TEMPLATES]
     prompts += [t.format(c=task) for task in CODE_TASKS for t in CODE_TEMPLATES]
     prompts += [t.format(s=scene) for scene in SCENES for t in PROSE_TEMPLATES]
+    prompts += [t.format(q=q) for q in QUESTIONS for t in QA_TEMPLATES]
+    prompts += [t.format(p=passage) for passage in PASSAGES for t in COPY_TEMPLATES]
+    prompts += [f"Fix the spelling mistakes in this sentence and change nothing else:\n\n{p}" for p in TYPO_PASSAGES]
     order = torch.randperm(len(prompts), generator=torch.Generator().manual_seed(seed)).tolist()
     return [prompts[i] for i in order]
 
@@ -122,11 +199,14 @@ class TrainConfig:
     temperature: float = 0.7  # the sampled continuations' temperature
     heldout_every: int = 10  # every n-th prompt (and its continuation) is held out
     decay: float = 0.8  # head i's loss weight is decay**(i-1) (Medusa's)
+    token_input: bool = True  # the heads read the newest committed token too (specviz.models.medusa.TokenInput)
+    train_vocab: Literal["seen", "full"] = "seen"  # softmax over the training data's tokens, or the whole vocabulary
     eval_every: int = 200  # steps between held-out evaluations
     eval_positions: int = 4096  # held-out positions in the periodic evaluations (the final one uses all)
     checkpoint_every: int = 200  # steps between checkpoints
-    matmul_dtype: Literal["float32", "bfloat16"] = "bfloat16"  # the frozen LM head's matmul in training
+    matmul_dtype: Literal["float32", "bfloat16"] = "float32"  # the frozen LM head's matmul in training
     chat: bool = True  # wrap prompts in the chat template, as the app does
+    gen_dtype: str = "auto"  # the precision the target generates the data at: "auto" is the app's default here
 
     def __post_init__(self) -> None:
         positive = dict(steps=self.steps, batch_size=self.batch_size, data_tokens=self.data_tokens, gen_batch=self.gen_batch,
@@ -147,13 +227,15 @@ class TrainConfig:
             raise ValueError(f"decay must be in (0, 1]; got {self.decay}.")
         if self.matmul_dtype not in ("float32", "bfloat16"):
             raise ValueError(f"matmul_dtype must be float32 or bfloat16; got {self.matmul_dtype!r}.")
+        if self.train_vocab not in ("seen", "full"):
+            raise ValueError(f"train_vocab must be seen or full; got {self.train_vocab!r}.")
 
     def data_key(self, fingerprint: str, with_budget: bool = True) -> str:
         """The cache key: the target and every setting that changes the data (without data_tokens: the key of
         the generated batches, which a larger budget extends)."""
         recipe = dict(v=DATA_VERSION, target=fingerprint, seed=self.seed, max_new=self.max_new_tokens,
                       gen_batch=self.gen_batch, sampled=self.sampled_fraction, temperature=self.temperature,
-                      heldout_every=self.heldout_every, chat=self.chat)  # fmt: skip
+                      heldout_every=self.heldout_every, chat=self.chat, gen_dtype=self.gen_dtype)  # fmt: skip
         if with_budget:
             recipe["data_tokens"] = self.data_tokens
         return hashlib.sha256(json.dumps(recipe, sort_keys=True).encode()).hexdigest()[:16]
@@ -169,11 +251,14 @@ TINY = TrainConfig(steps=40, batch_size=64, data_tokens=600, max_new_tokens=24, 
 
 @dataclass(frozen=True)
 class HeadsData:
-    """Training and held-out positions: hidden (N, H) float16 and labels (N, K) int64 (IGNORE past the end)."""
+    """Training and held-out positions: hidden (N, H) float16, the token the target committed after each (N,) int64
+    (x_{t+1}, which heads with a token input read) and labels (N, K) int64 (IGNORE past the end)."""
 
     train_hidden: torch.Tensor
+    train_tokens: torch.Tensor
     train_labels: torch.Tensor
     heldout_hidden: torch.Tensor
+    heldout_tokens: torch.Tensor
     heldout_labels: torch.Tensor
     facts: dict  # prompts, continuations, tokens, generation time: for the model card
 
@@ -201,14 +286,15 @@ def _left_padded(rows: Sequence[Sequence[int]], pad_id: int) -> tuple[torch.Tens
 def continue_batch(lm: LoadedModel, prompts: Sequence[Sequence[int]], max_new_tokens: int, temperature: float,
                    generator: torch.Generator) -> list[tuple[torch.Tensor, torch.Tensor]]:  # fmt: skip
     """Continue B prompts at once (temperature 0: greedy), keeping at each position that produced a token the
-    post-norm last hidden state and the target's argmax: per row ((M, H) float16, (M,) int64)."""
+    post-norm last hidden state, the target's argmax and the token it committed there (the argmax, or the sample):
+    per row ((M, H) float16, (M,) int64, (M,) int64)."""
     model, dev = lm.model, lm.device
     pad_id = lm.tokenizer.pad_token_id if lm.tokenizer.pad_token_id is not None else 0
     eos = torch.tensor(lm.eos_token_ids or (-1,), device=dev)
     ids, mask = _left_padded(prompts, pad_id)
     ids, mask = ids.to(dev), mask.to(dev)
     cache, b = None, len(prompts)
-    hidden, argmax, done = [], [], torch.zeros(b, dtype=torch.bool, device=dev)
+    hidden, argmax, fed, done = [], [], [], torch.zeros(b, dtype=torch.bool, device=dev)
     alive = []  # (B,) per step: rows still generating (their position produced a kept token)
     feed, positions = ids, (mask.cumsum(-1) - 1).clamp_min(0)
     for _ in range(max_new_tokens):
@@ -224,6 +310,7 @@ def continue_batch(lm: LoadedModel, prompts: Sequence[Sequence[int]], max_new_to
             token = top
         hidden.append(out.hidden_states[-1][:, -1].to(torch.float16).cpu())  # (B, H)
         argmax.append(top.cpu())
+        fed.append(token.cpu())
         alive.append((~done).cpu())
         done = done | torch.isin(token, eos)
         if bool(done.all()):
@@ -231,19 +318,19 @@ def continue_batch(lm: LoadedModel, prompts: Sequence[Sequence[int]], max_new_to
         feed = torch.where(done, torch.full_like(token, pad_id), token)[:, None]  # (B, 1)
         mask = torch.cat([mask, torch.ones(b, 1, dtype=mask.dtype, device=dev)], dim=-1)
         positions = positions[:, -1:] + 1
-    hid, top, keep = torch.stack(hidden, 1), torch.stack(argmax, 1), torch.stack(alive, 1)  # (B, M, H), (B, M), (B, M)
-    return [(hid[r][keep[r]], top[r][keep[r]]) for r in range(b)]
+    hid, top, tok, keep = torch.stack(hidden, 1), torch.stack(argmax, 1), torch.stack(fed, 1), torch.stack(alive, 1)  # (B, M, H), (B, M) x 3
+    return [(hid[r][keep[r]], top[r][keep[r]], tok[r][keep[r]]) for r in range(b)]
 
 
 def _batch_rows(lm: LoadedModel, config: TrainConfig, n: int, prompts: Sequence[str], parts: Path) -> tuple[list, float]:
     """Batch n's continuations (greedy, or sampled every 1/sampled_fraction-th batch), each saved as it is made,
-    so an interrupted generation resumes: ([((M, H) float16, (M,) argmax) per prompt], seconds it took)."""
+    so an interrupted generation resumes: ([((M, H) float16, (M,) argmax, (M,) token) per prompt], seconds it took)."""
     from specviz.models import encode_prompt
 
     path = parts / f"batch-{n:04d}.pt"
     if path.is_file():
         saved = torch.load(path, map_location="cpu", weights_only=True)
-        return list(zip(saved["hidden"], saved["argmax"])), float(saved["seconds"])
+        return list(zip(saved["hidden"], saved["argmax"], saved["tokens"])), float(saved["seconds"])
     sampled_every = 0 if config.sampled_fraction == 0 else max(1, round(1 / config.sampled_fraction))
     temperature = config.temperature if sampled_every and n % sampled_every == sampled_every - 1 else 0.0
     gen = torch.Generator(device=lm.device).manual_seed(config.seed * 1_000_003 + n)  # per batch: resumable
@@ -252,14 +339,15 @@ def _batch_rows(lm: LoadedModel, config: TrainConfig, n: int, prompts: Sequence[
     rows = continue_batch(lm, encoded, config.max_new_tokens, temperature, gen)
     seconds = time.perf_counter() - start
     parts.mkdir(parents=True, exist_ok=True)
-    torch.save(dict(hidden=[h for h, _ in rows], argmax=[a for _, a in rows], seconds=seconds), path.with_suffix(".tmp"))
+    torch.save(dict(hidden=[r[0] for r in rows], argmax=[r[1] for r in rows], tokens=[r[2] for r in rows], seconds=seconds), path.with_suffix(".tmp"))
     path.with_suffix(".tmp").replace(path)
     return rows, seconds
 
 
 def _generate_all(lm: LoadedModel, config: TrainConfig, parts: Path, progress: bool) -> tuple[list, list, dict]:
     """Continue training prompts in batches until data_tokens positions are kept: (train rows, held-out rows, facts),
-    each row a continuation's ((M, H) float16 hidden states, (M,) argmaxes); every heldout_every-th prompt held out."""
+    each row a continuation's ((M, H) float16 hidden states, (M,) argmaxes, (M,) tokens); every heldout_every-th
+    prompt held out."""
     from tqdm.auto import tqdm
 
     prompts = training_prompts(config.seed)
@@ -270,32 +358,35 @@ def _generate_all(lm: LoadedModel, config: TrainConfig, parts: Path, progress: b
         if total >= config.data_tokens:
             break
         rows, took = _batch_rows(lm, config, n, batch, parts)
-        for j, (hid, top) in enumerate(rows):
-            (heldout if (used + j) % config.heldout_every == config.heldout_every - 1 else train).append((hid, top))
-            total += hid.shape[0]
-            bar.update(hid.shape[0])
+        for j, row in enumerate(rows):
+            (heldout if (used + j) % config.heldout_every == config.heldout_every - 1 else train).append(row)
+            total += row[0].shape[0]
+            bar.update(row[0].shape[0])
         used, seconds = used + len(batch), seconds + took
     bar.close()
     if total < config.data_tokens:
         log.warning("The training prompts gave %d positions, fewer than the %d asked for.", total, config.data_tokens)
-    facts = dict(prompts=used, positions=total, generation_s=round(seconds, 1),
-                 train_positions=sum(h.shape[0] for h, _ in train), heldout_positions=sum(h.shape[0] for h, _ in heldout))  # fmt: skip
+    facts = dict(prompts=used, positions=total, generation_s=round(seconds, 1), gen_precision=lm.precision,
+                 train_positions=sum(r[0].shape[0] for r in train), heldout_positions=sum(r[0].shape[0] for r in heldout))  # fmt: skip
     return train, heldout, facts
 
 
 def _pack(rows: list) -> dict:
-    """Rows of (hidden, argmax) -> one (N, H) float16 tensor, one (N,) tensor and the rows' lengths."""
-    return dict(hidden=torch.cat([h for h, _ in rows]), argmax=torch.cat([a for _, a in rows]), lengths=[int(h.shape[0]) for h, _ in rows])
+    """Rows of (hidden, argmax, token) -> one (N, H) float16 tensor, two (N,) tensors and the rows' lengths."""
+    return dict(hidden=torch.cat([r[0] for r in rows]), argmax=torch.cat([r[1] for r in rows]), tokens=torch.cat([r[2] for r in rows]),
+                lengths=[int(r[0].shape[0]) for r in rows])  # fmt: skip
 
 
-def _unpack(packed: dict, num_heads: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """The cached form -> hidden (N, H) float16 and labels (N, K), labels never crossing a continuation's end."""
+def _unpack(packed: dict, num_heads: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The cached form -> hidden (N, H) float16, tokens (N,) and labels (N, K), labels never crossing a
+    continuation's end."""
     labels = [head_labels(a, num_heads) for a in torch.split(packed["argmax"], packed["lengths"])]
-    return packed["hidden"], torch.cat(labels) if labels else torch.zeros(0, num_heads, dtype=torch.long)
+    return packed["hidden"], packed["tokens"], torch.cat(labels) if labels else torch.zeros(0, num_heads, dtype=torch.long)
 
 
 def load_or_make_data(lm: LoadedModel, config: TrainConfig, cache_dir: Path, progress: bool = True) -> HeadsData:
-    """The cached hidden states and argmaxes for this target and data recipe, generated first if missing."""
+    """The cached hidden states and argmaxes for this target and data recipe, generated first if missing, by ``lm``
+    (the target loaded at config.gen_dtype: its hidden states are what the heads will read in the app)."""
     from specviz.models.medusa import target_fingerprint
 
     fingerprint = target_fingerprint(lm.model.get_input_embeddings().weight)
@@ -313,9 +404,9 @@ def load_or_make_data(lm: LoadedModel, config: TrainConfig, cache_dir: Path, pro
         tmp = path.with_suffix(".tmp")
         torch.save(cached, tmp)
         tmp.replace(path)
-    train_h, train_l = _unpack(cached["train"], config.num_heads)
-    held_h, held_l = _unpack(cached["heldout"], config.num_heads)
-    return HeadsData(train_h, train_l, held_h, held_l, dict(cached["facts"], cache=str(path)))
+    train = _unpack(cached["train"], config.num_heads)
+    held = _unpack(cached["heldout"], config.num_heads)
+    return HeadsData(*train, *held, dict(cached["facts"], cache=str(path)))
 
 
 # -- training ---------------------------------------------------------------------------------------------------
@@ -340,15 +431,55 @@ class TrainResult:
     fingerprint: str
 
 
-def _frozen_head(lm: LoadedModel, dtype: str) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """The target's LM head as plain tensors (V, H) [and (V,) bias], cast for the training matmul."""
+@dataclass(frozen=True)
+class Frozen:
+    """The target's parts the heads train against, never trained: its LM head (V, H) [and (V,) bias] cast for the
+    training matmul, its input embedding (V_in, H), and the training vocabulary (None: all V)."""
+
+    weight: torch.Tensor
+    bias: torch.Tensor | None
+    embedding: torch.Tensor
+    vocab: torch.Tensor | None = None  # (V',) the ids the training softmax runs over, sorted
+
+    def embed(self, tokens: torch.Tensor) -> torch.Tensor:
+        """(N,) ids -> (N, H) float32 input embeddings."""
+        return self.embedding[tokens].float()
+
+    def train_view(self) -> Frozen:
+        """The LM head cut to the training vocabulary (its rows in vocab order)."""
+        if self.vocab is None:
+            return self
+        bias = None if self.bias is None else self.bias[self.vocab]
+        return Frozen(self.weight[self.vocab], bias, self.embedding, self.vocab)
+
+    def train_labels(self, labels: torch.Tensor) -> torch.Tensor:
+        """(N, K) vocabulary ids -> indices into the training vocabulary (IGNORE stays IGNORE)."""
+        if self.vocab is None:
+            return labels
+        index = torch.searchsorted(self.vocab, labels.clamp_min(0))
+        return torch.where(labels == IGNORE, labels, index)
+
+
+def frozen_parts(lm: LoadedModel, config: TrainConfig, data: HeadsData) -> Frozen:
+    """The target's LM head and input embedding as plain tensors, and the training vocabulary config asks for:
+    every id that is a label or an input token of the training data ("seen"), or all of them ("full")."""
     head = lm.model.get_output_embeddings()
     weight = getattr(head, "weight", None)
     if not isinstance(head, nn.Linear) or weight is None or not weight.is_floating_point():
         raise ValueError("Training heads needs the target's LM head as a plain Linear: load the target with dtype float32.")
     bias = head.bias.detach() if head.bias is not None else None
-    weight = weight.detach()[: lm.vocab_size]
-    return weight.to(getattr(torch, dtype)), None if bias is None else bias[: lm.vocab_size].float()
+    weight = weight.detach()[: lm.vocab_size].to(getattr(torch, config.matmul_dtype))
+    embedding = lm.model.get_input_embeddings().weight.detach()
+    vocab = None
+    if config.train_vocab == "seen":
+        labels = data.train_labels[data.train_labels != IGNORE]
+        vocab = torch.unique(torch.cat([labels, data.train_tokens]))  # sorted
+    return Frozen(weight, None if bias is None else bias[: lm.vocab_size].float(), embedding, vocab)
+
+
+def _states(heads: MedusaHeads, frozen: Frozen, hidden: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
+    """(N, H) hidden states and (N,) newest tokens -> (K, N, H) head states (the tokens only for heads reading them)."""
+    return heads(hidden.float(), frozen.embed(tokens) if heads.reads_token else None)
 
 
 def _logits(states: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
@@ -357,10 +488,11 @@ def _logits(states: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | Non
     return logits if bias is None else logits + bias
 
 
-def batch_loss(heads: MedusaHeads, weight: torch.Tensor, bias: torch.Tensor | None, hidden: torch.Tensor,
-               labels: torch.Tensor, decay: float) -> tuple[torch.Tensor, list[float]]:  # fmt: skip
-    """hidden (N, H), labels (N, K) -> the decay-weighted sum of the heads' cross-entropies, and each head's top-1."""
-    logits = _logits(heads(hidden.float()), weight, bias)  # (K, N, V)
+def batch_loss(heads: MedusaHeads, frozen: Frozen, hidden: torch.Tensor, tokens: torch.Tensor, labels: torch.Tensor,
+               decay: float) -> tuple[torch.Tensor, list[float]]:  # fmt: skip
+    """hidden (N, H), tokens (N,), labels (N, K) in the training vocabulary's indices (frozen.train_labels; frozen
+    a train_view) -> the decay-weighted sum of the heads' cross-entropies, and each head's top-1 within it."""
+    logits = _logits(_states(heads, frozen, hidden, tokens), frozen.weight, frozen.bias)  # (K, N, V')
     total, top1 = logits.new_zeros(()), []
     for i in range(heads.num_heads):
         target = labels[:, i]
@@ -374,14 +506,15 @@ def batch_loss(heads: MedusaHeads, weight: torch.Tensor, bias: torch.Tensor | No
 
 
 @torch.no_grad()
-def evaluate(heads: MedusaHeads, weight: torch.Tensor, bias: torch.Tensor | None, hidden: torch.Tensor,
-             labels: torch.Tensor, step: int, chunk: int = 512) -> HeadAccuracy:  # fmt: skip
-    """Top-1 and top-5 of every head on hidden (N, H) against labels (N, K), full vocabulary, float32 logits."""
+def evaluate(heads: MedusaHeads, frozen: Frozen, hidden: torch.Tensor, tokens: torch.Tensor, labels: torch.Tensor,
+             step: int, chunk: int = 512) -> HeadAccuracy:  # fmt: skip
+    """Top-1 and top-5 of every head on hidden (N, H) and tokens (N,) against labels (N, K): the full vocabulary,
+    float32 logits, whatever vocabulary the training ran over."""
     k = heads.num_heads
     hits1, hits5, count = torch.zeros(k), torch.zeros(k), torch.zeros(k)
-    weight32 = weight.float()
+    weight32 = frozen.weight.float()
     for s in range(0, hidden.shape[0], chunk):
-        logits = _logits(heads(hidden[s : s + chunk].float()), weight32, bias)  # (K, n, V)
+        logits = _logits(_states(heads, frozen, hidden[s : s + chunk], tokens[s : s + chunk]), weight32, frozen.bias)  # (K, n, V)
         target = labels[s : s + chunk].T  # (K, n)
         valid = target != IGNORE
         top5 = logits.topk(5, dim=-1).indices  # (K, n, 5)
@@ -417,7 +550,8 @@ def learning_rate(step: int, config: TrainConfig) -> float:
 
 def _optimisation(config: TrainConfig) -> dict:
     """The settings a checkpoint must share with the run that resumes it (the rest only change logging)."""
-    keep = ("num_heads", "num_layers", "steps", "lr", "warmup_steps", "batch_size", "seed", "decay", "matmul_dtype")
+    keep = ("num_heads", "num_layers", "steps", "lr", "warmup_steps", "batch_size", "seed", "decay", "matmul_dtype",
+            "token_input", "train_vocab")
     return {k: getattr(config, k) for k in keep}
 
 
@@ -463,8 +597,14 @@ def train_heads(lm: LoadedModel, data: HeadsData, config: TrainConfig, checkpoin
 
     fingerprint = target_fingerprint(lm.model.get_input_embeddings().weight)
     data_key, ckpt = config.data_key(fingerprint), Path(checkpoint)
-    weight, bias = _frozen_head(lm, config.matmul_dtype)
-    heads = MedusaHeads(int(data.train_hidden.shape[1]), config.num_heads, config.num_layers)
+    frozen = frozen_parts(lm, config, data)
+    train_view, train_labels = frozen.train_view(), frozen.train_labels(data.train_labels)
+    heads = MedusaHeads(int(data.train_hidden.shape[1]), config.num_heads, config.num_layers, token_input=config.token_input)
+
+    def held_out(step: int, limit: int | None = None) -> HeadAccuracy:
+        rows = slice(0, limit)
+        return evaluate(heads, frozen, data.heldout_hidden[rows], data.heldout_tokens[rows], data.heldout_labels[rows], step)
+
     params = [p for p in heads.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(params, lr=config.lr, weight_decay=0.0)
     step, curve, evals, train_s = 0, [], [], 0.0
@@ -473,7 +613,7 @@ def train_heads(lm: LoadedModel, data: HeadsData, config: TrainConfig, checkpoin
         step, curve, train_s = int(state["step"]), list(state["curve"]), float(state["train_s"])
         evals = [HeadAccuracy(e["step"], tuple(e["top1"]), tuple(e["top5"]), e["positions"]) for e in state["evals"]]
     else:
-        evals.append(evaluate(heads, weight, bias, data.heldout_hidden[: config.eval_positions], data.heldout_labels[: config.eval_positions], 0))
+        evals.append(held_out(0, config.eval_positions))
     ckpt.parent.mkdir(parents=True, exist_ok=True)
     last = config.steps if stop_after is None else min(config.steps, stop_after)
     bar = tqdm(total=config.steps, initial=step, desc="training heads", unit="step", disable=not progress)
@@ -483,7 +623,7 @@ def train_heads(lm: LoadedModel, data: HeadsData, config: TrainConfig, checkpoin
         idx = batch_indices(step, n, config.batch_size, config.seed)
         for group in opt.param_groups:
             group["lr"] = learning_rate(step, config)
-        loss, top1 = batch_loss(heads, weight, bias, data.train_hidden[idx], data.train_labels[idx], config.decay)
+        loss, top1 = batch_loss(heads, train_view, data.train_hidden[idx], data.train_tokens[idx], train_labels[idx], config.decay)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()
@@ -492,7 +632,7 @@ def train_heads(lm: LoadedModel, data: HeadsData, config: TrainConfig, checkpoin
         bar.set_postfix(loss=f"{float(loss.detach()):.3f}", top1="/".join(f"{a:.2f}" for a in top1))
         bar.update(1)
         if step % config.eval_every == 0 and step < config.steps:
-            evals.append(evaluate(heads, weight, bias, data.heldout_hidden[: config.eval_positions], data.heldout_labels[: config.eval_positions], step))
+            evals.append(held_out(step, config.eval_positions))
             bar.write(f"step {step}: held-out top-1 " + " ".join(f"{a:.3f}" for a in evals[-1].top1))
         if step % config.checkpoint_every == 0 or step == last:
             _save_checkpoint(ckpt, step, heads, opt, config, data_key, curve, evals, train_s + time.perf_counter() - start)
@@ -500,8 +640,8 @@ def train_heads(lm: LoadedModel, data: HeadsData, config: TrainConfig, checkpoin
     train_s += time.perf_counter() - start
     heads.eval()
     if step == config.steps:
-        evals.append(evaluate(heads, weight, bias, data.heldout_hidden, data.heldout_labels, step))
-    facts = dict(data.facts, train_s=round(train_s, 1))
+        evals.append(held_out(step))
+    facts = dict(data.facts, train_s=round(train_s, 1), train_vocab=None if frozen.vocab is None else int(frozen.vocab.shape[0]))
     return TrainResult(heads.requires_grad_(False), curve, evals, facts, fingerprint)
 
 
