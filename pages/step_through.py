@@ -89,7 +89,7 @@ def live_stage() -> controls.LiveStage:
 
 def stage_view(stage) -> None:
     """The controls and the run: a fragment, so a Step, an inspector click or a Play tick reruns only this."""
-    with timing.rerun("step-through", fragment=True):
+    with timing.rerun("step-through", fragment=True), presenting.one_at_a_time(stage):  # followers take turns
         clicks, save_slot = controls.buttons(stage.playing, disabled=stage.read_only)
         controls.apply(stage, clicks, views.live_progress)
         stage.notices()
@@ -103,7 +103,7 @@ def stage_view(stage) -> None:
 
 
 if followed is not None:
-    stage = presenting.FollowStage(followed)
+    stage = followed
 else:
     stage = controls.ReplayStage(replay) if replay.session is not None else live_stage()
 st.fragment(stage_view, run_every=settings.play_every_s if stage.playing else None)(stage)

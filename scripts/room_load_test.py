@@ -334,6 +334,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--fork", action="store_true", help="with --presenter: --sessions participants fork the presentation and make --steps "
                         "Steps each (scripts/room_forks.py): every fork's stream against the solo run, pooled server-side Step")
     parser.add_argument("--present-rounds", type=int, default=2, help="with --fork: the presenter's Steps before the room forks")
+    parser.add_argument("--keep-log", default=None, help="copy the room's log (the replicas' output, timing lines) here at the end")
     args = parser.parse_args(argv)
     if not 1 <= args.sessions <= MAX_PROTOCOL_SESSIONS or args.replicas < 1 or args.steps < 1 or args.kill_one_at < 1:
         parser.error(f"--sessions must be 1..{MAX_PROTOCOL_SESSIONS}; --replicas, --steps and --kill-one-at at least 1")

@@ -68,7 +68,9 @@ def _watcher(session: StSession) -> str | None:
 
 
 def follow(url: str, f: Follower, joined: threading.Barrier, stop: threading.Event) -> None:
-    """Open, check that the page follows, then tick the watcher like a browser until stopped."""
+    """Open, check that the page follows, then do what a browser does until stopped: draw the runs the server pushes
+    (the app's watcher reruns a follower's stage fragment after each Step) and tick the page's timed fragment (the
+    watcher's safety-net poll, or the whole watcher where the server cannot push) on its interval."""
     from scripts.room_load_test import sticky_replica
 
     session = StSession(url)
@@ -78,13 +80,17 @@ def follow(url: str, f: Follower, joined: threading.Barrier, stop: threading.Eve
         if shown_round(session) is None:
             f.errors.append(f"the page does not follow: {session.alerts()[:2]}")
         joined.wait(timeout=JOIN_TIMEOUT_S)
+        due = None  # when the page's timed fragment is next due, as a browser's timer
         while not stop.is_set():
             fid = _watcher(session)
             if fid is None:
                 f.errors.append(f"the page registered no watcher (alerts: {[a[:40] for a in session.alerts()][:3]})")
                 return
-            time.sleep(session.auto_reruns[fid])
-            session.rerun(fragment_id=fid)
+            due = time.perf_counter() + session.auto_reruns[fid] if due is None else due
+            session.wait_for_run(timeout_s=min(0.2, max(0.0, due - time.perf_counter())))
+            if time.perf_counter() >= due:
+                session.rerun(fragment_id=fid)
+                due = None
             n = shown_round(session)
             f.last_alerts = [a[:80] for a in session.alerts()][:3]
             if n is not None and n not in f.seen:
@@ -151,6 +157,8 @@ def run_presenter(args, room) -> dict:
         rss_after = _rss_after_leaving(handle, rss_before, args.settle_s)
         lines = lp.timing_lines(handle.log_path, offset)
         room_log = handle.log_path.read_bytes()[offset:].decode("utf-8", errors="replace")
+        if getattr(args, "keep_log", None):
+            Path(args.keep_log).write_bytes(handle.log_path.read_bytes())
     return presenter_summary(followers, clicks, lines, teacher.session_id or "", {"before": rss_before, "with_followers": rss_with, "after": rss_after}, room_log.count("Traceback"))
 
 

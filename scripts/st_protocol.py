@@ -163,7 +163,20 @@ class StSession:
         self._ws.send(msg.SerializeToString())
         return self._read_run(start, bool(fragment_id))
 
-    def _read_run(self, start: float, fragment: bool) -> RunResult:
+    def wait_for_run(self, timeout_s: float) -> RunResult | None:
+        """A run the server started on its own (a browser just listens: the app's watcher reruns a follower's page),
+        read to its end; None when nothing arrived within timeout_s."""
+        try:
+            first = self._ws.recv(timeout=timeout_s)
+        except TimeoutError:
+            return None
+        msg = ForwardMsg()
+        msg.ParseFromString(first)
+        if msg.WhichOneof("type") != "new_session":  # not the start of a run (a status message): nothing to draw
+            return None
+        return self._read_run(time.perf_counter(), False, first)
+
+    def _read_run(self, start: float, fragment: bool, first: bytes | None = None) -> RunResult:
         written: set[tuple[int, ...]] = set()
         result = RunResult(status=-1, seconds=0.0, fragment=fragment)
         timed: dict[str, float] = {}
@@ -173,7 +186,8 @@ class StSession:
             if remaining <= 0:
                 raise ProtocolError(f"no script_finished within {self.timeout_s:.0f} s")
             msg = ForwardMsg()
-            msg.ParseFromString(self._ws.recv(timeout=remaining))
+            msg.ParseFromString(first if first is not None else self._ws.recv(timeout=remaining))
+            first = None
             kind = msg.WhichOneof("type")
             if kind == "new_session":
                 self.session_id = msg.new_session.initialize.session_id or self.session_id
@@ -192,6 +206,8 @@ class StSession:
                 status = msg.script_finished
                 if status == FINISHED.FINISHED_EARLY_FOR_RERUN:
                     continue  # the script asked for a rerun; it follows on its own
+                fragment = fragment or status == FINISHED.FINISHED_FRAGMENT_RUN_SUCCESSFULLY  # a pushed run says which
+                result.fragment = fragment
                 if status == FINISHED.FINISHED_FRAGMENT_RUN_SUCCESSFULLY:
                     self.auto_reruns.update(timed)
                 else:  # a full run: its timed fragments replace the last run's

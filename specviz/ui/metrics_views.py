@@ -14,6 +14,7 @@ from specviz.ui.step_views import MEASURING, ViewRun, ViewSource, by_head, measu
 from specviz.viz import verify_cost_ratio
 from specviz.viz.markdown import md_text
 from specviz.viz.metrics import decay_note, head_figure, heads_frame, metrics_frame, position_figure, positions_frame
+from specviz.viz.style import freeze
 
 POSITION_CAPTION = (
     "Bars: of the rounds that reached draft position i (every earlier draft kept), the share that kept draft i; n is that count, "
@@ -46,13 +47,19 @@ def cpu_precision(dtype: str) -> str:
         return dtype
 
 
+@st.cache_resource(ttl=300, show_spinner=False)
+def _shipped_profiles() -> dict:
+    """assets/profile_*.json, read once every few minutes per process rather than on every redraw of every page."""
+    return shipped_profiles()
+
+
 def _costs(session: ViewSource, run: ViewRun) -> tuple[float, VerifyCost, str]:
     """c measured in this run, and the verify cost: the shipped profile of this model on a CPU, else this run's mean."""
     df = run_frame(session, run)
     c = float(df["c"].iloc[-1]) if len(df) and df["c"].notna().iloc[-1] else 0.0
     if run.device_type == "cpu":
         precision = cpu_precision(run.config.dtype)
-        for profile in shipped_profiles().values():
+        for profile in _shipped_profiles().values():
             if profile.target == run.config.target and profile.device == "cpu" and profile.dtype == precision:
                 return c, profile.curve, f"the verify-cost curve measured on a CPU ({profile.name})"
     v = verify_cost_ratio(run.records, session.baseline.records)
@@ -66,7 +73,7 @@ def panel(session: ViewSource) -> None:
     runs = [r for r in session.runs if r.records]
     if not runs:
         return
-    metrics, table, positions, heads = memo(session, "metrics_panel", round_key(session), lambda: _panel_parts(session, runs))
+    metrics, table, positions, heads, notes = memo(session, "metrics_panel", round_key(session), lambda: _panel_parts(session, runs))
     st.subheader("Every metric by its name")
     st.dataframe(table, hide_index=True, width="stretch", key="metrics_table")
     if any(measuring(session, r) for r in runs):
@@ -88,17 +95,18 @@ def panel(session: ViewSource) -> None:
         right.plotly_chart(heads, width="stretch", key="fig_heads")
         right.caption(HEAD_CAPTION)
         st.caption(WHY_HEADS)
-    for run in runs:
-        c, verify, label = _costs(session, run)
-        st.markdown(f"**{md_text(run.label)}.** " + decay_note(metrics[run.label], c, verify, label))
+    for note in notes:
+        st.markdown(note)
 
 
-def _panel_parts(session: ViewSource, runs: list[ViewRun]) -> tuple[dict[str, RunMetrics], object, object, object | None]:
+def _panel_parts(session: ViewSource, runs: list[ViewRun]) -> tuple[dict[str, RunMetrics], object, object, object | None, list[str]]:
     """The metrics (no speedup while the baseline is short of the run: it would be extrapolated), the table, the
-    position chart, and the head chart when a run drafts with Medusa heads (else None)."""
+    position chart, the head chart when a run drafts with Medusa heads (else None), and each run's note on how its
+    acceptance decays with k."""
     metrics: dict[str, RunMetrics] = {
         r.label: run_metrics(r.records, () if measuring(session, r) else session.baseline.records) for r in runs
     }
     heads = {r.label: head_acceptance(r.records) for r in runs if by_head(r.config)}
-    head_chart = head_figure(heads_frame(heads)) if heads else None
-    return metrics, metrics_frame(metrics), position_figure(positions_frame(metrics)), head_chart
+    head_chart = freeze(head_figure(heads_frame(heads))) if heads else None
+    notes = [f"**{md_text(r.label)}.** " + decay_note(metrics[r.label], *_costs(session, r)) for r in runs]
+    return metrics, metrics_frame(metrics), freeze(position_figure(positions_frame(metrics))), head_chart, notes

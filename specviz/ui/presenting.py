@@ -7,9 +7,12 @@ is) and the presentation's round and version move on (after_round).
 
 Following: while a presentation is live every other session's page shows *Follow the presenter* (`follow`, on for
 a fresh session) and, following, draws the presenter's saved run as a replay at the presenter's round and selected
-round, with its own controls read-only (FollowStage). A small fragment (watch) reads the presentation file every
-FOLLOW_EVERY_S and reruns the page when what this page shows changed; it never takes the model and skips its tick
-while a model round is in flight in this process (a Step goes first). Nothing here reads another session's state.
+round, with its own controls read-only (FollowStage, which looks the presentation up each time the page's stage
+fragment runs). When the presentation moves, the process's watcher (specviz.ui.push) reruns each follower's stage
+fragment from the server: no browser timer, no sidebar redrawn. Where Streamlit's internals for that are missing,
+a small fragment (watch) reads the presentation file every FOLLOW_EVERY_S and reruns the page instead; with the
+watcher it stays as a slow safety net (SAFETY_EVERY_S). Neither takes the model, and both wait while a model round is
+in flight in this process (a Step goes first). Nothing here reads another session's state.
 
 Forking: *Try it yourself from here* (`fork`) turns the follower's view into their own live run (a new `?run=`
 token, the presenter's settings in the sidebar), resumed exactly (specviz.ui.saved_runs.rebuild_session). Each of
@@ -19,15 +22,17 @@ the presenter turns on *Show the board to the room* (`show_board`).
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 import streamlit as st
 
 from specviz.core.metrics import run_metrics
 from specviz.drafters.specs import short_name
-from specviz.ui import widgets
+from specviz.ui import push, widgets
 from specviz.ui.access import presenter_key_setting
 from specviz.ui.replay import ReplaySession
 from specviz.ui.saved_runs import rebuild_session, run_store, save_run
@@ -41,8 +46,9 @@ from specviz.workshop.serving import turns_in_flight
 
 log = logging.getLogger(__name__)
 
-FOLLOW_EVERY_S = 0.5  # the watcher's tick while following or presenting: a redraw within ~1 s of a Step
-IDLE_EVERY_S = 2.0  # its tick otherwise: noticing that a presentation started or stopped
+FOLLOW_EVERY_S = 0.5  # the page's own poll while presenting, or following where the server cannot push
+IDLE_EVERY_S = 2.0  # its poll otherwise: noticing that a presentation started or stopped
+SAFETY_EVERY_S = 5.0  # a follower's poll when the server pushes its redraws (specviz.ui.push): in case one was lost
 BOARD_EVERY_S = 2.0
 GATE_KEY = "specviz_present_gate"  # this session's KeyGate (wrong keys, lock-out)
 PRESENTING_KEY = "specviz_presenting"  # the id of the presentation this session presents
@@ -200,16 +206,25 @@ def _seen(p: Presentation | None, mode: str) -> None:
 
 
 def _presented(p: Presentation) -> SavedRun:
-    """The presented run as saved at p's version (read once per version). Raises SavedRunError."""
+    """The presented run as saved at p's version. Raises SavedRunError. The session keeps a reference to the one
+    copy this process loaded (for the fork button), never a copy of its own."""
     view = st.session_state.get(VIEW_KEY)
     if view is not None and view[:2] == (p.id, p.version):
         return view[2]
+    saved = _load_presented(p.run, p.id, p.version)
+    st.session_state[VIEW_KEY] = (p.id, p.version, saved)
+    return saved
+
+
+@st.cache_resource(max_entries=4, show_spinner=False)
+def _load_presented(run_token: str, presentation_id: str, version: int) -> SavedRun:
+    """The presented run at one version, read and validated once per process for every follower (read-only: a
+    fork copies what it continues). Each follower reading and validating the file itself was a large share of a
+    redraw under 15 followers a replica (docs/rooms.md). Errors are not cached: the next look tries again."""
     runs = run_store()
     if runs is None:
         raise SavedRunError("this server's run directory is not set up")
-    saved = runs.load(p.run)
-    st.session_state[VIEW_KEY] = (p.id, p.version, saved)
-    return saved
+    return runs.load(run_token)
 
 
 @st.cache_resource(max_entries=4, show_spinner=False, hash_funcs={SavedRun: lambda saved: saved.num_rounds})
@@ -221,9 +236,10 @@ def _shared_view(presentation_id: str, version: int, saved: SavedRun) -> ReplayS
     return ReplaySession.open(saved.recording, "the presenter's run", shown=saved.num_rounds)
 
 
-def follow_section(p: Presentation | None) -> ReplaySession | None:
-    """The *Follow the presenter* toggle and *Try it yourself from here*; returns the presenter's run to draw while
-    this page follows it (None: the page draws its own run). Says when the presentation ended or was taken over."""
+def follow_section(p: Presentation | None) -> FollowStage | None:
+    """The *Follow the presenter* toggle and *Try it yourself from here*; returns the stage that draws the presenter's
+    run while this page follows it (None: the page draws its own run). Says when the presentation ended or was
+    taken over."""
     if presenter_key_setting() is None:
         st.session_state[SEEN_KEY] = None
         return None
@@ -242,14 +258,12 @@ def follow_section(p: Presentation | None) -> ReplaySession | None:
         return None
     _seen(p, "following")
     try:
-        saved = _presented(p)
+        _presented(p)  # read once here, so a run that cannot be shown is said before the stage draws
     except SavedRunError as exc:
         st.warning(f"The presenter's run cannot be shown ({md_text(exc)}). You keep your own run below.", icon="🎓")
         return None
     st.button("Try it yourself from here", key="fork", on_click=_on_fork, help="Your own copy of the presenter's run at this round, with the presenter's settings: Step it, change it, replay it.")
-    session = _shared_view(p.id, p.version, saved)
-    _show_round(p.selected_round if p.selected_round is not None and p.selected_round < session.num_rounds else None)
-    return session
+    return FollowStage(p.id)
 
 
 def _show_round(selected: int | None) -> None:
@@ -294,17 +308,56 @@ def make_pending_fork(state: PageState) -> None:
     st.success(f"Your own copy of the presenter's run at round {session.num_rounds}: **Step** continues it exactly as the presenter's would; change the sidebar and **Reset** to try your own settings.", icon="🎓")
 
 
+@st.cache_resource(show_spinner=False)
+def _redraw_lock() -> threading.Lock:
+    """One follower's stage draws at a time in this process (see one_at_a_time)."""
+    return threading.Lock()
+
+
+@contextlib.contextmanager
+def one_at_a_time(stage: object) -> Iterator[None]:
+    """Around a stage's drawing: followers' redraws take turns in this process. A Step reaches every follower at
+    once, and 15 pages drawn side by side on one core all finished at the end (2-3 s, the GIL handed round 15
+    threads and the event loop); one after another, the first is drawn at once and the last no later. Other
+    stages draw as they are."""
+    if not isinstance(stage, FollowStage):
+        yield
+        return
+    with _redraw_lock():
+        yield
+
+
 class FollowStage:
-    """The presenter's run, drawn round for round: no model, and the controls are read-only."""
+    """The presenter's run, drawn round for round: no model, and the controls are read-only. The page's stage
+    fragment keeps this object between its reruns, so it looks the presentation up again each time the fragment
+    draws (notices(), before the session is read): a rerun pushed after a Step draws the new round."""
 
     read_only = True
 
-    def __init__(self, session: ReplaySession) -> None:
+    def __init__(self, presentation_id: str) -> None:
+        self.presentation_id = presentation_id
+        self._session: ReplaySession | None = None
+
+    def _look(self) -> ReplaySession:
+        """The presented run as it is now, shared by every follower in this process; the whole page reruns when the
+        presentation is gone, another's, or its run cannot be read (follow_section then says so)."""
+        p = live()
+        if p is None or p.id != self.presentation_id:
+            st.rerun(scope="app")
+        try:
+            saved = _presented(p)
+        except SavedRunError:
+            st.rerun(scope="app")
+        session = _shared_view(p.id, p.version, saved)
+        _show_round(p.selected_round if p.selected_round is not None and p.selected_round < session.num_rounds else None)
+        _seen(p, "following")
+        _register(p)
         self._session = session
+        return session
 
     @property
     def session(self) -> ReplaySession:
-        return self._session
+        return self._session if self._session is not None else self._look()
 
     @property
     def playing(self) -> bool:
@@ -318,7 +371,8 @@ class FollowStage:
         return False  # nothing to step: a click (even from a raw client) does nothing
 
     def notices(self) -> None:
-        st.info(f"Following the presenter (round {self._session.num_rounds}): your controls are read-only while you follow. **Try it yourself from here** makes it your own run; turning **Follow the presenter** off shows yours.", icon="🎓")
+        session = self._look()
+        st.info(f"Following the presenter (round {session.num_rounds}): your controls are read-only while you follow. **Try it yourself from here** makes it your own run; turning **Follow the presenter** off shows yours.", icon="🎓")
 
     def step(self) -> bool:
         return False
@@ -331,12 +385,65 @@ class FollowStage:
 
 
 def watch() -> None:
-    """Register the watcher: reruns the page when the presentation changed in a way this page draws (see _key)."""
+    """Keep the page up to date with the presentation (see _key) with a poll of its own: a follower's stage is
+    redrawn from the server when it can be (specviz.ui.push), so its poll is only a slow safety net; the presenter's
+    polls at FOLLOW_EVERY_S (its tick carries the round its inspector shows to the room); any other page at
+    IDLE_EVERY_S, to notice a presentation start or stop."""
     seen = st.session_state.get(SEEN_KEY)
     if seen is None:
+        _forget()
         return
-    every = FOLLOW_EVERY_S if seen[0] in ("presenting", "following") else IDLE_EVERY_S
+    mode = seen[0]
+    if mode != "following":
+        _forget()
+    if mode == "following":  # registered with the watcher by its stage fragment (FollowStage), if there is one
+        every = SAFETY_EVERY_S if _watcher() is not None else FOLLOW_EVERY_S
+    else:
+        every = FOLLOW_EVERY_S if mode == "presenting" else IDLE_EVERY_S
     st.fragment(_tick, run_every=every)()
+
+
+@st.cache_resource(show_spinner=False)
+def _process_watcher(root: str) -> push.PresentationWatcher:
+    """The one watcher of this process's run directory (specviz.ui.push)."""
+    room = PresentationStore(root)
+    return push.PresentationWatcher(room.stamp, room.read, _key, turns_in_flight)
+
+
+def _watcher() -> push.PresentationWatcher | None:
+    """The process's watcher, or None where pages must poll (no run directory, or no Streamlit server internals)."""
+    runs = run_store()
+    if runs is None or not push.available():
+        return None
+    return _process_watcher(str(runs.root))
+
+
+def _session_id() -> str | None:
+    from streamlit.runtime.scriptrunner import get_script_run_ctx
+
+    ctx = get_script_run_ctx()
+    return None if ctx is None else ctx.session_id
+
+
+def _fragment_id() -> str | None:
+    """The fragment this code runs in (the stage fragment, for FollowStage), or None; push.fragment_id reads it."""
+    return push.current_fragment_id()
+
+
+def _register(p: Presentation) -> bool:
+    """Tell the process's watcher which version of p this follower's stage fragment drew (True), or False where
+    the page must poll."""
+    watcher, session_id, fragment_id = _watcher(), _session_id(), _fragment_id()
+    if watcher is None or session_id is None or fragment_id is None:
+        return False
+    watcher.register(session_id, push.Registration(_key(p, "following"), p.id, fragment_id))
+    return True
+
+
+def _forget() -> None:
+    watcher, session_id = _watcher(), _session_id()
+    if watcher is not None and session_id is not None:
+        watcher.forget(session_id)
 
 
 def _tick() -> None:

@@ -41,6 +41,7 @@ from specviz.viz.figures import BASELINE_RUN
 from specviz.viz.frames import head_drafts_frame
 from specviz.viz.markdown import md_code, md_text
 from specviz.viz.metrics import DISTURBED
+from specviz.viz.style import freeze
 
 log = logging.getLogger(__name__)
 
@@ -261,11 +262,12 @@ def inspector(session: ViewSource) -> None:
             key=f"inspect_pos_{run.label}_{round_index}",
         )
     info = position_info(record, position)
-    df = position_frame(record, position, session.token_text)
+    figure = memo(session, f"inspector:{run.label}", (round_index, position),
+                  lambda: freeze(figures.inspector_figure(position_frame(record, position, session.token_text), info)))  # fmt: skip
     with left:
         st.markdown(_position_story(info, session, heads))
     with right:
-        st.plotly_chart(figures.inspector_figure(df, info), width="stretch", key="inspector_chart")
+        st.plotly_chart(figure, width="stretch", key="inspector_chart")
         st.caption(_inspector_caption(info, record.has_q))
     if heads:
         head_drafts(record, session, heads)
@@ -372,10 +374,11 @@ def _curve_figures(session: ViewSource, runs: list[ViewRun]) -> dict:
     base = session.baseline.records
     latency = pd.concat([latency_frame(r.records, r.label) for r in runs] + [latency_frame(base, BASELINE_RUN)], ignore_index=True)
     progress = pd.concat([progress_frame(r.records, r.label) for r in runs] + [progress_frame(base, BASELINE_RUN)], ignore_index=True)
-    return {
+    figs = {
         "accepted": figures.accepted_figure(rounds), "alpha": figures.alpha_figure(rounds), "tpp": figures.tokens_per_pass_figure(rounds),
         "speedup": figures.speedup_figure(rounds), "latency": figures.latency_figure(latency), "progress": figures.progress_figure(progress),
     }  # fmt: skip
+    return {name: freeze(fig) for name, fig in figs.items()}
 
 
 def speedup_note(session: ViewSource, runs: list[ViewRun]) -> str:

@@ -10,6 +10,7 @@ Streamlit's theme is applied on top of it in the browser, as it is on top of plo
 
 from __future__ import annotations
 
+import plotly.graph_objects as go
 import plotly.io as pio
 
 KEEP_LAYOUT = (
@@ -28,3 +29,21 @@ def lean_template(base: str = "plotly") -> dict:
 
 
 TEMPLATE = lean_template()  # a plain dict, read only: plotly copies it into each figure
+
+
+class FrozenFigure(go.Figure):
+    """A finished figure that many pages draw (specviz.ui.memo keeps it on a session, and followers share one
+    session): Streamlit calls to_dict() each time it draws a chart, and plotly's to_dict copies the whole figure and
+    encodes its arrays again, about a third of a follower's redraw (docs/performance.md). Made by freeze(), which
+    computes it once. Read only: a change made after freeze() would not be drawn."""
+
+    def to_dict(self) -> dict:
+        return self._frozen_dict
+
+
+def freeze(fig: go.Figure) -> go.Figure:
+    """fig, finished: its to_dict() computed now and returned from then on (the same dict, never to be changed)."""
+    frozen = fig.to_dict()
+    fig.__class__ = FrozenFigure
+    fig._frozen_dict = frozen  # plotly lets a figure carry attributes whose names start with "_"
+    return fig

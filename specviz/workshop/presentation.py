@@ -178,6 +178,15 @@ class PresentationStore:
         finally:
             os.close(fd)  # closing releases the lock
 
+    def stamp(self) -> tuple[int, int, int] | None:
+        """The presentation file's (inode, mtime ns, size), None when there is none: a writer replaces the file, so
+        any change changes the stamp. One stat, for a watcher that re-reads the file only when it changed."""
+        try:
+            info = os.stat(self.path)
+        except OSError:
+            return None
+        return (info.st_ino, info.st_mtime_ns, info.st_size)
+
     def read(self) -> Presentation | None:
         """The live presentation, or None (none, or a file that is not one: logged, treated as none)."""
         try:
