@@ -47,6 +47,13 @@ QUICK_EXIT_S = 30.0  # a replica that lived shorter than this counts as a quick 
 STOP_GRACE_S = 10.0
 
 
+# A replica is `streamlit run app.py`, started after importing the app's heavy libraries (torch, transformers, plotly,
+# pandas, through specviz.models and specviz.viz, which import no streamlit). Streamlit imports an app's modules when
+# the first session runs its script: a fresh replica's first participant waited seconds for them, and the replica
+# grew by about 450 MB at that moment, which read as memory a room's followers never gave back (docs/rooms.md).
+WARM_START = "import specviz.models, specviz.viz; from streamlit.web.cli import main; main(prog_name='streamlit')"
+
+
 class RoomError(RuntimeError):
     """The room cannot start; the message says what to do."""
 
@@ -140,7 +147,7 @@ def write_status(path: Path, status: dict) -> None:
 
 @dataclass
 class Replica:
-    """One supervised `streamlit run app.py` on a loopback port."""
+    """One supervised `streamlit run app.py` on a loopback port (started warm: WARM_START)."""
 
     id: str
     port: int
@@ -188,7 +195,7 @@ class Room:
 
     def _start_replica(self, r: Replica) -> None:
         cmd = [
-            sys.executable, "-m", "streamlit", "run", str(REPO / "app.py"), "--server.port", str(r.port),
+            sys.executable, "-c", WARM_START, "run", str(REPO / "app.py"), "--server.port", str(r.port),
             "--server.address", "127.0.0.1", "--server.headless", "true", "--server.fileWatcherType", "none",
             "--logger.messageFormat", f"%(asctime)s {r.id} %(levelname)s %(name)s: %(message)s", *self.streamlit_args,
         ]  # fmt: skip

@@ -77,18 +77,25 @@ def redraw_seconds(clicked: float, followers: list, text: str, timeout_s: float 
 
 def server_redraws(log_text: str, teacher: str | None = None) -> list[float]:
     """From the room's timing lines: seconds from the end of each presenter Step (a fragment rerun with a round) to
-    the end of each other session's next full rerun (a follower's redraw), per follower and Step."""
-    out, step_end, waiting = [], None, set()
+    the end of each other session's first rerun that ends after that Step began (a follower's redraw: its stage
+    fragment, which the app's watcher reruns from the server, or its whole page), per follower and Step. A follower's
+    redraw starts as soon as the round is saved, so it may end before the presenter's own page has finished drawing
+    (a negative value)."""
+    lines = []
     for line in log_text.splitlines():
         fields = parse_line(line)
-        if fields is None or not line.startswith("[r"):
-            continue
-        at = datetime.strptime(line[5:28], "%Y-%m-%d %H:%M:%S,%f").timestamp()
-        if fields["steps"] >= 1 and fields["fragment"] and fields["session"] == (teacher or fields["session"]):
-            teacher, step_end, waiting = fields["session"], at, set()
-        elif step_end is not None and not fields["fragment"] and fields["session"] != teacher and fields["session"] not in waiting:
-            waiting.add(fields["session"])
-            out.append(at - step_end)
+        if fields is not None and line.startswith("[r"):
+            lines.append((datetime.strptime(line[5:28], "%Y-%m-%d %H:%M:%S,%f").timestamp(), fields))
+    steps = [(at, f) for at, f in lines if f["steps"] >= 1 and f["fragment"] and f["session"] == (teacher or f["session"])]
+    teacher = steps[0][1]["session"] if steps else teacher
+    out = []
+    for i, (end, f) in enumerate(steps):
+        start, until = end - float(f["script_s"]), steps[i + 1][0] if i + 1 < len(steps) else float("inf")
+        seen = set()
+        for at, g in sorted(lines, key=lambda x: x[0]):
+            if start < at <= until and g["session"] != teacher and g["session"] not in seen:
+                seen.add(g["session"])
+                out.append(at - end)
     return out
 
 
