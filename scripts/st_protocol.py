@@ -166,15 +166,16 @@ class StSession:
     def wait_for_run(self, timeout_s: float) -> RunResult | None:
         """A run the server started on its own (a browser just listens: the app's watcher reruns a follower's page),
         read to its end; None when nothing arrived within timeout_s."""
-        try:
-            first = self._ws.recv(timeout=timeout_s)
-        except TimeoutError:
-            return None
-        msg = ForwardMsg()
-        msg.ParseFromString(first)
-        if msg.WhichOneof("type") != "new_session":  # not the start of a run (a status message): nothing to draw
-            return None
-        return self._read_run(time.perf_counter(), False, first)
+        deadline = time.perf_counter() + timeout_s
+        while True:
+            try:
+                first = self._ws.recv(timeout=max(0.0, deadline - time.perf_counter()))
+            except TimeoutError:
+                return None
+            msg = ForwardMsg()
+            msg.ParseFromString(first)
+            if msg.WhichOneof("type") == "new_session":  # a run starts; anything else (a status message) is skipped
+                return self._read_run(time.perf_counter(), False, first)
 
     def _read_run(self, start: float, fragment: bool, first: bytes | None = None) -> RunResult:
         written: set[tuple[int, ...]] = set()

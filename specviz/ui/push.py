@@ -61,7 +61,7 @@ def current_fragment_id() -> str | None:
         from streamlit.runtime.scriptrunner_utils.script_run_context import ThreadState
 
         return ThreadState.get().fragment_id
-    except (ImportError, AttributeError):
+    except (ImportError, AttributeError, RuntimeError):  # RuntimeError: not a script thread
         return None
 
 

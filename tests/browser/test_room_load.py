@@ -35,3 +35,41 @@ def test_forks_of_the_presentation_continue_as_the_solo_run(tiny_dir):
     assert result["forked_at"] == 2 and result["unequal_streams"] == 0 and result["all_equal_solo"], result
     assert result["exceptions"] == 0 and result["server_step_s"]["steps"] == 2 * 3 and result["ok"], result
     assert set(result["split"]) == {"r1", "r2"}, result  # both replicas served a fork
+
+
+@pytest.mark.skipif(HAPROXY is None, reason="haproxy is not installed (scripts/test.sh installs it: apt-get install haproxy)")
+def test_followers_are_redrawn_from_the_server_and_one_who_stops_following_is_left_alone(tiny_dir, tmp_path):
+    """A real room, the protocol client: after the presenter's Step each follower receives a run it never asked for
+    (its stage fragment, pushed by the replica's watcher: the client sends no timer ticks) showing the new round.
+    A follower who turned *Follow the presenter* off gets no such run and keeps their own run."""
+    import secrets
+
+    from scripts.room_presenter import PRESENTER, shown_round
+    from scripts.st_protocol import StSession
+
+    key = secrets.token_urlsafe(16)
+    env = {"SPECVIZ_TARGETS": str(tiny_dir["llama"]), "SPECVIZ_PRESENTER_KEY": key}
+    with rlt.room(2, tmp_path, env) as handle:
+        teacher = StSession(handle.url, PRESENTER.query(24))
+        teacher.open()
+        teacher.click("step")
+        teacher.set_widget("present_key", key)
+        teacher.click("present")
+        followers = [StSession(handle.url) for _ in range(3)]
+        for f in followers:
+            f.open()
+            assert shown_round(f) == 1, f.alerts()
+        leaver = followers[-1]
+        leaver.set_widget("follow", False)
+        assert shown_round(leaver) is None
+        teacher.click("step")
+        for f in followers[:-1]:
+            pushed = f.wait_for_run(timeout_s=30)
+            while pushed is not None and shown_round(f) != 2:
+                pushed = f.wait_for_run(timeout_s=30)
+            assert pushed is not None and pushed.fragment and shown_round(f) == 2, f.alerts()
+        assert leaver.wait_for_run(timeout_s=3) is None
+        leaver.rerun()  # its own next run (as a click would make it) still shows its own run, not the presenter's
+        assert shown_round(leaver) is None
+        for s in [teacher, *followers]:
+            s.close()
