@@ -182,7 +182,8 @@ def model_turn(model, what: str = "your round", slot=None) -> Iterator[float]:
 _jobs = LongJobs()
 
 
-def _session_id() -> str | None:
+def session_id_now() -> str | None:
+    """This browser session's id (None outside a script run)."""
     from streamlit.runtime.scriptrunner import get_script_run_ctx
 
     ctx = get_script_run_ctx()
@@ -194,7 +195,7 @@ def long_job(model, job: str, each: str) -> Iterator[Turn]:
     """A long job of this session (job: "a benchmark sweep"): refused in shared mode while the session runs another.
     Yields a Turn: each call takes one model turn (each: "the sweep's next run" while waiting), shows the place in
     line in one slot, and raises JobStopped between runs once the tab is gone or the server stops."""
-    sid = _session_id()
+    sid = session_id_now()
     hold = _jobs.hold(sid, job) if current_policy().shared and sid else contextlib.nullcontext()
     slot = st.empty()
     with hold:
@@ -210,7 +211,7 @@ def long_job(model, job: str, each: str) -> Iterator[Turn]:
 
 def running_job() -> str | None:
     """What long job this session runs now ("a benchmark sweep"), or None."""
-    sid = _session_id()
+    sid = session_id_now()
     job = _jobs.running(sid) if sid else None
     return job.what if job else None
 

@@ -33,7 +33,7 @@ import streamlit as st
 from specviz.core.metrics import run_metrics
 from specviz.drafters.specs import short_name
 from specviz.ui import push, widgets
-from specviz.ui.access import presenter_key_setting
+from specviz.ui.access import presenter_key_setting, session_id_now
 from specviz.ui.replay import ReplaySession
 from specviz.ui.saved_runs import rebuild_session, run_store, save_run
 from specviz.ui.session import PageState, StepSession, friendly_error, page_state
@@ -218,9 +218,9 @@ def _presented(p: Presentation) -> SavedRun:
 
 @st.cache_resource(max_entries=4, show_spinner=False)
 def _load_presented(run_token: str, presentation_id: str, version: int) -> SavedRun:
-    """The presented run at one version, read and validated once per process for every follower (read-only: a
-    fork copies what it continues). Each follower reading and validating the file itself was a large share of a
-    redraw under 15 followers a replica (docs/rooms.md). Errors are not cached: the next look tries again."""
+    """The presented run at one version, read and validated once per process for every follower, who all keep a
+    reference to this one copy (read-only: a fork copies what it continues). Errors are not cached: the next look
+    tries again."""
     runs = run_store()
     if runs is None:
         raise SavedRunError("this server's run directory is not set up")
@@ -418,22 +418,10 @@ def _watcher() -> push.PresentationWatcher | None:
     return _process_watcher(str(runs.root))
 
 
-def _session_id() -> str | None:
-    from streamlit.runtime.scriptrunner import get_script_run_ctx
-
-    ctx = get_script_run_ctx()
-    return None if ctx is None else ctx.session_id
-
-
-def _fragment_id() -> str | None:
-    """The fragment this code runs in (the stage fragment, for FollowStage), or None; push.fragment_id reads it."""
-    return push.current_fragment_id()
-
-
 def _register(p: Presentation) -> bool:
     """Tell the process's watcher which version of p this follower's stage fragment drew (True), or False where
     the page must poll."""
-    watcher, session_id, fragment_id = _watcher(), _session_id(), _fragment_id()
+    watcher, session_id, fragment_id = _watcher(), session_id_now(), push.current_fragment_id()  # the stage fragment's
     if watcher is None or session_id is None or fragment_id is None:
         return False
     watcher.register(session_id, push.Registration(_key(p, "following"), p.id, fragment_id))
@@ -441,7 +429,7 @@ def _register(p: Presentation) -> bool:
 
 
 def _forget() -> None:
-    watcher, session_id = _watcher(), _session_id()
+    watcher, session_id = _watcher(), session_id_now()
     if watcher is not None and session_id is not None:
         watcher.forget(session_id)
 
