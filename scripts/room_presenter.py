@@ -5,18 +5,20 @@
 The room starts with a random presenter key (SPECVIZ_PRESENTER_KEY, only in the room's environment and in the
 presenter's websocket message, never in a URL). The presenter opens the page, Steps once, types the key and presses
 *Present this run*. Then N followers open the page through the balancer (each its own cookie jar, so they split
-over the replicas), see *Following the presenter*, and, like a browser, rerun the page's timed watcher fragment
-(the `auto_rerun` the page registers) on its interval. The presenter makes --steps Steps with --think-s between;
-for each Step, each follower's latency is presenter-click-start -> the first watcher tick whose page shows the new
-round (client clocks in one process). Then the followers leave, and after --settle-s the replicas' memory is read
+over the replicas), see *Following the presenter*, and, like a browser, draw the runs the server pushes (each
+replica's watcher reruns its followers' stage fragments after a Step: specviz.ui.push) and rerun the page's timed
+fragment (the `auto_rerun` the page registers: the slow safety-net poll) on its interval. The presenter makes
+--steps Steps with --think-s between; for each Step, each follower's latency is presenter-click-start -> the first
+run whose page shows the new round (client clocks in one process). Then the followers leave, and after --settle-s the replicas' memory is read
 again (polled until it is back within 10 %, for at most FREED_WITHIN_S: Streamlit frees a closed session after
 30 s).
 
 Reported (--json: one object): follower_redraw_s {p50, p95, n, missed} (missed: a follower that never showed a
 round), presenter_server_step_s {p50, p95} (the presenter's `specviz.timing` lines with a round), followers_round_s
 (the followers' model time: the round_s of their timing lines; must be 0), split (followers per replica),
-rss_mb {before, with_followers, after} summed over the replicas, exceptions, ok (followers' model time 0, nothing
-missed or raised, memory back within 10 %).
+rss_mb {before, with_followers, after} summed over the replicas (the replicas start warm: specviz.workshop.room's
+WARM_START), load_avg {before, after} (1-minute, around the followers' phase), exceptions, ok (followers' model time
+0, nothing missed or raised, memory back within 10 %).
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import os
 import re
 import secrets
 import tempfile
@@ -134,7 +137,7 @@ def run_presenter(args, room) -> dict:
         if not any("You are presenting" in t for t in teacher.alerts()):
             raise SystemExit(f"the presenter could not present: {teacher.alerts()[:3]}")
         time.sleep(args.settle_s)
-        rss_before, offset = _replica_rss(handle), lp.log_size(handle.log_path)
+        rss_before, offset, load_before = _replica_rss(handle), lp.log_size(handle.log_path), os.getloadavg()
         followers, stop = [Follower(i) for i in range(args.sessions)], threading.Event()
         joined = threading.Barrier(len(followers) + 1)
         threads = [threading.Thread(target=follow, args=(handle.url, f, joined, stop), daemon=True) for f in followers]
@@ -149,7 +152,7 @@ def run_presenter(args, room) -> dict:
             clicks[2 + n] = time.perf_counter()  # the presenter's run is at round 1 when the room joins
             teacher.click("step")
         time.sleep(max(3.0, args.think_s))
-        rss_with = _replica_rss(handle)
+        rss_with, load_after = _replica_rss(handle), os.getloadavg()
         stop.set()
         for t in threads:
             t.join(timeout=60)
@@ -159,7 +162,9 @@ def run_presenter(args, room) -> dict:
         room_log = handle.log_path.read_bytes()[offset:].decode("utf-8", errors="replace")
         if getattr(args, "keep_log", None):
             Path(args.keep_log).write_bytes(handle.log_path.read_bytes())
-    return presenter_summary(followers, clicks, lines, teacher.session_id or "", {"before": rss_before, "with_followers": rss_with, "after": rss_after}, room_log.count("Traceback"))
+    result = presenter_summary(followers, clicks, lines, teacher.session_id or "", {"before": rss_before, "with_followers": rss_with, "after": rss_after}, room_log.count("Traceback"))
+    result["load_avg"] = {"before": round(load_before[0], 2), "after": round(load_after[0], 2)}  # 1-minute, around the followers' phase
+    return result
 
 
 def presenter_summary(followers: list[Follower], clicks: dict[int, float], lines: list[dict], teacher_id: str, rss: dict, tracebacks: int) -> dict:
