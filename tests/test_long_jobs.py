@@ -216,7 +216,7 @@ def test_a_second_long_job_of_one_participant_is_refused_with_a_message(tiny_mod
     monkeypatch.setenv("SPECVIZ_MODE", "shared")
     monkeypatch.setenv("SPECVIZ_TARGETS", tiny_models["llama"].name)
     monkeypatch.setattr(ui_models, "get_model", lambda *a, **k: tiny_models["llama"])
-    monkeypatch.setattr(access, "_session_id", lambda: "participant-1")
+    monkeypatch.setattr(access, "session_id_now", lambda: "participant-1")
     at = AppTest.from_file(str(PAGES / "benchmark.py"), default_timeout=120)
     at.run()
     with access._jobs.hold("participant-1", "the cost profile"):
@@ -256,7 +256,7 @@ def test_the_batch_measurement_takes_one_turn_per_batched_run_within_the_caps(ti
     for name, value in (("SPECVIZ_MAX_RUNS", "12"), ("SPECVIZ_MAX_NEW_TOKENS", "8"), ("SPECVIZ_MAX_DRAFT_TOKENS", "2")):
         monkeypatch.setenv(name, value)
     monkeypatch.setattr(ui_models, "get_model", lambda *a, **k: tiny_models["llama"])
-    monkeypatch.setattr(access, "_session_id", lambda: "participant-1")
+    monkeypatch.setattr(access, "session_id_now", lambda: "participant-1")
     seen, counting = {}, CountingTurn()
     real = batch_lab.measure_batches
 

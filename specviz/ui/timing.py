@@ -69,13 +69,11 @@ def _ensure_handler() -> None:
 
 
 def _session_id() -> str:
-    try:
-        from streamlit.runtime.scriptrunner import get_script_run_ctx
+    """The first 8 characters of this session's id for the log ("-" outside a script run)."""
+    from specviz.ui.access import session_id_now
 
-        ctx = get_script_run_ctx()
-        return ctx.session_id[:8] if ctx is not None else "-"
-    except Exception:
-        return "-"
+    sid = session_id_now()
+    return sid[:8] if sid else "-"
 
 
 @contextmanager
