@@ -41,7 +41,12 @@ OPEN_PARAGRAPH = BenchPrompt(
 SETUPS = {  # name -> RunConfig changes; the baseline is plain decoding
     BASELINE: dict(drafter="none"),
     "n-gram k=8": dict(drafter="ngram"),
+    "medusa chain k=2": dict(drafter="medusa", num_draft_tokens=2),
+    "medusa chain k=3": dict(drafter="medusa", num_draft_tokens=3),
     "medusa chain k=4": dict(drafter="medusa", num_draft_tokens=4),
+    "medusa tree W=2 k=3": dict(drafter="medusa", num_draft_tokens=3, tree_width=2),
+    "medusa tree W=2 k=4": dict(drafter="medusa", num_draft_tokens=4, tree_width=2),
+    "medusa tree W=3 k=5": dict(drafter="medusa", num_draft_tokens=5, tree_width=3),
     "medusa tree W=2 k=8": dict(drafter="medusa", num_draft_tokens=8, tree_width=2),
     "medusa tree W=3 k=12": dict(drafter="medusa", num_draft_tokens=12, tree_width=3),
 }
