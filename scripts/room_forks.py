@@ -3,7 +3,7 @@ protocol client, through HAProxy).
 
     python scripts/room_load_test.py --presenter --fork --replicas 2 --sessions 30 --steps 6 --think-s 10 --json
 
-1. *Solo*: the presenter's settings (lp.people(1)[0]: its prompt, drafter, seed and temperature) alone through the
+1. *Solo*: the presenter's settings (room_presenter.PRESENTER: an open-ended prompt, the n-gram model, T=0) alone through the
    balancer for --present-rounds + --steps Steps: the reference token stream after every Step (lp.solo_runs, as the
    room load test's equality check).
 2. The presenter opens the same settings, Steps --present-rounds times, and presents (a random presenter key, only
@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from scripts import load_protocol as lp
-from scripts.room_presenter import JOIN_TIMEOUT_S, shown_round
+from scripts.room_presenter import JOIN_TIMEOUT_S, PRESENTER, shown_round
 from scripts.st_protocol import StSession
 
 log = logging.getLogger("load_test")
@@ -108,7 +108,7 @@ def run_forks(args, room, env: dict[str, str] | None = None) -> dict:
     from scripts.room_load_test import replica_lines
 
     key, rounds = secrets.token_urlsafe(16), args.present_rounds
-    person = lp.people(1)[0]
+    person = PRESENTER  # open-ended: the run is still going at the last Step (a copying prompt ends at EOS early)
     with tempfile.TemporaryDirectory(prefix="specviz-room-fork-") as tmp, room(args.replicas, Path(tmp), {**(env or {}), "SPECVIZ_PRESENTER_KEY": key}) as handle:
         solo = lp.solo_runs(handle.url, [person], rounds + args.steps, args.max_new_tokens)[0]
         teacher = _present(handle.url, person, key, rounds, args.max_new_tokens)

@@ -263,7 +263,10 @@ def step_session(session: StepSession) -> bool:
 
     The whole round is one turn in the target's queue. Returns False when the wait timed out (a warning says so;
     nothing ran and the runs can continue later), so loops like Run to end stop instead of waiting forever.
-    The wait and the round's time go to this rerun's timing line (specviz.ui.timing)."""
+    The wait and the round's time go to this rerun's timing line (specviz.ui.timing); a Step of runs that have all
+    finished runs nothing and counts no round."""
+    if all(run.done for run in session.runs):
+        return True
     if session.target is None:
         with timing.round_clock():
             _round(session)
