@@ -122,7 +122,7 @@ def test_config_refuses_bad_values():
 
 def test_shipped_heads_belong_to_the_embedded_target(smollm):
     """assets/medusa_smollm2_135m: Medusa's layout, under 20 MB, the embedded target's fingerprint (load_heads
-    refuses heads for another target), and held-out accuracy recorded that falls from head 1 to head 4."""
+    refuses heads for another target), held-out accuracy recorded that falls from head 1 to head 4, and the token input."""
     from pathlib import Path
 
     folder = Path(__file__).resolve().parents[1] / "assets" / "medusa_smollm2_135m"
@@ -132,6 +132,7 @@ def test_shipped_heads_belong_to_the_embedded_target(smollm):
     saved = json.loads((folder / "config.json").read_text(encoding="utf-8"))
     assert saved["base_model_name_or_path"] == "HuggingFaceTB/SmolLM2-135M-Instruct" and heads.num_heads == 4
     assert saved["heldout_top1"][0] > saved["heldout_top1"][3] > 0.05
+    assert heads.reads_token and saved["specviz_token_input"] is True  # the shipped heads read the newest token too
 
 
 def test_the_data_keeps_the_token_after_each_position(tiny_data):

@@ -653,7 +653,8 @@ def ship(result: TrainResult, config: TrainConfig, out: Path, base_model: str, c
     extra = dict(
         training=dict(
             recipe="self-distillation: the target's own greedy and sampled continuations of specviz's training prompts",
-            labels="the target's argmax at position t+i for head i (cross-entropy, full vocabulary)",
+            labels="the target's argmax at position t+i for head i (cross-entropy over "
+            + ("the whole vocabulary)" if config.train_vocab == "full" else "the tokens the training data has)"),
             config=asdict(config), command=command, **{k: v for k, v in result.facts.items() if k != "cache"},
         ),
         heldout_top1=[round(a, 4) for a in final.top1],
