@@ -69,11 +69,12 @@ def _ensure_handler() -> None:
 
 
 def _session_id() -> str:
-    """The first 8 characters of this session's id for the log ("-" outside a script run)."""
-    from specviz.ui.access import session_id_now
+    """The first 8 characters of this session's id for the log ("-" outside a script run). Not
+    specviz.ui.access.session_id_now: access imports this module."""
+    from streamlit.runtime.scriptrunner import get_script_run_ctx
 
-    sid = session_id_now()
-    return sid[:8] if sid else "-"
+    ctx = get_script_run_ctx()
+    return ctx.session_id[:8] if ctx is not None else "-"
 
 
 @contextmanager
