@@ -265,7 +265,7 @@ def step_session(session: StepSession) -> bool:
     nothing ran and the runs can continue later), so loops like Run to end stop instead of waiting forever.
     The wait and the round's time go to this rerun's timing line (specviz.ui.timing); a Step of runs that have all
     finished runs nothing and counts no round."""
-    if all(run.done for run in session.runs):
+    if session.done:
         return True
     if session.target is None:
         with timing.round_clock():
