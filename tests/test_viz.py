@@ -200,7 +200,7 @@ def test_figures_build_from_frames(model_run, baseline_run):
     tpp = figures.tokens_per_pass_figure(rounds)
     assert list(tpp.data[0].y) == rounds["tokens_per_pass"].tolist()
     speed = figures.speedup_figure(rounds)
-    assert list(speed.data[0].y) == pytest.approx(rounds["speedup"].tolist())
+    assert list(speed.data[0].y) == pytest.approx(rounds["speedup"].tolist(), nan_ok=True)  # a round timed on a busy machine is NaN (disturbed)
     two = pd.concat([rounds_frame(model_run.records, "A"), rounds_frame(baseline_run.records, "B")], ignore_index=True)
     assert {t.name for t in figures.accepted_figure(two).data} == {"A", "B"}
     lat = pd.concat([latency_frame(model_run.records, "model"), latency_frame(baseline_run.records, "plain")], ignore_index=True)
