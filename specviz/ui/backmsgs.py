@@ -54,7 +54,7 @@ def _install(is_local: Callable[[str], bool]) -> bool:
 
     def handle_backmsg(self, msg) -> None:
         kind = msg.WhichOneof("type")
-        if kind in DEVELOPER_MESSAGES and not _local(is_local, self.id):
+        if should_drop(kind, self.id, is_local):
             log.info("dropped a %s message from session %s (shared mode)", kind, self.id[:8])
             return
         handle(self, msg)
@@ -64,9 +64,13 @@ def _install(is_local: Callable[[str], bool]) -> bool:
     return True
 
 
-def _local(is_local: Callable[[str], bool], session_id: str) -> bool:
-    try:
-        return is_local(session_id) is True
-    except Exception:
-        log.exception("could not tell the mode of session %s: its developer message is dropped", session_id[:8])
+def should_drop(kind: str | None, session_id: str, is_local: Callable[[str], bool]) -> bool:
+    """A developer message from a session not in local mode (or whose mode cannot be told) is dropped; every other
+    message is Streamlit's to handle."""
+    if kind not in DEVELOPER_MESSAGES:
         return False
+    try:
+        return is_local(session_id) is not True
+    except Exception:
+        log.exception("could not tell the mode of session %s: its %s message is dropped", session_id[:8], kind)
+        return True

@@ -1,4 +1,5 @@
-"""Models load once per (source, device, resolved precision) and are shared by every browser session (read-only).
+"""Models load once per (source, device, resolved precision) and are shared by every browser session (read-only), in a
+process registry (specviz.workshop.resources) that no client's message can clear.
 
 The cache only ever holds models the owner allowed (specviz.workshop.policy): a source off the list, or an opt-in the owner
 did not grant, is refused before anything is loaded. A model that would not fit in free memory is refused with a
