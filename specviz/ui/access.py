@@ -18,12 +18,14 @@ import streamlit as st
 from streamlit.logger import get_logger
 
 from specviz.core.protocols import Turn
-from specviz.ui import timing, widgets
+from specviz.ui import backmsgs, timing, widgets
+from specviz.ui.client import client_of, current_client
 from specviz.ui.keys import STEP_THROUGH_KEY
 from specviz.viz.markdown import md_text
 from specviz.workshop.jobs import JobStopped, LongJobs, check_running, shutting_down, stop_at_exit
-from specviz.workshop.policy import Policy, load_policy
+from specviz.workshop.policy import Policy, bind_text, decide_mode, load_policy, mode_rule, read_settings
 from specviz.workshop.presentation import presenter_key
+from specviz.workshop.resources import singleton
 from specviz.workshop.serving import ModelQueue, QueueTimeout, SessionRegistry, model_queue, turns_in_flight
 
 log = get_logger(__name__)  # streamlit's handler: `--logger.level info` shows what the sweeper frees
@@ -51,16 +53,39 @@ def presenter_key_setting() -> str | None:
 
 
 def current_policy(report: bool = False) -> Policy:
-    """The policy for this run (read fresh: cheap, and tests change the environment between runs).
+    """The policy for this run (read fresh: cheap, and tests change the environment between runs). Local mode only for
+    this machine's owner (current_client: loopback, no proxy header); anyone else is in shared mode.
 
     A bad owner setting means the strict shared defaults apply; report=True (once per page) says so on the page."""
     _track_session()
     try:
-        return load_policy(secrets=_secrets_table(), server_address=st.get_option("server.address"))
+        return load_policy(secrets=_secrets_table(), server_address=st.get_option("server.address"), owner_possible=current_client().owner_possible)
     except ValueError as exc:
         if report:
             st.error(f"This server's specviz settings are invalid, so the strictest shared settings apply. {md_text(exc)}")
         return Policy()
+
+
+def mode_line() -> None:
+    """One short sidebar line on every page: which mode this session is in, and why (the client's reason included).
+    The first page of the process also logs the bind address and the mode rule."""
+    client, address = current_client(), st.get_option("server.address")
+    try:
+        setting = read_settings(secrets=_secrets_table()).get("mode")
+    except ValueError:  # current_policy(report=True) names the bad setting on the page
+        setting = None
+        text = "Shared mode: this server's specviz settings are invalid, so the strictest shared settings apply."
+    else:
+        mode, why = decide_mode(setting, address, client.owner_possible)
+        if mode == "local":
+            text = f"Local mode: {why} ({client.why})."
+        elif client.owner_possible:
+            text = f"Shared mode: {why} ({client.why})."
+        else:
+            text = f"Shared mode: {client.why}."
+    rule = mode_rule(setting, address)
+    singleton("mode-rule-logged", lambda: log.info("specviz mode: the server listens on %s; %s", bind_text(address), rule))
+    st.sidebar.caption(md_text(text), help=md_text(f"{rule}. The server listens on {bind_text(address)}."))
 
 
 def refused(message: str) -> None:
@@ -278,7 +303,8 @@ def _sweep_forever() -> None:
                 continue
             grace = float(st.get_option("server.disconnectedSessionTTL") or 30)
             try:
-                idle_s = load_policy(secrets=_secrets_table(), server_address=st.get_option("server.address")).idle_minutes * 60
+                # no session here: the sweeper reads the policy for idle_minutes only (the same in both modes)
+                idle_s = load_policy(secrets=_secrets_table(), server_address=st.get_option("server.address"), owner_possible=False).idle_minutes * 60
             except ValueError:
                 idle_s = Policy().idle_minutes * 60
             freed = _registry.sweep(rt.is_active_session, _free_session, gone_after_s=grace, idle_after_s=idle_s)
@@ -289,8 +315,18 @@ def _sweep_forever() -> None:
             log.exception("session sweep failed")
 
 
+def session_is_local(session_id: str) -> bool:
+    """Whether the session ``session_id`` is in local mode (any thread; a bad setting: shared)."""
+    try:
+        policy = load_policy(secrets=_secrets_table(), server_address=st.get_option("server.address"), owner_possible=client_of(session_id).owner_possible)
+    except ValueError:
+        return False
+    return not policy.shared
+
+
 def _start_sweeper() -> None:
     global _sweeper_started
+    backmsgs.install(session_is_local)  # once per process: shared mode drops Streamlit's developer messages
     with _sweeper_lock:
         if not _sweeper_started:
             threading.Thread(target=_sweep_forever, name="specviz-session-sweeper", daemon=True).start()

@@ -14,14 +14,17 @@ def current_client() -> Client:
     from streamlit.runtime.scriptrunner import get_script_run_ctx
 
     ctx = get_script_run_ctx()
-    if ctx is None:
-        return NO_SERVER
+    return NO_SERVER if ctx is None else client_of(ctx.session_id)
+
+
+def client_of(session_id: str) -> Client:
+    """The client of the session ``session_id`` (any thread: the server's event loop too)."""
     from streamlit import runtime
     from streamlit.runtime import Runtime
 
     if not runtime.exists() or type(runtime.get_instance()) is not Runtime:
         return NO_SERVER  # AppTest (a mocked runtime) and bare runs: the script runs on this machine for its owner
-    session_client = runtime.get_instance().get_client(ctx.session_id)
+    session_client = runtime.get_instance().get_client(session_id)
     context = None if session_client is None else session_client.client_context
     if context is None:  # a real server that cannot say who is there: never the owner
         return UNKNOWN

@@ -15,6 +15,7 @@ from specviz.viz import verify_cost_ratio
 from specviz.viz.markdown import md_text
 from specviz.viz.metrics import decay_note, head_figure, heads_frame, metrics_frame, position_figure, positions_frame
 from specviz.viz.style import freeze
+from specviz.workshop.resources import cached
 
 POSITION_CAPTION = (
     "Bars: of the rounds that reached draft position i (every earlier draft kept), the share that kept draft i; n is that count, "
@@ -47,7 +48,7 @@ def cpu_precision(dtype: str) -> str:
         return dtype
 
 
-@st.cache_resource(ttl=300, show_spinner=False)
+@cached(ttl_s=300)
 def _shipped_profiles() -> dict:
     """assets/profile_*.json, read once every few minutes per process rather than on every redraw of every page."""
     return shipped_profiles()

@@ -1,4 +1,5 @@
-"""Models load once per (source, device, resolved precision) and are shared by every browser session (read-only).
+"""Models load once per (source, device, resolved precision) and are shared by every browser session (read-only), in a
+process registry (specviz.workshop.resources) that no client's message can clear.
 
 The cache only ever holds models the owner allowed (specviz.workshop.policy): a source off the list, or an opt-in the owner
 did not grant, is refused before anything is loaded. A model that would not fit in free memory is refused with a
@@ -20,6 +21,7 @@ from specviz.models import LoadedModel, ModelLoadError, early_exit_view, load_mo
 from specviz.runs import RunModels, resolve_models
 from specviz.ui.access import current_policy
 from specviz.viz.markdown import md_text
+from specviz.workshop.resources import cached
 from specviz.workshop.serving import server_threads
 
 log = logging.getLogger(__name__)
@@ -74,7 +76,7 @@ def configure_threads() -> int:
     return torch.get_num_threads()
 
 
-@st.cache_resource(show_spinner=False, max_entries=4)
+@cached(max_entries=4)  # a process registry, not st.cache_resource: no client message can clear it
 def _cached_model(source: str, device: str, dtype: str, trust_remote_code: bool, allow_download: bool, allow_pickle: bool) -> LoadedModel:
     configure_threads()
     check_fits(source, device)
@@ -131,7 +133,7 @@ def get_model(
     return model
 
 
-@st.cache_resource(show_spinner="Building the early-exit draft…", max_entries=4)
+@cached(max_entries=4)  # keyed by the target's key and the layer (the model itself is left out: _target)
 def _cached_early_exit(_target: LoadedModel, target_key: tuple, exit_layer: int):
     return early_exit_view(_target.model, exit_layer)
 

@@ -41,6 +41,7 @@ from specviz.ui.sidebar import seed_from_run
 from specviz.viz.board import board_figure, board_frame, board_table
 from specviz.viz.markdown import md_text
 from specviz.workshop.presentation import BoardPoint, KeyGate, Presentation, PresentationStore, new_id
+from specviz.workshop.resources import cached, singleton
 from specviz.workshop.saved_runs import SavedRun, SavedRunError
 from specviz.workshop.serving import turns_in_flight
 
@@ -216,7 +217,7 @@ def _presented(p: Presentation) -> SavedRun:
     return saved
 
 
-@st.cache_resource(max_entries=4, show_spinner=False)
+@cached(max_entries=4)
 def _load_presented(run_token: str, presentation_id: str, version: int) -> SavedRun:
     """The presented run at one version, read and validated once per process for every follower, who all keep a
     reference to this one copy (read-only: a fork copies what it continues). Errors are not cached: the next look
@@ -227,7 +228,7 @@ def _load_presented(run_token: str, presentation_id: str, version: int) -> Saved
     return runs.load(run_token)
 
 
-@st.cache_resource(max_entries=4, show_spinner=False, hash_funcs={SavedRun: lambda saved: saved.num_rounds})
+@cached(max_entries=4, key=lambda presentation_id, version, saved: (presentation_id, version, saved.num_rounds))
 def _shared_view(presentation_id: str, version: int, saved: SavedRun) -> ReplaySession:
     """The presented run at one version as one replay view for every follower in this process. It is the presenter's
     run, which every follower may see, and a follower's page only reads it (FollowStage steps nothing), so the frames
@@ -308,10 +309,9 @@ def make_pending_fork(state: PageState) -> None:
     st.success(f"Your own copy of the presenter's run at round {session.num_rounds}: **Step** continues it exactly as the presenter's would; change the sidebar and **Reset** to try your own settings.", icon="🎓")
 
 
-@st.cache_resource(show_spinner=False)
 def _redraw_lock() -> threading.Lock:
-    """One follower's stage draws at a time in this process (see one_at_a_time)."""
-    return threading.Lock()
+    """One follower's stage draws at a time in this process (see one_at_a_time): one lock per process."""
+    return singleton("follower-redraw-lock", threading.Lock)
 
 
 @contextlib.contextmanager
@@ -403,11 +403,15 @@ def watch() -> None:
     st.fragment(_tick, run_every=every)()
 
 
-@st.cache_resource(show_spinner=False)
 def _process_watcher(root: str) -> push.PresentationWatcher:
-    """The one watcher of this process's run directory (specviz.ui.push)."""
-    room = PresentationStore(root)
-    return push.PresentationWatcher(room.stamp, room.read, _key, turns_in_flight)
+    """The one watcher of this process's run directory (specviz.ui.push): made once per process, its thread started
+    once, never again (a process singleton, which no client message can clear)."""
+
+    def build() -> push.PresentationWatcher:
+        room = PresentationStore(root)
+        return push.PresentationWatcher(room.stamp, room.read, _key, turns_in_flight)
+
+    return singleton(("presentation-watcher", root), build)
 
 
 def _watcher() -> push.PresentationWatcher | None:

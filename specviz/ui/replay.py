@@ -29,6 +29,7 @@ from specviz.ui import widgets
 from specviz.ui.session import StepSession, load_target
 from specviz.viz.figures import BASELINE_RUN
 from specviz.viz.markdown import md_text
+from specviz.workshop.resources import cached
 
 log = logging.getLogger(__name__)
 
@@ -171,7 +172,7 @@ def replay_state() -> ReplayState:
     return st.session_state[REPLAY_KEY]
 
 
-@st.cache_resource(show_spinner=False, max_entries=32)
+@cached(max_entries=32)
 def _example(path: str, mtime: float) -> Recording:
     return read_recording(path)  # shared read-only between sessions: a Recording is frozen
 

@@ -152,6 +152,8 @@ def batch_lesson(
 
 
 # --- figures the sliders do not change, cached ---
+# In st.cache_data, not a process registry (specviz.workshop.resources): pure, bounded, rebuilt in a moment if a
+# client's clear_cache empties them, and heatmap()/curves() add to the copy st.cache_data returns on every call.
 
 
 @st.cache_data(show_spinner=False, max_entries=64)

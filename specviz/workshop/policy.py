@@ -1,17 +1,23 @@
 """The owner's rules for a shared server: who may do what, and how much. Plain Python (no streamlit), validated here.
 
-Two roles. On a laptop (the server listens on localhost) the person at the browser is the machine's owner and keeps
-every option. On a server listening on any other address (a workshop: `--server.address 0.0.0.0`) the people at the
-browsers are participants, and the app runs in *shared mode*: the risky options (trust remote code, pickle checkpoints,
-downloads), free-text model paths and the device/dtype choices are hidden unless the owner allowed them, models come
-from the owner's allow-list, and the work one click can ask for is capped.
+Two roles. The machine's owner at its keyboard keeps every option (*local mode*). Everyone else is a participant and
+gets *shared mode*: the risky options (trust remote code, pickle checkpoints, downloads), free-text model paths and the
+device/dtype choices are hidden unless the owner allowed them, models come from the owner's allow-list, and the work
+one click can ask for is capped. Which one a browser session gets (decide_mode):
+
+* shared when SPECVIZ_MODE=shared;
+* shared when the client cannot be the owner: its connection does not come from this machine's loopback, or it
+  carries a proxy header (specviz.workshop.clients), whatever the bind address or SPECVIZ_MODE says;
+* otherwise local when the server listens on a local address (localhost, 127.0.0.1, ::1, or none given) or
+  SPECVIZ_MODE=local; shared when it listens on any other address (0.0.0.0: the owner runs it for a room).
 
 The owner sets the rules with environment variables (they win) or a ``[specviz]`` table in ``.streamlit/secrets.toml``:
 
 =========================  ======================  ==========================================================
 environment variable       secrets.toml key        meaning (shared-mode default)
 =========================  ======================  ==========================================================
-SPECVIZ_MODE               mode                    ``shared`` or ``local`` (auto: local only on localhost)
+SPECVIZ_MODE               mode                    ``shared`` or ``local`` (auto; never local for a client
+                                                   that cannot be the owner: see decide_mode)
 SPECVIZ_ALLOW_REMOTE_CODE  allow_remote_code       participants may tick *trust remote code* (no)
 SPECVIZ_ALLOW_PICKLE       allow_pickle            participants may tick *allow pickle checkpoints* (no)
 SPECVIZ_ALLOW_DOWNLOAD     allow_download          participants may tick *allow downloads* (no)
@@ -217,14 +223,48 @@ def _parse(name: str, kind: str, raw: object):
 
 
 def is_local_address(address: str | None) -> bool:
+    """The server listens on this machine's loopback only, or on Streamlit's default (no address given)."""
     return (address or "").strip().lower() in LOCAL_ADDRESSES
 
 
-def load_policy(env: Mapping[str, str] | None = None, secrets: Mapping | None = None, server_address: str | None = "localhost") -> Policy:
-    """The policy from environment variables (first), then the [specviz] secrets table, then the mode's defaults.
+def bind_text(address: str | None) -> str:
+    """The bind address as a log line says it."""
+    text = (address or "").strip()
+    return text if text else "every interface (no address set)"
 
-    server_address: where the streamlit server listens; anything but localhost means shared mode unless the owner
-    sets mode = local. Raises ValueError naming the bad setting."""
+
+def decide_mode(setting: str | None, server_address: str | None, owner_possible: bool) -> tuple[str, str]:
+    """("local" | "shared", why) for one browser session (module docstring).
+
+    setting: the owner's SPECVIZ_MODE / mode (None: auto); owner_possible: the session's client is this machine's
+    loopback with no proxy header (specviz.workshop.clients.Client.owner_possible). why completes "Local mode: ..." /
+    "Shared mode: ..." (the client's own reason is said apart)."""
+    if setting == "shared":
+        return "shared", "the owner set SPECVIZ_MODE=shared"
+    if not owner_possible:
+        return "shared", "only a client on this machine's loopback, with no proxy in between, can be its owner"
+    if setting == "local":
+        return "local", "you are this machine's owner, and SPECVIZ_MODE=local"
+    if is_local_address(server_address):
+        return "local", "you are this machine's owner"
+    return "shared", f"this server listens on {bind_text(server_address)}, for a room"
+
+
+def mode_rule(setting: str | None, server_address: str | None) -> str:
+    """The mode rule of this server in one line (logged once at start)."""
+    if setting == "shared":
+        return "SPECVIZ_MODE=shared: every session is in shared mode"
+    owner = "a session from this machine's loopback with no proxy header is the owner (local mode)"
+    if setting == "local":
+        return f"SPECVIZ_MODE=local: {owner}; every other session is in shared mode"
+    if is_local_address(server_address):
+        return f"{owner}; every other session is in shared mode"
+    return "every session is in shared mode, the owner's on loopback too (SPECVIZ_MODE=local: local mode for the owner's)"
+
+
+def read_settings(env: Mapping[str, str] | None = None, secrets: Mapping | None = None) -> dict:
+    """The owner's settings by name, parsed: environment variables first, then the [specviz] secrets table.
+    Raises ValueError naming the bad setting."""
     env = os.environ if env is None else env
     secrets = secrets or {}
     unknown = sorted(set(secrets) - set(SETTINGS) - {PRESENTER_KEY_SECRET})
@@ -237,5 +277,16 @@ def load_policy(env: Mapping[str, str] | None = None, secrets: Mapping | None = 
             raw = secrets.get(name)
         if raw is not None:
             values[name] = _parse(name, kind, raw)
-    mode = values.pop("mode", None) or ("local" if is_local_address(server_address) else "shared")
+    return values
+
+
+def load_policy(
+    env: Mapping[str, str] | None = None, secrets: Mapping | None = None, server_address: str | None = "localhost", owner_possible: bool = True
+) -> Policy:
+    """The policy from environment variables (first), then the [specviz] secrets table, then the mode's defaults.
+
+    server_address: where the streamlit server listens; owner_possible: whether the session's client may be this
+    machine's owner (the mode: decide_mode). Raises ValueError naming the bad setting."""
+    values = read_settings(env, secrets)
+    mode, _ = decide_mode(values.pop("mode", None), server_address, owner_possible)
     return Policy.local(**values) if mode == "local" else Policy(**values)

@@ -182,10 +182,14 @@ class Room:
         return f"http://{f'[{host}]' if ':' in host else host}:{self.port}"
 
     def _replica_env(self) -> dict[str, str]:
-        """Shared mode unless the owner chose otherwise (replicas listen on loopback, which alone means local mode),
-        one run directory and one cookie secret for all replicas (a browser moved to another replica stays valid)."""
+        """Always shared mode: every browser reaches a replica through HAProxy on loopback, so none of them is the
+        owner at the keyboard (a SPECVIZ_MODE=local inherited from the shell is overridden, and the log says so). One
+        run directory and one cookie secret for all replicas (a browser moved to another replica stays valid)."""
         env = dict(os.environ)
-        env.setdefault("SPECVIZ_MODE", "shared")
+        inherited = env.get("SPECVIZ_MODE", "").strip()
+        if inherited.lower() not in ("", "shared"):
+            log.warning("SPECVIZ_MODE=%s is ignored: a room's replicas always run in shared mode (docs/workshop.md)", inherited[:40])
+        env["SPECVIZ_MODE"] = "shared"
         env.setdefault("SPECVIZ_RUN_DIR", str(default_run_dir(env)))
         env.setdefault("STREAMLIT_SERVER_COOKIE_SECRET", secrets.token_hex(32))
         env.update(PYTHONUNBUFFERED="1", STREAMLIT_BROWSER_GATHER_USAGE_STATS="false")

@@ -61,6 +61,7 @@ def _healthy(url: str) -> bool:
 class Server:
     url: str
     log_path: Path
+    pid: int = 0  # the server process (its memory and threads)
 
     def log(self) -> str:
         return self.log_path.read_text(errors="replace")
@@ -68,17 +69,18 @@ class Server:
 
 @contextlib.contextmanager
 def run_app(
-    log_path: Path, *, env: dict[str, str] | None = None, args: Sequence[str] = (), drop_env: tuple[str, ...] = ("STREAMLIT_",)
+    log_path: Path, *, env: dict[str, str] | None = None, args: Sequence[str] = (), drop_env: tuple[str, ...] = ("STREAMLIT_",), script: str = "app.py"
 ) -> Iterator[Server]:
     """`streamlit run app.py` on a free loopback port, offline, file watcher off (edits to the checkout during a run
     must not rerun or re-scan pages); yields once its health endpoint answers (which starts no script session), and
-    always stops it. env: extra variables; args: extra streamlit flags; drop_env: prefixes of inherited variables to drop."""
+    always stops it. env: extra variables; args: extra streamlit flags (a flag given twice: the last wins); drop_env:
+    prefixes of inherited variables to drop; script: another app to run (a test's own)."""
     port = _free_port()
     url = f"http://127.0.0.1:{port}"
     full_env = {k: v for k, v in os.environ.items() if not k.startswith(drop_env)}
     full_env.update(PYTHONUNBUFFERED="1", HF_HUB_OFFLINE="1", STREAMLIT_BROWSER_GATHER_USAGE_STATS="false", **(env or {}))
     cmd = [
-        sys.executable, "-m", "streamlit", "run", "app.py",
+        sys.executable, "-m", "streamlit", "run", script,
         "--server.port", str(port), "--server.headless", "true", "--server.address", "127.0.0.1",
         "--server.fileWatcherType", "none", *args,
     ]  # fmt: skip
@@ -92,7 +94,7 @@ def run_app(
             if time.monotonic() > deadline:
                 pytest.fail(f"streamlit was not healthy after {SERVER_START_TIMEOUT_S}s:\n{log_path.read_text(errors='replace')}")
             time.sleep(0.25)
-        yield Server(url, log_path)
+        yield Server(url, log_path, proc.pid)
     finally:
         proc.terminate()
         try:
