@@ -29,7 +29,8 @@ class HFCachedLM:
 
     can_verify_tree = True
 
-    def __init__(self, model: PreTrainedModel, vocab_size: int, keep_hidden: bool = False, chunk_tokens: int = PREFILL_CHUNK_TOKENS) -> None:
+    def __init__(self, model: PreTrainedModel, vocab_size: int, keep_hidden: bool = False, chunk_tokens: int | None = None) -> None:
+        chunk_tokens = PREFILL_CHUNK_TOKENS if chunk_tokens is None else chunk_tokens
         if chunk_tokens < 1:
             raise ValueError(f"chunk_tokens must be at least 1; got {chunk_tokens}.")
         self.model = model
