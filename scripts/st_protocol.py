@@ -87,8 +87,9 @@ class _Text(HTMLParser):
 class StSession:
     """One browser-less session of a Streamlit app."""
 
-    def __init__(self, url: str, query: dict[str, str] | str | None = None, timeout_s: float = 300.0) -> None:
+    def __init__(self, url: str, query: dict[str, str] | str | None = None, timeout_s: float = 300.0, headers: dict[str, str] | None = None) -> None:
         self.base = url.rstrip("/")
+        self.headers = dict(headers or {})  # extra request headers (e.g. a proxy's X-Forwarded-For), on the page and the websocket
         self.query = query if isinstance(query, str) else urllib.parse.urlencode(query or {})
         self.timeout_s = timeout_s
         self.cookies = http.cookiejar.CookieJar()
@@ -106,11 +107,12 @@ class StSession:
         from websockets.sync.client import connect
 
         opener = urllib.request.build_opener(urllib.request.HTTPCookieProcessor(self.cookies))
-        with opener.open(f"{self.base}/?{self.query}" if self.query else f"{self.base}/", timeout=self.timeout_s) as resp:
+        page = urllib.request.Request(f"{self.base}/?{self.query}" if self.query else f"{self.base}/", headers=self.headers)
+        with opener.open(page, timeout=self.timeout_s) as resp:
             resp.read()
         parsed = urllib.parse.urlparse(self.base)
         scheme = "wss" if parsed.scheme == "https" else "ws"
-        headers = {"Origin": f"{parsed.scheme}://{parsed.netloc}"}
+        headers = {**self.headers, "Origin": f"{parsed.scheme}://{parsed.netloc}"}
         cookie = self._cookie_header()
         if cookie:
             headers["Cookie"] = cookie

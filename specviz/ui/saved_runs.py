@@ -142,11 +142,11 @@ def rebuild_session(saved: SavedRun) -> StepSession:
     if rec.environment.vocab_size != target.vocab_size or encode_prompt(target.tokenizer, rec.prompt, configs[0].chat) != prompt_ids:
         raise SavedRunError("This saved run was made with another model than this server's, so a fresh run starts.")
     budgets.check_ids(target, len(prompt_ids), max(c.max_new_tokens for c in configs), max(c.num_draft_tokens for c in configs))
-    models = [_models(c, target) for c in configs]
+    models = [_models(c, target) for c in configs]  # loaded (cached) before the turn: a slow load must not hold the queue
     reservation = budgets.reserve("step-through", target, session_kv_tokens(configs, models, len(prompt_ids)))
     try:
         with model_turn(target, "restoring your run"):  # the re-prefill is a model pass like any round
-            runs = [Run(r.label, r.config, _resumed(r, state, m, prompt_ids), r.error) for r, state, m in zip(rec.runs, saved.states, models)]
+            runs = [Run(r.label, r.config, _resumed(r, state, target, prompt_ids), r.error) for r, state in zip(rec.runs, saved.states)]
     except BaseException:
         reservation.release()
         raise
@@ -164,7 +164,8 @@ def _models(config: RunConfig, target) -> RunModels:
     return RunModels(target, draft, early_exit, heads)
 
 
-def _resumed(run: RecordedRun, state, models: RunModels, prompt_ids: list[int]):
+def _resumed(run: RecordedRun, state, target, prompt_ids: list[int]):
+    models = _models(run.config, target)
     generated = [t for r in run.records for t in r.emitted]
     saved = SavedDecoder(generated, run.records, state, run.seed, run.prefill_ms)
-    return resume_decoder(run.config, models.target, prompt_ids, saved, models.draft, early_exit=models.early_exit, heads=models.heads)
+    return resume_decoder(run.config, target, prompt_ids, saved, models.draft, early_exit=models.early_exit, heads=models.heads)
