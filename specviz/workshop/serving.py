@@ -7,6 +7,10 @@ runs (specviz.workshop.baselines) takes *background* turns, one plain step each:
 
     with model_queue(key).turn(on_wait=lambda ahead, waited_s: ..., timeout_s=120):
         decoder.step()
+
+A long prefill is the one piece of work longer than a round: it runs in chunks, and between two it may hand its turn to
+the first waiter and queue again at the back of its line (held_turn() and HeldTurn.pass_on()), so a Step waits for one
+chunk, never for a whole prefill (docs/workshop-safety.md: Token and memory budgets).
 """
 
 from __future__ import annotations
