@@ -76,6 +76,7 @@ def live_stage() -> controls.LiveStage:
             st.error(f"Compare mode: {md_text(exc)}")
     session = state.session
     if session is not None and session.num_rounds == 0 and not session.matches(settings.config, compare_config, settings.prompt):
+        session.release()
         state.session = None  # nothing to keep: the next round starts with the new settings
     unavailable = False
     if state.session is None and settings.config is not None:

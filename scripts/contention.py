@@ -11,7 +11,13 @@ The long jobs (--jobs, all by default), each set up through the widgets as a par
 * numerics-run / numerics-measure: the Numerics lab at its largest settings in shared mode: a prompt as long as the
   owner's cap allows (Policy.max_prompt_chars), max new tokens and k at the ends of their sliders (the owner's
   caps), low precision bfloat16 (the menu's first); then Run (four greedy decodes, two scoring sweeps) or Measure
-  (one decode, a scoring sweep per precision).
+  (one decode, a scoring sweep per precision);
+* lab-long-prompt: the Exactness lab's fast sampler (early exit) with a prompt at the shared token budget made of
+  4-token characters (U+10380 x 255: 1,020 tokens, fed raw; issue 32 measured a 108 s turn for 3,000 of them, before
+  the budget), which the server prefills in passes of 256 tokens, a Step let in between two;
+* step-long-prompt: the step-through page opened with a share link whose prompt is as long as the budget allows in
+  4-token characters (U+10380 x 240 and the chat template, about 1,000 tokens), drafter early exit (its own cache
+  prefilled too), one Step. Its own round is one "your round" turn among the other session's Steps.
 
 What it does:
 1. Starts `streamlit run app.py` in shared mode (SPECVIZ_MODE=shared, loopback only) with `--logger.level debug`, so
@@ -167,10 +173,35 @@ def setup_numerics(driver, url: str, quick: bool) -> str:
     return f"prompt {chars:,} characters, max new tokens {slider_value(driver, 'num_new')}, k {slider_value(driver, 'num_k')}"
 
 
+WIDE_CHAR = "\U00010380"  # 4 tokens in the embedded tokenizer (issue 32)
+
+
+def setup_lab_long(driver, url: str, quick: bool) -> str:
+    """The Exactness lab's fast sampler, prompt at the token budget in 4-token characters (quick: 10 of them)."""
+    open_page(driver, url, "exactness")
+    chars = 10 if quick else 255
+    set_text(driver, "lab_real_prompt", WIDE_CHAR * chars)
+    wait_idle(driver, 60)
+    return f"fast sampler, early exit, prompt U+10380 x {chars} ({4 * chars:,} tokens raw)"
+
+
+def setup_step_long(driver, url: str, quick: bool) -> str:
+    """The step-through page from a share link: a long prompt of 4-token characters, early exit (quick: 10 of them)."""
+    import urllib.parse
+
+    chars = 10 if quick else 240
+    driver.get(f"{url}/?{urllib.parse.urlencode({'prompt': WIDE_CHAR * chars, 'drafter': 'early-exit', 'max_new_tokens': '16'})}")
+    time.sleep(1.0)
+    wait_idle(driver, 180)
+    return f"Step, early exit, prompt U+10380 x {chars} (about {4 * chars + 35:,} tokens with the chat template)"
+
+
 JOBS: dict[str, LongJob] = {
     "benchmark": LongJob(setup_sweep, "bench_run", "This session's results"),
     "numerics-run": LongJob(setup_numerics, "num_run", "The four outputs, token by token"),
     "numerics-measure": LongJob(setup_numerics, "num_inv_run", "measured just now"),
+    "lab-long-prompt": LongJob(setup_lab_long, "lab_real_run", "speculative: TV from p_target"),
+    "step-long-prompt": LongJob(setup_step_long, "step", "Curves"),
 }
 
 

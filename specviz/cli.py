@@ -370,8 +370,7 @@ def check_output_file(path: str, flag: str) -> None:
 
 
 def cmd_generate(args: argparse.Namespace) -> int:
-    from specviz.models import encode_prompt
-    from specviz.runs import decoder_for, resolve_models
+    from specviz.runs import decoder_for, prompt_ids, resolve_models
 
     config = config_from_args(args)
     if args.num_samples < 1:
@@ -390,12 +389,12 @@ def cmd_generate(args: argparse.Namespace) -> int:
         check_output_file(args.record, "--record")  # before the models load and the run decodes
     models = resolve_models(config, drafters=() if args.baseline else None)  # plain decoding needs no draft
     target = models.target
-    prompt_ids = encode_prompt(target.tokenizer, text, config.chat)
-    check = _baseline_for_check(args, config, target, prompt_ids)
+    ids = prompt_ids(target, text, config.chat, max_new_tokens=config.max_new_tokens, num_draft_tokens=config.num_draft_tokens)  # within the model's context
+    check = _baseline_for_check(args, config, target, ids)
     samples: list[dict] = []  # what --json prints; nothing else of a sample outlives its loop turn
     recorded = []  # what --record writes: each sample's records
     for i in range(args.num_samples):
-        decoder = decoder_for(config, models, prompt_ids, seed=sample_seed(config.seed, i), baseline=args.baseline)
+        decoder = decoder_for(config, models, ids, seed=sample_seed(config.seed, i), baseline=args.baseline)
         decoder.run()
         difference = None
         if check is not None:
@@ -413,16 +412,16 @@ def cmd_generate(args: argparse.Namespace) -> int:
                 sample["first_difference"] = difference.to_dict() if difference else None
             samples.append(sample)
         else:
-            _print_sample(args, config, target, prompt_ids, decoder, check, difference)
+            _print_sample(args, config, target, ids, decoder, check, difference)
         if args.record:  # the records only, not the decoder
             recorded.append(_recorded_sample(config, decoder, i, args.num_samples, args.baseline))
         del decoder  # its KV caches go with it: memory stays flat in --num-samples
     if args.record:
-        _write_recording(args.record, config, text, prompt_ids, recorded, target, baseline=args.baseline)
+        _write_recording(args.record, config, text, ids, recorded, target, baseline=args.baseline)
     if args.json:
         out = {
             "config": {**config.to_dict(), "dtype": target.precision, "baseline": args.baseline, "num_samples": args.num_samples},
-            "prompt_ids": prompt_ids,
+            "prompt_ids": ids,
             "samples": samples,
         }
         json.dump(out, sys.stdout)  # ensure_ascii (the default) writes every control character as \u001b

@@ -10,11 +10,12 @@ from specviz.core.sampling import SamplingConfig
 from specviz.core.tree import MAX_TREE_WIDTH
 from specviz.drafters.specs import DRAFTER_KINDS, drafter_spec
 
-__all__ = ["DRAFTER_KINDS", "EMBEDDED_TARGET", "MAX_NEW_TOKENS", "MAX_PROMPT_CHARS", "DrafterKind", "RunConfig", "validate_prompt"]
+__all__ = ["DRAFTER_KINDS", "EMBEDDED_TARGET", "MAX_NEW_TOKENS", "MAX_PROMPT_CHARS", "MAX_PROMPT_TOKENS", "DrafterKind", "RunConfig", "validate_prompt"]
 
 DrafterKind = Literal["model", "lookup", "ngram", "early-exit", "medusa", "none"]  # the kinds of specviz.drafters.specs.DRAFTERS
 EMBEDDED_TARGET = "embedded:SmolLM2-135M-Instruct"  # same string as specviz.models.EMBEDDED_TARGET
-MAX_PROMPT_CHARS = 20_000
+MAX_PROMPT_CHARS = 20_000  # a cheap check before the tokenizer sees the text (a character is at most 4 byte-level tokens)
+MAX_PROMPT_TOKENS = 131_072  # the engine's own ceiling on a prompt's tokens; the model's context usually bites first
 MAX_NEW_TOKENS = 2048
 MAX_PATH_CHARS = 1_000  # a folder path typed or read from a file
 

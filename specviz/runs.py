@@ -4,7 +4,11 @@ resolve_models() is the one place that decides which models a run needs (the tar
 'model' drafter; the early-exit view of the target for 'early-exit'; Medusa heads for 'medusa'); callers hand it
 their loaders (the UI's cached ones, or a plain load), so the CLI, the benchmark, the lab and the step-through page
 load alike. A Medusa run's target view keeps its hidden states (HFCachedLM keep_hidden), per run: the shared model
-and the shared heads are only read."""
+and the shared heads are only read.
+
+prompt_ids() is the one place a prompt becomes the ids a run prefills, after every check a prompt must pass before
+any model turn (its characters, the owner's token budget, the model's context); kv_tokens() is a run's worst-case
+KV cache, what a shared server reserves for it (specviz.workshop.budgets)."""
 
 from __future__ import annotations
 
@@ -13,7 +17,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from specviz.config import RunConfig
+from specviz.config import RunConfig, validate_prompt
 from specviz.core.decoding import DecodeConfig, SpeculativeDecoder
 from specviz.core.records import StepRecord
 from specviz.core.resume import DecoderState, resume
@@ -21,8 +25,8 @@ from specviz.drafters import NoDrafter
 from specviz.drafters.base import Drafter
 from specviz.drafters.medusa import HeadsSource
 from specviz.drafters.specs import drafter_spec
-from specviz.models import HFCachedLM, LoadedModel, check_same_tokenizer, early_exit_view, load_model
-from specviz.models.adapter import default_exit_layer
+from specviz.models import HFCachedLM, LoadedModel, check_same_tokenizer, early_exit_view, encode_prompt, load_model
+from specviz.models.adapter import default_exit_layer, kv_bytes_per_token
 from specviz.models.medusa import HeadsError, MedusaHeads, head_logits_fn, load_heads, target_fingerprint
 
 Loader = Callable[[str], LoadedModel]  # source -> loaded model
@@ -50,6 +54,56 @@ class SavedDecoder:
     state: DecoderState
     seed: int
     prefill_ms: float = 0.0
+
+
+def run_positions(num_prompt_tokens: int, max_new_tokens: int, num_draft_tokens: int) -> int:
+    """The most positions a run's caches reach: the prompt, every new token, and one round's k drafts plus one."""
+    return num_prompt_tokens + max_new_tokens + num_draft_tokens + 1
+
+
+def check_prompt_tokens(
+    target: LoadedModel, num_prompt_tokens: int, max_new_tokens: int, num_draft_tokens: int = 0, max_prompt_tokens: int | None = None
+) -> None:
+    """A prompt of this many of the target's tokens may run: within the owner's budget (None: no budget) and, with
+    max new tokens and a round's k + 1, within the model's context. ValueError naming the limit and the count."""
+    if max_prompt_tokens is not None and num_prompt_tokens > max_prompt_tokens:
+        raise ValueError(f"Your prompt is {num_prompt_tokens:,} tokens; this server allows {max_prompt_tokens:,}. Shorten it.")
+    context = target.context_length
+    needed = run_positions(num_prompt_tokens, max_new_tokens, num_draft_tokens)
+    if context is not None and needed > context:
+        raise ValueError(
+            f"Your prompt ({num_prompt_tokens:,} tokens) plus max new tokens ({max_new_tokens:,}) and a round's k + 1 "
+            f"({num_draft_tokens + 1}) needs {needed:,} positions; the model's context is {context:,}. Shorten the prompt "
+            "or lower max new tokens."
+        )
+
+
+def prompt_ids(
+    target: LoadedModel, prompt: str, chat: bool, *, max_new_tokens: int, num_draft_tokens: int = 0, max_prompt_tokens: int | None = None
+) -> list[int]:
+    """The ids a run of prompt prefills, exactly (the target's tokenizer, its chat template when chat), once they
+    pass every check a prompt must pass before any model turn: its characters first (specviz.config.validate_prompt:
+    a huge paste never reaches the tokenizer), then check_prompt_tokens. ValueError with a message for the user."""
+    validate_prompt(prompt)
+    ids = encode_prompt(target.tokenizer, prompt, chat)
+    check_prompt_tokens(target, len(ids), max_new_tokens, num_draft_tokens, max_prompt_tokens)
+    return ids
+
+
+def kv_tokens(config: RunConfig, models: RunModels, num_prompt_tokens: int, *, baseline: bool = False) -> int:
+    """A run's worst-case KV cache, in tokens of its target's cache: run_positions() for the target, plus as many for
+    the drafter's own cache scaled by its bytes per token (a draft model's; an early exit's, its first layers of the
+    target). Prompt lookup, the n-gram model and Medusa heads keep no cache."""
+    k = 0 if baseline else config.num_draft_tokens
+    positions = run_positions(num_prompt_tokens, config.max_new_tokens, k)
+    target = models.target
+    own = target.kv_bytes_per_token
+    extra = 0
+    if not baseline and drafter_spec(config.drafter).lm == "draft" and models.draft is not None:
+        extra = models.draft.kv_bytes_per_token
+    elif not baseline and drafter_spec(config.drafter).lm == "early-exit":
+        extra = kv_bytes_per_token(target.model, target.dtype, exit_layer_for(config, target))
+    return positions + -(-positions * extra // own)  # the drafter's share rounded up
 
 
 def exit_layer_for(config: RunConfig, target: LoadedModel) -> int:

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import torch
 
 from specviz.core.metrics import RunStats, summarize
-from specviz.core.protocols import CachedLM, Drafter, common_prefix_len, extend_last
+from specviz.core.protocols import CachedLM, Drafter, common_prefix_len, extend_last, paused_s
 from specviz.core.records import StepRecord
 from specviz.core.rounds import Drafted, RoundContext, Verified, build_record, cut_emitted
 from specviz.core.sampling import SamplingConfig, warp
@@ -140,12 +140,12 @@ class SpeculativeDecoder:
         self.use_tree = config.tree_width > 1 and tree_ready(target, drafter)
         self.hidden: torch.Tensor | None = None  # (H,) the newest committed token's hidden row, for a drafter reading it
         # Prefill: the target caches all but the newest token, whose logits the first verify pass computes.
-        start = self._clock()
+        start, paused = self._clock(), paused_s()
         if len(self.tokens) > 1:
             extend_last(self.target, self.tokens[:-1])  # no (L, V) logits for a prompt of L tokens
         self.drafter.prepare(self.tokens)
         self.observe(-1 if len(self.tokens) > 1 else None)  # the prefill's last row chose the newest token
-        self.prefill_ms = (self._clock() - start) * 1000.0
+        self.prefill_ms = (self._clock() - start - (paused_s() - paused)) * 1000.0  # a long prefill's waits between chunks are not its time
 
     @property
     def generated(self) -> list[int]:

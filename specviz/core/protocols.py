@@ -10,12 +10,20 @@ the round already ran. Nothing in the loop discovers a capability by inspecting 
 
 A long job (a sweep, a lab's measurement) that shares the model with other sessions is handed a ``Turn``: each call
 holds the model for one piece of work (``with turn(): one pass``). The measuring code never knows whose queue it is.
+
+A prefill longer than PREFILL_CHUNK_TOKENS runs in chunks (``specviz.models.HFCachedLM``), and between two chunks it
+calls ``pause_point()``: inside ``pausable(pause)`` (a model turn on a shared server sets it) that may hand the model to
+a participant waiting in the queue and take it back, so no single prefill holds the model longer than a few hundred
+tokens' pass. The pause is scoped to the running thread (a ``ContextVar``), never shared between sessions; alone on the
+machine there is none, and a pause point costs nothing. ``paused_s()`` is what the turns waited so far, so a prefill's
+own clock can leave the waits out.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from contextlib import AbstractContextManager, nullcontext
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import AbstractContextManager, contextmanager, nullcontext
+from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import ClassVar, Protocol
 
@@ -25,6 +33,43 @@ from specviz.core.tree import TreeDraft
 
 Turn = Callable[[], AbstractContextManager[object]]  # one model turn per call: `with turn(): one run or one pass`
 no_turn: Turn = nullcontext  # alone on the machine (the command line, tests): nothing to wait for
+Pause = Callable[[], float]  # between two chunks of a long prefill: maybe let a waiting turn go first; seconds waited
+PREFILL_CHUNK_TOKENS = 256  # a prefill is fed in passes of at most this many tokens (about a Step's pass or a few)
+
+
+@dataclass
+class _Pauses:
+    pause: Pause
+    waited_s: float = 0.0
+
+
+_pauses: ContextVar[_Pauses | None] = ContextVar("specviz_pauses", default=None)
+
+
+@contextmanager
+def pausable(pause: Pause) -> Iterator[None]:
+    """Within the block (one model turn), every pause_point() calls pause: a long prefill gives way between chunks."""
+    token = _pauses.set(_Pauses(pause))
+    try:
+        yield
+    finally:
+        _pauses.reset(token)
+
+
+def pause_point() -> float:
+    """Between two chunks of one long pass: the turn's pause, if this code runs inside pausable(); seconds waited."""
+    pauses = _pauses.get()
+    if pauses is None:
+        return 0.0
+    waited = float(pauses.pause())
+    pauses.waited_s += waited
+    return waited
+
+
+def paused_s() -> float:
+    """Seconds the pauses of the enclosing pausable() block have waited so far (0 outside one)."""
+    pauses = _pauses.get()
+    return pauses.waited_s if pauses is not None else 0.0
 
 
 class CachedLM(Protocol):

@@ -395,8 +395,7 @@ def run_sweep(
     """Run the sweep and return one BenchRow per speculative setting. early_exit: a cached
     early_exit_view of the target, heads: its loaded Medusa heads (each built here when needed and not given). on_progress(done, total,
     message) follows every run, warm-ups included. turn: on a shared server, one model turn per run."""
-    from specviz.models import encode_prompt
-    from specviz.runs import build_decoder, resolve_models
+    from specviz.runs import build_decoder, prompt_ids, resolve_models
 
     if not prompts:
         raise ValueError("No prompts to benchmark: choose at least one category.")
@@ -417,19 +416,19 @@ def run_sweep(
     device, dtype = str(target.device), target.precision
 
     def factory(
-        prompt_ids: list[int], drafter: str, k: int, temperature: float, baseline: bool, tree_width: int = 1
+        ids: list[int], drafter: str, k: int, temperature: float, baseline: bool, tree_width: int = 1
     ) -> Callable[[], SpeculativeDecoder]:
         cfg = config(drafter, k, temperature, tree_width)
-        return lambda: build_decoder(cfg, target, prompt_ids, draft, early_exit=early_exit, heads=heads, baseline=baseline)
+        return lambda: build_decoder(cfg, target, ids, draft, early_exit=early_exit, heads=heads, baseline=baseline)
 
     total, offset = spec.num_runs(len(prompts)), 0
     rows: list[BenchRow] = []
     for prompt in prompts:
-        prompt_ids = encode_prompt(target.tokenizer, prompt.prompt, spec.chat)
+        ids = prompt_ids(target, prompt.prompt, spec.chat, max_new_tokens=spec.max_new_tokens, num_draft_tokens=max(spec.ks))  # within the context
         for temperature in spec.temperatures:
-            setups = {BASELINE: factory(prompt_ids, spec.drafters[0], spec.ks[0], temperature, True)}
+            setups = {BASELINE: factory(ids, spec.drafters[0], spec.ks[0], temperature, True)}
             grid = [(d, k, w) for d in spec.drafters for k in spec.ks for w in spec.tree_widths]
-            setups |= {setting_name(d, k, w): factory(prompt_ids, d, k, temperature, False, w) for d, k, w in grid}
+            setups |= {setting_name(d, k, w): factory(ids, d, k, temperature, False, w) for d, k, w in grid}
             where = f"{prompt.category} {prompt.title!r} T={_fmt_t(temperature)}"
 
             def progress(done: int, _total: int, message: str, sample: RunSample, offset: int = offset, where: str = where) -> None:

@@ -17,7 +17,7 @@ import torch
 
 from specviz.config import RunConfig, validate_prompt
 from specviz.core.divergence import first_difference
-from specviz.core.protocols import Turn, no_turn
+from specviz.core.protocols import Turn, extend_last, no_turn
 from specviz.core.toy import TOY_VARIANTS, chi_square_pvalue, sample_first_tokens, tv_distance
 from specviz.drafters.specs import ONE_MODEL_KINDS, drafter_spec
 
@@ -102,7 +102,7 @@ def sample_fast(config: RunConfig, target: LoadedModel, prompt_ids: list[int], e
         p1 = warp(lm.extend(prompt_ids[-1:])[-1], config.sampling).float().cpu()  # (V,)
     else:
         hidden = None
-        p1 = warp(lm.extend(prompt_ids)[-1], config.sampling).float().cpu()  # (V,)
+        p1 = warp(extend_last(lm, prompt_ids), config.sampling).float().cpu()  # (V,): the LM head runs on the last row only
     drafter.prepare(prompt_ids)
     if drafter.reads_hidden:
         drafter.observe(hidden)  # type: ignore[attr-defined]  # a HiddenDrafter
@@ -130,6 +130,7 @@ def sample_engine(
             record = spec.step()
             plain = build_decoder(dataclasses.replace(config, max_new_tokens=1), target, prompt_ids, seed=2 * i + 1, baseline=True)
             target_tokens.append(plain.step().emitted[0])
+            del spec, plain  # their caches go before the next pair's prefill: two runs' caches at most
         if first is None:
             first = record
         drafted_runs += record.num_drafted > 0

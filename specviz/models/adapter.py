@@ -9,6 +9,7 @@ import torch
 from transformers import DynamicCache, PreTrainedModel
 from transformers.cache_utils import DynamicLayer
 
+from specviz.core.protocols import PREFILL_CHUNK_TOKENS, pause_point
 from specviz.core.tree import tree_mask
 
 
@@ -18,15 +19,25 @@ class HFCachedLM:
 
     keep_hidden (per run, for a drafter that reads the target's hidden state): every pass also asks for the hidden
     states and keeps the last one, ``out.hidden_states[-1]`` (after the final norm: the LM head's input, so
-    ``lm_head(last_hidden) == logits``), as last_hidden (T, H); a last_only prefill keeps its last row only."""
+    ``lm_head(last_hidden) == logits``), as last_hidden (T, H); a last_only prefill keeps its last row only.
+
+    A last_only pass (a prefill) longer than chunk_tokens runs as several passes of at most chunk_tokens, with a
+    pause point between two (specviz.core.protocols.pause_point: on a shared server a waiting participant's turn may go
+    first). The cache and the last row equal a one-pass prefill's up to float rounding (the attention over the cached
+    chunks sums in another order; tests/test_budgets.py), and every caller chunks alike, so a prompt gets the same cache
+    on the command line and in the app."""
 
     can_verify_tree = True
 
-    def __init__(self, model: PreTrainedModel, vocab_size: int, keep_hidden: bool = False) -> None:
+    def __init__(self, model: PreTrainedModel, vocab_size: int, keep_hidden: bool = False, chunk_tokens: int | None = None) -> None:
+        chunk_tokens = PREFILL_CHUNK_TOKENS if chunk_tokens is None else chunk_tokens
+        if chunk_tokens < 1:
+            raise ValueError(f"chunk_tokens must be at least 1; got {chunk_tokens}.")
         self.model = model
         self.vocab_size = vocab_size
         self.device = model.device
         self.keep_hidden = keep_hidden
+        self.chunk_tokens = chunk_tokens
         self.last_hidden: torch.Tensor | None = None  # (T, H) of the latest pass when keep_hidden
         self.cache = DynamicCache(config=model.config)
         try:  # sliding-window layers must remember past states to be cropped
@@ -55,6 +66,15 @@ class HFCachedLM:
         ids may be a 1-D LongTensor on the model's device (a draft model feeding back its own samples)."""
         if len(ids) == 0:
             raise ValueError("extend() needs at least one token")
+        if last_only and len(ids) > self.chunk_tokens:  # a long prefill: chunk by chunk, a pause point between two
+            for start in range(0, len(ids) - self.chunk_tokens, self.chunk_tokens):
+                self._pass(ids[start : start + self.chunk_tokens], last_only=True)
+                pause_point()
+            return self._pass(ids[(len(ids) - 1) // self.chunk_tokens * self.chunk_tokens :], last_only=True)
+        return self._pass(ids, last_only)
+
+    def _pass(self, ids: Sequence[int] | torch.Tensor, last_only: bool) -> torch.Tensor:
+        """One forward over ids after the cached ones (what extend() documents)."""
         if isinstance(ids, torch.Tensor):
             input_ids = ids.to(self.device, torch.long).view(1, -1)  # (1, T)
             self._pending.append(input_ids[0])
@@ -263,6 +283,25 @@ class HFBatchedLM:
 
 def num_layers(model: PreTrainedModel) -> int:
     return int(model.config.num_hidden_layers)
+
+
+def kv_bytes_per_token(model: PreTrainedModel, dtype: torch.dtype, layers: int | None = None) -> int:
+    """Bytes one token takes in a run's KV cache: layers x 2 (keys and values) x KV heads x head dim x the element
+    size of the activations' dtype (what the attention layers write). The embedded SmolLM2-135M in float32:
+    30 x 2 x 3 x 64 x 4 = 46,080 bytes. layers: fewer than the model's (an early exit's own cache)."""
+    config = model.config
+    heads = int(config.num_attention_heads)
+    kv_heads = int(getattr(config, "num_key_value_heads", None) or heads)
+    head_dim = int(getattr(config, "head_dim", None) or config.hidden_size // heads)
+    element = torch.finfo(dtype).bits // 8 if dtype.is_floating_point else torch.iinfo(dtype).bits // 8
+    return (num_layers(model) if layers is None else layers) * 2 * kv_heads * head_dim * element
+
+
+def context_length(model: PreTrainedModel) -> int | None:
+    """The most positions the model was built for (max_position_embeddings; a GGUF's context_length becomes it when
+    transformers reads the file), or None when its config does not say."""
+    value = getattr(model.config, "max_position_embeddings", None)
+    return int(value) if isinstance(value, int) and value > 0 else None
 
 
 def default_exit_layer(model: PreTrainedModel) -> int:

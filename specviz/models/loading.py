@@ -13,6 +13,7 @@ from pathlib import Path
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
+from specviz.models.adapter import context_length, kv_bytes_per_token
 from specviz.models.precision import INT8_DYNAMIC, activation_dtype, convert, resolve_precision
 
 log = logging.getLogger(__name__)
@@ -63,6 +64,16 @@ class LoadedModel:
     @property
     def num_layers(self) -> int:
         return int(self.model.config.num_hidden_layers)
+
+    @property
+    def context_length(self) -> int | None:
+        """The most positions a run may reach (prompt + new tokens + a round's drafts); None when unknown."""
+        return context_length(self.model)
+
+    @property
+    def kv_bytes_per_token(self) -> int:
+        """Bytes one token takes in a run's KV cache of this model (specviz.models.adapter.kv_bytes_per_token)."""
+        return kv_bytes_per_token(self.model, self.dtype)
 
 
 def resolve_device(name: str = "auto") -> torch.device:

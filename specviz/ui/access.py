@@ -17,11 +17,13 @@ from contextlib import contextmanager
 import streamlit as st
 from streamlit.logger import get_logger
 
-from specviz.core.protocols import Turn
+from specviz.core.protocols import Turn, pausable
 from specviz.ui import backmsgs, timing, widgets
 from specviz.ui.client import client_of, current_client
 from specviz.ui.keys import STEP_THROUGH_KEY
 from specviz.viz.markdown import md_text
+from specviz.workshop.budgets import kv_budget
+from specviz.workshop.clients import LOCAL
 from specviz.workshop.jobs import JobStopped, LongJobs, check_running, shutting_down, stop_at_exit
 from specviz.workshop.policy import Policy, bind_text, decide_mode, load_policy, mode_rule, read_settings
 from specviz.workshop.presentation import presenter_key
@@ -170,7 +172,8 @@ def target_queue(model) -> ModelQueue:
 def model_turn(model, what: str = "your round", slot=None) -> Iterator[float]:
     """Hold a turn on `model` for the with-block; while waiting, show the place in line (an element drawn only if we
     wait; in `slot`, an st.empty, when given). Raises ValueError with a message after the owner's queue timeout, and
-    JobStopped (a ValueError) once the server is shutting down."""
+    JobStopped (a ValueError) once the server is shutting down. A long prefill inside the block lets waiting turns
+    go first between its chunks (specviz.core.protocols.pausable; the waits count as queue time, not the run's)."""
     check_running()
     policy = current_policy()
     queue = model_queue(queue_key(model), policy.concurrency(model.device.type))
@@ -187,12 +190,24 @@ def model_turn(model, what: str = "your round", slot=None) -> Iterator[float]:
         )
 
     try:
-        with queue.turn(on_wait, timeout_s=policy.queue_timeout_s) as waited:
+        with queue.held_turn(on_wait, timeout_s=policy.queue_timeout_s) as held:
+            waited = held.waited_s
             timing.add_queue_wait(waited)
             log.debug("specviz turn: %s waited %.3f s for %s", what, waited, queue.name)  # scripts/contention.py reads this
             if box is not None:
                 box.empty()
-            yield waited
+
+            def pass_on() -> float:
+                again = held.pass_on()
+                if again:
+                    timing.add_queue_wait(again)
+                    log.debug("specviz turn: %s waited %.3f s for %s", what, again, queue.name)
+                    if box is not None:
+                        box.empty()
+                return again
+
+            with pausable(pass_on):
+                yield waited
     except QueueTimeout as exc:
         timing.add_queue_wait(time.perf_counter() - start)
         log.warning("specviz queue for %s: %s", queue.name, exc)
@@ -264,8 +279,29 @@ def _track_session() -> None:
     ctx = get_script_run_ctx()
     if ctx is None:
         return
-    _registry.touch(ctx.session_id, ctx.session_state)
+    address = _admit(ctx.session_id)
+    _registry.touch(ctx.session_id, ctx.session_state, address)
     _start_sweeper()
+
+
+def _admit(session_id: str) -> str:
+    """This session's client address; a new session over the owner's cap of sessions per address stops here with a
+    message (the owner at this machine is never capped). A room behind one NAT shares an address: the cap is a
+    guard against floods, the KV-cache budget the guard of memory (docs/workshop-safety.md)."""
+    client = current_client()
+    address = client.address
+    try:
+        cap = load_policy(secrets=_secrets_table(), server_address=st.get_option("server.address"), owner_possible=client.owner_possible).max_sessions_per_client
+    except ValueError:
+        cap = Policy().max_sessions_per_client
+    if address != LOCAL and not _registry.admits(session_id, address, cap):
+        log.info("specviz refused a session of %s: %d sessions open", address, _registry.sessions_of(address))
+        st.error(
+            f"Your address already has {cap:,} sessions open on this server, its limit. Close tabs of this app you no "
+            "longer use, then reload this one."
+        )
+        st.stop()
+    return address
 
 
 def _free_session(session_id: str, state, whole: bool) -> None:
@@ -275,6 +311,7 @@ def _free_session(session_id: str, state, whole: bool) -> None:
         if page is not None and hasattr(page, "free"):
             page.free()
         if whole:
+            kv_budget().release_session(session_id)  # whatever else it still reserved
             for key in list(state.filtered_state):
                 try:
                     del state[key]

@@ -13,8 +13,8 @@ from specviz.config import RunConfig
 from specviz.experiments.batch import BatchPoint, BatchSetup, measure_batches, typical_overhead_ms_per_row
 from specviz.experiments.bench import DEFAULT_PROMPTS, load_prompts
 from specviz.experiments.cost_profile import device_name
-from specviz.runs import RunModels
-from specviz.ui import access
+from specviz.runs import RunModels, run_positions
+from specviz.ui import access, budgets
 from specviz.ui import models as ui_models
 from specviz.workshop.policy import Policy
 
@@ -88,13 +88,21 @@ class BatchMeasurement:
         )
 
 
+def batch_kv_tokens(plan: BatchPlan, num_prompt_tokens: int) -> int:
+    """The largest B's two batches (plain and speculative, both kept to compare their rows), each row up to twice its
+    positions (rejected drafts leave holes in a batch's cache until it compacts: specviz.models.HFBatchedLM)."""
+    return SIDES * max(plan.batch_sizes) * 2 * run_positions(num_prompt_tokens, plan.max_new_tokens, plan.k)
+
+
 def measure_batches_here(plan: BatchPlan, on_progress: Callable[[int, int, str], None]) -> BatchMeasurement:
     """The server's first target, greedy prompt lookup on the copy prompts at every B of the plan, as a long job:
     one model turn per batched run. Raises ValueError (a refused or stopped job, a model that will not load)."""
     target = ui_models.get_model(access.current_policy().default_target)
     config = RunConfig(target=target.name, drafter=PAGE_DRAFTER, num_draft_tokens=plan.k, temperature=0.0, max_new_tokens=plan.max_new_tokens)
     setup = BatchSetup(config, tuple(load_prompts(DEFAULT_PROMPTS, [PAGE_CATEGORY])), plan.repeats, plan.warmup)
-    with access.long_job(target, "the batch measurement", "its next batched run") as turn:
-        points = measure_batches(RunModels(target), setup, plan.batch_sizes, on_progress=on_progress, turn=turn)
+    longest = max(len(budgets.prompt_ids(target, p.prompt, config.chat, plan.max_new_tokens, plan.k)) for p in setup.prompts)
+    with budgets.job_memory(target, batch_kv_tokens(plan, longest), "The batch measurement"):
+        with access.long_job(target, "the batch measurement", "its next batched run") as turn:
+            points = measure_batches(RunModels(target), setup, plan.batch_sizes, on_progress=on_progress, turn=turn)
     machine = f"{device_name(target.device)}, {target.precision}, {torch.get_num_threads()} threads"
     return BatchMeasurement(tuple(points), plan, machine)

@@ -7,7 +7,7 @@ from collections.abc import Callable, Sequence
 
 import pandas as pd
 
-from specviz.config import EMBEDDED_TARGET
+from specviz.config import EMBEDDED_TARGET, RunConfig
 from specviz.core.decoding import MAX_DRAFT_TOKENS
 from specviz.core.tree import MAX_TREE_WIDTH
 from specviz.drafters.specs import SPECULATIVE_KINDS, drafter_spec
@@ -23,7 +23,8 @@ from specviz.experiments.bench import (
     summary_table,
     tree_vs_chain_table,
 )
-from specviz.ui import access
+from specviz.runs import RunModels, kv_tokens
+from specviz.ui import access, budgets
 from specviz.ui.models import sweep_models
 
 __all__ = [
@@ -38,6 +39,16 @@ def needs_draft_model(drafters: Sequence[str]) -> bool:
     return any(drafter_spec(d).needs_model for d in drafters)
 
 
+def sweep_kv_tokens(models: RunModels, spec: SweepSpec, num_prompt_tokens: int) -> int:
+    """A sweep runs one decoder at a time (its cache and its drafter's): the largest of them, at the longest prompt."""
+    configs = [
+        RunConfig(target=models.target.name, draft=models.draft.name if models.draft else None, drafter=d, num_draft_tokens=max(spec.ks),  # type: ignore[arg-type]
+                  exit_layer=spec.exit_layer, max_new_tokens=spec.max_new_tokens, chat=spec.chat)
+        for d in spec.drafters
+    ]  # fmt: skip
+    return max(kv_tokens(c, models, num_prompt_tokens) for c in configs)
+
+
 def run_benchmark(
     target_source: str, draft_source: str, device: str, prompts: Sequence[BenchPrompt], spec: SweepSpec,
     on_progress: Callable[[int, int, str], None],
@@ -45,6 +56,10 @@ def run_benchmark(
     """Load the sweep's models (cached), then run it as a long job: one model turn per run (a long run gives the model
     back between rounds), timings counted inside the turns only. Raises ValueError with a message for the user."""
     models = sweep_models(target_source, draft_source, device, spec.drafters)
-    with access.long_job(models.target, "a benchmark sweep", "the sweep's next run") as turn:
-        rows = run_sweep(models.target, prompts, spec, draft=models.draft, early_exit=models.early_exit, on_progress=on_progress, turn=turn)
+    longest = max(len(budgets.prompt_ids(models.target, p.prompt, spec.chat, spec.max_new_tokens, max(spec.ks))) for p in prompts)
+    with budgets.job_memory(models.target, sweep_kv_tokens(models, spec, longest), "The benchmark sweep"), \
+            access.long_job(models.target, "a benchmark sweep", "the sweep's next run") as turn:  # fmt: skip
+        rows = run_sweep(
+            models.target, prompts, spec, draft=models.draft, early_exit=models.early_exit, heads=models.heads, on_progress=on_progress, turn=turn
+        )
     return rows_to_frame(rows)

@@ -185,4 +185,6 @@ class LiveStage:
         live.empty()
 
     def reset(self) -> None:
+        if self.state.session is not None:
+            self.state.session.release()  # its share of the server's KV budget
         self.state.session, self.state.playing = None, False

@@ -16,7 +16,8 @@ from specviz.experiments.lab import (
     sample_real,
     summarize_real,
 )
-from specviz.ui import access
+from specviz.runs import kv_tokens
+from specviz.ui import access, budgets
 from specviz.ui.models import run_models
 
 __all__ = [
@@ -30,12 +31,18 @@ def run_real(
     on_progress: Callable[[int, int], None] | None = None,
 ) -> RealResult:
     """The first token after the prompt, N times speculatively and N times from the target alone (k = 1, two new
-    tokens, no chat template), one model turn per pair of runs. Raises ValueError with a message for the user."""
+    tokens, no chat template), one model turn per pair of runs. Raises ValueError with a message for the user, before
+    any model turn when the prompt is over this server's token budget or its memory for runs is full."""
     validate_prompt(prompt)  # before loading a model for nothing
     config = RunConfig(target=target, drafter=drafter, num_draft_tokens=1, temperature=float(temperature), max_new_tokens=2, chat=False, device=device)  # type: ignore[arg-type]
     models = run_models(config)
-    with access.long_job(models.target, "the lab's sampler", "your next sample") as turn:  # one model turn per pair of runs
-        return sample_real(config, models.target, prompt, mode, int(n), variant, early_exit=models.early_exit, on_progress=on_progress, turn=turn)
+    ids = budgets.prompt_ids(models.target, prompt, config.chat, config.max_new_tokens, config.num_draft_tokens)
+    memory = kv_tokens(config, models, len(ids)) + (kv_tokens(config, models, len(ids), baseline=True) if mode == "engine" else 0)
+    with budgets.job_memory(models.target, memory, "The lab's sampler"):
+        with access.long_job(models.target, "the lab's sampler", "your next sample") as turn:  # one model turn per pair of runs
+            return sample_real(
+                config, models.target, prompt, mode, int(n), variant, early_exit=models.early_exit, on_progress=on_progress, turn=turn, heads=models.heads
+            )
 
 
 def run_greedy(prompt: str, target: str, device: str, drafter: str, k: int, max_new_tokens: int) -> GreedyResult:
@@ -43,5 +50,8 @@ def run_greedy(prompt: str, target: str, device: str, drafter: str, k: int, max_
     validate_prompt(prompt)
     config = RunConfig(target=target, drafter=drafter, num_draft_tokens=int(k), temperature=0.0, max_new_tokens=int(max_new_tokens), device=device)  # type: ignore[arg-type]
     models = run_models(config)
-    with access.long_job(models.target, "the side-by-side check", "your next rounds") as turn:
-        return greedy_side_by_side(config, models.target, prompt, early_exit=models.early_exit, turn=turn)
+    ids = budgets.prompt_ids(models.target, prompt, config.chat, config.max_new_tokens, config.num_draft_tokens)
+    memory = kv_tokens(config, models, len(ids)) + kv_tokens(config, models, len(ids), baseline=True)  # both runs end side by side
+    with budgets.job_memory(models.target, memory, "The side-by-side check"):
+        with access.long_job(models.target, "the side-by-side check", "your next rounds") as turn:
+            return greedy_side_by_side(config, models.target, prompt, early_exit=models.early_exit, turn=turn, heads=models.heads)

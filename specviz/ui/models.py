@@ -18,7 +18,8 @@ import torch
 
 from specviz.config import RunConfig
 from specviz.models import LoadedModel, ModelLoadError, early_exit_view, load_model, resolve_device, resolve_dtype_name
-from specviz.runs import RunModels, resolve_models
+from specviz.models.medusa import MedusaHeads
+from specviz.runs import RunModels, load_target_heads, resolve_models
 from specviz.ui.access import current_policy
 from specviz.viz.markdown import md_text
 from specviz.workshop.resources import cached
@@ -143,13 +144,24 @@ def get_early_exit(target: LoadedModel, exit_layer: int):
     return _cached_early_exit(target, (target.name, str(target.device), target.precision), exit_layer)
 
 
+@cached(max_entries=4)  # a process registry (specviz.workshop.resources), like the models
+def _cached_heads(folder: str | None, _target: LoadedModel, target_key: tuple) -> MedusaHeads:
+    return load_target_heads(folder, _target)
+
+
+def get_heads(folder: str | None, target: LoadedModel) -> MedusaHeads:
+    """Medusa heads, read from disk and put on the target's device once per (folder, target) and shared by every
+    session read-only, like the models (a Medusa-1 folder with its own LM heads is GBs). A HeadsError is not cached."""
+    return _cached_heads(folder, target, (target.name, str(target.device), target.precision))
+
+
 def run_models(config: RunConfig, *, target: LoadedModel | None = None, drafters: Iterable[str] | None = None) -> RunModels:
     """The models config's drafter (or ``drafters``) needs, from the shared caches (specviz.runs.resolve_models)."""
 
     def load(source: str) -> LoadedModel:
         return get_model(source, **config.load_options())
 
-    return resolve_models(config, load, get_early_exit, target=target, drafters=drafters)
+    return resolve_models(config, load, get_early_exit, get_heads, target=target, drafters=drafters)
 
 
 def sweep_models(target: str, draft: str, device: str, drafters: Iterable[str]) -> RunModels:

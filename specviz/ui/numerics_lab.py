@@ -17,8 +17,9 @@ from specviz.experiments.numerics import (
     invariance_precisions,
     low_precision_dtypes,
 )
-from specviz.models import PRECISION_LABELS, encode_prompt, resolve_device
-from specviz.ui import access
+from specviz.models import PRECISION_LABELS, resolve_device
+from specviz.runs import run_positions
+from specviz.ui import access, budgets
 from specviz.ui.models import lab_models
 
 __all__ = [
@@ -83,9 +84,10 @@ def run_comparison(prompt: str, new_tokens: int, k: int, drafter: str, low: str,
     new_tokens, k = within_caps(prompt, new_tokens, k)
     models = lab_models(["float32", low])
     tokenizer = models["float32"].tokenizer
-    prompt_ids = encode_prompt(tokenizer, prompt, True)
-    with access.long_job(models["float32"], "the numerics comparison", "its next pass") as turn:
-        report = compare(models, prompt_ids, new_tokens, k, drafter, turn=turn, on_progress=on_progress)
+    prompt_ids = budgets.prompt_ids(models["float32"], prompt, True, new_tokens, k)
+    with budgets.job_memory(models["float32"], lab_kv_tokens(len(prompt_ids), new_tokens, k), "The numerics comparison"):
+        with access.long_job(models["float32"], "the numerics comparison", "its next pass") as turn:
+            report = compare(models, prompt_ids, new_tokens, k, drafter, turn=turn, on_progress=on_progress)
     ids = {t for trace in report.traces for t in trace.ids}
     return NumericsResult(prompt, drafter, report, {t: tokenizer.decode([t]) for t in ids})
 
@@ -95,6 +97,13 @@ def measure_invariance(prompt: str, new_tokens: int, k: int, precisions: list[st
     job taking one model turn per model pass, within the owner's caps."""
     new_tokens, k = within_caps(prompt, new_tokens, k)
     models = lab_models(precisions)
-    prompt_ids = encode_prompt(models["float32"].tokenizer, prompt, True)
-    with access.long_job(models["float32"], "the batch-invariance check", "its next pass") as turn:
-        return batch_invariance(models, prompt_ids, new_tokens, k, on_progress=on_progress, turn=turn)
+    prompt_ids = budgets.prompt_ids(models["float32"], prompt, True, new_tokens, k)
+    with budgets.job_memory(models["float32"], lab_kv_tokens(len(prompt_ids), new_tokens, k), "The batch-invariance check"):
+        with access.long_job(models["float32"], "the batch-invariance check", "its next pass") as turn:
+            return batch_invariance(models, prompt_ids, new_tokens, k, on_progress=on_progress, turn=turn)
+
+
+def lab_kv_tokens(num_prompt_tokens: int, new_tokens: int, k: int) -> int:
+    """The lab's caches alive at once: the two of a scoring sweep (1-token and (k+1)-token passes over the same
+    tokens; a greedy decode before it holds one), in float32 tokens (no other precision's cache is larger)."""
+    return 2 * run_positions(num_prompt_tokens, new_tokens, k)

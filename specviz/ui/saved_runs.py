@@ -17,11 +17,13 @@ import streamlit as st
 
 from specviz.config import RunConfig
 from specviz.core.resume import capture
+from specviz.drafters.specs import drafter_spec
 from specviz.models import encode_prompt
 from specviz.recording import RecordedRun
-from specviz.runs import SavedDecoder, exit_layer_for, resume_decoder
+from specviz.runs import RunModels, SavedDecoder, exit_layer_for, resume_decoder
+from specviz.ui import budgets
 from specviz.ui.access import current_policy, model_turn
-from specviz.ui.models import get_early_exit, get_model
+from specviz.ui.models import get_early_exit, get_heads, get_model
 from specviz.ui.replay import session_recording
 from specviz.ui.session import (
     PageState,
@@ -31,6 +33,7 @@ from specviz.ui.session import (
     friendly_error,
     load_target,
     request_baseline,
+    session_kv_tokens,
     step_session,
 )
 from specviz.viz.markdown import md_text
@@ -129,7 +132,8 @@ def _check_allowed(configs: list[RunConfig]) -> None:
 
 
 def rebuild_session(saved: SavedRun) -> StepSession:
-    """A live StepSession at the saved round: the same target and prompt ids, each run resumed, a fresh baseline."""
+    """A live StepSession at the saved round: the same target and prompt ids, each run resumed, a fresh baseline.
+    The prompt passes this server's token budget and the runs reserve their KV cache before the re-prefill."""
     rec = saved.recording
     configs = [r.config for r in rec.runs]
     _check_allowed(configs)
@@ -137,17 +141,31 @@ def rebuild_session(saved: SavedRun) -> StepSession:
     prompt_ids = list(rec.prompt_ids)
     if rec.environment.vocab_size != target.vocab_size or encode_prompt(target.tokenizer, rec.prompt, configs[0].chat) != prompt_ids:
         raise SavedRunError("This saved run was made with another model than this server's, so a fresh run starts.")
-    with model_turn(target, "restoring your run"):  # the re-prefill is a model pass like any round
-        runs = [Run(r.label, r.config, _resumed(r, state, target, prompt_ids), r.error) for r, state in zip(rec.runs, saved.states)]
+    budgets.check_ids(target, len(prompt_ids), max(c.max_new_tokens for c in configs), max(c.num_draft_tokens for c in configs))
+    models = [_models(c, target) for c in configs]  # loaded (cached) before the turn: a slow load must not hold the queue
+    reservation = budgets.reserve("step-through", target, session_kv_tokens(configs, models, len(prompt_ids)))
+    try:
+        with model_turn(target, "restoring your run"):  # the re-prefill is a model pass like any round
+            runs = [Run(r.label, r.config, _resumed(r, state, target, prompt_ids), r.error) for r, state in zip(rec.runs, saved.states)]
+    except BaseException:
+        reservation.release()
+        raise
     baseline = request_baseline(configs[0], target, prompt_ids)  # shared, measured in the background
     compare = configs[1] if len(configs) > 1 else None
-    return StepSession(rec.prompt, configs[0], compare, prompt_ids, TokenTexts(target.tokenizer), runs, baseline, target)
+    return StepSession(rec.prompt, configs[0], compare, prompt_ids, TokenTexts(target.tokenizer), runs, baseline, target).hold(reservation)
+
+
+def _models(config: RunConfig, target) -> RunModels:
+    """The models a saved run's drafter needs, from the shared caches (loaded before the model turn)."""
+    lm = drafter_spec(config.drafter).lm
+    draft = get_model(config.draft or "", **config.load_options()) if lm == "draft" else None
+    early_exit = get_early_exit(target, exit_layer_for(config, target)) if lm == "early-exit" else None
+    heads = get_heads(config.medusa_heads, target) if lm == "heads" else None
+    return RunModels(target, draft, early_exit, heads)
 
 
 def _resumed(run: RecordedRun, state, target, prompt_ids: list[int]):
-    config = run.config
-    draft = get_model(config.draft or "", **config.load_options()) if config.drafter == "model" else None
-    early_exit = get_early_exit(target, exit_layer_for(config, target)) if config.drafter == "early-exit" else None
+    models = _models(run.config, target)
     generated = [t for r in run.records for t in r.emitted]
     saved = SavedDecoder(generated, run.records, state, run.seed, run.prefill_ms)
-    return resume_decoder(config, target, prompt_ids, saved, draft, early_exit=early_exit)
+    return resume_decoder(run.config, target, prompt_ids, saved, models.draft, early_exit=models.early_exit, heads=models.heads)

@@ -17,6 +17,7 @@ background turns of the same queue, after every waiting round."""
 from __future__ import annotations
 
 import logging
+import weakref
 from dataclasses import dataclass, field
 
 import streamlit as st
@@ -26,15 +27,16 @@ from specviz.config import RunConfig, validate_prompt
 from specviz.core.decoding import SpeculativeDecoder
 from specviz.core.records import StepRecord
 from specviz.drafters.specs import branches, short_name
-from specviz.models import LoadedModel, encode_prompt, token_bytes
-from specviz.runs import build_decoder, decoder_for
-from specviz.ui import timing
+from specviz.models import LoadedModel, token_bytes
+from specviz.runs import RunModels, build_decoder, decoder_for, kv_tokens
+from specviz.ui import budgets, timing
 from specviz.ui.access import model_turn, target_queue
 from specviz.ui.keys import STEP_THROUGH_KEY
 from specviz.ui.models import get_model, run_models
 from specviz.viz.markdown import md_text
 from specviz.viz.tokens import TokenTable
 from specviz.workshop.baselines import BaselineRun, baseline_worker
+from specviz.workshop.budgets import Reservation
 
 log = logging.getLogger(__name__)
 
@@ -125,6 +127,18 @@ class StepSession:
     target: LoadedModel | None = None  # whose queue the rounds wait in
     memo: dict = field(default_factory=dict, repr=False, compare=False)  # frames and figures per round (specviz.ui.memo)
     run_token: str | None = None  # its key in the run directory once saved (specviz.ui.saved_runs)
+    reservation: Reservation | None = field(default=None, repr=False, compare=False)  # its KV cache's share (hold())
+
+    def hold(self, reservation: Reservation) -> StepSession:
+        """Keep the runs' share of the server's KV budget until release(), or until this session object goes away."""
+        self.reservation = reservation
+        weakref.finalize(self, reservation.release)
+        return self
+
+    def release(self) -> None:
+        """Give the runs' KV share back (Reset, a new run, the sweeper freeing the session)."""
+        if self.reservation is not None:
+            self.reservation.release()
 
     @property
     def done(self) -> bool:
@@ -167,6 +181,7 @@ class PageState:
         being measured for this session alone is then dropped by the worker too (it holds it weakly)."""
         if self.session is not None:
             self.freed = True
+            self.session.release()
         self.session, self.playing = None, False
 
 
@@ -229,32 +244,37 @@ def load_target(config: RunConfig) -> LoadedModel:
     return get_model(config.target, **config.load_options())
 
 
-def _decoder(config: RunConfig, target: LoadedModel, prompt_ids: list[int]) -> SpeculativeDecoder:
-    return decoder_for(config, run_models(config, target=target), prompt_ids)
+def session_kv_tokens(configs: list[RunConfig], models: list[RunModels], num_prompt_tokens: int) -> int:
+    """What a session's runs can hold at once: every run's caches (specviz.runs.kv_tokens) and the plain-decoding
+    baseline's, measured for it in the background."""
+    runs = sum(kv_tokens(c, m, num_prompt_tokens) for c, m in zip(configs, models))
+    return runs + kv_tokens(configs[0], RunModels(models[0].target), num_prompt_tokens, baseline=True)
 
 
 def start_session(state: PageState, config: RunConfig, compare: RunConfig | None, prompt: str) -> StepSession:
-    """Load models (cached), encode the prompt, build the run(s) and fetch or start the baseline.
-    Raises ValueError with a message for the user."""
-    validate_prompt(prompt)
-    target = load_target(config)
-    prompt_ids = encode_prompt(target.tokenizer, prompt, config.chat)
-    if len(prompt_ids) + config.max_new_tokens > _max_positions(target):
-        raise ValueError(f"The prompt ({len(prompt_ids)} tokens) plus max new tokens ({config.max_new_tokens}) exceeds the model's context of {_max_positions(target)}; shorten one.")
+    """Load models (cached), check and encode the prompt, reserve the runs' KV cache, build the run(s) (the prefill,
+    in a model turn) and fetch or start the baseline. Raises ValueError with a message for the user, before any model
+    turn when the prompt is over the budgets."""
+    validate_prompt(prompt)  # the characters, before a model loads for nothing
     configs = [config] + ([compare] if compare is not None else [])
+    target = load_target(config)
+    ids = budgets.prompt_ids(target, prompt, config.chat, max(c.max_new_tokens for c in configs), max(c.num_draft_tokens for c in configs))
     labels = [run_name(c) for c in configs]
     if compare is not None:
         labels = [f"A: {labels[0]}", f"B: {labels[1]}"]
-    for c in configs:  # load a draft model (cached) before taking a turn: a slow load must not hold the queue
-        run_models(c, target=target)
-    with model_turn(target, "your prefill"):  # building a decoder runs the prefill: a model pass like any round
-        runs = [Run(label, c, _decoder(c, target, prompt_ids)) for label, c in zip(labels, configs)]
-    baseline = request_baseline(config, target, prompt_ids)
-    return StepSession(prompt, config, compare, prompt_ids, TokenTexts(target.tokenizer), runs, baseline, target)
-
-
-def _max_positions(target: LoadedModel) -> int:
-    return int(getattr(target.model.config, "max_position_embeddings", None) or 1_000_000)
+    models = [run_models(c, target=target) for c in configs]  # loaded (cached) before a turn: a slow load must not hold the queue
+    reservation = budgets.reserve("step-through", target, session_kv_tokens(configs, models, len(ids)))
+    try:
+        with model_turn(target, "your prefill"):  # building a decoder runs the prefill: a model pass like any round
+            runs = [Run(label, c, decoder_for(c, m, ids)) for label, c, m in zip(labels, configs, models)]
+    except BaseException:
+        reservation.release()
+        raise
+    baseline = request_baseline(config, target, ids)
+    session = StepSession(prompt, config, compare, ids, TokenTexts(target.tokenizer), runs, baseline, target).hold(reservation)
+    if state.session is not None:
+        state.session.release()  # the new run replaces the old one
+    return session
 
 
 def step_session(session: StepSession) -> bool:

@@ -254,12 +254,13 @@ def inspector(session: ViewSource) -> None:
         positions = list(range(num_positions(record)))
         rejected = [i for i in positions if position_info(record, i).fate == "rejected"]
         default = rejected[0] if rejected else positions[-1]
+        labels = {i: md_text(_position_label(record, i, session.token_text, heads)) for i in positions}  # radio options are Markdown
         position = widgets.radio(
             "position in the round",
             positions,
             index=default,
-            format_func=lambda i: md_text(_position_label(record, i, session.token_text, heads)),  # radio options are Markdown
-            key=f"inspect_pos_{run.label}_{round_index}",
+            format_func=labels.__getitem__,  # plain strings: Streamlit keeps a widget's format_func after the run, and a
+            key=f"inspect_pos_{run.label}_{round_index}",  # closure over the session would keep its KV caches alive too
         )
     info = position_info(record, position)
     figure = memo(session, f"inspector:{run.label}", (round_index, position),

@@ -26,7 +26,8 @@ from specviz.core.theory import (
 from specviz.experiments import batch as batch_results
 from specviz.experiments import cost_profile as cost_profile
 from specviz.experiments.cost_profile import PROFILE_DRAFTERS, CostProfile, shipped_profiles
-from specviz.ui import access
+from specviz.runs import run_positions
+from specviz.ui import access, budgets
 from specviz.ui import models as ui_models
 from specviz.viz import theory as figures
 from specviz.viz.theory import batch_frame, batch_ratios
@@ -58,13 +59,19 @@ def theory_numbers(alpha: float, k: int, c: float, verify_cost: float | VerifyCu
     )  # fmt: skip
 
 
+PROFILE_CONTEXT = 256  # tokens cached before each timed pass (cost_profile.measure_profile's default)
+
+
 def measure_this_machine(on_progress: Callable[[int, int, str], None]) -> CostProfile:
     """Profile the embedded target's passes and the offline drafters as a long job: one model turn per measurement
     (no pass overlaps anyone's rounds, and their rounds run between measurements); one repeat in shared mode."""
     target = ui_models.get_model(EMBEDDED_TARGET)
     repeats = 1 if access.current_policy().shared else 3
-    with access.long_job(target, "the cost profile", "its next measurement") as turn:
-        return cost_profile.measure_profile(target, repeats=repeats, label="this machine, measured now", turn=turn, on_progress=on_progress)
+    memory = (1 + len(PROFILE_DRAFTERS)) * run_positions(PROFILE_CONTEXT, 0, MAX_K)  # the context's cache, and a drafter's, at most
+    with budgets.job_memory(target, memory, "The cost profile"), access.long_job(target, "the cost profile", "its next measurement") as turn:
+        return cost_profile.measure_profile(
+            target, context_length=PROFILE_CONTEXT, repeats=repeats, label="this machine, measured now", turn=turn, on_progress=on_progress
+        )
 
 
 NOT_MEASURED = "not measured yet"

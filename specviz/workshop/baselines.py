@@ -34,6 +34,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from specviz.core.decoding import SpeculativeDecoder
+from specviz.core.protocols import pausable
 from specviz.core.records import StepRecord
 from specviz.workshop.foreground import Foreground, foreground
 from specviz.workshop.serving import ModelQueue
@@ -228,9 +229,10 @@ class BaselineWorker:
             return True
         try:
             mark = self.busy.wait_idle(self._check_stop, POLL_S)
-            with job.queue.turn(on_wait=self._check_stop, poll_s=POLL_S, background=True):
+            with job.queue.held_turn(on_wait=self._check_stop, poll_s=POLL_S, background=True) as held:
                 if job.decoder is None:
-                    job.decoder = job.make_decoder()
+                    with pausable(held.pass_on):  # a long prompt's prefill lets every waiting round go first between chunks
+                        job.decoder = job.make_decoder()
                     run._started(job.decoder.prefill_ms)
                     return job.decoder.done and self._finish(run)
                 if self.busy.disturbed(mark):  # a rerun started while this waited for the turn

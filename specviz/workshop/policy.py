@@ -29,6 +29,10 @@ SPECVIZ_MEDUSA_HEADS       allowed_medusa_heads    comma-separated Medusa heads 
 SPECVIZ_MAX_NEW_TOKENS     max_new_tokens          cap on max new tokens per run (256)
 SPECVIZ_MAX_DRAFT_TOKENS   max_draft_tokens        cap on k, tokens drafted per round (8)
 SPECVIZ_MAX_PROMPT_CHARS   max_prompt_chars        cap on the Numerics lab's prompt, in characters (2,000)
+SPECVIZ_MAX_PROMPT_TOKENS  max_prompt_tokens       cap on every prompt, in the target's tokens, chat template included (1,024)
+SPECVIZ_MAX_KV_TOKENS      max_kv_tokens           live KV-cache tokens in this process, every session's runs and jobs
+                                                   together (0: a quarter of the machine's memory, specviz.workshop.budgets)
+SPECVIZ_MAX_SESSIONS_PER_CLIENT max_sessions_per_client  browser sessions one client address may hold (100; 0: no cap)
 SPECVIZ_MAX_SAMPLES        max_samples             cap on vectorised samples N on the Exactness lab (100,000)
 SPECVIZ_MAX_RUNS           max_runs                cap on engine runs one button starts (lab, benchmark) (50)
 SPECVIZ_MAX_CONCURRENT     max_concurrent          model rounds in flight per loaded model (1 per CPU model)
@@ -38,7 +42,8 @@ SPECVIZ_PRESENTER_KEY      presenter_key           the key that presents a run t
                                                    off); read by specviz.workshop.presentation, never kept here
 =========================  ======================  ==========================================================
 
-The limits and the queue apply in both modes; in local mode their defaults are the engine's own limits.
+The limits and the queue apply in both modes; in local mode their defaults are the engine's own limits (no cap on
+sessions per client; the KV-cache budget is sized from the machine in both modes).
 """
 
 from __future__ import annotations
@@ -48,13 +53,15 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from specviz.config import EMBEDDED_TARGET, MAX_NEW_TOKENS, MAX_PROMPT_CHARS, RunConfig
+from specviz.config import EMBEDDED_TARGET, MAX_NEW_TOKENS, MAX_PROMPT_CHARS, MAX_PROMPT_TOKENS, RunConfig
 from specviz.core.decoding import MAX_DRAFT_TOKENS
 
 LOCAL_ADDRESSES = ("", "localhost", "127.0.0.1", "::1", "[::1]")
 MODES = ("shared", "local")
 MAX_SAMPLES = 1_000_000  # the Exactness lab's largest sample size
 MAX_RUNS = 1_000
+MAX_KV_TOKENS = 100_000_000  # live KV-cache tokens a process may be told to hold (a 135M model: 4.6 TB; a sanity bound)
+MAX_SESSIONS = 100_000
 
 # name in the [specviz] secrets table -> (environment variable, kind)
 SETTINGS: dict[str, tuple[str, str]] = {
@@ -70,6 +77,9 @@ SETTINGS: dict[str, tuple[str, str]] = {
     "max_new_tokens": ("SPECVIZ_MAX_NEW_TOKENS", "int"),
     "max_draft_tokens": ("SPECVIZ_MAX_DRAFT_TOKENS", "int"),
     "max_prompt_chars": ("SPECVIZ_MAX_PROMPT_CHARS", "int"),
+    "max_prompt_tokens": ("SPECVIZ_MAX_PROMPT_TOKENS", "int"),
+    "max_kv_tokens": ("SPECVIZ_MAX_KV_TOKENS", "int"),
+    "max_sessions_per_client": ("SPECVIZ_MAX_SESSIONS_PER_CLIENT", "int"),
     "max_samples": ("SPECVIZ_MAX_SAMPLES", "int"),
     "max_runs": ("SPECVIZ_MAX_RUNS", "int"),
     "max_concurrent": ("SPECVIZ_MAX_CONCURRENT", "int"),
@@ -96,6 +106,9 @@ class Policy:
     max_new_tokens: int = 256
     max_draft_tokens: int = 8
     max_prompt_chars: int = 2_000  # the Numerics lab's prompt: its prefill passes (one model turn each) grow with it
+    max_prompt_tokens: int = 1_024  # every prompt, counted with the target's tokenizer (a character can be 4 tokens)
+    max_kv_tokens: int = 0  # live KV-cache tokens in this process; 0: a quarter of the machine's memory (budgets.py)
+    max_sessions_per_client: int = 100  # a room behind one NAT shares an address: a cap against floods, not a quota
     max_samples: int = 100_000
     max_runs: int = 50
     max_concurrent: int = 0  # 0: sized from the device (1 per model on a CPU, 2 on a GPU)
@@ -107,6 +120,7 @@ class Policy:
             raise ValueError("The target allow-list (SPECVIZ_TARGETS / targets) is empty: name at least one model.")
         checks = (
             ("max_new_tokens", 1, MAX_NEW_TOKENS), ("max_draft_tokens", 1, MAX_DRAFT_TOKENS), ("max_prompt_chars", 1, MAX_PROMPT_CHARS),
+            ("max_prompt_tokens", 1, MAX_PROMPT_TOKENS), ("max_kv_tokens", 0, MAX_KV_TOKENS), ("max_sessions_per_client", 0, MAX_SESSIONS),
             ("max_samples", 1, MAX_SAMPLES), ("max_runs", 1, MAX_RUNS), ("max_concurrent", 0, 256), ("queue_timeout_s", 1, 86_400), ("idle_minutes", 1, 7 * 24 * 60),
         )  # fmt: skip
         for name, low, high in checks:
@@ -121,7 +135,7 @@ class Policy:
         base = dict(
             shared=False, allow_remote_code=True, allow_pickle=True, allow_download=True, allow_custom_models=True, allow_device=True,
             max_new_tokens=MAX_NEW_TOKENS, max_draft_tokens=MAX_DRAFT_TOKENS, max_prompt_chars=MAX_PROMPT_CHARS,
-            max_samples=MAX_SAMPLES, max_runs=200,
+            max_prompt_tokens=MAX_PROMPT_TOKENS, max_sessions_per_client=0, max_samples=MAX_SAMPLES, max_runs=200,
         )  # fmt: skip
         return cls(**(base | overrides))
 

@@ -7,6 +7,10 @@ runs (specviz.workshop.baselines) takes *background* turns, one plain step each:
 
     with model_queue(key).turn(on_wait=lambda ahead, waited_s: ..., timeout_s=120):
         decoder.step()
+
+A long prefill is the one piece of work longer than a round: it runs in chunks, and between two it may hand its turn to
+the first waiter and queue again at the back of its line (held_turn() and HeldTurn.pass_on()), so a Step waits for one
+chunk, never for a whole prefill (docs/workshop-safety.md: Token and memory budgets).
 """
 
 from __future__ import annotations
@@ -117,12 +121,40 @@ class ModelQueue:
 
         Raises QueueTimeout after timeout_s. An exception raised by on_wait (e.g. streamlit stopping the script
         because the user clicked something) leaves the line cleanly."""
+        with self.held_turn(on_wait, timeout_s, poll_s, background) as held:
+            yield held.waited_s
+
+    @contextmanager
+    def held_turn(
+        self,
+        on_wait: Callable[[int, float], None] | None = None,
+        timeout_s: float | None = None,
+        poll_s: float = 0.5,
+        background: bool = False,
+    ) -> Iterator[HeldTurn]:
+        """turn(), yielding the HeldTurn itself: its pass_on() lets a waiting participant go first in the middle of a
+        long piece of work (between two chunks of a prefill) and queues again for the rest."""
+        held = HeldTurn(self, background, on_wait, timeout_s, poll_s)
+        held.waited_s = self._wait(self._enqueue(background), background, on_wait, timeout_s, poll_s)
+        held.held = True
+        try:
+            yield held
+        finally:
+            if held.held:
+                self._leave()
+
+    def _enqueue(self, background: bool) -> int:
         ticket = next(self._tickets)
+        with self._cond:
+            (self._background if background else self._line).append(ticket)
+        return ticket
+
+    def _wait(self, ticket: int, background: bool, on_wait: Callable[[int, float], None] | None, timeout_s: float | None, poll_s: float) -> float:
+        """Wait until the ticket (already in its line) is admitted; returns the seconds waited. On a timeout or an
+        exception from on_wait the ticket leaves the line and nothing is held."""
         line = self._background if background else self._line
         start = time.monotonic()
         admitted = False
-        with self._cond:
-            line.append(ticket)
         try:
             while True:
                 with self._cond:
@@ -149,13 +181,44 @@ class ModelQueue:
                     if ticket in line:
                         line.remove(ticket)
                     self._cond.notify_all()
-        waited_s = time.monotonic() - start
-        try:
-            yield waited_s
-        finally:
-            with self._cond:
-                self._in_flight -= 1
-                self._cond.notify_all()
+        return time.monotonic() - start
+
+    def _leave(self) -> None:
+        with self._cond:
+            self._in_flight -= 1
+            self._cond.notify_all()
+
+
+class HeldTurn:
+    """A turn being held (ModelQueue.held_turn). pass_on() hands it to the first interactive waiter, if there is one,
+    and waits for a new turn at the back of the same line (the same on_wait and timeout), so a long prefill split into
+    chunks lets every Step queued behind it in between two chunks. A QueueTimeout (or an exception from on_wait) while
+    waiting to come back leaves nothing held; the with-block then ends with the exception."""
+
+    def __init__(self, queue: ModelQueue, background: bool, on_wait, timeout_s: float | None, poll_s: float) -> None:
+        self.queue, self.background = queue, background
+        self.on_wait, self.timeout_s, self.poll_s = on_wait, timeout_s, poll_s
+        self.held = False
+        self.waited_s = 0.0  # before the turn was first admitted
+        self.passed = 0  # times the turn was handed on
+
+    def pass_on(self) -> float:
+        """Let a waiting participant's turn go first (none waiting: keep the turn); the seconds waited to come back."""
+        queue = self.queue
+        if not self.held:
+            raise RuntimeError("pass_on() needs the turn held")
+        with queue._cond:
+            if not queue._line:  # nobody interactive is waiting: a background turn yields to them only, as at admission
+                return 0.0
+            ticket = next(queue._tickets)
+            (queue._background if self.background else queue._line).append(ticket)
+            queue._in_flight -= 1
+            self.held = False
+            self.passed += 1
+            queue._cond.notify_all()
+        waited = queue._wait(ticket, self.background, self.on_wait, self.timeout_s, self.poll_s)
+        self.held = True
+        return waited
 
 
 _queues: dict[tuple, ModelQueue] = {}
@@ -195,20 +258,35 @@ class SessionRegistry:
     """Sessions seen recently: id -> (their state, last activity, when their connection was first seen gone).
 
     sweep() frees a session whose connection has been gone for gone_after_s (everything it kept) and, once, the runs
-    of a connected session idle for idle_after_s. Thread-safe; the free callback runs outside the lock."""
+    of a connected session idle for idle_after_s. Thread-safe; the free callback runs outside the lock.
+
+    Each session is noted with its client's address (specviz.workshop.clients), so admits() can cap the sessions one
+    address holds at once."""
 
     def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
         self._clock = clock
         self._lock = threading.Lock()
-        self._entries: dict[str, list] = {}  # id -> [state, last_touch, gone_since, idle_freed]
+        self._entries: dict[str, list] = {}  # id -> [state, last_touch, gone_since, idle_freed, client address]
 
     def __len__(self) -> int:
         with self._lock:
             return len(self._entries)
 
-    def touch(self, session_id: str, state: object) -> None:
+    def touch(self, session_id: str, state: object, address: str | None = None) -> None:
         with self._lock:
-            self._entries[session_id] = [state, self._clock(), None, False]
+            self._entries[session_id] = [state, self._clock(), None, False, address]
+
+    def sessions_of(self, address: str) -> int:
+        """Sessions of this client address still connected (a session the sweeper saw gone no longer counts)."""
+        with self._lock:
+            return sum(1 for e in self._entries.values() if e[4] == address and e[2] is None)
+
+    def admits(self, session_id: str, address: str, cap: int) -> bool:
+        """May this session be served: it is known already, or its address holds fewer than cap sessions (cap 0: no cap)."""
+        with self._lock:
+            if not cap or session_id in self._entries:
+                return True
+            return sum(1 for e in self._entries.values() if e[4] == address and e[2] is None) < cap
 
     def sweep(
         self,
@@ -222,7 +300,7 @@ class SessionRegistry:
         due: list[tuple[str, object, bool]] = []
         with self._lock:
             for sid, entry in list(self._entries.items()):
-                state, last, gone_since, idle_freed = entry
+                state, last, gone_since, idle_freed, _ = entry
                 if not is_active(sid):
                     if gone_since is None:
                         entry[2] = now
