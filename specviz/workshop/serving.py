@@ -5,6 +5,10 @@ own timing (measured inside the engine's step()) never includes time spent waiti
 take one turn per round, cannot starve the sessions queued behind them. The plain-decoding baseline that times the
 runs (specviz.workshop.baselines) takes *background* turns, one plain step each: admitted only when no round is waiting.
 
+Each turn says what kind of work it is (TurnKind): a participant's "step" (a round, a prefill, a restore), one piece
+of a long "job" (a benchmark sweep, a lab), or "background" (the baselines). Admission does not look at it; what does
+is whoever waits for Steps only (the room's presentation watcher, specviz.ui.push: turns_in_flight("step")).
+
     with model_queue(key).turn(on_wait=lambda ahead, waited_s: ..., timeout_s=120):
         decoder.step()
 """
@@ -16,14 +20,16 @@ import logging
 import os
 import threading
 import time
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from typing import Literal
 
 log = logging.getLogger(__name__)
 
 
 THREADS_ENV = "SPECVIZ_TORCH_THREADS"
+TurnKind = Literal["step", "job", "background"]
 
 
 def server_threads(environ: dict[str, str] | os._Environ = os.environ) -> int | None:
@@ -67,6 +73,7 @@ class ModelQueue:
         self._line: deque[int] = deque()  # interactive tickets, in order
         self._background: deque[int] = deque()  # background tickets, served only when _line is empty
         self._in_flight = 0
+        self._kinds: Counter[str] = Counter()  # turns in flight by kind
         self._tickets = itertools.count()
 
     # --- what a waiting session can see ------------------------------------------------------------------------
@@ -75,6 +82,10 @@ class ModelQueue:
     def in_flight(self) -> int:
         with self._cond:
             return self._in_flight
+
+    def in_flight_of(self, kind: TurnKind) -> int:
+        with self._cond:
+            return self._kinds[kind]
 
     @property
     def waiting(self) -> int:
@@ -110,14 +121,17 @@ class ModelQueue:
         timeout_s: float | None = None,
         poll_s: float = 0.5,
         background: bool = False,
+        kind: TurnKind | None = None,
     ) -> Iterator[float]:
         """Wait for a turn (calling on_wait(ahead, waited_s) at most every poll_s while waiting, outside the lock),
         hold it for the with-block, and give it back whatever happens. Yields the seconds spent waiting.
-        background=True: wait behind every interactive waiter, present and future.
+        background=True: wait behind every interactive waiter, present and future. kind: what the turn is for
+        (default "background" for a background turn, else "step").
 
         Raises QueueTimeout after timeout_s. An exception raised by on_wait (e.g. streamlit stopping the script
         because the user clicked something) leaves the line cleanly."""
         ticket = next(self._tickets)
+        kind = kind or ("background" if background else "step")
         line = self._background if background else self._line
         start = time.monotonic()
         admitted = False
@@ -129,6 +143,7 @@ class ModelQueue:
                     if self._may_enter(ticket, background):
                         line.popleft()
                         self._in_flight += 1
+                        self._kinds[kind] += 1
                         admitted = True
                         break
                     waited = time.monotonic() - start
@@ -155,6 +170,7 @@ class ModelQueue:
         finally:
             with self._cond:
                 self._in_flight -= 1
+                self._kinds[kind] -= 1
                 self._cond.notify_all()
 
 
@@ -175,11 +191,12 @@ def model_queue(key: tuple, max_in_flight: int = 1) -> ModelQueue:
         return queue
 
 
-def turns_in_flight() -> int:
-    """Model turns held right now, over every queue (at exit: is anything still running a model pass?)."""
+def turns_in_flight(kind: TurnKind | None = None) -> int:
+    """Model turns held right now, over every queue (at exit: is anything still running a model pass?); of one
+    kind only when kind is given."""
     with _queues_lock:
         queues = list(_queues.values())
-    return sum(q.in_flight for q in queues)
+    return sum(q.in_flight if kind is None else q.in_flight_of(kind) for q in queues)
 
 
 def reset_queues() -> None:
