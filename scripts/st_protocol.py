@@ -87,8 +87,11 @@ class _Text(HTMLParser):
 class StSession:
     """One browser-less session of a Streamlit app."""
 
-    def __init__(self, url: str, query: dict[str, str] | str | None = None, timeout_s: float = 300.0) -> None:
+    def __init__(self, url: str, query: dict[str, str] | str | None = None, timeout_s: float = 300.0, source: str | None = None) -> None:
+        """source: the local address the websocket connects from (e.g. 127.0.0.7: on Linux every 127.x.y.z is this
+        machine), so one test machine can be several clients to a server that counts per client address."""
         self.base = url.rstrip("/")
+        self.source = source
         self.query = query if isinstance(query, str) else urllib.parse.urlencode(query or {})
         self.timeout_s = timeout_s
         self.cookies = http.cookiejar.CookieJar()
@@ -114,8 +117,9 @@ class StSession:
         cookie = self._cookie_header()
         if cookie:
             headers["Cookie"] = cookie
+        source = {"source_address": (self.source, 0)} if self.source else {}
         self._ws = connect(f"{scheme}://{parsed.netloc}{parsed.path}/_stcore/stream", subprotocols=["streamlit"], additional_headers=headers,
-                           open_timeout=self.timeout_s, max_size=None, ping_interval=20, ping_timeout=None)  # fmt: skip
+                           open_timeout=self.timeout_s, max_size=None, ping_interval=20, ping_timeout=None, **source)  # fmt: skip
         self._keep_cookies(self._ws.response.headers.get_all("Set-Cookie"))
         return self.rerun()
 
@@ -162,6 +166,13 @@ class StSession:
         start = time.perf_counter()
         self._ws.send(msg.SerializeToString())
         return self._read_run(start, bool(fragment_id))
+
+    def clear_cache(self) -> None:
+        """Send the developer menu's clear_cache BackMsg (any client can send it, whatever the toolbar hides). The
+        server answers nothing; the next rerun shows what it did."""
+        msg = BackMsg()
+        msg.clear_cache = True
+        self._ws.send(msg.SerializeToString())
 
     def wait_for_run(self, timeout_s: float) -> RunResult | None:
         """A run the server started on its own (a browser just listens: the app's watcher reruns a follower's page),
