@@ -1,8 +1,8 @@
 """`python -m specviz room` and the presenter key's way across the room's network: HAProxy passes the browser's
 address on (``option forwardfor``) and the replicas trust it (SPECVIZ_TRUST_PROXY=1); ``--tls-cert PEM`` serves HTTPS
 only (a real room with a self-signed certificate made by openssl: /_stcore/health over HTTPS with that certificate
-as the CA, and plain HTTP gets no answer), with a clear message for a PEM that cannot work; a weak key set by the
-owner is said at start; and a room without a key makes a strong one and shows it once on its terminal (a pty here),
+as the CA, the app's page over a TLS websocket, and plain HTTP gets no answer), with a clear message for a PEM that
+cannot work; a weak key set by the owner is said at start and on the page; and a room without a key makes a strong one and shows it once on its terminal (a pty here),
 nowhere else: not in the status file, the run directory or the replicas' output."""
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+from scripts.st_protocol import StSession
 from specviz.workshop.presenter_key import key_weakness
 from specviz.workshop.room import Backend, RoomError, check_tls_cert, free_port, haproxy_config, room_presenter_key, secrets_table
 from tests.test_room_supervisor import HAPROXY, _alive, _status, needs_haproxy, wait_or_fail
@@ -124,13 +125,14 @@ def _replica_env(pid: int) -> dict[str, str]:
 
 @needs_haproxy
 @needs_openssl
-def test_a_room_with_a_certificate_serves_https_only_and_says_when_the_key_is_weak(tmp_path):
+def test_a_room_with_a_certificate_serves_https_only_and_says_when_the_key_is_weak(tmp_path, tiny_dir, monkeypatch):
     cert, key = make_cert(tmp_path)
     room_pem = pem(tmp_path, cert, key)
     port, status_file, log = free_port(), tmp_path / "room.json", tmp_path / "room.log"
     cmd = [sys.executable, "-m", "specviz", "room", "--replicas", "1", "--port", str(port), "--status-file", str(status_file), "--tls-cert", str(room_pem)]
     with open(log, "wb") as out:
-        room = subprocess.Popen(cmd, cwd=REPO, env=room_env(tmp_path, SPECVIZ_PRESENTER_KEY="1234"), stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+        env = room_env(tmp_path, SPECVIZ_PRESENTER_KEY="1234", SPECVIZ_TARGETS=str(tiny_dir["llama"]))
+        room = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
     pids: list[int] = []
     try:
         status = wait_or_fail(lambda: _status(status_file), 60, "the status file", log)
@@ -150,6 +152,9 @@ def test_a_room_with_a_certificate_serves_https_only_and_says_when_the_key_is_we
             urllib.request.urlopen(f"http://127.0.0.1:{port}/_stcore/health", timeout=5).read()
         with pytest.raises(OSError, match="CERTIFICATE_VERIFY_FAILED"):  # a client that does not trust the certificate stops
             urllib.request.urlopen(f"{status['url']}/_stcore/health", timeout=5, context=ssl.create_default_context()).read()
+        monkeypatch.setenv("SSL_CERT_FILE", str(cert))  # the protocol client's HTTPS and wss trust the room's certificate
+        with StSession(status["url"]) as page:  # the app itself, over a TLS websocket through HAProxy
+            assert not page.exceptions() and any("too weak" in a and "1234" not in a for a in page.alerts()), page.alerts()
         replica = _replica_env(status["replicas"][0]["pid"])
         assert replica["SPECVIZ_TRUST_PROXY"] == "1" and replica["SPECVIZ_PRESENTER_KEY"] == "1234"  # no key made over the owner's
         text = log.read_text(errors="replace")
