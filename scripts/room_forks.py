@@ -28,7 +28,6 @@ import json
 import logging
 import os
 import random
-import secrets
 import tempfile
 import threading
 import time
@@ -38,6 +37,7 @@ from pathlib import Path
 from scripts import load_protocol as lp
 from scripts.room_presenter import JOIN_TIMEOUT_S, PRESENTER, shown_round
 from scripts.st_protocol import StSession
+from specviz.workshop.presenter_key import generate_key
 
 log = logging.getLogger("load_test")
 FORKED = "Your own copy of the presenter's run at round"
@@ -107,7 +107,7 @@ def run_forks(args, room, env: dict[str, str] | None = None) -> dict:
     environment (a test's tiny model in SPECVIZ_TARGETS)."""
     from scripts.room_load_test import replica_lines
 
-    key, rounds = secrets.token_urlsafe(16), args.present_rounds
+    key, rounds = generate_key(), args.present_rounds
     person = PRESENTER  # open-ended: the run is still going at the last Step (a copying prompt ends at EOS early)
     with tempfile.TemporaryDirectory(prefix="specviz-room-fork-") as tmp, room(args.replicas, Path(tmp), {**(env or {}), "SPECVIZ_PRESENTER_KEY": key}) as handle:
         solo = lp.solo_runs(handle.url, [person], rounds + args.steps, args.max_new_tokens)[0]

@@ -28,7 +28,6 @@ import json
 import logging
 import os
 import re
-import secrets
 import tempfile
 import threading
 import time
@@ -38,6 +37,7 @@ from pathlib import Path
 from scripts import load_protocol as lp
 from scripts.load_test import rss_mb
 from scripts.st_protocol import StSession
+from specviz.workshop.presenter_key import generate_key
 
 log = logging.getLogger("load_test")
 ROUND = re.compile(r"Following the presenter \(round (\d+)\)")
@@ -127,7 +127,7 @@ def _rss_after_leaving(handle, before: float | None, settle_s: float) -> float |
 
 def run_presenter(args, room) -> dict:
     """The presenter scenario (see the module docstring) in a fresh room; `room` is room_load_test.room."""
-    key = secrets.token_urlsafe(16)
+    key = generate_key()
     with tempfile.TemporaryDirectory(prefix="specviz-room-present-") as tmp, room(args.replicas, Path(tmp), {"SPECVIZ_PRESENTER_KEY": key}) as handle:
         teacher = StSession(handle.url, PRESENTER.query(args.max_new_tokens))
         teacher.open()

@@ -87,9 +87,13 @@ class _Text(HTMLParser):
 class StSession:
     """One browser-less session of a Streamlit app."""
 
-    def __init__(self, url: str, query: dict[str, str] | str | None = None, timeout_s: float = 300.0, headers: dict[str, str] | None = None) -> None:
+    def __init__(self, url: str, query: dict[str, str] | str | None = None, timeout_s: float = 300.0, headers: dict[str, str] | None = None, source: str | None = None) -> None:
+        """headers: sent with the page's GET and the websocket's upgrade (a proxy's, say). source: the local address the
+        websocket connects from (e.g. 127.0.0.7: on Linux every 127.x.y.z is this machine), so one test machine can be
+        several clients to a server that counts per client address."""
         self.base = url.rstrip("/")
-        self.headers = dict(headers or {})  # sent with the page's GET and the websocket's upgrade (a proxy's, say)
+        self.headers = dict(headers or {})
+        self.source = source
         self.query = query if isinstance(query, str) else urllib.parse.urlencode(query or {})
         self.timeout_s = timeout_s
         self.cookies = http.cookiejar.CookieJar()
@@ -116,8 +120,9 @@ class StSession:
         cookie = self._cookie_header()
         if cookie:
             headers["Cookie"] = cookie
+        source = {"source_address": (self.source, 0)} if self.source else {}
         self._ws = connect(f"{scheme}://{parsed.netloc}{parsed.path}/_stcore/stream", subprotocols=["streamlit"], additional_headers=headers,
-                           open_timeout=self.timeout_s, max_size=None, ping_interval=20, ping_timeout=None)  # fmt: skip
+                           open_timeout=self.timeout_s, max_size=None, ping_interval=20, ping_timeout=None, **source)  # fmt: skip
         self._keep_cookies(self._ws.response.headers.get_all("Set-Cookie"))
         return self.rerun()
 
@@ -166,9 +171,9 @@ class StSession:
         return self._read_run(start, bool(fragment_id))
 
     def clear_cache(self) -> None:
-        """Send the BackMsg of Streamlit's developer menu *Clear cache*, as any client can: Streamlit clears
-        st.cache_data and st.cache_resource for the whole process, and this session's state. Nothing comes back; the
-        server handles a session's messages in order, so the next rerun runs after it."""
+        """Send the BackMsg of Streamlit's developer menu *Clear cache*, as any client can (whatever the toolbar
+        hides): Streamlit clears st.cache_data and st.cache_resource for the whole process, and this session's state.
+        Nothing comes back; the server handles a session's messages in order, so the next rerun runs after it."""
         msg = BackMsg()
         msg.clear_cache = True
         self._ws.send(msg.SerializeToString())

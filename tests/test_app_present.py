@@ -1,16 +1,26 @@
 """The room follows the teacher, in the app (AppTest, the tiny llama in shared mode, one run directory): the
-*Present to the room* expander and its key (off, empty, wrong and rate-limited, never through the URL or session
-state), following (the presenter's run at the presenter's round, read-only controls), fork from here (continues
-exactly as the presenter's run), the board's point, an evicted presented run, takeover and stop."""
+*Present to the room* expander and its key (off, too weak, empty, wrong and rate-limited for the client however many
+sessions it opens, never through the URL or session state), following (the presenter's run at the presenter's
+round, read-only controls), fork from here (continues exactly as the presenter's run), the board's point, an
+evicted presented run, a takeover that keeps the board (a new one only when asked), a presenter who reloaded and
+reclaims the presentation, an orphan stopped with the key, a presentation that ends by itself when its presenter's
+page is gone (and a presenter's page that keeps it going), and the idle sweeper that spares a presenter's run."""
 
 from __future__ import annotations
+
+import logging
+import time
+from dataclasses import replace
 
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from specviz.ui import presenting
-from specviz.workshop.presentation import PresentationStore
+from specviz.ui import access, presenting
+from specviz.ui.keys import PRESENTING_KEY, STEP_THROUGH_KEY
+from specviz.ui.session import PageState
+from specviz.workshop.presentation import PresentationStore, heartbeat_every_s
 from specviz.workshop.saved_runs import RunStore
+from specviz.workshop.serving import SessionRegistry
 from tests.test_app_saved_runs import generated, page, room_env, token  # noqa: F401  (room_env is a fixture)
 from tests.test_app_shared import PAGES, STATE, click
 
@@ -54,6 +64,18 @@ def test_no_key_configured_says_presenting_is_off(room_env):  # noqa: F811
     assert not [w for w in at.text_input if w.key == "present_key"] and not [t for t in at.toggle if t.key == "follow"]
 
 
+@pytest.mark.parametrize("weak", ["1234", "workshop-key", "aaaaaaaaaaaaaaaaaaaa"])
+def test_a_weak_key_turns_presenting_off_with_a_message_for_the_owner(room_env, monkeypatch, caplog, weak):  # noqa: F811
+    monkeypatch.setenv("SPECVIZ_PRESENTER_KEY", weak)
+    presenting._log_weak_key.cache_clear()
+    with caplog.at_level(logging.WARNING, logger="specviz.ui.presenting"):
+        at = page()
+    assert "too weak" in texts(at) and "python -m specviz room" in texts(at) and weak not in texts(at)
+    assert not [w for w in at.text_input if w.key == "present_key"] and not [t for t in at.toggle if t.key == "follow"]
+    assert any("presenting is off" in r.getMessage() and "too weak" in r.getMessage() for r in caplog.records)
+    assert all(weak not in r.getMessage() for r in caplog.records)
+
+
 def test_empty_wrong_and_rate_limited_keys_and_the_key_leaves_session_state(room):
     at = page()
     click(at, "step")
@@ -63,10 +85,22 @@ def test_empty_wrong_and_rate_limited_keys_and_the_key_leaves_session_state(room
         present(at, "guess")
         assert "not the presenter key" in texts(at)
     present(at, "guess")
-    assert "wait 5 s" in texts(at)
+    assert "wait 30 s" in texts(at)
     present(at, KEY)  # locked: even the right key waits
-    assert "Too many wrong keys" in texts(at) and PresentationStore(room).read() is None
+    assert "Too many wrong keys from your address" in texts(at) and PresentationStore(room).read() is None
     assert at.session_state["present_key"] == ""  # the key is never kept
+
+
+def test_a_new_session_of_the_same_client_is_still_locked_out(room):
+    """Known-bad before: the count lived in the session, so every new session (a reload, a raw client's new
+    websocket) or a cleared session state had three fresh tries."""
+    for _ in range(3):
+        at = page()
+        present(at, "guess")
+    fresh = page()
+    present(fresh, KEY)
+    assert "Too many wrong keys from your address" in texts(fresh) and "no key is checked" in texts(fresh)
+    assert PresentationStore(room).read() is None
 
 
 def test_a_key_in_the_url_or_session_state_does_not_present(room):
@@ -117,17 +151,118 @@ def test_an_evicted_presented_run_says_so_and_the_follower_keeps_their_own(room)
     assert generated(mine) == own and not mine.button(key="step").disabled
 
 
-def test_takeover_and_stop(room):
+def forked_point(follower: AppTest) -> str:
+    """The follower forks the presentation and Steps: one point on the board; returns its fork id."""
+    click(follower, "fork")
+    click(follower, "step")
+    return follower.session_state[presenting.FORK_KEY]["fork"]
+
+
+def test_a_takeover_keeps_the_board_and_the_followers_and_stop(room):
+    """Known-bad before: presenting with the key while someone presented started a new presentation and deleted the
+    room's board."""
     first = presenter(steps=1)
-    follower = page()
+    p = PresentationStore(room).read()
+    follower, forker = page(), page()
     assert shown_rounds(follower) == 1
+    fork = forked_point(forker)
     second = presenter(steps=2)
+    assert "took over the room's presentation, with its board and its followers" in texts(second)
+    taken = PresentationStore(room).read()
+    assert taken.id == p.id and taken.run == token(second) and [q.fork for q in PresentationStore(room).points(p.id)] == [fork]
     first.run()
-    assert "took over" in texts(first)
+    assert "took over" in texts(first) and not [b for b in first.button if b.key == "stop_present"]
     follower.run()
-    assert shown_rounds(follower) == 2
+    assert shown_rounds(follower) == 2  # the same followers, now on the new presenter's run
+    click(forker, "step")  # the fork's Steps still land on the board
+    assert [q.rounds for q in PresentationStore(room).points(p.id)] == [3]
     click(second, "stop_present")
-    assert PresentationStore(room).read() is None
+    assert PresentationStore(room).read() is None and not PresentationStore(room).board_path(p.id).exists()
     follower.run()
     assert "The presenter stopped presenting" in texts(follower)
     assert not [t for t in follower.toggle if t.key == "follow"]
+
+
+def test_a_new_board_only_when_the_presenter_asks_for_one(room):
+    presenter(steps=1)
+    p = PresentationStore(room).read()
+    forked_point(page())
+    second = page()
+    second.toggle(key="follow").set_value(False).run()
+    click(second, "step")
+    second.checkbox(key="present_new_board").check()
+    present(second)
+    assert "on a new board" in texts(second)
+    now = PresentationStore(room).read()
+    assert now.id != p.id and PresentationStore(room).points(now.id) == [] and not PresentationStore(room).board_path(p.id).exists()
+
+
+def test_a_presenter_who_reloaded_reclaims_the_presentation_with_its_board_and_followers(room):
+    """Known-bad before: after a reload nobody could stop the presentation, and presenting again deleted the board."""
+    teacher = presenter(steps=2)
+    p = PresentationStore(room).read()
+    follower, forker = page(), page()
+    fork = forked_point(forker)
+    reloaded = page(run=token(teacher))  # a reload: a new session, the run restored from the URL under a new token
+    assert any("Restored this run at round 2" in i.value for i in reloaded.info)
+    assert not [b for b in reloaded.button if b.key == "stop_present"]  # the right to present stayed in the old session
+    present(reloaded)
+    assert "You are presenting" in texts(reloaded)
+    reclaimed = PresentationStore(room).read()
+    assert (reclaimed.id, reclaimed.run, reclaimed.round) == (p.id, token(reloaded), 2)
+    assert [q.fork for q in PresentationStore(room).points(p.id)] == [fork]
+    follower.run()
+    assert follower.toggle(key="follow").value and shown_rounds(follower) == 2
+    click(reloaded, "step")
+    follower.run()
+    assert shown_rounds(follower) == 3  # the room follows the reloaded page's Steps
+    teacher.run()  # the page from before the reload (had it survived) knows it no longer presents
+    assert "took over" in texts(teacher)
+
+
+def test_anyone_with_the_key_stops_an_orphaned_presentation(room):
+    presenter(steps=1)  # ... whose page then goes away: nobody has a Stop presenting button
+    follower, other = page(), page()
+    other.text_input(key="present_key").input("guess")
+    click(other, "stop_with_key")
+    assert "not the presenter key" in texts(other) and PresentationStore(room).read() is not None
+    other.text_input(key="present_key").input(KEY)
+    click(other, "stop_with_key")
+    assert "You stopped the room's presentation" in texts(other) and PresentationStore(room).read() is None
+    follower.run()
+    assert "The presenter stopped presenting" in texts(follower)
+
+
+def test_a_presentation_ends_by_itself_when_its_presenters_page_is_gone(room, monkeypatch):
+    """Known-bad before: an orphan stayed live for ever (the room frozen on its round), even across a restart."""
+    monkeypatch.setenv("SPECVIZ_PRESENTATION_IDLE_MINUTES", "2")
+    teacher = presenter(steps=1)
+    follower = page()
+    assert shown_rounds(follower) == 1
+    store = PresentationStore(room)
+    p = store.read()
+    store._write(replace(p, heartbeat=time.time() - heartbeat_every_s(120) - 1))  # the presenter's page is still there
+    teacher.run()  # its poll (the watch fragment) writes the heartbeat when due, with no new version
+    beat = store.read()
+    assert beat.heartbeat > time.time() - 10 and beat.version == p.version
+    store._write(replace(beat, heartbeat=time.time() - 121))  # now nobody has written it for longer than 2 minutes
+    follower.run()
+    assert "The presenter stopped presenting" in texts(follower) and store.read() is None and not store.path.exists()
+    teacher.run()
+    assert "Your presentation ended" in texts(teacher) and not [b for b in teacher.button if b.key == "stop_present"]
+
+
+def test_the_idle_sweeper_spares_a_live_presenters_run():
+    """The sweeper frees an idle session's runs (SPECVIZ_IDLE_MINUTES); a presenter's run is what the room
+    follows, however long the presenter talks. Known-bad control: the same session state without the presenting
+    mark is freed. (A presenter whose page is gone is freed whole after the disconnect grace, as any session.)"""
+    clock = [0.0]
+    registry = SessionRegistry(clock=lambda: clock[0])
+    presenter_state = {STEP_THROUGH_KEY: PageState(session=object()), PRESENTING_KEY: ("A" * 22, "B" * 22)}
+    other_state = {STEP_THROUGH_KEY: PageState(session=object())}
+    registry.touch("presenter", presenter_state)
+    registry.touch("other", other_state)
+    clock[0] = 21 * 60.0
+    registry.sweep(lambda sid: True, access._free_session, gone_after_s=30, idle_after_s=20 * 60)
+    assert presenter_state[STEP_THROUGH_KEY].session is not None and not presenter_state[STEP_THROUGH_KEY].freed
+    assert other_state[STEP_THROUGH_KEY].session is None and other_state[STEP_THROUGH_KEY].freed

@@ -1,23 +1,31 @@
 """The server-side watcher that redraws followers (specviz.ui.push): it re-reads the presentation only when the
 file's stamp changed, asks each follower that drew an earlier version of the same presentation to rerun its stage
-fragment once (not again until the page registers anew), leaves other presentations' followers alone, waits while a
-model round is in flight, and forgets sessions that are gone. A known-bad watcher that ignores the round in flight
-pushes during it."""
+fragment once (not again until the page registers anew), leaves other presentations' followers alone, lets a
+participant's Step in flight go first for MAX_DEFER_S at most, is not held up by long jobs or background baselines
+(real model queues, turns held by threads gated on events), and forgets sessions that are gone. Known-bad controls:
+a watcher that ignores the Step in flight pushes during it; the old one, which waited for any turn, pushes nothing
+while a background baseline or a long job holds the model."""
 
 from __future__ import annotations
 
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
 
 import pytest
 
-from specviz.ui import push
-from specviz.ui.push import PresentationWatcher, Registration
+from specviz.ui import presenting, push
+from specviz.ui.push import MAX_DEFER_S, PresentationWatcher, Registration
+from specviz.workshop.serving import model_queue, reset_queues, turns_in_flight
 
 
 @dataclass(frozen=True)
 class P:
     id: str
     version: int
+    holder: str = "h"
+    show_board: bool = False
 
 
 def key_of(p, mode):
@@ -42,8 +50,16 @@ class Room:
         return True
 
 
-def watcher(room, in_flight=None):
-    return PresentationWatcher(room.stamp, room.read, key_of, in_flight or (lambda: room.in_flight), room.push)
+class Clock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def watcher(room, in_flight=None, clock=None):
+    return PresentationWatcher(room.stamp, room.read, key_of, in_flight or (lambda: room.in_flight), room.push, clock or Clock())
 
 
 def register(w, sid, p, fragment="stage"):
@@ -67,17 +83,24 @@ def test_a_step_reruns_each_follower_once_and_only_followers_of_that_presentatio
     assert w.check() == 2 and room.pushed[-2:] == [("s1", "f1"), ("s2", "f2")]
 
 
-def test_it_waits_while_a_round_is_in_flight():
-    room = Room(P("a", 1))
-    w = watcher(room)
+def test_a_step_in_flight_goes_first_for_a_bounded_time():
+    room, clock = Room(P("a", 1)), Clock()
+    w = watcher(room, clock=clock)
     register(w, "s1", room.p)
     room.p, room.in_flight = P("a", 2), 1
-    assert w.check() == 0 and room.pushed == [] and room.reads == 0
-    room.in_flight = 0
+    assert w.check() == 0 and room.pushed == []
+    clock.now += MAX_DEFER_S / 2
+    assert w.check() == 0
+    room.in_flight = 0  # the Step ended: the redraw goes at once
     assert w.check() == 1
+    register(w, "s1", room.p)
+    room.p, room.in_flight = P("a", 3), 1  # Steps keep coming (a busy room): the redraw waits MAX_DEFER_S, no longer
+    assert w.check() == 0
+    clock.now += MAX_DEFER_S
+    assert w.check() == 1 and room.pushed[-1] == ("s1", "stage")
 
 
-def test_the_known_bad_watcher_that_ignores_rounds_in_flight_pushes_during_one():
+def test_the_known_bad_watcher_that_ignores_steps_in_flight_pushes_during_one():
     room = Room(P("a", 1))
     w = watcher(room, in_flight=lambda: 0)
     register(w, "s1", room.p)
@@ -111,7 +134,7 @@ def test_the_stamp_changes_with_every_write(tmp_path, version):
     p, _ = store.start("A" * 22, rounds=1)
     first = store.stamp()
     for _ in range(version):
-        store.update(p.id, round=store.read().round + 1)
+        store.update(p.id, p.holder, round=store.read().round + 1)
     assert store.stamp() != first and store.read().version == p.version + version
 
 
@@ -156,3 +179,82 @@ def test_a_pushed_rerun_is_the_fragment_alone_and_keeps_the_widget_values():
     gone.fragments.clear()
     push._rerun_fragment(gone, "stage")
     assert gone._scriptrunner.asked == []
+
+
+@contextmanager
+def held_turn(kind: str, background: bool = False) -> Iterator[threading.Event]:
+    """A thread holding a turn of this kind on a real model queue until the test sets the event it yields."""
+    queue, entered, release = model_queue(("test-model", "cpu", "float32")), threading.Event(), threading.Event()
+
+    def hold() -> None:
+        with queue.turn(background=background, kind=None if background else kind):
+            entered.set()
+            release.wait(timeout=60)
+
+    thread = threading.Thread(target=hold, daemon=True)
+    thread.start()
+    try:
+        assert entered.wait(timeout=30), "the turn was never granted"
+        yield release
+    finally:
+        release.set()
+        thread.join(timeout=30)
+
+
+@pytest.fixture()
+def queues():
+    reset_queues()
+    yield
+    reset_queues()
+
+
+@pytest.mark.parametrize(("kind", "background"), [("background", True), ("job", False)])
+def test_followers_are_redrawn_while_a_background_baseline_or_a_long_job_holds_the_model(queues, kind, background):
+    """The app's watcher (steps_in_flight, a real queue): a move is pushed at once while another participant's long
+    job or a background baseline holds a turn. Known-bad: the old watcher (any turn in flight) pushes nothing."""
+    room = Room(P("a", 1))
+    w = watcher(room, in_flight=presenting.steps_in_flight)
+    old = watcher(room, in_flight=turns_in_flight)
+    with held_turn(kind, background):
+        assert turns_in_flight() == 1 and turns_in_flight(kind) == 1 and presenting.steps_in_flight() == 0
+        for each in (w, old):
+            register(each, "s1", room.p)
+        room.p = P("a", 2)
+        assert old.check() == 0  # the known-bad watcher waits for the job
+        assert w.check() == 1  # the real one redraws the follower while the turn is still held
+    assert turns_in_flight() == 0
+
+
+def test_a_participants_step_on_a_real_queue_defers_the_redraw_and_a_polling_page_waits_one_tick_at_most(queues):
+    room, clock = Room(P("a", 1)), Clock()
+    w = watcher(room, in_flight=presenting.steps_in_flight, clock=clock)
+    register(w, "s1", room.p)
+    with held_turn("step"):
+        assert presenting.steps_in_flight() == 1
+        room.p = P("a", 2)
+        assert w.check() == 0
+        clock.now += MAX_DEFER_S
+        assert w.check() == 1  # bounded: the Step still holds the model
+        seen = ("following", key_of(P("a", 1), "following"))
+        assert presenting.look(seen, room.read)[0] == "skip"
+        assert presenting.look(seen, room.read, waited=True)[0] == "moved"  # the next tick looks anyway
+    with held_turn("job"):
+        assert presenting.look(seen, room.read)[0] == "moved"  # a long job does not hold the page's poll up
+
+
+def test_the_board_waits_one_refresh_for_a_step_and_never_for_a_job(queues):
+    loads = []
+
+    def load():
+        loads.append(1)
+        return [len(loads)]
+
+    cached = presenting.board_cache(None, "p", (1,), load)
+    with held_turn("step"):
+        waited = presenting.board_cache(cached, "p", (2,), load)
+        assert waited[2] == [1] and waited[3]
+        again = presenting.board_cache(waited, "p", (2,), load)
+        assert again[2] == [2] and not again[3]  # one refresh at most, though the Step still holds the model
+        assert presenting.board_cache(again, "p", (2,), load) is again  # the file unchanged: no read
+    with held_turn("background", background=True):
+        assert presenting.board_cache(cached, "p", (4,), load)[2] == [3]  # a baseline does not hold it up

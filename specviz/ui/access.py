@@ -20,15 +20,15 @@ from streamlit.logger import get_logger
 from specviz.core.protocols import Turn, pausable
 from specviz.ui import backmsgs, timing, widgets
 from specviz.ui.client import client_of, current_client
-from specviz.ui.keys import STEP_THROUGH_KEY
+from specviz.ui.keys import PRESENTING_KEY, STEP_THROUGH_KEY
 from specviz.viz.markdown import md_text
 from specviz.workshop.budgets import kv_budget
 from specviz.workshop.clients import LOCAL
 from specviz.workshop.jobs import JobStopped, LongJobs, check_running, shutting_down, stop_at_exit
 from specviz.workshop.policy import Policy, bind_text, decide_mode, load_policy, mode_rule, read_settings
-from specviz.workshop.presentation import presenter_key
+from specviz.workshop.presenter_key import presenter_key
 from specviz.workshop.resources import singleton
-from specviz.workshop.serving import ModelQueue, QueueTimeout, SessionRegistry, model_queue, turns_in_flight
+from specviz.workshop.serving import ModelQueue, QueueTimeout, SessionRegistry, TurnKind, model_queue, turns_in_flight
 
 log = get_logger(__name__)  # streamlit's handler: `--logger.level info` shows what the sweeper frees
 
@@ -52,6 +52,15 @@ def presenter_key_setting() -> str | None:
     """The owner's presenter key (SPECVIZ_PRESENTER_KEY or presenter_key in the [specviz] secrets table), or None:
     presenting is off. Held only for the comparison; never drawn, logged or put in session state."""
     return presenter_key(secrets_table=_secrets_table())
+
+
+def quiet_policy() -> Policy:
+    """The owner's policy without noting this session as active (a page's timed poll is not a participant's
+    click); the strict shared defaults when a setting is invalid (current_policy reports that on the page)."""
+    try:
+        return load_policy(secrets=_secrets_table(), server_address=st.get_option("server.address"))
+    except ValueError:
+        return Policy()
 
 
 def current_policy(report: bool = False) -> Policy:
@@ -169,11 +178,12 @@ def target_queue(model) -> ModelQueue:
 
 
 @contextmanager
-def model_turn(model, what: str = "your round", slot=None) -> Iterator[float]:
+def model_turn(model, what: str = "your round", slot=None, kind: TurnKind = "step") -> Iterator[float]:
     """Hold a turn on `model` for the with-block; while waiting, show the place in line (an element drawn only if we
-    wait; in `slot`, an st.empty, when given). Raises ValueError with a message after the owner's queue timeout, and
-    JobStopped (a ValueError) once the server is shutting down. A long prefill inside the block lets waiting turns
-    go first between its chunks (specviz.core.protocols.pausable; the waits count as queue time, not the run's)."""
+    wait; in `slot`, an st.empty, when given). kind: a participant's "step", or a piece of a long "job". Raises
+    ValueError with a message after the owner's queue timeout, and JobStopped (a ValueError) once the server is
+    shutting down. A long prefill inside the block lets waiting turns go first between its chunks
+    (specviz.core.protocols.pausable; the waits count as queue time, not the run's)."""
     check_running()
     policy = current_policy()
     queue = model_queue(queue_key(model), policy.concurrency(model.device.type))
@@ -190,7 +200,7 @@ def model_turn(model, what: str = "your round", slot=None) -> Iterator[float]:
         )
 
     try:
-        with queue.held_turn(on_wait, timeout_s=policy.queue_timeout_s) as held:
+        with queue.held_turn(on_wait, timeout_s=policy.queue_timeout_s, kind=kind) as held:
             waited = held.waited_s
             timing.add_queue_wait(waited)
             log.debug("specviz turn: %s waited %.3f s for %s", what, waited, queue.name)  # scripts/contention.py reads this
@@ -244,7 +254,7 @@ def long_job(model, job: str, each: str) -> Iterator[Turn]:
             rt = _runtime()
             if sid and rt is not None and not rt.is_active_session(sid):
                 raise JobStopped(f"This tab disconnected, so {job} stopped to leave the model to the others.")
-            return model_turn(model, each, slot)
+            return model_turn(model, each, slot, kind="job")
 
         yield turn
 
@@ -305,8 +315,12 @@ def _admit(session_id: str) -> str:
 
 
 def _free_session(session_id: str, state, whole: bool) -> None:
-    """whole: the tab is gone, drop everything the session kept (state, uploads). Else idle: drop the runs only."""
+    """whole: the tab is gone, drop everything the session kept (state, uploads). Else idle: drop the runs only,
+    except a presenter's: the room follows that run however long the presenter talks between Steps (a presentation
+    whose presenter's page is gone ends by itself: specviz.workshop.presentation)."""
     try:
+        if not whole and PRESENTING_KEY in state and state[PRESENTING_KEY] is not None:
+            return
         page = state[STEP_THROUGH_KEY] if STEP_THROUGH_KEY in state else None
         if page is not None and hasattr(page, "free"):
             page.free()

@@ -2,3 +2,4 @@
 
 BENCH_RESULTS_KEY = "bench_results"  # pages/benchmark.py keeps its latest results DataFrame here; pages/theory.py draws it
 STEP_THROUGH_KEY = "specviz_step_through"  # specviz.ui.session keeps the step-through page's PageState here; access frees it
+PRESENTING_KEY = "specviz_presenting"  # specviz.ui.presenting: (presentation id, holder) this session presents; access spares its run

@@ -3,7 +3,13 @@
 Presenting: the sidebar's *Present to the room* expander takes the owner's presenter key (key `present_key`, a
 password field emptied as soon as it is read) and *Present this run* (`present`) makes this session's saved run the
 room's presentation; *Stop presenting* ends it. After each of the presenter's Steps the run is saved (as every run
-is) and the presentation's round and version move on (after_round).
+is) and the presentation's round and version move on (after_round). While someone else's presentation is live, the
+key takes it over (its board and followers stay, unless *Start a new board* is ticked: a presenter who reloaded
+their page reclaims it so, with their restored run) or stops it (*Stop the presentation*, `stop_with_key`: an
+orphan nobody presents any more). Every try at the key goes through the room's KeyGuard (per client address and
+for the whole room, shared by the replicas: specviz.workshop.presenter_key); a key set too weak turns presenting
+off. The presenter's page writes a heartbeat now and then; without it the presentation ends by itself after the
+owner's SPECVIZ_PRESENTATION_IDLE_MINUTES.
 
 Following: while a presentation is live every other session's page shows *Follow the presenter* (`follow`, on for
 a fresh session) and, following, draws the presenter's saved run as a replay at the presenter's round and selected
@@ -11,8 +17,9 @@ round, with its own controls read-only (FollowStage, which looks the presentatio
 fragment runs). When the presentation moves, the process's watcher (specviz.ui.push) reruns each follower's stage
 fragment from the server: no browser timer, no sidebar redrawn. Where Streamlit's internals for that are missing,
 a small fragment (watch) reads the presentation file every FOLLOW_EVERY_S and reruns the page instead; with the
-watcher it stays as a slow safety net (SAFETY_EVERY_S). Neither takes the model, and both wait while a model round is
-in flight in this process (a Step goes first). Nothing here reads another session's state.
+watcher it stays as a slow safety net (SAFETY_EVERY_S). Neither takes the model. Both let a participant's Step in
+flight in this process go first, for a bounded time (the watcher MAX_DEFER_S, the poll one tick); long jobs and
+background baselines never hold them up. Nothing here reads another session's state.
 
 Forking: *Try it yourself from here* (`fork`) turns the follower's view into their own live run (a new `?run=`
 token, the presenter's settings in the sidebar), resumed exactly (specviz.ui.saved_runs.rebuild_session). Each of
@@ -23,7 +30,9 @@ the presenter turns on *Show the board to the room* (`show_board`).
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
+import math
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -33,14 +42,17 @@ import streamlit as st
 from specviz.core.metrics import run_metrics
 from specviz.drafters.specs import short_name
 from specviz.ui import push, widgets
-from specviz.ui.access import presenter_key_setting, session_id_now
+from specviz.ui.access import presenter_key_setting, quiet_policy, session_id_now
+from specviz.ui.client import current_client
+from specviz.ui.keys import PRESENTING_KEY
 from specviz.ui.replay import ReplaySession
 from specviz.ui.saved_runs import rebuild_session, run_store, save_run
 from specviz.ui.session import PageState, StepSession, friendly_error, page_state
 from specviz.ui.sidebar import seed_from_run
 from specviz.viz.board import board_figure, board_frame, board_table
 from specviz.viz.markdown import md_text
-from specviz.workshop.presentation import BoardPoint, KeyGate, Presentation, PresentationStore, new_id
+from specviz.workshop.presentation import BoardPoint, Presentation, PresentationStore, new_id
+from specviz.workshop.presenter_key import KeyGuard, Verdict, key_weakness
 from specviz.workshop.resources import cached, singleton
 from specviz.workshop.saved_runs import SavedRun, SavedRunError
 from specviz.workshop.serving import turns_in_flight
@@ -51,20 +63,43 @@ FOLLOW_EVERY_S = 0.5  # the page's own poll while presenting, or following where
 IDLE_EVERY_S = 2.0  # its poll otherwise: noticing that a presentation started or stopped
 SAFETY_EVERY_S = 5.0  # a follower's poll when the server pushes its redraws (specviz.ui.push): in case one was lost
 BOARD_EVERY_S = 2.0
-GATE_KEY = "specviz_present_gate"  # this session's KeyGate (wrong keys, lock-out)
-PRESENTING_KEY = "specviz_presenting"  # the id of the presentation this session presents
+# PRESENTING_KEY (specviz.ui.keys): (presentation id, holder) of the presentation this session presents
 FOLLOWED_KEY = "specviz_followed"  # the id of the presentation this page last saw live (it is told when it ends)
 SEEN_KEY = "specviz_present_seen"  # what the page drew of the presentation (the watcher compares)
 VIEW_KEY = "specviz_follow_view"  # (presentation id, version, SavedRun) the follower's view was drawn from
 FORK_KEY = "specviz_fork"  # {"id": presentation id, "fork": anonymous id, "token": the fork's run token}
 PENDING_FORK_KEY = "specviz_pending_fork"  # the SavedRun a fork click asked for (made in the next run)
-BOARD_CACHE_KEY = "specviz_board_points"  # (presentation id, the board file's size and mtime, its points)
+BOARD_CACHE_KEY = "specviz_board_points"  # (presentation id, the board file's size and mtime, its points, waited): board_cache
 MESSAGE_KEY = "specviz_present_message"  # (kind, text) a callback left for the page
+WAITED_KEY = "specviz_present_waited"  # the page's last poll let a Step in flight go first (the next one looks)
+WEAK_KEY_TEXT = (
+    "Presenting is off on this server: the presenter key set here is too weak to keep the room's presentation safe. "
+    "The owner sets a stronger one (SPECVIZ_PRESENTER_KEY or presenter_key in the [specviz] secrets table: {why}), or "
+    "unsets it and lets `python -m specviz room` make one."
+)
 
 
 def store() -> PresentationStore | None:
+    """The room's presentation, ending by itself after the owner's presentation idle time."""
     runs = run_store()
-    return None if runs is None else PresentationStore(runs.root)
+    return None if runs is None else PresentationStore(runs.root, idle_s=quiet_policy().presentation_idle_minutes * 60)
+
+
+def presenting_on() -> bool:
+    """The owner set a presenter key strong enough to use (a weak one is logged once, and said in the sidebar)."""
+    key = presenter_key_setting()
+    if key is None:
+        return False
+    weakness = key_weakness(key)
+    if weakness is not None:
+        _log_weak_key(weakness)
+        return False
+    return True
+
+
+@functools.cache
+def _log_weak_key(why: str) -> None:
+    log.warning("presenting is off: the presenter key set on this server is too weak (%s)", why)  # never the key
 
 
 def live() -> Presentation | None:
@@ -76,8 +111,9 @@ def current() -> Presentation | None:
     """The live presentation, at the top of the page; a presenter whose presentation is gone or another's is told."""
     p = live()
     if st.session_state.get(PRESENTING_KEY) is not None and not _presenting(p):
-        if p is None:  # the file went (a cleared run directory)
+        if p is None:  # stopped with the key, ended by itself, or the run directory was cleared
             st.session_state.pop(PRESENTING_KEY, None)
+            _say("info", "Your presentation ended: someone stopped it with the presenter key, or this page was away for longer than the server's presentation idle time.")
         else:
             _taken_over()
     return p
@@ -88,60 +124,109 @@ def _say(kind: str, text: str) -> None:
 
 
 def _presenting(p: Presentation | None) -> bool:
-    return p is not None and st.session_state.get(PRESENTING_KEY) == p.id
+    return p is not None and st.session_state.get(PRESENTING_KEY) == (p.id, p.holder)
 
 
 # --- presenting ------------------------------------------------------------------------------------------------
 
 
-def _on_present() -> None:
-    """The key is read once and cleared from session state before anything else happens."""
+def _wait(seconds: float) -> str:
+    minutes, secs = divmod(math.ceil(seconds), 60)
+    return f"{minutes} min {secs} s" if minutes else f"{secs} s"
+
+
+def _refusal(verdict: Verdict) -> tuple[str, str]:
+    """What the page says about a try at the key that did not succeed."""
+    wait = ""
+    if verdict.wait_s > 0:
+        who = "from your address" if verdict.locked == "client" else "in this room"
+        wait = f" Too many wrong keys {who}: wait {_wait(verdict.wait_s)} before trying again (no key is checked until then)."
+    return {
+        "off": ("error", "Presenting is off on this server (the owner sets a presenter key)."),
+        "weak": ("error", WEAK_KEY_TEXT.format(why=key_weakness(presenter_key_setting() or "") or "")),
+        "empty": ("error", "Type the presenter key first."),
+        "locked": ("error", wait.strip()),
+        "wrong": ("error", "That is not the presenter key." + wait),
+    }[verdict.outcome]
+
+
+def _key_given() -> bool:
+    """The key typed in the sidebar, tried once through the room's KeyGuard (every replica's wrong keys count, per
+    client address and for the room) and cleared from session state before anything else happens."""
     given = st.session_state.get("present_key", "")
     st.session_state["present_key"] = ""
-    gate = st.session_state.setdefault(GATE_KEY, KeyGate())
-    verdict, wait = gate.attempt(given, presenter_key_setting())
-    if verdict != "ok":
-        messages = {
-            "off": "Presenting is off on this server (the owner sets a presenter key).",
-            "empty": "Type the presenter key first.",
-            "locked": f"Too many wrong keys: wait {wait:.0f} s before trying again.",
-            "wrong": "That is not the presenter key." + (f" Too many wrong keys: wait {wait:.0f} s before trying again." if wait else ""),
-        }
-        if verdict in ("wrong", "locked"):
-            log.warning("room: a presenter key was refused (%s)", verdict)  # never the key itself
-        _say("error", messages[verdict])
+    runs = run_store()
+    if runs is None:
+        _say("error", "Presenting needs this server's run directory, and it is not set up.")
+        return False
+    verdict = KeyGuard(runs.root).attempt(given, presenter_key_setting(), current_client().address)
+    if verdict.outcome == "ok":
+        return True
+    if verdict.outcome == "locked":
+        log.debug("room: a presenter key was not checked (locked out)")  # never the key itself
+    _say(*_refusal(verdict))
+    return False
+
+
+def _on_present() -> None:
+    """Present this session's run: a new presentation, or the live one taken over (its board and followers stay
+    unless a new board was asked for; a presenter who reloaded reclaims it so)."""
+    new_board = bool(st.session_state.get("present_new_board"))
+    st.session_state["present_new_board"] = False
+    if not _key_given():
         return
     session, room = page_state().session, store()
     if session is None or session.run_token is None or room is None:
         _say("warning", "Step once first: the room follows a saved run, and this session has none yet.")
         return
-    presentation, before = room.start(session.run_token, session.num_rounds)
-    st.session_state[PRESENTING_KEY] = presentation.id
+    presentation, before = room.start(session.run_token, session.num_rounds, new_board=new_board)
+    st.session_state[PRESENTING_KEY] = (presentation.id, presentation.holder)
     st.session_state[SEEN_KEY] = None
-    _say("success", "You are presenting this run: the room follows each Step." + (" (You took over from the previous presenter.)" if before else ""))
+    if before is None:
+        said = "You are presenting this run: the room follows each Step."
+    elif before.id == presentation.id:
+        said = "You are presenting this run: you took over the room's presentation, with its board and its followers."
+    else:
+        said = "You are presenting this run on a new board: the previous presentation and its board ended."
+    _say("success", said)
 
 
 def _on_stop() -> None:
-    room, presentation_id = store(), st.session_state.pop(PRESENTING_KEY, None)
-    if room is not None and presentation_id is not None and room.stop(presentation_id):
+    room, mine = store(), st.session_state.pop(PRESENTING_KEY, None)
+    if room is not None and mine is not None and room.stop(*mine):
         _say("info", "You stopped presenting; the room is back on its own runs.")
 
 
+def _on_stop_with_key() -> None:
+    """Stop the live presentation, whoever presents it (an orphan whose presenter's page is gone)."""
+    if not _key_given():
+        return
+    room = store()
+    p = None if room is None else room.read()
+    if p is not None and room.stop(p.id):
+        _say("info", "You stopped the room's presentation; the room is back on its own runs.")
+    else:
+        _say("info", "No presentation is live now.")
+
+
 def _on_show_board() -> None:
-    room, presentation_id = store(), st.session_state.get(PRESENTING_KEY)
-    if room is not None and presentation_id is not None:
-        room.update(presentation_id, show_board=bool(st.session_state.get("show_board")))
+    room, mine = store(), st.session_state.get(PRESENTING_KEY)
+    if room is not None and mine is not None:
+        room.update(*mine, show_board=bool(st.session_state.get("show_board")))
 
 
 def sidebar_section(p: Presentation | None) -> None:
     """The *Present to the room* expander (in the sidebar)."""
-    configured = presenter_key_setting() is not None
+    key = presenter_key_setting()
     with st.sidebar, st.expander("Present to the room", expanded=_presenting(p)):
         message = st.session_state.pop(MESSAGE_KEY, None)
         if message is not None:
             getattr(st, message[0])(md_text(message[1]))
-        if not configured:
+        if key is None:
             st.caption("Presenting is off on this server: the owner turns it on with a presenter key (SPECVIZ_PRESENTER_KEY, or presenter_key in the [specviz] secrets table).")
+            return
+        if not presenting_on():
+            st.warning(md_text(WEAK_KEY_TEXT.format(why=key_weakness(key))))
             return
         if _presenting(p):
             st.caption("You are presenting: the room follows each Step, and sees the round your inspector shows.")
@@ -149,9 +234,17 @@ def sidebar_section(p: Presentation | None) -> None:
             st.button("Stop presenting", key="stop_present", on_click=_on_stop)
             return
         if p is not None:
-            st.caption("Someone is presenting now; presenting with the key takes over.")
+            st.caption(
+                "Someone is presenting now. With the key, *Present this run* takes the presentation over: the room keeps "
+                "its board and its followers, and follows your run (a presenter who reloaded the page takes it back so). "
+                "*Stop the presentation* ends it."
+            )
         widgets.text_input("Presenter key", key="present_key", type="password", autocomplete="off")
+        if p is not None:
+            widgets.checkbox("Start a new board", key="present_new_board", help="The previous presentation ends with its board; your run starts a new one.")
         st.button("Present this run", key="present", on_click=_on_present)
+        if p is not None:
+            st.button("Stop the presentation", key="stop_with_key", on_click=_on_stop_with_key)
 
 
 def after_round(session: StepSession) -> None:
@@ -159,9 +252,9 @@ def after_round(session: StepSession) -> None:
     room = store()
     if room is None:
         return
-    presentation_id = st.session_state.get(PRESENTING_KEY)
-    if presentation_id is not None and session.run_token is not None:
-        moved = room.update(presentation_id, run=session.run_token, round=session.num_rounds, selected_round=_selected_round())
+    mine = st.session_state.get(PRESENTING_KEY)
+    if mine is not None and session.run_token is not None:
+        moved = room.update(*mine, run=session.run_token, round=session.num_rounds, selected_round=_selected_round())
         if moved is None:
             _taken_over()
     fork = st.session_state.get(FORK_KEY)
@@ -179,7 +272,7 @@ def _selected_round() -> int | None:
 
 def _taken_over() -> None:
     st.session_state.pop(PRESENTING_KEY, None)
-    _say("warning", "Another presenter took over the room's presentation: you are no longer presenting.")
+    _say("warning", "Someone took over the room's presentation with the presenter key (or it ended): you are no longer presenting.")
 
 
 def board_point(fork_id: str, session: StepSession) -> BoardPoint:
@@ -199,7 +292,7 @@ def _key(p: Presentation | None, mode: str) -> tuple | None:
     """What of the presentation a page in this mode draws: the watcher reruns the page when it changes."""
     if p is None:
         return None
-    return {"presenting": (p.id,), "following": (p.id, p.version)}.get(mode, (p.id, p.show_board))
+    return {"presenting": (p.id, p.holder), "following": (p.id, p.version)}.get(mode, (p.id, p.show_board))
 
 
 def _seen(p: Presentation | None, mode: str) -> None:
@@ -241,7 +334,7 @@ def follow_section(p: Presentation | None) -> FollowStage | None:
     """The *Follow the presenter* toggle and *Try it yourself from here*; returns the stage that draws the presenter's
     run while this page follows it (None: the page draws its own run). Says when the presentation ended or was
     taken over."""
-    if presenter_key_setting() is None:
+    if not presenting_on():
         st.session_state[SEEN_KEY] = None
         return None
     if _presenting(p):
@@ -405,11 +498,11 @@ def watch() -> None:
 
 def _process_watcher(root: str) -> push.PresentationWatcher:
     """The one watcher of this process's run directory (specviz.ui.push): made once per process, its thread started
-    once, never again (a process singleton, which no client message can clear)."""
+    once, never again (a process singleton, which no client message can clear). It waits for Steps only."""
 
     def build() -> push.PresentationWatcher:
         room = PresentationStore(root)
-        return push.PresentationWatcher(room.stamp, room.read, _key, turns_in_flight)
+        return push.PresentationWatcher(room.stamp, room.read, _key, steps_in_flight)
 
     return singleton(("presentation-watcher", root), build)
 
@@ -439,22 +532,32 @@ def _forget() -> None:
 
 
 def _tick() -> None:
-    """One look at the presentation file (no model, no other session); see look()."""
+    """One look at the presentation file (no model, no other session); see look(). The presenter's tick carries
+    the round its inspector shows and, now and then, the heartbeat that keeps the presentation from ending."""
     seen = st.session_state.get(SEEN_KEY)
-    verdict, p = look(seen, live)
+    verdict, p = look(seen, live, waited=bool(st.session_state.get(WAITED_KEY)))
+    st.session_state[WAITED_KEY] = verdict == "skip" and seen is not None
     if verdict == "moved":
         st.rerun(scope="app")
-    if verdict == "same" and seen[0] == "presenting" and p is not None:
+    mine = st.session_state.get(PRESENTING_KEY)
+    if verdict == "same" and seen[0] == "presenting" and p is not None and mine is not None:
         room = store()
         if room is not None:
-            room.update(p.id, selected_round=_selected_round())  # the presenter's inspector: followers show that round
+            room.update(*mine, selected_round=_selected_round())  # the presenter's inspector: followers show that round
+            room.heartbeat(*mine)  # written only when due (presentation.heartbeat_every_s)
 
 
-def look(seen: tuple | None, read: Callable[[], Presentation | None], in_flight: Callable[[], int] = turns_in_flight) -> tuple[str, Presentation | None]:
-    """The watcher's decision: "skip" (nothing watched, or a model round is in flight in this process: the Step goes
-    first, nothing is read, the next tick looks again), "moved" (what this page draws changed: rerun it) or "same";
-    with the presentation read (None when skipped)."""
-    if seen is None or in_flight():
+def steps_in_flight() -> int:
+    """Participants' Steps (rounds, prefills, restores) holding a model turn in this process; long jobs' pieces and
+    background baselines do not count (specviz.workshop.serving.TurnKind)."""
+    return turns_in_flight("step")
+
+
+def look(seen: tuple | None, read: Callable[[], Presentation | None], in_flight: Callable[[], int] = steps_in_flight, waited: bool = False) -> tuple[str, Presentation | None]:
+    """The page's poll's decision: "skip" (nothing watched; or a participant's Step is in flight in this process and
+    the last poll did not wait already: the Step goes first, for one tick at most), "moved" (what this page draws
+    changed: rerun it) or "same"; with the presentation read (None when skipped)."""
+    if seen is None or (in_flight() and not waited):
         return "skip", None
     mode, key = seen
     p = read()
@@ -483,12 +586,16 @@ def _board_points(room: PresentationStore, presentation_id: str) -> list[BoardPo
     return cache[2]
 
 
-def board_cache(cached: tuple | None, presentation_id: str, stamp: tuple | None, load: Callable[[], list[BoardPoint]], in_flight: Callable[[], int] = turns_in_flight) -> tuple:
-    """(presentation id, the board file's stamp, its points): the cached points while the file is unchanged, or while
-    a model round is in flight in this process (the aggregation waits for the Step); else load() afresh."""
-    if cached is not None and cached[0] == presentation_id and (cached[1] == stamp or in_flight()):
-        return cached
-    return (presentation_id, stamp, load())
+def board_cache(cached: tuple | None, presentation_id: str, stamp: tuple | None, load: Callable[[], list[BoardPoint]], in_flight: Callable[[], int] = steps_in_flight) -> tuple:
+    """(presentation id, the board file's stamp, its points, whether it waited): the cached points while the file is
+    unchanged, or for one refresh while a participant's Step is in flight in this process (the aggregation lets the
+    Step go first; long jobs and baselines do not hold it up); else load() afresh."""
+    if cached is not None and cached[0] == presentation_id:
+        if cached[1] == stamp:
+            return cached
+        if in_flight() and not cached[3]:
+            return (*cached[:3], True)
+    return (presentation_id, stamp, load(), False)
 
 
 def _board(presentation_id: str) -> None:

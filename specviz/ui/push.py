@@ -11,9 +11,11 @@ when it changed. A follower's page registers what it drew (the key of the presen
 specviz.ui.presenting) and the id of its stage fragment. When the same presentation moved on (a Step, a round picked
 in the presenter's inspector) the watcher asks that session to rerun its stage fragment, which looks the presentation
 up again and draws it. Everything else (a presentation that starts, stops or is taken over) is a whole-page change
-the pages' own poll picks up. The watcher waits while a model round is in flight in this process, so a Step goes
-first. It never reads or writes a session's state, and it asks a session to redraw only itself, from the run
-directory every replica shares.
+the pages' own poll picks up. A participant's Step in flight in this process goes first, for MAX_DEFER_S at most
+(with the room stepping, some Step is nearly always in flight); nothing else holds the followers up: another
+participant's long job (a benchmark sweep, a lab) and the background baselines take turns of other kinds
+(specviz.workshop.serving.TurnKind), and a follower's redraw takes no model turn. It never reads or writes a
+session's state, and it asks a session to redraw only itself, from the run directory every replica shares.
 
 How: the rerun is queued as the browser's own fragment reruns are (a RerunData for the fragment, on the server's
 event loop), without widget values, so the session keeps the ones its browser last sent: a click that is on its way
@@ -33,6 +35,7 @@ from dataclasses import dataclass
 log = logging.getLogger(__name__)
 
 POLL_S = 0.05  # the presentation file's stamp is read this often (one stat)
+MAX_DEFER_S = 0.5  # the longest a due redraw waits for participants' Steps in flight in this process
 
 
 @dataclass
@@ -111,11 +114,15 @@ def _rerun_fragment(app, fragment_id: str) -> None:
 
 class PresentationWatcher:
     """The process's watcher (module docstring). stamp() is cheap (a stat), read() reads the presentation, key_of(p,
-    mode) says what a page in that mode draws of it, in_flight() counts model rounds running in this process."""
+    mode) says what a page in that mode draws of it, in_flight() counts the participants' Steps holding a model turn
+    in this process (specviz.ui.presenting.steps_in_flight), clock() is time.monotonic."""
 
     def __init__(self, stamp: Callable[[], object], read: Callable[[], object], key_of: Callable[[object, str], Hashable],
-                 in_flight: Callable[[], int], push: Callable[[str, str], bool] = push_rerun) -> None:  # fmt: skip
+                 in_flight: Callable[[], int], push: Callable[[str, str], bool] = push_rerun,
+                 clock: Callable[[], float] = time.monotonic) -> None:  # fmt: skip
         self._stamp, self._read, self._key_of, self._in_flight, self._push = stamp, read, key_of, in_flight, push
+        self._clock = clock
+        self._deferred_since: float | None = None  # when a due redraw first waited for a Step
         self._lock = threading.Lock()
         self._pages: dict[str, Registration] = {}
         self._last_stamp: object = object()  # nothing read yet
@@ -151,19 +158,27 @@ class PresentationWatcher:
 
     def check(self) -> int:
         """One look: re-read the presentation if its file changed, then ask every follower whose page drew an
-        earlier version of the same presentation to redraw (none while a model round is in flight here). Returns
-        how many reruns were asked for."""
-        if self._in_flight():
-            return 0
+        earlier version of the same presentation to redraw (after a participant's Step in flight here, for
+        MAX_DEFER_S at most). Returns how many reruns were asked for."""
         stamp = self._stamp()
         if stamp != self._last_stamp:
             self._presentation, self._last_stamp = self._read(), stamp
         p = self._presentation
         if p is None:
+            self._deferred_since = None
             return 0
         want = self._key_of(p, "following")
         with self._lock:
             due = [(sid, reg) for sid, reg in self._pages.items() if reg.presentation_id == p.id and want not in (reg.key, reg.pushed)]
+            if not due:
+                self._deferred_since = None
+                return 0
+            if self._in_flight():  # a Step goes first, for a bounded time
+                now = self._clock()
+                self._deferred_since = now if self._deferred_since is None else self._deferred_since
+                if now - self._deferred_since < MAX_DEFER_S:
+                    return 0
+            self._deferred_since = None
             for _, reg in due:
                 reg.pushed = want
         asked = 0

@@ -38,8 +38,10 @@ SPECVIZ_MAX_RUNS           max_runs                cap on engine runs one button
 SPECVIZ_MAX_CONCURRENT     max_concurrent          model rounds in flight per loaded model (1 per CPU model)
 SPECVIZ_QUEUE_TIMEOUT_S    queue_timeout_s         give up waiting for the model after this long (120)
 SPECVIZ_IDLE_MINUTES       idle_minutes            free a session's runs after this long without a click (20)
+SPECVIZ_PRESENTATION_IDLE_MINUTES presentation_idle_minutes  end the room's presentation after this long without
+                                                   its presenter's page (15)
 SPECVIZ_PRESENTER_KEY      presenter_key           the key that presents a run to the room (none: presenting is
-                                                   off); read by specviz.workshop.presentation, never kept here
+                                                   off); read by specviz.workshop.presenter_key, never kept here
 =========================  ======================  ==========================================================
 
 The limits and the queue apply in both modes; in local mode their defaults are the engine's own limits (no cap on
@@ -85,6 +87,7 @@ SETTINGS: dict[str, tuple[str, str]] = {
     "max_concurrent": ("SPECVIZ_MAX_CONCURRENT", "int"),
     "queue_timeout_s": ("SPECVIZ_QUEUE_TIMEOUT_S", "float"),
     "idle_minutes": ("SPECVIZ_IDLE_MINUTES", "float"),
+    "presentation_idle_minutes": ("SPECVIZ_PRESENTATION_IDLE_MINUTES", "float"),
 }
 PRESENTER_KEY_SECRET = "presenter_key"  # a secret, not a rule: not a Policy field (a Policy is shown and logged)
 TRUE, FALSE = ("1", "true", "yes", "on"), ("0", "false", "no", "off", "")
@@ -114,6 +117,7 @@ class Policy:
     max_concurrent: int = 0  # 0: sized from the device (1 per model on a CPU, 2 on a GPU)
     queue_timeout_s: float = 120.0
     idle_minutes: float = 20.0
+    presentation_idle_minutes: float = 15.0  # a presentation whose presenter's page is gone ends by itself
 
     def __post_init__(self) -> None:
         if not self.targets:
@@ -122,6 +126,7 @@ class Policy:
             ("max_new_tokens", 1, MAX_NEW_TOKENS), ("max_draft_tokens", 1, MAX_DRAFT_TOKENS), ("max_prompt_chars", 1, MAX_PROMPT_CHARS),
             ("max_prompt_tokens", 1, MAX_PROMPT_TOKENS), ("max_kv_tokens", 0, MAX_KV_TOKENS), ("max_sessions_per_client", 0, MAX_SESSIONS),
             ("max_samples", 1, MAX_SAMPLES), ("max_runs", 1, MAX_RUNS), ("max_concurrent", 0, 256), ("queue_timeout_s", 1, 86_400), ("idle_minutes", 1, 7 * 24 * 60),
+            ("presentation_idle_minutes", 1, 7 * 24 * 60),
         )  # fmt: skip
         for name, low, high in checks:
             value = getattr(self, name)

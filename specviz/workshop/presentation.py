@@ -3,19 +3,31 @@
 A presentation is one small JSON file in the run directory the replicas share (specviz.workshop.saved_runs), so any
 replica reads it and no replica ever reads another participant's session:
 
-    <run_dir>/room.presentation        {"id", "run", "started_at", "round", "selected_round", "version", "show_board"}
-    <run_dir>/board-<id>.jsonl         one anonymous point per line (BoardPoint), appended by the forks' Steps
+    <run_dir>/room.presentation   {"id", "run", "started_at", "round", "selected_round", "version", "show_board",
+                                   "holder", "heartbeat"}
+    <run_dir>/board-<id>.jsonl    one anonymous point per line (BoardPoint), appended by the forks' Steps
 
 `run` is the presented run's token (its saved run is written after every Step by the saved-runs machinery), `round`
 its rounds, `selected_round` the round the presenter's inspector shows (None: the latest), `version` a counter bumped
-on every change (followers compare it with what they drew: a read of a file under 1 KB, no model time). The names
-end in neither ``.json`` nor anything the run store evicts. Nothing secret is in either file: the presenter key is
-compared in memory (check_key) and never written, logged or put in a URL.
+on every change followers draw (they compare it with what they drew: a read of a file under 1 KB, no model time).
+`holder` is a random id of the presenting browser session's claim (its page keeps it; the key is never kept), and
+`heartbeat` the time.time() that page last showed it was there. The names end in neither ``.json`` nor anything the
+run store evicts. Nothing secret is in either file: the presenter key is compared in memory
+(specviz.workshop.presenter_key) and never written, logged or put in a URL.
+
+One presentation, whoever holds it. Presenting with the key while a presentation is live *takes it over*: the same
+id, board and followers, now showing the new presenter's run (a presenter who reloaded their page reclaims it this
+way, with their restored run); the previous holder's page sees a holder that is not its own. Only a presenter who
+asks for a new board gets a new id (and the old board goes). Anyone with the key can stop it. A presentation whose
+heartbeat is older than the owner's idle time (SPECVIZ_PRESENTATION_IDLE_MINUTES) has ended by itself: it reads as
+none and the next reader removes it (its presenter closed the tab, the replica died, the server was restarted). The
+presenter's page writes the heartbeat at most every heartbeat_every_s(), without a new version (followers are not
+redrawn for it).
 
 Writes are atomic (a temporary file, then os.replace) under an flock, so two presenters on two replicas cannot
-interleave a read-modify-write; the second one to start takes over (a new id) and the first one's page sees an id
-that is not its own. Both files are validated on read like any hostile input: a damaged presentation reads as none,
-a damaged board line is skipped, and the board is capped (MAX_BOARD_BYTES), after which points are dropped.
+interleave a read-modify-write. Both files are validated on read like any hostile input: a damaged presentation
+reads as none, a damaged board line is skipped, and the board is capped (MAX_BOARD_BYTES), after which points are
+dropped.
 
 Plain Python: no streamlit (specviz.ui.presenting is the page's side).
 """
@@ -24,7 +36,6 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
-import hmac
 import json
 import logging
 import math
@@ -33,81 +44,30 @@ import re
 import secrets
 import tempfile
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 from specviz.config import DRAFTER_KINDS
-from specviz.workshop.policy import PRESENTER_KEY_SECRET
 
 log = logging.getLogger(__name__)
 
 FILE_NAME = "room.presentation"
 LOCK_NAME = ".room.lock"
-MAX_FILE_BYTES = 4096  # a presentation is ~250 bytes; anything larger is not ours
+MAX_FILE_BYTES = 4096  # a presentation is ~300 bytes; anything larger is not ours
 MAX_BOARD_BYTES = 2 * 2**20  # ~10,000 points: a room of 30 stepping for an hour fits many times
 MAX_LINE_BYTES = 512
+MAX_HEARTBEAT_EVERY_S = 60.0
 _ID = re.compile(r"[A-Za-z0-9_-]{22}")  # secrets.token_urlsafe(16), as run tokens
-KEY_ENV = "SPECVIZ_PRESENTER_KEY"
-KEY_SECRET = PRESENTER_KEY_SECRET  # its name in the [specviz] secrets table
-# wrong keys: after FREE_TRIES wrong keys a session waits LOCK_S, doubling with each further wrong key (capped)
-FREE_TRIES = 3
-LOCK_S = 5.0
-MAX_LOCK_S = 300.0
 
 
 def new_id() -> str:
     return secrets.token_urlsafe(16)
 
 
-# --- the key ---------------------------------------------------------------------------------------------------
-
-
-def presenter_key(env: Mapping[str, str] | None = None, secrets_table: Mapping | None = None) -> str | None:
-    """The owner's presenter key: SPECVIZ_PRESENTER_KEY, else presenter_key in the [specviz] secrets table; None
-    (presenting is off) when neither is set or the value is blank."""
-    env = os.environ if env is None else env
-    raw = env.get(KEY_ENV)
-    if raw is None or not str(raw).strip():
-        raw = (secrets_table or {}).get(KEY_SECRET)
-    if not isinstance(raw, str) or not raw.strip():
-        return None
-    return raw.strip()
-
-
-def check_key(given: object, configured: str | None) -> bool:
-    """given is the configured key (constant time in the key's content); False when presenting is off or given empty."""
-    if configured is None or not isinstance(given, str) or not given.strip():
-        return False
-    return hmac.compare_digest(given.strip().encode("utf-8"), configured.encode("utf-8"))
-
-
-@dataclass
-class KeyGate:
-    """One session's tries at the key: the verdict of each, and the wait wrong keys earn (kept in the session)."""
-
-    wrong: int = 0
-    locked_until: float = 0.0
-
-    def attempt(self, given: object, configured: str | None, now: float | None = None) -> tuple[str, float]:
-        """(verdict, seconds to wait): 'off' (no key configured), 'empty', 'locked' (too many wrong keys: wait),
-        'wrong' or 'ok'. A locked session's key is not even compared."""
-        now = time.monotonic() if now is None else now
-        if configured is None:
-            return "off", 0.0
-        if now < self.locked_until:
-            return "locked", self.locked_until - now
-        if not isinstance(given, str) or not given.strip():
-            return "empty", 0.0
-        if check_key(given, configured):
-            self.wrong, self.locked_until = 0, 0.0
-            return "ok", 0.0
-        self.wrong += 1
-        wait = 0.0
-        if self.wrong >= FREE_TRIES:
-            wait = min(MAX_LOCK_S, LOCK_S * 2 ** (self.wrong - FREE_TRIES))
-            self.locked_until = now + wait
-        return "wrong", wait
+def heartbeat_every_s(idle_s: float) -> float:
+    """How often a presenter's page writes its heartbeat: rarely, and at least four times within the idle time."""
+    return min(MAX_HEARTBEAT_EVERY_S, idle_s / 4)
 
 
 # --- the presentation ------------------------------------------------------------------------------------------
@@ -119,11 +79,13 @@ class Presentation:
 
     id: str
     run: str  # the presented run's token in the run directory
-    started_at: float  # time.time() when this presenter started
+    started_at: float  # time.time() when this presentation started
     round: int = 0  # rounds in the presented run
     selected_round: int | None = None  # the presenter inspector's round; None: the latest
     version: int = 0
     show_board: bool = False
+    holder: str = ""  # the presenting session's claim (new_id()); a takeover changes it
+    heartbeat: float = 0.0  # time.time() of the presenter's last sign of life
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), separators=(",", ":"))
@@ -137,14 +99,14 @@ class Presentation:
             raise ValueError("not JSON") from None
         if not isinstance(raw, dict) or set(raw) != set(cls.__dataclass_fields__):
             raise ValueError("not a presentation")
-        for name in ("id", "run"):
+        for name in ("id", "run", "holder"):
             if not isinstance(raw[name], str) or not _ID.fullmatch(raw[name]):
                 raise ValueError(f"{name} is not a token")
         ints = [raw["round"], raw["version"]] + ([] if raw["selected_round"] is None else [raw["selected_round"]])
         if any(not _whole(v, 0, 10**9) for v in ints):
             raise ValueError("a count is not a whole number in range")
-        if not _real(raw["started_at"], 0, 10**11) or not isinstance(raw["show_board"], bool):
-            raise ValueError("started_at or show_board is not valid")
+        if not _real(raw["started_at"], 0, 10**11) or not _real(raw["heartbeat"], 0, 10**11) or not isinstance(raw["show_board"], bool):
+            raise ValueError("started_at, heartbeat or show_board is not valid")
         return cls(**raw)
 
 
@@ -157,11 +119,14 @@ def _real(value: object, low: float, high: float) -> bool:
 
 
 class PresentationStore:
-    """The room's presentation file and the board files, in the shared run directory."""
+    """The room's presentation file and the board files, in the shared run directory. idle_s: a presentation whose
+    heartbeat is older has ended (None: never; a reader that only compares versions, such as the push watcher)."""
 
-    def __init__(self, root: str | os.PathLike) -> None:
+    def __init__(self, root: str | os.PathLike, idle_s: float | None = None, clock: Callable[[], float] = time.time) -> None:
         self.root = Path(root)
         self.path = self.root / FILE_NAME
+        self.idle_s = idle_s
+        self._clock = clock
 
     def board_path(self, presentation_id: str) -> Path:
         if not _ID.fullmatch(presentation_id):
@@ -188,7 +153,35 @@ class PresentationStore:
         return (info.st_ino, info.st_mtime_ns, info.st_size)
 
     def read(self) -> Presentation | None:
-        """The live presentation, or None (none, or a file that is not one: logged, treated as none)."""
+        """The live presentation, or None (none, one that ended by itself, or a file that is not one: logged,
+        treated as none). The first reader to find it idle past idle_s removes it and its board."""
+        p = self._read_file()
+        if p is not None and self._idle(p):
+            with self._locked():
+                again = self._read_file()
+                if again is not None and self._idle(again):
+                    self._end(again, "ended by itself: its presenter was gone for longer than the idle time")
+            return None
+        return p
+
+    def _idle(self, p: Presentation) -> bool:
+        return self.idle_s is not None and self._clock() - p.heartbeat > self.idle_s
+
+    def _live(self) -> Presentation | None:
+        """Inside the lock: the presentation, or None when there is none or it ended by itself (then removed)."""
+        p = self._read_file()
+        if p is not None and self._idle(p):
+            self._end(p, "ended by itself: its presenter was gone for longer than the idle time")
+            return None
+        return p
+
+    def _end(self, p: Presentation, why: str) -> None:
+        """Inside the lock: remove the presentation and its board."""
+        self.path.unlink(missing_ok=True)
+        self.board_path(p.id).unlink(missing_ok=True)
+        log.info("room: the presentation %s", why)
+
+    def _read_file(self) -> Presentation | None:
         try:
             with open(self.path, "rb") as f:
                 data = f.read(MAX_FILE_BYTES + 1)
@@ -216,45 +209,66 @@ class PresentationStore:
             Path(tmp).unlink(missing_ok=True)
             raise
 
-    def start(self, run_token: str, rounds: int, now: float | None = None) -> tuple[Presentation, Presentation | None]:
-        """Make run_token the room's presentation (a new id: a presenter already live is taken over). Returns (the
-        new presentation, the one it took over or None). The version keeps counting across takeovers."""
+    def start(self, run_token: str, rounds: int, new_board: bool = False) -> tuple[Presentation, Presentation | None]:
+        """Make run_token the room's presented run, held by a new claim (``holder``). A live presentation is taken
+        over: the same id, board and followers, unless new_board (a new id; the old board goes). Returns (the
+        presentation, the one it took over or None). The version keeps counting across takeovers."""
         if not _ID.fullmatch(run_token):
             raise ValueError("a run token is 22 letters, digits, '-' or '_'")
         with self._locked():
-            before = self.read()
+            before = self._live()
+            now = self._clock()
             version = before.version + 1 if before else 1
-            started = time.time() if now is None else now
-            presentation = Presentation(new_id(), run_token, started, rounds, None, version)
+            if before is not None and not new_board:
+                presentation = replace(before, run=run_token, round=rounds, selected_round=None, version=version, holder=new_id(), heartbeat=now)
+            else:
+                presentation = Presentation(new_id(), run_token, now, rounds, None, version, False, new_id(), now)
             self._write(presentation)
-        if before is not None:
-            self.board_path(before.id).unlink(missing_ok=True)
-        log.info("room: a presentation started%s", " (took over the previous one)" if before else "")
+            if before is not None and presentation.id != before.id:
+                self.board_path(before.id).unlink(missing_ok=True)
+        log.info("room: a presentation %s", "started" if before is None else "was taken over" + (" with a new board" if new_board else ""))
         return presentation, before
 
-    def update(self, presentation_id: str, **changes) -> Presentation | None:
-        """Change the live presentation if it is still presentation_id's (bumping its version); None when it is not
-        (stopped, or taken over). Fields that do not change leave the file and its version alone."""
+    def update(self, presentation_id: str, holder: str, **changes) -> Presentation | None:
+        """Change the live presentation if it is still presentation_id's and held by holder (bumping its version
+        and the heartbeat); None when it is not (stopped, ended, or taken over). Fields that do not change leave the
+        file and its version alone."""
         with self._locked():
-            live = self.read()
-            if live is None or live.id != presentation_id:
+            live = self._live()
+            if live is None or live.id != presentation_id or live.holder != holder:
                 return None
             changed = replace(live, **changes)
             if changed == live:
                 return live
-            changed = replace(changed, version=live.version + 1)
+            changed = replace(changed, version=live.version + 1, heartbeat=self._clock())
             self._write(changed)
             return changed
 
-    def stop(self, presentation_id: str) -> bool:
-        """End the presentation if it is still presentation_id's; its board goes too. False: it was not live."""
+    def heartbeat(self, presentation_id: str, holder: str) -> Presentation | None:
+        """The presenter is still there: write the heartbeat if it is due (at most every heartbeat_every_s), without
+        a new version. None when the presentation is no longer this holder's."""
+        p = self._read_file()
+        if p is None or p.id != presentation_id or p.holder != holder:
+            return None
+        if self.idle_s is None or self._clock() - p.heartbeat < heartbeat_every_s(self.idle_s):
+            return p  # not due: a stat and a read, no write
         with self._locked():
-            live = self.read()
-            if live is None or live.id != presentation_id:
+            live = self._live()
+            if live is None or live.id != presentation_id or live.holder != holder:
+                return None
+            live = replace(live, heartbeat=self._clock())
+            self._write(live)
+            return live
+
+    def stop(self, presentation_id: str, holder: str | None = None) -> bool:
+        """End the presentation if it is still presentation_id's (and, when holder is given, still held by it: a
+        presenter stopping their own); its board goes too. holder None: someone who gave the key stops it. False:
+        it was not live."""
+        with self._locked():
+            live = self._live()
+            if live is None or live.id != presentation_id or (holder is not None and live.holder != holder):
                 return False
-            self.path.unlink(missing_ok=True)
-        self.board_path(presentation_id).unlink(missing_ok=True)
-        log.info("room: the presentation stopped")
+            self._end(live, "stopped" if holder is not None else "was stopped with the key")
         return True
 
     # --- the board -------------------------------------------------------------------------------------------------

@@ -8,7 +8,14 @@ Streamlit's websocket (``/_stcore/stream``) through with long tunnel timeouts, a
 a replica dies its browsers reconnect to another one (``option redispatch``) and restore their run from the shared
 run directory (specviz.workshop.saved_runs): the page keeps the run's token in its URL.
 
-    python -m specviz room --replicas 4 --port 8500 [--bind 0.0.0.0] [--status-file room.json]
+Every request HAProxy passes on carries the browser's address (``option forwardfor``), and the replicas trust it
+(SPECVIZ_TRUST_PROXY=1, specviz.workshop.clients): per-client limits such as the presenter key's count real clients,
+not the balancer. With ``--tls-cert PEM`` HAProxy serves HTTPS only (``bind ... ssl crt PEM``), so the presenter key
+and the run tokens do not cross the room's network in clear text. Without a presenter key in the environment or the
+secrets file, the room makes a strong one and prints it once on its terminal (never into a log, the status file, a
+URL or a page).
+
+    python -m specviz room --replicas 4 --port 8500 [--bind 0.0.0.0] [--status-file room.json] [--tls-cert room.pem]
     python -m specviz room --print-config --backend host1:8501 --backend host2:8501 --port 80   # replicas elsewhere
 
 Plain Python: no streamlit import (the replicas are separate processes).
@@ -17,6 +24,7 @@ Plain Python: no streamlit import (the replicas are separate processes).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import ctypes
 import json
 import logging
@@ -26,14 +34,19 @@ import selectors
 import shutil
 import signal
 import socket
+import ssl
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
+import tomllib
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TextIO
 
+from specviz.workshop.clients import TRUST_PROXY_ENV
+from specviz.workshop.presenter_key import KEY_ENV, KEY_SECRET, generate_key, key_weakness, presenter_key
 from specviz.workshop.saved_runs import default_run_dir
 
 log = logging.getLogger(__name__)
@@ -67,11 +80,17 @@ class Backend:
     port: int
 
 
-def haproxy_config(bind: str, port: int, backends: Sequence[Backend]) -> str:
-    """The HAProxy configuration for a room: sticky by cookie, websockets tunnelled, health-checked replicas."""
+def haproxy_config(bind: str, port: int, backends: Sequence[Backend], tls_cert: str | None = None) -> str:
+    """The HAProxy configuration for a room: sticky by cookie, websockets tunnelled, health-checked replicas, the
+    client's address passed on (X-Forwarded-For); HTTPS only when tls_cert names a PEM (certificate and key)."""
     if not backends:
         raise ValueError("A room needs at least one replica.")
     address = f"[{bind}]" if ":" in bind else bind
+    tls = ""
+    if tls_cert is not None:
+        if any(c in tls_cert for c in '"\\\n\r') or not tls_cert.strip():
+            raise ValueError(f"--tls-cert {tls_cert!r}: a path with quotes, backslashes or line breaks cannot go into HAProxy's configuration.")
+        tls = f' ssl crt "{tls_cert}"'  # HTTPS only: a plain-HTTP request on this port gets no answer
     servers = "\n".join(
         f"    server {b.id} {b.host}:{b.port} cookie {b.id} check inter {CHECK_INTERVAL} fall 2 rise 1" for b in backends
     )
@@ -89,9 +108,10 @@ defaults
     timeout tunnel {TUNNEL_TIMEOUT}        # websockets (/_stcore/stream) once upgraded
     timeout client-fin 30s
     timeout http-request 30s
+    option forwardfor          # X-Forwarded-For: the browser's address, for per-client limits (SPECVIZ_TRUST_PROXY)
 
 frontend room
-    bind {address}:{port}
+    bind {address}:{port}{tls}
     default_backend replicas
 
 backend replicas
@@ -137,6 +157,75 @@ def _check_port_free(bind: str, port: int) -> None:
             raise RoomError(f"The room cannot listen on {bind}:{port} ({exc.strerror}): pick another --port or --bind.") from None
 
 
+def check_tls_cert(path: str) -> str:
+    """The absolute path of a PEM file HAProxy can serve HTTPS with: readable, holding a certificate and its
+    private key (unencrypted), which load together. RoomError saying what is wrong otherwise."""
+    full = Path(path).expanduser().resolve()
+    hint = "HAProxy needs one PEM file with the certificate (and its chain) and its unencrypted private key, e.g. `cat cert.pem key.pem > room.pem`"
+    try:
+        text = full.read_bytes()
+    except OSError as exc:
+        raise RoomError(f"--tls-cert {path}: cannot read it ({exc.strerror or exc}). {hint}.") from None
+    missing = [what for what, marker in (("certificate", b"-----BEGIN CERTIFICATE-----"), ("private key", b"PRIVATE KEY-----")) if marker not in text]
+    if missing:
+        raise RoomError(f"--tls-cert {path} holds no {' and no '.join(missing)}. {hint}.")
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    try:
+        context.load_cert_chain(full, password=lambda: b"")  # an encrypted key fails here instead of asking for a passphrase
+    except (ssl.SSLError, OSError, ValueError) as exc:
+        raise RoomError(f"--tls-cert {path}: its certificate and private key do not load together ({exc}); an encrypted key is not supported. {hint}.") from None
+    return str(full)
+
+
+def secrets_files(repo: Path = REPO) -> list[Path]:
+    """The secrets files a replica's Streamlit reads (its default secrets.files: the user's, then the app's)."""
+    return [Path.home() / ".streamlit" / "secrets.toml", repo / ".streamlit" / "secrets.toml"]
+
+
+def secrets_table(files: Sequence[Path]) -> dict:
+    """The [specviz] tables of the secrets files merged (a later file wins); a missing or broken file adds nothing."""
+    table: dict = {}
+    for path in files:
+        try:
+            with open(path, "rb") as f:
+                found = tomllib.load(f).get("specviz", {})
+        except (OSError, tomllib.TOMLDecodeError):
+            continue
+        if isinstance(found, dict):
+            table.update(found)
+    return table
+
+
+def room_presenter_key(env: Mapping[str, str], files: Sequence[Path]) -> tuple[str | None, str]:
+    """(a key to give the replicas, or None; what to tell the owner): None with a warning when the owner's key is
+    too weak (presenting stays off), None and "" when the owner set a usable one, a new key when none is set."""
+    configured = presenter_key(env, secrets_table(files))
+    if configured is None:
+        return generate_key(), ""
+    weakness = key_weakness(configured)
+    if weakness is not None:
+        return None, f"warning: the presenter key set for this room is too weak, so presenting is off ({weakness}). Unset it and the room makes a strong one."
+    return None, ""
+
+
+@contextlib.contextmanager
+def _terminal() -> Iterator[TextIO | None]:
+    """This process's terminal (stderr when it is one, else /dev/tty), or None: a generated key is shown there only,
+    never in a file the output may be redirected to."""
+    if sys.stderr.isatty():
+        yield sys.stderr
+        return
+    try:
+        tty = open("/dev/tty", "w", encoding="utf-8")  # noqa: SIM115  (closed below)
+    except OSError:
+        yield None
+        return
+    try:
+        yield tty
+    finally:
+        tty.close()
+
+
 def write_status(path: Path, status: dict) -> None:
     """Replace the status file atomically (readers never see half a file)."""
     fd, tmp = tempfile.mkstemp(prefix=".room-", suffix=".json", dir=path.parent)
@@ -161,10 +250,12 @@ class Replica:
 class Room:
     """Start the replicas and the balancer, keep them running, stop all of them on SIGINT/SIGTERM."""
 
-    def __init__(self, replicas: int, port: int, bind: str = "127.0.0.1", status_file: str | None = None, streamlit_args: Sequence[str] = ()) -> None:
+    def __init__(self, replicas: int, port: int, bind: str = "127.0.0.1", status_file: str | None = None, streamlit_args: Sequence[str] = (),
+                 tls_cert: str | None = None) -> None:  # fmt: skip
         if replicas < 1:
             raise RoomError(f"--replicas must be at least 1; got {replicas}.")
         self.haproxy = find_haproxy()  # before anything starts: a missing haproxy starts nothing
+        self.tls_cert = check_tls_cert(tls_cert) if tls_cert is not None else None
         _check_port_free(bind, port)
         self.port, self.bind = port, bind
         self.status_file = Path(status_file).resolve() if status_file else None
@@ -179,12 +270,13 @@ class Room:
     @property
     def url(self) -> str:
         host = "127.0.0.1" if self.bind in ("0.0.0.0", "") else self.bind
-        return f"http://{f'[{host}]' if ':' in host else host}:{self.port}"
+        return f"{'https' if self.tls_cert else 'http'}://{f'[{host}]' if ':' in host else host}:{self.port}"
 
     def _replica_env(self) -> dict[str, str]:
         """Always shared mode: every browser reaches a replica through HAProxy on loopback, so none of them is the
         owner at the keyboard (a SPECVIZ_MODE=local inherited from the shell is overridden, and the log says so). One
-        run directory and one cookie secret for all replicas (a browser moved to another replica stays valid)."""
+        run directory and one cookie secret for all replicas (a browser moved to another replica stays valid), and the
+        balancer's X-Forwarded-For trusted (the replicas are reached through it)."""
         env = dict(os.environ)
         inherited = env.get("SPECVIZ_MODE", "").strip()
         if inherited.lower() not in ("", "shared"):
@@ -193,6 +285,7 @@ class Room:
         env.setdefault("SPECVIZ_RUN_DIR", str(default_run_dir(env)))
         env.setdefault("STREAMLIT_SERVER_COOKIE_SECRET", secrets.token_hex(32))
         env.update(PYTHONUNBUFFERED="1", STREAMLIT_BROWSER_GATHER_USAGE_STATS="false")
+        env[TRUST_PROXY_ENV] = "1"
         if "OMP_NUM_THREADS" not in env:  # the owner's choice wins
             env["OMP_NUM_THREADS"] = env["MKL_NUM_THREADS"] = str(threads_per_replica(len(self.replicas)))
         return env
@@ -213,7 +306,7 @@ class Room:
     def _start_balancer(self) -> None:
         backends = [Backend(r.id, "127.0.0.1", r.port) for r in self.replicas]
         path = self.config_dir / "haproxy.cfg"
-        path.write_text(haproxy_config(self.bind, self.port, backends), encoding="utf-8")
+        path.write_text(haproxy_config(self.bind, self.port, backends, self.tls_cert), encoding="utf-8")
         check = subprocess.run([self.haproxy, "-c", "-q", "-f", str(path)], capture_output=True, text=True)
         if check.returncode != 0:
             raise RoomError(f"HAProxy refused the room's configuration: {(check.stderr or check.stdout).strip()[-800:]}")
@@ -236,6 +329,7 @@ class Room:
         for sig in (signal.SIGINT, signal.SIGTERM):
             signal.signal(sig, self._ask_stop)
         try:
+            self._presenter_key()
             for r in self.replicas:
                 self._start_replica(r)
             self._start_balancer()
@@ -247,6 +341,23 @@ class Room:
             return 0
         finally:
             self.stop()
+
+    def _presenter_key(self) -> None:
+        """Give the replicas a strong presenter key when the owner set none, shown once on the terminal; say so when
+        the owner's key is too weak to use (room_presenter_key)."""
+        key, warning = room_presenter_key(self.env, secrets_files())
+        if warning:
+            print(warning, file=sys.stderr, flush=True)
+        if key is None:
+            return
+        with _terminal() as tty:
+            if tty is None:
+                log.warning("no presenter key is set and this room has no terminal to show a new one on, so presenting is off: set %s", KEY_ENV)
+                return
+            self.env[KEY_ENV] = key
+            tty.write(f"specviz room: the presenter key for this room (shown once, kept nowhere else): {key}\n"
+                      f"  Type it in *Present to the room* in the sidebar. Set {KEY_ENV} (or {KEY_SECRET} in the secrets file) to choose your own.\n")  # fmt: skip
+            tty.flush()
 
     def _ask_stop(self, signum, frame) -> None:
         self.stopping = True
@@ -335,6 +446,7 @@ def add_room_parser(sub) -> None:
     p.add_argument("--status-file", help="keep {url, balancer_pid, replicas: [{id, port, pid}]} current in this JSON file")
     p.add_argument("--print-config", action="store_true", help="print the HAProxy configuration and exit (with --backend: for replicas on other hosts)")
     p.add_argument("--backend", action="append", default=[], metavar="HOST:PORT", help="with --print-config: a replica on another host (repeat)")
+    p.add_argument("--tls-cert", metavar="PEM", help="serve HTTPS only, with this PEM file (certificate and unencrypted private key): the presenter key crosses the room's network")
     p.add_argument("streamlit_args", nargs="*", help="after --: extra `streamlit run` flags for every replica")
 
 
@@ -349,11 +461,11 @@ def cmd_room(args: argparse.Namespace) -> int:
     if args.print_config:
         backends = [parse_backend(b, i) for i, b in enumerate(args.backend)]
         backends = backends or [Backend(f"r{i + 1}", "127.0.0.1", 8501 + i) for i in range(max(1, args.replicas))]
-        print(haproxy_config(args.bind, args.port, backends), end="")
+        print(haproxy_config(args.bind, args.port, backends, args.tls_cert), end="")  # a ValueError: the CLI's "error: ..."
         return 0
     logging.getLogger("specviz.workshop.room").setLevel(logging.INFO)
     try:
-        return Room(args.replicas, args.port, args.bind, args.status_file, args.streamlit_args).run()
+        return Room(args.replicas, args.port, args.bind, args.status_file, args.streamlit_args, args.tls_cert).run()
     except RoomError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

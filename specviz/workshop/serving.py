@@ -11,6 +11,10 @@ runs (specviz.workshop.baselines) takes *background* turns, one plain step each:
 A long prefill is the one piece of work longer than a round: it runs in chunks, and between two it may hand its turn to
 the first waiter and queue again at the back of its line (held_turn() and HeldTurn.pass_on()), so a Step waits for one
 chunk, never for a whole prefill (docs/workshop-safety.md: Token and memory budgets).
+
+Each turn says what kind of work it is (TurnKind): a participant's "step" (a round, a prefill, a restore), one piece
+of a long "job" (a benchmark sweep, a lab), or "background" (the baselines). Admission does not look at it; what does
+is whoever waits for Steps only (the room's presentation watcher, specviz.ui.push: turns_in_flight("step")).
 """
 
 from __future__ import annotations
@@ -20,12 +24,15 @@ import logging
 import os
 import threading
 import time
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from typing import Literal
 
 log = logging.getLogger(__name__)
 
+
+TurnKind = Literal["step", "job", "background"]
 
 THREADS_ENV = "SPECVIZ_TORCH_THREADS"
 
@@ -71,6 +78,7 @@ class ModelQueue:
         self._line: deque[int] = deque()  # interactive tickets, in order
         self._background: deque[int] = deque()  # background tickets, served only when _line is empty
         self._in_flight = 0
+        self._kinds: Counter[str] = Counter()  # turns in flight by kind
         self._tickets = itertools.count()
 
     # --- what a waiting session can see ------------------------------------------------------------------------
@@ -79,6 +87,10 @@ class ModelQueue:
     def in_flight(self) -> int:
         with self._cond:
             return self._in_flight
+
+    def in_flight_of(self, kind: TurnKind) -> int:
+        with self._cond:
+            return self._kinds[kind]
 
     @property
     def waiting(self) -> int:
@@ -114,14 +126,16 @@ class ModelQueue:
         timeout_s: float | None = None,
         poll_s: float = 0.5,
         background: bool = False,
+        kind: TurnKind | None = None,
     ) -> Iterator[float]:
         """Wait for a turn (calling on_wait(ahead, waited_s) at most every poll_s while waiting, outside the lock),
         hold it for the with-block, and give it back whatever happens. Yields the seconds spent waiting.
-        background=True: wait behind every interactive waiter, present and future.
+        background=True: wait behind every interactive waiter, present and future. kind: what the turn is for
+        (default "background" for a background turn, else "step").
 
         Raises QueueTimeout after timeout_s. An exception raised by on_wait (e.g. streamlit stopping the script
         because the user clicked something) leaves the line cleanly."""
-        with self.held_turn(on_wait, timeout_s, poll_s, background) as held:
+        with self.held_turn(on_wait, timeout_s, poll_s, background, kind) as held:
             yield held.waited_s
 
     @contextmanager
@@ -131,17 +145,19 @@ class ModelQueue:
         timeout_s: float | None = None,
         poll_s: float = 0.5,
         background: bool = False,
+        kind: TurnKind | None = None,
     ) -> Iterator[HeldTurn]:
         """turn(), yielding the HeldTurn itself: its pass_on() lets a waiting participant go first in the middle of a
         long piece of work (between two chunks of a prefill) and queues again for the rest."""
-        held = HeldTurn(self, background, on_wait, timeout_s, poll_s)
-        held.waited_s = self._wait(self._enqueue(background), background, on_wait, timeout_s, poll_s)
+        kind = kind or ("background" if background else "step")
+        held = HeldTurn(self, background, kind, on_wait, timeout_s, poll_s)
+        held.waited_s = self._wait(self._enqueue(background), background, kind, on_wait, timeout_s, poll_s)
         held.held = True
         try:
             yield held
         finally:
             if held.held:
-                self._leave()
+                self._leave(kind)
 
     def _enqueue(self, background: bool) -> int:
         ticket = next(self._tickets)
@@ -149,7 +165,7 @@ class ModelQueue:
             (self._background if background else self._line).append(ticket)
         return ticket
 
-    def _wait(self, ticket: int, background: bool, on_wait: Callable[[int, float], None] | None, timeout_s: float | None, poll_s: float) -> float:
+    def _wait(self, ticket: int, background: bool, kind: str, on_wait: Callable[[int, float], None] | None, timeout_s: float | None, poll_s: float) -> float:
         """Wait until the ticket (already in its line) is admitted; returns the seconds waited. On a timeout or an
         exception from on_wait the ticket leaves the line and nothing is held."""
         line = self._background if background else self._line
@@ -161,6 +177,7 @@ class ModelQueue:
                     if self._may_enter(ticket, background):
                         line.popleft()
                         self._in_flight += 1
+                        self._kinds[kind] += 1
                         admitted = True
                         break
                     waited = time.monotonic() - start
@@ -183,9 +200,10 @@ class ModelQueue:
                     self._cond.notify_all()
         return time.monotonic() - start
 
-    def _leave(self) -> None:
+    def _leave(self, kind: str) -> None:
         with self._cond:
             self._in_flight -= 1
+            self._kinds[kind] -= 1
             self._cond.notify_all()
 
 
@@ -195,8 +213,8 @@ class HeldTurn:
     chunks lets every Step queued behind it in between two chunks. A QueueTimeout (or an exception from on_wait) while
     waiting to come back leaves nothing held; the with-block then ends with the exception."""
 
-    def __init__(self, queue: ModelQueue, background: bool, on_wait, timeout_s: float | None, poll_s: float) -> None:
-        self.queue, self.background = queue, background
+    def __init__(self, queue: ModelQueue, background: bool, kind: str, on_wait, timeout_s: float | None, poll_s: float) -> None:
+        self.queue, self.background, self.kind = queue, background, kind
         self.on_wait, self.timeout_s, self.poll_s = on_wait, timeout_s, poll_s
         self.held = False
         self.waited_s = 0.0  # before the turn was first admitted
@@ -213,10 +231,11 @@ class HeldTurn:
             ticket = next(queue._tickets)
             (queue._background if self.background else queue._line).append(ticket)
             queue._in_flight -= 1
+            queue._kinds[self.kind] -= 1
             self.held = False
             self.passed += 1
             queue._cond.notify_all()
-        waited = queue._wait(ticket, self.background, self.on_wait, self.timeout_s, self.poll_s)
+        waited = queue._wait(ticket, self.background, self.kind, self.on_wait, self.timeout_s, self.poll_s)
         self.held = True
         return waited
 
@@ -238,11 +257,12 @@ def model_queue(key: tuple, max_in_flight: int = 1) -> ModelQueue:
         return queue
 
 
-def turns_in_flight() -> int:
-    """Model turns held right now, over every queue (at exit: is anything still running a model pass?)."""
+def turns_in_flight(kind: TurnKind | None = None) -> int:
+    """Model turns held right now, over every queue (at exit: is anything still running a model pass?); of one
+    kind only when kind is given."""
     with _queues_lock:
         queues = list(_queues.values())
-    return sum(q.in_flight for q in queues)
+    return sum(q.in_flight if kind is None else q.in_flight_of(kind) for q in queues)
 
 
 def reset_queues() -> None:

@@ -42,12 +42,11 @@ def test_followers_are_redrawn_from_the_server_and_one_who_stops_following_is_le
     """A real room, the protocol client: after the presenter's Step each follower receives a run it never asked for
     (its stage fragment, pushed by the replica's watcher: the client sends no timer ticks) showing the new round.
     A follower who turned *Follow the presenter* off gets no such run and keeps their own run."""
-    import secrets
-
     from scripts.room_presenter import PRESENTER, shown_round
     from scripts.st_protocol import StSession
+    from specviz.workshop.presenter_key import generate_key
 
-    key = secrets.token_urlsafe(16)
+    key = generate_key()
     env = {"SPECVIZ_TARGETS": str(tiny_dir["llama"]), "SPECVIZ_PRESENTER_KEY": key}
     with rlt.room(2, tmp_path, env) as handle:
         teacher = StSession(handle.url, PRESENTER.query(24))

@@ -1,0 +1,229 @@
+"""The presenter key: the owner's setting, how strong it must be, a strong one made for the owner, and the limits on
+wrong keys that every replica of a room shares.
+
+A wrong key is counted twice, in one small file of the run directory the replicas share (KeyGuard):
+
+* **per client** (its address, specviz.workshop.clients: the TCP peer, or behind the room's HAProxy the address it
+  appended to X-Forwarded-For): CLIENT_FREE_TRIES wrong keys, then a wait of CLIENT_LOCK_S that doubles with each
+  further wrong key up to CLIENT_MAX_LOCK_S. A new browser session, a reload or a cleared session state is the same
+  client: the count is not in the session.
+* **for the room**, whoever sends them: at most ROOM_MAX_WRONG wrong keys in any ROOM_WINDOW_S; past that every
+  client waits until the oldest of them is ROOM_WINDOW_S old. This bounds the guess rate of an attacker with many
+  addresses (on average one guess a minute, ten at most in a burst).
+
+A client or a room that must wait is told how long, and its key is **not compared** (nor counted). The trade-off: an
+attacker can delay presenting (every client waits while the room's budget is spent), not guess the key: at one
+guess a minute, a key that passes key_weakness() takes longer than any workshop lasts, by many orders of magnitude.
+The owner ends a lock-out early by deleting ``room.keyguard`` in the run directory.
+
+The file holds counts, times and client addresses only: never the key, a hash of it or what was typed. Updates take
+an flock (as specviz.workshop.presentation's store), so two replicas cannot both spend the room's last try.
+
+Plain Python: no streamlit (specviz.ui.presenting is the page's side).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hmac
+import json
+import logging
+import math
+import os
+import secrets
+import tempfile
+import time
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+from specviz.workshop.policy import PRESENTER_KEY_SECRET
+
+log = logging.getLogger(__name__)
+
+KEY_ENV = "SPECVIZ_PRESENTER_KEY"
+KEY_SECRET = PRESENTER_KEY_SECRET  # its name in the [specviz] secrets table
+MIN_KEY_CHARS = 16
+MIN_DISTINCT_CHARS = 8
+GENERATED_KEY_BYTES = 18  # secrets.token_urlsafe: 24 characters, 144 bits
+
+GUARD_NAME = "room.keyguard"
+GUARD_LOCK_NAME = ".room.keyguard.lock"
+MAX_GUARD_BYTES = 256 * 1024
+ROOM_MAX_WRONG = 10  # wrong keys the room takes, from everyone together, in any ROOM_WINDOW_S
+ROOM_WINDOW_S = 600.0
+CLIENT_FREE_TRIES = 3  # one client's wrong keys before it waits
+CLIENT_LOCK_S = 30.0  # its first wait, doubling with each further wrong key
+CLIENT_MAX_LOCK_S = 900.0
+FORGET_CLIENT_S = 3600.0  # a client quiet (and not locked) this long starts again from nothing
+MAX_CLIENTS = 2000  # beyond this the longest-quiet clients are forgotten (the room's count still holds)
+
+Outcome = Literal["off", "weak", "empty", "locked", "wrong", "ok"]
+
+
+# --- the key ---------------------------------------------------------------------------------------------------
+
+
+def presenter_key(env: Mapping[str, str] | None = None, secrets_table: Mapping | None = None) -> str | None:
+    """The owner's presenter key as configured: SPECVIZ_PRESENTER_KEY, else presenter_key in the [specviz] secrets
+    table; None when neither is set or the value is blank. It may still be too weak to use (key_weakness)."""
+    env = os.environ if env is None else env
+    raw = env.get(KEY_ENV)
+    if raw is None or not str(raw).strip():
+        raw = (secrets_table or {}).get(KEY_SECRET)
+    if not isinstance(raw, str) or not raw.strip():
+        return None
+    return raw.strip()
+
+
+def key_weakness(key: str) -> str | None:
+    """Why a presenter key is too weak to use, or None. The rules (no length or content of the key in the answer):
+    at least MIN_KEY_CHARS characters, MIN_DISTINCT_CHARS of them different, from at least two kinds (lower case,
+    upper case, digits, anything else, a space included), and not one shorter piece repeated ("abcabcabc...")."""
+    kinds = sum(any(test(c) for c in key) for test in (str.islower, str.isupper, str.isdigit, lambda c: not c.isalnum()))
+    periodic = len(key) > 1 and key in (key + key)[1:-1]
+    if len(key) < MIN_KEY_CHARS or len(set(key)) < MIN_DISTINCT_CHARS or kinds < 2 or periodic:
+        return (
+            f"a presenter key needs at least {MIN_KEY_CHARS} characters, at least {MIN_DISTINCT_CHARS} different ones, "
+            "from at least two kinds (lower case, upper case, digits, symbols or spaces), and no repeated pattern"
+        )
+    return None
+
+
+def generate_key() -> str:
+    """A strong random key (144 bits, URL-safe characters) that passes key_weakness."""
+    while True:
+        key = secrets.token_urlsafe(GENERATED_KEY_BYTES)
+        if key_weakness(key) is None:
+            return key
+
+
+def check_key(given: object, configured: str | None) -> bool:
+    """given is the configured key (constant time in the key's content); False when presenting is off or given empty."""
+    if configured is None or not isinstance(given, str) or not given.strip():
+        return False
+    return hmac.compare_digest(given.strip().encode("utf-8"), configured.encode("utf-8"))
+
+
+# --- the limits on wrong keys ----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """What one try at the key got: outcome, and for 'locked' (or a 'wrong' that earned a wait) the seconds to wait
+    and whose wait it is ('client': this address's; 'room': everyone's)."""
+
+    outcome: Outcome
+    wait_s: float = 0.0
+    locked: Literal["", "client", "room"] = ""
+
+
+@dataclass
+class _Client:
+    wrong: int = 0
+    locked_until: float = 0.0
+    last: float = 0.0
+
+
+class KeyGuard:
+    """The room's and each client's wrong keys, in ``<run_dir>/room.keyguard`` (module docstring)."""
+
+    def __init__(self, root: str | os.PathLike, clock: Callable[[], float] = time.time) -> None:
+        self.root = Path(root)
+        self.path = self.root / GUARD_NAME
+        self._clock = clock  # wall-clock seconds: the replicas share the file, and a restart must not forget it
+
+    def attempt(self, given: object, configured: str | None, client: str) -> Verdict:
+        """One try at the key by ``client`` (an address). 'off' (no key set), 'weak' (the key set is too weak: no
+        key works), 'locked' (wait: nothing compared, nothing counted), 'empty', 'wrong' or 'ok'."""
+        if configured is None:
+            return Verdict("off")
+        if key_weakness(configured) is not None:
+            return Verdict("weak")
+        with self._locked():
+            now = self._clock()
+            room, clients = self._read(now)
+            entry = clients.get(client, _Client())
+            room_wait = self._room_wait(room, now)
+            client_wait = max(0.0, entry.locked_until - now)
+            if room_wait > 0 or client_wait > 0:  # a lock-out never compares the key
+                return Verdict("locked", max(room_wait, client_wait), "room" if room_wait >= client_wait else "client")
+            if not isinstance(given, str) or not given.strip():
+                return Verdict("empty")
+            if check_key(given, configured):
+                if client in clients:
+                    del clients[client]
+                    self._write(room, clients)
+                return Verdict("ok")
+            room.append(now)
+            entry.wrong, entry.last = entry.wrong + 1, now
+            if entry.wrong >= CLIENT_FREE_TRIES:
+                entry.locked_until = now + min(CLIENT_MAX_LOCK_S, CLIENT_LOCK_S * 2 ** (entry.wrong - CLIENT_FREE_TRIES))
+            clients[client] = entry
+            self._write(room, clients)
+        room_wait, client_wait = self._room_wait(room, now), max(0.0, entry.locked_until - now)
+        log.warning("room: a wrong presenter key from %s (%d in the room's last %.0f min)", client, len(room), ROOM_WINDOW_S / 60)  # never the key
+        if room_wait <= 0 and client_wait <= 0:
+            return Verdict("wrong")
+        return Verdict("wrong", max(room_wait, client_wait), "room" if room_wait >= client_wait else "client")
+
+    @staticmethod
+    def _room_wait(room: list[float], now: float) -> float:
+        if len(room) < ROOM_MAX_WRONG:
+            return 0.0
+        return max(0.0, sorted(room)[-ROOM_MAX_WRONG] + ROOM_WINDOW_S - now)
+
+    @contextlib.contextmanager
+    def _locked(self) -> Iterator[None]:
+        self.root.mkdir(mode=0o700, parents=True, exist_ok=True)
+        fd = os.open(self.root / GUARD_LOCK_NAME, os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            yield
+        finally:
+            os.close(fd)  # closing releases the lock
+
+    def _read(self, now: float) -> tuple[list[float], dict[str, _Client]]:
+        """The room's recent wrong keys and the clients worth remembering (older ones pruned). A file that is not
+        ours reads as empty (logged): it is only ever written here, atomically."""
+        try:
+            with open(self.path, "rb") as f:
+                data = f.read(MAX_GUARD_BYTES + 1)
+        except FileNotFoundError:
+            return [], {}
+        except OSError as exc:
+            log.warning("cannot read the presenter-key guard: %s", exc.strerror or exc)
+            return [], {}
+        try:
+            if len(data) > MAX_GUARD_BYTES:
+                raise ValueError("too large")
+            raw = json.loads(data)
+            room = sorted(float(t) for t in raw["room"] if _time(t) and now - ROOM_WINDOW_S < t <= now + 1)[-ROOM_MAX_WRONG:]
+            clients = {}
+            for address, (wrong, locked_until, last) in raw["clients"].items():
+                if isinstance(address, str) and _time(wrong) and wrong == int(wrong) and _time(locked_until) and _time(last):
+                    clients[address[:64]] = _Client(int(wrong), min(float(locked_until), now + CLIENT_MAX_LOCK_S), float(last))
+        except (ValueError, TypeError, KeyError, AttributeError, RecursionError, UnicodeDecodeError):
+            log.warning("the presenter-key guard file is damaged; its counts start again")
+            return [], {}
+        clients = {a: c for a, c in clients.items() if c.locked_until > now or now - c.last < FORGET_CLIENT_S}
+        if len(clients) > MAX_CLIENTS:
+            clients = dict(sorted(clients.items(), key=lambda item: item[1].last)[-MAX_CLIENTS:])
+        return room, clients
+
+    def _write(self, room: list[float], clients: dict[str, _Client]) -> None:
+        data = {"room": room, "clients": {a: [c.wrong, c.locked_until, c.last] for a, c in clients.items()}}
+        fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".keyguard", dir=self.root)  # 0600
+        try:
+            with os.fdopen(fd, "w", encoding="utf-8") as f:
+                json.dump(data, f, separators=(",", ":"))
+            os.replace(tmp, self.path)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+
+
+def _time(value: object) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and 0 <= value < 10**11

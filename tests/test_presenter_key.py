@@ -1,0 +1,174 @@
+"""The presenter key (specviz.workshop.presenter_key, plain Python): the owner's setting, the strength a key needs
+(weak keys refused, a generated key strong), and the limits on wrong keys that every replica shares, per client
+address and for the room, in one file of the run directory that holds no key. Each limit has a known-bad control:
+the old per-session gate, which a new session or a cleared session state reset."""
+
+from __future__ import annotations
+
+import json
+import threading
+from dataclasses import dataclass
+
+import pytest
+
+from specviz.workshop import presenter_key as pk
+from specviz.workshop.policy import load_policy
+from specviz.workshop.presenter_key import KeyGuard, check_key, generate_key, key_weakness, presenter_key
+
+KEY = "Tea-and-speculation-2026"
+
+
+class Clock:
+    def __init__(self, now: float = 1_000_000.0) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_the_setting_and_the_comparison():
+    assert presenter_key({}, {}) is None and presenter_key({"SPECVIZ_PRESENTER_KEY": "  "}, {}) is None
+    assert presenter_key({}, {"presenter_key": KEY}) == KEY
+    assert presenter_key({"SPECVIZ_PRESENTER_KEY": "env"}, {"presenter_key": KEY}) == "env"
+    assert check_key(KEY, KEY) and check_key(f" {KEY} ", KEY) and not check_key(KEY[:-1], KEY) and not check_key("", KEY)
+    assert not check_key("anything", None) and not check_key(None, KEY) and not check_key([KEY], KEY)
+
+
+def test_the_key_in_the_secrets_table_is_accepted_by_the_policy_and_not_kept_in_it():
+    policy = load_policy(env={}, secrets={"presenter_key": KEY, "mode": "shared"})
+    assert KEY not in repr(policy)
+
+
+@pytest.mark.parametrize(
+    "weak",
+    ["1234", "s3cret", "workshop", "correcthorse", "1234567890123456", "aaaaaaaaaaaaaaaaaaaaaaaa", "abcdefghijklmnopqrstuvwxyz",
+     "Password1Password1", "ab12ab12ab12ab12ab12", "AAAAAAAAAAAAAAAA1"],
+)  # fmt: skip
+def test_weak_keys_are_refused_without_quoting_them(weak):
+    why = key_weakness(weak)
+    assert why is not None and why == key_weakness("x")  # the same words for every weak key: nothing about this one
+
+
+@pytest.mark.parametrize("strong", [KEY, "correct horse battery staple", "a presenter key for the test", "xK9#mQ2$vL7!pR4@"])
+def test_strong_keys_pass(strong):
+    assert key_weakness(strong) is None
+
+
+def test_a_generated_key_is_strong_and_new_each_time():
+    keys = {generate_key() for _ in range(50)}
+    assert len(keys) == 50 and all(key_weakness(k) is None and len(k) >= 24 for k in keys)
+
+
+def test_a_weak_configured_key_turns_presenting_off_even_for_itself(tmp_path):
+    guard = KeyGuard(tmp_path)
+    assert guard.attempt("1234", "1234", "10.0.0.1").outcome == "weak"
+    assert guard.attempt("x", None, "10.0.0.1").outcome == "off"
+    assert not guard.path.exists()
+
+
+def test_wrong_keys_from_one_client_lock_it_out_across_sessions_and_replicas(tmp_path):
+    """Every KeyGuard is another session (or another replica): the count is the file's. Known-bad control: the old
+    per-session gate gave every new session CLIENT_FREE_TRIES fresh tries."""
+    clock = Clock()
+    sessions = [KeyGuard(tmp_path, clock) for _ in range(pk.CLIENT_FREE_TRIES + 2)]
+    for guard in sessions[: pk.CLIENT_FREE_TRIES - 1]:
+        assert guard.attempt("guess", KEY, "10.0.0.1") == pk.Verdict("wrong")
+    verdict = sessions[pk.CLIENT_FREE_TRIES - 1].attempt("guess", KEY, "10.0.0.1")
+    assert verdict == pk.Verdict("wrong", pk.CLIENT_LOCK_S, "client")
+    clock.now += 1
+    assert sessions[-1].attempt(KEY, KEY, "10.0.0.1") == pk.Verdict("locked", pk.CLIENT_LOCK_S - 1, "client")  # even the right key waits
+    assert KeyGuard(tmp_path, clock).attempt(KEY, KEY, "10.0.0.2").outcome == "ok"  # another client is not held up
+    clock.now += pk.CLIENT_LOCK_S
+    assert sessions[0].attempt("guess", KEY, "10.0.0.1") == pk.Verdict("wrong", 2 * pk.CLIENT_LOCK_S, "client")  # doubling
+    clock.now += 2 * pk.CLIENT_LOCK_S
+    assert sessions[1].attempt(KEY, KEY, "10.0.0.1").outcome == "ok"
+    assert sessions[2].attempt("guess", KEY, "10.0.0.1") == pk.Verdict("wrong")  # the right key cleared its count
+
+    @dataclass
+    class SessionGate:  # the known-bad control: the count in the session, as before
+        wrong: int = 0
+
+        def attempt(self, given: str) -> str:
+            self.wrong += 1
+            return "locked" if self.wrong > pk.CLIENT_FREE_TRIES else "wrong"
+
+    assert [SessionGate().attempt("guess") for _ in range(10)] == ["wrong"] * 10  # a fresh session each try: never locked
+
+
+def test_the_room_takes_a_few_wrong_keys_from_everyone_together_then_everyone_waits(tmp_path):
+    """Many addresses (one guess each) spend the room's budget; then no client's key is compared, the right one
+    included, until the oldest wrong key is ROOM_WINDOW_S old."""
+    clock = Clock()
+    for i in range(pk.ROOM_MAX_WRONG - 1):
+        clock.now += 1
+        assert KeyGuard(tmp_path, clock).attempt("guess", KEY, f"10.1.0.{i}") == pk.Verdict("wrong")
+    first = clock.now - (pk.ROOM_MAX_WRONG - 2)
+    clock.now += 1
+    last = KeyGuard(tmp_path, clock).attempt("guess", KEY, "10.1.1.1")
+    assert last.outcome == "wrong" and last.locked == "room" and last.wait_s == pytest.approx(first + pk.ROOM_WINDOW_S - clock.now)
+    compared = []
+    real = pk.check_key
+    try:
+        pk.check_key = lambda given, configured: compared.append(given) or real(given, configured)
+        locked = KeyGuard(tmp_path, clock).attempt(KEY, KEY, "10.2.0.1")
+    finally:
+        pk.check_key = real
+    assert locked.outcome == "locked" and locked.locked == "room" and compared == []  # a lock-out never compares the key
+    clock.now = first + pk.ROOM_WINDOW_S + 0.5  # the oldest wrong key left the window: one more try for the room
+    assert KeyGuard(tmp_path, clock).attempt(KEY, KEY, "10.2.0.1").outcome == "ok"
+    assert KeyGuard(tmp_path, clock).attempt("guess", KEY, "10.2.0.2").locked == "room"
+    # the bound: at most ROOM_MAX_WRONG wrong keys are ever compared in any ROOM_WINDOW_S
+    assert pk.ROOM_MAX_WRONG / (pk.ROOM_WINDOW_S / 60) <= 1.0
+
+
+def test_replicas_trying_at_once_cannot_spend_more_than_the_rooms_budget(tmp_path):
+    """Threads with their own KeyGuard (replicas sharing the run directory) guess at once from many addresses: the
+    flock lets exactly ROOM_MAX_WRONG of them be compared."""
+    clock = Clock()
+    verdicts, start = [], threading.Barrier(8)
+
+    def guess(n: int) -> None:
+        guard = KeyGuard(tmp_path, clock)
+        start.wait()
+        for i in range(6):
+            verdicts.append(guard.attempt("guess", KEY, f"10.3.{n}.{i}").outcome)
+
+    threads = [threading.Thread(target=guess, args=(n,)) for n in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert verdicts.count("wrong") == pk.ROOM_MAX_WRONG and verdicts.count("locked") == 48 - pk.ROOM_MAX_WRONG
+
+
+def test_the_guard_file_holds_counts_times_and_addresses_only(tmp_path):
+    clock = Clock()
+    for i in range(4):
+        KeyGuard(tmp_path, clock).attempt(f"guess-{KEY}-{i}", KEY, "10.4.0.1")
+    KeyGuard(tmp_path, clock).attempt(KEY, KEY, "10.4.0.2")
+    text = (tmp_path / pk.GUARD_NAME).read_text()
+    data = json.loads(text)
+    assert set(data) == {"room", "clients"} and set(data["clients"]) == {"10.4.0.1"}
+    assert all(isinstance(t, float) for t in data["room"])
+    assert all(isinstance(v, (int, float)) for entry in data["clients"].values() for v in entry)
+    assert "guess" not in text and KEY not in text and "Tea" not in text
+    assert (tmp_path / pk.GUARD_NAME).stat().st_mode & 0o077 == 0
+
+
+@pytest.mark.parametrize("content", [b"", b"not json", b"[]", b'{"room": "x", "clients": {}}', b'{"room": [], "clients": {"a": [1]}}', b"\xff" * 10])
+def test_a_damaged_guard_file_starts_the_counts_again_and_is_rewritten(tmp_path, content):
+    (tmp_path / pk.GUARD_NAME).write_bytes(content)
+    assert KeyGuard(tmp_path).attempt("guess", KEY, "10.5.0.1").outcome == "wrong"
+    assert json.loads((tmp_path / pk.GUARD_NAME).read_text())["clients"]["10.5.0.1"][0] == 1
+
+
+def test_quiet_clients_are_forgotten_and_the_file_stays_small(tmp_path, monkeypatch):
+    clock = Clock()
+    monkeypatch.setattr(pk, "MAX_CLIENTS", 5)
+    monkeypatch.setattr(pk, "ROOM_MAX_WRONG", 10**6)
+    for i in range(12):
+        KeyGuard(tmp_path, clock).attempt("guess", KEY, f"10.6.0.{i}")
+    assert len(json.loads((tmp_path / pk.GUARD_NAME).read_text())["clients"]) <= 6
+    clock.now += pk.FORGET_CLIENT_S + 1
+    KeyGuard(tmp_path, clock).attempt("guess", KEY, "10.6.1.1")
+    assert set(json.loads((tmp_path / pk.GUARD_NAME).read_text())["clients"]) == {"10.6.1.1"}
