@@ -40,9 +40,9 @@ def no_turns(monkeypatch):
     taken: list[str] = []
     real = specviz.ui.access.model_turn
 
-    def counting(model, what: str = "your round", slot=None):
+    def counting(model, what: str = "your round", slot=None, **kwargs):
         taken.append(what)
-        return real(model, what, slot)
+        return real(model, what, slot, **kwargs)
 
     for module in (specviz.ui.access, specviz.ui.session, specviz.ui.saved_runs):
         monkeypatch.setattr(module, "model_turn", counting)

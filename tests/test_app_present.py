@@ -256,10 +256,14 @@ def test_the_idle_sweeper_spares_a_live_presenters_run():
     """The sweeper frees an idle session's runs (SPECVIZ_IDLE_MINUTES); a presenter's run is what the room
     follows, however long the presenter talks. Known-bad control: the same session state without the presenting
     mark is freed. (A presenter whose page is gone is freed whole after the disconnect grace, as any session.)"""
+    class Session:  # a StepSession's part the sweeper touches: it gives its KV-cache share back
+        def release(self) -> None:
+            pass
+
     clock = [0.0]
     registry = SessionRegistry(clock=lambda: clock[0])
-    presenter_state = {STEP_THROUGH_KEY: PageState(session=object()), PRESENTING_KEY: ("A" * 22, "B" * 22)}
-    other_state = {STEP_THROUGH_KEY: PageState(session=object())}
+    presenter_state = {STEP_THROUGH_KEY: PageState(session=Session()), PRESENTING_KEY: ("A" * 22, "B" * 22)}
+    other_state = {STEP_THROUGH_KEY: PageState(session=Session())}
     registry.touch("presenter", presenter_state)
     registry.touch("other", other_state)
     clock[0] = 21 * 60.0
