@@ -16,8 +16,9 @@ in flight in this process (a Step goes first). Nothing here reads another sessio
 
 Forking: *Try it yourself from here* (`fork`) turns the follower's view into their own live run (a new `?run=`
 token, the presenter's settings in the sidebar), resumed exactly (specviz.ui.saved_runs.rebuild_session). Each of
-the fork's Steps adds an anonymous point to the presentation's board, which the presenter sees, and the room when
-the presenter turns on *Show the board to the room* (`show_board`).
+the fork's Steps that ran a round adds an anonymous point to the presentation's board (one per round; a participant
+who forks again keeps their fork's id, so the board shows their latest try), which the presenter sees, and the room
+when the presenter turns on *Show the board to the room* (`show_board`). A write the disk refuses (full) says so.
 """
 
 from __future__ import annotations
@@ -41,7 +42,7 @@ from specviz.ui.sidebar import seed_from_run
 from specviz.viz.board import board_figure, board_frame, board_table
 from specviz.viz.markdown import md_text
 from specviz.workshop.presentation import BoardPoint, KeyGate, Presentation, PresentationStore, new_id
-from specviz.workshop.saved_runs import SavedRun, SavedRunError
+from specviz.workshop.saved_runs import SavedRun, SavedRunError, write_problem
 from specviz.workshop.serving import turns_in_flight
 
 log = logging.getLogger(__name__)
@@ -55,7 +56,7 @@ PRESENTING_KEY = "specviz_presenting"  # the id of the presentation this session
 FOLLOWED_KEY = "specviz_followed"  # the id of the presentation this page last saw live (it is told when it ends)
 SEEN_KEY = "specviz_present_seen"  # what the page drew of the presentation (the watcher compares)
 VIEW_KEY = "specviz_follow_view"  # (presentation id, version, SavedRun) the follower's view was drawn from
-FORK_KEY = "specviz_fork"  # {"id": presentation id, "fork": anonymous id, "token": the fork's run token}
+FORK_KEY = "specviz_fork"  # {"id": presentation id, "fork": anonymous id, "token": the fork's run token, "rounds": its latest point's}
 PENDING_FORK_KEY = "specviz_pending_fork"  # the SavedRun a fork click asked for (made in the next run)
 BOARD_CACHE_KEY = "specviz_board_points"  # (presentation id, the board file's size and mtime, its points)
 MESSAGE_KEY = "specviz_present_message"  # (kind, text) a callback left for the page
@@ -114,7 +115,12 @@ def _on_present() -> None:
     if session is None or session.run_token is None or room is None:
         _say("warning", "Step once first: the room follows a saved run, and this session has none yet.")
         return
-    presentation, before = room.start(session.run_token, session.num_rounds)
+    try:
+        presentation, before = room.start(session.run_token, session.num_rounds)
+    except OSError as exc:
+        log.warning("room: could not start a presentation: %s", exc)
+        _say("error", f"The presentation could not be started: {write_problem(exc)}.")
+        return
     st.session_state[PRESENTING_KEY] = presentation.id
     st.session_state[SEEN_KEY] = None
     _say("success", "You are presenting this run: the room follows each Step." + (" (You took over from the previous presenter.)" if before else ""))
@@ -122,14 +128,21 @@ def _on_present() -> None:
 
 def _on_stop() -> None:
     room, presentation_id = store(), st.session_state.pop(PRESENTING_KEY, None)
-    if room is not None and presentation_id is not None and room.stop(presentation_id):
-        _say("info", "You stopped presenting; the room is back on its own runs.")
+    try:
+        if room is not None and presentation_id is not None and room.stop(presentation_id):
+            _say("info", "You stopped presenting; the room is back on its own runs.")
+    except OSError as exc:
+        st.session_state[PRESENTING_KEY] = presentation_id
+        _say("error", f"The presentation could not be stopped: {write_problem(exc)}.")
 
 
 def _on_show_board() -> None:
     room, presentation_id = store(), st.session_state.get(PRESENTING_KEY)
     if room is not None and presentation_id is not None:
-        room.update(presentation_id, show_board=bool(st.session_state.get("show_board")))
+        try:
+            room.update(presentation_id, show_board=bool(st.session_state.get("show_board")))
+        except OSError as exc:
+            _say("error", f"The room's presentation could not be changed: {write_problem(exc)}.")
 
 
 def sidebar_section(p: Presentation | None) -> None:
@@ -154,17 +167,33 @@ def sidebar_section(p: Presentation | None) -> None:
 
 
 def after_round(session: StepSession) -> None:
-    """After a saved Step: the presenter's presentation moves on; a fork's board point is brought up to date."""
+    """After a Step that ran a round (and was saved): the presenter's presentation moves on; a fork adds its board
+    point, at most one per round it ran."""
     room = store()
     if room is None:
         return
     presentation_id = st.session_state.get(PRESENTING_KEY)
     if presentation_id is not None and session.run_token is not None:
-        moved = room.update(presentation_id, run=session.run_token, round=session.num_rounds, selected_round=_selected_round())
-        if moved is None:
-            _taken_over()
+        try:
+            moved = room.update(presentation_id, run=session.run_token, round=session.num_rounds, selected_round=_selected_round())
+        except OSError as exc:
+            log.warning("room: could not move the presentation on: %s", exc)
+            st.warning(f"The room did not see this round: {md_text(write_problem(exc))}.", icon="🎓")
+        else:
+            if moved is None:
+                _taken_over()
     fork = st.session_state.get(FORK_KEY)
-    if fork is not None and fork["token"] == session.run_token and not room.add_point(fork["id"], board_point(fork["fork"], session)):
+    if fork is None or fork["token"] != session.run_token or session.num_rounds <= fork.get("rounds", -1):
+        return
+    try:
+        live = room.add_point(fork["id"], board_point(fork["fork"], session))
+    except OSError as exc:
+        log.warning("room: could not add a board point: %s", exc)
+        st.warning(f"The room board did not get this round: {md_text(write_problem(exc))}.", icon="🎓")
+        return
+    if live:
+        fork["rounds"] = session.num_rounds
+    else:
         st.session_state.pop(FORK_KEY, None)  # the presentation ended: no more points
 
 
@@ -304,7 +333,9 @@ def make_pending_fork(state: PageState) -> None:
     state.session, state.playing = session, False
     save_run(session)  # a new token: the presenter's file is never written by a follower
     if session.run_token is not None:
-        st.session_state[FORK_KEY] = {"id": presentation_id, "fork": new_id(), "token": session.run_token}
+        before = st.session_state.get(FORK_KEY)
+        fork_id = before["fork"] if before is not None and before["id"] == presentation_id else new_id()  # one point per participant
+        st.session_state[FORK_KEY] = {"id": presentation_id, "fork": fork_id, "token": session.run_token, "rounds": session.num_rounds}
     st.success(f"Your own copy of the presenter's run at round {session.num_rounds}: **Step** continues it exactly as the presenter's would; change the sidebar and **Reset** to try your own settings.", icon="🎓")
 
 
@@ -443,7 +474,10 @@ def _tick() -> None:
     if verdict == "same" and seen[0] == "presenting" and p is not None:
         room = store()
         if room is not None:
-            room.update(p.id, selected_round=_selected_round())  # the presenter's inspector: followers show that round
+            try:
+                room.update(p.id, selected_round=_selected_round())  # the presenter's inspector: followers show that round
+            except OSError as exc:
+                st.warning(f"The room did not see the round you inspect: {md_text(write_problem(exc))}.", icon="🎓")
 
 
 def look(seen: tuple | None, read: Callable[[], Presentation | None], in_flight: Callable[[], int] = turns_in_flight) -> tuple[str, Presentation | None]:

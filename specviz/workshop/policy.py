@@ -28,6 +28,8 @@ SPECVIZ_MAX_RUNS           max_runs                cap on engine runs one button
 SPECVIZ_MAX_CONCURRENT     max_concurrent          model rounds in flight per loaded model (1 per CPU model)
 SPECVIZ_QUEUE_TIMEOUT_S    queue_timeout_s         give up waiting for the model after this long (120)
 SPECVIZ_IDLE_MINUTES       idle_minutes            free a session's runs after this long without a click (20)
+SPECVIZ_MAX_SAVED_RUNS     max_saved_runs          saved runs one browser session keeps in the run directory; a
+                                                   new one replaces its own oldest (5; 100 in local mode)
 SPECVIZ_PRESENTER_KEY      presenter_key           the key that presents a run to the room (none: presenting is
                                                    off); read by specviz.workshop.presentation, never kept here
 =========================  ======================  ==========================================================
@@ -69,6 +71,7 @@ SETTINGS: dict[str, tuple[str, str]] = {
     "max_concurrent": ("SPECVIZ_MAX_CONCURRENT", "int"),
     "queue_timeout_s": ("SPECVIZ_QUEUE_TIMEOUT_S", "float"),
     "idle_minutes": ("SPECVIZ_IDLE_MINUTES", "float"),
+    "max_saved_runs": ("SPECVIZ_MAX_SAVED_RUNS", "int"),
 }
 PRESENTER_KEY_SECRET = "presenter_key"  # a secret, not a rule: not a Policy field (a Policy is shown and logged)
 TRUE, FALSE = ("1", "true", "yes", "on"), ("0", "false", "no", "off", "")
@@ -95,6 +98,7 @@ class Policy:
     max_concurrent: int = 0  # 0: sized from the device (1 per model on a CPU, 2 on a GPU)
     queue_timeout_s: float = 120.0
     idle_minutes: float = 20.0
+    max_saved_runs: int = 5  # per browser session (specviz.ui.saved_runs): its own oldest goes, never another's
 
     def __post_init__(self) -> None:
         if not self.targets:
@@ -102,6 +106,7 @@ class Policy:
         checks = (
             ("max_new_tokens", 1, MAX_NEW_TOKENS), ("max_draft_tokens", 1, MAX_DRAFT_TOKENS), ("max_prompt_chars", 1, MAX_PROMPT_CHARS),
             ("max_samples", 1, MAX_SAMPLES), ("max_runs", 1, MAX_RUNS), ("max_concurrent", 0, 256), ("queue_timeout_s", 1, 86_400), ("idle_minutes", 1, 7 * 24 * 60),
+            ("max_saved_runs", 1, 1_000),
         )  # fmt: skip
         for name, low, high in checks:
             value = getattr(self, name)
@@ -115,7 +120,7 @@ class Policy:
         base = dict(
             shared=False, allow_remote_code=True, allow_pickle=True, allow_download=True, allow_custom_models=True, allow_device=True,
             max_new_tokens=MAX_NEW_TOKENS, max_draft_tokens=MAX_DRAFT_TOKENS, max_prompt_chars=MAX_PROMPT_CHARS,
-            max_samples=MAX_SAMPLES, max_runs=200,
+            max_samples=MAX_SAMPLES, max_runs=200, max_saved_runs=100,
         )  # fmt: skip
         return cls(**(base | overrides))
 
@@ -171,6 +176,8 @@ class Policy:
         if config.num_draft_tokens > self.max_draft_tokens:
             limits.append(f"k is limited to {self.max_draft_tokens} tokens per round on this server (asked for {config.num_draft_tokens}).")
             changes["num_draft_tokens"] = self.max_draft_tokens
+        if config.max_draft_tokens > self.max_draft_tokens:  # adaptive k's ceiling: quietly the owner's cap
+            changes["max_draft_tokens"] = self.max_draft_tokens
         return (dataclasses.replace(config, **changes) if changes else config), refusals, limits
 
     def cap(self, value: int, limit_name: str, what: str) -> tuple[int, str | None]:

@@ -210,6 +210,11 @@ class SessionRegistry:
         with self._lock:
             self._entries[session_id] = [state, self._clock(), None, False]
 
+    def states(self) -> list[object]:
+        """The state of every session tracked now (a snapshot; the sweeper reads what they hold)."""
+        with self._lock:
+            return [entry[0] for entry in self._entries.values()]
+
     def sweep(
         self,
         is_active: Callable[[str], bool],
