@@ -223,13 +223,15 @@ def rebuild_session(saved: SavedRun) -> StepSession:
     if rec.environment.vocab_size != target.vocab_size or encode_prompt(target.tokenizer, rec.prompt, configs[0].chat) != prompt_ids:
         raise SavedRunError("This saved run was made with another model than this server's, so a fresh run starts.")
     with model_turn(target, "restoring your run"):  # the re-prefill is a model pass like any round
-        runs = [Run(r.label, c, _resumed(r, c, state, target, prompt_ids), r.error) for r, c, state in zip(rec.runs, configs, saved.states)]
+        runs = [Run(r.label, c, _resumed(r, state, target, prompt_ids, c), r.error) for r, c, state in zip(rec.runs, configs, saved.states)]
     baseline = request_baseline(configs[0], target, prompt_ids)  # shared, measured in the background
     compare = configs[1] if len(configs) > 1 else None
     return StepSession(rec.prompt, configs[0], compare, prompt_ids, TokenTexts(target.tokenizer), runs, baseline, target)
 
 
-def _resumed(run: RecordedRun, config: RunConfig, state, target, prompt_ids: list[int]):
+def _resumed(run: RecordedRun, state, target, prompt_ids: list[int], config: RunConfig | None = None):
+    """The recorded run continued, under config (the recorded one checked against the policy; default: as recorded)."""
+    config = config or run.config
     draft = get_model(config.draft or "", **config.load_options()) if config.drafter == "model" else None
     early_exit = get_early_exit(target, exit_layer_for(config, target)) if config.drafter == "early-exit" else None
     generated = [t for r in run.records for t in r.emitted]

@@ -8,11 +8,11 @@ caller seeds its value through session state; else the value is dropped and the 
 index= or default=) with a warning naming the widget. What a valid value means (the owner's policy) is for the
 caller to judge.
 
-A value Streamlit cannot even read (a protocol client's string for a slider, text that is not JSON for a data editor)
-makes Streamlit's own deserializer raise, and it does so before the script runs, every rerun after, so nothing in the
-script could catch it and the session stayed broken. tolerate_unreadable_values() (app.py, once per process) makes
-such a value read as absent: Streamlit forgets it, the widget starts at its default, and the page says which widget
-was reset (dropped_values). It wraps one method of Streamlit's widget-state map (WStates.__getitem__); where that is
+A value Streamlit cannot even read (a protocol client's text that is not JSON for a data editor, the Exactness lab's
+toy table) makes Streamlit's own deserializer raise, and it does so before the script runs, every rerun after, so nothing in the
+script could catch it and the session stayed broken. tolerate_unreadable_values() (specviz.ui.errors, once per
+process) makes such a value read as no value at all (what a cleared widget sends): the widget starts at its default,
+and the page says which widget was reset (dropped_values). It wraps one method of Streamlit's widget-state map (WStates.__getitem__); where that is
 not there, nothing is wrapped and the page is as before (tests/test_app_errors.py checks it is there)."""
 
 from __future__ import annotations
@@ -42,7 +42,8 @@ def tolerate_unreadable_values() -> bool:
     if _tolerant:
         return True
     try:
-        from streamlit.runtime.state.session_state import WStates
+        from streamlit.proto.WidgetStates_pb2 import WidgetState
+        from streamlit.runtime.state.session_state import Serialized, WStates
     except ImportError:
         log.warning("this Streamlit has no WStates: a client's unreadable widget value still breaks its session")
         return False
@@ -56,10 +57,15 @@ def tolerate_unreadable_values() -> bool:
                 return read(self, k)
             except KeyError:
                 raise
-            except Exception as exc:  # the deserializer refused what the client sent: forget it, the widget starts afresh
-                self.states.pop(k, None)
+            except Exception as exc:  # the deserializer refused what the client sent: read it as no value (the default)
+                self.states[k] = Serialized(WidgetState(id=k))  # replaced in place: callers may be iterating the map
                 _remember_dropped(k, exc)
-                raise KeyError(k) from None
+                try:
+                    return read(self, k)
+                except KeyError:
+                    raise
+                except Exception:
+                    raise KeyError(k) from None
 
         WStates.__getitem__ = tolerant_getitem
         _tolerant = True
@@ -98,8 +104,8 @@ def say_dropped() -> None:
 
 
 def peek(key: str) -> object:
-    """The value session state holds for key (UNSET when none); a value Streamlit cannot even read back (a protocol
-    client's string for a slider) is dropped with a warning and reads as UNSET."""
+    """The value session state holds for key (UNSET when none); a value Streamlit cannot even read back is dropped with
+    a warning and reads as UNSET."""
     try:
         return st.session_state[key] if key in st.session_state else UNSET
     except KeyError:
