@@ -281,11 +281,20 @@ def _edits_ok(data, text_chars: int) -> Callable[[object], bool]:
         if value.get("added_rows") or value.get("deleted_rows") or not isinstance(rows, dict):
             return False
         return all(
-            isinstance(row, int) and 0 <= row < len(data) and isinstance(cells, dict) and all(cell_ok(c, v) for c, v in cells.items())
+            _row(row) is not None and _row(row) < len(data) and isinstance(cells, dict) and all(cell_ok(c, v) for c, v in cells.items())
             for row, cells in rows.items()
         )
 
     return ok
+
+
+def _row(row: object) -> int | None:
+    """A row position as Streamlit reads it (an int, or its digits as text from a JSON key), else None."""
+    if isinstance(row, int) and not isinstance(row, bool):
+        return row if row >= 0 else None
+    if isinstance(row, str) and row.isascii() and row.isdigit() and len(row) <= 9:
+        return int(row)
+    return None
 
 
 def on(where: Any) -> Widgets:
