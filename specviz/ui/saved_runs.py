@@ -156,6 +156,8 @@ def restore_run(state: PageState) -> None:
     state.session, state.playing = restored, False
     if mine:  # its own file, unchanged: no write, only the URL (a token it forked before maps to that fork)
         restored.run_token = source
+        own.remove(source)
+        own.append(source)  # used now: the last of its own runs its quota would replace
         store.touch([source])
         if token != source:
             st.query_params[RUN_PARAM] = source

@@ -271,13 +271,14 @@ class RunStore:
 
     def make_room(self, path: Path, size: int) -> int:
         """Evict expired files, then the least recently used unprotected ones, until `size` more bytes fit beside the
-        rest (path's own file, about to be replaced, does not count). Raises RunDirFull, evicting nothing, when
-        even evicting every unprotected file would not make room. Returns how many files went."""
+        rest (path's own file, about to be replaced, does not count). Raises RunDirFull when even evicting every
+        unprotected file would not make room; then only expired files go. Returns how many files went."""
         entries = [e for e in self._entries() if e[2] != path]
         now, presented = time.time(), self.presented()
         total = sum(s for _, s, _ in entries) + size
-        expired = [e for e in entries if now - e[0] > self.max_age_s and e[2].stem != presented]
-        evictable = [e for e in entries if e not in expired and not self._protected(e[0], e[2], presented, now)]
+        unprotected = [e for e in entries if not self._protected(e[0], e[2], presented, now)]
+        expired = [e for e in unprotected if now - e[0] > self.max_age_s]
+        evictable = [e for e in unprotected if e not in expired]
         if total - sum(s for _, s, _ in expired) - sum(s for _, s, _ in evictable) > self.max_bytes:
             self._unlink(expired)
             raise RunDirFull(
