@@ -176,3 +176,29 @@ def test_a_full_disk_when_presenting_or_adding_a_board_point_says_so(room, monke
     click(follower, "step")
     assert "board did not get this round" in texts(follower) and "disk is full" in texts(follower)
     assert follower.session_state[presenting.FORK_KEY] is not None  # the presentation is still live: later points go on
+
+
+def test_the_sweeper_keeps_the_runs_of_live_sessions_fresh(room_env, monkeypatch):  # noqa: F811
+    """Each replica's session sweeper touches the files its live sessions hold (specviz.ui.access.hold_live_runs), so
+    no replica's eviction takes them; a freed session (no run) and other pages hold nothing."""
+    import os
+    import time
+    from types import SimpleNamespace
+
+    from specviz.ui.access import hold_live_runs, live_run_tokens
+    from specviz.ui.session import PageState
+    from specviz.workshop.saved_runs import LIVE_WINDOW_S
+    from specviz.workshop.serving import SessionRegistry
+
+    held, idle = token(stepped()), token(stepped())
+    old = time.time() - 10 * LIVE_WINDOW_S
+    for t in (held, idle):
+        os.utime(room_env / f"{t}.json", (old, old))
+    registry = SessionRegistry()
+    registry.touch("a", {STATE: PageState(session=SimpleNamespace(run_token=held))})
+    registry.touch("b", {STATE: PageState()})  # freed
+    registry.touch("c", {"something else": 1})  # another page
+    assert live_run_tokens(registry.states()) == [held]
+    assert hold_live_runs(registry.states()) == 1
+    assert time.time() - (room_env / f"{held}.json").stat().st_mtime < LIVE_WINDOW_S
+    assert time.time() - (room_env / f"{idle}.json").stat().st_mtime > LIVE_WINDOW_S
