@@ -72,8 +72,8 @@ st.markdown(
 )
 left, right = st.columns(2)
 with left:
-    edited = st.data_editor(
-        DEFAULT_VOCAB, key="lab_vocab", hide_index=True, num_rows="fixed",
+    edited = widgets.data_editor(
+        "toy vocabulary", DEFAULT_VOCAB, key="lab_vocab", text_chars=20, hide_index=True,
         column_config={
             "token": st.column_config.TextColumn("token", max_chars=20, width="small"),
             "p_target": st.column_config.NumberColumn("p_target weight", min_value=0.0, step=1.0, width="small"),

@@ -87,13 +87,15 @@ class _Text(HTMLParser):
 class StSession:
     """One browser-less session of a Streamlit app."""
 
-    def __init__(self, url: str, query: dict[str, str] | str | None = None, timeout_s: float = 300.0, headers: dict[str, str] | None = None, source: str | None = None) -> None:
+    def __init__(self, url: str, query: dict[str, str] | str | None = None, timeout_s: float = 300.0, headers: dict[str, str] | None = None, source: str | None = None, page: str = "") -> None:
         """headers: sent with the page's GET and the websocket's upgrade (a proxy's, say). source: the local address the
         websocket connects from (e.g. 127.0.0.7: on Linux every 127.x.y.z is this machine), so one test machine can be
-        several clients to a server that counts per client address."""
+        several clients to a server that counts per client address. page: a page's URL path ("exactness"); "" is the
+        app's default page."""
         self.base = url.rstrip("/")
         self.headers = dict(headers or {})
         self.source = source
+        self.page = page
         self.query = query if isinstance(query, str) else urllib.parse.urlencode(query or {})
         self.timeout_s = timeout_s
         self.cookies = http.cookiejar.CookieJar()
@@ -111,8 +113,9 @@ class StSession:
         from websockets.sync.client import connect
 
         opener = urllib.request.build_opener(urllib.request.HTTPCookieProcessor(self.cookies))
-        page = urllib.request.Request(f"{self.base}/?{self.query}" if self.query else f"{self.base}/", headers=self.headers)
-        with opener.open(page, timeout=self.timeout_s) as resp:
+        page = f"{self.base}/{self.page}"
+        request = urllib.request.Request(f"{page}?{self.query}" if self.query else page, headers=self.headers)
+        with opener.open(request, timeout=self.timeout_s) as resp:
             resp.read()
         parsed = urllib.parse.urlparse(self.base)
         scheme = "wss" if parsed.scheme == "https" else "ws"
@@ -159,6 +162,7 @@ class StSession:
         state = msg.rerun_script
         state.query_string = self.query
         state.page_script_hash = self.page_script_hash
+        state.page_name = self.page
         if fragment_id:
             state.fragment_id = fragment_id
         states = dict(self.values)
@@ -297,6 +301,18 @@ class StSession:
         """Press a button; inside a fragment only that fragment reruns, as in a browser."""
         node = self.widget(key_or_label, ("button",))
         return self.rerun(WidgetState(id=node.proto.button.id, trigger_value=True), node.fragment_id)
+
+    def send_raw(self, key: str, fragment_id: str = "", **value) -> RunResult:
+        """Send any value for the keyed widget, as a hostile client may (send_raw("lab_vocab", string_value="{")):
+        one WidgetState field named by the keyword, kept with this client's values for later reruns. Any element
+        with an id counts, a data editor too."""
+        ids = [(getattr(n.proto, n.kind).id, n.fragment_id) for n in self.nodes.values() if n.kind != "block" and getattr(getattr(n.proto, n.kind), "id", "")]
+        hits = [(i, f) for i, f in ids if widget_key(i) == key]
+        if not hits:
+            raise KeyError(f"no widget with key {key!r} on the page")
+        state = WidgetState(id=hits[0][0], **value)
+        self.values[state.id] = state
+        return self.rerun(fragment_id=fragment_id or hits[0][1])
 
     def set_widget(self, key_or_label: str, value) -> RunResult:
         """Set a text box, number box, slider, toggle or selectbox (by its option's label) and rerun."""

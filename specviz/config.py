@@ -32,6 +32,7 @@ class RunConfig:
     ngram_threshold: float = 0.5  # n-gram drafter: stop drafting when its count-aware confidence falls below this
     num_draft_tokens: int = 8  # k: a cap; the n-gram drafter stops earlier when its evidence runs out (scripts/vs_transformers.py)
     adaptive_k: bool = False
+    max_draft_tokens: int = MAX_DRAFT_TOKENS  # adaptive k's ceiling; a shared server's policy lowers it to the owner's k cap
     tree_width: int = 1  # children per node of a token tree (n-gram, model, early-exit drafters); 1 = a chain, k = node budget
     temperature: float = 0.0  # 0 = greedy
     top_k: int = 0
@@ -58,6 +59,10 @@ class RunConfig:
             raise ValueError(f"The n-gram threshold is a probability between 0 and 1; got {self.ngram_threshold}.")
         if not spec.baseline and not (1 <= self.num_draft_tokens <= MAX_DRAFT_TOKENS):
             raise ValueError(f"Number of draft tokens k must be between 1 and {MAX_DRAFT_TOKENS}; got {self.num_draft_tokens}.")
+        if not (1 <= self.max_draft_tokens <= MAX_DRAFT_TOKENS):
+            raise ValueError(f"The ceiling for adaptive k must be between 1 and {MAX_DRAFT_TOKENS}; got {self.max_draft_tokens}.")
+        if self.adaptive_k and not spec.baseline and self.num_draft_tokens > self.max_draft_tokens:
+            raise ValueError(f"k ({self.num_draft_tokens}) is above the ceiling for adaptive k ({self.max_draft_tokens}); lower k.")
         if not (1 <= self.tree_width <= MAX_TREE_WIDTH):
             raise ValueError(f"The tree width must be between 1 (a chain) and {MAX_TREE_WIDTH}; got {self.tree_width}.")
         if self.medusa_heads is not None:
@@ -84,6 +89,7 @@ class RunConfig:
             max_new_tokens=self.max_new_tokens,
             eos_token_ids=eos_token_ids,
             adaptive_k=self.adaptive_k,
+            max_draft_tokens=self.max_draft_tokens,
             tree_width=self.tree_width,
         )
 

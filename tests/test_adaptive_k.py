@@ -111,3 +111,42 @@ def test_cli_defaults_are_run_config_defaults():
     from_cli = config_from_args(build_parser().parse_args(["generate", "--prompt", "hi"]))
     assert dataclasses.asdict(from_cli) == dataclasses.asdict(RunConfig())
     assert DRAFTER_KINDS[0] == RunConfig().drafter  # the app's drafter menu starts at the default
+
+
+def test_the_owners_k_cap_bounds_adaptive_k():
+    """SPECVIZ_MAX_DRAFT_TOKENS=2 measured k 2, 2, 4, 6, 5, 5, 5, 7, 9, 11 (issue 32): the policy's cap is now adaptive
+    k's ceiling, carried by the config (so a saved and restored run keeps it). Known-bad control: the same run without
+    the policy grows past the cap, so the check can see it."""
+    from specviz.config import RunConfig
+    from specviz.workshop.policy import Policy
+
+    asked = RunConfig(target="toy", drafter="ngram", ngram_threshold=0.0, num_draft_tokens=2, adaptive_k=True, max_new_tokens=60)
+    capped = Policy(targets=("toy",), max_draft_tokens=2).enforce(asked)[0]
+    assert capped.max_draft_tokens == 2 and capped.decode_config().max_draft_tokens == 2
+
+    def rounds(config: RunConfig) -> list:
+        decoder = SpeculativeDecoder(BigramLM(), NGramDrafter(V, threshold=0.0), PROMPT, config.decode_config())
+        decoder.run()
+        return decoder.records
+
+    records = rounds(capped)
+    assert all(r.num_draft_tokens <= 2 and len(r.drafted) <= 2 and len(r.emitted) <= 3 for r in records)
+    assert max(len(r.emitted) for r in records) == 3  # it did reach the cap
+    assert max(r.num_draft_tokens for r in rounds(asked)) > 2  # known-bad: the engine's own ceiling lets k grow
+
+
+def test_a_restored_run_keeps_the_ceiling_even_from_an_older_file():
+    """A state saved with a larger k (a file from before the ceiling was recorded) resumes at most at the ceiling."""
+    from specviz.core.resume import capture, resume
+
+    config = DecodeConfig(num_draft_tokens=2, max_new_tokens=40, adaptive_k=True, max_draft_tokens=8)
+    lm = BigramLM()
+    decoder = SpeculativeDecoder(lm, NGramDrafter(V, threshold=0.0), PROMPT, config)
+    while decoder.k <= 2 and not decoder.done:
+        decoder.step()
+    state, done = capture(decoder), len(decoder.records)
+    lower = DecodeConfig(num_draft_tokens=2, max_new_tokens=40, adaptive_k=True, max_draft_tokens=2)
+    again = resume(BigramLM(), NGramDrafter(V, threshold=0.0), PROMPT, decoder.generated, decoder.records, lower, state)
+    assert state.k > 2 and again.k == 2
+    again.run()
+    assert all(r.num_draft_tokens <= 2 for r in again.records[done:])

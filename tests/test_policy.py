@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from specviz.config import EMBEDDED_TARGET, MAX_NEW_TOKENS, MAX_PROMPT_CHARS, RunConfig
@@ -81,7 +83,8 @@ def test_enforce_refuses_the_risky_and_caps_the_big():
 def test_enforce_keeps_what_the_owner_allowed():
     policy = Policy(allow_remote_code=True, targets=(EMBEDDED_TARGET, "/models/big"), drafts=("/models/small",), max_new_tokens=64)
     config = RunConfig(target="/models/big", draft="/models/small", drafter="model", trust_remote_code=True, max_new_tokens=64)
-    assert policy.enforce(config) == (config, [], [])
+    assert policy.enforce(config) == (dataclasses.replace(config, max_draft_tokens=policy.max_draft_tokens), [], [])  # adaptive k's ceiling: quietly the cap
+    assert policy.enforce(policy.enforce(config)[0])[0] == policy.enforce(config)[0]
     assert Policy.local().enforce(RunConfig(target="/anything", trust_remote_code=True, max_new_tokens=2048)) [1:] == ([], [])
 
 

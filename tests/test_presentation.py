@@ -5,6 +5,7 @@ capped board validated line by line. The key itself: tests/test_presenter_key.py
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 
@@ -14,7 +15,7 @@ from specviz.viz.board import board_figure, board_frame, board_table, temperatur
 from specviz.workshop import presentation as pres
 from specviz.workshop.policy import Policy, load_policy
 from specviz.workshop.presentation import BoardPoint, Presentation, PresentationStore, heartbeat_every_s, new_id
-from specviz.workshop.saved_runs import RunStore, new_token
+from specviz.workshop.saved_runs import RunStore, new_token, write_problem
 
 
 def point(fork: str | None = None, **changes) -> BoardPoint:
@@ -167,10 +168,52 @@ def test_the_board_keeps_the_latest_point_per_fork_skips_hostile_lines_and_is_ca
             f.write(bad + b"\n")
     points = room.points(p.id)
     assert [(q.fork, q.rounds) for q in points] == [(a, 2), (b, 5)]
-    monkeypatch.setattr(pres, "MAX_BOARD_BYTES", room.board_path(p.id).stat().st_size + 10)
-    assert not room.add_point(p.id, point())  # full: dropped, never grows past the cap
+    path = room.board_path(p.id)
+    monkeypatch.setattr(pres, "MAX_BOARD_BYTES", path.stat().st_size + 10)
+    c = new_id()
+    assert room.add_point(p.id, point(c))  # full: compacted to each fork's latest point, then it fits
+    assert [(q.fork, q.rounds) for q in room.points(p.id)] == [(a, 2), (b, 5), (c, 5)]
+    assert path.read_bytes().count(b"\n") == 3 and oct(path.stat().st_mode & 0o777) == "0o600"
+    monkeypatch.setattr(pres, "MAX_BOARD_BYTES", path.stat().st_size + 10)
+    assert room.add_point(p.id, point())  # a board of distinct forks only: the new fork's point is dropped
+    assert path.stat().st_size <= pres.MAX_BOARD_BYTES and len(room.points(p.id)) == 3
     with pytest.raises(ValueError):
         room.board_path("../x")
+
+
+def test_one_fork_stepping_forever_never_fills_the_board(tmp_path, monkeypatch):
+    """Measured before: 20 Steps a second, +176 B each, filled the 2 MiB board in about 10 minutes, after which every
+    fork's point was dropped. Now a full board is compacted: the busy fork holds one line, the others keep theirs."""
+    monkeypatch.setattr(pres, "MAX_BOARD_BYTES", 4096)
+    room = PresentationStore(tmp_path)
+    p, _ = room.start(new_token(), 0)
+    busy, quiet = new_id(), new_id()
+    room.add_point(p.id, point(quiet, rounds=3))
+    for rounds in range(1, 400):  # about 70 kB of points from one fork
+        assert room.add_point(p.id, point(busy, rounds=rounds))
+        assert room.board_path(p.id).stat().st_size <= 4096
+    late = new_id()
+    assert room.add_point(p.id, point(late, rounds=1))
+    assert {(q.fork, q.rounds) for q in room.points(p.id)} == {(quiet, 3), (busy, 399), (late, 1)}
+
+
+def test_a_board_that_cannot_be_written_raises_and_a_full_disk_says_so(tmp_path, monkeypatch):
+    room = PresentationStore(tmp_path)
+    p, _ = room.start(new_token(), 0)
+
+    class NoSpace:
+        def __getattr__(self, name):
+            return getattr(os, name)
+
+        @staticmethod
+        def write(fd, data):
+            raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(pres, "os", NoSpace())
+    with pytest.raises(OSError) as caught:
+        room.add_point(p.id, point())
+    assert "disk is full" in write_problem(caught.value)
+    assert room.read() == p  # the presentation is still live: the page says the board missed a round, not that it ended
 
 
 def test_the_board_frame_and_figure(tmp_path):

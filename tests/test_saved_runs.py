@@ -1,8 +1,10 @@
-"""The run directory: strict tokens, atomic private files, eviction when full, clear errors for unknown, expired,
-damaged and unwritable runs. The restore itself is proven in tests/test_resume.py (engine) and the room test."""
+"""The run directory: strict tokens, atomic private files, eviction when full (least recently used first, never the
+presented run or a live session's), a refused save when only protected runs are left, clear errors for unknown,
+expired, damaged and unwritable runs and a full disk. The restore itself is proven in tests/test_resume.py (engine) and the room test."""
 
 from __future__ import annotations
 
+import errno
 import os
 import stat
 import time
@@ -13,7 +15,20 @@ from specviz.config import RunConfig
 from specviz.core.resume import capture
 from specviz.recording import build_recording, recorded_run
 from specviz.runs import build_decoder
-from specviz.workshop.saved_runs import RunStore, SavedRun, SavedRunError, check_token, default_run_dir, new_token
+from specviz.workshop import saved_runs
+from specviz.workshop.presentation import PresentationStore
+from specviz.workshop.saved_runs import (
+    LIVE_WINDOW_S,
+    RunDirFull,
+    RunStore,
+    SavedRun,
+    SavedRunError,
+    check_token,
+    default_run_dir,
+    disk_full,
+    new_token,
+    write_problem,
+)
 from tests.test_models import prompt_ids
 
 ENV = dict(model="tiny", dtype="float32", device="cpu", device_name="cpu", torch="2")
@@ -80,19 +95,93 @@ def test_unknown_expired_and_damaged_runs_say_so(tmp_path, saved):
             store.load(token)
 
 
-def test_a_full_directory_evicts_the_oldest_runs_first(tmp_path, saved):
+def age(path, seconds: float) -> None:
+    """Set a file's mtime `seconds` ago (older than LIVE_WINDOW_S: no live session holds it)."""
+    stamp = time.time() - seconds
+    os.utime(path, (stamp, stamp))
+
+
+def test_a_full_directory_evicts_the_least_recently_used_runs_first(tmp_path, saved):
     size = len(saved.to_json().encode())
     store = RunStore(tmp_path, max_bytes=int(size * 3.5))
     tokens = []
     for i in range(6):
         tokens.append(new_token())
         store.save(tokens[-1], saved)
-        stamp = time.time() - 100 + i  # distinct ages, oldest first
-        os.utime(tmp_path / f"{tokens[-1]}.json", (stamp, stamp))
+        age(tmp_path / f"{tokens[-1]}.json", LIVE_WINDOW_S + 100 - i)  # distinct ages, oldest first, none live
     kept = sorted(p.stem for p in tmp_path.glob("*.json"))
     assert kept == sorted(tokens[-3:])  # the three newest fit; the newest written is always kept
     with pytest.raises(SavedRunError, match="No saved run"):
         store.load(tokens[0])
+
+
+def test_eviction_spares_the_presented_run_and_the_runs_live_sessions_hold(tmp_path, saved):
+    size = len(saved.to_json().encode())
+    store = RunStore(tmp_path, max_bytes=int(size * 3.5))
+    presented, held, other, newer = (new_token() for _ in range(4))
+    for i, token in enumerate((presented, held, other)):
+        store.save(token, saved)
+        age(tmp_path / f"{token}.json", LIVE_WINDOW_S + 1000 - i)  # the presented and the held run are the oldest
+    PresentationStore(tmp_path).start(presented, 2)
+    assert store.presented() == presented
+    assert store.touch([held, "not-a-token", new_token()]) == 1  # a live session's sweeper: only files that exist
+    store.save(newer, saved)  # one has to go: the least recently used that is not protected
+    assert {p.stem for p in tmp_path.glob("*.json")} == {presented, held, newer}
+    assert store.load(presented).num_rounds == 2
+    assert not store.remove(presented) and store.remove(newer)  # a session's quota never removes the presented run
+
+
+def test_a_directory_full_of_protected_runs_refuses_the_new_save_and_evicts_nothing(tmp_path, saved):
+    size = len(saved.to_json().encode())
+    store = RunStore(tmp_path, max_bytes=int(size * 2.5))
+    presented, live = new_token(), new_token()
+    store.save(presented, saved)
+    age(tmp_path / f"{presented}.json", LIVE_WINDOW_S * 10)
+    PresentationStore(tmp_path).start(presented, 2)
+    store.save(live, saved)  # written just now: a live session's
+    refused = new_token()
+    with pytest.raises(RunDirFull) as caught:
+        store.save(refused, saved)
+    assert isinstance(caught.value, OSError) and "in use" in write_problem(caught.value)
+    assert {p.stem for p in tmp_path.glob("*.json")} == {presented, live}  # nothing protected went, nothing new came
+    store.save(live, saved)  # a file's own rewrite needs no room beyond its old size
+    age(tmp_path / f"{live}.json", LIVE_WINDOW_S + 1)  # its session went away: the next save may evict it
+    store.save(refused, saved)
+    assert {p.stem for p in tmp_path.glob("*.json")} == {presented, refused}
+
+
+def test_a_full_disk_keeps_the_previous_round_and_says_so_without_a_path(tmp_path, saved, monkeypatch):
+    store, token = RunStore(tmp_path), new_token()
+    store.save(token, saved)
+    before = (tmp_path / f"{token}.json").read_bytes()
+
+    def no_space(src, dst):
+        raise OSError(errno.ENOSPC, "No space left on device", str(dst))
+
+    monkeypatch.setattr(saved_runs.os, "replace", no_space)
+    with pytest.raises(OSError) as caught:
+        store.save(token, saved)
+    assert caught.value.errno == errno.ENOSPC and disk_full(caught.value)
+    message = write_problem(caught.value)
+    assert "disk is full" in message and str(tmp_path) not in message
+    assert (tmp_path / f"{token}.json").read_bytes() == before and [p.name for p in tmp_path.iterdir()] == [f"{token}.json"]
+    assert str(tmp_path) not in write_problem(OSError(errno.EACCES, "Permission denied", str(tmp_path / "x")))
+
+
+def test_a_read_error_is_transient_and_a_missing_run_is_not(tmp_path, saved, monkeypatch):
+    store, token = RunStore(tmp_path), new_token()
+    with pytest.raises(SavedRunError) as missing:
+        store.load(token)
+    assert not missing.value.transient
+    store.save(token, saved)
+
+    def unreadable(self):
+        raise OSError(errno.EIO, "Input/output error")
+
+    monkeypatch.setattr(saved_runs.Path, "read_bytes", unreadable)
+    with pytest.raises(SavedRunError) as failed:
+        store.load(token)
+    assert failed.value.transient and "could not be read" in str(failed.value)
 
 
 def test_an_unwritable_run_directory_is_an_os_error(tmp_path, saved):

@@ -109,5 +109,6 @@ def resume(
             decoder.draft_generator.set_state(_decode(state.draft_generator or ""))
     except RuntimeError as exc:  # a state from another generator type or device
         raise ValueError(f"the saved generator state does not fit this device ({exc})") from None
-    decoder.k, decoder.finished = state.k, state.finished
+    k = min(state.k, config.max_draft_tokens) if config.adaptive_k else state.k  # a ceiling lowered since the save holds
+    decoder.k, decoder.finished = k, state.finished
     return decoder

@@ -28,6 +28,7 @@ from specviz.workshop.jobs import JobStopped, LongJobs, check_running, shutting_
 from specviz.workshop.policy import Policy, bind_text, decide_mode, load_policy, mode_rule, read_settings
 from specviz.workshop.presenter_key import presenter_key
 from specviz.workshop.resources import singleton
+from specviz.workshop.saved_runs import RunStore
 from specviz.workshop.serving import ModelQueue, QueueTimeout, SessionRegistry, TurnKind, model_queue, turns_in_flight
 
 log = get_logger(__name__)  # streamlit's handler: `--logger.level info` shows what the sweeper frees
@@ -338,6 +339,32 @@ def _free_session(session_id: str, state, whole: bool) -> None:
         log.exception("freeing session %s failed", session_id)
 
 
+def live_run_tokens(states) -> list[str]:
+    """The run tokens the step-through pages of these sessions hold now (a freed session holds none)."""
+    tokens = []
+    for state in states:
+        try:
+            page = state[STEP_THROUGH_KEY] if STEP_THROUGH_KEY in state else None
+            token = getattr(getattr(page, "session", None), "run_token", None)
+        except Exception:  # a session being torn down meanwhile
+            continue
+        if isinstance(token, str):
+            tokens.append(token)
+    return tokens
+
+
+def hold_live_runs(states) -> int:
+    """Touch the saved runs these live sessions hold, so no replica's eviction takes them (see
+    specviz.workshop.saved_runs.LIVE_WINDOW_S); returns how many files were touched."""
+    tokens = live_run_tokens(states)
+    if not tokens:
+        return 0
+    try:
+        return RunStore.from_env().touch(tokens)
+    except ValueError:  # bad run-directory settings: the pages say so
+        return 0
+
+
 def _trim() -> None:
     gc.collect()
     try:  # give freed heap pages back to the OS (glibc); elsewhere a no-op
@@ -362,6 +389,7 @@ def _sweep_forever() -> None:
             if freed:
                 log.info("specviz freed %d session(s): %d tracked", freed, len(_registry))
                 _trim()
+            hold_live_runs(_registry.states())
         except Exception:  # the sweeper must never die; a bad policy is reported on the page instead
             log.exception("session sweep failed")
 

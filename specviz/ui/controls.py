@@ -171,8 +171,9 @@ class LiveStage:
         )
 
     def step(self) -> bool:
+        ran = not self.state.session.done  # a Step of finished runs adds nothing: no file, no board point
         stepped = step_and_save(self.state.session)
-        if stepped:
+        if stepped and ran:
             after_round(self.state.session)
         return stepped
 

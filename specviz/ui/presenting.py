@@ -23,8 +23,9 @@ background baselines never hold them up. Nothing here reads another session's st
 
 Forking: *Try it yourself from here* (`fork`) turns the follower's view into their own live run (a new `?run=`
 token, the presenter's settings in the sidebar), resumed exactly (specviz.ui.saved_runs.rebuild_session). Each of
-the fork's Steps adds an anonymous point to the presentation's board, which the presenter sees, and the room when
-the presenter turns on *Show the board to the room* (`show_board`).
+the fork's Steps that ran a round adds an anonymous point to the presentation's board (one per round; a participant
+who forks again keeps their fork's id, so the board shows their latest try), which the presenter sees, and the room
+when the presenter turns on *Show the board to the room* (`show_board`). A write the disk refuses (full) says so.
 """
 
 from __future__ import annotations
@@ -54,7 +55,7 @@ from specviz.viz.markdown import md_text
 from specviz.workshop.presentation import BoardPoint, Presentation, PresentationStore, new_id
 from specviz.workshop.presenter_key import KeyGuard, Verdict, key_weakness
 from specviz.workshop.resources import cached, singleton
-from specviz.workshop.saved_runs import SavedRun, SavedRunError
+from specviz.workshop.saved_runs import SavedRun, SavedRunError, write_problem
 from specviz.workshop.serving import turns_in_flight
 
 log = logging.getLogger(__name__)
@@ -67,7 +68,7 @@ BOARD_EVERY_S = 2.0
 FOLLOWED_KEY = "specviz_followed"  # the id of the presentation this page last saw live (it is told when it ends)
 SEEN_KEY = "specviz_present_seen"  # what the page drew of the presentation (the watcher compares)
 VIEW_KEY = "specviz_follow_view"  # (presentation id, version, SavedRun) the follower's view was drawn from
-FORK_KEY = "specviz_fork"  # {"id": presentation id, "fork": anonymous id, "token": the fork's run token}
+FORK_KEY = "specviz_fork"  # {"id": presentation id, "fork": anonymous id, "token": the fork's run token, "rounds": its latest point's}
 PENDING_FORK_KEY = "specviz_pending_fork"  # the SavedRun a fork click asked for (made in the next run)
 BOARD_CACHE_KEY = "specviz_board_points"  # (presentation id, the board file's size and mtime, its points, waited): board_cache
 MESSAGE_KEY = "specviz_present_message"  # (kind, text) a callback left for the page
@@ -179,7 +180,12 @@ def _on_present() -> None:
     if session is None or session.run_token is None or room is None:
         _say("warning", "Step once first: the room follows a saved run, and this session has none yet.")
         return
-    presentation, before = room.start(session.run_token, session.num_rounds, new_board=new_board)
+    try:
+        presentation, before = room.start(session.run_token, session.num_rounds, new_board=new_board)
+    except OSError as exc:
+        log.warning("room: could not start a presentation: %s", exc)
+        _say("error", f"The presentation could not be started: {write_problem(exc)}.")
+        return
     st.session_state[PRESENTING_KEY] = (presentation.id, presentation.holder)
     st.session_state[SEEN_KEY] = None
     if before is None:
@@ -193,8 +199,12 @@ def _on_present() -> None:
 
 def _on_stop() -> None:
     room, mine = store(), st.session_state.pop(PRESENTING_KEY, None)
-    if room is not None and mine is not None and room.stop(*mine):
-        _say("info", "You stopped presenting; the room is back on its own runs.")
+    try:
+        if room is not None and mine is not None and room.stop(*mine):
+            _say("info", "You stopped presenting; the room is back on its own runs.")
+    except OSError as exc:
+        st.session_state[PRESENTING_KEY] = mine
+        _say("error", f"The presentation could not be stopped: {write_problem(exc)}.")
 
 
 def _on_stop_with_key() -> None:
@@ -212,7 +222,10 @@ def _on_stop_with_key() -> None:
 def _on_show_board() -> None:
     room, mine = store(), st.session_state.get(PRESENTING_KEY)
     if room is not None and mine is not None:
-        room.update(*mine, show_board=bool(st.session_state.get("show_board")))
+        try:
+            room.update(*mine, show_board=bool(st.session_state.get("show_board")))
+        except OSError as exc:
+            _say("error", f"The room's presentation could not be changed: {write_problem(exc)}.")
 
 
 def sidebar_section(p: Presentation | None) -> None:
@@ -248,17 +261,33 @@ def sidebar_section(p: Presentation | None) -> None:
 
 
 def after_round(session: StepSession) -> None:
-    """After a saved Step: the presenter's presentation moves on; a fork's board point is brought up to date."""
+    """After a Step that ran a round (and was saved): the presenter's presentation moves on; a fork adds its board
+    point, at most one per round it ran."""
     room = store()
     if room is None:
         return
     mine = st.session_state.get(PRESENTING_KEY)
     if mine is not None and session.run_token is not None:
-        moved = room.update(*mine, run=session.run_token, round=session.num_rounds, selected_round=_selected_round())
-        if moved is None:
-            _taken_over()
+        try:
+            moved = room.update(*mine, run=session.run_token, round=session.num_rounds, selected_round=_selected_round())
+        except OSError as exc:
+            log.warning("room: could not move the presentation on: %s", exc)
+            st.warning(f"The room did not see this round: {md_text(write_problem(exc))}.", icon="🎓")
+        else:
+            if moved is None:
+                _taken_over()
     fork = st.session_state.get(FORK_KEY)
-    if fork is not None and fork["token"] == session.run_token and not room.add_point(fork["id"], board_point(fork["fork"], session)):
+    if fork is None or fork["token"] != session.run_token or session.num_rounds <= fork.get("rounds", -1):
+        return
+    try:
+        live = room.add_point(fork["id"], board_point(fork["fork"], session))
+    except OSError as exc:
+        log.warning("room: could not add a board point: %s", exc)
+        st.warning(f"The room board did not get this round: {md_text(write_problem(exc))}.", icon="🎓")
+        return
+    if live:
+        fork["rounds"] = session.num_rounds
+    else:
         st.session_state.pop(FORK_KEY, None)  # the presentation ended: no more points
 
 
@@ -398,7 +427,9 @@ def make_pending_fork(state: PageState) -> None:
     state.session, state.playing = session, False
     save_run(session)  # a new token: the presenter's file is never written by a follower
     if session.run_token is not None:
-        st.session_state[FORK_KEY] = {"id": presentation_id, "fork": new_id(), "token": session.run_token}
+        before = st.session_state.get(FORK_KEY)
+        fork_id = before["fork"] if before is not None and before["id"] == presentation_id else new_id()  # one point per participant
+        st.session_state[FORK_KEY] = {"id": presentation_id, "fork": fork_id, "token": session.run_token, "rounds": session.num_rounds}
     st.success(f"Your own copy of the presenter's run at round {session.num_rounds}: **Step** continues it exactly as the presenter's would; change the sidebar and **Reset** to try your own settings.", icon="🎓")
 
 
@@ -543,8 +574,11 @@ def _tick() -> None:
     if verdict == "same" and seen[0] == "presenting" and p is not None and mine is not None:
         room = store()
         if room is not None:
-            room.update(*mine, selected_round=_selected_round())  # the presenter's inspector: followers show that round
-            room.heartbeat(*mine)  # written only when due (presentation.heartbeat_every_s)
+            try:
+                room.update(*mine, selected_round=_selected_round())  # the presenter's inspector: followers show that round
+                room.heartbeat(*mine)  # written only when due (presentation.heartbeat_every_s)
+            except OSError as exc:
+                st.warning(f"The room did not see the round you inspect: {md_text(write_problem(exc))}.", icon="🎓")
 
 
 def steps_in_flight() -> int:

@@ -42,7 +42,7 @@ log = logging.getLogger(__name__)
 
 STATE_KEY = STEP_THROUGH_KEY
 # RunConfig fields that change only the drafter: plain decoding of the same prompt does not depend on them
-DRAFTER_FIELDS = frozenset({"drafter", "draft", "exit_layer", "ngram_max", "ngram_min", "ngram_threshold", "num_draft_tokens", "adaptive_k", "tree_width"})
+DRAFTER_FIELDS = frozenset({"drafter", "draft", "exit_layer", "ngram_max", "ngram_min", "ngram_threshold", "num_draft_tokens", "adaptive_k", "max_draft_tokens", "tree_width"})
 
 
 def run_name(config: RunConfig) -> str:

@@ -31,7 +31,8 @@ from specviz.viz.markdown import md_text
 # The widget keys a link carries, in the order the link lists them.
 SHARED_KEYS: tuple[str, ...] = ("drafter", "num_draft_tokens", "temperature", "top_k", "top_p", "seed", "max_new_tokens", "target", "prompt")
 # Parameters the URL may carry that are not settings: the live run's token (specviz.ui.saved_runs). Never in a shared
-# link and never named in a message: a run token is a private key to a participant's run.
+# link, and named in a message only on the page whose URL carries it (a refused or failed restore says which token,
+# so it is not lost): a run token is a private key to a participant's run.
 PRIVATE_KEYS: tuple[str, ...] = ("run",)
 MAX_LINK_PROMPT_CHARS = 2000  # URL-encoded length; longer prompts are left out of the link
 MAX_TARGET_CHARS = 300

@@ -6,11 +6,19 @@ or raises on it (an st.exception); these wrappers take the same arguments as st.
 type, outside the range or not among the options is replaced by the widget's default (`reset=`, for a widget whose
 caller seeds its value through session state; else the value is dropped and the widget starts at its own value=,
 index= or default=) with a warning naming the widget. What a valid value means (the owner's policy) is for the
-caller to judge. (A protocol client's string for a slider makes Streamlit's own deserializer raise before the
-script runs, in that client's session only; nothing in the script can catch that.)"""
+caller to judge.
+
+A value Streamlit cannot even read (a protocol client's text that is not JSON for a data editor, the Exactness lab's
+toy table) makes Streamlit's own deserializer raise, and it does so before the script runs, every rerun after, so nothing in the
+script could catch it and the session stayed broken. tolerate_unreadable_values() (specviz.ui.errors, once per
+process) makes such a value read as no value at all (what a cleared widget sends): the widget starts at its default,
+and the page says which widget was reset (dropped_values). It wraps one method of Streamlit's widget-state map (WStates.__getitem__); where that is
+not there, nothing is wrapped and the page is as before (tests/test_app_errors.py checks it is there)."""
 
 from __future__ import annotations
 
+import logging
+import threading
 from collections.abc import Callable, Sequence
 from numbers import Real
 from typing import Any
@@ -20,11 +28,84 @@ import streamlit as st
 from specviz.viz.markdown import md_text
 
 UNSET = object()  # the caller gave no reset value
+MAX_DROPPED = 20  # widgets remembered per session between two runs
+log = logging.getLogger(__name__)
+_dropped: dict[str, list[str]] = {}  # session id -> widget keys whose client value could not be read (until its page says so)
+_dropped_lock = threading.Lock()
+_tolerant = False
+
+
+def tolerate_unreadable_values() -> bool:
+    """Make a widget value Streamlit's deserializer cannot read count as absent, for this process (see the module
+    docstring). Returns whether the hook is in place."""
+    global _tolerant
+    if _tolerant:
+        return True
+    try:
+        from streamlit.proto.WidgetStates_pb2 import WidgetState
+        from streamlit.runtime.state.session_state import Serialized, WStates
+    except ImportError:
+        log.warning("this Streamlit has no WStates: a client's unreadable widget value still breaks its session")
+        return False
+    with _dropped_lock:
+        if _tolerant:
+            return True
+        read = WStates.__getitem__
+
+        def tolerant_getitem(self, k: str) -> Any:
+            try:
+                return read(self, k)
+            except KeyError:
+                raise
+            except Exception as exc:  # the deserializer refused what the client sent: read it as no value (the default)
+                self.states[k] = Serialized(WidgetState(id=k))  # replaced in place: callers may be iterating the map
+                _remember_dropped(k, exc)
+                try:
+                    return read(self, k)
+                except KeyError:
+                    raise
+                except Exception:
+                    raise KeyError(k) from None
+
+        WStates.__getitem__ = tolerant_getitem
+        _tolerant = True
+    return True
+
+
+def _remember_dropped(widget_id: str, exc: Exception) -> None:
+    from streamlit.runtime.scriptrunner import get_script_run_ctx
+
+    ctx = get_script_run_ctx()
+    key = widget_id.split("-", 2)[2] if widget_id.count("-") >= 2 else widget_id  # "$$ID-<hash>-<key>" -> key
+    log.warning("a client's value for widget %r could not be read (%s); it was dropped", key[:80], type(exc).__name__)
+    if ctx is None:
+        return
+    with _dropped_lock:
+        keys = _dropped.setdefault(ctx.session_id, [])
+        if len(keys) < MAX_DROPPED and key not in keys:
+            keys.append(key)
+
+
+def dropped_values() -> list[str]:
+    """The widgets of this session whose client values could not be read since its page last asked (and said so)."""
+    from streamlit.runtime.scriptrunner import get_script_run_ctx
+
+    ctx = get_script_run_ctx()
+    if ctx is None:
+        return []
+    with _dropped_lock:
+        return _dropped.pop(ctx.session_id, [])
+
+
+def say_dropped() -> None:
+    """One warning per widget reset by tolerate_unreadable_values since this session's last run."""
+    for key in dropped_values():
+        st.warning(md_text(f"The widget {key[:80]!r} got a value it cannot hold; it was reset to its default."), icon="↩️")
 
 
 def peek(key: str) -> object:
-    """The value session state holds for key (UNSET when none); a value Streamlit cannot even read back (a protocol
-    client's string for a slider) is dropped with a warning and reads as UNSET."""
+    """The value session state holds for key (UNSET when none); a value Streamlit cannot even read back is dropped with
+    a warning and reads as UNSET."""
     try:
         return st.session_state[key] if key in st.session_state else UNSET
     except KeyError:
@@ -170,6 +251,51 @@ class Widgets:
         _guard(key, label, lambda v: isinstance(v, str), "text", reset)
         return self.where.text_area(label, value, key=key, **kw)
 
+    def data_editor(self, label: str, data, *, key: str, text_chars: int = 100, **kw) -> Any:
+        """st.data_editor for a table of fixed rows (num_rows="fixed"); label names it in messages only. The edits a
+        client sends (Streamlit keeps {"edited_rows": {row: {column: value}}, "added_rows": [], "deleted_rows": []})
+        must name rows and columns of `data`, with a finite number (or nothing) in a numeric column and at most
+        text_chars characters of text in any other; anything else resets the table to `data` with a warning."""
+        _guard(key, label, _edits_ok(data, text_chars), "edits of its cells", UNSET)
+        return self.where.data_editor(data, key=key, num_rows="fixed", **kw)
+
+
+def _edits_ok(data, text_chars: int) -> Callable[[object], bool]:
+    from pandas.api.types import is_numeric_dtype
+
+    numeric = {str(c): is_numeric_dtype(data[c]) for c in data.columns}
+
+    def cell_ok(column: object, value: object) -> bool:
+        if column not in numeric:
+            return False
+        if value is None:
+            return True
+        if numeric[column]:
+            return _is_number(value) and abs(float(value)) != float("inf")
+        return isinstance(value, str) and len(value) <= text_chars
+
+    def ok(value: object) -> bool:
+        if not isinstance(value, dict) or set(value) - {"edited_rows", "added_rows", "deleted_rows"}:
+            return False
+        rows = value.get("edited_rows", {})
+        if value.get("added_rows") or value.get("deleted_rows") or not isinstance(rows, dict):
+            return False
+        return all(
+            _row(row) is not None and _row(row) < len(data) and isinstance(cells, dict) and all(cell_ok(c, v) for c, v in cells.items())
+            for row, cells in rows.items()
+        )
+
+    return ok
+
+
+def _row(row: object) -> int | None:
+    """A row position as Streamlit reads it (an int, or its digits as text from a JSON key), else None."""
+    if isinstance(row, int) and not isinstance(row, bool):
+        return row if row >= 0 else None
+    if isinstance(row, str) and row.isascii() and row.isdigit() and len(row) <= 9:
+        return int(row)
+    return None
+
 
 def on(where: Any) -> Widgets:
     """The checked widgets drawn in a column or another container: widgets.on(col).slider(...)."""
@@ -179,4 +305,4 @@ def on(where: Any) -> Widgets:
 _MAIN = Widgets()
 selectbox, radio, select_slider, multiselect = _MAIN.selectbox, _MAIN.radio, _MAIN.select_slider, _MAIN.multiselect
 slider, number_input, toggle, checkbox = _MAIN.slider, _MAIN.number_input, _MAIN.toggle, _MAIN.checkbox
-text_input, text_area = _MAIN.text_input, _MAIN.text_area
+text_input, text_area, data_editor = _MAIN.text_input, _MAIN.text_area, _MAIN.data_editor

@@ -40,6 +40,8 @@ SPECVIZ_QUEUE_TIMEOUT_S    queue_timeout_s         give up waiting for the model
 SPECVIZ_IDLE_MINUTES       idle_minutes            free a session's runs after this long without a click (20)
 SPECVIZ_PRESENTATION_IDLE_MINUTES presentation_idle_minutes  end the room's presentation after this long without
                                                    its presenter's page (15)
+SPECVIZ_MAX_SAVED_RUNS     max_saved_runs          saved runs one browser session keeps in the run directory; a
+                                                   new one replaces its own oldest (5; 100 in local mode)
 SPECVIZ_PRESENTER_KEY      presenter_key           the key that presents a run to the room (none: presenting is
                                                    off); read by specviz.workshop.presenter_key, never kept here
 =========================  ======================  ==========================================================
@@ -88,6 +90,7 @@ SETTINGS: dict[str, tuple[str, str]] = {
     "queue_timeout_s": ("SPECVIZ_QUEUE_TIMEOUT_S", "float"),
     "idle_minutes": ("SPECVIZ_IDLE_MINUTES", "float"),
     "presentation_idle_minutes": ("SPECVIZ_PRESENTATION_IDLE_MINUTES", "float"),
+    "max_saved_runs": ("SPECVIZ_MAX_SAVED_RUNS", "int"),
 }
 PRESENTER_KEY_SECRET = "presenter_key"  # a secret, not a rule: not a Policy field (a Policy is shown and logged)
 TRUE, FALSE = ("1", "true", "yes", "on"), ("0", "false", "no", "off", "")
@@ -118,6 +121,7 @@ class Policy:
     queue_timeout_s: float = 120.0
     idle_minutes: float = 20.0
     presentation_idle_minutes: float = 15.0  # a presentation whose presenter's page is gone ends by itself
+    max_saved_runs: int = 5  # per browser session (specviz.ui.saved_runs): its own oldest goes, never another's
 
     def __post_init__(self) -> None:
         if not self.targets:
@@ -127,6 +131,7 @@ class Policy:
             ("max_prompt_tokens", 1, MAX_PROMPT_TOKENS), ("max_kv_tokens", 0, MAX_KV_TOKENS), ("max_sessions_per_client", 0, MAX_SESSIONS),
             ("max_samples", 1, MAX_SAMPLES), ("max_runs", 1, MAX_RUNS), ("max_concurrent", 0, 256), ("queue_timeout_s", 1, 86_400), ("idle_minutes", 1, 7 * 24 * 60),
             ("presentation_idle_minutes", 1, 7 * 24 * 60),
+            ("max_saved_runs", 1, 1_000),
         )  # fmt: skip
         for name, low, high in checks:
             value = getattr(self, name)
@@ -140,7 +145,7 @@ class Policy:
         base = dict(
             shared=False, allow_remote_code=True, allow_pickle=True, allow_download=True, allow_custom_models=True, allow_device=True,
             max_new_tokens=MAX_NEW_TOKENS, max_draft_tokens=MAX_DRAFT_TOKENS, max_prompt_chars=MAX_PROMPT_CHARS,
-            max_prompt_tokens=MAX_PROMPT_TOKENS, max_sessions_per_client=0, max_samples=MAX_SAMPLES, max_runs=200,
+            max_prompt_tokens=MAX_PROMPT_TOKENS, max_sessions_per_client=0, max_samples=MAX_SAMPLES, max_runs=200, max_saved_runs=100,
         )  # fmt: skip
         return cls(**(base | overrides))
 
@@ -196,6 +201,8 @@ class Policy:
         if config.num_draft_tokens > self.max_draft_tokens:
             limits.append(f"k is limited to {self.max_draft_tokens} tokens per round on this server (asked for {config.num_draft_tokens}).")
             changes["num_draft_tokens"] = self.max_draft_tokens
+        if config.max_draft_tokens > self.max_draft_tokens:  # adaptive k's ceiling: quietly the owner's cap
+            changes["max_draft_tokens"] = self.max_draft_tokens
         return (dataclasses.replace(config, **changes) if changes else config), refusals, limits
 
     def cap(self, value: int, limit_name: str, what: str) -> tuple[int, str | None]:

@@ -26,8 +26,10 @@ redrawn for it).
 
 Writes are atomic (a temporary file, then os.replace) under an flock, so two presenters on two replicas cannot
 interleave a read-modify-write. Both files are validated on read like any hostile input: a damaged presentation
-reads as none, a damaged board line is skipped, and the board is capped (MAX_BOARD_BYTES), after which points are
-dropped.
+reads as none, a damaged board line is skipped, and the board is capped (MAX_BOARD_BYTES): when a point would not fit,
+the board is compacted to each fork's latest point (the only one it shows), so however often one fork Steps it holds
+one line after a compaction; only a board of more forks than fit drops points. (The page adds at most one point per
+round a fork actually ran, and a participant who forks again keeps their fork id: specviz.ui.presenting.after_round.)
 
 Plain Python: no streamlit (specviz.ui.presenting is the page's side).
 """
@@ -274,26 +276,47 @@ class PresentationStore:
     # --- the board -------------------------------------------------------------------------------------------------
 
     def add_point(self, presentation_id: str, point: BoardPoint) -> bool:
-        """Append one point to the presentation's board (one write of one short line, O_APPEND). False when the
-        presentation is no longer live or the board is full."""
+        """Append one point to the presentation's board (one write of one short line, O_APPEND), compacting a full
+        board first (compact). False when the presentation is no longer live; a point that does not fit even then is
+        dropped (logged). Raises OSError when the board cannot be written (a full disk: errno ENOSPC)."""
         live = self.read()
         if live is None or live.id != presentation_id:
             return False
         path = self.board_path(presentation_id)
         line = (point.to_json() + "\n").encode("utf-8")
         try:
-            if path.exists() and path.stat().st_size + len(line) > MAX_BOARD_BYTES:
-                log.warning("room: the board is full (%d bytes); a point was dropped", MAX_BOARD_BYTES)
-                return False
-            fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
-            try:
-                os.write(fd, line)
-            finally:
-                os.close(fd)
-        except OSError as exc:
-            log.warning("room: could not add a board point: %s", exc.strerror or exc)
-            return False
+            size = path.stat().st_size
+        except FileNotFoundError:
+            size = 0
+        if size + len(line) > MAX_BOARD_BYTES:
+            size = self.compact(presentation_id)
+            if size + len(line) > MAX_BOARD_BYTES:
+                log.warning("room: the board is full (%d bytes of distinct forks); a point was dropped", MAX_BOARD_BYTES)
+                return True
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+        try:
+            os.write(fd, line)
+        finally:
+            os.close(fd)
         return True
+
+    def compact(self, presentation_id: str) -> int:
+        """Rewrite the board with only each fork's latest valid point (what points() shows), atomically, under the
+        lock; returns its new size. A point another replica appends while this runs may be lost (its fork's next
+        Step adds it again)."""
+        path = self.board_path(presentation_id)
+        with self._locked():
+            kept = b"".join((p.to_json() + "\n").encode("utf-8") for p in self.points(presentation_id))
+            fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".jsonl", dir=self.root)  # 0600
+            try:
+                with os.fdopen(fd, "wb") as f:
+                    f.write(kept)
+                os.replace(tmp, path)
+            except BaseException:
+                Path(tmp).unlink(missing_ok=True)
+                raise
+        log.info("room: the board was compacted to %d bytes", len(kept))
+        return len(kept)
 
     def points(self, presentation_id: str) -> list[BoardPoint]:
         """The board: the latest valid point of each fork, in the order the forks first appeared. Lines that are not

@@ -7,14 +7,24 @@ way) and, per run, what exact continuation needs beyond the records (specviz.cor
 Tokens are 128 random bits (secrets.token_urlsafe(16): 22 characters of A-Z a-z 0-9 - _), checked strictly
 before they touch the file system, so a token is never a path. Nothing lists the directory for a participant.
 The directory is 0700 and each file 0600 (only the server's user reads them), files are replaced atomically
-(a crash mid-write leaves the previous round), and the whole directory is bounded: after each write the oldest
-files go until the total fits. Files older than the maximum age count as expired.
+(a crash mid-write leaves the previous round), and the whole directory is bounded: before each write the least
+recently used files go until the new one fits. Two kinds of file are never evicted (protected):
+
+* the presented run, named by the room's presentation file in the same directory (specviz.workshop.presentation);
+* a run a live session holds: every save refreshes its file's mtime, and each replica's session sweeper touches the
+  files of the runs its live sessions hold (touch()), so a file written or touched within LIVE_WINDOW_S is live,
+  whichever replica holds it.
+
+When only protected files are left and the new one still does not fit, the save is refused (RunDirFull, an OSError
+whose message says so); nothing protected goes. Files older than the maximum age count as expired. How many files
+one browser session may keep is the page's rule (specviz.ui.saved_runs, the owner's ``max_saved_runs``): a session
+over its quota replaces its own oldest file, never another's.
 
 =======================  =====================================================================
 environment variable     meaning (default)
 =======================  =====================================================================
 SPECVIZ_RUN_DIR          the run directory (``runs`` under the cache directory, SPECVIZ_CACHE_DIR)
-SPECVIZ_RUN_DIR_MAX_MB   total size kept, oldest evicted first (512)
+SPECVIZ_RUN_DIR_MAX_MB   total size kept, least recently used evicted first, protected runs never (512)
 SPECVIZ_RUN_MAX_HOURS    a saved run older than this is expired (72)
 =======================  =====================================================================
 
@@ -23,6 +33,7 @@ Plain Python: no streamlit (specviz.ui.saved_runs is the page's side).
 
 from __future__ import annotations
 
+import errno
 import json
 import logging
 import os
@@ -36,6 +47,7 @@ from pathlib import Path
 
 from specviz.core.resume import DecoderState
 from specviz.recording import MAX_BYTES, Recording, RecordingError, dumps, load_recording
+from specviz.workshop.presentation import PresentationStore
 
 log = logging.getLogger(__name__)
 
@@ -45,10 +57,36 @@ TOKEN_LENGTH = 22  # secrets.token_urlsafe(16): 16 bytes -> 22 base64url charact
 _TOKEN = re.compile(r"[A-Za-z0-9_-]{22}")
 DEFAULT_MAX_MB = 512.0
 DEFAULT_MAX_HOURS = 72.0
+LIVE_WINDOW_S = 120.0  # a file saved or touched this recently is held by a live session: never evicted
+TMP_GRACE_S = 60.0  # a temporary file younger than this is another replica's write in progress
 
 
 class SavedRunError(ValueError):
-    """A token that names no run this server can restore; the message says why, for the participant."""
+    """A token that names no run this server can restore; the message says why, for the participant. transient: the
+    run may restore if tried again (the disk could not be read); else the token can never work here."""
+
+    def __init__(self, message: str, transient: bool = False) -> None:
+        super().__init__(message)
+        self.transient = transient
+
+
+class RunDirFull(OSError):
+    """The run directory is full of runs that may not be evicted (the presented run, live sessions' runs)."""
+
+
+def disk_full(exc: BaseException) -> bool:
+    """The disk (or the user's disk quota) is full: errno ENOSPC or EDQUOT."""
+    return isinstance(exc, OSError) and not isinstance(exc, RunDirFull) and exc.errno in (errno.ENOSPC, errno.EDQUOT)
+
+
+def write_problem(exc: OSError) -> str:
+    """What a failed write means, for the page: a full disk says so plainly; else the system's words, without the
+    path (a server path is not the participant's business)."""
+    if disk_full(exc):
+        return "the server's disk is full (tell the person running it)"
+    if isinstance(exc, RunDirFull) or exc.errno is None:
+        return str(exc)
+    return exc.strerror or f"error {exc.errno}"
 
 
 def new_token() -> str:
@@ -144,13 +182,15 @@ class RunStore:
             os.chmod(self.root, 0o700)  # an existing directory others could read: close it
 
     def save(self, token: str, run: SavedRun) -> None:
-        """Write atomically (0600), then evict the oldest other files until the directory fits. Raises OSError
-        when the directory cannot be written (the caller says so and the run goes on unsaved)."""
+        """Write atomically (0600) after making room for it (make_room). Raises OSError when the directory cannot be
+        written (a full disk: errno ENOSPC) or holds only protected runs (RunDirFull); the caller says so and the run
+        goes on unsaved, its file (if any) at an earlier round."""
         path = self._path(token)
         data = run.to_json().encode("utf-8")
         if len(data) > min(self.max_bytes, MAX_BYTES):
             raise OSError(f"this run's file ({len(data) / 2**20:.1f} MB) is larger than the run directory may hold")
         self._ensure_dir()
+        self.make_room(path, len(data))
         fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".json", dir=self.root)  # mkstemp creates it 0600
         try:
             with os.fdopen(fd, "wb") as f:
@@ -159,10 +199,10 @@ class RunStore:
         except BaseException:
             Path(tmp).unlink(missing_ok=True)
             raise
-        self.evict(keep=path)
 
     def load(self, token: str) -> SavedRun:
-        """The saved run; raises SavedRunError when the token is malformed, unknown, expired or its file damaged."""
+        """The saved run; raises SavedRunError when the token is malformed, unknown, expired or its file damaged
+        (transient when the file exists but could not be read)."""
         path = self._path(token)
         try:
             info = path.stat()
@@ -174,27 +214,97 @@ class RunStore:
         except FileNotFoundError:
             raise SavedRunError("No saved run has this link's token (it may have been cleared to make room), so a fresh run starts.") from None
         except OSError as exc:
-            raise SavedRunError(f"The saved run could not be read ({exc.strerror or exc}).") from None
+            raise SavedRunError(f"The saved run could not be read ({exc.strerror or exc}).", transient=True) from None
         return SavedRun.from_json(data)
 
-    def evict(self, keep: Path | None = None) -> int:
-        """Delete expired files, then the oldest, until the total size fits; returns how many went."""
+    def exists(self, token: str) -> bool:
+        try:
+            return self._path(token).is_file()
+        except SavedRunError:
+            return False
+
+    def remove(self, token: str) -> bool:
+        """Delete a session's own run (its quota is spent); never the presented run. True when it went."""
+        path = self._path(token)
+        if token == self.presented():
+            return False
+        try:
+            path.unlink()
+        except FileNotFoundError:
+            return False
+        return True
+
+    def touch(self, tokens) -> int:
+        """Mark these runs as held by a live session (their mtime is now: see LIVE_WINDOW_S); returns how many files
+        were there. Unknown or malformed tokens are skipped."""
+        touched = 0
+        for token in tokens:
+            try:
+                os.utime(self._path(token))
+                touched += 1
+            except (SavedRunError, OSError):
+                continue
+        return touched
+
+    def presented(self) -> str | None:
+        """The token of the room's presented run (the presentation file beside the runs), or None."""
+        presentation = PresentationStore(self.root).read()
+        return presentation.run if presentation is not None else None
+
+    def _entries(self) -> list[tuple[float, int, Path]]:
+        """(mtime, size, path) of every saved run and of temporary files no longer being written, oldest first."""
         entries = []
+        now = time.time()
         for p in self.root.glob("*.json"):
             try:
                 info = p.stat()
             except FileNotFoundError:  # another replica evicted it meanwhile
                 continue
-            if p.name.startswith(".tmp-") and time.time() - info.st_mtime < 60:
+            if p.name.startswith(".tmp-") and now - info.st_mtime < TMP_GRACE_S:
                 continue  # another replica is writing it right now
             entries.append((info.st_mtime, info.st_size, p))
         entries.sort()
-        total, now, removed = sum(size for _, size, _ in entries), time.time(), 0
-        for mtime, size, p in entries:
-            if p == keep or (total <= self.max_bytes and now - mtime <= self.max_age_s):
-                continue
+        return entries
+
+    def _protected(self, mtime: float, path: Path, presented: str | None, now: float) -> bool:
+        return path.stem == presented or (now - mtime < LIVE_WINDOW_S and not path.name.startswith(".tmp-"))
+
+    def make_room(self, path: Path, size: int) -> int:
+        """Evict expired files, then the least recently used unprotected ones, until `size` more bytes fit beside the
+        rest (path's own file, about to be replaced, does not count). Raises RunDirFull when even evicting every
+        unprotected file would not make room; then only expired files go. Returns how many files went."""
+        entries = [e for e in self._entries() if e[2] != path]
+        now, presented = time.time(), self.presented()
+        total = sum(s for _, s, _ in entries) + size
+        unprotected = [e for e in entries if not self._protected(e[0], e[2], presented, now)]
+        expired = [e for e in unprotected if now - e[0] > self.max_age_s]
+        evictable = [e for e in unprotected if e not in expired]
+        if total - sum(s for _, s, _ in expired) - sum(s for _, s, _ in evictable) > self.max_bytes:
+            self._unlink(expired)
+            raise RunDirFull(
+                "the run directory is full of runs in use (the presented run and runs that live sessions hold), and the "
+                "owner's cap (SPECVIZ_RUN_DIR_MAX_MB) leaves no room for another",
+            )
+        due = list(expired)
+        total -= sum(s for _, s, _ in expired)
+        for entry in evictable:
+            if total <= self.max_bytes:
+                break
+            due.append(entry)
+            total -= entry[1]
+        return self._unlink(due)
+
+    def _unlink(self, entries: list[tuple[float, int, Path]]) -> int:
+        for _, _, p in entries:
             p.unlink(missing_ok=True)
-            total, removed = total - size, removed + 1
-        if removed:
-            log.info("run directory: evicted %d saved run(s), %d bytes kept", removed, total)
-        return removed
+        if entries:
+            log.info("run directory: evicted %d saved run(s)", len(entries))
+        return len(entries)
+
+    def evict(self) -> int:
+        """Delete expired files and, while the directory is over its cap, the least recently used unprotected ones;
+        returns how many went (what save() does before it writes, for nothing new)."""
+        try:
+            return self.make_room(self.root / ".none", 0)
+        except RunDirFull:
+            return 0

@@ -308,6 +308,11 @@ class SessionRegistry:
                 return True
             return sum(1 for e in self._entries.values() if e[4] == address and e[2] is None) < cap
 
+    def states(self) -> list[object]:
+        """The state of every session tracked now (a snapshot; the sweeper reads what they hold)."""
+        with self._lock:
+            return [entry[0] for entry in self._entries.values()]
+
     def sweep(
         self,
         is_active: Callable[[str], bool],
