@@ -359,7 +359,7 @@ def verdict(row: dict, goals: Goals) -> list[str]:
         if v["steps"] == 0:
             missed.append("the victim made no Step")
         elif v["p95"] is not None and v["p95"] > goals.victim_p95_s:
-            missed.append(f"victim p95 {v['p95']:.1f} s > {goals.victim_p95_s:g} s")
+            missed.append(f"victim p95 {v['p95']:.2f} s > {goals.victim_p95_s:g} s")
         if v["failures"]:
             missed.append(f"{v['failures']} victim Step(s) failed")
     for rid, r in sorted(row.get("replicas", {}).items()):
