@@ -107,6 +107,8 @@ OPTION_FAST = "fast"  # a word of the lab's fast method's label
 KEY_CHECKED = ("not the presenter key",)  # a refused key that was compared
 KEY_LIMITED = ("too many", "wait ", "try again", "locked", "slow down")  # a key refused without being compared
 TRACEBACK = re.compile(r"Traceback|File \"|site-packages|(?:/[\w.-]+){2,}\.py")  # what shows server internals
+MODEL_LOAD = re.compile(r"Loading weights")  # transformers' progress bar in a replica's log: one line per model load
+LOG_RELAY_S = 2.0  # the room copies its replicas' output to its log every half second or so
 
 # --- the attacks' material ----------------------------------------------------------------------------------------
 FLOOD_CHAR = "\U00010380"  # 𐎀: 4 tokens in the embedded tokenizer (issue 32)
@@ -796,10 +798,6 @@ def attack_clear_cache(h: Harness, cfg: Config) -> dict:
         out["pushes_per_step_after"] = round((pushes3.get(REPLICA_A, 0) - pushes2.get(REPLICA_A, 0)) / (on_a * max(1, len(after))), 2)
         out["followers"] = out["redraw_after"]
     return out
-
-
-MODEL_LOAD = re.compile(r"Loading weights")  # transformers' progress bar: one line per model load
-LOG_RELAY_S = 2.0  # the room copies its replicas' output to its log every half second or so
 
 
 def _model_loads(h: Harness, offset: int, replica: str) -> int:
