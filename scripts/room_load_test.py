@@ -42,7 +42,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -99,13 +99,13 @@ def wait_all_up(status_file: Path, timeout_s: float = ROOM_START_TIMEOUT_S, old_
 
 
 @contextlib.contextmanager
-def room(replicas: int, workdir: Path, env: dict[str, str] | None = None) -> Iterator[RoomHandle]:
-    """`python -m specviz room --replicas N` on a free port with a fresh run directory; always stopped (SIGTERM:
-    the room stops HAProxy and every replica)."""
+def room(replicas: int, workdir: Path, env: dict[str, str] | None = None, args: Sequence[str] = ()) -> Iterator[RoomHandle]:
+    """`python -m specviz room --replicas N [args]` on a free port with a fresh run directory; always stopped
+    (SIGTERM: the room stops HAProxy and every replica)."""
     status_file, log_path = workdir / "room.json", workdir / "room.log"
     full_env = {k: v for k, v in os.environ.items() if not k.startswith("STREAMLIT_")}
     full_env.update(HF_HUB_OFFLINE="1", SPECVIZ_RUN_DIR=str(workdir / "runs"), **(env or {}))
-    cmd = [sys.executable, "-m", "specviz", "room", "--replicas", str(replicas), "--port", str(free_port()), "--status-file", str(status_file)]
+    cmd = [sys.executable, "-m", "specviz", "room", "--replicas", str(replicas), "--port", str(free_port()), "--status-file", str(status_file), *args]
     with open(log_path, "wb") as out:
         proc = subprocess.Popen(cmd, cwd=REPO, env=full_env, stdout=out, stderr=subprocess.STDOUT)
     try:
@@ -145,6 +145,12 @@ class Kill:
 
 def sticky_replica(session: StSession) -> str | None:
     return next((c.value for c in session.cookies if c.name == STICKY_COOKIE), None)
+
+
+def pin_replica(session: StSession, replica: str) -> StSession:
+    """Send a session (before it opens) to one replica, as a browser holding that replica's sticky cookie goes."""
+    session.set_cookie(STICKY_COOKIE, replica)
+    return session
 
 
 def _reconnect(session: StSession, out: RoomOutcome, rounds: int) -> None:

@@ -53,6 +53,7 @@ class Follower:
     replica: str = "?"
     session_id: str = ""
     seen: dict[int, float] = field(default_factory=dict)  # round -> perf_counter when the page first showed it
+    pushes: int = 0  # runs the server started on its own (the watcher's redraws), not the page's timed ones
     errors: list[str] = field(default_factory=list)
     last_alerts: list[str] = field(default_factory=list)  # what the page said last (a missed round's diagnosis)
 
@@ -70,13 +71,16 @@ def _watcher(session: StSession) -> str | None:
     return min(session.auto_reruns, key=session.auto_reruns.get) if session.auto_reruns else None
 
 
-def follow(url: str, f: Follower, joined: threading.Barrier, stop: threading.Event) -> None:
+def follow(url: str, f: Follower, joined: threading.Barrier, stop: threading.Event, pin: str | None = None) -> None:
     """Open, check that the page follows, then do what a browser does until stopped: draw the runs the server pushes
     (the app's watcher reruns a follower's stage fragment after each Step) and tick the page's timed fragment (the
-    watcher's safety-net poll, or the whole watcher where the server cannot push) on its interval."""
-    from scripts.room_load_test import sticky_replica
+    watcher's safety-net poll, or the whole watcher where the server cannot push) on its interval. pin: the replica
+    to follow on (its sticky cookie); None lets the balancer choose."""
+    from scripts.room_load_test import pin_replica, sticky_replica
 
     session = StSession(url)
+    if pin is not None:
+        pin_replica(session, pin)
     try:
         session.open()
         f.replica, f.session_id = sticky_replica(session) or "?", (session.session_id or "")[:8]
@@ -90,7 +94,8 @@ def follow(url: str, f: Follower, joined: threading.Barrier, stop: threading.Eve
                 f.errors.append(f"the page registered no watcher (alerts: {[a[:40] for a in session.alerts()][:3]})")
                 return
             due = time.perf_counter() + session.auto_reruns[fid] if due is None else due
-            session.wait_for_run(timeout_s=min(0.2, max(0.0, due - time.perf_counter())))
+            if session.wait_for_run(timeout_s=min(0.2, max(0.0, due - time.perf_counter()))) is not None:
+                f.pushes += 1
             if time.perf_counter() >= due:
                 session.rerun(fragment_id=fid)
                 due = None
@@ -167,17 +172,24 @@ def run_presenter(args, room) -> dict:
     return result
 
 
-def presenter_summary(followers: list[Follower], clicks: dict[int, float], lines: list[dict], teacher_id: str, rss: dict, tracebacks: int) -> dict:
-    """The report (module docstring) from what the threads saw and the replicas' timing lines."""
+def redraw_latencies(followers: list[Follower], clicks: dict[int, float]) -> tuple[list[float], int]:
+    """Each follower's presenter-click -> first drawn latency for every round clicked (clicks: round -> the click's
+    perf_counter), and how many (follower, round) pairs were never drawn."""
     latencies, missed = [], 0
-    teacher_steps = [float(t["script_s"]) for t in lp.step_lines(lines) if t.get("session") == teacher_id[:8]]
-    made = dict(list(clicks.items())[: len(teacher_steps)])  # a Step after the run finished makes no round to follow
     for f in followers:
-        for n, clicked in made.items():
+        for n, clicked in clicks.items():
             if n in f.seen:
                 latencies.append(f.seen[n] - clicked)
             else:
                 missed += 1
+    return latencies, missed
+
+
+def presenter_summary(followers: list[Follower], clicks: dict[int, float], lines: list[dict], teacher_id: str, rss: dict, tracebacks: int) -> dict:
+    """The report (module docstring) from what the threads saw and the replicas' timing lines."""
+    teacher_steps = [float(t["script_s"]) for t in lp.step_lines(lines) if t.get("session") == teacher_id[:8]]
+    made = dict(list(clicks.items())[: len(teacher_steps)])  # a Step after the run finished makes no round to follow
+    latencies, missed = redraw_latencies(followers, made)
     ids = {f.session_id for f in followers}
     followers_round_s = sum(float(t.get("round_s", 0)) for t in lines if t.get("session") in ids)
     split: dict[str, int] = {}

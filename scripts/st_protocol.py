@@ -11,7 +11,10 @@ trigger_value with every widget value this client has set.
         s.click("Step")                       # by label or key; waits for the run (a fragment run here)
         print(s.metric("rounds"), s.token_stream())
 
-Cookies are kept per session (one jar each), so a balancer's stickiness holds. One session per thread.
+Cookies are kept per session (one jar each), so a balancer's stickiness holds (set_cookie pins a session to a
+replica before it opens). `page` names a page of a multipage app by its URL path ("exactness"), `headers` are sent
+with the page's GET and the websocket's upgrade request (a proxy's X-Forwarded-For). A few messages a browser's
+developer menu sends are here too (clear_cache), so a test can send what any client can. One session per thread.
 """
 
 from __future__ import annotations
@@ -150,9 +153,13 @@ class StSession:
         """Cookies set on the websocket handshake (a balancer may set its sticky cookie there) join the jar."""
         for header in set_cookies:
             name, _, rest = header.partition("=")
-            value = rest.split(";", 1)[0]
-            host = urllib.parse.urlparse(self.base).hostname or ""
-            self.cookies.set_cookie(http.cookiejar.Cookie(0, name.strip(), value, None, False, host, False, False, "/", True, False, None, True, None, None, {}))
+            self.set_cookie(name.strip(), rest.split(";", 1)[0])
+
+    def set_cookie(self, name: str, value: str) -> None:
+        """Put a cookie in this session's jar (sent from the next open on): e.g. a balancer's sticky cookie, which
+        sends the session to the replica it names."""
+        host = urllib.parse.urlparse(self.base).hostname or ""
+        self.cookies.set_cookie(http.cookiejar.Cookie(0, name, value, None, False, host, False, False, "/", True, False, None, True, None, None, {}))
 
     # --- reruns ------------------------------------------------------------------------------------------------
 
@@ -262,11 +269,23 @@ class StSession:
     def widget(self, key_or_label: str, kinds: tuple[str, ...] = WIDGETS) -> Node:
         """A widget by its key or its label (the key wins)."""
         found = [n for n in self.nodes.values() if n.kind in kinds]
-        for match in (lambda n: widget_key(getattr(n.proto, n.kind).id) == key_or_label, lambda n: getattr(n.proto, n.kind).label == key_or_label):
+        for match in (lambda n: widget_key(getattr(n.proto, n.kind).id) == key_or_label, lambda n: getattr(getattr(n.proto, n.kind), "label", None) == key_or_label):
             hits = [n for n in found if match(n)]
             if hits:
                 return hits[0]
-        raise KeyError(f"no widget {key_or_label!r} on the page (widgets: {sorted(getattr(n.proto, n.kind).label for n in found)})")
+        raise KeyError(f"no widget {key_or_label!r} on the page (widgets: {sorted(str(getattr(getattr(n.proto, n.kind), 'label', '')) for n in found)})")
+
+    def has_widget(self, key_or_label: str, kinds: tuple[str, ...] = WIDGETS) -> bool:
+        try:
+            self.widget(key_or_label, kinds)
+        except KeyError:
+            return False
+        return True
+
+    def options(self, key_or_label: str) -> list[str]:
+        """The options of a selectbox, radio or multiselect as drawn (formatted labels: what set_widget sends)."""
+        node = self.widget(key_or_label, ("selectbox", "radio", "multiselect"))
+        return list(getattr(node.proto, node.kind).options)
 
     def metric(self, label: str) -> str | None:
         for node in self.elements("metric"):
@@ -287,6 +306,10 @@ class StSession:
 
     def exceptions(self) -> list[str]:
         return [n.proto.exception.message for n in self.elements("exception")]
+
+    def tracebacks(self) -> list[list[str]]:
+        """The stack trace lines each drawn exception carries (empty where the server shows the message only)."""
+        return [list(n.proto.exception.stack_trace) for n in self.elements("exception")]
 
     def texts(self) -> list[str]:
         """Every Markdown body drawn (st.markdown, st.caption, st.info, ...): what a reader sees as text."""
@@ -315,12 +338,21 @@ class StSession:
         return self.rerun(fragment_id=fragment_id or hits[0][1])
 
     def set_widget(self, key_or_label: str, value) -> RunResult:
-        """Set a text box, number box, slider, toggle or selectbox (by its option's label) and rerun."""
+        """Set a text box, number box, slider, toggle, selectbox or radio (by its option's label), or a multiselect
+        (a list of option labels), and rerun."""
+        node = self.stage(key_or_label, value)
+        return self.rerun(fragment_id=node.fragment_id)
+
+    def stage(self, key_or_label: str, value) -> Node:
+        """Set a widget's value without a rerun: it goes with the next one (a click's, as a browser sends a typed
+        key with the button press). Returns the widget's node."""
         node = self.widget(key_or_label)
         proto = getattr(node.proto, node.kind)
         state = WidgetState(id=proto.id)
-        if node.kind in ("text_area", "text_input", "selectbox"):
+        if node.kind in ("text_area", "text_input", "selectbox", "radio"):
             state.string_value = str(value)
+        elif node.kind == "multiselect":
+            state.string_array_value.data.extend(str(v) for v in value)
         elif node.kind == "number_input":
             state.double_value = float(value)
         elif node.kind in ("slider", "select_slider"):
@@ -330,4 +362,16 @@ class StSession:
         else:
             raise ValueError(f"setting a {node.kind} is not supported")
         self.values[proto.id] = state
-        return self.rerun(fragment_id=node.fragment_id)
+        return node
+
+    def send_value(self, key: str, kinds: tuple[str, ...], **fields) -> RunResult:
+        """Send any WidgetState fields for a widget on the page (e.g. string_value for a data editor), valid or not,
+        as a raw client can, and rerun."""
+        node = self.widget(key, kinds)
+        return self.send_state(getattr(node.proto, node.kind).id, node.fragment_id, **fields)
+
+    def send_state(self, widget_id: str, fragment_id: str = "", **fields) -> RunResult:
+        """The same by widget id: a browser still holds a widget's id (and sends its value) after a run that failed
+        to draw it."""
+        self.values[widget_id] = WidgetState(id=widget_id, **fields)
+        return self.rerun(fragment_id=fragment_id)
