@@ -308,12 +308,12 @@ def main(argv: list[str] | None = None) -> int:
         "build_s": round(build_s, 1), "cached_build": args.quick, "run_to_healthy_s": round(healthy_s, 2),
         "healthy_to_first_step_s": round(step_s, 2), "idle_rss_mb": round(idle_mb), "dequantised_at_start": dequantised,
     }  # fmt: skip
-    pull = "–" if pull_mb is None else f"{pull_mb / 1024:.2f}"
+    pull = "–" if pull_mb is None else f"{pull_mb * 2**20 / 1e9:.2f}"
     build_note = " (cached)" if args.quick else ""
     print("| date | machine | load (before → after) | base | image (GB) | pull, gzip (GB) | build (s) | run → healthy (s) | healthy → first Step (s) | idle memory (MB) |")
     print("|---|---|---|---|---|---|---|---|---|---|")
     print(
-        f"| {numbers['date']} | {numbers['cpu']} | {load_before:.2f} → {load_after:.2f} | {numbers['base']} | {size_mb / 1024:.2f} | {pull} | "
+        f"| {numbers['date']} | {numbers['cpu']} | {load_before:.2f} → {load_after:.2f} | {numbers['base']} | {size_mb * 2**20 / 1e9:.2f} | {pull} | "
         f"{build_s:.0f}{build_note} | {healthy_s:.1f} | {step_s:.1f} | {idle_mb:.0f} |"
     )
     if args.json:
