@@ -32,7 +32,7 @@ RUN apt-get update \
 
 # The requirements before the code: a code change rebuilds only the layers below. torch first, from TORCH_INDEX_URL
 # (the version is the one requirements.txt pins); then the README's two installs. torch's C++ headers and its C++
-# test programs (about 190 MB) go: they serve building extensions and testing torch itself, which nothing here does.
+# test programs (about 180 MB) go: they serve building extensions and testing torch itself, which nothing here does.
 WORKDIR /app
 COPY requirements.txt requirements-models.txt ./
 RUN pip install ${TORCH_INDEX_URL:+--index-url "$TORCH_INDEX_URL"} "$(grep -E '^torch==' requirements.txt)" \
@@ -49,7 +49,7 @@ COPY specviz/__init__.py specviz/
 COPY specviz/core specviz/core
 COPY specviz/models specviz/models
 RUN python -c "from specviz.models import load_model; load_model(device='cpu', dtype='float32')" \
- && chmod -R a+rX /opt/specviz
+ && chmod -R a+rX /opt/specviz && rm -rf /tmp/*
 
 COPY . .
 

@@ -127,8 +127,15 @@ def local_pip_build_args(workdir: Path) -> list[str]:
     return args
 
 
+def image_id(tag: str) -> str | None:
+    done = podman("image", "inspect", "--format", "{{.Id}}", tag, check=False)
+    return done.stdout.strip() or None if done.returncode == 0 else None
+
+
 def build(tag: str, base: str | None, *, local_pip: bool, no_cache: bool = False, timeout_s: float = 3600, log_path: Path | None = None) -> float:
-    """`podman build` the repository's Dockerfile; returns the wall time in seconds."""
+    """`podman build` the repository's Dockerfile; returns the wall time in seconds. The image the tag named before is
+    removed when nothing else names it (its layers that the new one shares stay, as the build cache)."""
+    previous = image_id(tag)
     with tempfile.TemporaryDirectory(prefix="specviz-build-") as tmp:
         args = [*BUILD_FLAGS, "-t", tag, "-f", str(REPO / "Dockerfile")]
         if base:
@@ -144,6 +151,8 @@ def build(tag: str, base: str | None, *, local_pip: bool, no_cache: bool = False
         log_path.write_text(done.stdout + done.stderr, encoding="utf-8")
     if done.returncode != 0:
         raise RuntimeError(f"podman build failed ({done.returncode}):\n{(done.stdout + done.stderr)[-4000:]}")
+    if previous and previous != image_id(tag):
+        podman("rmi", previous, check=False)  # refused while another tag or a container uses it
     return seconds
 
 
@@ -224,7 +233,7 @@ def started(image: str, *, volume: str | None = None, command: tuple[str, ...] =
     finally:
         if container.running():
             container.stop()
-        podman("rm", "-f", name, check=False)
+        podman("rm", "-f", "-v", name, check=False)  # -v: an anonymous /data volume goes too
 
 
 @contextlib.contextmanager

@@ -29,7 +29,6 @@ def image(tmp_path_factory) -> str:
         pytest.skip("podman is missing: scripts/test.sh installs podman, runc and mmdebstrap (apt-get install podman runc mmdebstrap)")
     log = tmp_path_factory.mktemp("container") / "build.log"
     cc.build(TAG, cc.ensure_local_base(), local_pip=True, timeout_s=BUILD_TIMEOUT_S, log_path=log)
-    cc.podman("image", "prune", "-f", check=False)  # the previous build's image, now untagged: its layers stay cached
     return TAG
 
 
