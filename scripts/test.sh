@@ -14,6 +14,12 @@ if ! command -v haproxy >/dev/null 2>&1 && [ ! -x /usr/sbin/haproxy ]; then
   SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
   $SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq haproxy >/dev/null
 fi
+# The container test (tests/test_container.py) builds the Dockerfile's image with Debian's podman (runc as its runtime)
+# on a Debian base that mmdebstrap makes locally: images cannot be pulled here.
+if ! command -v podman >/dev/null 2>&1 || ! command -v runc >/dev/null 2>&1 || ! command -v mmdebstrap >/dev/null 2>&1; then
+  SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
+  $SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq podman runc mmdebstrap >/dev/null
+fi
 # Lint first (configured in pyproject.toml): a finding fails the run like a failing test.
 python -m ruff check --quiet .
 python -m pytest "$@"

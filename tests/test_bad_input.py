@@ -4,6 +4,7 @@ step-through page shows it with st.error, never a traceback, without losing the 
 
 from __future__ import annotations
 
+import logging
 import shutil
 from pathlib import Path
 
@@ -207,6 +208,33 @@ def test_out_of_memory_with_a_cached_gguf_keeps_the_cache(tmp_path, monkeypatch)
     with pytest.raises(ModelLoadError, match="Out of memory"):
         load_model(loading.EMBEDDED_TARGET, "cpu", "float32")
     assert entry.is_dir()
+
+
+@pytest.mark.smollm  # reads the embedded GGUF's name and size (the model load itself is patched)
+def test_the_log_says_whether_a_gguf_was_de_quantised_or_read_from_its_float_cache(tmp_path, monkeypatch, caplog):
+    """The container test reads this line in the server's log: a start on the image's float cache de-quantises nothing."""
+
+    class Model:  # a stand-in for the de-quantised model (writing the cache fails on it: a warning, not an error)
+        def to(self, dtype):
+            return self
+
+    cache = tmp_path / "cache"
+    monkeypatch.setenv("SPECVIZ_CACHE_DIR", str(cache))
+    monkeypatch.setattr(loading.AutoTokenizer, "from_pretrained", lambda *a, **k: object())
+    monkeypatch.setattr(loading.AutoModelForCausalLM, "from_pretrained", lambda *a, **k: Model())
+    monkeypatch.setattr(loading.log, "handlers", [caplog.handler])  # the server routes it through streamlit's handler
+    caplog.set_level(logging.INFO, logger=loading.log.name)
+    path = loading.embedded_gguf_path()
+    loading._load_gguf(path, torch.float32)
+    assert "de-quantising to float32" in caplog.text and "from the cache" not in caplog.text
+    caplog.clear()
+    stat = path.stat()
+    entry = cache / f"{path.stem}-{stat.st_size}-{int(stat.st_mtime)}"
+    entry.mkdir(parents=True)
+    (entry / "config.json").write_text("{}")
+    (entry / "model.safetensors").write_bytes(b"")
+    loading._load_gguf(path, torch.float32)
+    assert f"float weights from the cache {entry}" in caplog.text and "de-quantising" not in caplog.text
 
 
 def test_out_of_memory_moving_to_the_device(tiny_dir, monkeypatch):

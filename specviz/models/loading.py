@@ -137,6 +137,7 @@ def _load_gguf(path: Path, dtype: torch.dtype) -> tuple[PreTrainedModel, PreTrai
     stat = path.stat()
     cached = cache_root() / f"{path.stem}-{stat.st_size}-{int(stat.st_mtime)}"
     if (cached / "config.json").is_file() and (cached / "model.safetensors").is_file():
+        log.info("%s: float weights from the cache %s", path.name, cached)
         try:
             tok = AutoTokenizer.from_pretrained(cached, local_files_only=True)
             return AutoModelForCausalLM.from_pretrained(cached, dtype=dtype, local_files_only=True), tok
@@ -145,6 +146,7 @@ def _load_gguf(path: Path, dtype: torch.dtype) -> tuple[PreTrainedModel, PreTrai
         except Exception as exc:  # a damaged cache is rebuilt, not fatal
             log.warning("ignoring unreadable cache %s: %s", cached, exc)
             shutil.rmtree(cached, ignore_errors=True)
+    log.info("%s: de-quantising to float32, once (the float weights go to %s)", path.name, cached)
     try:
         tok = AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name, local_files_only=True)
         model = AutoModelForCausalLM.from_pretrained(path.parent, gguf_file=path.name, dtype=torch.float32, local_files_only=True)

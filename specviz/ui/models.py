@@ -15,6 +15,7 @@ from pathlib import Path
 
 import streamlit as st
 import torch
+from streamlit.logger import get_logger
 
 from specviz.config import RunConfig
 from specviz.models import LoadedModel, ModelLoadError, early_exit_view, load_model, resolve_device, resolve_dtype_name
@@ -26,6 +27,7 @@ from specviz.workshop.resources import cached
 from specviz.workshop.serving import server_threads
 
 log = logging.getLogger(__name__)
+get_logger(load_model.__module__)  # streamlit's handler: the server log says whether a GGUF was de-quantised or read from its float cache
 GGUF_EXPANSION = 8  # a 4-bit GGUF de-quantised to float32 takes about 8x its file size
 FIT_MARGIN = 0.9  # refuse a load that would take more than this share of the free memory
 
