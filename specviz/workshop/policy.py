@@ -28,6 +28,8 @@ SPECVIZ_MAX_RUNS           max_runs                cap on engine runs one button
 SPECVIZ_MAX_CONCURRENT     max_concurrent          model rounds in flight per loaded model (1 per CPU model)
 SPECVIZ_QUEUE_TIMEOUT_S    queue_timeout_s         give up waiting for the model after this long (120)
 SPECVIZ_IDLE_MINUTES       idle_minutes            free a session's runs after this long without a click (20)
+SPECVIZ_PROBE_URLS         probe_urls              comma-separated services participants may probe (none); the
+                                                   rule: specviz.workshop.probe_urls
 SPECVIZ_PRESENTER_KEY      presenter_key           the key that presents a run to the room (none: presenting is
                                                    off); read by specviz.workshop.presentation, never kept here
 =========================  ======================  ==========================================================
@@ -44,6 +46,7 @@ from dataclasses import dataclass
 
 from specviz.config import EMBEDDED_TARGET, MAX_NEW_TOKENS, MAX_PROMPT_CHARS, RunConfig
 from specviz.core.decoding import MAX_DRAFT_TOKENS
+from specviz.workshop.probe_urls import parse_list
 
 LOCAL_ADDRESSES = ("", "localhost", "127.0.0.1", "::1", "[::1]")
 MODES = ("shared", "local")
@@ -69,6 +72,7 @@ SETTINGS: dict[str, tuple[str, str]] = {
     "max_concurrent": ("SPECVIZ_MAX_CONCURRENT", "int"),
     "queue_timeout_s": ("SPECVIZ_QUEUE_TIMEOUT_S", "float"),
     "idle_minutes": ("SPECVIZ_IDLE_MINUTES", "float"),
+    "probe_urls": ("SPECVIZ_PROBE_URLS", "list"),
 }
 PRESENTER_KEY_SECRET = "presenter_key"  # a secret, not a rule: not a Policy field (a Policy is shown and logged)
 TRUE, FALSE = ("1", "true", "yes", "on"), ("0", "false", "no", "off", "")
@@ -95,8 +99,10 @@ class Policy:
     max_concurrent: int = 0  # 0: sized from the device (1 per model on a CPU, 2 on a GPU)
     queue_timeout_s: float = 120.0
     idle_minutes: float = 20.0
+    probe_urls: tuple[str, ...] = ()  # services participants may probe (the race page); the owner probes anything
 
     def __post_init__(self) -> None:
+        parse_list(self.probe_urls)  # a malformed entry is a bad setting (ValueError naming it)
         if not self.targets:
             raise ValueError("The target allow-list (SPECVIZ_TARGETS / targets) is empty: name at least one model.")
         checks = (
