@@ -868,12 +868,41 @@ def cmd_serve(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_serve_pair(args: argparse.Namespace) -> int:
-    from specviz.workshop.pair import serve_pair
+def _service_argv(args: argparse.Namespace) -> list[str]:
+    """The service options of a parsed serve-pair command line, written out again for each `serve` it starts."""
+    probe = argparse.ArgumentParser(add_help=False)
+    _add_service_options(probe)
+    argv: list[str] = []
+    for action in probe._actions:
+        value = getattr(args, action.dest)
+        if isinstance(action, argparse._StoreTrueAction):
+            argv += [action.option_strings[0]] if value else []
+        elif value is not None and action.dest not in ("host", "model_id"):
+            argv += [action.option_strings[0], str(value)]
+    return argv
 
-    _service_config(args, args.drafter, True)  # checks the options before anything starts
-    argv = [a for a in sys.argv[2:]] if sys.argv[1:2] == ["serve-pair"] else []
-    return serve_pair(args, argv, emit)
+
+def cmd_serve_pair(args: argparse.Namespace) -> int:
+    import secrets
+
+    from specviz.workshop.pair import run_pair
+    from specviz.workshop.race_room import Pair, RaceRoom
+    from specviz.workshop.saved_runs import default_run_dir
+
+    _service_config(args, args.drafter, True)  # every option checked before anything starts
+    if not 1 <= args.port <= 65534:
+        raise ValueError(f"--port must leave room for a second service on the next port; got {args.port}.")
+    model_id = args.model_id or args.target
+    speculating = secrets.randbelow(2)  # 0: service A speculates
+    drafters = [args.drafter if i == speculating else "none" for i in range(2)]
+    ports = [args.port, args.port + 1]
+    public = args.public_host or args.host
+    roots = [f"http://{args.host}:{port}" for port in ports]
+    commands = [[sys.executable, "-m", "specviz", "serve", "--drafter", d, "--port", str(port), "--host", args.host, "--hide-truth",
+                 "--model-id", model_id, *_service_argv(args)] for d, port in zip(drafters, ports)]  # fmt: skip
+    pair = Pair.new((f"http://{public}:{ports[0]}/v1", f"http://{public}:{ports[1]}/v1"), speculating, args.drafter)
+    room = RaceRoom(Path(args.run_dir).expanduser() if args.run_dir else default_run_dir())
+    return run_pair(commands, roots, pair, room, emit)
 
 
 def _add_probe_parser(sub) -> None:
