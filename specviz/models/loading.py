@@ -280,12 +280,3 @@ def encode_prompt(tokenizer: PreTrainedTokenizerBase, text: str, chat: bool = Tr
         )
         return list(tokenizer(rendered, add_special_tokens=False)["input_ids"])
     return list(tokenizer(text)["input_ids"])
-
-
-def encode_messages(tokenizer: PreTrainedTokenizerBase, messages: list[dict[str, str]]) -> list[int]:
-    """A chat's messages ([{"role", "content"}], contents as text) -> ids through the tokenizer's chat template, ready
-    for the assistant's turn; a tokenizer without a template gets the contents joined by blank lines."""
-    if getattr(tokenizer, "chat_template", None):
-        rendered = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
-        return list(tokenizer(rendered, add_special_tokens=False)["input_ids"])
-    return list(tokenizer("\n\n".join(m["content"] for m in messages))["input_ids"])

@@ -295,9 +295,7 @@ class Service:
             raise ApiError(400, f"The messages hold {chars:,} characters; this server reads at most {MAX_PROMPT_CHARS:,}.", "messages", "context_length_exceeded")
         if not any(m["content"].strip() for m in clean):
             raise ApiError(400, "The messages are empty: write something to answer.", "messages")
-        from specviz.models import encode_messages
-
-        return encode_messages(self.tokenizer, clean)
+        return encode_chat(self.tokenizer, clean)
 
     def _text_ids(self, prompt: object) -> list[int]:
         if isinstance(prompt, list) and len(prompt) == 1:
@@ -549,6 +547,15 @@ def _stops(stop: object) -> tuple[str, ...]:
     if not isinstance(items, list) or len(items) > MAX_STOP or not all(isinstance(s, str) and 0 < len(s) <= MAX_STOP_CHARS for s in items):
         raise ApiError(400, f"stop must be a string or a list of at most {MAX_STOP} non-empty strings of up to {MAX_STOP_CHARS} characters.", "stop")
     return tuple(items)
+
+
+def encode_chat(tokenizer, messages: list[dict[str, str]]) -> list[int]:
+    """A chat's messages (contents as text) -> ids through the tokenizer's chat template, ready for the assistant's turn
+    (as specviz.models.encode_prompt renders one user turn); without a template, the contents joined by blank lines."""
+    if getattr(tokenizer, "chat_template", None):
+        rendered = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+        return list(tokenizer(rendered, add_special_tokens=False)["input_ids"])
+    return list(tokenizer("\n\n".join(m["content"] for m in messages))["input_ids"])
 
 
 def _max_positions(target) -> int:
