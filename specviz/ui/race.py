@@ -42,7 +42,7 @@ RACE_KEY = "specviz_race"  # this session's latest race (a RaceResult)
 PROBE_KEY = "specviz_probe"  # this session's latest probe (a ProbeResult)
 GATE_KEY = "specviz_race_gate"  # this session's tries at the presenter key on this page
 PROBE_MAX_N = 5  # requests per probe for a participant
-PLAYER_HEIGHT = 470
+PLAYER_HEIGHT = 450
 LOCAL_URL = "http://127.0.0.1:8000/v1"
 
 

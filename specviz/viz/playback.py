@@ -8,8 +8,10 @@ a ``<script type="application/json">`` element, with ``<``, ``>`` and ``&`` writ
 the element, and is put on the page with textContent only, never as HTML.
 
 For tests and curious readers, the page keeps its state on its elements: ``body[data-state]`` is idle, playing, paused
-or done; each lane's ``data-shown`` counts the tokens on screen and, once its last token is shown, ``data-done-ms``
+or done; each lane's ``data-shown`` counts the tokens on screen (of ``data-tokens``) and, once its last token is shown, ``data-done-ms``
 holds the real milliseconds from the start of play to that moment (at 1x it should be about ``data-measured-s`` x 1000).
+A stall (no animation frame for 250 ms: the page busy or hidden) holds the clock rather than jumping over the gap, and
+is counted in ``body[data-stalled-ms]``; the autoplay waits until the player is on screen.
 """
 
 from __future__ import annotations
@@ -82,7 +84,7 @@ const endS = Math.max(data.end_s, 1e-3);
 const lanesBox = document.getElementById("lanes");
 const lanes = data.lanes.map(function(lane){
   const box = document.createElement("div"); box.className = "lane " + lane.kind; box.dataset.kind = lane.kind;
-  box.dataset.measuredS = String(lane.measured_s); box.dataset.shown = "0";
+  box.dataset.measuredS = String(lane.measured_s); box.dataset.tokens = String(lane.tokens); box.dataset.shown = "0";
   const head = document.createElement("div"); head.className = "head";
   const name = document.createElement("span"); name.textContent = lane.label;
   const stat = document.createElement("span"); stat.className = "stat";
@@ -100,7 +102,8 @@ const lanes = data.lanes.map(function(lane){
 });
 document.getElementById("axis-end").textContent = endS.toFixed(2) + " s";
 const clock = document.getElementById("clock"), playBtn = document.getElementById("play"), speedSel = document.getElementById("speed");
-let speed = 1, offset = 0, startedAt = null, playStart = null, raf = null;
+const STALL_MS = 250;
+let speed = 1, offset = 0, startedAt = null, playStart = null, raf = null, lastFrame = null, stalledMs = 0;
 function elapsed(now){ return startedAt === null ? offset : offset + (now - startedAt) / 1000 * speed; }
 function status(lane, t){
   const s = lane.spec;
@@ -108,9 +111,13 @@ function status(lane, t){
 }
 function reset(){
   lanes.forEach(function(l){ l.text.textContent = ""; l.next = 0; l.shown = 0; l.box.dataset.shown = "0"; delete l.box.dataset.doneMs; l.cursor.style.left = "0"; status(l); });
-  offset = 0; startedAt = null; playStart = null; clock.textContent = "t = 0.000 s"; document.body.dataset.state = "idle"; playBtn.textContent = "▶ Play";
+  offset = 0; startedAt = null; playStart = null; lastFrame = null; stalledMs = 0; delete document.body.dataset.stalledMs; clock.textContent = "t = 0.000 s"; document.body.dataset.state = "idle"; playBtn.textContent = "▶ Play";
 }
 function frame(now){
+  if (lastFrame !== null && now - lastFrame > STALL_MS) {  // the page was busy or hidden: hold the clock, do not jump
+    const lost = now - lastFrame - 16; startedAt += lost; stalledMs += lost; document.body.dataset.stalledMs = String(Math.round(stalledMs));
+  }
+  lastFrame = now;
   const t = elapsed(now);
   let done = true;
   lanes.forEach(function(l){
@@ -119,7 +126,7 @@ function frame(now){
       const r = rounds[l.next];
       const span = document.createElement("span"); span.textContent = r.text; span.className = "fresh"; l.text.appendChild(span);
       l.shown += r.n; l.next += 1; l.box.dataset.shown = String(l.shown);
-      if (l.next === rounds.length) { l.box.dataset.doneMs = String(performance.now() - playStart); }
+      if (l.next === rounds.length) { l.box.dataset.doneMs = String(now - playStart); }
     }
     if (l.next < rounds.length) done = false;
     l.text.scrollTop = l.text.scrollHeight;
@@ -127,7 +134,7 @@ function frame(now){
     status(l, t);
   });
   clock.textContent = "t = " + Math.min(t, endS).toFixed(3) + " s";
-  if (done) { document.body.dataset.state = "done"; playBtn.textContent = "▶ Play"; startedAt = null; raf = null; return; }
+  if (done) { document.body.dataset.state = "done"; playBtn.textContent = "▶ Play"; startedAt = null; lastFrame = null; raf = null; return; }
   raf = requestAnimationFrame(frame);
 }
 function play(){
@@ -138,7 +145,7 @@ function play(){
   raf = requestAnimationFrame(frame);
 }
 function pause(){
-  offset = elapsed(performance.now()); startedAt = null;
+  offset = elapsed(performance.now()); startedAt = null; lastFrame = null;
   if (raf !== null) cancelAnimationFrame(raf); raf = null;
   document.body.dataset.state = "paused"; playBtn.textContent = "▶ Play";
 }
@@ -148,7 +155,13 @@ speedSel.addEventListener("change", function(){
   const now = performance.now(); offset = elapsed(now); if (startedAt !== null) startedAt = now; speed = parseFloat(speedSel.value);
 });
 reset();
-if (__AUTOPLAY__) play();
+if (__AUTOPLAY__) {  // once the player is on screen and the page has settled (a busy page would stall the first frames)
+  let started = false;
+  const start = function(){ if (!started) { started = true; setTimeout(function(){ if (document.body.dataset.state === "idle") play(); }, 400); } };
+  if ("IntersectionObserver" in window) {
+    new IntersectionObserver(function(entries, obs){ if (entries.some(function(e){ return e.isIntersecting; })) { obs.disconnect(); start(); } }).observe(document.body);
+  } else { start(); }
+}
 })();
 </script></body></html>
 """
