@@ -239,7 +239,10 @@ def judge(num_gaps: int, threshold: Threshold, sizes: Sequence[int], tau: float 
     if num_gaps < MIN_GAPS or tau is None:
         return "too-little", f"Too few tokens to tell ({num_gaps} gaps; at least {MIN_GAPS} needed): ask for longer answers or more requests."
     if not threshold.bimodal or tau <= EVEN_TAU:
-        return "even", f"Even cadence: no sign of speculation (τ ≈ {tau:.2f} tokens per burst)."
+        note = "" if tau <= EVEN_TAU else (
+            " Some tokens came together, but the gaps have no second mode: a busy client, network or proxy does that."
+        )
+        return "even", f"Even cadence: no sign of speculation (τ ≈ {tau:.2f} tokens per burst).{note}"
     typical = statistics.median(sizes)
     if typical > MAX_ROUND_TOKENS:
         return "long-runs", (
