@@ -18,3 +18,4 @@ st.caption(
 race.race_section(settings)
 race.probe_section(settings)
 race.exercise_section()
+race.watch()  # reruns the page when the presenter shows a race or the exercise moves on

@@ -131,6 +131,7 @@ def test_the_room_guesses_and_the_presenter_reveals(pair, room_env):  # noqa: F8
     at.text_input(key="race_reveal_key").input(KEY)
     click(at, "race_reveal")
     assert "Service B speculates" in texts(at).replace("**", "") and "1 of 2 guessed right" in texts(at)
+    assert not [r for r in at.radio if r.key == "race_guess"]  # guesses close with the answer out
     assert "race_reveal_key" not in at.session_state or at.session_state["race_reveal_key"] == ""  # the key is not kept
 
 

@@ -42,6 +42,8 @@ RACE_KEY = "specviz_race"  # this session's latest race (a RaceResult)
 PROBE_KEY = "specviz_probe"  # this session's latest probe (a ProbeResult)
 GATE_KEY = "specviz_race_gate"  # this session's tries at the presenter key on this page
 PROBE_MAX_N = 5  # requests per probe for a participant
+WATCH_EVERY_S = 3.0  # how often a page looks whether the presenter showed a race, or the exercise moved on
+SEEN_KEY = "specviz_race_room_seen"  # the room files' stamp this page last drew
 PLAYER_HEIGHT = 450
 LOCAL_URL = "http://127.0.0.1:8000/v1"
 
@@ -308,18 +310,36 @@ def exercise_section() -> None:
         "service B), look at the gaps and the bursts, then guess. The board shows the room's guesses; the presenter reveals "
         "the answer."
     )
-    voter = voter_id(st.session_state.setdefault("race_voter", secrets.token_hex(16)))  # anonymous, one per browser session
-    mine = here.guesses(pair.id).get(voter)
-    cols = st.columns([2, 1])
-    with cols[0]:
-        guess = widgets.radio("My guess: the one that speculates is", [f"service {n}" for n in NAMES], key="race_guess", horizontal=True,
-                              index=NAMES.index(mine) if mine else 0)  # fmt: skip
-    with cols[1]:
-        if st.button("Submit my guess", key="race_guess_submit"):
-            here.guess(pair.id, voter, str(guess).removeprefix("service "))
-            mine = str(guess).removeprefix("service ")
-    if mine:
-        st.caption(f"Your guess: service {mine} (submit again to change it).")
+    revealed = here.revealed(pair.id)
+    if not revealed:  # guesses close when the answer is out
+        voter = voter_id(st.session_state.setdefault("race_voter", secrets.token_hex(16)))  # anonymous, one per browser session
+        mine = here.guesses(pair.id).get(voter)
+        cols = st.columns([2, 1])
+        with cols[0]:
+            guess = widgets.radio("My guess: the one that speculates is", [f"service {n}" for n in NAMES], key="race_guess", horizontal=True,
+                                  index=NAMES.index(mine) if mine else 0)  # fmt: skip
+        with cols[1]:
+            if st.button("Submit my guess", key="race_guess_submit"):
+                here.guess(pair.id, voter, str(guess).removeprefix("service "))
+                mine = str(guess).removeprefix("service ")
+        if mine:
+            st.caption(f"Your guess: service {mine} (submit again to change it).")
+    st.fragment(_board, run_every=None if revealed else WATCH_EVERY_S)(here, pair)
+    if not revealed and presenter_key_setting() is not None:
+
+        def reveal() -> None:
+            if _key_ok("race_reveal_key"):
+                here.reveal(pair.id)
+
+        with st.expander("Reveal the answer (presenter)"):
+            widgets.text_input("presenter key", type="password", key="race_reveal_key")
+            st.button("Reveal", key="race_reveal", on_click=reveal)
+            if message := st.session_state.pop("race_room_message", None):
+                st.warning(md_text(message))
+
+
+def _board(here: RaceRoom, pair) -> None:
+    """The room's guesses (a fragment: it reads the guesses again every few seconds, redrawing only itself)."""
     tally = here.tally(pair.id)
     total = sum(tally.values())
     cols = st.columns(3)
@@ -331,14 +351,18 @@ def exercise_section() -> None:
         st.success(f"**Service {answer} speculates** (drafter {md_code(drafter)}); the other decodes plainly. "
                    f"{tally[answer]} of {total} guessed right.")  # fmt: skip
         cols[2].metric("right", f"{tally[answer]} / {total}")
-    elif presenter_key_setting() is not None:
 
-        def reveal() -> None:
-            if _key_ok("race_reveal_key"):
-                here.reveal(pair.id)
 
-        with st.expander("Reveal the answer (presenter)"):
-            widgets.text_input("presenter key", type="password", key="race_reveal_key")
-            st.button("Reveal", key="race_reveal", on_click=reveal)
-            if message := st.session_state.pop("race_room_message", None):
-                st.warning(md_text(message))
+def watch() -> None:
+    """Rerun the page when the presenter shows or hides a race, or an exercise starts or is revealed (a fragment that
+    compares the room files' stamp every WATCH_EVERY_S; no model time). Only on a server with a presenter key."""
+    here = room()
+    if here is None or presenter_key_setting() is None:
+        return
+    st.session_state[SEEN_KEY] = here.stamp()  # what this run drew
+
+    def look() -> None:
+        if here.stamp() != st.session_state.get(SEEN_KEY):
+            st.rerun()
+
+    st.fragment(look, run_every=WATCH_EVERY_S)()

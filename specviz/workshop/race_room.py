@@ -137,6 +137,18 @@ class RaceRoom:
             return None
         return data if len(data) <= limit else None
 
+    def stamp(self) -> tuple:
+        """What changes when the presenter shows or hides a race, or an exercise starts or is revealed: the files'
+        sizes and modification times (a page compares it with what it drew; reading it costs a few stat calls)."""
+        out = []
+        for name in (RACE_FILE, TRUTH_FILE, REVEALED_FILE):
+            try:
+                st = (self.root / name).stat()
+                out.append((st.st_mtime_ns, st.st_size))
+            except OSError:
+                out.append(None)
+        return tuple(out)
+
     # --- the presenter's race -----------------------------------------------------------------------------------
 
     def show_race(self, race: RaceResult) -> None:
