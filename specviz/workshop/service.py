@@ -7,7 +7,7 @@ Endpoints: ``GET /v1/models``, ``POST /v1/chat/completions``, ``POST /v1/complet
 How it decodes:
 
 * **One model turn at a time, first come first served.** Every model pass (a request's prefill, each round) waits in
-  one FIFO queue (an asyncio lock: its waiters are served in order) and runs in a worker thread; a stream takes one
+  one FIFO queue (an asyncio lock: its waiters are served in order) and runs on one model thread; a stream takes one
   turn per round, so concurrent streams interleave round by round and none starves the others.
 * **Each round's tokens are sent as soon as they are committed.** ``chunks="round"`` (the default) writes one SSE
   chunk per round carrying all its tokens, as vLLM does; ``chunks="token"`` writes one chunk per token, a round's
@@ -20,7 +20,8 @@ How it decodes:
   ``x-specviz-tokens-per-target-pass`` on a whole response. ``report_truth=False`` leaves all of it out (the room
   exercise hides which service speculates).
 * **A client that goes away ends its decode**: a watcher on the connection cancels the request at its next await (a
-  round in progress finishes first: torch cannot be interrupted), the decoder is dropped and the slot freed.
+  round already running finishes on the model thread: torch cannot be interrupted), the decoder is dropped and the
+  slot freed.
 
 Exactness is the engine's: each request is a fresh decoder from specviz.runs, greedy output identical to plain decoding.
 """
@@ -28,6 +29,7 @@ Exactness is the engine's: each request is a fresh decoder from specviz.runs, gr
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import dataclasses
 import json
@@ -185,6 +187,9 @@ class Service:
         self.history: deque[Finished] = deque(maxlen=history)
         self.decoders: weakref.WeakSet[SpeculativeDecoder] = weakref.WeakSet()  # alive now (tests: nothing leaks)
         self._turn: asyncio.Lock | None = None  # made in the server's event loop
+        # every model pass on one thread: torch's OpenMP team belongs to the thread that calls it, so passes from a
+        # pool of threads would each start their own team and oversubscribe the cores (docs/performance.md)
+        self._model_thread = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="specviz-model")
         self.app = Starlette(
             routes=[
                 Route("/v1/models", self.list_models, methods=["GET"]),
@@ -347,7 +352,9 @@ class Service:
         finally:
             self.waiting -= 1
         try:
-            return await anyio.to_thread.run_sync(work)  # a cancel waits for the pass to finish: torch cannot be interrupted
+            # Cancelled (the client left), a pass not yet started is dropped and one running finishes on the model thread
+            # (torch cannot be interrupted) while the next turn's pass queues behind it: passes never overlap.
+            return await asyncio.wrap_future(self._model_thread.submit(work))
         finally:
             self._turn.release()
 
