@@ -220,3 +220,32 @@ def test_stop_text_holds_back_what_could_become_a_stop():
     assert s.feed("abc E") == "abc " and s.feed("N") == "" and s.feed("D more") == "" and s.stopped
     s = StopText(["END"])
     assert s.feed("abc E") == "abc " and s.feed("x") == "Ex" and s.flush() == ""
+
+
+def test_a_request_that_waits_too_long_for_the_model_gets_503(smollm, monkeypatch):
+    """A pass held on the model thread (behind a gate the test holds) keeps the turn; the next request gives up after the
+    queue timeout with OpenAI's error shape (503 queue_timeout), not a server crash."""
+    service = make_service(smollm, max_tokens=4, queue_timeout_s=0.5)
+    gate, started = threading.Event(), threading.Event()
+    turn_for = service._turn_for
+
+    async def held(work):
+        def blocked():
+            started.set()
+            gate.wait(120)
+            return work()
+
+        return await turn_for(blocked)
+
+    monkeypatch.setattr(service, "_turn_for", held)
+    with running(service.app) as root, openai.OpenAI(base_url=root + "/v1", api_key="t", max_retries=0, timeout=120) as c:
+        first = threading.Thread(target=lambda: c.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "hi"}], max_tokens=2))
+        first.start()
+        try:
+            assert started.wait(60)
+            with pytest.raises(openai.InternalServerError) as err:
+                c.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "hi"}], max_tokens=2)
+            assert err.value.status_code == 503 and "without a turn" in err.value.message
+        finally:
+            gate.set()
+            first.join(120)

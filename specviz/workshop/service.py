@@ -233,6 +233,9 @@ class Service:
             result = await until_disconnect(request, self._complete(job))
         except ApiError as exc:
             return exc.response()
+        except Exception as exc:  # a failure inside the engine: the client gets OpenAI's shape, the log the traceback
+            log.exception("request failed")
+            return ApiError(500, f"The server failed on this request ({type(exc).__name__}: {exc}).", code="server_error", kind="server_error").response()
         finally:
             self._release()
         if result is None:
@@ -437,6 +440,10 @@ class Service:
             yield b"data: [DONE]\n\n"
         except ApiError as exc:  # a queue timeout mid-stream: the stream ends with OpenAI's error event
             yield sse({"error": {"message": exc.message, "type": exc.kind, "param": exc.param, "code": exc.code}})
+        except Exception as exc:  # a failure inside the engine, mid-stream: the same, and the traceback to the log
+            log.exception("stream failed")
+            yield sse({"error": {"message": f"The server failed on this request ({type(exc).__name__}: {exc}).", "type": "server_error",
+                                 "param": None, "code": "server_error"}})  # fmt: skip
 
     def _usage(self, job: Job, finished: Finished) -> dict:
         usage: dict[str, Any] = {"prompt_tokens": len(job.prompt_ids), "completion_tokens": finished.tokens,
@@ -492,11 +499,15 @@ class EventStream(Response):
 async def until_disconnect(request: Request, work: Awaitable[Any]) -> Any:
     """Await work unless the client disconnects first (then work is cancelled at its next await and None returned)."""
     result: list[Any] = []
+    errors: list[Exception] = []
 
     async with anyio.create_task_group() as group:
 
         async def run() -> None:
-            result.append(await work)
+            try:
+                result.append(await work)
+            except Exception as exc:  # raised below, as itself (a task group would wrap it in an ExceptionGroup)
+                errors.append(exc)
             group.cancel_scope.cancel()
 
         async def watch() -> None:
@@ -506,6 +517,8 @@ async def until_disconnect(request: Request, work: Awaitable[Any]) -> Any:
 
         group.start_soon(run)
         group.start_soon(watch)
+    if errors:
+        raise errors[0]
     if not result and asyncio.iscoroutine(work):
         work.close()
     return result[0] if result else None
