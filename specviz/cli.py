@@ -1,4 +1,5 @@
-"""python -m specviz generate | replay | info | bench | profile | batch | train-heads | room — the command-line face of the engine."""
+"""python -m specviz generate | replay | info | bench | profile | batch | train-heads | room | serve | serve-pair | probe — the
+command-line face of the engine."""
 
 from __future__ import annotations
 
@@ -131,6 +132,9 @@ def build_parser() -> argparse.ArgumentParser:
     _add_batch_parser(sub)
     _add_train_heads_parser(sub)
     add_room_parser(sub)
+    _add_serve_parser(sub)
+    _add_serve_pair_parser(sub)
+    _add_probe_parser(sub)
     return parser
 
 
@@ -781,6 +785,188 @@ def _train_command(args: argparse.Namespace, chosen: dict) -> str:
     return " ".join(parts + [f"--out {args.out}"])
 
 
+# --- serve, serve-pair, probe: two services and the probe that tells them apart (docs/race.md) -------------------
+
+
+def _add_service_options(p: argparse.ArgumentParser) -> None:
+    """What a served model decodes with, and the owner's caps (serve and serve-pair)."""
+    from specviz.workshop.service import ServiceConfig
+
+    d, s = RunConfig, ServiceConfig
+    p.add_argument("--target", default=EMBEDDED_TARGET, help="hub id, local folder or .gguf file (default: embedded SmolLM2-135M-Instruct)")
+    p.add_argument("--draft", default=None, help="draft model for --drafter model (same tokenizer as the target)")
+    p.add_argument("--num-draft-tokens", "-k", type=int, default=d.num_draft_tokens)
+    p.add_argument("--tree-width", type=int, default=d.tree_width, help="children per node of a token tree (1 = a chain)")
+    p.add_argument("--exit-layer", type=int, default=None, help="early exit: target blocks the draft runs")
+    p.add_argument("--medusa-heads", default=None, metavar="PATH", help="Medusa heads folder (default: the heads shipped for the embedded target)")
+    p.add_argument("--ngram-max", type=int, default=d.ngram_max)
+    p.add_argument("--ngram-threshold", type=float, default=d.ngram_threshold)
+    p.add_argument("--temperature", type=float, default=d.temperature, help="for requests that name none (default 0: greedy)")
+    p.add_argument("--seed", type=int, default=d.seed, help="for requests that name none")
+    p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1: this machine only)")
+    p.add_argument("--model-id", default=None, help="the id /v1/models lists and requests name (default: --target)")
+    p.add_argument("--max-tokens", type=int, default=s.max_tokens, help=f"cap on a request's max_tokens, and its default (default {s.max_tokens})")
+    p.add_argument("--max-prompt-tokens", type=int, default=s.max_prompt_tokens,
+                   help=f"cap on the prompt in the target's tokens, chat template included (default {s.max_prompt_tokens})")
+    p.add_argument("--max-streams", type=int, default=s.max_streams, help=f"requests decoded at once, streamed or not; more get 429 (default {s.max_streams})")
+    p.add_argument("--chunks", choices=("round", "token"), default=s.chunks, help="one SSE chunk per round (default) or per token")
+    p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
+    p.add_argument("--device", default="auto")
+    p.add_argument("--dtype", default="auto", help=DTYPE_HELP)
+    p.add_argument("--trust-remote-code", action="store_true")
+    p.add_argument("--allow-download", action="store_true")
+    p.add_argument("--allow-pickle", action="store_true")
+
+
+def _add_serve_parser(sub) -> None:
+    p = sub.add_parser("serve", help="serve the target (speculating, or not with --drafter none) behind an OpenAI-compatible API")
+    p.add_argument("--drafter", choices=DRAFTER_KINDS, default=RunConfig.drafter, help=f"default: {RunConfig.drafter}; none serves plain decoding")
+    p.add_argument("--port", type=int, default=8000, help="default 8000")
+    p.add_argument("--hide-truth", action="store_true", help="leave the drafter and tokens per target pass out of responses (the room exercise)")
+    _add_service_options(p)
+
+
+def _add_serve_pair_parser(sub) -> None:
+    p = sub.add_parser("serve-pair", help="the room exercise: two services, one speculating, which one hidden (docs/workshop.md)")
+    p.add_argument("--drafter", choices=[k for k in DRAFTER_KINDS if k != "none"], default="lookup", help="the speculating one's drafter (default lookup)")
+    p.add_argument("--port", type=int, default=8001, help="service A listens here, service B on the next port (default 8001)")
+    p.add_argument("--run-dir", default=None, help="where the truth is written for the reveal (default: SPECVIZ_RUN_DIR, the app's run directory)")
+    p.add_argument("--public-host", default=None, help="the address the app reaches them at, for the printed SPECVIZ_PROBE_URLS (default: --host)")
+    _add_service_options(p)
+
+
+def _service_config(args: argparse.Namespace, drafter: str, hide_truth: bool):
+    from specviz.workshop.service import ServiceConfig
+
+    if args.threads is not None:
+        if args.threads < 1:
+            raise ValueError(f"--threads must be at least 1; got {args.threads}.")
+        import torch
+
+        torch.set_num_threads(args.threads)
+    run = RunConfig(
+        target=args.target, draft=args.draft, drafter=drafter, num_draft_tokens=args.num_draft_tokens, tree_width=args.tree_width,
+        exit_layer=args.exit_layer, medusa_heads=args.medusa_heads, ngram_max=args.ngram_max, ngram_threshold=args.ngram_threshold,
+        temperature=args.temperature, seed=args.seed, max_new_tokens=args.max_tokens, device=args.device, dtype=args.dtype,
+        trust_remote_code=args.trust_remote_code, allow_download=args.allow_download, allow_pickle=args.allow_pickle,
+    )  # fmt: skip
+    return ServiceConfig(run, args.model_id or args.target, args.max_tokens, args.max_prompt_tokens, args.max_streams, args.chunks, not hide_truth)
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    from specviz.runs import resolve_models
+    from specviz.workshop.service import Service, run_server
+
+    config = _service_config(args, args.drafter, args.hide_truth)
+    models = resolve_models(config.run)
+    service = Service(config, models)
+    what = "plain decoding" if args.drafter == "none" else f"{args.drafter}, k={args.num_draft_tokens}"
+    emit(f"serving {config.model_id!r} ({models.target.device}, {models.target.precision}; "
+         f"{'hidden' if args.hide_truth else what}) at http://{args.host}:{args.port}/v1", err=True, flush=True)  # fmt: skip
+    run_server(service, args.host, args.port)
+    return 0
+
+
+def _service_argv(args: argparse.Namespace) -> list[str]:
+    """The service options of a parsed serve-pair command line, written out again for each `serve` it starts."""
+    probe = argparse.ArgumentParser(add_help=False)
+    _add_service_options(probe)
+    argv: list[str] = []
+    for action in probe._actions:
+        value = getattr(args, action.dest)
+        if isinstance(action, argparse._StoreTrueAction):
+            argv += [action.option_strings[0]] if value else []
+        elif value is not None and action.dest not in ("host", "model_id"):
+            argv += [action.option_strings[0], str(value)]
+    return argv
+
+
+def cmd_serve_pair(args: argparse.Namespace) -> int:
+    import secrets
+
+    from specviz.workshop.pair import run_pair
+    from specviz.workshop.race_room import Pair, RaceRoom
+    from specviz.workshop.saved_runs import default_run_dir
+
+    _service_config(args, args.drafter, True)  # every option checked before anything starts
+    if not 1 <= args.port <= 65534:
+        raise ValueError(f"--port must leave room for a second service on the next port; got {args.port}.")
+    model_id = args.model_id or args.target
+    speculating = secrets.randbelow(2)  # 0: service A speculates
+    drafters = [args.drafter if i == speculating else "none" for i in range(2)]
+    ports = [args.port, args.port + 1]
+    public = args.public_host or args.host
+    roots = [f"http://{args.host}:{port}" for port in ports]
+    commands = [[sys.executable, "-m", "specviz", "serve", "--drafter", d, "--port", str(port), "--host", args.host, "--hide-truth",
+                 "--model-id", model_id, *_service_argv(args)] for d, port in zip(drafters, ports)]  # fmt: skip
+    pair = Pair.new((f"http://{public}:{ports[0]}/v1", f"http://{public}:{ports[1]}/v1"), speculating, args.drafter)
+    room = RaceRoom(Path(args.run_dir).expanduser() if args.run_dir else default_run_dir())
+    return run_pair(commands, roots, pair, room, emit)
+
+
+def _add_probe_parser(sub) -> None:
+    from specviz.experiments.bench import DEFAULT_PROMPTS
+    from specviz.experiments.probe import CATEGORIES, ProbeSpec
+
+    s = ProbeSpec
+    p = sub.add_parser("probe", help="stream from an OpenAI-compatible endpoint and read its burst signature: is it speculating?")
+    p.add_argument("--base-url", required=True, help="the API's base URL, e.g. http://127.0.0.1:8000/v1")
+    p.add_argument("--model", required=True, help="the model name the endpoint serves")
+    p.add_argument("--category", choices=CATEGORIES, default=s.category, help=f"the benchmark prompts to send (default {s.category})")
+    p.add_argument("--n", type=int, default=s.n, help=f"streaming requests, one after another (default {s.n}; prompts cycle)")
+    p.add_argument("--max-tokens", type=int, default=s.max_tokens, help=f"max_tokens per request (default {s.max_tokens})")
+    p.add_argument("--temperature", type=float, default=s.temperature, help=f"default {s.temperature:g}")
+    p.add_argument("--endpoint", choices=("chat", "completions"), default=s.endpoint, help="chat completions (default) or text completions")
+    p.add_argument("--tokenizer", default="auto",
+                   help="count tokens per chunk with this model's tokenizer (auto: --model when specviz can load it without a download; none: count chunks)")
+    p.add_argument("--api-key", default=None, help="sent as the bearer token (default: OPENAI_API_KEY, else a placeholder)")
+    p.add_argument("--prompts", default=str(DEFAULT_PROMPTS), help="JSON list of {category, title, prompt} (default: assets/prompts.json)")
+    p.add_argument("--timeout-s", type=float, default=s.timeout_s, help=f"per request (default {s.timeout_s:g})")
+    p.add_argument("--json", action="store_true", help="print exactly one JSON object on stdout")
+
+
+def cmd_probe(args: argparse.Namespace) -> int:
+    from specviz.experiments.bench import load_prompts
+    from specviz.experiments.probe import ProbeSpec, probe, tokenizer_for
+
+    spec = ProbeSpec(args.base_url, args.model, args.category, args.n, args.max_tokens, args.temperature, args.endpoint, args.timeout_s)
+    prompts = [p.prompt for p in load_prompts(args.prompts, [args.category])]
+    counter = tokenizer_for(args.tokenizer, args.model)
+    api_key = args.api_key or os.environ.get("OPENAI_API_KEY") or "specviz-probe"
+
+    def progress(done: int, total: int, message: str) -> None:
+        emit(f"[{done}/{total}] {message}", err=True, flush=True)
+
+    result = probe(spec, prompts, counter, api_key=api_key, on_progress=progress)
+    if args.json:
+        emit(json.dumps(result.to_json()))
+        return 0
+    report = result.report
+    emit(f"{spec.base_url} · {spec.model} · {spec.category} x {len(result.streams)} · tokens counted as {result.counted_as}")
+    for i, s in enumerate(result.streams, start=1):
+        rate = s.arrivals.decode_tokens_per_s()
+        emit(f"  request {i}: {s.arrivals.num_tokens} tokens in {len(s.arrivals.times_s)} chunks, first after "
+             f"{(s.arrivals.ttft_s or 0) * 1000:.0f} ms, {'n/a' if rate is None else f'{rate:.1f}'} tok/s"
+             + (f"; server says {s.server_tokens_per_pass:.2f} tokens per target pass" if s.server_tokens_per_pass else ""))  # fmt: skip
+    emit(f"burst threshold {report.threshold.seconds * 1000:.3g} ms ({'valley between two modes' if report.threshold.bimodal else 'no second mode: a quarter of the median gap'}); "
+         f"gaps under 1 ms {_share(report.share_fast)}, over 10 ms {_share(report.share_slow)}")  # fmt: skip
+    emit(f"bursts {len(report.sizes)}, tokens per burst (τ estimate) {_num(report.tau)}, sizes {report.to_json()['burst_sizes']}")
+    if result.server_tau is not None:
+        emit(f"the server's own tokens per target pass: {result.server_tau:.2f}")
+    emit(f"verdict: {report.summary}")
+    for caveat in report.caveats:
+        emit(f"  - {caveat}")
+    return 0
+
+
+def _share(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.0%}"
+
+
+def _num(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.2f}"
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     handler = logging.StreamHandler()  # stderr
     handler.setFormatter(EscapingFormatter(logging.BASIC_FORMAT))
@@ -802,6 +988,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             return cmd_batch(args)
         if args.command == "train-heads":
             return cmd_train_heads(args)
+        if args.command == "serve":
+            return cmd_serve(args)
+        if args.command == "serve-pair":
+            return cmd_serve_pair(args)
+        if args.command == "probe":
+            return cmd_probe(args)
         return cmd_bench(args)
     except (ValueError, OSError) as exc:
         emit(f"error: {exc}", err=True)

@@ -191,10 +191,14 @@ def build_decoder(
     heads: MedusaHeads | None = None,
     seed: int | None = None,
     baseline: bool = False,
+    top_n: int | None = None,
 ) -> SpeculativeDecoder:
-    """A fresh run. baseline=True gives plain target decoding under the same sampling: one token per pass."""
+    """A fresh run. baseline=True gives plain target decoding under the same sampling: one token per pass.
+    top_n: entries of each distribution its records keep (None: the engine's default); 1 where nothing draws them
+    (a race, a service), so building a round's record costs the least."""
     lm, drafter = _parts(config, target, draft, early_exit, heads, baseline)
-    return SpeculativeDecoder(lm, drafter, prompt_ids, _decode_config(config, target, seed, baseline))
+    decode = _decode_config(config, target, seed, baseline)
+    return SpeculativeDecoder(lm, drafter, prompt_ids, decode if top_n is None else replace(decode, top_n=top_n))
 
 
 def _parts(config: RunConfig, target: LoadedModel, draft, early_exit, heads, baseline: bool) -> tuple[HFCachedLM, Drafter]:
@@ -228,8 +232,11 @@ def resume_decoder(
     return resume(lm, drafter, prompt_ids, saved.generated, saved.records, decode, saved.state, saved.prefill_ms)
 
 
-def decoder_for(config: RunConfig, models: RunModels, prompt_ids: list[int], *, seed: int | None = None, baseline: bool = False) -> SpeculativeDecoder:
+def decoder_for(
+    config: RunConfig, models: RunModels, prompt_ids: list[int], *, seed: int | None = None, baseline: bool = False, top_n: int | None = None
+) -> SpeculativeDecoder:
     """build_decoder with the models resolve_models() found."""
     return build_decoder(
-        config, models.target, prompt_ids, models.draft, early_exit=models.early_exit, heads=models.heads, seed=seed, baseline=baseline
+        config, models.target, prompt_ids, models.draft, early_exit=models.early_exit, heads=models.heads, seed=seed, baseline=baseline,
+        top_n=top_n,
     )

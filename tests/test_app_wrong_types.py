@@ -46,7 +46,7 @@ def _holds(kind: str, widget, value) -> bool:
     return isinstance(value, str)
 
 
-@pytest.mark.parametrize("page", ["step_through.py", "theory.py", "benchmark.py", "exactness.py", "numerics.py"])
+@pytest.mark.parametrize("page", ["step_through.py", "theory.py", "benchmark.py", "exactness.py", "numerics.py", "race.py"])
 def test_every_widget_resets_a_wrong_value_with_a_message(page, no_model):
     first = _page(page).run()
     widgets = [(kind, w.key) for kind in KINDS for w in getattr(first, kind) if w.key and not w.key.startswith("$$")]

@@ -30,6 +30,7 @@ PAGE_SPECS: tuple[PageSpec, ...] = (
     PageSpec("pages/exactness.py", "Exactness lab", "🎯"),
     PageSpec("pages/numerics.py", "Numerics lab", "🔢"),
     PageSpec("pages/benchmark.py", "Benchmark", "⏱️"),
+    PageSpec("pages/race.py", "Two services", "🏁"),
 )
 
 

@@ -191,8 +191,9 @@ def _seed_defaults(policy: Policy) -> list:
     return examples
 
 
-def _drafter_widgets(policy: Policy, max_k: int) -> tuple[dict, str, int]:
-    """The Drafter section -> (RunConfig fields, the compare choice, run B's tree width)."""
+def _drafter_widgets(policy: Policy, max_k: int, with_compare: bool = True) -> tuple[dict, str, int]:
+    """The Drafter section -> (RunConfig fields, the compare choice, run B's tree width). with_compare=False: no compare
+    menu (a page that runs one drafter), compare off."""
     st.subheader("Drafter")
     kinds = allowed_drafters(policy)
     drafter = widgets.selectbox("Drafter", kinds, key="drafter", format_func=drafter_label)
@@ -203,13 +204,15 @@ def _drafter_widgets(policy: Policy, max_k: int) -> tuple[dict, str, int]:
         disabled=not spec.can_branch, help=f"Draft a token tree of at most k nodes ({', '.join(map(short_name, TREE_KINDS))}) and verify every node in one pass.",
     )  # fmt: skip
     adaptive_k = widgets.toggle("adaptive k", value=DEFAULTS.adaptive_k, key="adaptive_k", help="Grow k by 2 after a round where every draft was kept, shrink by 1 after a rejection.")
-    compare = widgets.selectbox(
-        "Compare side by side with",
-        [COMPARE_OFF] + kinds,
-        key="compare",
-        format_func=lambda d: d if d == COMPARE_OFF else drafter_label(d),
-        help="Runs the same prompt and seed with a second drafter (or plain decoding, or the same drafter with another tree width), a round of each per Step.",
-    )
+    compare = COMPARE_OFF
+    if with_compare:
+        compare = widgets.selectbox(
+            "Compare side by side with",
+            [COMPARE_OFF] + kinds,
+            key="compare",
+            format_func=lambda d: d if d == COMPARE_OFF else drafter_label(d),
+            help="Runs the same prompt and seed with a second drafter (or plain decoding, or the same drafter with another tree width), a round of each per Step.",
+        )
     compare_width = 1
     if compare != COMPARE_OFF:
         compare_width = widgets.slider(
@@ -248,8 +251,8 @@ def _heads_widget(policy: Policy) -> str:
     return widgets.selectbox("Medusa heads (this server's list)", options, key="medusa_heads", format_func=lambda h: h or "the shipped heads")
 
 
-def _sampling_widgets(policy: Policy) -> tuple[dict, float]:
-    """The Sampling section -> (RunConfig fields, Play's seconds per round)."""
+def _sampling_widgets(policy: Policy, with_play: bool = True) -> tuple[dict, float]:
+    """The Sampling section -> (RunConfig fields, Play's seconds per round; without the Play pace, its default)."""
     st.subheader("Sampling")
     temperature = widgets.slider("temperature (0 = greedy)", 0.0, 2.0, step=0.05, key="temperature", reset=DEFAULTS.temperature)
     top_k = widgets.number_input("top-k (0 = off)", 0, 100_000, value=DEFAULTS.top_k, key="top_k")
@@ -257,7 +260,7 @@ def _sampling_widgets(policy: Policy) -> tuple[dict, float]:
     seed = widgets.number_input("seed", 0, 2**31 - 1, key="seed", reset=DEFAULTS.seed)
     new_cap = min(MAX_NEW_TOKENS, policy.max_new_tokens)
     max_new = widgets.number_input("max new tokens", 1, new_cap, key="max_new_tokens", reset=min(DEFAULTS.max_new_tokens, new_cap))
-    pace = widgets.select_slider("Play: seconds per round", PLAY_PACES, value=0.5, key="play_every")
+    pace = widgets.select_slider("Play: seconds per round", PLAY_PACES, value=0.5, key="play_every") if with_play else 0.5
     fields = dict(temperature=float(temperature), top_k=int(top_k), top_p=float(top_p), seed=int(seed), max_new_tokens=int(max_new))
     return fields, float(pace)
 
@@ -308,8 +311,9 @@ def _model_widgets(policy: Policy) -> dict:
     )  # fmt: skip
 
 
-def sidebar() -> Settings:
-    """Draw the sidebar and return the settings it describes."""
+def sidebar(*, with_compare: bool = True, with_play: bool = True) -> Settings:
+    """Draw the sidebar and return the settings it describes. The race page leaves out compare mode and Play's pace
+    (with_compare, with_play False); everything else, and the policy's checks, are the same path."""
     restore_from_query()  # a share link's settings (specviz/ui/share.py), before any widget exists
     policy = current_policy(report=True)
     _seed_defaults(policy)
@@ -322,8 +326,8 @@ def sidebar() -> Settings:
                        f"{policy.max_new_tokens}, k up to {max_k}). Your runs are yours alone.")
         widgets.selectbox("Example prompt", [e.label for e in examples] + [CUSTOM_PROMPT], key="example", on_change=_apply_example)
         prompt = widgets.text_area("Prompt", key="prompt", reset=examples[0].prompt, height=150, on_change=_match_example, help="Sent as a user turn through the chat template (see Models).")
-        drafter_fields, compare, compare_width = _drafter_widgets(policy, max_k)
-        sampling_fields, pace = _sampling_widgets(policy)
+        drafter_fields, compare, compare_width = _drafter_widgets(policy, max_k, with_compare)
+        sampling_fields, pace = _sampling_widgets(policy, with_play)
         model_fields = _model_widgets(policy)
         replica_footer()
     compare_kind = None if compare == COMPARE_OFF else compare

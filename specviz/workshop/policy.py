@@ -42,6 +42,8 @@ SPECVIZ_PRESENTATION_IDLE_MINUTES presentation_idle_minutes  end the room's pres
                                                    its presenter's page (15)
 SPECVIZ_MAX_SAVED_RUNS     max_saved_runs          saved runs one browser session keeps in the run directory; a
                                                    new one replaces its own oldest (5; 100 in local mode)
+SPECVIZ_PROBE_URLS         probe_urls              comma-separated services participants may probe (none); the
+                                                   rule: specviz.workshop.probe_urls
 SPECVIZ_PRESENTER_KEY      presenter_key           the key that presents a run to the room (none: presenting is
                                                    off); read by specviz.workshop.presenter_key, never kept here
 =========================  ======================  ==========================================================
@@ -59,6 +61,7 @@ from dataclasses import dataclass
 
 from specviz.config import EMBEDDED_TARGET, MAX_NEW_TOKENS, MAX_PROMPT_CHARS, MAX_PROMPT_TOKENS, RunConfig
 from specviz.core.decoding import MAX_DRAFT_TOKENS
+from specviz.workshop.probe_urls import parse_list
 
 LOCAL_ADDRESSES = ("", "localhost", "127.0.0.1", "::1", "[::1]")
 MODES = ("shared", "local")
@@ -91,6 +94,7 @@ SETTINGS: dict[str, tuple[str, str]] = {
     "idle_minutes": ("SPECVIZ_IDLE_MINUTES", "float"),
     "presentation_idle_minutes": ("SPECVIZ_PRESENTATION_IDLE_MINUTES", "float"),
     "max_saved_runs": ("SPECVIZ_MAX_SAVED_RUNS", "int"),
+    "probe_urls": ("SPECVIZ_PROBE_URLS", "list"),
 }
 PRESENTER_KEY_SECRET = "presenter_key"  # a secret, not a rule: not a Policy field (a Policy is shown and logged)
 TRUE, FALSE = ("1", "true", "yes", "on"), ("0", "false", "no", "off", "")
@@ -122,8 +126,10 @@ class Policy:
     idle_minutes: float = 20.0
     presentation_idle_minutes: float = 15.0  # a presentation whose presenter's page is gone ends by itself
     max_saved_runs: int = 5  # per browser session (specviz.ui.saved_runs): its own oldest goes, never another's
+    probe_urls: tuple[str, ...] = ()  # services participants may probe (the race page); the owner probes anything
 
     def __post_init__(self) -> None:
+        parse_list(self.probe_urls)  # a malformed entry is a bad setting (ValueError naming it)
         if not self.targets:
             raise ValueError("The target allow-list (SPECVIZ_TARGETS / targets) is empty: name at least one model.")
         checks = (

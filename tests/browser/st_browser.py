@@ -9,7 +9,7 @@ from selenium.webdriver.common.by import By
 from selenium.webdriver.remote.webdriver import WebDriver
 from selenium.webdriver.support.ui import WebDriverWait
 
-PAGES = {"": "Step through", "theory": "Speedup theory", "exactness": "Exactness lab", "numerics": "Numerics lab", "benchmark": "Benchmark"}
+PAGES = {"": "Step through", "theory": "Speedup theory", "exactness": "Exactness lab", "numerics": "Numerics lab", "benchmark": "Benchmark", "race": "Two services"}
 APP = '[data-testid="stApp"]'
 IDLE = '[data-testid="stApp"][data-test-script-state="notRunning"][data-test-connection-state="CONNECTED"]'
 EXCEPTION = '[data-testid="stException"]'

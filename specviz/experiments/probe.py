@@ -1,0 +1,263 @@
+"""The probe: stream a few answers from any OpenAI-compatible endpoint, timestamp every chunk, count the tokens each
+carried, and read the burst signature (specviz.core.bursts): is the service speculating, and with what tau?
+
+It talks through the official `openai` client: the standard's own client, so the requests are what a real user's are,
+and its SSE parsing and retries are done right (a retry happens only before the first byte of a stream, never inside
+one). Redirects are not followed: an endpoint that answers 3xx is reported, not chased (on a shared server a redirect
+must not carry the server's requests to an address nobody allowed). A caller can hand in ``guard``, called with the
+URL of every request before it is sent (the app's allow-list, specviz.workshop.probe_urls).
+
+Tokens per chunk: with the target's tokenizer when the model is known (the whole answer tokenized once, each token
+given to the chunk its last character arrived in), otherwise each chunk counts as one token ("chunks"); the result
+says which. A service that sends several tokens per chunk is then undercounted, never its cadence.
+
+Requests go one after another (never at once: the probe measures one user's view, not the server under load); the
+prompts are the benchmark's (assets/prompts.json) for the category, cycled.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+from specviz.core.bursts import Arrivals, BurstReport, analyze
+
+CATEGORIES = ("copy", "code", "prose", "qa")
+MAX_REQUESTS = 50
+MAX_TOKENS = 4096
+Guard = Callable[[str], None]  # raises ValueError for a URL that may not be requested
+ProgressFn = Callable[[int, int, str], None]
+
+
+@dataclass(frozen=True)
+class ProbeSpec:
+    base_url: str
+    model: str
+    category: str = "copy"
+    n: int = 5  # requests, one after another
+    max_tokens: int = 128
+    temperature: float = 0.0
+    endpoint: Literal["chat", "completions"] = "chat"
+    timeout_s: float = 120.0
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.base_url, str) or not self.base_url.lower().startswith(("http://", "https://")) or len(self.base_url) > 2000:
+            raise ValueError(f"The base URL must start with http:// or https://, e.g. http://127.0.0.1:8000/v1; got {self.base_url!r}.")
+        if not isinstance(self.model, str) or not self.model.strip() or len(self.model) > 200:
+            raise ValueError("Name the model the endpoint serves (1 to 200 characters); GET /v1/models lists them.")
+        if self.category not in CATEGORIES:
+            raise ValueError(f"The category must be one of {', '.join(CATEGORIES)}; got {self.category!r}.")
+        if not 1 <= self.n <= MAX_REQUESTS:
+            raise ValueError(f"The number of requests must be between 1 and {MAX_REQUESTS}; got {self.n}.")
+        if not 1 <= self.max_tokens <= MAX_TOKENS:
+            raise ValueError(f"max tokens must be between 1 and {MAX_TOKENS}; got {self.max_tokens}.")
+        if not 0.0 <= self.temperature <= 2.0:
+            raise ValueError(f"The temperature must be between 0 and 2; got {self.temperature}.")
+        if self.endpoint not in ("chat", "completions"):
+            raise ValueError(f"The endpoint must be chat or completions; got {self.endpoint!r}.")
+        if not 0 < self.timeout_s <= 3600 or not math.isfinite(self.timeout_s):
+            raise ValueError("The timeout must be between 0 and 3600 seconds.")
+
+
+@dataclass(frozen=True)
+class ProbedStream:
+    """One streamed answer as the probe saw it."""
+
+    arrivals: Arrivals  # chunks with text: when, and how many tokens each
+    characters: int
+    finish_reason: str | None
+    server_tokens: int | None  # usage.completion_tokens, when the server sent usage
+    server_passes: int | None  # usage.specviz.target_passes, when the server reports its own (specviz serve)
+
+    @property
+    def server_tokens_per_pass(self) -> float | None:
+        return self.server_tokens / self.server_passes if self.server_tokens and self.server_passes else None
+
+    def to_json(self) -> dict:
+        a = self.arrivals
+        return {"chunk_times_s": list(a.times_s), "chunk_tokens": list(a.tokens), "tokens": a.num_tokens, "characters": self.characters,
+                "ttft_s": a.ttft_s, "tokens_per_s": a.decode_tokens_per_s(), "finish_reason": self.finish_reason,
+                "server_completion_tokens": self.server_tokens, "server_target_passes": self.server_passes}  # fmt: skip
+
+
+@dataclass(frozen=True)
+class ProbeResult:
+    spec: ProbeSpec
+    streams: tuple[ProbedStream, ...]
+    counted_as: str  # "tokens (<tokenizer>)" or "chunks"
+    report: BurstReport
+
+    @property
+    def server_tau(self) -> float | None:
+        """The server's own tokens per target pass over every request, when every one reported it."""
+        if not self.streams or any(s.server_passes is None or s.server_tokens is None for s in self.streams):
+            return None
+        passes = sum(s.server_passes or 0 for s in self.streams)
+        return sum(s.server_tokens or 0 for s in self.streams) / passes if passes else None
+
+    def to_json(self) -> dict:
+        s = self.spec
+        return {
+            "base_url": s.base_url, "model": s.model, "category": s.category, "n": s.n, "max_tokens": s.max_tokens,
+            "temperature": s.temperature, "endpoint": s.endpoint, "counted_as": self.counted_as,
+            "analysis": self.report.to_json(), "server_tokens_per_target_pass": self.server_tau,
+            "requests": [st.to_json() for st in self.streams],
+        }  # fmt: skip
+
+
+class ChunkCounter:
+    """Tokens per chunk with a tokenizer: the answer tokenized once, each token given to the chunk that holds its last
+    character (offsets when the tokenizer gives them, else by re-encoding each prefix)."""
+
+    def __init__(self, tokenizer, name: str) -> None:
+        self.tokenizer = tokenizer
+        self.name = name
+
+    def __call__(self, texts: Sequence[str]) -> list[int]:
+        ends, total = [], 0
+        for text in texts:
+            total += len(text)
+            ends.append(total)
+        whole = "".join(texts)
+        counts = [0] * len(texts)
+        try:
+            encoded = self.tokenizer(whole, add_special_tokens=False, return_offsets_mapping=True)
+            offsets = encoded["offset_mapping"]
+        except (NotImplementedError, TypeError, ValueError, KeyError):
+            offsets = None
+        if offsets is not None:
+            chunk = 0
+            for start, end in offsets:
+                last = max(end - 1, start)
+                while chunk < len(ends) - 1 and last >= ends[chunk]:
+                    chunk += 1
+                counts[chunk] += 1
+            return counts
+        before = 0
+        for i, end in enumerate(ends):
+            now = len(self.tokenizer(whole[:end], add_special_tokens=False)["input_ids"])
+            counts[i], before = max(0, now - before), max(now, before)
+        return counts
+
+
+def tokenizer_for(choice: str, model: str) -> ChunkCounter | None:
+    """--tokenizer: 'none' counts chunks; 'auto' uses the model's own tokenizer when specviz can load it without a download
+    (the embedded target, a local folder or .gguf); anything else is loaded as a model source."""
+    from specviz.config import EMBEDDED_TARGET
+    from specviz.models import load_model
+
+    choice = choice.strip()
+    if choice == "none":
+        return None
+    if choice == "auto":
+        if model != EMBEDDED_TARGET and not Path(model).expanduser().exists():
+            return None
+        choice = model
+    loaded = load_model(choice, "cpu")
+    return ChunkCounter(loaded.tokenizer, loaded.name)
+
+
+def probe(
+    spec: ProbeSpec,
+    prompts: Sequence[str],
+    counter: Callable[[Sequence[str]], list[int]] | None = None,
+    *,
+    api_key: str = "specviz-probe",
+    guard: Guard | None = None,
+    on_progress: ProgressFn | None = None,
+) -> ProbeResult:
+    """spec.n streaming requests, one after another, prompts cycled; ValueError with a message on any failure."""
+    if not prompts:
+        raise ValueError(f"No {spec.category} prompts to send.")
+    if guard is not None:
+        guard(spec.base_url)
+    client = _client(spec, api_key, guard)
+    streams = []
+    try:
+        for i in range(spec.n):
+            streams.append(_one(client, spec, prompts[i % len(prompts)], counter))
+            if on_progress:
+                a = streams[-1].arrivals
+                on_progress(i + 1, spec.n, f"{a.num_tokens} tokens in {len(a.times_s)} chunks")
+    finally:
+        client.close()
+    name = getattr(counter, "name", None)
+    counted_as = "chunks" if counter is None else f"tokens ({name})" if name else "tokens"
+    return ProbeResult(spec, tuple(streams), counted_as, analyze([s.arrivals for s in streams]))
+
+
+def _client(spec: ProbeSpec, api_key: str, guard: Guard | None):
+    import openai
+
+    def check(request) -> None:  # every request, before it is sent
+        if guard is not None:
+            guard(str(request.url))
+
+    http = openai.DefaultHttpxClient(follow_redirects=False, event_hooks={"request": [check]}, timeout=spec.timeout_s)
+    return openai.OpenAI(base_url=spec.base_url, api_key=api_key, max_retries=1, timeout=spec.timeout_s, http_client=http)
+
+
+def _one(client, spec: ProbeSpec, prompt: str, counter) -> ProbedStream:
+    """One streaming request: a timestamp per chunk that carries text."""
+    import openai
+
+    times: list[float] = []
+    texts: list[str] = []
+    finish = None
+    usage = None
+    try:
+        start = time.perf_counter()
+        if spec.endpoint == "chat":
+            stream = client.chat.completions.create(
+                model=spec.model, messages=[{"role": "user", "content": prompt}], max_tokens=spec.max_tokens,
+                temperature=spec.temperature, stream=True, stream_options={"include_usage": True},
+            )  # fmt: skip
+        else:
+            stream = client.completions.create(
+                model=spec.model, prompt=prompt, max_tokens=spec.max_tokens, temperature=spec.temperature, stream=True,
+                stream_options={"include_usage": True},
+            )  # fmt: skip
+        with stream:
+            for chunk in stream:
+                now = time.perf_counter() - start
+                if getattr(chunk, "usage", None) is not None:
+                    usage = chunk.usage
+                for choice in chunk.choices or ():
+                    text = choice.delta.content if spec.endpoint == "chat" else choice.text
+                    if text:
+                        times.append(now)
+                        texts.append(text)
+                    finish = choice.finish_reason or finish
+    except openai.APIStatusError as exc:
+        status = exc.status_code
+        if 300 <= status < 400:
+            raise ValueError(f"{spec.base_url} answered {status} (a redirect); the probe follows no redirects: give the final URL.") from None
+        raise ValueError(f"{spec.base_url} answered {status}: {_message(exc)}") from None
+    except openai.APITimeoutError:
+        raise ValueError(f"{spec.base_url} did not answer within {spec.timeout_s:g} s.") from None
+    except openai.APIConnectionError as exc:
+        cause = exc.__cause__
+        if isinstance(cause, ValueError):  # the guard refused a request
+            raise ValueError(str(cause)) from None
+        raise ValueError(f"Could not reach {spec.base_url}: {cause or exc}. Is the service running, and is the URL right?") from None
+    counts = counter(texts) if counter is not None else [1] * len(texts)
+    server_tokens = server_passes = None
+    if usage is not None:
+        server_tokens = getattr(usage, "completion_tokens", None)
+        extra = (getattr(usage, "model_extra", None) or {}).get("specviz")
+        if isinstance(extra, dict) and isinstance(extra.get("target_passes"), int):
+            server_passes = extra["target_passes"]
+    return ProbedStream(Arrivals.of(times, counts), sum(len(t) for t in texts), finish, server_tokens, server_passes)
+
+
+def _message(exc) -> str:
+    body = getattr(exc, "body", None)
+    if isinstance(body, dict):
+        error = body.get("error", body)
+        if isinstance(error, dict) and isinstance(error.get("message"), str):
+            return error["message"][:500]
+    return str(exc)[:500]

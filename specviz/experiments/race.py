@@ -1,0 +1,101 @@
+"""The race: one prompt and seed through plain decoding and through speculative decoding, each decoded alone, back to
+back in one model turn, with the wall-clock time every round committed its tokens (specviz.core.race.RaceResult).
+
+Why alone: two decodes at once on a few cores steal each other's time, and neither clock would mean anything. Both
+lanes run inside one turn (``turn``, a specviz.core.protocols.Turn), so on a shared server nobody's round lands in the
+middle of either. A short plain warm-up (a prefill and two passes, thrown away) goes first, so neither lane pays for
+first-use costs; plain decoding then runs before speculative decoding, every time.
+
+What a lane's clock reads: perf_counter from just before its decoder is built (the prefill is inside the time to first
+token) to each round's commit, less the time the engine spent building the records its charts read (record_ms): a
+service builds none. The records keep only the top entry of each distribution (top_n=1), so that time is small anyway.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable
+
+import torch
+
+from specviz.config import RunConfig
+from specviz.core.decoding import SpeculativeDecoder
+from specviz.core.protocols import Turn, no_turn
+from specviz.core.race import RaceLane, RaceResult, lane_of
+from specviz.drafters.specs import branches, drafter_spec, short_name
+from specviz.experiments.cost_profile import device_name
+from specviz.runs import RunModels, decoder_for
+
+WARMUP_PASSES = 2
+TokenText = Callable[[int], str]  # token id -> its text (specviz.viz.tokens.TokenTable)
+
+
+def lane_label(config: RunConfig) -> str:
+    """'prompt lookup, k=8' / 'n-gram model, tree W=2, k=8'."""
+    width = branches(config.drafter, config.tree_width)
+    return f"{short_name(config.drafter)}{f', tree W={width}' if width > 1 else ''}, k={config.num_draft_tokens}"
+
+
+def time_lane(make_decoder: Callable[[], SpeculativeDecoder], label: str) -> RaceLane:
+    """Build a decoder (its prefill) and step it to the end, reading the clock at every round's commit."""
+    start = time.perf_counter()
+    decoder = make_decoder()
+    prefill_s = time.perf_counter() - start
+    commits: list[float] = []
+    ids: list[tuple[int, ...]] = []
+    charts_s = 0.0  # record building so far: the engine's chart work, not a service's
+    while not decoder.done:
+        record = decoder.step()
+        now = time.perf_counter()
+        charts_s += record.record_ms / 1000.0
+        if record.emitted:
+            commits.append(now - start - charts_s)
+            ids.append(tuple(record.emitted))
+    return lane_of(label, commits, ids, prefill_s)
+
+
+def _load_average() -> str:
+    try:
+        return " ".join(f"{x:.2f}" for x in os.getloadavg())
+    except OSError:
+        return "n/a"
+
+
+def run_race(
+    config: RunConfig,
+    models: RunModels,
+    prompt: str,
+    prompt_ids: list[int],
+    token_text: TokenText,
+    *,
+    turn: Turn = no_turn,
+    warmup: bool = True,
+) -> RaceResult:
+    """Plain decoding, then speculative decoding under config, each alone, in one turn. Raises ValueError for a config
+    without a drafter (there is nothing to race)."""
+    if drafter_spec(config.drafter).baseline:
+        raise ValueError("The race sets plain decoding against a drafter: pick a drafter other than none.")
+    ids = list(prompt_ids)
+    load_before = _load_average()
+    with turn():
+        if warmup:
+            warm = decoder_for(config, models, ids, baseline=True, top_n=1)
+            for _ in range(WARMUP_PASSES):
+                if not warm.done:
+                    warm.step()
+            del warm
+        plain = time_lane(lambda: decoder_for(config, models, ids, baseline=True, top_n=1), "plain decoding")
+        speculative = time_lane(lambda: decoder_for(config, models, ids, top_n=1), lane_label(config))
+    target = models.target
+    machine = {
+        "device": device_name(target.device), "threads": str(torch.get_num_threads()), "torch": torch.__version__,
+        "load_average_before": load_before, "load_average_after": _load_average(),
+    }  # fmt: skip
+    texts = {t: token_text(t) for t in {*plain.tokens, *speculative.tokens}}
+    return RaceResult(
+        prompt=prompt, prompt_ids=tuple(ids), target=target.name, precision=target.precision, drafter=config.drafter,
+        drafter_label=lane_label(config), num_draft_tokens=config.num_draft_tokens, temperature=config.temperature,
+        seed=config.seed, max_new_tokens=config.max_new_tokens, plain=plain, speculative=speculative, token_text=texts,
+        machine=machine, created_at=time.time(),
+    )  # fmt: skip

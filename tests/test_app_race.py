@@ -1,0 +1,148 @@
+"""The race page in AppTest (pages/race.py), on the tiny llama in shared mode with a run directory: a race runs and
+shows identical greedy text, a saved race plays without a model, a sampled race explains why the texts differ, the
+probe form offers only the owner's listed services, and the room exercise counts guesses and reveals the answer only
+with the presenter key."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from streamlit.testing.v1 import AppTest
+
+from specviz.core.race import RaceResult, lane_of
+from specviz.ui import race as race_ui
+from specviz.workshop.race_room import Pair, RaceRoom
+from tests.test_app_saved_runs import room_env  # noqa: F401  (a fixture)
+from tests.test_app_shared import PAGES, click
+
+PROMPT = "the cat sat on the mat and the dog sat on the log the cat sat on the"
+KEY = "correct horse battery staple"
+SETTINGS = {"prompt": PROMPT, "drafter": "lookup", "num_draft_tokens": 4, "max_new_tokens": 16}
+
+
+def texts(at: AppTest) -> str:
+    return " ".join(e.value for kind in (at.error, at.warning, at.info, at.success, at.caption) for e in kind)
+
+
+def page(**state) -> AppTest:
+    at = AppTest.from_file(str(PAGES / "race.py"), default_timeout=180)
+    for key, value in (SETTINGS | state).items():
+        at.session_state[key] = value
+    at.run()
+    assert not at.exception, [e.value for e in at.exception]
+    return at
+
+
+def saved_race(temperature: float = 0.0) -> RaceResult:
+    plain = lane_of("plain decoding", [0.1, 0.2, 0.3, 0.4], [[5], [6], [7], [8]], 0.05)
+    spec = lane_of("prompt lookup, k=4", [0.1, 0.15], [[5], [6, 7, 8]] if temperature == 0 else [[5], [8, 7, 6]], 0.05)
+    texts = {5: "the", 6: " cat", 7: " <b>sat</b>", 8: " on"}
+    return RaceResult("p", (1, 2), "tiny", "float32", "lookup", "prompt lookup, k=4", 4, temperature, 0, 4, plain, spec, texts)
+
+
+def test_the_page_starts_without_a_race(room_env):  # noqa: F811
+    at = page()
+    assert "Press Start the race" in texts(at).replace("**", "")
+    assert [b for b in at.button if b.key == "race_start"]
+    keys = {w.key for w in at.selectbox}
+    assert "compare" not in keys  # the sidebar without compare mode or Play's pace
+    assert "play_every" not in {w.key for w in at.select_slider}
+
+
+def test_a_greedy_race_runs_and_says_identical_text(room_env):  # noqa: F811
+    at = page()
+    click(at, "race_start")
+    race = at.session_state[race_ui.RACE_KEY]
+    assert race.identical and race.plain.num_tokens == 16
+    assert "Identical text" in texts(at)
+    labels = {m.label for m in at.metric}
+    assert {"faster (time to last token)", "tokens per target pass"} <= labels
+    assert "Gaps between" in " ".join(c.value for c in at.caption) or at.get("plotly_chart")
+
+
+def test_drafter_none_has_nothing_to_race(room_env):  # noqa: F811
+    at = page(drafter="none")
+    click(at, "race_start")
+    assert "drafter other than none" in texts(at)
+
+
+def test_a_saved_race_plays_without_a_model(room_env, no_model):  # noqa: F811
+    at = AppTest.from_file(str(PAGES / "race.py"), default_timeout=60)
+    at.session_state[race_ui.RACE_KEY] = RaceResult.from_json(json.loads(json.dumps(saved_race().to_json())))
+    at.run()
+    assert not at.exception
+    assert "Identical text" in texts(at) and no_model == []
+    assert {m.label: m.value for m in at.metric}["faster (time to last token)"] == "2.67×"
+
+
+def test_a_sampled_race_explains_why_the_texts_differ(room_env, no_model):  # noqa: F811
+    at = AppTest.from_file(str(PAGES / "race.py"), default_timeout=60)
+    at.session_state[race_ui.RACE_KEY] = saved_race(temperature=1.0)
+    at.run()
+    assert not at.exception
+    assert "Two samples, one distribution" in texts(at)
+
+
+def test_the_probe_offers_only_the_owners_services(room_env, monkeypatch):  # noqa: F811
+    at = page()
+    assert "probes no services" in texts(at)  # shared mode, nothing listed
+    monkeypatch.setenv("SPECVIZ_PROBE_URLS", "http://127.0.0.1:8001/v1,http://127.0.0.1:8002/v1")
+    at = page()
+    choice = at.selectbox(key="probe_url_choice")
+    assert choice.options == ["http://127.0.0.1:8001/v1", "http://127.0.0.1:8002/v1"]
+    assert not [w for w in at.text_input if w.key == "probe_url"]  # no free-text URL for a participant
+    forced = page(probe_url_choice="http://127.0.0.1:8501/_stcore/health")
+    assert "was reset to its default" in texts(forced)
+    assert forced.selectbox(key="probe_url_choice").value == "http://127.0.0.1:8001/v1"
+
+
+def test_the_owner_types_any_url(monkeypatch, tiny_dir, tmp_path):
+    monkeypatch.setenv("SPECVIZ_MODE", "local")
+    monkeypatch.setenv("SPECVIZ_RUN_DIR", str(tmp_path))
+    at = page(target=str(tiny_dir["llama"]))
+    assert at.text_input(key="probe_url").value == race_ui.LOCAL_URL
+
+
+@pytest.fixture()
+def pair(room_env, monkeypatch):  # noqa: F811
+    monkeypatch.setenv("SPECVIZ_PRESENTER_KEY", KEY)
+    urls = ("http://127.0.0.1:8001/v1", "http://127.0.0.1:8002/v1")
+    monkeypatch.setenv("SPECVIZ_PROBE_URLS", ",".join(urls))
+    p = Pair.new(urls, speculating=1, drafter="lookup")
+    RaceRoom(room_env).start_pair(p)
+    return p
+
+
+def test_the_room_guesses_and_the_presenter_reveals(pair, room_env):  # noqa: F811
+    at = page()
+    assert "Which service speculates?" in [h.value for h in at.header]
+    assert at.selectbox(key="probe_url_choice").format_func("http://127.0.0.1:8002/v1").startswith("service B")
+    assert "Service B speculates" not in texts(at)  # not before the reveal
+    at.radio(key="race_guess").set_value("service B").run()
+    click(at, "race_guess_submit")
+    other = page()
+    other.radio(key="race_guess").set_value("service A").run()
+    click(other, "race_guess_submit")
+    assert RaceRoom(room_env).tally(pair.id) == {"A": 1, "B": 1}
+    at.text_input(key="race_reveal_key").input("wrong")
+    click(at, "race_reveal")
+    assert "not the presenter key" in texts(at) and not RaceRoom(room_env).revealed(pair.id)
+    at.text_input(key="race_reveal_key").input(KEY)
+    click(at, "race_reveal")
+    assert "Service B speculates" in texts(at).replace("**", "") and "1 of 2 guessed right" in texts(at)
+    assert not [r for r in at.radio if r.key == "race_guess"]  # guesses close with the answer out
+    assert "race_reveal_key" not in at.session_state or at.session_state["race_reveal_key"] == ""  # the key is not kept
+
+
+def test_the_presenter_shows_a_race_that_followers_play_without_the_model(pair, room_env, no_model):  # noqa: F811
+    at = AppTest.from_file(str(PAGES / "race.py"), default_timeout=60)
+    at.session_state[race_ui.RACE_KEY] = saved_race()
+    at.run()
+    at.text_input(key="race_present_key").input(KEY)
+    click(at, "race_show")
+    assert RaceRoom(room_env).race() == saved_race()
+    follower = AppTest.from_file(str(PAGES / "race.py"), default_timeout=60).run()
+    assert not follower.exception
+    assert follower.radio(key="race_source").value == "the presenter's race"
+    assert "Identical text" in texts(follower) and no_model == []

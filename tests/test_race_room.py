@@ -1,0 +1,79 @@
+"""The race page's room files (specviz/workshop/race_room.py): the exercise's truth, guesses (one per voter, the last
+counts), the reveal, the presenter's race; a damaged or hostile file reads as nothing."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from specviz.core.race import RaceResult, lane_of
+from specviz.workshop.race_room import GUESSES_FILE, RACE_FILE, TRUTH_FILE, Pair, RaceRoom, voter_id
+
+URLS = ("http://127.0.0.1:8001/v1", "http://127.0.0.1:8002/v1")
+
+
+def race() -> RaceResult:
+    lane = lane_of("plain decoding", [0.1, 0.2], [[5], [6]])
+    return RaceResult("p", (1,), "t", "float32", "lookup", "prompt lookup, k=4", 4, 0.0, 0, 2, lane, lane, {5: "a", 6: "b"})
+
+
+def test_a_pair_round_trips_and_names_its_answer(tmp_path):
+    room = RaceRoom(tmp_path)
+    pair = Pair.new(URLS, speculating=0, drafter="lookup")
+    room.start_pair(pair)
+    assert room.pair() == pair and pair.answer == "A"
+    assert [s.drafter for s in pair.services] == ["lookup", "none"]
+
+
+@pytest.mark.parametrize("damage", [
+    b"not json", b"[]", b'{"id": "x", "created_at": 1, "services": []}',
+    json.dumps({"id": "a" * 22, "created_at": 1, "services": [
+        {"name": "A", "url": URLS[0], "speculates": True, "drafter": "lookup"},
+        {"name": "B", "url": URLS[1], "speculates": True, "drafter": "lookup"}]}).encode(),  # two that speculate
+    json.dumps({"id": "a" * 22, "created_at": 1, "services": [
+        {"name": "A", "url": "http://user@127.0.0.1:1/v1", "speculates": True, "drafter": "lookup"},
+        {"name": "B", "url": URLS[1], "speculates": False, "drafter": "none"}]}).encode(),
+    b"x" * 10_000,
+])  # fmt: skip
+def test_a_damaged_truth_reads_as_no_exercise(tmp_path, damage):
+    (tmp_path / TRUTH_FILE).write_bytes(damage)
+    assert RaceRoom(tmp_path).pair() is None
+
+
+def test_guesses_one_per_voter_the_last_counts(tmp_path):
+    room = RaceRoom(tmp_path)
+    pair = Pair.new(URLS, speculating=1, drafter="ngram")
+    a, b = voter_id("secret-a"), voter_id("secret-b")
+    room.guess(pair.id, a, "A")
+    room.guess(pair.id, a, "B")
+    room.guess(pair.id, b, "A")
+    with (tmp_path / GUESSES_FILE).open("a") as fh:
+        fh.write("not json\n" + json.dumps({"pair": pair.id, "voter": "zz", "guess": "A"}) + "\n")  # junk and a bad voter: skipped
+    assert room.tally(pair.id) == {"A": 1, "B": 1}
+    assert room.tally(Pair.new(URLS, 0, "lookup").id) == {"A": 0, "B": 0}  # another exercise's guesses are its own
+    with pytest.raises(ValueError):
+        room.guess(pair.id, a, "C")
+
+
+def test_the_reveal_belongs_to_one_exercise_and_a_new_one_hides_it(tmp_path):
+    room = RaceRoom(tmp_path)
+    first = Pair.new(URLS, 0, "lookup")
+    room.start_pair(first)
+    before = room.stamp()
+    room.reveal(first.id)
+    assert room.revealed(first.id) and room.stamp() != before
+    second = Pair.new(URLS, 1, "lookup")
+    room.start_pair(second)
+    assert not room.revealed(second.id) and not room.revealed(first.id)
+
+
+def test_the_presenters_race_and_a_hostile_one(tmp_path):
+    room = RaceRoom(tmp_path)
+    assert room.race() is None
+    room.show_race(race())
+    assert room.race() == race()
+    (tmp_path / RACE_FILE).write_text(json.dumps({**race().to_json(), "version": 99}))
+    assert room.race() is None
+    room.hide_race()
+    assert room.race() is None
