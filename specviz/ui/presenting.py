@@ -151,21 +151,23 @@ def _refusal(verdict: Verdict) -> tuple[str, str]:
     }[verdict.outcome]
 
 
-def _key_given() -> bool:
-    """The key typed in the sidebar, tried once through the room's KeyGuard (every replica's wrong keys count, per
-    client address and for the room) and cleared from session state before anything else happens."""
-    given = st.session_state.get("present_key", "")
-    st.session_state["present_key"] = ""
+def key_given(widget: str = "present_key", say: Callable[[str, str], None] | None = None) -> bool:
+    """The key typed in the password field `widget`, tried once through the room's KeyGuard (every replica's wrong
+    keys count, per client address and for the room) and cleared from session state before anything else happens.
+    A refusal is said with say(kind, text) (default: the sidebar's message). Every page that takes the key uses this."""
+    say = say or _say
+    given = st.session_state.get(widget, "")
+    st.session_state[widget] = ""
     runs = run_store()
     if runs is None:
-        _say("error", "Presenting needs this server's run directory, and it is not set up.")
+        say("error", "Presenting needs this server's run directory, and it is not set up.")
         return False
     verdict = KeyGuard(runs.root).attempt(given, presenter_key_setting(), current_client().address)
     if verdict.outcome == "ok":
         return True
     if verdict.outcome == "locked":
         log.debug("room: a presenter key was not checked (locked out)")  # never the key itself
-    _say(*_refusal(verdict))
+    say(*_refusal(verdict))
     return False
 
 
@@ -174,7 +176,7 @@ def _on_present() -> None:
     unless a new board was asked for; a presenter who reloaded reclaims it so)."""
     new_board = bool(st.session_state.get("present_new_board"))
     st.session_state["present_new_board"] = False
-    if not _key_given():
+    if not key_given():
         return
     session, room = page_state().session, store()
     if session is None or session.run_token is None or room is None:
@@ -209,7 +211,7 @@ def _on_stop() -> None:
 
 def _on_stop_with_key() -> None:
     """Stop the live presentation, whoever presents it (an orphan whose presenter's page is gone)."""
-    if not _key_given():
+    if not key_given():
         return
     room = store()
     p = None if room is None else room.read()

@@ -24,8 +24,8 @@ from specviz.core.race import MAX_FILE_BYTES, RaceResult
 from specviz.experiments.bench import load_prompts
 from specviz.experiments.probe import CATEGORIES, ChunkCounter, ProbeResult, ProbeSpec, probe
 from specviz.experiments.race import run_race
-from specviz.models import encode_prompt
-from specviz.ui import widgets
+from specviz.runs import kv_tokens
+from specviz.ui import budgets, presenting, widgets
 from specviz.ui.access import current_policy, long_job, presenter_key_setting
 from specviz.ui.models import run_models
 from specviz.ui.saved_runs import run_store
@@ -34,13 +34,11 @@ from specviz.ui.sidebar import Settings, sidebar
 from specviz.viz.markdown import md_code, md_text
 from specviz.viz.playback import playback_html
 from specviz.viz.race import burst_size_figure, gap_histogram, gap_series, lane_frame
-from specviz.workshop.presentation import KeyGate
 from specviz.workshop.probe_urls import check_probe_url, guard_for
 from specviz.workshop.race_room import NAMES, RaceRoom, voter_id
 
 RACE_KEY = "specviz_race"  # this session's latest race (a RaceResult)
 PROBE_KEY = "specviz_probe"  # this session's latest probe (a ProbeResult)
-GATE_KEY = "specviz_race_gate"  # this session's tries at the presenter key on this page
 PROBE_MAX_N = 5  # requests per probe for a participant
 WATCH_EVERY_S = 3.0  # how often a page looks whether the presenter showed a race, or the exercise moved on
 SEEN_KEY = "specviz_race_room_seen"  # the room files' stamp this page last drew
@@ -93,9 +91,10 @@ def _run(config_settings: Settings) -> None:
         validate_prompt(prompt)
         target = load_target(config)
         models = run_models(config, target=target)
-        prompt_ids = encode_prompt(target.tokenizer, prompt, config.chat)
+        prompt_ids = budgets.prompt_ids(target, prompt, config.chat, config.max_new_tokens, config.num_draft_tokens)  # the owner's token budget
+        memory = max(kv_tokens(config, models, len(prompt_ids)), kv_tokens(config, models, len(prompt_ids), baseline=True))  # one lane at a time
         with st.status("Racing: plain decoding, then speculative decoding, each alone…", expanded=False) as status:
-            with long_job(target, "a race", "the race") as turn:
+            with budgets.job_memory(target, memory, "The race"), long_job(target, "a race", "the race") as turn:
                 race = run_race(config, models, prompt, prompt_ids, TokenTexts(target.tokenizer), turn=turn)
             status.update(label="Raced: both lanes measured", state="complete")
     except Exception as exc:
@@ -178,15 +177,9 @@ def _identical_note(race: RaceResult) -> None:
 
 
 def _key_ok(key_widget: str) -> bool:
-    """The presenter key typed in key_widget checked (the KeyGate's lock-out for wrong keys); the field is emptied."""
-    given = st.session_state.pop(key_widget, "")
-    gate = st.session_state.setdefault(GATE_KEY, KeyGate())
-    verdict, wait = gate.attempt(given, presenter_key_setting())
-    messages = {"off": "Presenting is off on this server (no presenter key is set).", "empty": "Type the presenter key first.",
-                "wrong": "That is not the presenter key.", "locked": f"Too many wrong keys: wait {wait:.0f} s."}  # fmt: skip
-    if verdict != "ok":
-        st.session_state["race_room_message"] = messages[verdict]
-    return verdict == "ok"
+    """The presenter key typed in key_widget, checked as the step-through page checks it (the room's wrong-key limits,
+    specviz.ui.presenting.key_given); the field is emptied and a refusal is said in the race's expander."""
+    return presenting.key_given(key_widget, lambda kind, text: st.session_state.__setitem__("race_room_message", text))
 
 
 def _presenter_controls(here: RaceRoom | None, race: RaceResult, shown: RaceResult | None) -> None:
