@@ -210,13 +210,13 @@ def test_the_observed_row_is_the_one_whose_lm_head_chose_the_newest_token(tiny_m
 
 
 def test_the_adapter_keeps_the_lm_heads_input(tiny_models):
-    """lm_head(last_hidden) == logits, for a pass, a last_only prefill (one row) and a tree."""
+    """lm_head(last_hidden) == logits, for a pass, a last_only prefill (every row kept, the last one's logits) and a tree."""
     target = tiny_models["llama"]
     lm_head = torch.inference_mode()(target.model.get_output_embeddings())  # another test may leave weights needing grad
     lm = HFCachedLM(target.model, target.vocab_size, keep_hidden=True)
     first = lm.extend([5, 6, 7], last_only=True)
-    assert lm.last_hidden.shape == (1, 32)
-    torch.testing.assert_close(lm_head(lm.last_hidden).float(), first)
+    assert lm.last_hidden.shape == (3, 32)
+    torch.testing.assert_close(lm_head(lm.last_hidden[-1:]).float(), first)
     logits = lm.extend([8, 9])
     torch.testing.assert_close(lm_head(lm.last_hidden).float(), logits)
     tree = lm.extend_tree([10, 11, 12], [-1, -1, 0])

@@ -52,6 +52,9 @@ class MedusaDrafter:
     has_q = True
     can_branch = True
     reads_hidden = True
+    reads_features = False
+    reads_logits = False
+    keeps_state = False
 
     def __init__(self, head_logits: HeadLogits, num_heads: int, sampling: SamplingConfig, device: torch.device | str = "cpu",
                  name: str = "Medusa heads") -> None:  # fmt: skip

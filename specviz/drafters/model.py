@@ -20,6 +20,9 @@ class ModelDrafter:
     has_q = True
     can_branch = True
     reads_hidden = False
+    reads_features = False
+    reads_logits = False
+    keeps_state = False
 
     def __init__(self, lm: CachedLM, sampling: SamplingConfig, name: str = "draft model") -> None:
         self.lm = lm

@@ -18,7 +18,8 @@ class HFCachedLM:
 
     keep_hidden (per run, for a drafter that reads the target's hidden state): every pass also asks for the hidden
     states and keeps the last one, ``out.hidden_states[-1]`` (after the final norm: the LM head's input, so
-    ``lm_head(last_hidden) == logits``), as last_hidden (T, H); a last_only prefill keeps its last row only."""
+    ``lm_head(last_hidden) == logits``), as last_hidden (T, H): every row fed, a last_only prefill's too (the model
+    computes them all anyway; an EAGLE drafter reads every prompt position's)."""
 
     can_verify_tree = True
 
@@ -64,15 +65,14 @@ class HFCachedLM:
         self._length += input_ids.shape[1]
         keep = {"logits_to_keep": 1} if last_only else {}
         out = self.model(input_ids=input_ids, past_key_values=self.cache, use_cache=True, output_hidden_states=self.keep_hidden, **keep)
-        self._keep_hidden(out, last_only)
+        self._keep_hidden(out)
         logits = out.logits[0, -1:] if last_only else out.logits[0]  # (T or 1, V_padded)
         return logits[:, : self.vocab_size].float()
 
-    def _keep_hidden(self, out, last_only: bool = False) -> None:
-        """last_hidden <- the pass's final-norm hidden states (T, H), or only the last row (1, H)."""
+    def _keep_hidden(self, out) -> None:
+        """last_hidden <- the pass's final-norm hidden states (T, H), one row per id fed."""
         if self.keep_hidden:
-            hidden = out.hidden_states[-1][0]  # (T, H)
-            self.last_hidden = hidden[-1:] if last_only else hidden
+            self.last_hidden = out.hidden_states[-1][0]  # (T, H)
 
     @property
     def supports_tree(self) -> bool:
