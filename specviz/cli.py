@@ -714,9 +714,8 @@ EAGLE_OPTIONS = {  # option -> EagleConfig field, for --kind eagle only
 
 
 def _add_train_heads_parser(sub) -> None:
-    from specviz.experiments.train_heads import TrainConfig
-
     from specviz.experiments.train_eagle import EagleConfig
+    from specviz.experiments.train_heads import TrainConfig
 
     d, e = TrainConfig, EagleConfig
     p = sub.add_parser("train-heads", help="train Medusa heads (or an EAGLE head: --kind eagle) for a target by self-distillation")

@@ -151,7 +151,7 @@ def table_entries(parents: Sequence[int], drafted: Sequence[int], newest: int) -
     a node hangs under the token whose row it came from (the newest committed token for the first level), and its
     place among its siblings is its column. A chain's node i is column 0 of the row of node i - 1."""
     out, seen = [], {}
-    for i, parent in enumerate(parents):
+    for parent in parents:
         slot = seen.get(parent, 0)
         seen[parent] = slot + 1
         out.append((newest if parent < 0 else int(drafted[parent]), slot))
