@@ -14,7 +14,7 @@ from specviz.core.decoding import DecodeConfig, SpeculativeDecoder
 from specviz.core.protocols import Draft
 from specviz.core.resume import DecoderState, capture
 from specviz.core.sampling import SamplingConfig
-from specviz.drafters.recycle import EMPTY, RecycleDrafter, table_entries
+from specviz.drafters.recycle import EMPTY, RecycleDrafter
 from specviz.runs import SavedDecoder, build_decoder, resume_decoder
 from tests.conftest import TINY_PROMPTS, VERIFIED_PRECISIONS
 from tests.toys import TableLM, TreeTableLM, first_two_tokens
@@ -70,9 +70,25 @@ def test_a_chain_follows_the_first_column_and_stops_at_an_unread_token():
     assert tree.token_ids == (4, 6, 5, 7) and tree.parents == (-1, -1, 0, 0) and tree.scheme == "distinct"
 
 
-def test_table_entries_name_the_row_and_column_of_every_drafted_token():
-    assert table_entries((-1, 0, 1), (4, 5, 6), newest=3) == [(3, 0), (4, 0), (5, 0)]
-    assert table_entries((-1, -1, 0, 0), (4, 6, 5, 7), newest=3) == [(3, 0), (3, 1), (4, 0), (4, 1)]
+def test_table_slots_name_the_row_and_column_of_every_drafted_token(tiny_models):
+    """The inspector's "which table entry proposed it", derived from the record alone: checked against the table."""
+    from specviz.core.metrics import table_slots
+    from specviz.viz.frames import table_entries_frame
+
+    target = tiny_models["llama"]
+    for width in (1, 3):
+        dec = build_decoder(recycle_config(tree_width=width), target, target.tokenizer(TINY_PROMPTS[0]["prompt"])["input_ids"])
+        for _ in range(4):
+            dec.hand_over()
+            dec.drafter.fold()
+            table = dec.drafter.table.clone()
+            newest = dec.tokens[-1]
+            record = dec.step()
+            for node, (parent, column) in enumerate(table_slots(record)):
+                row = newest if parent < 0 else record.drafted[parent]
+                assert int(table[row, column]) == record.drafted[node]
+            frame = table_entries_frame(record, str, str(newest))
+            assert list(frame["row"]) == [str(newest if p < 0 else record.drafted[p]) for p, _ in table_slots(record)]
 
 
 # -- greedy: token-identical to plain decoding ----------------------------------------------------------------------

@@ -145,14 +145,3 @@ class RecycleDrafter:
         self.table.fill_(EMPTY)
         self.table.index_copy_(0, tokens.to(self.device), rows.to(self.device))
 
-
-def table_entries(parents: Sequence[int], drafted: Sequence[int], newest: int) -> list[tuple[int, int]]:
-    """Per drafted node: (the token whose table row proposed it, its column there), derived from the round's shape:
-    a node hangs under the token whose row it came from (the newest committed token for the first level), and its
-    place among its siblings is its column. A chain's node i is column 0 of the row of node i - 1."""
-    out, seen = [], {}
-    for parent in parents:
-        slot = seen.get(parent, 0)
-        seen[parent] = slot + 1
-        out.append((newest if parent < 0 else int(drafted[parent]), slot))
-    return out

@@ -46,5 +46,6 @@ def run_benchmark(
     back between rounds), timings counted inside the turns only. Raises ValueError with a message for the user."""
     models = sweep_models(target_source, draft_source, device, spec.drafters)
     with access.long_job(models.target, "a benchmark sweep", "the sweep's next run") as turn:
-        rows = run_sweep(models.target, prompts, spec, draft=models.draft, early_exit=models.early_exit, on_progress=on_progress, turn=turn)
+        rows = run_sweep(models.target, prompts, spec, draft=models.draft, early_exit=models.early_exit, heads=models.heads, eagle=models.eagle,
+                         on_progress=on_progress, turn=turn)  # fmt: skip
     return rows_to_frame(rows)

@@ -35,7 +35,8 @@ def run_real(
     config = RunConfig(target=target, drafter=drafter, num_draft_tokens=1, temperature=float(temperature), max_new_tokens=2, chat=False, device=device)  # type: ignore[arg-type]
     models = run_models(config)
     with access.long_job(models.target, "the lab's sampler", "your next sample") as turn:  # one model turn per pair of runs
-        return sample_real(config, models.target, prompt, mode, int(n), variant, early_exit=models.early_exit, on_progress=on_progress, turn=turn)
+        return sample_real(config, models.target, prompt, mode, int(n), variant, early_exit=models.early_exit, on_progress=on_progress,
+                           turn=turn, heads=models.heads, eagle=models.eagle)  # fmt: skip
 
 
 def run_greedy(prompt: str, target: str, device: str, drafter: str, k: int, max_new_tokens: int) -> GreedyResult:
@@ -44,4 +45,4 @@ def run_greedy(prompt: str, target: str, device: str, drafter: str, k: int, max_
     config = RunConfig(target=target, drafter=drafter, num_draft_tokens=int(k), temperature=0.0, max_new_tokens=int(max_new_tokens), device=device)  # type: ignore[arg-type]
     models = run_models(config)
     with access.long_job(models.target, "the side-by-side check", "your next rounds") as turn:
-        return greedy_side_by_side(config, models.target, prompt, early_exit=models.early_exit, turn=turn)
+        return greedy_side_by_side(config, models.target, prompt, early_exit=models.early_exit, turn=turn, heads=models.heads, eagle=models.eagle)
