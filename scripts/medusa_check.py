@@ -2,6 +2,7 @@
 plain decoding and the n-gram model on the embedded target, measured (issue 27's table, extended by issue 34).
 
     python scripts/medusa_check.py                                  # T=0 and T=0.7, every category + an open paragraph
+    python scripts/medusa_check.py --groups ngram medusa            # issue 27's table
     python scripts/medusa_check.py --groups medusa vocab --temperatures 0 --json /tmp/medusa.json
     python scripts/medusa_check.py --quick                          # a smoke run: one prose prompt, T=0, 1 repeat
 
@@ -46,12 +47,15 @@ OPEN_PARAGRAPH = BenchPrompt(
 )  # fmt: skip
 GROUPS = {  # group -> setup name -> RunConfig changes; the baseline (plain decoding) always runs
     "ngram": {"n-gram k=8": dict(drafter="ngram")},
-    "medusa": {
+    "medusa": {  # issue 27's setups
         "medusa chain k=2": dict(drafter="medusa", num_draft_tokens=2),
         "medusa chain k=3": dict(drafter="medusa", num_draft_tokens=3),
+        "medusa chain k=4": dict(drafter="medusa", num_draft_tokens=4),
         "medusa tree W=2 k=3": dict(drafter="medusa", num_draft_tokens=3, tree_width=2),
         "medusa tree W=2 k=4": dict(drafter="medusa", num_draft_tokens=4, tree_width=2),
         "medusa tree W=3 k=5": dict(drafter="medusa", num_draft_tokens=5, tree_width=3),
+        "medusa tree W=2 k=8": dict(drafter="medusa", num_draft_tokens=8, tree_width=2),
+        "medusa tree W=3 k=12": dict(drafter="medusa", num_draft_tokens=12, tree_width=3),
     },
     "vocab": {
         **{f"medusa chain k=2 V'={v // 1024}k": dict(drafter="medusa", num_draft_tokens=2, draft_vocab=v) for v in (4096, 8192, 16384)},
@@ -243,8 +247,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--temperatures", type=float, nargs="+", default=[0.0, 0.7])
     p.add_argument("--categories", nargs="+", default=["code", "prose", "copy", "qa"])
     p.add_argument("--per-category", type=int, default=3)
-    p.add_argument("--groups", nargs="+", default=list(GROUPS), choices=list(GROUPS), help="which setups to run (default: all)")
-    p.add_argument("--setups", nargs="+", default=None, choices=list(SETUPS), help="these setups instead of --groups")
+    p.add_argument("--groups", nargs="+", default=None, choices=list(GROUPS), help="groups of setups to run (default, without --setups: all)")
+    p.add_argument("--setups", nargs="+", default=None, choices=list(SETUPS), help="single setups to run, besides --groups")
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--warmup", type=int, default=1)
     p.add_argument("--max-new-tokens", type=int, default=64)
@@ -255,7 +259,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--quick", action="store_true", help="a smoke run: one prose prompt and the paragraph, T=0, 1 repeat, 16 tokens, a few setups")
     p.add_argument("--json", type=Path, default=None)
     args = p.parse_args(argv)
-    names = args.setups or [name for group in args.groups for name in GROUPS[group]]
+    groups = args.groups if args.groups is not None else ([] if args.setups else list(GROUPS))
+    names = list(dict.fromkeys([name for group in groups for name in GROUPS[group]] + (args.setups or [])))
     if args.quick:
         args.temperatures, args.categories, args.per_category, args.repeats, args.warmup, args.max_new_tokens = [0.0], ["prose"], 1, 1, 0, 16
         names = args.setups or QUICK
