@@ -239,3 +239,37 @@ def test_batched_decoding_refuses_a_drafter_that_reads_the_targets_logits():
 
     with pytest.raises(ValueError, match="logits"):
         BatchDecoder(BatchedToyLM([TableLM(0)]), [RecycleDrafter(V)], [PROMPT], DecodeConfig())
+
+
+def test_a_recycle_run_survives_the_run_directory_and_its_recording_replays(tiny_models, tmp_path):
+    """A saved run (workshop.saved_runs) carries the table, so the restored run continues exactly; the recording of an
+    EAGLE or recycle run keeps its settings; a share link may name the new drafters."""
+    from specviz.recording import build_recording, dumps, load_recording, recorded_run
+    from specviz.ui.share import parse_query
+    from specviz.workshop.saved_runs import RunStore, SavedRun, new_token
+
+    target = tiny_models["llama"]
+    config = recycle_config(temperature=1.0, seed=3, num_draft_tokens=4, tree_width=2)
+    ids = target.tokenizer(TINY_PROMPTS[0]["prompt"])["input_ids"]
+    solo = build_decoder(config, target, ids)
+    solo.run()
+    dec = build_decoder(config, target, ids)
+    for _ in range(3):
+        dec.step()
+    env = dict(model="tiny", dtype="float32", device="cpu", device_name="cpu", torch="2", vocab_size=target.vocab_size)
+    recording = build_recording(prompt="p", prompt_ids=ids, runs=[recorded_run("recycle", config, dec.records)], baseline=None,
+                                token_text=lambda i: f"t{i}", environment=env)  # fmt: skip
+    store, token = RunStore(tmp_path / "runs"), new_token()
+    store.save(token, SavedRun(recording, (capture(dec),)))
+    back = store.load(token)
+    run = back.recording.runs[0]
+    saved = SavedDecoder([t for r in run.records for t in r.emitted], run.records, back.states[0], run.seed)
+    resumed = resume_decoder(run.config, target, ids, saved)
+    resumed.run()
+    assert resumed.generated == solo.generated
+    eagle = RunConfig(drafter="eagle", eagle_head="/srv/eagle", draft_vocab=8192)
+    again = load_recording(dumps(build_recording(prompt="p", prompt_ids=ids, runs=[recorded_run("e", eagle, [])], baseline=None,
+                                                 token_text=str, environment=env)))  # fmt: skip
+    assert again.runs[0].config == eagle
+    restored = parse_query({"drafter": "recycle"})
+    assert restored.values["drafter"] == "recycle" and not restored.warnings
