@@ -258,7 +258,8 @@ def _heads_widget(policy: Policy, key: str, what: str) -> str:
         return SHIPPED_HEADS
     if st.session_state.get(key, SHIPPED_HEADS) not in options:
         st.session_state[key] = SHIPPED_HEADS
-    return widgets.selectbox(f"{what} (this server's list)", options, key=key, format_func=lambda h: h or "the shipped ones")
+    shipped = "the shipped heads" if key == "medusa_heads" else "the shipped head"
+    return widgets.selectbox(f"{what} (this server's list)", options, key=key, format_func=lambda h: h or shipped)
 
 
 def _sampling_widgets(policy: Policy) -> tuple[dict, float]:
