@@ -220,3 +220,30 @@ def test_count_vocab_writes_the_counts_of_an_existing_heads_folder(capsys, tiny_
     recipe = json.loads((out / "config.json").read_text(encoding="utf-8"))["training"]
     assert int(counts.sum()) == recipe["train_positions"]  # every training position's token, counted once
     assert cli.main(["train-heads", "--count-vocab", "--out", str(tmp_path / "nothing"), "--no-progress"]) == 2
+
+
+@pytest.mark.smollm
+@pytest.mark.parametrize("precision", VERIFIED_PRECISIONS)
+def test_the_shipped_heads_over_a_draft_vocabulary_are_plain_greedy_on_smollm(smollm_at, precision, tmp_path):
+    """The real target's tied, float16-packed LM head cut to 4,096 rows (counts made up here: exactness does not
+    depend on them): greedy output token for token plain greedy, a chain and a tree."""
+    import shutil
+
+    from specviz.models import encode_prompt
+    from specviz.runs import SHIPPED_HEADS
+
+    smollm = smollm_at(precision)
+    folder = tmp_path / "heads"
+    shutil.copytree(SHIPPED_HEADS, folder)
+    text = " ".join(p["prompt"] for p in TINY_PROMPTS) + " The quick brown fox jumps over the lazy dog. def f(x): return x"
+    ids = encode_prompt(smollm.tokenizer, "Write a short paragraph about the sea.", chat=True)
+    counts = torch.bincount(torch.tensor(smollm.tokenizer(text)["input_ids"] + ids), minlength=smollm.vocab_size)
+    save_token_counts(folder, counts + (torch.arange(smollm.vocab_size) < 4096))  # every id seen, the text's first
+    plain = build_decoder(RunConfig(max_new_tokens=24), smollm, ids, baseline=True)
+    plain.run()
+    for width in (1, 2):
+        config = RunConfig(drafter="medusa", medusa_heads=str(folder), draft_vocab=4096, num_draft_tokens=3, tree_width=width, max_new_tokens=24)
+        spec = build_decoder(config, smollm, ids)
+        spec.run()
+        assert spec.generated == plain.generated, width
+        assert sum(r.num_drafted for r in spec.records) > 0
