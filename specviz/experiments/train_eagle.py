@@ -148,7 +148,7 @@ def teacher_windows(tokenizer, seed: int, window: int, budget: int) -> Iterator[
     """Windows of window + 1 token ids (the last one only a label) until ``budget`` positions, from teacher_documents."""
     total = 0
     for doc in teacher_documents(seed):
-        ids = tokenizer(doc, add_special_tokens=False)["input_ids"]
+        ids = tokenizer(doc, add_special_tokens=False, verbose=False)["input_ids"]
         for s in range(0, len(ids) - 1, window):
             piece = ids[s : s + window + 1]
             if len(piece) < 9:  # a stub

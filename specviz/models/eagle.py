@@ -108,10 +108,14 @@ class EagleCache:
         return self.keys, self.values  # type: ignore[return-value]
 
 
-def rotate(x: torch.Tensor, positions: torch.Tensor, theta: float) -> torch.Tensor:
-    """Rotary positions (Llama's rotate-half form): x (B, h, T, d), positions (B, T) or (T,)."""
+def inverse_frequencies(head_dim: int, theta: float) -> torch.Tensor:
+    """(d/2,) rotary frequencies 1 / theta^(2i/d)."""
+    return 1.0 / (theta ** (torch.arange(0, head_dim, 2, dtype=torch.float32) / head_dim))
+
+
+def rotate(x: torch.Tensor, positions: torch.Tensor, inv: torch.Tensor) -> torch.Tensor:
+    """Rotary positions (Llama's rotate-half form): x (B, h, T, d), positions (B, T) or (T,), inv (d/2,) frequencies."""
     d = x.shape[-1]
-    inv = 1.0 / (theta ** (torch.arange(0, d, 2, device=x.device, dtype=torch.float32) / d))  # (d/2,)
     angles = positions.to(torch.float32)[..., None] * inv  # (..., T, d/2)
     angles = torch.cat([angles, angles], dim=-1)  # (..., T, d)
     if angles.dim() == 3:
@@ -138,6 +142,7 @@ class EagleHead(nn.Module):
         self.gate_proj, self.up_proj = nn.Linear(h, inner, bias=False), nn.Linear(h, inner, bias=False)
         self.down_proj = nn.Linear(inner, h, bias=False)
         self.token_counts: torch.Tensor | None = None  # (V,) for a draft vocabulary, when the folder has them (not a weight)
+        self.register_buffer("inv_freq", inverse_frequencies(d, shape.rope_theta), persistent=False)  # (d/2,)
         for module in self.modules():
             if isinstance(module, nn.Linear):
                 nn.init.normal_(module.weight, std=0.02, generator=generator)
@@ -154,15 +159,14 @@ class EagleHead(nn.Module):
         q = self.q_proj(x).view(b, t, s.num_heads, s.head_dim).transpose(1, 2)  # (B, h, T, d)
         k = self.k_proj(x).view(b, t, s.num_kv_heads, s.head_dim).transpose(1, 2)  # (B, kv, T, d)
         v = self.v_proj(x).view(b, t, s.num_kv_heads, s.head_dim).transpose(1, 2)
-        q, k = rotate(q, positions, s.rope_theta), rotate(k, positions, s.rope_theta)
+        q, k = rotate(q, positions, self.inv_freq), rotate(k, positions, self.inv_freq)
         before = 0 if cache is None else cache.length
         if cache is not None:
             k, v = cache.append(k, v)  # (1, kv, S + T, d)
-        if mask is None:
+        if mask is None and t > 1:
             mask = torch.ones(t, before + t, dtype=torch.bool, device=x.device).tril(diagonal=before)  # causal after the cache
-        groups = s.num_heads // s.num_kv_heads
-        k, v = k.repeat_interleave(groups, dim=1), v.repeat_interleave(groups, dim=1)  # (B, h, S + T, d)
-        attn = nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask)  # (B, h, T, d)
+        gqa = s.num_heads != s.num_kv_heads  # grouped heads read the kv heads in place: no copy of the cache per step
+        attn = nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=gqa)  # (B, h, T, d); one position sees all
         x = x + self.o_proj(attn.transpose(1, 2).reshape(b, t, s.num_heads * s.head_dim))
         y = self.post_attention_layernorm(x)
         return x + self.down_proj(nn.functional.silu(self.gate_proj(y)) * self.up_proj(y))  # (B, T, H)
