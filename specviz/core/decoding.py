@@ -157,6 +157,7 @@ class SpeculativeDecoder:
         if len(self.tokens) > 1:
             self.prefill(self.tokens[:-1])
         self.observe(-1 if len(self.tokens) > 1 else None)  # the prefill's last row chose the newest token
+        self.hand_over()  # a features reader runs its own prefill over the prompt's rows: timed as the prefill
         self.prefill_ms = (self._clock() - start) * 1000.0
 
     def prefill(self, ids: list[int]) -> None:
@@ -224,10 +225,13 @@ class SpeculativeDecoder:
         )  # fmt: skip
 
     def drafter_state(self) -> bytes | None:
-        """A stateful drafter's state with everything handed over (for a saved run, specviz.core.resume), else None."""
+        """A stateful drafter's state, the latest pass's logits included (for a saved run, specviz.core.resume), else
+        None. Handing the logits over only queues them: the drafter still folds them in at its next proposal."""
         if not self.drafter.keeps_state:
             return None
-        self.hand_over()
+        if self.drafter.reads_logits and self.pass_logits is not None:
+            self.drafter.observe_logits(*self.pass_logits)  # type: ignore[attr-defined]  # a LogitsDrafter
+            self.pass_logits = None
         return self.drafter.save_state()  # type: ignore[attr-defined]  # a StatefulDrafter
 
     def restore(self, checkpoint: Checkpoint) -> None:

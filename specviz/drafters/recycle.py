@@ -38,7 +38,7 @@ from specviz.core.tree import TreeDraft
 from specviz.drafters.tree import level_sizes, spine_tree
 
 TOP = 8  # candidates kept per token (Token Recycling keeps the top 8)
-FLUSH_ROWS = 512  # pending rows worth a top-K at once (a long prefill is folded in chunk by chunk)
+FLUSH_ROWS = 256  # pending rows worth a top-K at once (a long prefill is folded in chunk by chunk)
 EMPTY = -1  # a row the target has not read yet
 
 
@@ -72,13 +72,7 @@ class RecycleDrafter:
 
     def fold(self) -> None:
         """Write every pending pass into the table, in order: a token's row is the latest row that read it."""
-        for ids, logits in self.pending:
-            last = {tok: row for row, tok in enumerate(ids) if 0 <= tok < self.vocab_size}  # the latest row per token
-            if not last:
-                continue
-            rows = torch.tensor(list(last.values()), dtype=torch.long, device=logits.device)
-            top = torch.topk(logits.index_select(0, rows).float(), self.top, dim=-1).indices  # (n, K)
-            self.table.index_copy_(0, torch.tensor(list(last), dtype=torch.long, device=self.device), top.to(self.device))
+        _fold(self.table, self.pending, self.top)
         self.pending = []
 
     def spine(self, newest: int, depth: int) -> torch.Tensor:
@@ -122,10 +116,12 @@ class RecycleDrafter:
         pass  # the table keeps what every pass showed, drafts included; nothing else is held
 
     def save_state(self) -> bytes:
-        """The rows read so far: their tokens and top-K, as safetensors bytes."""
-        self.fold()
-        filled = (self.table[:, 0] != EMPTY).nonzero().view(-1)
-        return save_tensors({"tokens": filled.cpu().to(torch.int32), "rows": self.table[filled].cpu().to(torch.int32)},
+        """The rows read so far, the pending passes' included: their tokens and top-K, as safetensors bytes. Leaves
+        the pending passes pending (folded into a copy), so saving moves no work out of the next proposal."""
+        table = self.table.clone()
+        _fold(table, self.pending, self.top)
+        filled = (table[:, 0] != EMPTY).nonzero().view(-1)
+        return save_tensors({"tokens": filled.cpu().to(torch.int32), "rows": table[filled].cpu().to(torch.int32)},
                             metadata={"vocab_size": str(self.vocab_size), "top": str(self.top)})  # fmt: skip
 
     def load_state(self, data: bytes) -> None:
@@ -145,3 +141,14 @@ class RecycleDrafter:
         self.table.fill_(EMPTY)
         self.table.index_copy_(0, tokens.to(self.device), rows.to(self.device))
 
+
+def _fold(table: torch.Tensor, passes: list[tuple[tuple[int, ...], torch.Tensor]], top: int) -> None:
+    """Write the passes' rows into table (V, K), in order: a token's row is the latest row that read it."""
+    vocab = table.shape[0]
+    for ids, logits in passes:
+        last = {tok: row for row, tok in enumerate(ids) if 0 <= tok < vocab}  # the latest row per token
+        if not last:
+            continue
+        rows = torch.tensor(list(last.values()), dtype=torch.long, device=logits.device)
+        best = torch.topk(logits.index_select(0, rows).float(), top, dim=-1).indices  # (n, K)
+        table.index_copy_(0, torch.tensor(list(last), dtype=torch.long, device=table.device), best.to(table.device))
