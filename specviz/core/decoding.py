@@ -5,9 +5,9 @@ A drafter that reads the target's hidden state (Medusa heads, reads_hidden) is h
 every verify pass, the hidden state of the row whose LM-head output chose the newest committed token: from there
 head i guesses the token i places after the newest. The target kept it from the pass the round ran anyway. A drafter
 that reads the target's features (EAGLE, reads_features) is handed the rows that chose every committed token, and one
-that learns from the target's logits (Token Recycling, reads_logits) every row of every pass; both hand-overs wait
-for the next draft phase, so their cost is timed as drafting. For a logits reader the prefill computes every row's
-logits (in chunks), which a plain prefill skips.
+that learns from the target's logits (Token Recycling, reads_logits) every row of every pass; a round's hand-overs
+wait for the next draft phase, so their cost is timed as drafting (the prefill's are part of the prefill). For a
+logits reader the prefill computes every row's logits (in chunks), which a plain prefill skips.
 
 A round stays on the target's device: the warp, the rule and every draw run there, with a generator there.
 The host reads the device back a constant number of times per round (the rule's outcome; the record), never

@@ -10,8 +10,8 @@ the round already ran. A drafter that runs its own layer over the target's featu
 True`` and is handed, through observe_features(), the hidden rows that chose *every* newly committed token (the
 prefill's too). A drafter that learns from the target's logits (Token Recycling) says ``reads_logits = True`` and is
 handed, through observe_logits(), every row of every pass the run makes (the prefill's and each verify pass's,
-rejected drafts included), with the token fed at each row. Both hand-overs reach the drafter at the start of the
-next draft phase, so their cost counts as drafting. A drafter whose per-run state the committed tokens cannot give
+rejected drafts included), with the token fed at each row. A round's hand-overs reach the drafter at the start of
+the next draft phase, so their cost counts as drafting (the prefill's are part of the prefill). A drafter whose per-run state the committed tokens cannot give
 back (a table learned from rejected drafts' rows) says ``keeps_state = True`` and saves and loads it as bytes, for a
 checkpoint and for a saved run. Nothing in the loop discovers a capability by inspecting signatures.
 
