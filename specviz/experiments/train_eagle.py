@@ -371,8 +371,8 @@ def evaluate(head: EagleHead, frozen: Frozen, seqs: Sequences, config: EagleConf
     """Top-1 / top-5 of argmax LM(g_t) against a_{t+1}, the true features feeding every earlier position."""
     segs = seqs.segments(config.seg_len)
     hits1 = hits5 = hits_draft = count = 0
-    for s in range(0, segs.shape[0], 16):
-        batch = make_batch(seqs, segs[s : s + 16], config.seg_len)
+    for s in range(0, segs.shape[0], 8):  # 8 segments: (1024, V) float32 logits at a time
+        batch = make_batch(seqs, segs[s : s + 8], config.seg_len)
         g = head(batch.features, frozen.embedding[batch.tokens], torch.arange(config.seg_len))[batch.valid]  # (n, H)
         logits = _project(g, frozen.full_weight.float(), frozen.full_bias)  # (n, V)
         labels = batch.labels[batch.valid]
