@@ -18,8 +18,10 @@ from specviz.ui.theory import (
     alpha_definitions,
     batch_lesson,
     best_k,
+    cost_label,
     curves,
     draft_cost_cells,
+    drafting_lesson,
     heatmap,
     last_run_alpha,
     measure_this_machine,
@@ -83,6 +85,13 @@ with st.sidebar:
     )
     profile = available.get(source)
     verify_cost: float | VerifyCurve = profile.curve if profile is not None else constant
+    measured_c = profile.draft_cost if profile is not None else {}
+    if measured_c:
+        c_source = widgets.selectbox("c from", ["the slider", *measured_c], key="theory_c_source", format_func=lambda n: n if n == "the slider" else f"{cost_label(n)} (measured)",
+                                     help="A drafter's measured cost per drafted token in this profile, in 1-token passes.")  # fmt: skip
+        if c_source in measured_c:
+            c = measured_c[c_source]
+            st.caption(f"c = {c:.3f}: {md_text(cost_label(c_source))}, measured in this profile.")
     show_measured = widgets.toggle("overlay this session's measured runs", value=True, key="theory_show_measured")
 
 numbers = theory_numbers(alpha, k, c, verify_cost)
@@ -176,6 +185,14 @@ if shown:
         "one LM-head read over their K rows, divided by the K tokens it drafts. The CPU profiles are the same model at fp16-weights (the CPU default: float16 weights, float32 math) and at "
         "float32: compare their slopes. A GPU profile goes beside them: `python -m specviz profile --device cuda --out assets/profile_gpu.json`."
     )
+
+st.header("Why drafting cost decides speculation on a small model")
+lesson = drafting_lesson(profile, available, alpha)
+if lesson is None:
+    st.info("No profile here timed a drafter over a draft vocabulary yet: `python -m specviz profile --out profile.json` times the Medusa heads and the EAGLE head over the full vocabulary and over 8,192 tokens, when their token counts are installed.")
+else:
+    st.plotly_chart(lesson.figure, width="stretch")
+    st.caption(md_text(lesson.caption))
 
 st.header("Where the formula comes from")
 st.markdown(

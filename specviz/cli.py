@@ -59,6 +59,9 @@ def _add_run_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--drafter", choices=DRAFTER_KINDS, default=d.drafter, help=f"default: {d.drafter}")
     p.add_argument("--exit-layer", type=int, default=None, help="early exit: target blocks the draft runs (default ~93%% of the depth)")
     p.add_argument("--medusa-heads", default=None, metavar="PATH", help="Medusa heads folder (Medusa's layout; default: the heads shipped for the embedded target)")
+    p.add_argument("--eagle-head", default=None, metavar="PATH", help="EAGLE head folder (default: the head shipped for the embedded target)")
+    p.add_argument("--draft-vocab", type=int, default=d.draft_vocab, metavar="N",
+                   help="Medusa and EAGLE: score only the N tokens the target says most often (the heads' token counts; 0 = the full vocabulary)")
     p.add_argument("--ngram-max", type=int, default=d.ngram_max)
     p.add_argument("--ngram-min", type=int, default=d.ngram_min)
     p.add_argument("--ngram-threshold", type=float, default=d.ngram_threshold, help=f"n-gram drafter: stop drafting when its top probability falls below this (default {d.ngram_threshold})")
@@ -85,6 +88,8 @@ def config_from_args(args: argparse.Namespace) -> RunConfig:
         drafter=args.drafter,
         exit_layer=args.exit_layer,
         medusa_heads=args.medusa_heads,
+        eagle_head=args.eagle_head,
+        draft_vocab=args.draft_vocab,
         ngram_max=args.ngram_max,
         ngram_min=args.ngram_min,
         ngram_threshold=args.ngram_threshold,
@@ -622,6 +627,8 @@ def add_bench_parser(sub) -> None:
     p.add_argument("--draft", default=None, help="draft model for the 'model' drafter (same tokenizer as the target)")
     p.add_argument("--exit-layer", type=int, default=None, help="early exit: target blocks the draft runs")
     p.add_argument("--medusa-heads", default=None, metavar="PATH", help="Medusa heads folder (default: the heads shipped for the embedded target)")
+    p.add_argument("--eagle-head", default=None, metavar="PATH", help="EAGLE head folder (default: the head shipped for the embedded target)")
+    p.add_argument("--draft-vocab", type=int, default=0, metavar="N", help="Medusa and EAGLE: a draft vocabulary of N tokens (0 = full)")
     p.add_argument("--no-chat", action="store_true", help="feed prompts raw, without the chat template")
     p.add_argument("--device", default="auto")
     p.add_argument("--dtype", default="auto", help=DTYPE_HELP)
@@ -651,7 +658,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
     spec = SweepSpec(
         drafters=tuple(args.drafters), ks=tuple(args.k), temperatures=tuple(args.temperatures),
         max_new_tokens=args.max_new_tokens, seed=args.seed, chat=not args.no_chat, exit_layer=args.exit_layer,
-        medusa_heads=args.medusa_heads, repeats=args.repeats, warmup=args.warmup, tree_widths=tuple(args.tree_width),
+        medusa_heads=args.medusa_heads, eagle_head=args.eagle_head, draft_vocab=args.draft_vocab, repeats=args.repeats,
+        warmup=args.warmup, tree_widths=tuple(args.tree_width),
     )
     prompts = first_per_category(load_prompts(args.prompts, args.categories), args.per_category)
     out = Path(args.out) if args.out else None
@@ -665,8 +673,9 @@ def cmd_bench(args: argparse.Namespace) -> int:
         with out.open(encoding="utf-8") as fh:
             if fh.readline().strip() != ",".join(COLUMNS):
                 raise ValueError(f"{out} has other columns than this benchmark writes; --append needs a CSV from the same version.")
-    where = RunConfig(target=args.target, draft=args.draft, exit_layer=args.exit_layer, medusa_heads=args.medusa_heads, device=args.device, dtype=args.dtype,
-                      trust_remote_code=args.trust_remote_code, allow_download=args.allow_download, allow_pickle=args.allow_pickle)
+    where = RunConfig(target=args.target, draft=args.draft, exit_layer=args.exit_layer, medusa_heads=args.medusa_heads, eagle_head=args.eagle_head,
+                      draft_vocab=args.draft_vocab, device=args.device, dtype=args.dtype, trust_remote_code=args.trust_remote_code,
+                      allow_download=args.allow_download, allow_pickle=args.allow_pickle)  # fmt: skip
     models = resolve_models(where, drafters=[d for d in spec.drafters if d != "model" or args.draft])  # run_sweep names a missing draft
     target, draft = models.target, models.draft
     emit(
@@ -674,7 +683,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
         f"{spec.repeats} repeats) = {spec.num_runs(len(prompts))} runs on {target.name} ({target.device}, {target.precision})",
         err=True,
     )
-    frame = rows_to_frame(run_sweep(target, prompts, spec, draft=draft, early_exit=models.early_exit, heads=models.heads, on_progress=_print_progress))
+    frame = rows_to_frame(run_sweep(target, prompts, spec, draft=draft, early_exit=models.early_exit, heads=models.heads, eagle=models.eagle,
+                                    on_progress=_print_progress))  # fmt: skip
     if out is not None:
         out.parent.mkdir(parents=True, exist_ok=True)
         if out.suffix.lower() == ".json":
@@ -701,20 +711,32 @@ TRAIN_OPTIONS = {  # option -> TrainConfig field; unset options take the config'
     "heads": "num_heads", "layers": "num_layers", "steps": "steps", "lr": "lr", "batch_size": "batch_size",
     "seed": "seed", "data_tokens": "data_tokens", "max_new_tokens": "max_new_tokens", "gen_batch": "gen_batch",
 }  # fmt: skip
+EAGLE_OPTIONS = {  # option -> EagleConfig field, for --kind eagle only
+    "teacher_tokens": "teacher_tokens", "window": "window", "seg_len": "seg_len", "draft_vocab": "draft_vocab",
+}  # fmt: skip
 
 
 def _add_train_heads_parser(sub) -> None:
+    from specviz.experiments.train_eagle import EagleConfig
     from specviz.experiments.train_heads import TrainConfig
 
-    d = TrainConfig
-    p = sub.add_parser("train-heads", help="train Medusa heads for a target by self-distillation on its own continuations")
+    d, e = TrainConfig, EagleConfig
+    p = sub.add_parser("train-heads", help="train Medusa heads (or an EAGLE head: --kind eagle) for a target by self-distillation")
+    p.add_argument("--kind", choices=("medusa", "eagle"), default="medusa", help="Medusa heads (default) or an EAGLE head (one layer over the target's features)")
     p.add_argument("--target", default=EMBEDDED_TARGET, help="hub id, local folder or .gguf file (default: embedded SmolLM2-135M-Instruct)")
-    p.add_argument("--out", default="medusa-heads", help="folder for the heads (Medusa's layout; default ./medusa-heads)")
+    p.add_argument("--out", default=None, help="folder for the heads (default ./medusa-heads, or ./eagle-head for --kind eagle)")
+    p.add_argument("--count-vocab", action="store_true",
+                   help="only count the target's tokens in an existing heads folder's training data (its config.json's recipe; "
+                   "regenerated into the cache when missing) and write --out/token_counts.safetensors, for a draft vocabulary")
+    p.add_argument("--teacher-tokens", type=int, default=None, help=f"EAGLE: teacher-forced positions of offline text to read (default {e.teacher_tokens})")
+    p.add_argument("--window", type=int, default=None, help=f"EAGLE: tokens per teacher-forced window (default {e.window})")
+    p.add_argument("--seg-len", type=int, default=None, help=f"EAGLE: positions per training segment (default {e.seg_len})")
+    p.add_argument("--draft-vocab", type=int, default=None, help=f"EAGLE: the draft vocabulary the step cost is measured at (default {e.draft_vocab}; 0: full)")
     p.add_argument("--heads", type=int, default=None, help=f"number of heads K (default {d.num_heads})")
     p.add_argument("--layers", type=int, default=None, help=f"ResBlocks per head (default {d.num_layers})")
-    p.add_argument("--steps", type=int, default=None, help=f"optimiser steps (default {d.steps})")
+    p.add_argument("--steps", type=int, default=None, help=f"optimiser steps (default {d.steps}; EAGLE {e.steps})")
     p.add_argument("--lr", type=float, default=None, help=f"AdamW peak learning rate (default {d.lr})")
-    p.add_argument("--batch-size", type=int, default=None, help=f"positions per step (default {d.batch_size})")
+    p.add_argument("--batch-size", type=int, default=None, help=f"positions per step (default {d.batch_size}; EAGLE {e.batch_size})")
     p.add_argument("--seed", type=int, default=None, help=f"prompt order, sampling and batches (default {d.seed})")
     p.add_argument("--data-tokens", type=int, default=None, help=f"positions of the target's own text to generate (default {d.data_tokens})")
     p.add_argument("--max-new-tokens", type=int, default=None, help=f"tokens per continuation (default {d.max_new_tokens})")
@@ -747,6 +769,11 @@ def cmd_train_heads(args: argparse.Namespace) -> int:
         if args.threads < 1:
             raise ValueError(f"--threads must be at least 1; got {args.threads}.")
         torch.set_num_threads(args.threads)
+    args.out = args.out or ("eagle-head" if args.kind == "eagle" else "medusa-heads")
+    if args.count_vocab:
+        return cmd_count_vocab(args)
+    if args.kind == "eagle":
+        return cmd_train_eagle(args)
     chosen = {field: getattr(args, opt) for opt, field in TRAIN_OPTIONS.items() if getattr(args, opt) is not None}
     chosen |= ({"token_input": False} if args.plain_medusa else {}) | ({"train_vocab": "full"} if args.full_vocab else {})
     config = dataclasses.replace(TINY if args.tiny else TrainConfig(), **chosen)
@@ -765,21 +792,111 @@ def cmd_train_heads(args: argparse.Namespace) -> int:
     result = train_heads(target, data, config, checkpoint_path(cache, config, fingerprint), resume=args.resume,
                          progress=not args.no_progress)  # fmt: skip
     base = args.base_model or (EMBEDDED_BASE_MODEL if args.target == EMBEDDED_TARGET else args.target)
-    ship(result, config, Path(args.out), base, command=_train_command(args, chosen))
+    ship(result, config, Path(args.out), base, command=_train_command(args, chosen), data=data)
     final = result.evals[-1]
     emit(f"wrote {args.out} (target {result.fingerprint}); {result.facts['train_s']:.0f} s of training")
     emit("head  held-out top-1  top-5")
     for i, (a1, a5) in enumerate(zip(final.top1, final.top5), start=1):
         emit(f"{i:4d}  {a1:13.3f}  {a5:5.3f}")
+    _emit_coverage(result.facts.get("draft_vocab_coverage") or [])
+    return 0
+
+
+def _emit_coverage(report: list[dict]) -> None:
+    """The draft vocabulary's coverage table (token_counts.safetensors was written)."""
+    if report:
+        emit("draft vocabulary V'  share of the training tokens  of the held-out tokens")
+        for row in report:
+            emit(f"{row['size']:19,d}  {row['train_coverage']:28.3f}  {row['heldout_coverage']:22.3f}")
+
+
+def _load_for_training(args: argparse.Namespace, gen_dtype: str):
+    """(the target in float32 for training, the target at gen_dtype for the data, the cache folder)."""
+    from specviz.models import load_model
+    from specviz.models.loading import cache_root
+
+    options = dict(trust_remote_code=args.trust_remote_code, allow_download=args.allow_download, allow_pickle=args.allow_pickle)
+    target = load_model(args.target, args.device, "float32", **options)
+    generator = target if gen_dtype == "float32" else load_model(args.target, args.device, gen_dtype, **options)
+    cache = Path(args.cache_dir).expanduser() if args.cache_dir else cache_root() / "medusa"
+    return target, generator, cache
+
+
+def cmd_train_eagle(args: argparse.Namespace) -> int:
+    """train-heads --kind eagle: the data (own text + teacher-forced offline text), the training, the go/no-go gate."""
+    import dataclasses
+
+    from specviz.experiments import train_eagle as te
+    from specviz.models.medusa import target_fingerprint
+
+    chosen = {field: getattr(args, opt) for opt, field in (TRAIN_OPTIONS | EAGLE_OPTIONS).items()
+              if getattr(args, opt) is not None and field not in ("num_heads", "num_layers")}  # fmt: skip
+    chosen |= {"train_vocab": "full"} if args.full_vocab else {}
+    config = dataclasses.replace(te.EAGLE_TINY if args.tiny else te.EagleConfig(), **chosen)
+    target, generator, cache = _load_for_training(args, config.gen_dtype)
+    emit(f"training an EAGLE head for {target.name} on {target.device}; data cache {cache}", err=True)
+    data = te.load_or_make_eagle_data(generator, config, cache, progress=not args.no_progress)
+    emit(f"data: {data.train.positions} training positions, {data.heldout.positions} held out "
+         f"({len(data.train.lengths) + len(data.heldout.lengths)} sequences)", err=True)  # fmt: skip
+    fingerprint = target_fingerprint(target.model.get_input_embeddings().weight)
+    result = te.train_eagle(target, data, config, te.checkpoint_path(cache, config, fingerprint), resume=args.resume,
+                            progress=not args.no_progress)  # fmt: skip
+    final = result.evals[-1]
+    cost = te.step_cost(generator, result.head, te.draft_ids_of(data, config.draft_vocab))
+    passed, lines = te.gate_report(final.top1, cost, config.draft_vocab, final.positions_seen)
+    gate = dict(passed=passed, heldout_top1=round(final.top1, 4), step_cost=round(cost, 4), draft_vocab=config.draft_vocab,
+                positions_seen=final.positions_seen, cost_precision=generator.precision)  # fmt: skip
+    base = args.base_model or (EMBEDDED_BASE_MODEL if args.target == EMBEDDED_TARGET else args.target)
+    report = te.ship_eagle(result, data, config, Path(args.out), base, _train_command(args, chosen), gate)
+    emit(f"wrote {args.out} (target {result.fingerprint}); {result.facts['train_s']:.0f} s of training")
+    emit("positions seen  held-out first-draft-token top-1")
+    for seen, top1 in te.scaling_table(result.evals):
+        emit(f"{seen:14,d}  {top1:.3f}")
+    for line in lines:
+        emit(line)
+    _emit_coverage(report)
+    return 0
+
+
+def cmd_count_vocab(args: argparse.Namespace) -> int:
+    """train-heads --count-vocab: token_counts.safetensors for an existing heads folder, from its recipe's data."""
+    import dataclasses
+
+    import torch
+
+    from specviz.experiments import train_eagle as te
+    from specviz.experiments import train_heads as th
+
+    folder = Path(args.out)
+    try:
+        saved = json.loads((folder / "config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise ValueError(f"--count-vocab needs a heads folder with a readable config.json; {folder} has none ({type(exc).__name__}).") from None
+    eagle = isinstance(saved, dict) and saved.get("specviz_kind") == "eagle"
+    base = te.EagleConfig() if eagle else th.TrainConfig()
+    recipe = (saved.get("training") or {}).get("config") or {} if isinstance(saved, dict) else {}
+    known = {f.name for f in dataclasses.fields(base)}
+    config = dataclasses.replace(base, **{k: v for k, v in recipe.items() if k in known})
+    target, generator, cache = _load_for_training(args, config.gen_dtype)
+    emit(f"counting the tokens of {folder}'s training data (recipe from its config.json); data cache {cache}", err=True)
+    if eagle:
+        data = te.load_or_make_eagle_data(generator, config, cache, progress=not args.no_progress)
+        train, held = torch.cat([data.train.tokens, data.train.argmax]), data.heldout.argmax
+    else:
+        heads_data = th.load_or_make_data(generator, config, cache, progress=not args.no_progress)
+        train, held = heads_data.train_tokens, heads_data.heldout_tokens
+    report = th.write_token_counts(folder, train, held, target.vocab_size, "the target's own tokens in the heads' training data")
+    emit(f"wrote {folder / 'token_counts.safetensors'} ({int(train.numel()):,} training positions)")
+    _emit_coverage(report)
     return 0
 
 
 def _train_command(args: argparse.Namespace, chosen: dict) -> str:
     """The command line that reproduces a run's heads (the options that change them), for config.json."""
-    parts = ["python -m specviz train-heads"] + (["--tiny"] if args.tiny else [])
+    parts = ["python -m specviz train-heads"] + (["--kind eagle"] if args.kind == "eagle" else []) + (["--tiny"] if args.tiny else [])
     if args.target != EMBEDDED_TARGET:
         parts.append(f"--target {args.target}")
-    by_field = {field: opt for opt, field in TRAIN_OPTIONS.items()}
+    by_field = {field: opt for opt, field in (TRAIN_OPTIONS | EAGLE_OPTIONS).items()}
     parts += [f"--{by_field[f].replace('_', '-')} {v}" for f, v in chosen.items() if f in by_field]
     parts += (["--plain-medusa"] if args.plain_medusa else []) + (["--full-vocab"] if args.full_vocab else [])
     return " ".join(parts + [f"--out {args.out}"])

@@ -12,12 +12,14 @@ from specviz.drafters.specs import DRAFTER_KINDS, drafter_spec
 
 __all__ = ["DRAFTER_KINDS", "EMBEDDED_TARGET", "MAX_NEW_TOKENS", "MAX_PROMPT_CHARS", "MAX_PROMPT_TOKENS", "DrafterKind", "RunConfig", "validate_prompt"]
 
-DrafterKind = Literal["model", "lookup", "ngram", "early-exit", "medusa", "none"]  # the kinds of specviz.drafters.specs.DRAFTERS
+DrafterKind = Literal["model", "lookup", "ngram", "early-exit", "medusa", "eagle", "recycle", "none"]  # the kinds of specviz.drafters.specs.DRAFTERS
 EMBEDDED_TARGET = "embedded:SmolLM2-135M-Instruct"  # same string as specviz.models.EMBEDDED_TARGET
 MAX_PROMPT_CHARS = 20_000  # a cheap check before the tokenizer sees the text (a character is at most 4 byte-level tokens)
 MAX_PROMPT_TOKENS = 131_072  # the engine's own ceiling on a prompt's tokens; the model's context usually bites first
 MAX_NEW_TOKENS = 2048
 MAX_PATH_CHARS = 1_000  # a folder path typed or read from a file
+MAX_DRAFT_VOCAB = 1_000_000  # V' of a draft vocabulary; the target's vocabulary is the real limit (checked at load)
+DRAFT_VOCAB_CHOICES = (0, 4096, 8192, 16384)  # the menu's V' (0: the full vocabulary); the model cards report these
 
 
 @dataclass(frozen=True)
@@ -27,6 +29,8 @@ class RunConfig:
     drafter: DrafterKind = "ngram"  # the offline default: no second model, a real q, fastest measured (scripts/compare_drafters.py)
     exit_layer: int | None = None  # early exit: blocks of the target the draft runs; None picks ~93% of the depth
     medusa_heads: str | None = None  # Medusa: a heads folder (Medusa's layout); None = the heads shipped for the embedded target
+    eagle_head: str | None = None  # EAGLE: a head folder (specviz.models.eagle); None = the head shipped for the embedded target
+    draft_vocab: int = 0  # Medusa and EAGLE: score only the V' tokens the target says most often (0: the full vocabulary)
     ngram_max: int = 3  # prompt lookup and n-gram drafter: longest n-gram tried first
     ngram_min: int = 1  # ... down to this one
     ngram_threshold: float = 0.5  # n-gram drafter: stop drafting when its count-aware confidence falls below this
@@ -67,6 +71,10 @@ class RunConfig:
             raise ValueError(f"The tree width must be between 1 (a chain) and {MAX_TREE_WIDTH}; got {self.tree_width}.")
         if self.medusa_heads is not None:
             validate_path(self.medusa_heads, "The Medusa heads folder")
+        if self.eagle_head is not None:
+            validate_path(self.eagle_head, "The EAGLE head folder")
+        if not (0 <= self.draft_vocab <= MAX_DRAFT_VOCAB):
+            raise ValueError(f"The draft vocabulary is 0 (the full vocabulary) or up to {MAX_DRAFT_VOCAB:,} tokens; got {self.draft_vocab}.")
         if self.exit_layer is not None and self.exit_layer < 1:
             raise ValueError(f"The exit layer must be at least 1; got {self.exit_layer}.")
         if not (1 <= self.max_new_tokens <= MAX_NEW_TOKENS):

@@ -1,10 +1,12 @@
 """Turn a RunConfig and loaded models into a decoder: the glue between specviz.models and specviz.core.
 
 resolve_models() is the one place that decides which models a run needs (the target; a draft model for the
-'model' drafter; the early-exit view of the target for 'early-exit'; Medusa heads for 'medusa'); callers hand it
-their loaders (the UI's cached ones, or a plain load), so the CLI, the benchmark, the lab and the step-through page
-load alike. A Medusa run's target view keeps its hidden states (HFCachedLM keep_hidden), per run: the shared model
-and the shared heads are only read.
+'model' drafter; the early-exit view of the target for 'early-exit'; Medusa heads for 'medusa'; an EAGLE head for
+'eagle'); callers hand it their loaders (the UI's cached ones, or a plain load), so the CLI, the benchmark, the lab
+and the step-through page load alike. A Medusa or EAGLE run's target view keeps its hidden states (HFCachedLM
+keep_hidden), per run: the shared model and the shared heads are only read. A draft vocabulary (config.draft_vocab)
+cuts the target's LM head to the V' tokens the heads' token counts rank first, built per run (a few ms: the rows are
+read from the tied input embedding, or unpacked once from an untied head).
 
 prompt_ids() is the one place a prompt becomes the ids a run prefills, after every check a prompt must pass before
 any model turn (its characters, the owner's token budget, the model's context); kv_tokens() is a run's worst-case
@@ -23,16 +25,22 @@ from specviz.core.records import StepRecord
 from specviz.core.resume import DecoderState, resume
 from specviz.drafters import NoDrafter
 from specviz.drafters.base import Drafter
+from specviz.drafters.eagle import FeatureHead
 from specviz.drafters.medusa import HeadsSource
-from specviz.drafters.specs import drafter_spec
+from specviz.drafters.specs import DraftSource, drafter_spec
 from specviz.models import HFCachedLM, LoadedModel, check_same_tokenizer, early_exit_view, encode_prompt, load_model
 from specviz.models.adapter import default_exit_layer, kv_bytes_per_token
+from specviz.models.eagle import EagleCache, EagleHead, EagleShape, load_eagle, logits_fn, step_fn
 from specviz.models.medusa import HeadsError, MedusaHeads, head_logits_fn, load_heads, target_fingerprint
+from specviz.models.precision import FP16_WEIGHTS, pack_fp16_linears
+from specviz.models.vocab import COUNTS_FILE, ReducedHead, VocabError, draft_vocab_ids, read_token_counts
 
 Loader = Callable[[str], LoadedModel]  # source -> loaded model
 EarlyExitOf = Callable[[LoadedModel, int], Any]  # (target, exit layer) -> the early-exit model view
 HeadsOf = Callable[[str | None, LoadedModel], MedusaHeads]  # (heads folder or None, target) -> heads on its device
+EagleOf = Callable[[str | None, LoadedModel], EagleHead]  # (head folder or None, target) -> the head on its device
 SHIPPED_HEADS = Path(__file__).resolve().parents[1] / "assets" / "medusa_smollm2_135m"  # for the embedded target
+SHIPPED_EAGLE = Path(__file__).resolve().parents[1] / "assets" / "eagle_smollm2_135m"  # for the embedded target
 
 
 @dataclass(frozen=True)
@@ -43,6 +51,7 @@ class RunModels:
     draft: LoadedModel | None = None  # for the 'model' drafter
     early_exit: Any = None  # the target's first layers as a model, for 'early-exit'
     heads: MedusaHeads | None = None  # for 'medusa', on the target's device
+    eagle: EagleHead | None = None  # for 'eagle', on the target's device
 
 
 @dataclass(frozen=True)
@@ -120,13 +129,69 @@ def load_target_heads(folder: str | None, target: LoadedModel) -> MedusaHeads:
         raise HeadsError(f"No Medusa heads folder at {path}.")
     embedding = target.model.get_input_embeddings().weight
     heads = load_heads(path, int(embedding.shape[1]), target_fingerprint(embedding), target.name)
+    heads.token_counts = _counts(path, target)
     return heads.to(target.device)
 
 
-def heads_source(heads: MedusaHeads, target: LoadedModel, vocab: int) -> HeadsSource:
-    """What the Medusa drafter drafts with: the heads, then the target's own LM head (both only read)."""
+def load_target_eagle(folder: str | None, target: LoadedModel) -> EagleHead:
+    """An EAGLE head for this target, on its device (packed to float16 weights when the target is): from ``folder``, or
+    the shipped head (None). HeadsError (a ValueError) naming both models when it was trained for another target."""
+    path = SHIPPED_EAGLE if folder is None else Path(folder).expanduser()
+    if folder is None and not (path / "config.json").is_file():
+        raise HeadsError(
+            f"The shipped EAGLE head ({path}) is not installed yet; train one with `python -m specviz train-heads --kind eagle "
+            "--out assets/eagle_smollm2_135m`, or give a head folder (--eagle-head PATH)."
+        )
+    if not path.is_dir():
+        raise HeadsError(f"No EAGLE head folder at {path}.")
+    embedding = target.model.get_input_embeddings().weight
+    head = load_eagle(path, EagleShape.of_target(target.model.config), target_fingerprint(embedding), target.name)
+    if target.precision == FP16_WEIGHTS:
+        pack_fp16_linears(head)  # fresh, not shared yet: the same float16 GEMM as the target's own layers
+    head.token_counts = _counts(path, target)
+    return head.to(target.device)
+
+
+def _counts(folder: Path, target: LoadedModel):
+    """The folder's token counts for a draft vocabulary, or None when it has none."""
+    return read_token_counts(folder, target.vocab_size) if (folder / COUNTS_FILE).is_file() else None
+
+
+def draft_head(target: LoadedModel, counts, size: int, what: str) -> ReducedHead | None:
+    """The target's LM head cut to the ``size`` tokens ``counts`` ranks first (None for size 0: the full vocabulary).
+    A head tied to the input embedding reads its rows from the embedding (no unpacking of a float16-packed head)."""
+    if not size:
+        return None
+    if counts is None:
+        raise VocabError(f"The {what} have no token counts ({COUNTS_FILE}), so no draft vocabulary: count them with "
+                         "`python -m specviz train-heads --count-vocab --out FOLDER`, or set the draft vocabulary to 0 (full).")  # fmt: skip
+    if size > target.vocab_size:
+        raise VocabError(f"A draft vocabulary of {size:,} tokens is larger than the target's ({target.vocab_size:,}).")
     model = target.model
-    return HeadsSource(head_logits_fn(heads, model.get_output_embeddings(), vocab, model.get_input_embeddings()), heads.num_heads, target.device)
+    lm_head = model.get_output_embeddings()
+    tied = bool(getattr(model.config, "tie_word_embeddings", False)) and getattr(lm_head, "bias", None) is None
+    rows = model.get_input_embeddings() if tied else lm_head
+    return ReducedHead(lm_head, draft_vocab_ids(counts, size).to(target.device), rows=rows)
+
+
+def heads_source(heads: MedusaHeads, target: LoadedModel, vocab: int, draft_vocab: int = 0) -> HeadsSource:
+    """What the Medusa drafter drafts with: the heads, then the target's own LM head, cut to a draft vocabulary of
+    ``draft_vocab`` tokens when asked (all only read)."""
+    model = target.model
+    reduced = draft_head(target, heads.token_counts, draft_vocab, "Medusa heads")
+    logits = head_logits_fn(heads, model.get_output_embeddings(), vocab, model.get_input_embeddings(), reduced)
+    return HeadsSource(logits, heads.num_heads, target.device, None if reduced is None else reduced.ids)
+
+
+def eagle_source(head: EagleHead, target: LoadedModel, vocab: int, draft_vocab: int = 0) -> FeatureHead:
+    """What the EAGLE drafter drafts with: the head over a fresh per-run cache, reading tokens through the target's
+    input embedding, and the target's LM head (cut to a draft vocabulary when asked). All shared parts are only read."""
+    model = target.model
+    reduced = draft_head(target, head.token_counts, draft_vocab, "EAGLE head")
+    lm_head = reduced if reduced is not None else model.get_output_embeddings()
+    dtype = target.model.get_input_embeddings().weight.dtype
+    logits = logits_fn(lm_head, vocab if reduced is None else reduced.size, dtype)
+    return FeatureHead(EagleCache, step_fn(head, model.get_input_embeddings()), logits, target.device, None if reduced is None else reduced.ids)
 
 
 def resolve_models(
@@ -137,14 +202,16 @@ def resolve_models(
     *,
     target: LoadedModel | None = None,
     drafters: Iterable[str] | None = None,
+    eagle_of: EagleOf | None = None,
 ) -> RunModels:
     """Load the target (unless given), a draft model when one of ``drafters`` (default: the config's) needs it,
-    the early-exit view when one drafts with the target's first layers, and the Medusa heads when one drafts with
-    them. load defaults to load_model with the config's options; early_exit_of to a fresh early_exit_view; heads_of
-    to load_target_heads."""
+    the early-exit view when one drafts with the target's first layers, the Medusa heads when one drafts with
+    them and the EAGLE head when one drafts with it. load defaults to load_model with the config's options;
+    early_exit_of to a fresh early_exit_view; heads_of to load_target_heads; eagle_of to load_target_eagle."""
     load = load or (lambda source: load_model(source, **config.load_options()))
     early_exit_of = early_exit_of or (lambda model, layer: early_exit_view(model.model, layer))
     heads_of = heads_of or load_target_heads
+    eagle_of = eagle_of or load_target_eagle
     specs = [drafter_spec(kind) for kind in (drafters if drafters is not None else (config.drafter,))]
     target = target if target is not None else load(config.target)
     draft = None
@@ -154,17 +221,20 @@ def resolve_models(
         draft = load(config.draft or "")
     early = early_exit_of(target, exit_layer_for(config, target)) if any(s.lm == "early-exit" for s in specs) else None
     heads = heads_of(config.medusa_heads, target) if any(s.lm == "heads" for s in specs) else None
-    return RunModels(target, draft, early, heads)
+    eagle = eagle_of(config.eagle_head, target) if any(s.lm == "eagle" for s in specs) else None
+    return RunModels(target, draft, early, heads, eagle)
 
 
 def make_drafter(
-    config: RunConfig, target: LoadedModel, draft: LoadedModel | None = None, early_exit=None, heads: MedusaHeads | None = None
-) -> Drafter:
+    config: RunConfig, target: LoadedModel, draft: LoadedModel | None = None, early_exit=None, heads: MedusaHeads | None = None,
+    eagle: EagleHead | None = None,
+) -> Drafter:  # fmt: skip
     """Build this run's drafter from its spec. early_exit: a cached early_exit_view of the target, heads: loaded Medusa
-    heads (load_target_heads), if the caller keeps them; otherwise they are built or loaded here."""
+    heads (load_target_heads), eagle: a loaded EAGLE head (load_target_eagle), if the caller keeps them; otherwise
+    they are built or loaded here."""
     spec = drafter_spec(config.drafter)
     vocab, name = target.vocab_size, spec.short_name
-    lm: HFCachedLM | HeadsSource | None = None
+    lm: DraftSource = None
     if spec.lm == "draft":
         if draft is None:
             raise ValueError("The 'model' drafter needs a loaded draft model.")
@@ -177,8 +247,18 @@ def make_drafter(
         lm, name = HFCachedLM(view, vocab), f"early exit at layer {layer}/{target.num_layers}"
     elif spec.lm == "heads":
         heads = heads if heads is not None else load_target_heads(config.medusa_heads, target)
-        lm, name = heads_source(heads, target, vocab), f"{heads.num_heads} Medusa heads"
+        lm, name = heads_source(heads, target, vocab, config.draft_vocab), f"{heads.num_heads} Medusa heads{vocab_note(config)}"
+    elif spec.lm == "eagle":
+        eagle = eagle if eagle is not None else load_target_eagle(config.eagle_head, target)
+        lm, name = eagle_source(eagle, target, vocab, config.draft_vocab), f"EAGLE{vocab_note(config)}"
+    elif spec.lm == "target":
+        lm = target.device
     return spec.build(config, vocab, lm, name)
+
+
+def vocab_note(config: RunConfig) -> str:
+    """' (draft vocabulary 8,192)' for a run that cuts the LM head, else ''."""
+    return f" (draft vocabulary {config.draft_vocab:,})" if config.draft_vocab and drafter_spec(config.drafter).cuts_vocab else ""
 
 
 def build_decoder(
@@ -189,6 +269,7 @@ def build_decoder(
     *,
     early_exit=None,
     heads: MedusaHeads | None = None,
+    eagle: EagleHead | None = None,
     seed: int | None = None,
     baseline: bool = False,
     top_n: int | None = None,
@@ -196,17 +277,17 @@ def build_decoder(
     """A fresh run. baseline=True gives plain target decoding under the same sampling: one token per pass.
     top_n: entries of each distribution its records keep (None: the engine's default); 1 where nothing draws them
     (a race, a service), so building a round's record costs the least."""
-    lm, drafter = _parts(config, target, draft, early_exit, heads, baseline)
+    lm, drafter = _parts(config, target, draft, early_exit, heads, eagle, baseline)
     decode = _decode_config(config, target, seed, baseline)
     return SpeculativeDecoder(lm, drafter, prompt_ids, decode if top_n is None else replace(decode, top_n=top_n))
 
 
-def _parts(config: RunConfig, target: LoadedModel, draft, early_exit, heads, baseline: bool) -> tuple[HFCachedLM, Drafter]:
+def _parts(config: RunConfig, target: LoadedModel, draft, early_exit, heads, eagle, baseline: bool) -> tuple[HFCachedLM, Drafter]:
     """The target's cached view (keeping its hidden states when the drafter reads them) and the run's drafter
     (plain decoding: no drafter)."""
-    drafter: Drafter = NoDrafter() if baseline else make_drafter(config, target, draft, early_exit, heads)
+    drafter: Drafter = NoDrafter() if baseline else make_drafter(config, target, draft, early_exit, heads, eagle)
     vocab = target.vocab_size if draft is None or baseline else min(target.vocab_size, draft.vocab_size)
-    return HFCachedLM(target.model, vocab, keep_hidden=drafter.reads_hidden), drafter
+    return HFCachedLM(target.model, vocab, keep_hidden=drafter.reads_hidden or drafter.reads_features), drafter
 
 
 def _decode_config(config: RunConfig, target: LoadedModel, seed: int | None, baseline: bool) -> DecodeConfig:
@@ -223,11 +304,12 @@ def resume_decoder(
     *,
     early_exit=None,
     heads: MedusaHeads | None = None,
+    eagle: EagleHead | None = None,
     baseline: bool = False,
 ) -> SpeculativeDecoder:
     """A run continued where a saved one stopped (specviz.core.resume): same drafter, prefilled with every committed
     token, generators restored, so the next rounds are the ones the saved run would have stepped."""
-    lm, drafter = _parts(config, target, draft, early_exit, heads, baseline)
+    lm, drafter = _parts(config, target, draft, early_exit, heads, eagle, baseline)
     decode = _decode_config(config, target, saved.seed, baseline)
     return resume(lm, drafter, prompt_ids, saved.generated, saved.records, decode, saved.state, saved.prefill_ms)
 
@@ -237,6 +319,6 @@ def decoder_for(
 ) -> SpeculativeDecoder:
     """build_decoder with the models resolve_models() found."""
     return build_decoder(
-        config, models.target, prompt_ids, models.draft, early_exit=models.early_exit, heads=models.heads, seed=seed, baseline=baseline,
-        top_n=top_n,
-    )
+        config, models.target, prompt_ids, models.draft, early_exit=models.early_exit, heads=models.heads, eagle=models.eagle,
+        seed=seed, baseline=baseline, top_n=top_n,
+    )  # fmt: skip

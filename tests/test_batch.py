@@ -31,6 +31,9 @@ class OracleDrafter:
     has_q = False
     can_branch = False
     reads_hidden = False
+    reads_features = False
+    reads_logits = False
+    keeps_state = False
     device = torch.device("cpu")
 
     def __init__(self, target: TableLM, right: int) -> None:

@@ -31,6 +31,7 @@ DRAFTERS = {
     "early-exit": dict(drafter="early-exit", exit_layer=1),
     "ngram": dict(drafter="ngram", ngram_threshold=0.0),
     "lookup": dict(drafter="lookup"),
+    "recycle": dict(drafter="recycle"),
 }
 
 
@@ -146,7 +147,7 @@ def our_syncs_per_round(dec) -> tuple[list[int], set[str]]:
 
 
 @pytest.mark.parametrize("temperature", [0.0, 1.0])
-@pytest.mark.parametrize("kind", ["model", "ngram", "lookup"])
+@pytest.mark.parametrize("kind", ["model", "ngram", "lookup", "recycle"])
 def test_sync_debug_mode_agrees_syncs_per_round_do_not_grow_with_k(cuda_models, kind, temperature):
     per_k = {k: our_syncs_per_round(decoder(cuda_models, kind, k, temperature, max_new=30)) for k in (2, 8)}
     (c2, sites2), (c8, sites8) = per_k[2], per_k[8]  # sites: file:line of each sync, for the message
@@ -154,3 +155,29 @@ def test_sync_debug_mode_agrees_syncs_per_round_do_not_grow_with_k(cuda_models, 
     assert max(c8) == max(c2), (per_k, "a sync per drafted token somewhere in specviz")
     # host->device copies of the round's inputs, the rule's outcome, the record; a draft model's ids and cache ids
     assert max(c8) <= 10, (sites2, sites8)
+
+
+@pytest.mark.parametrize("width", [1, 2])
+def test_eagle_on_cuda_is_plain_greedy_and_its_chain_never_syncs_per_token(cuda_models, tmp_path, width):
+    """An untrained EAGLE head for the tiny llama, on the device with the target: greedy identity (chain and EAGLE-2
+    tree), and a chain round's synchronisations do not grow with k."""
+    from specviz.models.eagle import EagleHead, EagleShape, save_eagle
+    from specviz.models.medusa import target_fingerprint
+
+    target = cuda_models["llama"]
+    save_eagle(EagleHead(EagleShape.of_target(target.model.config)), tmp_path / "eagle", "tiny",
+               target_fingerprint(target.model.get_input_embeddings().weight))  # fmt: skip
+    ids = encode_prompt(target.tokenizer, PROMPT, chat=False)
+
+    def run(k: int, baseline: bool = False):
+        config = RunConfig(target=str(target.name), drafter="eagle", eagle_head=str(tmp_path / "eagle"), num_draft_tokens=k,
+                           tree_width=width, max_new_tokens=24)  # fmt: skip
+        return build_decoder(config, target, ids, seed=3, baseline=baseline)
+
+    spec, plain = run(4), run(4, baseline=True)
+    spec.run()
+    plain.run()
+    assert spec.generated == plain.generated and spec.drafter.device.type == "cuda"
+    if width == 1:
+        (c2, _), (c8, sites) = our_syncs_per_round(run(2)), our_syncs_per_round(run(8))
+        assert c2 and c8 and max(c8) == max(c2), sites

@@ -13,6 +13,8 @@ import torch
 from specviz.core.decoding import DecodeConfig, SpeculativeDecoder
 from specviz.core.sampling import SamplingConfig, warp
 from specviz.drafters import Draft, ModelDrafter, NGramDrafter, NoDrafter, PromptLookupDrafter
+from specviz.drafters.eagle import EagleDrafter
+from specviz.drafters.recycle import RecycleDrafter
 from specviz.models import HFCachedLM, encode_prompt
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -60,11 +62,23 @@ def make_decoder(tiny_models, kind: str, k: int, temperature: float) -> Speculat
         "item-per-token": lambda: ItemPerTokenDrafter(HFCachedLM(draft.model, draft.vocab_size), sampling),
         "ngram": lambda: NGramDrafter(target.vocab_size, threshold=0.0),
         "lookup": lambda: PromptLookupDrafter(3, 1),
+        "recycle": lambda: RecycleDrafter(target.vocab_size),
+        "eagle": lambda: random_eagle(target, sampling),
         "none": lambda: NoDrafter(),
     }[kind]()
     ids = encode_prompt(target.tokenizer, PROMPT, chat=False)
     config = DecodeConfig(num_draft_tokens=k, sampling=sampling, seed=1, max_new_tokens=30)
-    return SpeculativeDecoder(HFCachedLM(target.model, target.vocab_size), drafter, ids, config)
+    keep = drafter.reads_hidden or drafter.reads_features
+    return SpeculativeDecoder(HFCachedLM(target.model, target.vocab_size, keep_hidden=keep), drafter, ids, config)
+
+
+def random_eagle(target, sampling: SamplingConfig) -> EagleDrafter:
+    """An untrained EAGLE head for the tiny target: it drafts k tokens every round (nothing stops a chain)."""
+    from specviz.models.eagle import EagleHead, EagleShape
+    from specviz.runs import eagle_source
+
+    head = EagleHead(EagleShape.of_target(target.model.config), torch.Generator().manual_seed(0)).eval().requires_grad_(False)
+    return EagleDrafter(eagle_source(head, target, target.vocab_size), sampling, target.vocab_size)
 
 
 def reads_per_round(dec: SpeculativeDecoder) -> list[int]:
@@ -78,7 +92,7 @@ def reads_per_round(dec: SpeculativeDecoder) -> list[int]:
 
 
 @pytest.mark.parametrize("temperature", [0.0, 1.0])
-@pytest.mark.parametrize("kind", ["model", "ngram", "lookup"])
+@pytest.mark.parametrize("kind", ["model", "ngram", "lookup", "recycle", "eagle"])
 def test_host_reads_per_round_do_not_grow_with_k(tiny_models, kind, temperature):
     per_k = {k: reads_per_round(make_decoder(tiny_models, kind, k, temperature)) for k in (2, 8)}
     assert per_k[2] and per_k[8], "the drafter never drafted: the test would prove nothing"

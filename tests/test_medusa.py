@@ -8,7 +8,6 @@ import json
 
 import pytest
 import torch
-from scipy.stats import chisquare
 
 from specviz.config import RunConfig
 from specviz.core.decoding import DecodeConfig, SpeculativeDecoder
@@ -20,7 +19,7 @@ from specviz.models import HFCachedLM
 from specviz.models.medusa import HeadsError, MedusaHeads, save_heads, target_fingerprint
 from specviz.runs import SavedDecoder, build_decoder, load_target_heads, make_drafter, resume_decoder
 from tests.conftest import TINY_PROMPTS
-from tests.toys import TableLM, ToyLM
+from tests.toys import TableLM, ToyLM, pooled_pvalue
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 K = 4
@@ -210,13 +209,13 @@ def test_the_observed_row_is_the_one_whose_lm_head_chose_the_newest_token(tiny_m
 
 
 def test_the_adapter_keeps_the_lm_heads_input(tiny_models):
-    """lm_head(last_hidden) == logits, for a pass, a last_only prefill (one row) and a tree."""
+    """lm_head(last_hidden) == logits, for a pass, a last_only prefill (every row kept, the last one's logits) and a tree."""
     target = tiny_models["llama"]
     lm_head = torch.inference_mode()(target.model.get_output_embeddings())  # another test may leave weights needing grad
     lm = HFCachedLM(target.model, target.vocab_size, keep_hidden=True)
     first = lm.extend([5, 6, 7], last_only=True)
-    assert lm.last_hidden.shape == (1, 32)
-    torch.testing.assert_close(lm_head(lm.last_hidden).float(), first)
+    assert lm.last_hidden.shape == (3, 32)
+    torch.testing.assert_close(lm_head(lm.last_hidden[-1:]).float(), first)
     logits = lm.extend([8, 9])
     torch.testing.assert_close(lm_head(lm.last_hidden).float(), logits)
     tree = lm.extend_tree([10, 11, 12], [-1, -1, 0])
@@ -322,16 +321,6 @@ def _toy_run(drafter_cls, seed: int, sampling: SamplingConfig, max_new: int) -> 
     return dec
 
 
-def _pvalue(counts: torch.Tensor, expected: torch.Tensor, n: int) -> float:
-    """Chi-square of counts against n * expected, the buckets expected fewer than 5 times pooled into one."""
-    big = (expected * n >= 5).flatten()
-    observed, wanted = counts.flatten()[big].tolist(), (expected.flatten()[big] * n).tolist()
-    if not big.all():
-        observed.append(float(counts.flatten()[~big].sum()))
-        wanted.append(float(expected.flatten()[~big].sum()) * n)
-    return float(chisquare(observed, [e * n / sum(wanted) for e in wanted]).pvalue)
-
-
 @pytest.mark.parametrize(("drafter_cls", "exact"), [(MedusaDrafter, True), (GreedyDraftSoftQ, False)])
 def test_first_and_first_two_sampled_tokens_follow_the_target(drafter_cls, exact):
     n, sampling = 1_500, SamplingConfig(temperature=1.0)
@@ -347,7 +336,7 @@ def test_first_and_first_two_sampled_tokens_follow_the_target(drafter_cls, exact
         pairs[a, b] += 1
         accepted += dec.records[0].num_accepted
         rejected += "rejected" in dec.records[0].draft_fates
-    p_one, p_two = _pvalue(ones, first, n), _pvalue(pairs, joint, n)
+    p_one, p_two = pooled_pvalue(ones, first, n), pooled_pvalue(pairs, joint, n)
     if exact:
         assert p_one > 1e-3 and p_two > 1e-3
         assert accepted > 0 and rejected > 0

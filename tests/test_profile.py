@@ -19,10 +19,10 @@ def test_measure_profile_shape(tiny_models):
     assert len(profile.pass_ms) == 5 and all(t > 0 for t in profile.pass_ms)
     curve = profile.curve
     assert isinstance(curve, VerifyCurve) and curve.k_max == 4 and curve.costs[0] == 1.0
-    assert set(profile.draft_cost) == {"ngram", "lookup", "early-exit"}
+    assert set(profile.draft_cost) == {"ngram", "lookup", "early-exit", "recycle"}  # no heads for the tiny model: skipped
     assert all(c >= 0 for c in profile.draft_cost.values())
     assert profile.context_length == 16 and profile.threads >= 1 and profile.torch_version
-    assert calls[-1][0] == calls[-1][1] == 2 * (5 + 3)  # every pass size and drafter, twice
+    assert calls[-1][0] == calls[-1][1] == 2 * (5 + 4)  # every pass size and drafter, twice
     obj = profile.to_json()
     assert obj["schema"] == SCHEMA
     assert list(obj["verify_cost"]) == ["0", "1", "2", "3", "4"]
@@ -113,3 +113,20 @@ def test_profile_times_medusa_heads(tiny_models, tiny_heads):
     assert set(profile.draft_cost) == {"medusa"} and profile.draft_ms_per_token["medusa"] > 0
     skipped = measure_profile(target, max_tokens=3, context_length=16, repeats=1, number=1, drafters=("lookup", "medusa"))
     assert set(skipped.draft_cost) == {"lookup"}  # the shipped heads belong to the embedded target, not this one
+
+
+def test_heads_are_timed_over_the_full_and_a_draft_vocabulary(tiny_models, tiny_heads, tmp_path):
+    """Medusa heads with token counts: timed twice, "medusa" and "medusa@16" (the same heads over 16 tokens)."""
+    import shutil
+
+    import torch
+
+    from specviz.models.vocab import save_token_counts
+
+    folder = tmp_path / "heads"
+    shutil.copytree(tiny_heads, folder)
+    target = tiny_models["llama"]
+    save_token_counts(folder, torch.arange(target.vocab_size))
+    profile = measure_profile(target, max_tokens=2, context_length=8, repeats=1, number=1, drafters=("medusa",), heads_folder=str(folder),
+                              draft_vocabs=(16,))  # fmt: skip
+    assert set(profile.draft_cost) == {"medusa", "medusa@16"}

@@ -64,7 +64,7 @@ def test_baseline_equals_generate(smollm_at, prompt_ids, reference, precision):
 
 
 @pytest.mark.parametrize("precision", VERIFIED_PRECISIONS)
-@pytest.mark.parametrize("drafter", ["lookup", "early-exit", "ngram"])
+@pytest.mark.parametrize("drafter", ["lookup", "early-exit", "ngram", "recycle"])
 def test_greedy_speculative_equals_generate(smollm_at, prompt_ids, reference, drafter, precision):
     smollm = smollm_at(precision)
     # the default drafter with its default settings; the others at k = 4

@@ -105,7 +105,7 @@ def test_greedy_tree_equals_plain_greedy_on_smollm(smollm_at, precision):
     ids = encode_prompt(smollm.tokenizer, SMOL_PROMPT, chat=True)
     plain = build_decoder(RunConfig(max_new_tokens=MAX_NEW), smollm, ids, baseline=True)
     plain.run()
-    for drafter in ("ngram", "early-exit"):
+    for drafter in ("ngram", "early-exit", "recycle"):
         for width in widths:
             config = RunConfig(drafter=drafter, num_draft_tokens=6, tree_width=width, max_new_tokens=MAX_NEW)
             dec = build_decoder(config, smollm, ids)

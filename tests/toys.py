@@ -3,16 +3,19 @@
 Each toy is a CachedLM (specviz.core.protocols) whose logits after a sequence come from ``logits_after(seq)``,
 computed from scratch; extend() feeds ids through it one at a time, so a cache holding the wrong tokens or the
 wrong length changes what comes out. ``plain_greedy(lm, ...)`` is argmax of logits_after at every step, no cache
-involved: what every greedy exactness test compares against.
+involved: what every greedy exactness test compares against. ``pooled_pvalue`` is the one chi-square helper and
+``first_two_tokens`` the one sampler the distribution tests of the drafters share.
 """
 
 from __future__ import annotations
 
 import functools
 import itertools
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 import torch
+from scipy.stats import chisquare
 
 from specviz.core.tree import ancestors
 
@@ -185,3 +188,45 @@ def fake_clock(decoder, ms_per_read: float):
     ticks = itertools.count()
     decoder._clock = lambda: next(ticks) * ms_per_read / 1000.0
     return decoder
+
+
+def pooled_pvalue(counts: torch.Tensor, expected: torch.Tensor, n: int) -> float:
+    """Chi-square of counts against n * expected, the buckets expected fewer than 5 times pooled into one."""
+    big = (expected * n >= 5).flatten()
+    observed, wanted = counts.flatten()[big].tolist(), (expected.flatten()[big] * n).tolist()
+    if not big.all():
+        observed.append(float(counts.flatten()[~big].sum()))
+        wanted.append(float(expected.flatten()[~big].sum()) * n)
+    return float(chisquare(observed, [e * n / sum(wanted) for e in wanted]).pvalue)
+
+
+@dataclass(frozen=True)
+class FirstTwo:
+    """p-values of the first emitted token and of the first two against the target's own distributions, and how often
+    the first round's rule took each path."""
+
+    p_one: float
+    p_two: float
+    accepted: int  # first rounds that kept at least one draft
+    rejected: int  # first rounds with a rejection (the resample path)
+
+
+def first_two_tokens(target: ToyLM, prompt: Sequence[int], temperature: float, n: int, run: Callable[[int], object]) -> FirstTwo:
+    """run(seed) -> a finished decoder (SpeculativeDecoder) of at least two new tokens, for seeds 0..n-1; its first two
+    tokens are compared with the target's warped first-token and first-two-token distributions after ``prompt``."""
+    from specviz.core.sampling import SamplingConfig, warp
+
+    sampling = SamplingConfig(temperature=temperature)
+    vocab = target.vocab_size
+    first = warp(target.logits_after(list(prompt)), sampling)  # (V,)
+    joint = torch.stack([first[a] * warp(target.logits_after(list(prompt) + [a]), sampling) for a in range(vocab)])  # (V, V)
+    ones, pairs = torch.zeros(vocab), torch.zeros(vocab, vocab)
+    accepted = rejected = 0
+    for seed in range(n):
+        dec = run(seed)
+        a, b = dec.generated[:2]
+        ones[a] += 1
+        pairs[a, b] += 1
+        accepted += dec.records[0].num_accepted > 0
+        rejected += "rejected" in dec.records[0].draft_fates
+    return FirstTwo(pooled_pvalue(ones, first, n), pooled_pvalue(pairs, joint, n), accepted, rejected)

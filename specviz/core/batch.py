@@ -97,9 +97,10 @@ class BatchDecoder:
             raise ValueError("Every stream needs a prompt of at least one token.")
         if len(drafters) != len(prompts) or len(target.lengths) != len(prompts):
             raise ValueError(f"Need one drafter and one target row per prompt ({len(prompts)}).")
-        reading = next((d for d in drafters if d.reads_hidden), None)
-        if reading is not None:  # a batched target keeps no per-row hidden states
-            raise ValueError(f"The {reading.name} drafter reads the target's hidden states, which batched decoding does not keep; run it unbatched.")
+        reading = next((d for d in drafters if d.reads_hidden or d.reads_features or d.reads_logits), None)
+        if reading is not None:  # a batched target keeps no per-row hidden states and hands no pass to a drafter
+            what = "logits" if reading.reads_logits else "hidden states"
+            raise ValueError(f"The {reading.name} drafter reads the target's {what}, which batched decoding does not hand over; run it unbatched.")
         self.target, self.drafters, self.config = target, list(drafters), config
         self.prompt_lengths = [len(p) for p in prompts]
         self.tokens: list[list[int]] = [list(p) for p in prompts]  # per stream: prompt + committed tokens

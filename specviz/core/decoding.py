@@ -3,7 +3,11 @@ and only then, with the round's clock stopped, build its record.
 
 A drafter that reads the target's hidden state (Medusa heads, reads_hidden) is handed, after the prefill and after
 every verify pass, the hidden state of the row whose LM-head output chose the newest committed token: from there
-head i guesses the token i places after the newest. The target kept it from the pass the round ran anyway.
+head i guesses the token i places after the newest. The target kept it from the pass the round ran anyway. A drafter
+that reads the target's features (EAGLE, reads_features) is handed the rows that chose every committed token, and one
+that learns from the target's logits (Token Recycling, reads_logits) every row of every pass; a round's hand-overs
+wait for the next draft phase, so their cost is timed as drafting (the prefill's are part of the prefill). For a
+logits reader the prefill computes every row's logits (in chunks), which a plain prefill skips.
 
 A round stays on the target's device: the warp, the rule and every draw run there, with a generator there.
 The host reads the device back a constant number of times per round (the rule's outcome; the record), never
@@ -20,7 +24,7 @@ from dataclasses import dataclass
 import torch
 
 from specviz.core.metrics import RunStats, summarize
-from specviz.core.protocols import CachedLM, Drafter, common_prefix_len, extend_last, paused_s
+from specviz.core.protocols import CachedLM, Drafter, common_prefix_len, extend_last, pause_point, paused_s
 from specviz.core.records import StepRecord
 from specviz.core.rounds import Drafted, RoundContext, Verified, build_record, cut_emitted
 from specviz.core.sampling import SamplingConfig, warp
@@ -32,7 +36,10 @@ from specviz.core.verify import draft_fates as draft_fates_of
 __all__ = ["CachedLM", "Checkpoint", "DecodeConfig", "Drafter", "SpeculativeDecoder", "common_prefix_len", "extend_last", "next_k"]
 
 MAX_DRAFT_TOKENS = 16
+PREFILL_CHUNK = 256  # a logits reader's prefill: rows of (chunk, V) logits at a time, not (prompt, V) at once
 logger = logging.getLogger(__name__)
+Features = tuple[int, torch.Tensor, tuple[int, ...]]  # (start position, (r, H) hidden rows, the r tokens they chose)
+PassLogits = tuple[tuple[int, ...], torch.Tensor]  # (ids fed, (T, V) logits, row i after ids[i])
 
 
 @dataclass(frozen=True)
@@ -103,6 +110,9 @@ class Checkpoint:
     rng_state: torch.Tensor  # the rule's generator
     draft_rng_state: torch.Tensor
     hidden: torch.Tensor | None = None  # (H,) what a drafter reading hidden states was last handed
+    features: Features | None = None  # what a features reader has not been handed yet
+    pass_logits: PassLogits | None = None  # what a logits reader has not been handed yet
+    drafter_state: bytes | None = None  # a stateful drafter's save_state()
 
 
 def sync(device: torch.device) -> None:
@@ -139,13 +149,35 @@ class SpeculativeDecoder:
         self.finished = False
         self.use_tree = config.tree_width > 1 and tree_ready(target, drafter)
         self.hidden: torch.Tensor | None = None  # (H,) the newest committed token's hidden row, for a drafter reading it
+        self.features: Features | None = None  # rows for a features reader, handed over at the next draft
+        self.pass_logits: PassLogits | None = None  # the latest verify pass for a logits reader, handed over at the next draft
         # Prefill: the target caches all but the newest token, whose logits the first verify pass computes.
         start, paused = self._clock(), paused_s()
-        if len(self.tokens) > 1:
-            extend_last(self.target, self.tokens[:-1])  # no (L, V) logits for a prompt of L tokens
         self.drafter.prepare(self.tokens)
+        if len(self.tokens) > 1:
+            self.prefill(self.tokens[:-1])
         self.observe(-1 if len(self.tokens) > 1 else None)  # the prefill's last row chose the newest token
+        self.hand_over()  # a features reader runs its own prefill over the prompt's rows: timed as the prefill
         self.prefill_ms = (self._clock() - start - (paused_s() - paused)) * 1000.0  # a long prefill's waits between chunks are not its time
+
+    def prefill(self, ids: list[int]) -> None:
+        """Cache ids in the target. No (L, V) logits for a prompt of L tokens, unless the drafter learns from them:
+        then chunk by chunk, each handed over at once. A features reader gets every row's hidden state (start 0)."""
+        if not self.drafter.reads_logits:
+            extend_last(self.target, ids)
+            rows = self.target.last_hidden if self.drafter.reads_features else None  # type: ignore[attr-defined]
+        else:
+            kept = []
+            for s in range(0, len(ids), PREFILL_CHUNK):
+                if s:
+                    pause_point()  # on a shared server a waiting participant's turn may go first (as extend_last's chunks)
+                chunk = ids[s : s + PREFILL_CHUNK]
+                self.drafter.observe_logits(chunk, self.target.extend(chunk))  # type: ignore[attr-defined]  # a LogitsDrafter
+                if self.drafter.reads_features:
+                    kept.append(self.target.last_hidden)  # type: ignore[attr-defined]
+            rows = torch.cat(kept) if kept else None
+        if self.drafter.reads_features:
+            self.features = (0, self._hidden_rows(rows, len(ids)), tuple(self.tokens[1 : len(ids) + 1]))
 
     @property
     def generated(self) -> list[int]:
@@ -173,8 +205,10 @@ class SpeculativeDecoder:
         t1 = self._clock()
         verified = self.verify(drafted)
         t2 = self._clock()
+        newest = self.tokens[-1]
         emitted, fates = self.commit(drafted, verified)
         self.rollback(drafted, verified)
+        self.keep_for_drafter(newest, drafted, verified, len(emitted))
         t3 = self._clock()
         width = self.config.tree_width if self.use_tree else 1
         context = RoundContext(len(self.records), len(self.tokens) - len(emitted), k, width, self.config.top_n, self.done)
@@ -188,13 +222,25 @@ class SpeculativeDecoder:
         takes it again (specviz.workshop.baselines), the same tokens from the same draws."""
         return Checkpoint(
             len(self.tokens), len(self.records), self.finished, self.k, self.generator.get_state(), self.draft_generator.get_state(),
-            self.hidden,
+            self.hidden, self.features, self.pass_logits,
+            self.drafter.save_state() if self.drafter.keeps_state else None,  # type: ignore[attr-defined]  # a StatefulDrafter
         )  # fmt: skip
+
+    def drafter_state(self) -> bytes | None:
+        """A stateful drafter's state, the latest pass's logits included (for a saved run, specviz.core.resume), else
+        None. Handing the logits over only queues them: the drafter still folds them in at its next proposal."""
+        if not self.drafter.keeps_state:
+            return None
+        if self.drafter.reads_logits and self.pass_logits is not None:
+            self.drafter.observe_logits(*self.pass_logits)  # type: ignore[attr-defined]  # a LogitsDrafter
+            self.pass_logits = None
+        return self.drafter.save_state()  # type: ignore[attr-defined]  # a StatefulDrafter
 
     def restore(self, checkpoint: Checkpoint) -> None:
         """Back to checkpoint: the tokens, records and draws after it are forgotten, the target's cache cropped.
         The drafter is told the shorter commit; one that learns from committed text (the n-gram model) would keep
-        what it learned, so this is for drafters that keep nothing of it (plain decoding, prompt lookup, a model)."""
+        what it learned, so this is for drafters that keep nothing of it (plain decoding, prompt lookup, a model) or
+        that declare their state (keeps_state: loaded back) or read features (handed the checkpoint's rows again)."""
         del self.tokens[checkpoint.num_tokens :]
         del self.records[checkpoint.num_records :]
         self.finished, self.k = checkpoint.finished, checkpoint.k
@@ -206,19 +252,36 @@ class SpeculativeDecoder:
         if self.drafter.reads_hidden:
             self.hidden = checkpoint.hidden
             self.drafter.observe(self.hidden)  # type: ignore[attr-defined]  # a HiddenDrafter
+        self.features, self.pass_logits = checkpoint.features, checkpoint.pass_logits
+        if self.drafter.keeps_state and checkpoint.drafter_state is not None:
+            self.drafter.load_state(checkpoint.drafter_state)  # type: ignore[attr-defined]  # a StatefulDrafter
 
     def draft(self, k: int) -> Drafted:
-        """1. Up to k drafted tokens (a chain, or a tree of at most k nodes) and the drafter's q_draft when it
-        has one, moved to the target's device."""
+        """1. What the last pass left for the drafter (hand_over), then up to k drafted tokens (a chain, or a tree of
+        at most k nodes) and the drafter's q_draft when it has one, moved to the target's device."""
+        self.hand_over()
         if self.use_tree:
             return draft_tree(self.drafter, self.tokens, k, self.config.tree_width, self.draft_generator, self.device)  # type: ignore[arg-type]
-        ids, q_draft = (), None
+        ids, q_draft, on_device = (), None, None
         if k > 0:
             proposal = self.drafter.propose(self.tokens, k, self.draft_generator)
             ids = tuple(int(t) for t in proposal.token_ids[:k])
             if proposal.q_draft is not None and ids:
                 q_draft = proposal.q_draft[: len(ids)].to(self.device, torch.float32)
-        return Drafted(ids, torch.tensor(ids, dtype=torch.long, device=self.device), q_draft)
+            if proposal.on_device is not None and ids:
+                on_device = proposal.on_device[: len(ids)].to(self.device, torch.long)  # no second trip through the host
+        if on_device is None:
+            on_device = torch.tensor(ids, dtype=torch.long, device=self.device)
+        return Drafted(ids, on_device, q_draft)
+
+    def hand_over(self) -> None:
+        """Give a features reader the rows that chose the tokens committed since, and a logits reader the latest pass."""
+        if self.features is not None:
+            self.drafter.observe_features(*self.features)  # type: ignore[attr-defined]  # a FeatureDrafter
+            self.features = None
+        if self.pass_logits is not None:
+            self.drafter.observe_logits(*self.pass_logits)  # type: ignore[attr-defined]  # a LogitsDrafter
+            self.pass_logits = None
 
     def verify(self, drafted: Drafted) -> Verified:
         """2. One target pass over the committed tokens not yet cached plus every draft (m+1 distributions),
@@ -236,6 +299,7 @@ class SpeculativeDecoder:
         return Verified(
             logits, p_target, q_draft, tuple(range(n)), next_token, next_fate(m, n), draft_fates_of(m, n),
             decision.accept_prob, decision.uniforms, decision.next_dist, next_row=len(pending) - 1 + n,
+            rows=tuple(range(len(pending) - 1, len(pending) + n)),
         )  # fmt: skip
 
     def commit(self, drafted: Drafted, verified: Verified) -> tuple[list[int], list[EmitFate]]:
@@ -257,6 +321,27 @@ class SpeculativeDecoder:
         self.target.crop(len(self.tokens) - 1)
         self.drafter.rollback(self.tokens)
         self.observe(verified.next_row)
+
+    def keep_for_drafter(self, newest: int, drafted: Drafted, verified: Verified, num_emitted: int) -> None:
+        """What the next draft phase hands a features reader (the rows that chose the committed tokens, from the
+        position of the token before them) and a logits reader (the pass: the newest token's row, then every node's)."""
+        if self.drafter.reads_features:
+            rows = self.target.last_hidden  # type: ignore[attr-defined]  # a HiddenStateLM
+            index = torch.tensor(verified.rows[:num_emitted], dtype=torch.long, device=self.device)
+            chosen = self._hidden_rows(rows, 1 + max(verified.rows)).index_select(0, index)  # (e, H)
+            start = len(self.tokens) - num_emitted - 1
+            self.features = (start, chosen, tuple(self.tokens[start + 1 :]))
+        if self.drafter.reads_logits:
+            self.pass_logits = ((newest, *drafted.ids), verified.logits)
+
+    def _hidden_rows(self, rows: torch.Tensor | None, need: int) -> torch.Tensor:
+        """The target's kept hidden rows, checked: a features reader needs at least ``need`` of them."""
+        if rows is None or rows.shape[0] < need:
+            raise ValueError(
+                f"The {self.drafter.name} drafter reads the target's hidden states, but this target keeps none "
+                "(build its cached view with keep_hidden=True)."
+            )
+        return rows
 
     def observe(self, row: int | None) -> None:
         """Hand a drafter that reads hidden states (reads_hidden) row ``row`` of the target's latest pass: the row

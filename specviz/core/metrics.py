@@ -170,6 +170,18 @@ def draft_heads(record: StepRecord) -> tuple[int, ...]:
     return tuple(d + 1 for d in depths)
 
 
+def table_slots(record: StepRecord) -> tuple[tuple[int, int], ...]:
+    """Per drafted node of a token-recycling round: (its parent node, -1 for the newest committed token; its column in
+    the parent token's table row). The drafter follows the table, so a node came from its parent token's row, at its
+    place among its siblings: a chain's node i is column 0 of node i - 1's row. Meaningful for that drafter only."""
+    seen: dict[int, int] = {}
+    out = []
+    for parent in record.tree_parents if record.is_tree else range(-1, record.num_drafted - 1):
+        out.append((parent, seen.get(parent, 0)))
+        seen[parent] = seen.get(parent, 0) + 1
+    return tuple(out)
+
+
 @dataclass(frozen=True)
 class HeadAcceptance:
     """Medusa head i over a run: its conditional acceptance (position i's) and what it said of the tokens tried."""

@@ -6,7 +6,14 @@ that can propose token trees is a ``TreeDrafter`` and says so with ``can_branch 
 propose() returns a real q_draft. A drafter that guesses from the target's own hidden state (Medusa heads) says
 so with ``reads_hidden = True``: the round hands it, through observe(), the target's last hidden state at the row
 whose LM-head output chose the newest committed token, which the target (a ``HiddenStateLM``) kept from the pass
-the round already ran. Nothing in the loop discovers a capability by inspecting signatures.
+the round already ran. A drafter that runs its own layer over the target's features (EAGLE) says ``reads_features =
+True`` and is handed, through observe_features(), the hidden rows that chose *every* newly committed token (the
+prefill's too). A drafter that learns from the target's logits (Token Recycling) says ``reads_logits = True`` and is
+handed, through observe_logits(), every row of every pass the run makes (the prefill's and each verify pass's,
+rejected drafts included), with the token fed at each row. A round's hand-overs reach the drafter at the start of
+the next draft phase, so their cost counts as drafting (the prefill's are part of the prefill). A drafter whose per-run state the committed tokens cannot give
+back (a table learned from rejected drafts' rows) says ``keeps_state = True`` and saves and loads it as bytes, for a
+checkpoint and for a saved run. Nothing in the loop discovers a capability by inspecting signatures.
 
 A long job (a sweep, a lab's measurement) that shares the model with other sessions is handed a ``Turn``: each call
 holds the model for one piece of work (``with turn(): one pass``). The measuring code never knows whose queue it is.
@@ -115,8 +122,8 @@ class HiddenStateLM(CachedLM, Protocol):
 
     @property
     def last_hidden(self) -> torch.Tensor | None:
-        """(T, H) one row per position of the latest extend()/extend_tree() (one row for a last_only prefill),
-        on the model's device; None when this run keeps no hidden states or nothing was fed yet."""
+        """(T, H) one row per position of the latest extend()/extend_tree() (a last_only pass's too), on the model's
+        device; None when this run keeps no hidden states or nothing was fed yet."""
         ...
 
 
@@ -126,6 +133,7 @@ class Draft:
 
     token_ids: tuple[int, ...]
     q_draft: torch.Tensor | None = None  # (len(token_ids), V) probabilities, any device; None: one-hot on each id
+    on_device: torch.Tensor | None = None  # (len(token_ids),) the same ids where they were drawn, when a drafter has them
 
 
 class Drafter(Protocol):
@@ -140,6 +148,9 @@ class Drafter(Protocol):
     has_q: ClassVar[bool]  # True when propose() returns a real q_draft
     can_branch: ClassVar[bool]  # True: this is a TreeDrafter
     reads_hidden: ClassVar[bool]  # True: this is a HiddenDrafter; the target must be a HiddenStateLM
+    reads_features: ClassVar[bool]  # True: this is a FeatureDrafter; the target must be a HiddenStateLM
+    reads_logits: ClassVar[bool]  # True: this is a LogitsDrafter
+    keeps_state: ClassVar[bool]  # True: this is a StatefulDrafter
     device: torch.device  # where propose() samples
 
     def prepare(self, prompt_ids: Sequence[int]) -> None:
@@ -167,6 +178,38 @@ class HiddenDrafter(Drafter, Protocol):
     def observe(self, hidden: torch.Tensor | None) -> None:
         """(H,) the target's last hidden state at the row whose LM-head output chose the newest committed token
         (None: there is none yet, a prompt of one token); called after the prefill and after every verify pass."""
+        ...
+
+
+class FeatureDrafter(Drafter, Protocol):
+    """A Drafter that runs its own layer over the target's features (reads_features = True: EAGLE)."""
+
+    def observe_features(self, start: int, features: torch.Tensor, tokens: Sequence[int]) -> None:
+        """(r, H) the target's last hidden states at positions start..start+r-1 of the committed text, each the row
+        whose LM-head output chose the matching token of ``tokens`` (the token at the next position). Called with
+        the prefill's rows (start 0) and, after every round, with the rows that chose the round's committed tokens;
+        whatever the drafter holds from position ``start`` on is superseded."""
+        ...
+
+
+class LogitsDrafter(Drafter, Protocol):
+    """A Drafter that learns from the target's logits (reads_logits = True: Token Recycling)."""
+
+    def observe_logits(self, ids: Sequence[int], logits: torch.Tensor) -> None:
+        """(T, V) raw logits of T rows of a target pass, row i computed after feeding ids[i] (in a tree pass, after
+        node i under its ancestors). Called for every row of the prefill (in chunks) and of every verify pass."""
+        ...
+
+
+class StatefulDrafter(Drafter, Protocol):
+    """A Drafter with per-run state the committed tokens cannot give back (keeps_state = True)."""
+
+    def save_state(self) -> bytes:
+        """Everything the drafter learned so far, compact (a checkpoint, a saved run)."""
+        ...
+
+    def load_state(self, data: bytes) -> None:
+        """Back to what save_state() returned; ValueError for bytes that are not such a state."""
         ...
 
 

@@ -3,10 +3,12 @@
 A run's future depends on four things: the committed tokens (prompt + generated), the generators' states, the
 adaptive k and whether the run finished. Everything else is derived from the committed tokens: the target's KV
 cache (re-prefilled), and every drafter's state (n-gram counts, the lookup index, a draft model's cache), which
-prepare() rebuilds from them, and the hidden state Medusa heads read: the re-prefill's last row is the row that
-chose the newest committed token, the same rule as after a round (SpeculativeDecoder.observe). So capture() keeps
-those four, and resume() rebuilds a decoder that draws the same uniforms in the same order from the same states as
-the uninterrupted run.
+prepare() rebuilds from them, the hidden state Medusa heads read (the re-prefill's last row is the row that chose
+the newest committed token, the same rule as after a round: SpeculativeDecoder.observe), and an EAGLE drafter's own
+cache (rebuilt from the re-prefill's rows, each the row that chose the next committed token). So capture() keeps
+those four, plus the state of a drafter that declares one the committed tokens cannot give back (keeps_state:
+Token Recycling's table, learned from rejected drafts' rows too), and resume() rebuilds a decoder that draws the
+same uniforms in the same order from the same states as the uninterrupted run.
 
 The continued stream equals the uninterrupted one token for token, up to floating-point reassociation: a
 re-prefilled cache holds the same keys and values computed in one pass instead of round by round, which can
@@ -29,6 +31,7 @@ if TYPE_CHECKING:
     from specviz.core.protocols import Drafter
 
 MAX_STATE_BYTES = 64 * 1024  # a CPU Philox/MT state is ~5 KB, a CUDA one 16 bytes
+MAX_DRAFTER_STATE_BYTES = 4 * 1024 * 1024  # a recycling table of every token a long run met: ~40 bytes a token
 
 
 @dataclass(frozen=True)
@@ -39,9 +42,11 @@ class DecoderState:
     draft_generator: str | None  # None: the drafter draws from the rule's generator (same device)
     k: int  # the next round's k (adaptive k moves it)
     finished: bool  # an EOS was emitted
+    drafter_state: str | None = None  # base64 of a stateful drafter's save_state(); None for every other drafter
 
     def to_dict(self) -> dict:
-        return {"generator": self.generator, "draft_generator": self.draft_generator, "k": self.k, "finished": self.finished}
+        out = {"generator": self.generator, "draft_generator": self.draft_generator, "k": self.k, "finished": self.finished}
+        return out | ({"drafter_state": self.drafter_state} if self.drafter_state is not None else {})
 
     @classmethod
     def from_dict(cls, raw: object) -> DecoderState:
@@ -58,27 +63,36 @@ class DecoderState:
         for s in (gen, draft):
             if s is not None:
                 _decode(s)
-        return cls(gen, draft, k, finished)
+        kept = raw.get("drafter_state")
+        if kept is not None:
+            if not isinstance(kept, str) or len(kept) > MAX_DRAFTER_STATE_BYTES * 2:
+                raise ValueError("the drafter state is not text of a possible size")
+            _decode(kept, MAX_DRAFTER_STATE_BYTES)
+        return cls(gen, draft, k, finished, kept)
 
 
 def _encode(generator: torch.Generator) -> str:
     return base64.b64encode(bytes(generator.get_state().cpu().numpy())).decode("ascii")
 
 
-def _decode(text: str) -> torch.Tensor:
+def _decode(text: str, limit: int = MAX_STATE_BYTES) -> torch.Tensor:
     try:
         raw = base64.b64decode(text.encode("ascii"), validate=True)
     except (ValueError, UnicodeEncodeError):
-        raise ValueError("a generator state is not base64") from None
-    if not raw or len(raw) > MAX_STATE_BYTES:
-        raise ValueError("a generator state has an impossible size")
+        raise ValueError("a saved state is not base64") from None
+    if not raw or len(raw) > limit:
+        raise ValueError("a saved state has an impossible size")
     return torch.frombuffer(bytearray(raw), dtype=torch.uint8)
 
 
 def capture(decoder: SpeculativeDecoder) -> DecoderState:
     """The decoder's continuation state after its latest round (cheap: a few KB)."""
     shared = decoder.draft_generator is decoder.generator
-    return DecoderState(_encode(decoder.generator), None if shared else _encode(decoder.draft_generator), decoder.k, decoder.finished)
+    kept = decoder.drafter_state()
+    return DecoderState(
+        _encode(decoder.generator), None if shared else _encode(decoder.draft_generator), decoder.k, decoder.finished,
+        None if kept is None else base64.b64encode(kept).decode("ascii"),
+    )  # fmt: skip
 
 
 def resume(
@@ -111,4 +125,8 @@ def resume(
         raise ValueError(f"the saved generator state does not fit this device ({exc})") from None
     k = min(state.k, config.max_draft_tokens) if config.adaptive_k else state.k  # a ceiling lowered since the save holds
     decoder.k, decoder.finished = k, state.finished
+    if drafter.keeps_state:
+        if state.drafter_state is None:
+            raise ValueError(f"the saved run carries no state for the {drafter.name} drafter, so it cannot continue exactly")
+        drafter.load_state(bytes(_decode(state.drafter_state, MAX_DRAFTER_STATE_BYTES).numpy()))  # type: ignore[attr-defined]
     return decoder

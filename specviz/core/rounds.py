@@ -59,6 +59,7 @@ class Verified:
     p_current: tuple[float, ...] = ()  # a tree: per node, p at its token when tried
     pending: int = 0  # a tree: committed tokens fed in the same pass before its nodes
     next_row: int = -1  # the pass's row whose LM-head output chose next_token (its hidden state is what Medusa heads read)
+    rows: tuple[int, ...] = ()  # the pass's rows whose LM-head outputs chose each accepted token, then next_token
 
 
 def cut_emitted(emitted: list[int], fates: list[EmitFate], eos_token_ids: Sequence[int], room: int) -> tuple[list[int], list[EmitFate], bool]:

@@ -58,6 +58,25 @@ def draw(probs: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
     return scores.argmax(dim=-1)
 
 
+def draw_draft(q_draft: torch.Tensor, sampling: SamplingConfig, generator: torch.Generator) -> torch.Tensor:
+    """(..., V) a drafter's warped q_draft -> (...) ids drawn from it, on its device. At temperature 0 the warp is
+    one-hot on the argmax, so the argmax *is* the draw: no random number is spent (a draw over the vocabulary costs
+    what plain decoding's one draw per token costs), and the generator is left for the rule. The reported q (the
+    one-hot) is still exactly what the token was drawn from."""
+    if sampling.greedy:
+        return q_draft.argmax(dim=-1)
+    return draw(q_draft, generator)
+
+
+def to_full_vocab(q_draft: torch.Tensor, vocab_ids: torch.Tensor | None, vocab_size: int) -> torch.Tensor:
+    """(..., V') a distribution over a draft vocabulary, column j for token vocab_ids[j] -> (..., vocab_size), zero
+    outside it: what a draft over the reduced vocabulary really proposes (vocab_ids None: already full)."""
+    if vocab_ids is None:
+        return q_draft
+    full = q_draft.new_zeros(*q_draft.shape[:-1], vocab_size)
+    return full.index_copy_(-1, vocab_ids, q_draft)
+
+
 def sample(probs: torch.Tensor, generator: torch.Generator) -> int:
     """Draw one token id from a (V,) distribution; returns a host int (one device round trip)."""
     return int(draw(probs, generator).item())

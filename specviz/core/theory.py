@@ -284,3 +284,20 @@ def crossover_batch(batch_sizes: Sequence[int], ratios: Sequence[float]) -> floa
             x0, x1 = math.log2(b0), math.log2(b)
             return float(2 ** (x0 + (r0 - 1.0) / (r0 - r) * (x1 - x0)))
     return None
+
+
+def best_speedups(alpha: float, costs: Mapping[str, float], verify_cost: VerifyCost = 1.0, k_max: int = MAX_K) -> dict[str, tuple[int, float]]:
+    """name -> (best k, its speedup) at one α for each drafting cost c: the same drafter at several costs (the same
+    heads over the full and a reduced vocabulary) set side by side. On a small target a drafting step is a large
+    share of a pass, so c moves the best k and the speedup as much as α does."""
+    out = {}
+    for name, c in costs.items():
+        k = best_k(alpha, c, verify_cost, k_max)
+        out[name] = (k, speedup(alpha, k, c, verify_cost))
+    return out
+
+
+def vocab_pairs(costs: Mapping[str, float]) -> list[tuple[str, str]]:
+    """(full, reduced) names of a profile's drafting costs that time the same drafter over the full vocabulary and
+    a draft vocabulary ("medusa" and "medusa@8192"), in the order the profile lists them."""
+    return [(name.split("@")[0], name) for name in costs if "@" in name and name.split("@")[0] in costs]

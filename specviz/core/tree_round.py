@@ -42,6 +42,7 @@ def verify_tree(target: TreeCachedLM, pending: Sequence[int], drafted: Drafted, 
         decision.next_fate, decision.fates, torch.tensor(decision.accept_prob, dtype=torch.float64, device=device),
         torch.tensor(decision.uniforms, dtype=torch.float64, device=device), decision.next_dist, decision.p_current, a,
         a + decision.path[-1] if decision.path else a - 1,  # node j is pass row a + j; the root's row is a - 1
+        (a - 1, *(a + i for i in decision.path)),
     )  # fmt: skip
 
 

@@ -18,6 +18,9 @@ class NoDrafter:
     has_q = False
     can_branch = False
     reads_hidden = False
+    reads_features = False
+    reads_logits = False
+    keeps_state = False
     device = torch.device("cpu")
 
     def prepare(self, prompt_ids: Sequence[int]) -> None:

@@ -118,6 +118,9 @@ class PromptLookupDrafter:
     has_q = False
     can_branch = False  # one continuation per match: chains only
     reads_hidden = False
+    reads_features = False
+    reads_logits = False
+    keeps_state = False
     device = torch.device("cpu")
 
     def __init__(self, ngram_max: int = 3, ngram_min: int = 1) -> None:

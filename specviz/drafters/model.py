@@ -7,7 +7,7 @@ from collections.abc import Sequence
 import torch
 
 from specviz.core.protocols import CachedLM, Draft, common_prefix_len, extend_last
-from specviz.core.sampling import SamplingConfig, draw, warp
+from specviz.core.sampling import SamplingConfig, draw_draft, warp
 from specviz.core.tree import TreeDraft
 from specviz.drafters.tree import level_sizes, spine_tree
 
@@ -20,6 +20,9 @@ class ModelDrafter:
     has_q = True
     can_branch = True
     reads_hidden = False
+    reads_features = False
+    reads_logits = False
+    keeps_state = False
 
     def __init__(self, lm: CachedLM, sampling: SamplingConfig, name: str = "draft model") -> None:
         self.lm = lm
@@ -49,12 +52,13 @@ class ModelDrafter:
         qs: list[torch.Tensor] = []
         for i in range(k):
             q = warp(logits, self.sampling)  # (V,) on the device
-            x = draw(q, generator).view(1)  # (1,) on the device
+            x = draw_draft(q, self.sampling, generator).view(1)  # (1,) on the device; the argmax at temperature 0
             ids.append(x)
             qs.append(q)
             if i < k - 1:
                 logits = self.lm.extend(x)[-1]
-        return Draft(tuple(torch.cat(ids).tolist()), torch.stack(qs))  # (k, V) q_draft; one transfer for the ids
+        drafted = torch.cat(ids)  # (k,)
+        return Draft(tuple(drafted.tolist()), torch.stack(qs), drafted)  # (k, V) q_draft; one transfer for the ids
 
     def propose_tree(self, context: Sequence[int], k: int, width: int, generator: torch.Generator) -> TreeDraft:
         """A token tree of at most k nodes (see specviz.drafters.tree): the top-W children of the draft model's

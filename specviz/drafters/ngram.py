@@ -114,6 +114,9 @@ class NGramDrafter:
     has_q = True
     can_branch = True
     reads_hidden = False
+    reads_features = False
+    reads_logits = False
+    keeps_state = False
     device = torch.device("cpu")
 
     def __init__(

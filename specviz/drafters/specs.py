@@ -4,7 +4,8 @@ the sidebar, the session, the CLI, the benchmark, the exactness lab and the cost
 Capabilities (can it branch into a token tree, does it return a real q_draft) are read off the drafter class,
 where they are declared, so the table cannot drift from the code. ``build`` makes the drafter from the run's
 settings, the vocabulary and what the drafter drafts with, which the caller resolved (specviz.runs): for the two
-kinds that draft with a language model that model (a CachedLM), for Medusa its heads (a HeadsSource).
+kinds that draft with a language model that model (a CachedLM), for Medusa its heads (a HeadsSource), for EAGLE its
+layer over the target's features (a FeatureHead), for Token Recycling the device of the target whose passes it reads.
 """
 
 from __future__ import annotations
@@ -13,16 +14,21 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal, Protocol
 
+import torch
+
 from specviz.core.protocols import CachedLM, Drafter
 from specviz.core.sampling import SamplingConfig
 from specviz.drafters.base import NoDrafter
+from specviz.drafters.eagle import EagleDrafter, FeatureHead
 from specviz.drafters.lookup import PromptLookupDrafter
 from specviz.drafters.medusa import HeadsSource, MedusaDrafter
 from specviz.drafters.model import ModelDrafter
 from specviz.drafters.ngram import NGramDrafter
+from specviz.drafters.recycle import RecycleDrafter
 
-# what a drafter drafts with, beyond the context: a second model, the target's first layers, heads on the target
-DraftLM = Literal["draft", "early-exit", "heads"]
+# what a drafter drafts with, beyond the context: a second model, the target's first layers, heads on the target, an
+# EAGLE layer over the target's features, or nothing but the target's own passes
+DraftLM = Literal["draft", "early-exit", "heads", "eagle", "target"]
 
 
 class DrafterSettings(Protocol):
@@ -36,7 +42,8 @@ class DrafterSettings(Protocol):
     def sampling(self) -> SamplingConfig: ...
 
 
-DraftSource = CachedLM | HeadsSource | None  # a model drafter's LM, Medusa's heads, or nothing
+DraftSource = CachedLM | HeadsSource | FeatureHead | torch.device | None  # a model drafter's LM, Medusa's heads, EAGLE's
+# layer, the target's device (Token Recycling), or nothing
 Build = Callable[[DrafterSettings, int, DraftSource, str], Drafter]
 
 
@@ -47,7 +54,7 @@ class DrafterSpec:
     short_name: str  # in run names, tables and messages
     cls: type  # the drafter class, which declares can_branch and has_q
     build: Build  # (settings, vocab size, what it drafts with or None, display name) -> the drafter
-    lm: DraftLM | None = None  # what it drafts with: "draft" needs a second model loaded, "heads" Medusa heads
+    lm: DraftLM | None = None  # what it drafts with: "draft" needs a second model loaded, "heads" Medusa heads, "eagle" an EAGLE head
     baseline: bool = False  # plain decoding: the baseline every speedup divides by
 
     @property
@@ -65,8 +72,14 @@ class DrafterSpec:
 
     @property
     def reads_hidden(self) -> bool:
-        """It drafts from the target's hidden state: the run's target view keeps it (HFCachedLM keep_hidden)."""
-        return bool(self.cls.reads_hidden)
+        """It drafts from the target's hidden states (the newest row, or every committed row): the run's target view
+        keeps them (HFCachedLM keep_hidden)."""
+        return bool(self.cls.reads_hidden or self.cls.reads_features)
+
+    @property
+    def cuts_vocab(self) -> bool:
+        """It scores the target's LM head, so a draft vocabulary (RunConfig.draft_vocab) makes its steps cheaper."""
+        return self.lm in ("heads", "eagle")
 
 
 def _model(settings: DrafterSettings, vocab: int, lm: CachedLM | None, name: str) -> Drafter:
@@ -78,7 +91,17 @@ def _model(settings: DrafterSettings, vocab: int, lm: CachedLM | None, name: str
 def _medusa(settings: DrafterSettings, vocab: int, heads: DraftSource, name: str) -> Drafter:
     if not isinstance(heads, HeadsSource):
         raise ValueError(f"The {name} drafter needs its Medusa heads.")
-    return MedusaDrafter(heads.head_logits, heads.num_heads, settings.sampling, heads.device, name=name)
+    return MedusaDrafter(heads.head_logits, heads.num_heads, settings.sampling, heads.device, name=name, vocab_ids=heads.vocab_ids, vocab_size=vocab)
+
+
+def _eagle(settings: DrafterSettings, vocab: int, head: DraftSource, name: str) -> Drafter:
+    if not isinstance(head, FeatureHead):
+        raise ValueError(f"The {name} drafter needs its EAGLE head.")
+    return EagleDrafter(head, settings.sampling, vocab, name=name)
+
+
+def _recycle(settings: DrafterSettings, vocab: int, device: DraftSource, name: str) -> Drafter:
+    return RecycleDrafter(vocab, device if isinstance(device, torch.device) else "cpu", name=name)
 
 
 DRAFTERS: tuple[DrafterSpec, ...] = (  # the default first (menus start there)
@@ -93,6 +116,8 @@ DRAFTERS: tuple[DrafterSpec, ...] = (  # the default first (menus start there)
     DrafterSpec("model", "draft model (a smaller LM)", "draft model", ModelDrafter, _model, lm="draft"),
     DrafterSpec("early-exit", "early exit (the target's first L layers)", "early exit", ModelDrafter, _model, lm="early-exit"),
     DrafterSpec("medusa", "Medusa heads (the target guesses its own future)", "Medusa heads", MedusaDrafter, _medusa, lm="heads"),
+    DrafterSpec("eagle", "EAGLE (one layer continues the target's features)", "EAGLE", EagleDrafter, _eagle, lm="eagle"),
+    DrafterSpec("recycle", "token recycling (the target's own past guesses)", "token recycling", RecycleDrafter, _recycle, lm="target"),
     DrafterSpec("none", "none: plain target decoding", "plain decoding", NoDrafter, lambda s, vocab, lm, name: NoDrafter(), baseline=True),
 )  # fmt: skip
 DRAFTER_KINDS: tuple[str, ...] = tuple(d.kind for d in DRAFTERS)

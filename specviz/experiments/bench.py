@@ -74,6 +74,8 @@ class SweepSpec:
     chat: bool = True  # wrap prompts in the tokenizer's chat template
     exit_layer: int | None = None  # early exit: None picks the default depth
     medusa_heads: str | None = None  # Medusa: a heads folder; None = the heads shipped for the embedded target
+    eagle_head: str | None = None  # EAGLE: a head folder; None = the head shipped for the embedded target
+    draft_vocab: int = 0  # Medusa and EAGLE: a draft vocabulary of this many tokens (0: the full vocabulary)
     repeats: int = 3  # timed runs of every setting; the table reports their median and min–max
     warmup: int = 1  # rotations run first and thrown away (allocation, caches, kernel selection)
     tree_widths: tuple[int, ...] = (1,)  # token trees: children per node (1 = a chain); k is the node budget
@@ -389,12 +391,13 @@ def run_sweep(
     draft: LoadedModel | None = None,
     early_exit=None,
     heads=None,
+    eagle=None,
     on_progress: ProgressFn | None = None,
     turn: Turn | None = None,
 ) -> list[BenchRow]:
-    """Run the sweep and return one BenchRow per speculative setting. early_exit: a cached
-    early_exit_view of the target, heads: its loaded Medusa heads (each built here when needed and not given). on_progress(done, total,
-    message) follows every run, warm-ups included. turn: on a shared server, one model turn per run."""
+    """Run the sweep and return one BenchRow per speculative setting. early_exit: a cached early_exit_view of the
+    target, heads: its loaded Medusa heads, eagle: its loaded EAGLE head (each built here when needed and not given).
+    on_progress(done, total, message) follows every run, warm-ups included. turn: on a shared server, one model turn per run."""
     from specviz.runs import build_decoder, prompt_ids, resolve_models
 
     if not prompts:
@@ -405,21 +408,24 @@ def run_sweep(
     def config(drafter: str, k: int, temperature: float, tree_width: int = 1) -> RunConfig:
         return RunConfig(
             target=target.name, draft=draft.name if draft is not None else None, drafter=drafter,  # type: ignore[arg-type]
-            exit_layer=spec.exit_layer, medusa_heads=spec.medusa_heads, num_draft_tokens=k, temperature=temperature, seed=spec.seed,
-            max_new_tokens=spec.max_new_tokens, chat=spec.chat, tree_width=tree_width,
-        )
+            exit_layer=spec.exit_layer, medusa_heads=spec.medusa_heads, eagle_head=spec.eagle_head, draft_vocab=spec.draft_vocab,
+            num_draft_tokens=k, temperature=temperature, seed=spec.seed, max_new_tokens=spec.max_new_tokens, chat=spec.chat,
+            tree_width=tree_width,
+        )  # fmt: skip
 
     if "early-exit" in spec.drafters and early_exit is None:
         early_exit = resolve_models(config("early-exit", 1, 0.0), target=target).early_exit
     if "medusa" in spec.drafters and heads is None:
         heads = resolve_models(config("medusa", 1, 0.0), target=target).heads
+    if "eagle" in spec.drafters and eagle is None:
+        eagle = resolve_models(config("eagle", 1, 0.0), target=target).eagle
     device, dtype = str(target.device), target.precision
 
     def factory(
         ids: list[int], drafter: str, k: int, temperature: float, baseline: bool, tree_width: int = 1
     ) -> Callable[[], SpeculativeDecoder]:
         cfg = config(drafter, k, temperature, tree_width)
-        return lambda: build_decoder(cfg, target, ids, draft, early_exit=early_exit, heads=heads, baseline=baseline)
+        return lambda: build_decoder(cfg, target, ids, draft, early_exit=early_exit, heads=heads, eagle=eagle, baseline=baseline)
 
     total, offset = spec.num_runs(len(prompts)), 0
     rows: list[BenchRow] = []

@@ -19,8 +19,11 @@ and the batch-B story come from one machine state. Where spare arithmetic runs o
 pass over t tokens costs little more than one token; at batch B the B*t tokens of one pass fill the cores.
 
 Medusa heads are timed as one proposal from the hidden state of the context (the K heads and one LM-head read over
-the K rows; no target pass), divided by the tokens it drafts, min(k, K): the heads' c next to a 1-token pass. A
-target with no heads for it is skipped with a warning.
+the K rows; no target pass), divided by the tokens it drafts, min(k, K): the heads' c next to a 1-token pass. An EAGLE
+head as one proposal of k tokens (k layer steps and LM-head reads), token recycling as k table lookups. Medusa and
+EAGLE are timed again over a draft vocabulary ("medusa@8192": the LM head cut to the 8,192 tokens the heads' counts
+rank first), which is the lesson of the theory page's drafting-cost chart. A target with no heads (or no token counts)
+for them is skipped with a warning. Every drafter is set up by a decoder's prefill of the context, as in a run.
 
 The measurement imports torch and specviz.models (transformers); the CostProfile record and its JSON
 loader do not, so pages can read shipped profiles cheaply.
@@ -52,6 +55,7 @@ log = logging.getLogger(__name__)
 
 SCHEMA = "specviz.profile/1"
 PROFILE_DRAFTERS: tuple[str, ...] = ONE_MODEL_KINDS  # the drafters that need no second model
+DEFAULT_DRAFT_VOCABS = (8192,)  # Medusa and EAGLE are timed again over a draft vocabulary of this many tokens
 ASSETS = Path(__file__).resolve().parents[2] / "assets"
 MAX_PROFILE_BYTES = 200_000
 MAX_BATCH = 64  # the largest batch a profile measures
@@ -278,46 +282,55 @@ def _batch_runners(target: LoadedModel, ids: list[int], context_length: int, max
     return runners
 
 
+def profile_names(drafters: Sequence[str], draft_vocabs: Sequence[int]) -> list[tuple[str, str, int]]:
+    """(name in the profile, drafter kind, draft vocabulary) for every drafter, and for each that scores the target's
+    LM head once more per draft vocabulary: "medusa@8192" is the same heads over the 8,192 most said tokens."""
+    from specviz.drafters.specs import drafter_spec
+
+    out = [(kind, kind, 0) for kind in drafters]
+    out += [(f"{kind}@{v}", kind, v) for kind in drafters if drafter_spec(kind).cuts_vocab for v in draft_vocabs if v]
+    return out
+
+
 def _draft_runners(
-    target: LoadedModel, context: list[int], drafters: Sequence[str], draft_k: int, turn: Turn = no_turn, heads_folder: str | None = None
+    target: LoadedModel, context: list[int], drafters: Sequence[str], draft_k: int, turn: Turn = no_turn, heads_folder: str | None = None,
+    draft_vocabs: Sequence[int] = (), eagle_folder: str | None = None,
 ) -> tuple[dict[str, Callable[[], object]], dict[str, int]]:
-    """kind -> one proposal of draft_k tokens at the context (rolled back after), and the tokens one call drafts.
-    heads_folder: the Medusa heads to time (None: the ones shipped for the embedded target)."""
+    """name -> one proposal of draft_k tokens at the context (rolled back after), and the tokens one call drafts. Each
+    drafter is set up by a decoder's prefill of the context (what it reads of the target's passes handed over, as in
+    a run). heads_folder, eagle_folder: the Medusa heads and EAGLE head to time (None: the shipped ones); a drafter
+    whose heads or token counts are missing is skipped with a warning."""
     import torch
 
     from specviz.config import RunConfig
-    from specviz.models import HFCachedLM
-    from specviz.models.medusa import HeadsError
-    from specviz.runs import make_drafter
+    from specviz.runs import build_decoder
 
     runners: dict[str, Callable[[], object]] = {}
     drafted_per_call: dict[str, int] = {}
     generator = torch.Generator().manual_seed(0)
-    for kind in drafters:
+    for name, kind, vocab in profile_names(drafters, draft_vocabs):
         if kind == "early-exit" and target.num_layers < 2:
             log.info("skipping early exit: the target has one layer")
             continue
         # threshold 0: the n-gram drafter drafts all k where the context matches, so the cost is per drafted token
-        config = RunConfig(target=target.name, drafter=kind, num_draft_tokens=draft_k, ngram_threshold=0.0, medusa_heads=heads_folder)  # type: ignore[arg-type]
+        config = RunConfig(target=target.name, drafter=kind, num_draft_tokens=draft_k, ngram_threshold=0.0, medusa_heads=heads_folder,  # type: ignore[arg-type]
+                           eagle_head=eagle_folder, draft_vocab=vocab)  # fmt: skip
         try:
-            drafter = make_drafter(config, target)
-        except HeadsError as exc:  # no heads for this target: the other drafters are still measured
-            log.warning("skipping Medusa heads: %s", exc)
+            with turn():  # the prefill (and early exit's own layers) run the target
+                decoder = build_decoder(config, target, context)
+                decoder.hand_over()
+                drafter = decoder.drafter
+                drafted_per_call[name] = max(1, len(drafter.propose(context, draft_k, generator).token_ids))
+                drafter.rollback(context)
+        except ValueError as exc:  # no heads (or no token counts) for this target: the other drafters are still measured
+            log.warning("skipping %s: %s", name, exc)
             continue
-        with turn():  # early exit runs the target's own layers
-            drafter.prepare(context)
-            if drafter.reads_hidden:  # Medusa: the hidden state the round's verify pass would hand over
-                lm = HFCachedLM(target.model, target.vocab_size, keep_hidden=True)
-                lm.extend(context[:-1], last_only=True)
-                drafter.observe(lm.last_hidden[-1])  # type: ignore[attr-defined]  # a HiddenDrafter
-            drafted_per_call[kind] = max(1, len(drafter.propose(context, draft_k, generator).token_ids))
-            drafter.rollback(context)
 
         def propose(drafter=drafter) -> None:
             drafter.propose(context, draft_k, generator)
             drafter.rollback(context)
 
-        runners[kind] = propose
+        runners[name] = propose
     return runners, drafted_per_call
 
 
@@ -357,12 +370,16 @@ def measure_profile(
     turn: Turn = no_turn,
     batch_sizes: Sequence[int] = (),
     heads_folder: str | None = None,
+    draft_vocabs: Sequence[int] = DEFAULT_DRAFT_VOCABS,
+    eagle_folder: str | None = None,
 ) -> CostProfile:
     """Time target passes over 1..max_tokens new tokens after context_length cached tokens, each drafter's
     proposals (draft_k tokens at a time) at that context, and for each of batch_sizes the same passes over B
     rows at once. Each measurement is the mean of ``number`` calls after torch's own warm-up; the profile keeps
     the median over ``repeats``. turn: the model is held one turn for the setup and one per measurement.
-    heads_folder: the Medusa heads to time (None: the ones shipped for the embedded target)."""
+    heads_folder, eagle_folder: the Medusa heads and EAGLE head to time (None: the ones shipped for the embedded
+    target); draft_vocabs: each drafter that reads the LM head is timed again over these draft vocabularies
+    ("medusa@8192")."""
     import torch
 
     _check_profile_args(target, max_tokens, context_length, repeats, number, clock, drafters, batch_sizes)
@@ -376,7 +393,7 @@ def measure_profile(
     ids = _context_ids(target, context_length, BATCH_ROW_OFFSET * max(batch_sizes, default=0) + max_tokens)
     context, new = ids[:context_length], ids[context_length : context_length + max_tokens]
     runners = _pass_runners(target, context, new, turn) | _batch_runners(target, ids, context_length, max_tokens, batch_sizes, turn)
-    draft_runners, drafted_per_call = _draft_runners(target, context, drafters, draft_k, turn, heads_folder)
+    draft_runners, drafted_per_call = _draft_runners(target, context, drafters, draft_k, turn, heads_folder, draft_vocabs, eagle_folder)
     samples = _time_rotating(runners | draft_runners, repeats, number, threads, clock, turn, on_progress)
     pass_ms = tuple(statistics.median(samples[f"pass {n}"]) for n in range(1, max_tokens + 1))
     batch_ms = {str(b): tuple(statistics.median(samples[f"batch {b} pass {t}"]) for t in range(1, max_tokens + 1)) for b in batch_sizes}

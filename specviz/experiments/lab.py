@@ -17,7 +17,7 @@ import torch
 
 from specviz.config import RunConfig, validate_prompt
 from specviz.core.divergence import first_difference
-from specviz.core.protocols import Turn, extend_last, no_turn
+from specviz.core.protocols import Turn, no_turn
 from specviz.core.toy import TOY_VARIANTS, chi_square_pvalue, sample_first_tokens, tv_distance
 from specviz.drafters.specs import ONE_MODEL_KINDS, drafter_spec
 
@@ -85,27 +85,20 @@ class GreedyResult:
         return first_difference(self.spec_ids, self.plain_ids)
 
 
-def sample_fast(config: RunConfig, target: LoadedModel, prompt_ids: list[int], early_exit, n: int, variant: str, heads=None):
+def sample_fast(config: RunConfig, target: LoadedModel, prompt_ids: list[int], early_exit, n: int, variant: str, heads=None, eagle=None):
     """Full p_target and q_draft at the first position, then N vectorised draws of the chosen rule and N
-    from p_target -> (speculative ids, target ids, p_target (V,), q_draft (V,) or None when nothing was drafted)."""
+    from p_target -> (speculative ids, target ids, p_target (V,), q_draft (V,) or None when nothing was drafted).
+    The drafter is set up by a decoder's prefill (whatever it reads of the target's passes handed over, as in a run's
+    first round), then the target's pass over the prompt's last token gives p_target."""
     from specviz.core.sampling import warp
     from specviz.core.verify import one_hot_q
-    from specviz.models import HFCachedLM
-    from specviz.runs import make_drafter
+    from specviz.runs import build_decoder
 
     generator = torch.Generator().manual_seed(config.seed)
-    drafter = make_drafter(config, target, early_exit=early_exit, heads=heads)
-    lm = HFCachedLM(target.model, target.vocab_size, keep_hidden=drafter.reads_hidden)
-    if drafter.reads_hidden and len(prompt_ids) > 1:  # Medusa: the row that chose the prompt's last token, as a run's prefill
-        lm.extend(prompt_ids[:-1], last_only=True)
-        hidden = lm.last_hidden[-1]
-        p1 = warp(lm.extend(prompt_ids[-1:])[-1], config.sampling).float().cpu()  # (V,)
-    else:
-        hidden = None
-        p1 = warp(extend_last(lm, prompt_ids), config.sampling).float().cpu()  # (V,): the LM head runs on the last row only
-    drafter.prepare(prompt_ids)
-    if drafter.reads_hidden:
-        drafter.observe(hidden)  # type: ignore[attr-defined]  # a HiddenDrafter
+    decoder = build_decoder(config, target, prompt_ids, early_exit=early_exit, heads=heads, eagle=eagle)
+    decoder.hand_over()
+    drafter = decoder.drafter
+    p1 = warp(decoder.target.extend(prompt_ids[-1:])[-1], config.sampling).float().cpu()  # (V,)
     draft = drafter.propose(prompt_ids, 1, generator)
     target_tokens = torch.multinomial(p1, n, replacement=True, generator=generator).tolist()
     if not draft.token_ids:  # nothing drafted: the first token is the target's own sample
@@ -116,7 +109,7 @@ def sample_fast(config: RunConfig, target: LoadedModel, prompt_ids: list[int], e
 
 def sample_engine(
     config: RunConfig, target: LoadedModel, prompt_ids: list[int], early_exit, n: int, on_progress: ProgressFn | None = None,
-    turn: Turn = no_turn, heads=None,
+    turn: Turn = no_turn, heads=None, eagle=None,
 ):  # fmt: skip
     """N fresh speculative runs (k = 1, two new tokens) and N fresh plain one-token runs -> (speculative ids,
     target ids, p_target (V,) and q_draft (V,) over the first round's top-N (zero elsewhere), runs that drafted).
@@ -126,7 +119,7 @@ def sample_engine(
     spec_tokens, target_tokens, first, drafted_runs = [], [], None, 0
     for i in range(n):
         with turn():
-            spec = build_decoder(config, target, prompt_ids, early_exit=early_exit, heads=heads, seed=2 * i)
+            spec = build_decoder(config, target, prompt_ids, early_exit=early_exit, heads=heads, eagle=eagle, seed=2 * i)
             record = spec.step()
             plain = build_decoder(dataclasses.replace(config, max_new_tokens=1), target, prompt_ids, seed=2 * i + 1, baseline=True)
             target_tokens.append(plain.step().emitted[0])
@@ -149,11 +142,11 @@ def sample_engine(
 
 def sample_real(
     config: RunConfig, target: LoadedModel, prompt: str, mode: str, n: int, variant: str = "exact",
-    early_exit=None, on_progress: ProgressFn | None = None, turn: Turn = no_turn, heads=None,
+    early_exit=None, on_progress: ProgressFn | None = None, turn: Turn = no_turn, heads=None, eagle=None,
 ) -> RealResult:
     """The lab's real-model experiment: N first tokens both ways (mode 'fast' or 'engine'), with the target's top tokens.
-    turn: the model is taken one turn for the fast mode's two passes, one per pair of runs in engine mode. heads: the
-    Medusa heads, when the caller keeps them loaded (else loaded once here)."""
+    turn: the model is taken one turn for the fast mode's two passes, one per pair of runs in engine mode. heads, eagle:
+    the Medusa heads or the EAGLE head, when the caller keeps them loaded (else loaded once here)."""
     validate_prompt(prompt)
     if mode not in REAL_MODES:
         raise ValueError(f"Unknown mode {mode!r}; choose one of {', '.join(REAL_MODES)}.")
@@ -165,14 +158,14 @@ def sample_real(
     from specviz.models import encode_prompt
 
     prompt_ids = encode_prompt(target.tokenizer, prompt, chat=config.chat)
-    heads = _heads(config, target, heads)
+    heads, eagle = _heads(config, target, heads, eagle)
     if mode == "fast":
         with turn():
-            spec_tokens, target_tokens, p1, q1 = sample_fast(config, target, prompt_ids, early_exit, n, variant, heads)
+            spec_tokens, target_tokens, p1, q1 = sample_fast(config, target, prompt_ids, early_exit, n, variant, heads, eagle)
         drafted_runs = n if q1 is not None else 0
     else:
         variant = "exact"  # the engine runs the exact rule
-        spec_tokens, target_tokens, p1, q1, drafted_runs = sample_engine(config, target, prompt_ids, early_exit, n, on_progress, turn, heads)
+        spec_tokens, target_tokens, p1, q1, drafted_runs = sample_engine(config, target, prompt_ids, early_exit, n, on_progress, turn, heads, eagle)
     ids = torch.topk(p1, min(TOP_TOKENS, p1.numel())).indices.tolist()
     return RealResult(
         config=config, prompt=prompt, mode=mode, variant=variant, token_ids=tuple(ids),
@@ -204,17 +197,20 @@ def summarize_real(real: RealResult) -> RealSummary:
     )
 
 
-def _heads(config: RunConfig, target: LoadedModel, heads):
-    """The Medusa heads a medusa config drafts with, loaded once for many runs (None for other drafters)."""
-    if heads is not None or drafter_spec(config.drafter).lm != "heads":
-        return heads
-    from specviz.runs import load_target_heads
+def _heads(config: RunConfig, target: LoadedModel, heads, eagle):
+    """The Medusa heads or the EAGLE head a config drafts with, loaded once for many runs (None for other drafters)."""
+    from specviz.runs import load_target_eagle, load_target_heads
 
-    return load_target_heads(config.medusa_heads, target)
+    lm = drafter_spec(config.drafter).lm
+    if heads is None and lm == "heads":
+        heads = load_target_heads(config.medusa_heads, target)
+    if eagle is None and lm == "eagle":
+        eagle = load_target_eagle(config.eagle_head, target)
+    return heads, eagle
 
 
 def greedy_side_by_side(
-    config: RunConfig, target: LoadedModel, prompt: str, early_exit=None, turn: Turn = no_turn, heads=None
+    config: RunConfig, target: LoadedModel, prompt: str, early_exit=None, turn: Turn = no_turn, heads=None, eagle=None
 ) -> GreedyResult:
     """Decode the prompt greedily twice, speculatively and plainly, from fresh runs (each in model turns of about a
     second: specviz.experiments.bench.run_in_turns)."""
@@ -226,8 +222,8 @@ def greedy_side_by_side(
     if config.temperature != 0.0:
         raise ValueError(f"The side-by-side check is for greedy decoding (temperature 0); got {config.temperature:g}.")
     prompt_ids = encode_prompt(target.tokenizer, prompt, config.chat)
-    heads = _heads(config, target, heads)
-    spec, _, _ = run_in_turns(lambda: build_decoder(config, target, prompt_ids, early_exit=early_exit, heads=heads), turn)
+    heads, eagle = _heads(config, target, heads, eagle)
+    spec, _, _ = run_in_turns(lambda: build_decoder(config, target, prompt_ids, early_exit=early_exit, heads=heads, eagle=eagle), turn)
     plain, _, _ = run_in_turns(lambda: build_decoder(config, target, prompt_ids, baseline=True), turn)
     return GreedyResult(
         config=config, prompt=prompt, spec_ids=tuple(spec.generated), plain_ids=tuple(plain.generated),

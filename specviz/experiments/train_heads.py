@@ -387,6 +387,16 @@ def _unpack(packed: dict, num_heads: int) -> tuple[torch.Tensor, torch.Tensor, t
 def load_or_make_data(lm: LoadedModel, config: TrainConfig, cache_dir: Path, progress: bool = True) -> HeadsData:
     """The cached hidden states and argmaxes for this target and data recipe, generated first if missing, by ``lm``
     (the target loaded at config.gen_dtype: its hidden states are what the heads will read in the app)."""
+    cached = cached_data(lm, config, cache_dir, progress)
+    train = _unpack(cached["train"], config.num_heads)
+    held = _unpack(cached["heldout"], config.num_heads)
+    return HeadsData(*train, *held, dict(cached["facts"]))
+
+
+def cached_data(lm: LoadedModel, config: TrainConfig, cache_dir: Path, progress: bool = True) -> dict:
+    """The target's own continuations as cached: {"train", "heldout"}: packed rows (hidden (N, H) float16, argmax (N,),
+    tokens (N,), lengths: one per continuation, so the sequences can be split again), "facts"; generated first when
+    missing (resumable batch by batch). The Medusa heads and the EAGLE head train on the same cache."""
     from specviz.models.medusa import target_fingerprint
 
     fingerprint = target_fingerprint(lm.model.get_input_embeddings().weight)
@@ -404,9 +414,37 @@ def load_or_make_data(lm: LoadedModel, config: TrainConfig, cache_dir: Path, pro
         tmp = path.with_suffix(".tmp")
         torch.save(cached, tmp)
         tmp.replace(path)
-    train = _unpack(cached["train"], config.num_heads)
-    held = _unpack(cached["heldout"], config.num_heads)
-    return HeadsData(*train, *held, dict(cached["facts"], cache=str(path)))
+    cached["facts"] = dict(cached["facts"], cache=str(path))
+    return cached
+
+
+def count_tokens(tokens: torch.Tensor, vocab_size: int) -> torch.Tensor:
+    """(N,) token ids the target emitted -> (vocab_size,) int64 counts (ids past the vocabulary ignored)."""
+    tokens = tokens[(tokens >= 0) & (tokens < vocab_size)]
+    return torch.bincount(tokens, minlength=vocab_size)[:vocab_size].to(torch.int64)
+
+
+def vocab_report(train_counts: torch.Tensor, heldout_counts: torch.Tensor, sizes: Sequence[int]) -> list[dict]:
+    """Per V': the share of the training and of the held-out tokens inside the V' most counted training tokens."""
+    from specviz.models.vocab import coverage, draft_vocab_ids
+
+    rows = []
+    for size in sizes:
+        if size <= train_counts.shape[0]:
+            ids = draft_vocab_ids(train_counts, size)
+            rows.append(dict(size=size, train_coverage=round(coverage(train_counts, ids), 4), heldout_coverage=round(coverage(heldout_counts, ids), 4)))
+    return rows
+
+
+def write_token_counts(out: Path, train_tokens: torch.Tensor, heldout_tokens: torch.Tensor, vocab_size: int, source: str) -> list[dict]:
+    """token_counts.safetensors in ``out`` from what the target emitted in the training data, and the coverage report
+    (the held-out tokens measure how much of unseen text V' covers)."""
+    from specviz.models.vocab import REPORTED_SIZES, save_token_counts
+
+    counts, held = count_tokens(train_tokens, vocab_size), count_tokens(heldout_tokens, vocab_size)
+    report = vocab_report(counts, held, REPORTED_SIZES)
+    save_token_counts(out, counts, {"source": source, "positions": str(int(counts.sum())), "coverage": json.dumps(report)})
+    return report
 
 
 # -- training ---------------------------------------------------------------------------------------------------
@@ -429,6 +467,7 @@ class TrainResult:
     evals: list[HeadAccuracy]  # periodic and final held-out accuracy
     facts: dict  # data and timing facts for the model card
     fingerprint: str
+    vocab_size: int = 0  # the target's
 
 
 @dataclass(frozen=True)
@@ -642,13 +681,18 @@ def train_heads(lm: LoadedModel, data: HeadsData, config: TrainConfig, checkpoin
     if step == config.steps:
         evals.append(held_out(step))
     facts = dict(data.facts, train_s=round(train_s, 1), train_vocab=None if frozen.vocab is None else int(frozen.vocab.shape[0]))
-    return TrainResult(heads.requires_grad_(False), curve, evals, facts, fingerprint)
+    return TrainResult(heads.requires_grad_(False), curve, evals, facts, fingerprint, lm.vocab_size)
 
 
-def ship(result: TrainResult, config: TrainConfig, out: Path, base_model: str, command: str = "") -> None:
-    """Write the heads (Medusa's layout, float16), their training facts in config.json and the loss curve."""
+def ship(result: TrainResult, config: TrainConfig, out: Path, base_model: str, command: str = "", data: HeadsData | None = None) -> None:
+    """Write the heads (Medusa's layout, float16), their training facts in config.json and the loss curve; with the
+    data, also the token counts a draft vocabulary is cut from (token_counts.safetensors) and their coverage."""
     from specviz.models.medusa import save_heads
 
+    if data is not None:
+        result.facts["draft_vocab_coverage"] = write_token_counts(
+            out, data.train_tokens, data.heldout_tokens, result.vocab_size, "the target's own tokens in the heads' training data"
+        )
     final = result.evals[-1]
     extra = dict(
         training=dict(

@@ -19,13 +19,14 @@ class HFCachedLM:
 
     keep_hidden (per run, for a drafter that reads the target's hidden state): every pass also asks for the hidden
     states and keeps the last one, ``out.hidden_states[-1]`` (after the final norm: the LM head's input, so
-    ``lm_head(last_hidden) == logits``), as last_hidden (T, H); a last_only prefill keeps its last row only.
+    ``lm_head(last_hidden) == logits``), as last_hidden (T, H): every row fed, a last_only prefill's too (the model
+    computes them all anyway; an EAGLE drafter reads every prompt position's).
 
     A last_only pass (a prefill) longer than chunk_tokens runs as several passes of at most chunk_tokens, with a
     pause point between two (specviz.core.protocols.pause_point: on a shared server a waiting participant's turn may go
     first). The cache and the last row equal a one-pass prefill's up to float rounding (the attention over the cached
     chunks sums in another order; tests/test_budgets.py), and every caller chunks alike, so a prompt gets the same cache
-    on the command line and in the app."""
+    on the command line and in the app; last_hidden then holds every chunk's rows."""
 
     can_verify_tree = True
 
@@ -67,10 +68,15 @@ class HFCachedLM:
         if len(ids) == 0:
             raise ValueError("extend() needs at least one token")
         if last_only and len(ids) > self.chunk_tokens:  # a long prefill: chunk by chunk, a pause point between two
+            rows = []
             for start in range(0, len(ids) - self.chunk_tokens, self.chunk_tokens):
                 self._pass(ids[start : start + self.chunk_tokens], last_only=True)
+                rows.append(self.last_hidden)
                 pause_point()
-            return self._pass(ids[(len(ids) - 1) // self.chunk_tokens * self.chunk_tokens :], last_only=True)
+            logits = self._pass(ids[(len(ids) - 1) // self.chunk_tokens * self.chunk_tokens :], last_only=True)
+            if self.keep_hidden:
+                self.last_hidden = torch.cat(rows + [self.last_hidden])  # (T, H): every row fed, as one pass keeps
+            return logits
         return self._pass(ids, last_only)
 
     def _pass(self, ids: Sequence[int] | torch.Tensor, last_only: bool) -> torch.Tensor:
@@ -84,15 +90,14 @@ class HFCachedLM:
         self._length += input_ids.shape[1]
         keep = {"logits_to_keep": 1} if last_only else {}
         out = self.model(input_ids=input_ids, past_key_values=self.cache, use_cache=True, output_hidden_states=self.keep_hidden, **keep)
-        self._keep_hidden(out, last_only)
+        self._keep_hidden(out)
         logits = out.logits[0, -1:] if last_only else out.logits[0]  # (T or 1, V_padded)
         return logits[:, : self.vocab_size].float()
 
-    def _keep_hidden(self, out, last_only: bool = False) -> None:
-        """last_hidden <- the pass's final-norm hidden states (T, H), or only the last row (1, H)."""
+    def _keep_hidden(self, out) -> None:
+        """last_hidden <- the pass's final-norm hidden states (T, H), one row per id fed."""
         if self.keep_hidden:
-            hidden = out.hidden_states[-1][0]  # (T, H)
-            self.last_hidden = hidden[-1:] if last_only else hidden
+            self.last_hidden = out.hidden_states[-1][0]  # (T, H)
 
     @property
     def supports_tree(self) -> bool:

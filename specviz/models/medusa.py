@@ -95,6 +95,7 @@ class MedusaHeads(nn.Module):
         if not (1 <= num_heads <= MAX_HEADS) or not (1 <= num_layers <= MAX_LAYERS):
             raise HeadsError(f"Medusa heads need 1..{MAX_HEADS} heads of 1..{MAX_LAYERS} blocks; got {num_heads} x {num_layers}.")
         self.hidden_size, self.num_heads, self.num_layers = hidden_size, num_heads, num_layers
+        self.token_counts: torch.Tensor | None = None  # (V,) for a draft vocabulary, when the folder has them (not a weight)
         self.token_input = TokenInput(hidden_size) if token_input else None
         self.blocks = nn.ModuleList(nn.Sequential(*(ResBlock(hidden_size) for _ in range(num_layers))) for _ in range(num_heads))
         # Medusa-1 checkpoints carry one LM head per head; heads trained here use the target's (None).
@@ -223,14 +224,19 @@ def save_heads(heads: MedusaHeads, folder: Path, base_model: str, fingerprint: s
     (folder / CONFIG_FILE).write_text(json.dumps(config, indent=2) + "\n", encoding="utf-8")
 
 
-def head_logits_fn(heads: MedusaHeads, lm_head: nn.Module, vocab_size: int,
-                   embedding: nn.Module | None = None) -> Callable[[torch.Tensor, int], torch.Tensor]:  # fmt: skip
+def head_logits_fn(heads: MedusaHeads, lm_head: nn.Module, vocab_size: int, embedding: nn.Module | None = None,
+                   reduced: nn.Module | None = None) -> Callable[[torch.Tensor, int], torch.Tensor]:  # fmt: skip
     """(H,) hidden state and the newest committed token's id -> (K, vocab_size) float32 logits: the heads in
     float32 (reading the token through ``embedding``, the target's input embedding, when they have a token input),
     then the LM head (the target's, or the checkpoint's own) in the hidden state's dtype, which is what the
-    target's LM head takes. Reads only."""
+    target's LM head takes. ``reduced``: the target's LM head cut to a draft vocabulary (specviz.models.vocab
+    .ReducedHead), read instead, giving (K, V') logits. Reads only."""
     if heads.reads_token and embedding is None:
         raise HeadsError("These Medusa heads read the newest token: they need the target's input embedding.")
+    if reduced is not None:
+        if heads.own_lm_heads is not None:
+            raise HeadsError("These Medusa heads carry their own LM heads; a draft vocabulary cuts the target's. Draft over the full vocabulary.")
+        lm_head, vocab_size = reduced, reduced.size
 
     def head_logits(hidden: torch.Tensor, newest: int) -> torch.Tensor:
         with torch.inference_mode():

@@ -60,6 +60,7 @@ def run_benchmark(
     with budgets.job_memory(models.target, sweep_kv_tokens(models, spec, longest), "The benchmark sweep"), \
             access.long_job(models.target, "a benchmark sweep", "the sweep's next run") as turn:  # fmt: skip
         rows = run_sweep(
-            models.target, prompts, spec, draft=models.draft, early_exit=models.early_exit, heads=models.heads, on_progress=on_progress, turn=turn
+            models.target, prompts, spec, draft=models.draft, early_exit=models.early_exit, heads=models.heads, eagle=models.eagle,
+            on_progress=on_progress, turn=turn,
         )
     return rows_to_frame(rows)

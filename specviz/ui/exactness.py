@@ -40,9 +40,8 @@ def run_real(
     memory = kv_tokens(config, models, len(ids)) + (kv_tokens(config, models, len(ids), baseline=True) if mode == "engine" else 0)
     with budgets.job_memory(models.target, memory, "The lab's sampler"):
         with access.long_job(models.target, "the lab's sampler", "your next sample") as turn:  # one model turn per pair of runs
-            return sample_real(
-                config, models.target, prompt, mode, int(n), variant, early_exit=models.early_exit, on_progress=on_progress, turn=turn, heads=models.heads
-            )
+            return sample_real(config, models.target, prompt, mode, int(n), variant, early_exit=models.early_exit, on_progress=on_progress,
+                               turn=turn, heads=models.heads, eagle=models.eagle)  # fmt: skip
 
 
 def run_greedy(prompt: str, target: str, device: str, drafter: str, k: int, max_new_tokens: int) -> GreedyResult:
@@ -54,4 +53,4 @@ def run_greedy(prompt: str, target: str, device: str, drafter: str, k: int, max_
     memory = kv_tokens(config, models, len(ids)) + kv_tokens(config, models, len(ids), baseline=True)  # both runs end side by side
     with budgets.job_memory(models.target, memory, "The side-by-side check"):
         with access.long_job(models.target, "the side-by-side check", "your next rounds") as turn:
-            return greedy_side_by_side(config, models.target, prompt, early_exit=models.early_exit, turn=turn, heads=models.heads)
+            return greedy_side_by_side(config, models.target, prompt, early_exit=models.early_exit, turn=turn, heads=models.heads, eagle=models.eagle)

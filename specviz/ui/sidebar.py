@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import streamlit as st
 
-from specviz.config import DRAFTER_KINDS, EMBEDDED_TARGET, MAX_NEW_TOKENS, RunConfig
+from specviz.config import DRAFT_VOCAB_CHOICES, DRAFTER_KINDS, EMBEDDED_TARGET, MAX_NEW_TOKENS, RunConfig
 from specviz.core.decoding import MAX_DRAFT_TOKENS
 from specviz.core.tree import MAX_TREE_WIDTH
 from specviz.drafters.specs import TREE_KINDS, branches, drafter_label, drafter_spec, short_name
@@ -129,10 +129,14 @@ def refuse_forced(policy: Policy) -> None:
     if not isinstance(draft, str) or (draft.strip() and not policy.allows_draft(draft)):
         refused(f"The draft model {draft!r} is not on this server's list.")
         state["draft_model"] = NO_DRAFT
-    heads = widgets.held("medusa_heads", SHIPPED_HEADS)
-    if not isinstance(heads, str) or (heads.strip() and not policy.allows_heads(heads)):
-        refused(f"The Medusa heads {heads!r} are not on this server's list; using the shipped heads.")
-        state["medusa_heads"] = SHIPPED_HEADS
+    for key, what in (("medusa_heads", "Medusa heads"), ("eagle_head", "EAGLE head")):
+        heads = widgets.held(key, SHIPPED_HEADS)
+        if not isinstance(heads, str) or (heads.strip() and not policy.allows_heads(heads)):
+            refused(f"The {what} {heads!r} are not on this server's list; using the shipped ones.")
+            state[key] = SHIPPED_HEADS
+    if widgets.held("draft_vocab", 0) not in DRAFT_VOCAB_CHOICES:
+        refused(f"The draft vocabulary {widgets.held('draft_vocab')!r} is not one of {', '.join(map(str, DRAFT_VOCAB_CHOICES))}; using the full vocabulary.")
+        state["draft_vocab"] = 0
     for key, choices in (("device", DEVICES), ("dtype", DTYPES)):
         value = widgets.held(key, "auto")
         if value not in choices or (value != "auto" and not policy.allow_device):
@@ -227,28 +231,38 @@ def _drafter_widgets(policy: Policy, max_k: int, with_compare: bool = True) -> t
         threshold = widgets.slider("n-gram: stop drafting when its confidence falls below", 0.0, 1.0, value=DEFAULTS.ngram_threshold, step=0.05, key="ngram_threshold")
     if "early-exit" in kinds_in_use:
         exit_layer = widgets.number_input("early exit: layers L the draft runs (0 = auto, ~93% of the depth)", 0, 200, value=0, key="exit_layer")
-    heads = _heads_widget(policy) if any(drafter_spec(d).lm == "heads" for d in kinds_in_use if d != COMPARE_OFF) else SHIPPED_HEADS
+    specs = [drafter_spec(d) for d in kinds_in_use if d != COMPARE_OFF]
+    heads = _heads_widget(policy, "medusa_heads", "Medusa heads") if any(s.lm == "heads" for s in specs) else SHIPPED_HEADS
+    eagle = _heads_widget(policy, "eagle_head", "EAGLE head") if any(s.lm == "eagle" for s in specs) else SHIPPED_HEADS
+    draft_vocab = 0
+    if any(s.cuts_vocab for s in specs):
+        draft_vocab = widgets.selectbox(
+            "draft vocabulary (Medusa, EAGLE)", list(DRAFT_VOCAB_CHOICES), key="draft_vocab", format_func=lambda v: f"the {v:,} tokens the target says most" if v else "the full vocabulary",
+            help="Score only the V' tokens the target emits most often (the heads' token counts): the LM-head read, most of a drafting step, shrinks with V'; q stays a real distribution, zero outside V', so the output is still the target's.",
+        )  # fmt: skip
     fields = dict(
         drafter=drafter, num_draft_tokens=int(k), tree_width=int(tree_width), adaptive_k=bool(adaptive_k), ngram_max=int(ngram_max),
         ngram_min=DEFAULTS.ngram_min, ngram_threshold=float(threshold), exit_layer=int(exit_layer) or None,
-        medusa_heads=heads.strip() or None,
+        medusa_heads=heads.strip() or None, eagle_head=eagle.strip() or None, draft_vocab=int(draft_vocab),
     )  # fmt: skip
     return fields, compare, int(compare_width)
 
 
-def _heads_widget(policy: Policy) -> str:
-    """The Medusa heads: a folder typed where custom models are allowed, else the owner's list (SHIPPED_HEADS: the shipped ones)."""
+def _heads_widget(policy: Policy, key: str, what: str) -> str:
+    """A heads folder (Medusa's or EAGLE's): typed where custom models are allowed, else the owner's list of heads
+    folders (SHIPPED_HEADS: the shipped ones)."""
     if policy.allow_custom_models:
         return widgets.text_input(
-            "Medusa heads folder (empty = the heads shipped for the embedded target)", key="medusa_heads", reset=SHIPPED_HEADS,
-            help="A folder in Medusa's layout (config.json + medusa_lm_head.safetensors) trained for this target; heads for another target are refused.",
+            f"{what} folder (empty = the one shipped for the embedded target)", key=key, reset=SHIPPED_HEADS,
+            help=f"A folder of {what} trained for this target (python -m specviz train-heads); heads for another target are refused.",
         )  # fmt: skip
     options = [SHIPPED_HEADS] + [h for h in policy.allowed_medusa_heads if h != SHIPPED_HEADS]
     if len(options) == 1:
         return SHIPPED_HEADS
-    if st.session_state.get("medusa_heads", SHIPPED_HEADS) not in options:
-        st.session_state["medusa_heads"] = SHIPPED_HEADS
-    return widgets.selectbox("Medusa heads (this server's list)", options, key="medusa_heads", format_func=lambda h: h or "the shipped heads")
+    if st.session_state.get(key, SHIPPED_HEADS) not in options:
+        st.session_state[key] = SHIPPED_HEADS
+    shipped = "the shipped heads" if key == "medusa_heads" else "the shipped head"
+    return widgets.selectbox(f"{what} (this server's list)", options, key=key, format_func=lambda h: h or shipped)
 
 
 def _sampling_widgets(policy: Policy, with_play: bool = True) -> tuple[dict, float]:
@@ -346,6 +360,7 @@ def seed_from_run(config: RunConfig, prompt: str, compare: RunConfig | None = No
     for key in ("drafter", "num_draft_tokens", "tree_width", "adaptive_k", "ngram_max", "ngram_threshold", "temperature", "top_k", "top_p", "seed", "max_new_tokens", "chat", "target"):
         state[key] = fields[key]
     state["exit_layer"] = config.exit_layer or 0
+    state["draft_vocab"] = config.draft_vocab
     state["draft_model"] = config.draft or NO_DRAFT
     state["prompt"] = prompt
     state["example"] = example_for(prompt, load_examples())

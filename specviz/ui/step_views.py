@@ -38,7 +38,7 @@ from specviz.viz import (
     visible_plain,
 )
 from specviz.viz.figures import BASELINE_RUN
-from specviz.viz.frames import head_drafts_frame
+from specviz.viz.frames import head_drafts_frame, table_entries_frame
 from specviz.viz.markdown import md_code, md_text
 from specviz.viz.metrics import DISTURBED
 from specviz.viz.style import freeze
@@ -215,6 +215,15 @@ def by_head(config: RunConfig) -> bool:
         return False
 
 
+def by_table(config: RunConfig) -> bool:
+    """The run drafts by following a table of the target's own guesses (token recycling: its DRAFTERS row drafts with
+    nothing but the target's passes), so each drafted token came from a table entry."""
+    try:
+        return drafter_spec(config.drafter).lm == "target"
+    except ValueError:  # a recording of a drafter this version does not know
+        return False
+
+
 def _position_label(record, position: int, token_text, heads: Sequence[int] = ()) -> str:
     info = position_info(record, position)
     if info.kind == "draft":
@@ -272,6 +281,32 @@ def inspector(session: ViewSource) -> None:
         st.caption(_inspector_caption(info, record.has_q))
     if heads:
         head_drafts(record, session, heads)
+    if by_table(run.config) and record.num_drafted:
+        table_drafts(record, session, _newest_text(session, run.records, round_index))
+
+
+def _newest_text(session: ViewSource, records: Sequence[StepRecord], round_index: int) -> str:
+    """The text of the newest committed token before a round: the last one an earlier round emitted, or the prompt's."""
+    earlier = [t for r in records[:round_index] for t in r.emitted]
+    if earlier:
+        return session.token_text(earlier[-1])
+    return session.prompt_texts[-1] if session.prompt_texts else ""
+
+
+def table_drafts(record: StepRecord, session: ViewSource, newest_text: str) -> None:
+    """A token-recycling round's drafted tokens with the table entry that proposed each."""
+    st.dataframe(
+        table_entries_frame(record, session.token_text, newest_text), hide_index=True, width="stretch", key="inspector_table",
+        column_config={"row": st.column_config.TextColumn("table row: the token it follows"),
+                       "column": st.column_config.NumberColumn("column: the target's n-th guess (0 = its top)"),
+                       "p_target": st.column_config.NumberColumn("p_target", format="%.3f")},
+    )  # fmt: skip
+    st.caption(
+        "Which table entry proposed each drafted token: token recycling keeps, for every token the target has read, its "
+        "top guesses for what follows, from the last pass that read it (the prefill, or a verify pass, rejected drafts "
+        "included). A chain follows column 0 from the newest committed token; a tree also takes the next columns. The "
+        "proposal is fixed before the target speaks, so the rule keeps each token with probability p_target: exact."
+    )
 
 
 def head_drafts(record: StepRecord, session: ViewSource, heads: Sequence[int]) -> None:

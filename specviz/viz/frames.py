@@ -11,7 +11,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from specviz.core.metrics import speedup_disturbed
+from specviz.core.metrics import speedup_disturbed, table_slots
 from specviz.core.records import StepRecord
 from specviz.core.theory import expected_tokens, speedup
 from specviz.viz.tokens import visible_plain
@@ -163,6 +163,21 @@ def head_drafts_frame(record: StepRecord, token_text: TokenText, heads: Sequence
         for i, tok in enumerate(record.drafted)
     ]  # fmt: skip
     return pd.DataFrame(rows, columns=HEAD_DRAFT_COLUMNS)
+
+
+TABLE_ENTRY_COLUMNS = ["node", "token", "row", "column", "p_target", "fate"]
+
+
+def table_entries_frame(record: StepRecord, token_text: TokenText, newest_text: str) -> pd.DataFrame:
+    """One row per drafted token of a token-recycling round: the table row it came from (the token it follows: the
+    newest committed one, newest_text, or its parent node's) and the column there (the target's n-th guess after that
+    token, from the last pass that read it), with p_target and its fate. Token text is untrusted."""
+    rows = []
+    for i, (parent, column) in enumerate(table_slots(record)):
+        row = newest_text if parent < 0 else token_text(record.drafted[parent])
+        rows.append({"node": i, "token": visible_plain(token_text(record.drafted[i])), "row": visible_plain(row), "column": column,
+                     "p_target": record.p_target[i], "fate": record.draft_fates[i]})  # fmt: skip
+    return pd.DataFrame(rows, columns=TABLE_ENTRY_COLUMNS)
 
 
 STREAM_COLUMNS = ["round", "kind", "token_id", "text", "p_target", "q_draft", "accept_prob", "uniform", "residual", "has_q", "first_in_round"]

@@ -24,6 +24,7 @@ from specviz.core.theory import (
     batch_plain_tokens_per_s,
     batch_speculative_tokens_per_s,
     best_k,
+    best_speedups,
     expected_tokens,
     round_cost,
     speedup,
@@ -324,4 +325,31 @@ def batch_ratio_figure(ratios: pd.DataFrame, crossover: float | None = None) -> 
     if crossover is not None:
         fig.add_vline(x=crossover, line=dict(color="#e15759", width=2), annotation_text=f"B ≈ {crossover:.1f}", annotation_position="top right")
     fig.update_layout(title="what speculation buys at batch B", xaxis=_batch_axis(), yaxis=dict(title="speculative ÷ plain", rangemode="tozero"), **LAYOUT)
+    return fig
+
+
+DRAFTING_COLUMNS: tuple[str, ...] = ("setup", "c", "alpha", "best_k", "speedup")
+
+
+def drafting_cost_frame(costs: dict[str, float], verify_cost: VerifyCost, step: float = 0.02) -> pd.DataFrame:
+    """One row per (setup, α): the best k and its speedup at that setup's drafting cost c (core.theory.best_speedups)."""
+    rows = []
+    for alpha in alpha_grid(step)[:-1]:
+        for name, (k, gain) in best_speedups(float(alpha), costs, verify_cost).items():
+            rows.append(dict(setup=name, c=costs[name], alpha=float(alpha), best_k=k, speedup=gain))
+    return pd.DataFrame(rows, columns=list(DRAFTING_COLUMNS))
+
+
+def drafting_cost_figure(frame: pd.DataFrame) -> go.Figure:
+    """Speedup at the best k against α, one line per drafting cost, the break-even line dashed."""
+    fig = go.Figure()
+    for i, (name, part) in enumerate(frame.groupby("setup", sort=False)):
+        c = float(part["c"].iloc[0])
+        fig.add_trace(go.Scatter(
+            x=part["alpha"], y=part["speedup"], mode="lines", name=f"{html.escape(str(name))} (c = {c:.3f})",
+            line=dict(color=K_COLORS[i % len(K_COLORS)], width=2), customdata=part["best_k"],
+            hovertemplate="α %{x:.2f}: %{y:.2f}× at k = %{customdata}<extra></extra>",
+        ))  # fmt: skip
+    fig.add_hline(y=1.0, line=dict(color="black", dash="dash", width=1))
+    fig.update_layout(template=TEMPLATE, title="drafting cost: speedup at the best k", xaxis_title="α", yaxis_title="speedup", **LAYOUT)
     return fig

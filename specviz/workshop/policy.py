@@ -25,7 +25,7 @@ SPECVIZ_ALLOW_CUSTOM_MODELS allow_custom_models    participants may type any mod
 SPECVIZ_ALLOW_DEVICE       allow_device            participants may choose device and dtype (no)
 SPECVIZ_TARGETS            targets                 comma-separated target allow-list (the embedded model)
 SPECVIZ_DRAFTS             drafts                  comma-separated draft-model allow-list (none)
-SPECVIZ_MEDUSA_HEADS       allowed_medusa_heads    comma-separated Medusa heads folders (none: the shipped heads only)
+SPECVIZ_MEDUSA_HEADS       allowed_medusa_heads    comma-separated Medusa heads and EAGLE head folders (none: the shipped ones only)
 SPECVIZ_MAX_NEW_TOKENS     max_new_tokens          cap on max new tokens per run (256)
 SPECVIZ_MAX_DRAFT_TOKENS   max_draft_tokens        cap on k, tokens drafted per round (8)
 SPECVIZ_MAX_PROMPT_CHARS   max_prompt_chars        cap on the Numerics lab's prompt, in characters (2,000)
@@ -198,6 +198,9 @@ class Policy:
         if not self.allows_heads(config.medusa_heads):
             refusals.append(f"The Medusa heads folder {config.medusa_heads!r} is not on this server's list; using the shipped heads.")
             changes["medusa_heads"] = None
+        if not self.allows_heads(config.eagle_head):  # the same list: heads folders the owner allows
+            refusals.append(f"The EAGLE head folder {config.eagle_head!r} is not on this server's list; using the shipped head.")
+            changes["eagle_head"] = None
         if not self.allow_device and (config.device, config.dtype) != ("auto", "auto"):
             refusals.append(f"Choosing the device and dtype ({config.device}, {config.dtype}) is not allowed on this shared server; using auto.")
             changes.update(device="auto", dtype="auto")

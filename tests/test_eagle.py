@@ -1,0 +1,397 @@
+"""EAGLE as drafter: the features handed over are the rows that chose the committed tokens (with a known-bad control),
+greedy identity on a tiny Llama (chains and EAGLE-2 trees, float32 and fp16 weights, full and draft vocabulary, both
+paths of the rule), the first and first-two sampled tokens on a toy with a known-bad control, resume and restore,
+refusing heads, and `train-heads --kind eagle` on a tiny model: data cached and resumable, the go/no-go report."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import pytest
+import torch
+
+from specviz import cli
+from specviz.config import RunConfig
+from specviz.core.decoding import DecodeConfig, SpeculativeDecoder
+from specviz.core.protocols import Draft
+from specviz.core.resume import DecoderState, capture
+from specviz.core.sampling import SamplingConfig, warp
+from specviz.drafters.eagle import EagleDrafter, FeatureHead
+from specviz.experiments import train_eagle as te
+from specviz.models import HFCachedLM
+from specviz.models.eagle import EagleHead, EagleShape, load_eagle, save_eagle
+from specviz.models.medusa import HeadsError, target_fingerprint
+from specviz.models.vocab import save_token_counts
+from specviz.runs import SavedDecoder, build_decoder, load_target_eagle, resume_decoder
+from tests.conftest import TINY_PROMPTS, VERIFIED_PRECISIONS
+from tests.toys import TableLM, first_two_tokens
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+
+def fingerprint(target) -> str:
+    return target_fingerprint(target.model.get_input_embeddings().weight)
+
+
+def own_sequences(target, texts: list[str], new: int = 24) -> te.Sequences:
+    """The target's greedy continuations of texts, read back with its features: one sequence per text."""
+    packs = []
+    for text in texts:
+        ids = target.tokenizer(text)["input_ids"]
+        plain = build_decoder(RunConfig(target="t", drafter="none", max_new_tokens=new, chat=False), target, ids, baseline=True)
+        plain.run()
+        seq = ids + plain.generated
+        lm = HFCachedLM(target.model, target.vocab_size, keep_hidden=True)
+        logits = lm.extend(seq)
+        n = len(seq) - 1  # row t chose seq[t + 1]
+        packs.append(dict(hidden=lm.last_hidden[:n].to(torch.float16).clone(), tokens=torch.tensor(seq[1:]), argmax=logits[:n].argmax(-1),
+                          lengths=[n]))  # fmt: skip
+    return te.Sequences.join(*packs)
+
+
+def fit_eagle(target, texts: list[str], steps: int = 120, seed: int = 0) -> EagleHead:
+    """An EAGLE head fitted in seconds to the target's own greedy continuations (EAGLE's loss), so drafts are accepted
+    part of the time."""
+    seqs = own_sequences(target, texts)
+    config = dataclasses.replace(te.EAGLE_TINY, seg_len=32, batch_size=64, noise=0.0, lr=1e-2, train_vocab="full")
+    frozen = te.frozen_parts(target, config, seqs)
+    head = EagleHead(EagleShape.of_target(target.model.config), torch.Generator().manual_seed(seed))
+    opt = torch.optim.Adam(head.parameters(), lr=1e-2)
+    batch = te.make_batch(seqs, seqs.segments(config.seg_len), config.seg_len)
+    for _ in range(steps):
+        loss, _ = te.eagle_loss(head, frozen, batch, config)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    return head.eval().requires_grad_(False)
+
+
+@pytest.fixture(scope="module")
+def eagle_dir(tiny_models, tiny_dir, tmp_path_factory):
+    """A fitted head for the tiny llama with token counts (a draft vocabulary of its own continuations' tokens)."""
+    target = tiny_models["llama"]
+    folder = tmp_path_factory.mktemp("eagle") / "llama_eagle"
+    texts = [p["prompt"] for p in TINY_PROMPTS]
+    save_eagle(fit_eagle(target, texts), folder, str(tiny_dir["llama"]), fingerprint(target))
+    seqs = own_sequences(target, texts)
+    counts = torch.bincount(torch.cat([seqs.tokens, seqs.argmax]), minlength=target.vocab_size)
+    save_token_counts(folder, counts)
+    return folder
+
+
+def eagle_config(folder, **kw) -> RunConfig:
+    base = dict(target="llama", drafter="eagle", eagle_head=str(folder), num_draft_tokens=5, max_new_tokens=24, chat=False)
+    return RunConfig(**(base | kw))
+
+
+def ids_of(target, prompt: str) -> list[int]:
+    return target.tokenizer(prompt)["input_ids"]
+
+
+# -- greedy: token-identical to plain decoding ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("precision", VERIFIED_PRECISIONS)
+@pytest.mark.parametrize(("width", "draft_vocab"), [(1, 0), (2, 0), (3, 0), (1, 24), (2, 24)])
+def test_greedy_eagle_is_plain_greedy_chains_and_trees(tiny_models_at, eagle_dir, precision, width, draft_vocab):
+    target = tiny_models_at(precision, "llama")
+    config = eagle_config(eagle_dir, tree_width=width, draft_vocab=draft_vocab)
+    accepted = rejected = 0
+    for p in TINY_PROMPTS:
+        ids = ids_of(target, p["prompt"])
+        spec = build_decoder(config, target, ids)
+        spec.run()
+        plain = build_decoder(config, target, ids, baseline=True)
+        plain.run()
+        assert spec.generated == plain.generated, p["title"]
+        assert spec.use_tree == (width > 1)
+        accepted += sum(r.num_accepted for r in spec.records)
+        rejected += sum(r.num_drafted - r.num_accepted for r in spec.records)
+        if draft_vocab:
+            allowed = set(spec.drafter.vocab_ids.tolist())
+            assert {t for r in spec.records for t in r.drafted} <= allowed  # only the draft vocabulary is proposed
+    assert accepted > 0 and rejected > 0  # both branches of the rule were taken
+
+
+def test_the_features_handed_over_are_the_rows_that_chose_the_committed_tokens(tiny_models, eagle_dir):
+    """After every round the drafter's cache holds one entry per committed position, computed from the target's true
+    features there: the same keys as a drafter fed once with a fresh pass over the whole text."""
+    target = tiny_models["llama"]
+    for width in (1, 3):
+        dec = build_decoder(eagle_config(eagle_dir, tree_width=width), target, ids_of(target, TINY_PROMPTS[1]["prompt"]))
+        while not dec.done:
+            dec.step()
+            dec.hand_over()
+            assert dec.drafter.length == len(dec.tokens) - 1
+        fresh = build_decoder(eagle_config(eagle_dir), target, list(dec.tokens))
+        fresh.hand_over()
+        torch.testing.assert_close(dec.drafter.cache.keys, fresh.drafter.cache.keys, atol=1e-4, rtol=1e-4)
+
+
+class LastRowsDecoder(SpeculativeDecoder):
+    """Known-bad: hands the features reader the pass's last rows, not the rows that chose the committed tokens."""
+
+    def keep_for_drafter(self, newest, drafted, verified, num_emitted):
+        rows = self.target.last_hidden
+        super().keep_for_drafter(newest, drafted, verified, num_emitted)
+        if self.features is not None:
+            start, _, tokens = self.features
+            self.features = (start, rows[-len(tokens) :], tokens)
+
+
+def test_handing_over_the_wrong_rows_drafts_worse(tiny_models, eagle_dir):
+    from specviz.runs import make_drafter
+
+    target = tiny_models["llama"]
+    kept = {}
+    for name, cls in (("right", SpeculativeDecoder), ("wrong", LastRowsDecoder)):
+        total = 0
+        for p in TINY_PROMPTS:
+            config = eagle_config(eagle_dir)
+            ids = ids_of(target, p["prompt"])
+            dec = cls(HFCachedLM(target.model, target.vocab_size, keep_hidden=True), make_drafter(config, target), ids,
+                      config.decode_config(target.eos_token_ids))  # fmt: skip
+            dec.run()
+            plain = build_decoder(config, target, ids, baseline=True)
+            plain.run()
+            assert dec.generated == plain.generated  # exact either way
+            total += sum(r.num_accepted for r in dec.records)
+        kept[name] = total
+    assert kept["right"] > kept["wrong"]
+
+
+# -- sampled: the target's distribution, with a known-bad control ------------------------------------------------
+
+V, PROMPT = 10, [1, 2, 3]
+
+
+class ToyCache:
+    def __init__(self) -> None:
+        self.length = 0
+
+    def crop(self, length: int) -> None:
+        self.length = min(self.length, length)
+
+
+class HiddenTableLM(TableLM):
+    """TableLM whose 'hidden state' at a row is the row's logits (H = V)."""
+
+    def extend(self, ids, last_only: bool = False):
+        out = super().extend(ids, last_only)
+        self.last_hidden = out
+        return out
+
+
+def toy_head(seed: int = 0, vocab_ids: torch.Tensor | None = None) -> FeatureHead:
+    """A toy EAGLE layer: the next 'feature' is tanh(f A + e(x) B), its logits that times C (over vocab_ids' columns)."""
+    g = torch.Generator().manual_seed(seed)
+    a, b, c = torch.randn(V, V, generator=g) * 0.3, torch.randn(V, V, generator=g), torch.randn(V, V, generator=g)
+
+    def forward(cache, features, ids, positions, mask):
+        cache.length += features.shape[0]
+        return torch.tanh(features.float() @ a + b[ids])
+
+    cols = c if vocab_ids is None else c[:, vocab_ids]
+    return FeatureHead(ToyCache, forward, lambda f: f @ cols * 1.5, torch.device("cpu"), vocab_ids)
+
+
+class GreedyDraftSoftQ(EagleDrafter):
+    """Known-bad: drafts the argmax at every step but reports the soft q."""
+
+    def propose(self, context, k, generator):
+        sampling = self.sampling
+        self.sampling = SamplingConfig()  # greedy draws
+        draft = super().propose(context, k, generator)
+        self.sampling = sampling
+        if not draft.token_ids:
+            return draft
+        feature, qs = self.last, []
+        self.cache.crop(self.length)
+        for i, tok in enumerate(draft.token_ids):
+            qs.append(warp(self.head.logits(feature), sampling))
+            feature = self.head.forward(self.cache, feature, torch.tensor([tok]), torch.tensor([self.length + i]), None)
+        return Draft(draft.token_ids, torch.cat(qs))
+
+
+@pytest.mark.parametrize(("drafter_cls", "width", "exact"), [(EagleDrafter, 1, True), (EagleDrafter, 3, True), (GreedyDraftSoftQ, 1, False)])
+def test_first_and_first_two_sampled_tokens_follow_the_target(drafter_cls, width, exact):
+    from tests.toys import TreeTableLM
+
+    class HiddenTreeLM(TreeTableLM):
+        def extend(self, ids, last_only: bool = False):
+            out = super().extend(ids, last_only)
+            self.last_hidden = out
+            return out
+
+        def extend_tree(self, ids, parents):
+            out = super().extend_tree(ids, parents)
+            self.last_hidden = out
+            return out
+
+    def run(seed: int) -> SpeculativeDecoder:
+        config = DecodeConfig(2, SamplingConfig(temperature=1.0), seed, 3, tree_width=width)
+        dec = SpeculativeDecoder(HiddenTreeLM(0, scale=0.3), drafter_cls(toy_head(), SamplingConfig(temperature=1.0), V), PROMPT, config)
+        dec.run()
+        return dec
+
+    result = first_two_tokens(TableLM(0, scale=0.3), PROMPT, 1.0, 1_500, run)
+    if exact:
+        assert result.p_one > 1e-3 and result.p_two > 1e-3
+        assert result.accepted > 0 and result.rejected > 0
+    else:
+        assert min(result.p_one, result.p_two) < 1e-6
+
+
+def test_the_dynamic_tree_keeps_the_most_confident_nodes_as_a_tree():
+    """EAGLE-2: at most k nodes, every node's parent among them, siblings distinct and most confident first, and a
+    node kept only if no dropped node was more confident."""
+    drafter = EagleDrafter(toy_head(3), SamplingConfig(), V)
+    drafter.prepare(PROMPT)
+    drafter.observe_features(0, torch.randn(2, V, generator=torch.Generator().manual_seed(1)), [2, 3])
+    for k, width in ((1, 2), (4, 2), (7, 3), (12, 2)):
+        tree = drafter.propose_tree(PROMPT, k, width, torch.Generator())
+        assert 1 <= len(tree.token_ids) <= k and all(p < i for i, p in enumerate(tree.parents))
+        for parent in set(tree.parents):
+            kids = [tree.token_ids[i] for i, p in enumerate(tree.parents) if p == parent]
+            assert len(set(kids)) == len(kids) <= width
+        drafter.rollback(PROMPT)
+        assert drafter.cache.length == drafter.length == 2
+
+
+# -- resume, restore ------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("width", "temperature"), [(1, 0.0), (2, 0.0), (1, 1.0), (3, 1.0)])
+def test_a_resumed_eagle_run_continues_exactly(tiny_models, eagle_dir, width, temperature):
+    target = tiny_models["llama"]
+    config = eagle_config(eagle_dir, tree_width=width, temperature=temperature, num_draft_tokens=4, max_new_tokens=20, seed=5)
+    ids = ids_of(target, TINY_PROMPTS[2]["prompt"])
+    solo = build_decoder(config, target, ids)
+    solo.run()
+    dec = build_decoder(config, target, ids)
+    for _ in range(2):
+        dec.step()
+    state = DecoderState.from_dict(json.loads(json.dumps(capture(dec).to_dict())))
+    assert state.drafter_state is None  # EAGLE's cache is rebuilt from the re-prefill, not saved
+    resumed = resume_decoder(config, target, ids, SavedDecoder(list(dec.generated), list(dec.records), state, config.seed))
+    resumed.run()
+    assert resumed.generated == solo.generated
+    assert [r.drafted for r in resumed.records] == [r.drafted for r in solo.records]
+
+
+def test_checkpoint_and_restore_feed_the_features_again(tiny_models, eagle_dir):
+    target = tiny_models["llama"]
+    dec = build_decoder(eagle_config(eagle_dir, temperature=1.0, seed=2), target, ids_of(target, TINY_PROMPTS[0]["prompt"]))
+    dec.step()
+    point = dec.checkpoint()
+    again = dec.step()
+    dec.step()
+    dec.restore(point)
+    assert dec.step().drafted == again.drafted
+
+
+# -- heads on disk --------------------------------------------------------------------------------------------------
+
+
+def test_heads_for_another_target_or_of_another_kind_are_refused(tiny_models, eagle_dir, tmp_path, tiny_heads):
+    target, other = tiny_models["llama"], tiny_models["other_tok"]
+    save_eagle(EagleHead(EagleShape.of_target(other.model.config)), tmp_path / "other", "other-model", fingerprint(other))
+    with pytest.raises(HeadsError, match="other-model.*not for .*llama"):
+        load_target_eagle(str(tmp_path / "other"), target)
+    with pytest.raises(HeadsError, match="does not describe an EAGLE head"):
+        load_target_eagle(str(tiny_heads), target)  # a Medusa folder
+    with pytest.raises(HeadsError, match="No EAGLE head folder"):
+        load_target_eagle(str(tmp_path / "nowhere"), target)
+    small = EagleShape(16, 2, 2, 8, 32)
+    save_eagle(EagleHead(small), tmp_path / "small", "a 16-wide model", "")
+    with pytest.raises(HeadsError, match="hidden size 32"):
+        load_target_eagle(str(tmp_path / "small"), target)
+    loaded = load_eagle(eagle_dir, EagleShape.of_target(target.model.config), fingerprint(target))
+    assert not loaded.training and loaded.shape.hidden_size == 32
+
+
+def test_the_shipped_head_missing_says_how_to_train_one(tiny_models, monkeypatch, tmp_path):
+    import specviz.runs
+
+    monkeypatch.setattr(specviz.runs, "SHIPPED_EAGLE", tmp_path / "eagle_smollm2_135m")
+    with pytest.raises(HeadsError, match="train-heads --kind eagle"):
+        load_target_eagle(None, tiny_models["llama"])
+
+
+def test_the_command_line_runs_eagle_with_a_draft_vocabulary(tiny_dir, eagle_dir, capsys):
+    common = ["generate", "--target", str(tiny_dir["llama"]), "--drafter", "eagle", "--eagle-head", str(eagle_dir), "--no-chat",
+              "--prompt", TINY_PROMPTS[0]["prompt"], "--max-new-tokens", "12", "--device", "cpu", "--dtype", "float32"]  # fmt: skip
+    assert cli.main([*common, "--draft-vocab", "24", "--check-baseline"]) == 0
+    assert "same as plain greedy" in capsys.readouterr().out
+    assert cli.main([*common, "--draft-vocab", "100000"]) == 2
+    assert "larger than the target" in capsys.readouterr().err
+
+
+# -- training -------------------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def tiny_eagle_data(tiny_models, tmp_path_factory):
+    cache = tmp_path_factory.mktemp("eagle_cache")
+    config = dataclasses.replace(te.EAGLE_TINY, data_tokens=200)
+    return te.load_or_make_eagle_data(tiny_models["llama"], config, cache, progress=False), cache, config
+
+
+def test_the_teacher_forced_text_is_offline_cached_and_resumable(tiny_models, tiny_eagle_data):
+    data, cache, config = tiny_eagle_data
+    assert data.facts["teacher_forced"]["positions"] >= config.teacher_tokens
+    assert data.train.hidden.dtype == torch.float16 and data.heldout.positions > 0
+    parts = sorted(next(cache.glob("eagle-teacher-parts-*")).glob("batch-*.pt"))
+    assert len(parts) >= 2
+    next(cache.glob("eagle-teacher-*.pt")).unlink()
+    parts[-1].unlink()  # as if reading had been interrupted in its last batch: the others are reused
+    again = te.load_or_make_eagle_data(tiny_models["llama"], config, cache, progress=False)
+    assert torch.equal(again.train.hidden, data.train.hidden) and again.train.lengths == data.train.lengths
+    docs = te.teacher_documents(0)
+    assert len(next(docs)) >= 200  # the machine's own text: the standard library at least
+
+
+def test_training_lowers_the_loss_and_resumes_to_the_same_weights(tiny_models, tiny_eagle_data, tmp_path):
+    data, _, config = tiny_eagle_data
+    lm = tiny_models["llama"]
+    full = te.train_eagle(lm, data, config, tmp_path / "a.pt", progress=False)
+    first = sum(c["loss"] for c in full.curve[:5]) / 5
+    last = sum(c["loss"] for c in full.curve[-5:]) / 5
+    assert last < first and len(full.evals) >= 2
+    te.train_eagle(lm, data, config, tmp_path / "b.pt", progress=False, stop_after=15)
+    resumed = te.train_eagle(lm, data, config, tmp_path / "b.pt", resume=True, progress=False)
+    for key, value in full.head.state_dict().items():
+        torch.testing.assert_close(resumed.head.state_dict()[key], value)
+
+
+def test_cli_trains_an_eagle_head_and_prints_the_go_no_go_report(capsys, tiny_dir, tiny_models, tmp_path):
+    out = tmp_path / "eagle"
+    args = ["train-heads", "--kind", "eagle", "--target", str(tiny_dir["llama"]), "--tiny", "--steps", "10", "--data-tokens", "200",
+            "--out", str(out), "--cache-dir", str(tmp_path / "cache"), "--no-progress"]  # fmt: skip
+    assert cli.main(args) == 0
+    printed = capsys.readouterr().out
+    assert "held-out first-draft-token top-1" in printed and "of a 1-token pass" in printed
+    assert ("-> GO" in printed) or ("-> NO-GO" in printed)
+    saved = json.loads((out / "config.json").read_text(encoding="utf-8"))
+    assert saved["specviz_kind"] == "eagle" and saved["target_fingerprint"] == fingerprint(tiny_models["llama"])
+    assert saved["training"]["command"].startswith("python -m specviz train-heads --kind eagle --tiny")
+    assert 0 <= saved["gate"]["heldout_top1"] <= 1 and saved["gate"]["step_cost"] > 0
+    assert (out / "eagle_head.safetensors").is_file() and (out / "token_counts.safetensors").is_file()
+    assert cli.main(args + ["--resume"]) == 0  # the finished run's checkpoint: nothing left to do
+    target = tiny_models["llama"]
+    config = eagle_config(out, tree_width=2)
+    ids = ids_of(target, TINY_PROMPTS[0]["prompt"])
+    spec, plain = build_decoder(config, target, ids), build_decoder(config, target, ids, baseline=True)
+    spec.run()
+    plain.run()
+    assert spec.generated == plain.generated
+
+
+def test_the_gate_report_says_go_only_when_both_hold():
+    assert te.gate_report(0.6, 0.05, 8192, 1_000_000)[0]
+    assert not te.gate_report(0.5, 0.05, 8192, 1_000_000)[0]
+    passed, lines = te.gate_report(0.6, 0.07, 0, 1_000_000)
+    assert not passed and "full vocabulary" in lines[2] and lines[-1].strip() == "-> NO-GO"
+    with pytest.raises(ValueError, match="multiple of seg_len"):
+        te.EagleConfig(batch_size=100, seg_len=64)
