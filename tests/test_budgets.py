@@ -156,13 +156,13 @@ def test_a_chunked_prefill_equals_one_pass(tiny_models):
 
 
 def test_a_chunked_prefill_keeps_the_last_hidden_row(tiny_models):
-    """Medusa reads the prefill's last hidden row: chunks keep the last chunk's last row."""
+    """Medusa reads the prefill's last hidden row, EAGLE every row: chunks keep every chunk's rows, as one pass does."""
     target = tiny_models["llama"]
     ids = [4 + i % (target.vocab_size - 4) for i in range(100)]
     whole = HFCachedLM(target.model, target.vocab_size, keep_hidden=True, chunk_tokens=1_000)
     chunked = HFCachedLM(target.model, target.vocab_size, keep_hidden=True, chunk_tokens=16)
     whole.extend(ids, last_only=True), chunked.extend(ids, last_only=True)
-    assert chunked.last_hidden.shape == whole.last_hidden.shape == (1, target.model.config.hidden_size)
+    assert chunked.last_hidden.shape == whole.last_hidden.shape == (len(ids), target.model.config.hidden_size)
     torch.testing.assert_close(whole.last_hidden, chunked.last_hidden, rtol=0, atol=1e-5)
 
 
@@ -386,7 +386,7 @@ def test_the_labs_fast_mode_runs_the_lm_head_on_the_last_position_only(tiny_mode
         prompt = words(60)
         config = RunConfig(target=target.name, drafter="lookup", num_draft_tokens=1, temperature=1.0, max_new_tokens=2, chat=False)
         sample_real(config, target, prompt, "fast", 100)
-        assert rows == [1], rows
+        assert rows and len(rows) <= 2 and set(rows) == {1}, rows  # a run's prefill keeps one row, the pass over the last token one
         rows.clear()
         HFCachedLM(target.model, target.vocab_size).extend(target.tokenizer(prompt)["input_ids"])  # the old way
         assert rows == [60]

@@ -4,6 +4,7 @@ resume, recordings, the policy and the command line."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
@@ -443,5 +444,6 @@ def test_shared_mode_allows_only_the_owners_heads():
     assert config.medusa_heads is None and config.drafter == "medusa" and "not on this server's list" in refusals[0]
     assert Policy().enforce(RunConfig(drafter="medusa"))[1] == []  # the shipped heads
     owner = load_policy(env={}, secrets={"allowed_medusa_heads": ["/home/someone/heads"]}, server_address="0.0.0.0")
-    assert owner.enforce(asked) == (asked, [], [])
+    capped = dataclasses.replace(asked, max_draft_tokens=owner.max_draft_tokens)  # adaptive k's ceiling: quietly the owner's k cap
+    assert owner.enforce(asked) == (capped, [], [])
     assert Policy.local().enforce(asked) == (asked, [], [])

@@ -19,8 +19,9 @@ from streamlit.logger import get_logger
 
 from specviz.config import RunConfig
 from specviz.models import LoadedModel, ModelLoadError, early_exit_view, load_model, resolve_device, resolve_dtype_name
+from specviz.models.eagle import EagleHead
 from specviz.models.medusa import MedusaHeads
-from specviz.runs import RunModels, load_target_heads, resolve_models
+from specviz.runs import RunModels, load_target_eagle, load_target_heads, resolve_models
 from specviz.ui.access import current_policy
 from specviz.viz.markdown import md_text
 from specviz.workshop.resources import cached
@@ -157,13 +158,24 @@ def get_heads(folder: str | None, target: LoadedModel) -> MedusaHeads:
     return _cached_heads(folder, target, (target.name, str(target.device), target.precision))
 
 
+@cached(max_entries=4)
+def _cached_eagle(folder: str | None, _target: LoadedModel, target_key: tuple) -> EagleHead:
+    return load_target_eagle(folder, _target)
+
+
+def get_eagle(folder: str | None, target: LoadedModel) -> EagleHead:
+    """An EAGLE head, read once per (folder, target) and shared read-only by every session, as the Medusa heads are
+    (its per-run key/value cache lives in the drafter, never on the head)."""
+    return _cached_eagle(folder, target, (target.name, str(target.device), target.precision))
+
+
 def run_models(config: RunConfig, *, target: LoadedModel | None = None, drafters: Iterable[str] | None = None) -> RunModels:
     """The models config's drafter (or ``drafters``) needs, from the shared caches (specviz.runs.resolve_models)."""
 
     def load(source: str) -> LoadedModel:
         return get_model(source, **config.load_options())
 
-    return resolve_models(config, load, get_early_exit, get_heads, target=target, drafters=drafters)
+    return resolve_models(config, load, get_early_exit, get_heads, target=target, drafters=drafters, eagle_of=get_eagle)
 
 
 def sweep_models(target: str, draft: str, device: str, drafters: Iterable[str]) -> RunModels:

@@ -30,7 +30,7 @@ from specviz.recording import RecordedRun
 from specviz.runs import RunModels, SavedDecoder, exit_layer_for, resume_decoder
 from specviz.ui import budgets
 from specviz.ui.access import current_policy, model_turn
-from specviz.ui.models import get_early_exit, get_heads, get_model
+from specviz.ui.models import get_eagle, get_early_exit, get_heads, get_model
 from specviz.ui.replay import session_recording
 from specviz.ui.session import (
     PageState,
@@ -248,7 +248,8 @@ def _models(config: RunConfig, target) -> RunModels:
     draft = get_model(config.draft or "", **config.load_options()) if lm == "draft" else None
     early_exit = get_early_exit(target, exit_layer_for(config, target)) if lm == "early-exit" else None
     heads = get_heads(config.medusa_heads, target) if lm == "heads" else None
-    return RunModels(target, draft, early_exit, heads)
+    eagle = get_eagle(config.eagle_head, target) if lm == "eagle" else None
+    return RunModels(target, draft, early_exit, heads, eagle)
 
 
 def _resumed(run: RecordedRun, state, target, prompt_ids: list[int], config: RunConfig | None = None):
@@ -258,6 +259,6 @@ def _resumed(run: RecordedRun, state, target, prompt_ids: list[int], config: Run
     generated = [t for r in run.records for t in r.emitted]
     saved = SavedDecoder(generated, run.records, state, run.seed, run.prefill_ms)
     try:
-        return resume_decoder(config, target, prompt_ids, saved, models.draft, early_exit=models.early_exit, heads=models.heads)
+        return resume_decoder(config, target, prompt_ids, saved, models.draft, early_exit=models.early_exit, heads=models.heads, eagle=models.eagle)
     except ValueError as exc:  # the pieces do not fit (specviz.core.resume): trying again cannot help
         raise SavedRunError(f"The saved run does not fit this server ({exc}), so a fresh run starts.") from None
