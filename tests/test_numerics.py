@@ -176,7 +176,7 @@ def test_run_and_measure_on_the_page_take_one_model_turn_per_pass(dtype_models, 
     turns, depth = [], []
 
     @contextlib.contextmanager
-    def recorded(model, what="your round", slot=None):
+    def recorded(model, what="your round", slot=None, **kwargs):
         depth.append(1)
         turns.append((what, len(depth)))
         try:

@@ -40,7 +40,7 @@ import weakref
 from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import anyio
 from starlette.applications import Starlette
@@ -51,7 +51,9 @@ from starlette.types import Receive, Scope, Send
 
 from specviz.config import MAX_NEW_TOKENS, RunConfig
 from specviz.core.decoding import SpeculativeDecoder
-from specviz.runs import RunModels, decoder_for
+
+if TYPE_CHECKING:  # the command line reads ServiceConfig's defaults for every subcommand's parser: no models imported then
+    from specviz.runs import RunModels
 
 log = logging.getLogger(__name__)
 
@@ -367,6 +369,8 @@ class Service:
         finished = Finished(0, 0, "error")
         rounds = tokens = 0
         try:
+            from specviz.runs import decoder_for
+
             decoder: SpeculativeDecoder = await self._turn_for(lambda: decoder_for(job.run, self.models, job.prompt_ids, top_n=1))
             self.decoders.add(decoder)
             detok, stops = Detokenizer(self.tokenizer), StopText(job.stop)
