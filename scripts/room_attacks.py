@@ -114,6 +114,8 @@ LOG_RELAY_S = 2.0  # the room copies its replicas' output to its log every half 
 FLOOD_CHAR = "\U00010380"  # 𐎀: 4 tokens in the embedded tokenizer (issue 32)
 TOKENS_PER_FLOOD_CHAR = 4
 TEMPLATE_TOKENS = 48  # the chat template's tokens around a prompt: a prompt "at the budget" leaves them room
+ATTACKER_SOURCE = "127.0.0.66"  # every 127.x.y.z is this machine (Linux): two addresses, two clients
+VICTIM_SOURCE = "127.0.0.10"
 VICTIM_QUERY = {"prompt": "Write a Python function that reverses a string.", "drafter": "ngram", "seed": "7", "max_new_tokens": "64"}
 COPY_PROMPT = "Repeat exactly: the cat sat on the mat, the cat sat on the mat, the cat sat on the mat."
 FORWARDED = {"X-Forwarded-For": "203.0.113.7"}  # a documentation address: a client somewhere else, as a proxy says
@@ -477,8 +479,11 @@ class Harness:
     def url(self) -> str:
         return self.handle.url
 
-    def session(self, query: dict[str, str] | str | None = None, page: str = STEP_PAGE, replica: str | None = REPLICA_A, timeout_s: float = VICTIM_TIMEOUT_S, headers: dict | None = None) -> StSession:
-        s = StSession(self.url, query, timeout_s=timeout_s, page=page, headers=headers)
+    def session(self, query: dict[str, str] | str | None = None, page: str = STEP_PAGE, replica: str | None = REPLICA_A, timeout_s: float = VICTIM_TIMEOUT_S,
+                headers: dict | None = None, source: str = ATTACKER_SOURCE) -> StSession:  # fmt: skip
+        """A participant's session; source: the loopback address it connects from (the balancer passes it on as the
+        client's address), so the attacker and the victim are two clients, as two people in a room are."""
+        s = StSession(self.url, query, timeout_s=timeout_s, page=page, headers=headers, source=source)
         return pin_replica(s, replica) if replica else s
 
     def presentations(self):
@@ -566,7 +571,7 @@ class Victim:
             t0, seconds = time.monotonic(), 0.0
             try:
                 if session is None:
-                    session = self.h.session(VICTIM_QUERY)
+                    session = self.h.session(VICTIM_QUERY, source=VICTIM_SOURCE)
                     session.open()
                     own_run(session)
                 drain(session)
@@ -783,11 +788,16 @@ def attack_clear_cache(h: Harness, cfg: Config) -> dict:
         replies = [_try_key(attacker, f"{n:04d}") for n in range(6)]  # wrong keys until the back-off holds
         out["backoff_before_clears"] = replies[-1]
         offset = lp.log_size(h.handle.log_path)
+        attacker.click(KEY_RESET)  # one fresh run before the clears: what a run starts (a baseline worker) is running
+        attacker.click(KEY_STEP)
+        time.sleep(SAMPLE_EVERY_S * 2)
+        out["resources_window"] = [time.monotonic(), None]  # the threads and memory the clears alone cost
         for _ in range(cfg.clears):
             attacker.clear_cache()
             attacker.click(KEY_RESET)  # a fresh run needs the model again: whatever the clear dropped is loaded now
             attacker.click(KEY_STEP)
         time.sleep(LOG_RELAY_S)
+        out["resources_window"][1] = time.monotonic()
         out["model_loads"] = _model_loads(h, offset, REPLICA_A)
         out["backoff_after_clears"] = _key_again(attacker)
         attacker.close()
@@ -1315,7 +1325,9 @@ def run_attack(h: Harness, attack: Attack, cfg: Config, goals: Goals) -> dict:
     time.sleep(max(0.0, t1 + SAMPLE_EVERY_S * 2 - time.monotonic()))  # the sampler's reading after the attack
     victim = victim_stats(h.victim.samples, t0, t1) if h.victim is not None and attack.victim else None
     followers = outcome.pop("followers", None)
-    return build_row(attack, outcome, victim, resource_stats(h.samples, t0, t1 + SAMPLE_EVERY_S * 2), followers, goals)
+    window = outcome.pop("resources_window", None)  # an attack that sets up more than it attacks (the presenter and its followers)
+    r0, r1 = (window[0], window[1] + SAMPLE_EVERY_S * 2) if window and window[1] else (t0, t1 + SAMPLE_EVERY_S * 2)
+    return build_row(attack, outcome, victim, resource_stats(h.samples, r0, r1), followers, goals)
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:

@@ -295,3 +295,52 @@ def test_a_background_waiter_counts_every_interactive_waiter_ahead_and_times_out
         t.join(5)
     assert queue.in_flight == 0
 
+
+
+def _line_up(queue: ModelQueue, clients: list[str | None]) -> list[int]:
+    """Block the queue, line up one waiter per entry of clients (in that order), release it: the order served."""
+    order, gate, holder_in = [], threading.Event(), threading.Event()
+
+    def holder():
+        with queue.turn(client="holder"):
+            holder_in.set()
+            gate.wait(5)
+
+    def worker(i, client):
+        with queue.turn(poll_s=0.01, client=client):
+            order.append(i)
+
+    threads = [threading.Thread(target=holder)]
+    threads[0].start()
+    holder_in.wait(5)
+    for i, client in enumerate(clients):
+        t = threading.Thread(target=worker, args=(i, client))
+        t.start()
+        threads.append(t)
+        wait_until(lambda n=i + 1: queue.waiting == n)
+    gate.set()
+    for t in threads:
+        t.join(5)
+    return order
+
+
+def test_turns_rotate_between_client_addresses():
+    """Issue 32: one participant with ten sessions clicking Step had ten places in line, so another participant's Step
+    waited for all ten (p95 10.7 s in the room attack). Now the turns rotate over the addresses waiting (the one
+    served longest ago first) and each address is first come, first served within."""
+    clients = ["hog"] * 6 + ["victim"]
+    order = _line_up(ModelQueue("m", 1), clients)
+    assert order.index(6) <= 1  # the victim waits for at most one of the hog's turns
+    assert [i for i in order if clients[i] == "hog"] == [0, 1, 2, 3, 4, 5]  # in order within an address
+    # known-bad control: strict first come, first served puts the victim last
+    assert _line_up(ModelQueue("m", 1), [None] * 7) == list(range(7))
+
+
+def test_rotation_alternates_between_two_busy_addresses_and_reports_a_fair_place():
+    queue = ModelQueue("m", 1)
+    order = _line_up(queue, ["a", "a", "a", "b", "b", "b"])
+    assert [("a" if i < 3 else "b") for i in order] in (list("ababab"), list("bababa"))
+
+
+def test_a_room_behind_one_address_is_served_first_come_first_served():
+    assert _line_up(ModelQueue("m", 1), ["nat"] * 5) == list(range(5))

@@ -201,7 +201,7 @@ def model_turn(model, what: str = "your round", slot=None, kind: TurnKind = "ste
         )
 
     try:
-        with queue.held_turn(on_wait, timeout_s=policy.queue_timeout_s, kind=kind) as held:
+        with queue.held_turn(on_wait, timeout_s=policy.queue_timeout_s, kind=kind, client=current_client().address) as held:
             waited = held.waited_s
             timing.add_queue_wait(waited)
             log.debug("specviz turn: %s waited %.3f s for %s", what, waited, queue.name)  # scripts/contention.py reads this

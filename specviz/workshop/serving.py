@@ -1,4 +1,5 @@
-"""Fair sharing of a loaded model between browser sessions: one FIFO queue per model, a bounded number in flight.
+"""Fair sharing of a loaded model between browser sessions: one queue per model, a bounded number in flight, and
+the turns shared out by client address (round robin over the addresses waiting, first come first served within one).
 
 Plain Python (threading), no streamlit. A session takes a *turn* for one whole round (draft + verify), so the round's
 own timing (measured inside the engine's step()) never includes time spent waiting here, and Play / Run to end, which
@@ -7,6 +8,11 @@ runs (specviz.workshop.baselines) takes *background* turns, one plain step each:
 
     with model_queue(key).turn(on_wait=lambda ahead, waited_s: ..., timeout_s=120):
         decoder.step()
+
+Fair by client, not by session: one participant who opens ten tabs (or ten websocket sessions) and clicks Step in all
+of them has one place in the rotation, so another participant's Step waits for at most one of their turns per turn of
+every other address waiting, not for all ten (issue 32; docs/workshop-safety.md). Behind one NAT a whole room is one
+address, and the order is then first come, first served, as it was.
 
 A long prefill is the one piece of work longer than a round: it runs in chunks, and between two it may hand its turn to
 the first waiter and queue again at the back of its line (held_turn() and HeldTurn.pass_on()), so a Step waits for one
@@ -25,7 +31,7 @@ import os
 import threading
 import time
 from collections import Counter, deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Hashable, Iterator
 from contextlib import contextmanager
 from typing import Literal
 
@@ -35,6 +41,7 @@ log = logging.getLogger(__name__)
 TurnKind = Literal["step", "job", "background"]
 
 THREADS_ENV = "SPECVIZ_TORCH_THREADS"
+MAX_CLIENTS_REMEMBERED = 4096  # client addresses whose last turn a queue remembers
 
 
 def server_threads(environ: dict[str, str] | os._Environ = os.environ) -> int | None:
@@ -65,9 +72,11 @@ class ModelQueue:
     """Admission in two classes with at most `max_in_flight` holders at a time.
 
     Interactive waiters (a participant's round or prefill) are always admitted before background ones (the
-    plain-decoding baseline, specviz.workshop.baselines); within a class the order is strict first come, first served, and a
-    session that finishes a turn and asks again goes to the back of its line. A background turn already in flight is
-    not interrupted: an interactive waiter waits at most for that one turn (one plain decoding step)."""
+    plain-decoding baseline, specviz.workshop.baselines). Interactive turns go to the client address served longest ago
+    (an address never served first), and within one address first come, first served; a session that finishes a turn
+    and asks again goes to the back of its line. Background turns are first come, first served. A background turn
+    already in flight is not interrupted: an interactive waiter waits at most for that one turn (one plain decoding
+    step)."""
 
     def __init__(self, name: str, max_in_flight: int = 1) -> None:
         if max_in_flight < 1:
@@ -80,6 +89,9 @@ class ModelQueue:
         self._in_flight = 0
         self._kinds: Counter[str] = Counter()  # turns in flight by kind
         self._tickets = itertools.count()
+        self._client_of: dict[int, Hashable] = {}  # interactive ticket -> its client's address (its own ticket when none)
+        self._served: dict[Hashable, int] = {}  # client -> when it was last admitted (an admission counter)
+        self._admissions = itertools.count()
 
     # --- what a waiting session can see ------------------------------------------------------------------------
 
@@ -103,19 +115,45 @@ class ModelQueue:
         with self._cond:
             return len(self._background)
 
+    def _priority(self, ticket: int, position: int) -> tuple[int, int]:
+        """An interactive ticket's place: its client's last admission (never: -1), then its place in line."""
+        return (self._served.get(self._client_of.get(ticket, ticket), -1), position)
+
+    def _next_interactive(self) -> int | None:
+        """The interactive ticket admitted next: the client served longest ago, its earliest ticket."""
+        if not self._line:
+            return None
+        return min(self._line, key=lambda t: self._priority(t, self._position(t)))
+
+    def _position(self, ticket: int) -> int:
+        return self._line.index(ticket)
+
     def _ahead(self, ticket: int, background: bool) -> int:
-        """Turns that will be served before this ticket: those in flight and those earlier in line (for a background
-        ticket, every interactive waiter too)."""
+        """Turns that will be served before this ticket, as things stand: those in flight and the waiters placed
+        before it (for a background ticket, every interactive waiter too)."""
         if background:
             return self._in_flight + len(self._line) + self._background.index(ticket)
-        return self._in_flight + self._line.index(ticket)
+        mine = self._priority(ticket, self._position(ticket))
+        return self._in_flight + sum(1 for i, t in enumerate(self._line) if self._priority(t, i) < mine)
 
     def _may_enter(self, ticket: int, background: bool) -> bool:
         if self._in_flight >= self.max_in_flight:
             return False
         if background:
             return not self._line and self._background[0] == ticket
-        return self._line[0] == ticket
+        return self._next_interactive() == ticket
+
+    def _admitted(self, ticket: int, background: bool) -> None:
+        """Take an admitted ticket out of its line (under the lock) and note when its client was served."""
+        if background:
+            self._background.popleft()
+            return
+        self._line.remove(ticket)
+        client = self._client_of.pop(ticket, ticket)
+        self._served[client] = next(self._admissions)
+        if len(self._served) > MAX_CLIENTS_REMEMBERED:  # forget the clients served longest ago (they come first again)
+            for old in sorted(self._served, key=self._served.__getitem__)[: len(self._served) // 2]:
+                del self._served[old]
 
     # --- taking a turn ---------------------------------------------------------------------------------------
 
@@ -127,15 +165,17 @@ class ModelQueue:
         poll_s: float = 0.5,
         background: bool = False,
         kind: TurnKind | None = None,
+        client: Hashable | None = None,
     ) -> Iterator[float]:
         """Wait for a turn (calling on_wait(ahead, waited_s) at most every poll_s while waiting, outside the lock),
         hold it for the with-block, and give it back whatever happens. Yields the seconds spent waiting.
         background=True: wait behind every interactive waiter, present and future. kind: what the turn is for
-        (default "background" for a background turn, else "step").
+        (default "background" for a background turn, else "step"). client: the participant's address, for the
+        rotation between clients (None: a client of its own).
 
         Raises QueueTimeout after timeout_s. An exception raised by on_wait (e.g. streamlit stopping the script
         because the user clicked something) leaves the line cleanly."""
-        with self.held_turn(on_wait, timeout_s, poll_s, background, kind) as held:
+        with self.held_turn(on_wait, timeout_s, poll_s, background, kind, client) as held:
             yield held.waited_s
 
     @contextmanager
@@ -146,12 +186,13 @@ class ModelQueue:
         poll_s: float = 0.5,
         background: bool = False,
         kind: TurnKind | None = None,
+        client: Hashable | None = None,
     ) -> Iterator[HeldTurn]:
         """turn(), yielding the HeldTurn itself: its pass_on() lets a waiting participant go first in the middle of a
         long piece of work (between two chunks of a prefill) and queues again for the rest."""
         kind = kind or ("background" if background else "step")
-        held = HeldTurn(self, background, kind, on_wait, timeout_s, poll_s)
-        held.waited_s = self._wait(self._enqueue(background), background, kind, on_wait, timeout_s, poll_s)
+        held = HeldTurn(self, background, kind, on_wait, timeout_s, poll_s, client)
+        held.waited_s = self._wait(self._enqueue(background, client), background, kind, on_wait, timeout_s, poll_s)
         held.held = True
         try:
             yield held
@@ -159,11 +200,20 @@ class ModelQueue:
             if held.held:
                 self._leave(kind)
 
-    def _enqueue(self, background: bool) -> int:
+    def _enqueue(self, background: bool, client: Hashable | None = None) -> int:
         ticket = next(self._tickets)
         with self._cond:
-            (self._background if background else self._line).append(ticket)
+            self._line_in(ticket, background, client)
         return ticket
+
+    def _line_in(self, ticket: int, background: bool, client: Hashable | None) -> None:
+        """Put a ticket at the back of its line (under the lock)."""
+        if background:
+            self._background.append(ticket)
+            return
+        self._line.append(ticket)
+        if client is not None:
+            self._client_of[ticket] = client
 
     def _wait(self, ticket: int, background: bool, kind: str, on_wait: Callable[[int, float], None] | None, timeout_s: float | None, poll_s: float) -> float:
         """Wait until the ticket (already in its line) is admitted; returns the seconds waited. On a timeout or an
@@ -175,7 +225,7 @@ class ModelQueue:
             while True:
                 with self._cond:
                     if self._may_enter(ticket, background):
-                        line.popleft()
+                        self._admitted(ticket, background)
                         self._in_flight += 1
                         self._kinds[kind] += 1
                         admitted = True
@@ -197,6 +247,7 @@ class ModelQueue:
                 with self._cond:
                     if ticket in line:
                         line.remove(ticket)
+                    self._client_of.pop(ticket, None)
                     self._cond.notify_all()
         return time.monotonic() - start
 
@@ -213,8 +264,8 @@ class HeldTurn:
     chunks lets every Step queued behind it in between two chunks. A QueueTimeout (or an exception from on_wait) while
     waiting to come back leaves nothing held; the with-block then ends with the exception."""
 
-    def __init__(self, queue: ModelQueue, background: bool, kind: str, on_wait, timeout_s: float | None, poll_s: float) -> None:
-        self.queue, self.background, self.kind = queue, background, kind
+    def __init__(self, queue: ModelQueue, background: bool, kind: str, on_wait, timeout_s: float | None, poll_s: float, client: Hashable | None = None) -> None:
+        self.queue, self.background, self.kind, self.client = queue, background, kind, client
         self.on_wait, self.timeout_s, self.poll_s = on_wait, timeout_s, poll_s
         self.held = False
         self.waited_s = 0.0  # before the turn was first admitted
@@ -229,7 +280,7 @@ class HeldTurn:
             if not queue._line:  # nobody interactive is waiting: a background turn yields to them only, as at admission
                 return 0.0
             ticket = next(queue._tickets)
-            (queue._background if self.background else queue._line).append(ticket)
+            queue._line_in(ticket, self.background, self.client)
             queue._in_flight -= 1
             queue._kinds[self.kind] -= 1
             self.held = False
