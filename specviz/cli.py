@@ -972,11 +972,11 @@ def _service_config(args: argparse.Namespace, drafter: str, hide_truth: bool):
 
 def cmd_serve(args: argparse.Namespace) -> int:
     from specviz.runs import resolve_models
-    from specviz.workshop.service import Service, run_server
+    from specviz.workshop.service import load_on_model_thread, run_server
 
     config = _service_config(args, args.drafter, args.hide_truth)
-    models = resolve_models(config.run)
-    service = Service(config, models)
+    service = load_on_model_thread(config, lambda: resolve_models(config.run))  # torch's threads: see its docstring
+    models = service.models
     what = "plain decoding" if args.drafter == "none" else f"{args.drafter}, k={args.num_draft_tokens}"
     emit(f"serving {config.model_id!r} ({models.target.device}, {models.target.precision}; "
          f"{'hidden' if args.hide_truth else what}) at http://{args.host}:{args.port}/v1", err=True, flush=True)  # fmt: skip

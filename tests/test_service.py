@@ -249,3 +249,25 @@ def test_a_request_that_waits_too_long_for_the_model_gets_503(smollm, monkeypatc
         finally:
             gate.set()
             first.join(120)
+
+
+def test_serve_loads_the_models_on_the_thread_that_runs_every_pass(smollm):
+    """torch's OpenMP team belongs to the thread that first runs a parallel region: models loaded on the main thread
+    and passes run on the model thread made two teams, and serve streamed at half the engine's speed (21.6 against
+    61.2 tokens/s in scripts/race_check.py). The loader runs on the model thread (known-bad control: Service() alone
+    leaves the load wherever the caller did it)."""
+    from specviz.workshop.service import load_on_model_thread
+
+    run = RunConfig(target=MODEL, drafter="none", dtype="float32", device="cpu")
+    where: list[str] = []
+
+    def load():
+        where.append(threading.current_thread().name)
+        return resolve_models(run, target=smollm)
+
+    service = load_on_model_thread(ServiceConfig(run, MODEL), load)
+    passes = service._model_thread.submit(lambda: threading.current_thread().name).result()
+    assert where == [passes] and passes.startswith("specviz-model")
+    where.clear()
+    plain = Service(ServiceConfig(run, MODEL), load())
+    assert where != [plain._model_thread.submit(lambda: threading.current_thread().name).result()]
