@@ -37,20 +37,19 @@ Plain Python: no streamlit (specviz.ui.presenting is the page's side).
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import json
 import logging
 import math
 import os
 import re
 import secrets
-import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 from specviz.config import DRAFTER_KINDS
+from specviz.workshop.files import flocked, write_atomic
 
 log = logging.getLogger(__name__)
 
@@ -135,15 +134,8 @@ class PresentationStore:
             raise ValueError("a presentation id is 22 letters, digits, '-' or '_'")
         return self.root / f"board-{presentation_id}.jsonl"
 
-    @contextlib.contextmanager
-    def _locked(self) -> Iterator[None]:
-        self.root.mkdir(mode=0o700, parents=True, exist_ok=True)
-        fd = os.open(self.root / LOCK_NAME, os.O_RDWR | os.O_CREAT, 0o600)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX)
-            yield
-        finally:
-            os.close(fd)  # closing releases the lock
+    def _locked(self) -> contextlib.AbstractContextManager[None]:
+        return flocked(self.root / LOCK_NAME)
 
     def stamp(self) -> tuple[int, int, int] | None:
         """The presentation file's (inode, mtime ns, size), None when there is none: a writer replaces the file, so
@@ -202,14 +194,7 @@ class PresentationStore:
             return None
 
     def _write(self, presentation: Presentation) -> None:
-        fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".presentation", dir=self.root)  # 0600
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8") as f:
-                f.write(presentation.to_json())
-            os.replace(tmp, self.path)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
+        write_atomic(self.path, presentation.to_json().encode("utf-8"))
 
     def start(self, run_token: str, rounds: int, new_board: bool = False) -> tuple[Presentation, Presentation | None]:
         """Make run_token the room's presented run, held by a new claim (``holder``). A live presentation is taken
@@ -307,14 +292,7 @@ class PresentationStore:
         path = self.board_path(presentation_id)
         with self._locked():
             kept = b"".join((p.to_json() + "\n").encode("utf-8") for p in self.points(presentation_id))
-            fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".jsonl", dir=self.root)  # 0600
-            try:
-                with os.fdopen(fd, "wb") as f:
-                    f.write(kept)
-                os.replace(tmp, path)
-            except BaseException:
-                Path(tmp).unlink(missing_ok=True)
-                raise
+            write_atomic(path, kept)
         log.info("room: the board was compacted to %d bytes", len(kept))
         return len(kept)
 

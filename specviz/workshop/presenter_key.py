@@ -25,20 +25,19 @@ Plain Python: no streamlit (specviz.ui.presenting is the page's side).
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import hmac
 import json
 import logging
 import math
 import os
 import secrets
-import tempfile
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
+from specviz.workshop.files import flocked, write_atomic
 from specviz.workshop.policy import PRESENTER_KEY_SECRET
 
 log = logging.getLogger(__name__)
@@ -175,15 +174,8 @@ class KeyGuard:
             return 0.0
         return max(0.0, sorted(room)[-ROOM_MAX_WRONG] + ROOM_WINDOW_S - now)
 
-    @contextlib.contextmanager
-    def _locked(self) -> Iterator[None]:
-        self.root.mkdir(mode=0o700, parents=True, exist_ok=True)
-        fd = os.open(self.root / GUARD_LOCK_NAME, os.O_RDWR | os.O_CREAT, 0o600)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX)
-            yield
-        finally:
-            os.close(fd)  # closing releases the lock
+    def _locked(self) -> contextlib.AbstractContextManager[None]:
+        return flocked(self.root / GUARD_LOCK_NAME)
 
     def _read(self, now: float) -> tuple[list[float], dict[str, _Client]]:
         """The room's recent wrong keys and the clients worth remembering (older ones pruned). A file that is not
@@ -215,14 +207,7 @@ class KeyGuard:
 
     def _write(self, room: list[float], clients: dict[str, _Client]) -> None:
         data = {"room": room, "clients": {a: [c.wrong, c.locked_until, c.last] for a, c in clients.items()}}
-        fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".keyguard", dir=self.root)  # 0600
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8") as f:
-                json.dump(data, f, separators=(",", ":"))
-            os.replace(tmp, self.path)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
+        write_atomic(self.path, json.dumps(data, separators=(",", ":")).encode("utf-8"))
 
 
 def _time(value: object) -> bool:

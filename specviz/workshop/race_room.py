@@ -16,20 +16,18 @@ Plain Python: no streamlit (specviz.ui.race is the page's side).
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import hashlib
 import json
 import logging
 import os
 import re
 import secrets
-import tempfile
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 from specviz.core.race import MAX_FILE_BYTES, RaceResult
+from specviz.workshop.files import flocked, write_atomic
 from specviz.workshop.probe_urls import parse
 
 log = logging.getLogger(__name__)
@@ -108,26 +106,12 @@ class RaceRoom:
     def __init__(self, root: str | os.PathLike) -> None:
         self.root = Path(root)
 
-    @contextlib.contextmanager
-    def _locked(self) -> Iterator[None]:
-        self.root.mkdir(parents=True, exist_ok=True)
-        with open(self.root / LOCK_FILE, "a+b") as fh:
-            fcntl.flock(fh, fcntl.LOCK_EX)
-            try:
-                yield
-            finally:
-                fcntl.flock(fh, fcntl.LOCK_UN)
+    def _locked(self) -> contextlib.AbstractContextManager[None]:
+        return flocked(self.root / LOCK_FILE)
 
     def _write(self, name: str, data: bytes) -> None:
-        self.root.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=self.root)
-        try:
-            with os.fdopen(fd, "wb") as fh:
-                fh.write(data)
-            os.replace(tmp, self.root / name)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
+        self.root.mkdir(mode=0o700, parents=True, exist_ok=True)
+        write_atomic(self.root / name, data)
 
     def _read(self, name: str, limit: int) -> bytes | None:
         try:

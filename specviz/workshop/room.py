@@ -46,6 +46,7 @@ from pathlib import Path
 from typing import TextIO
 
 from specviz.workshop.clients import TRUST_PROXY_ENV
+from specviz.workshop.files import write_atomic
 from specviz.workshop.presenter_key import KEY_ENV, KEY_SECRET, generate_key, key_weakness, presenter_key
 from specviz.workshop.saved_runs import default_run_dir
 
@@ -228,10 +229,7 @@ def _terminal() -> Iterator[TextIO | None]:
 
 def write_status(path: Path, status: dict) -> None:
     """Replace the status file atomically (readers never see half a file)."""
-    fd, tmp = tempfile.mkstemp(prefix=".room-", suffix=".json", dir=path.parent)
-    with os.fdopen(fd, "w", encoding="utf-8") as f:
-        json.dump(status, f, indent=1)
-    os.replace(tmp, path)
+    write_atomic(path, json.dumps(status, indent=1).encode("utf-8"))
 
 
 @dataclass

@@ -39,7 +39,6 @@ import logging
 import os
 import re
 import secrets
-import tempfile
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -47,6 +46,7 @@ from pathlib import Path
 
 from specviz.core.resume import DecoderState
 from specviz.recording import MAX_BYTES, Recording, RecordingError, dumps, load_recording
+from specviz.workshop.files import write_atomic
 from specviz.workshop.presentation import PresentationStore
 
 log = logging.getLogger(__name__)
@@ -191,14 +191,7 @@ class RunStore:
             raise OSError(f"this run's file ({len(data) / 2**20:.1f} MB) is larger than the run directory may hold")
         self._ensure_dir()
         self.make_room(path, len(data))
-        fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".json", dir=self.root)  # mkstemp creates it 0600
-        try:
-            with os.fdopen(fd, "wb") as f:
-                f.write(data)
-            os.replace(tmp, path)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
+        write_atomic(path, data)
 
     def load(self, token: str) -> SavedRun:
         """The saved run; raises SavedRunError when the token is malformed, unknown, expired or its file damaged
