@@ -15,7 +15,6 @@ from specviz import cli
 from specviz.config import RunConfig
 from specviz.core.decoding import DecodeConfig, SpeculativeDecoder
 from specviz.core.protocols import Draft
-from specviz.core.resume import DecoderState, capture
 from specviz.core.sampling import SamplingConfig, warp
 from specviz.drafters.eagle import EagleDrafter, FeatureHead
 from specviz.experiments import train_eagle as te
@@ -23,9 +22,9 @@ from specviz.models import HFCachedLM
 from specviz.models.eagle import EagleHead, EagleShape, load_eagle, save_eagle
 from specviz.models.medusa import HeadsError, target_fingerprint
 from specviz.models.vocab import save_token_counts
-from specviz.runs import SavedDecoder, build_decoder, load_target_eagle, resume_decoder
+from specviz.runs import build_decoder, load_target_eagle
 from tests.conftest import TINY_PROMPTS, VERIFIED_PRECISIONS
-from tests.toys import TableLM, first_two_tokens
+from tests.toys import TableLM, assert_first_two, assert_same_run, first_two_tokens, greedy_equals_plain, paused_and_resumed
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -97,20 +96,13 @@ def ids_of(target, prompt: str) -> list[int]:
 def test_greedy_eagle_is_plain_greedy_chains_and_trees(tiny_models_at, eagle_dir, precision, width, draft_vocab):
     target = tiny_models_at(precision, "llama")
     config = eagle_config(eagle_dir, tree_width=width, draft_vocab=draft_vocab)
-    accepted = rejected = 0
-    for p in TINY_PROMPTS:
-        ids = ids_of(target, p["prompt"])
-        spec = build_decoder(config, target, ids)
-        spec.run()
-        plain = build_decoder(config, target, ids, baseline=True)
-        plain.run()
-        assert spec.generated == plain.generated, p["title"]
-        assert spec.use_tree == (width > 1)
-        accepted += sum(r.num_accepted for r in spec.records)
-        rejected += sum(r.num_drafted - r.num_accepted for r in spec.records)
+
+    def only_the_draft_vocabulary(spec) -> None:
         if draft_vocab:
-            allowed = set(spec.drafter.vocab_ids.tolist())
-            assert {t for r in spec.records for t in r.drafted} <= allowed  # only the draft vocabulary is proposed
+            assert {t for r in spec.records for t in r.drafted} <= set(spec.drafter.vocab_ids.tolist())
+
+    prompts = [ids_of(target, p["prompt"]) for p in TINY_PROMPTS]
+    accepted, rejected = greedy_equals_plain(config, target, prompts, width, only_the_draft_vocabulary)
     assert accepted > 0 and rejected > 0  # both branches of the rule were taken
 
 
@@ -235,12 +227,7 @@ def test_first_and_first_two_sampled_tokens_follow_the_target(drafter_cls, width
         dec.run()
         return dec
 
-    result = first_two_tokens(TableLM(0, scale=0.3), PROMPT, 1.0, 1_500, run)
-    if exact:
-        assert result.p_one > 1e-3 and result.p_two > 1e-3
-        assert result.accepted > 0 and result.rejected > 0
-    else:
-        assert min(result.p_one, result.p_two) < 1e-6
+    assert_first_two(first_two_tokens(TableLM(0, scale=0.3), PROMPT, 1.0, 1_500, run), exact)
 
 
 def test_the_dynamic_tree_keeps_the_most_confident_nodes_as_a_tree():
@@ -267,17 +254,9 @@ def test_a_resumed_eagle_run_continues_exactly(tiny_models, eagle_dir, width, te
     target = tiny_models["llama"]
     config = eagle_config(eagle_dir, tree_width=width, temperature=temperature, num_draft_tokens=4, max_new_tokens=20, seed=5)
     ids = ids_of(target, TINY_PROMPTS[2]["prompt"])
-    solo = build_decoder(config, target, ids)
-    solo.run()
-    dec = build_decoder(config, target, ids)
-    for _ in range(2):
-        dec.step()
-    state = DecoderState.from_dict(json.loads(json.dumps(capture(dec).to_dict())))
+    _, state, resumed = paused_and_resumed(config, target, ids)
     assert state.drafter_state is None  # EAGLE's cache is rebuilt from the re-prefill, not saved
-    resumed = resume_decoder(config, target, ids, SavedDecoder(list(dec.generated), list(dec.records), state, config.seed))
-    resumed.run()
-    assert resumed.generated == solo.generated
-    assert [r.drafted for r in resumed.records] == [r.drafted for r in solo.records]
+    assert_same_run(resumed, config, target, ids)
 
 
 def test_checkpoint_and_restore_feed_the_features_again(tiny_models, eagle_dir):

@@ -13,14 +13,13 @@ import torch
 from specviz.config import RunConfig
 from specviz.core.decoding import DecodeConfig, SpeculativeDecoder
 from specviz.core.protocols import Draft
-from specviz.core.resume import DecoderState, capture
 from specviz.core.sampling import SamplingConfig, warp
 from specviz.drafters.medusa import MedusaDrafter
 from specviz.models import HFCachedLM
 from specviz.models.medusa import HeadsError, MedusaHeads, save_heads, target_fingerprint
-from specviz.runs import SavedDecoder, build_decoder, load_target_heads, make_drafter, resume_decoder
+from specviz.runs import build_decoder, load_target_heads, make_drafter
 from tests.conftest import TINY_PROMPTS
-from tests.toys import TableLM, ToyLM, pooled_pvalue
+from tests.toys import TableLM, ToyLM, assert_same_run, greedy_equals_plain, paused_and_resumed, pooled_pvalue
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 K = 4
@@ -98,18 +97,11 @@ def ids_of(target, prompt: str) -> list[int]:
 def test_greedy_medusa_is_plain_greedy_chains_and_trees(tiny_models, heads_dir, width):
     target = tiny_models["llama"]
     config = medusa_config(heads_dir, tree_width=width)
-    accepted = rejected = 0
-    for p in TINY_PROMPTS:
-        ids = ids_of(target, p["prompt"])
-        spec = build_decoder(config, target, ids)
-        spec.run()
-        plain = build_decoder(config, target, ids, baseline=True)
-        plain.run()
-        assert spec.generated == plain.generated, p["title"]
-        assert spec.use_tree == (width > 1)
-        accepted += sum(r.num_accepted for r in spec.records)
-        rejected += sum(r.num_drafted - r.num_accepted for r in spec.records)
+
+    def within_the_heads(spec) -> None:
         assert max(r.num_drafted for r in spec.records) <= (K if width == 1 else 6)
+
+    accepted, rejected = greedy_equals_plain(config, target, [ids_of(target, p["prompt"]) for p in TINY_PROMPTS], width, within_the_heads)
     assert accepted > 0 and rejected > 0  # both branches of the rule were taken
 
 
@@ -400,17 +392,9 @@ def test_a_resumed_medusa_run_continues_exactly(tiny_models, heads_dir, width, t
     target = tiny_models["llama"]
     config = medusa_config(heads_dir, tree_width=width, temperature=temperature, num_draft_tokens=4, max_new_tokens=20, seed=5)
     ids = ids_of(target, TINY_PROMPTS[2]["prompt"])
-    solo = build_decoder(config, target, ids)
-    solo.run()
-    dec = build_decoder(config, target, ids)
-    for _ in range(2):
-        dec.step()
-    state = DecoderState.from_dict(json.loads(json.dumps(capture(dec).to_dict())))
-    resumed = resume_decoder(config, target, ids, SavedDecoder(list(dec.generated), list(dec.records), state, config.seed))
+    dec, _, resumed = paused_and_resumed(config, target, ids)
     torch.testing.assert_close(resumed.hidden, dec.hidden)  # the prefill's last row is the same row
-    resumed.run()
-    assert resumed.generated == solo.generated
-    assert [r.drafted for r in resumed.records] == [r.drafted for r in solo.records]
+    assert_same_run(resumed, config, target, ids)
 
 
 def test_checkpoint_and_restore_bring_the_hidden_state_back(tiny_models, heads_dir):

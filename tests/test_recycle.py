@@ -17,7 +17,7 @@ from specviz.core.sampling import SamplingConfig
 from specviz.drafters.recycle import EMPTY, RecycleDrafter
 from specviz.runs import SavedDecoder, build_decoder, resume_decoder
 from tests.conftest import TINY_PROMPTS, VERIFIED_PRECISIONS
-from tests.toys import TableLM, TreeTableLM, first_two_tokens
+from tests.toys import TableLM, TreeTableLM, first_two_tokens, greedy_equals_plain
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 V = 10
@@ -99,17 +99,7 @@ def test_table_slots_name_the_row_and_column_of_every_drafted_token(tiny_models)
 def test_greedy_recycle_is_plain_greedy_chains_and_trees(tiny_models_at, precision, width):
     target = tiny_models_at(precision, "llama")
     config = recycle_config(tree_width=width)
-    accepted = rejected = 0
-    for p in TINY_PROMPTS:
-        ids = target.tokenizer(p["prompt"])["input_ids"]
-        spec = build_decoder(config, target, ids)
-        spec.run()
-        plain = build_decoder(config, target, ids, baseline=True)
-        plain.run()
-        assert spec.generated == plain.generated, p["title"]
-        assert spec.use_tree == (width > 1)
-        accepted += sum(r.num_accepted for r in spec.records)
-        rejected += sum(r.num_drafted - r.num_accepted for r in spec.records)
+    accepted, rejected = greedy_equals_plain(config, target, [target.tokenizer(p["prompt"])["input_ids"] for p in TINY_PROMPTS], width)
     assert accepted > 0 and rejected > 0  # both branches of the rule were taken
 
 

@@ -230,3 +230,63 @@ def first_two_tokens(target: ToyLM, prompt: Sequence[int], temperature: float, n
         accepted += dec.records[0].num_accepted > 0
         rejected += "rejected" in dec.records[0].draft_fates
     return FirstTwo(pooled_pvalue(ones, first, n), pooled_pvalue(pairs, joint, n), accepted, rejected)
+
+
+# --- exactness checks the drafters' tests share (a real decoder on a tiny model, built by specviz.runs) ---------------
+
+
+def greedy_equals_plain(config, target, prompts: Sequence[Sequence[int]], width: int, check: Callable[[object], None] | None = None) -> tuple[int, int]:
+    """Greedy speculative decoding of every prompt equals plain greedy decoding, token for token, and drafts trees
+    exactly when width > 1; check(decoder) looks at each run too. Returns (accepted, rejected) drafts over all of
+    them, so a test can say both branches of the rule were taken."""
+    from specviz.runs import build_decoder
+
+    accepted = rejected = 0
+    for i, ids in enumerate(prompts):
+        spec = build_decoder(config, target, list(ids))
+        spec.run()
+        plain = build_decoder(config, target, list(ids), baseline=True)
+        plain.run()
+        assert spec.generated == plain.generated, f"prompt {i}"
+        assert spec.use_tree == (width > 1)
+        accepted += sum(r.num_accepted for r in spec.records)
+        rejected += sum(r.num_drafted - r.num_accepted for r in spec.records)
+        if check is not None:
+            check(spec)
+    return accepted, rejected
+
+
+def assert_first_two(result: FirstTwo, exact: bool) -> None:
+    """An exact rule passes the chi-square of the first and first-two tokens with both branches taken; a known-bad
+    variant fails it."""
+    if exact:
+        assert result.p_one > 1e-3 and result.p_two > 1e-3
+        assert result.accepted > 0 and result.rejected > 0
+    else:
+        assert min(result.p_one, result.p_two) < 1e-6
+
+
+def paused_and_resumed(config, target, ids: Sequence[int], steps: int = 2):
+    """(the run stepped `steps` rounds, its saved state as a JSON round trip, the run resumed from it: not yet run
+    on). The resumed run must go on exactly as one run would (assert_same_run)."""
+    import json
+
+    from specviz.core.resume import DecoderState, capture
+    from specviz.runs import SavedDecoder, build_decoder, resume_decoder
+
+    dec = build_decoder(config, target, list(ids))
+    for _ in range(steps):
+        dec.step()
+    state = DecoderState.from_dict(json.loads(json.dumps(capture(dec).to_dict())))
+    return dec, state, resume_decoder(config, target, list(ids), SavedDecoder(list(dec.generated), list(dec.records), state, config.seed))
+
+
+def assert_same_run(resumed, config, target, ids: Sequence[int]) -> None:
+    """The resumed run, run to its end, equals one uninterrupted run: its tokens and every round's drafts."""
+    from specviz.runs import build_decoder
+
+    solo = build_decoder(config, target, list(ids))
+    solo.run()
+    resumed.run()
+    assert resumed.generated == solo.generated
+    assert [r.drafted for r in resumed.records] == [r.drafted for r in solo.records]

@@ -43,7 +43,14 @@ from typing import TYPE_CHECKING
 import torch
 from torch import nn
 
-from specviz.experiments.train_heads import CURVE_FILE, TrainConfig, cached_data, learning_rate, write_token_counts
+from specviz.experiments.train_heads import (
+    CURVE_FILE,
+    TrainConfig,
+    cached_data,
+    learning_rate,
+    read_checkpoint,
+    write_token_counts,
+)
 
 if TYPE_CHECKING:  # specviz.models imports transformers
     from specviz.models import LoadedModel
@@ -506,16 +513,7 @@ def _save_checkpoint(path: Path, step: int, head, opt, config: EagleConfig, curv
 
 
 def _load_checkpoint(path: Path, head, opt, config: EagleConfig) -> dict:
-    try:
-        state = torch.load(path, map_location="cpu", weights_only=True)
-    except FileNotFoundError as exc:
-        raise ValueError(f"--resume: there is no checkpoint at {path}; run without --resume to start.") from exc
-    except Exception as exc:  # a truncated or foreign file
-        raise ValueError(f"--resume: {path} is not a readable checkpoint ({type(exc).__name__}).") from exc
-    differ = {k: (v, state["optimisation"].get(k)) for k, v in _optimisation(config).items() if state["optimisation"].get(k) != v}
-    if differ:
-        what = ", ".join(f"{k} {new} (checkpoint: {old})" for k, (new, old) in differ.items())
-        raise ValueError(f"--resume: the settings differ from the checkpoint's: {what}.")
+    state = read_checkpoint(path, _optimisation(config))
     head.load_state_dict(state["head"])
     opt.load_state_dict(state["optimizer"])
     return state

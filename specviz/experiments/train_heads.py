@@ -603,20 +603,27 @@ def _save_checkpoint(path: Path, step: int, heads: MedusaHeads, opt: torch.optim
     tmp.replace(path)
 
 
-def _load_checkpoint(path: Path, heads: MedusaHeads, opt: torch.optim.Optimizer, config: TrainConfig, data_key: str) -> dict:
-    """Restore heads and optimiser from a checkpoint of the same run; ValueError naming what differs."""
+def read_checkpoint(path: Path, optimisation: dict, data_key: str | None = None) -> dict:
+    """A checkpoint of the same run (the same optimisation settings and, when given, the same data), for --resume;
+    ValueError naming what differs. Medusa's and EAGLE's training both read theirs here."""
     try:
         state = torch.load(path, map_location="cpu", weights_only=True)
     except FileNotFoundError as exc:
         raise ValueError(f"--resume: there is no checkpoint at {path}; run without --resume to start.") from exc
     except Exception as exc:  # a truncated or foreign file
         raise ValueError(f"--resume: {path} is not a readable checkpoint ({type(exc).__name__}).") from exc
-    if state.get("data_key") != data_key:
+    if data_key is not None and state.get("data_key") != data_key:
         raise ValueError(f"--resume: {path} was trained on other data (another target or data settings).")
-    differ = {k: (v, state["optimisation"].get(k)) for k, v in _optimisation(config).items() if state["optimisation"].get(k) != v}
+    differ = {k: (v, state["optimisation"].get(k)) for k, v in optimisation.items() if state["optimisation"].get(k) != v}
     if differ:
         what = ", ".join(f"{k} {new} (checkpoint: {old})" for k, (new, old) in differ.items())
         raise ValueError(f"--resume: the settings differ from the checkpoint's: {what}.")
+    return state
+
+
+def _load_checkpoint(path: Path, heads: MedusaHeads, opt: torch.optim.Optimizer, config: TrainConfig, data_key: str) -> dict:
+    """Restore heads and optimiser from a checkpoint of the same run; ValueError naming what differs."""
+    state = read_checkpoint(path, _optimisation(config), data_key)
     heads.load_state_dict(state["heads"])
     opt.load_state_dict(state["optimizer"])
     return state

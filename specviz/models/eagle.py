@@ -25,7 +25,7 @@ import torch
 from safetensors.torch import load_file, save_file
 from torch import nn
 
-from specviz.models.medusa import HeadsError
+from specviz.models.medusa import HeadsError, read_config
 
 CONFIG_FILE = "config.json"
 WEIGHTS_FILE = "eagle_head.safetensors"
@@ -182,13 +182,7 @@ class EagleInfo:
 
 
 def read_eagle_info(folder: Path) -> EagleInfo:
-    path = Path(folder) / CONFIG_FILE
-    try:
-        raw = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError as exc:
-        raise HeadsError(f"No EAGLE head in {folder}: it has no {CONFIG_FILE}.") from exc
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise HeadsError(f"{path} is not a readable JSON file ({type(exc).__name__}).") from exc
+    path, raw = read_config(folder, "EAGLE head")
     if not isinstance(raw, dict) or raw.get("specviz_kind") != KIND:
         raise HeadsError(f"{path} does not describe an EAGLE head (no \"specviz_kind\": \"{KIND}\").")
     base, fingerprint = raw.get("base_model_name_or_path"), raw.get("target_fingerprint")

@@ -146,15 +146,21 @@ def target_fingerprint(embedding: torch.Tensor) -> str:
     return digest.hexdigest()[:16]
 
 
-def read_info(folder: Path) -> HeadsInfo:
-    """config.json of a heads folder, validated; HeadsError with a clear sentence otherwise."""
+def read_config(folder: Path, what: str) -> tuple[Path, object]:
+    """(the path, the parsed JSON) of a heads folder's config.json; HeadsError naming what is missing or unreadable
+    (what: "Medusa heads", "EAGLE head")."""
     path = Path(folder) / CONFIG_FILE
     try:
-        raw = json.loads(path.read_text(encoding="utf-8"))
+        return path, json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError as exc:
-        raise HeadsError(f"No Medusa heads in {folder}: it has no {CONFIG_FILE}.") from exc
+        raise HeadsError(f"No {what} in {folder}: it has no {CONFIG_FILE}.") from exc
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise HeadsError(f"{path} is not a readable JSON file ({type(exc).__name__}).") from exc
+
+
+def read_info(folder: Path) -> HeadsInfo:
+    """config.json of a heads folder, validated; HeadsError with a clear sentence otherwise."""
+    path, raw = read_config(folder, "Medusa heads")
     if not isinstance(raw, dict):
         raise HeadsError(f"{path} must hold a JSON object.")
     try:

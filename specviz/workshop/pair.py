@@ -9,7 +9,6 @@ gets SIGTERM if the supervisor itself is killed.
 
 from __future__ import annotations
 
-import ctypes
 import signal
 import subprocess
 import time
@@ -17,17 +16,9 @@ import urllib.request
 from collections.abc import Callable, Sequence
 
 from specviz.workshop.race_room import Pair, RaceRoom
+from specviz.workshop.room import die_with_parent, stop_processes
 
 START_TIMEOUT_S = 300.0
-STOP_GRACE_S = 10.0
-
-
-def _die_with_parent() -> None:
-    """In the child, before exec: SIGTERM when the supervisor dies, even by SIGKILL (Linux)."""
-    try:
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
-    except (OSError, AttributeError):
-        pass
 
 
 def healthy(root: str) -> bool:
@@ -48,7 +39,7 @@ def run_pair(commands: Sequence[Sequence[str]], roots: Sequence[str], pair: Pair
 
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, ask_stop)
-    procs = [subprocess.Popen(list(cmd), preexec_fn=_die_with_parent) for cmd in commands]
+    procs = [subprocess.Popen(list(cmd), preexec_fn=die_with_parent) for cmd in commands]
     try:
         deadline = time.monotonic() + START_TIMEOUT_S
         while not all(healthy(r) for r in roots):
@@ -70,13 +61,4 @@ def run_pair(commands: Sequence[Sequence[str]], roots: Sequence[str], pair: Pair
             time.sleep(0.5)
         return 0
     finally:
-        for p in procs:
-            if p.poll() is None:
-                p.terminate()
-        end = time.monotonic() + STOP_GRACE_S
-        for p in procs:
-            try:
-                p.wait(timeout=max(0.1, end - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                p.kill()
-                p.wait(timeout=5)
+        stop_processes(procs)

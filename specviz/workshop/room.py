@@ -140,7 +140,7 @@ def free_port(host: str = "127.0.0.1") -> int:
         return s.getsockname()[1]
 
 
-def _die_with_parent() -> None:
+def die_with_parent() -> None:
     """In the child, before exec: get SIGTERM when the supervisor dies, even by SIGKILL (Linux), so nothing is orphaned."""
     try:
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
@@ -227,6 +227,20 @@ def _terminal() -> Iterator[TextIO | None]:
         tty.close()
 
 
+def stop_processes(procs: Sequence[subprocess.Popen], grace_s: float = STOP_GRACE_S) -> None:
+    """SIGTERM every process still running, wait up to grace_s for all of them together, SIGKILL what is left."""
+    running = [p for p in procs if p.poll() is None]
+    for p in running:
+        p.terminate()
+    deadline = time.monotonic() + grace_s
+    for p in running:
+        try:
+            p.wait(timeout=max(0.1, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait(timeout=5)
+
+
 def write_status(path: Path, status: dict) -> None:
     """Replace the status file atomically (readers never see half a file)."""
     write_atomic(path, json.dumps(status, indent=1).encode("utf-8"))
@@ -295,7 +309,7 @@ class Room:
             "--logger.messageFormat", f"%(asctime)s {r.id} %(levelname)s %(name)s: %(message)s", *self.streamlit_args,
         ]  # fmt: skip
         env = dict(self.env, SPECVIZ_REPLICA_ID=r.id)
-        r.proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, preexec_fn=_die_with_parent)
+        r.proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, preexec_fn=die_with_parent)
         os.set_blocking(r.proc.stdout.fileno(), False)
         self.selector.register(r.proc.stdout, selectors.EVENT_READ, r)
         r.started, r.restart_at = time.monotonic(), None
@@ -308,7 +322,7 @@ class Room:
         check = subprocess.run([self.haproxy, "-c", "-q", "-f", str(path)], capture_output=True, text=True)
         if check.returncode != 0:
             raise RoomError(f"HAProxy refused the room's configuration: {(check.stderr or check.stdout).strip()[-800:]}")
-        self.balancer = subprocess.Popen([self.haproxy, "-db", "-f", str(path)], stdin=subprocess.DEVNULL, preexec_fn=_die_with_parent)
+        self.balancer = subprocess.Popen([self.haproxy, "-db", "-f", str(path)], stdin=subprocess.DEVNULL, preexec_fn=die_with_parent)
         log.info("balancer (haproxy pid %d) on %s", self.balancer.pid, self.url)
 
     def status(self) -> dict:
@@ -409,16 +423,7 @@ class Room:
     def stop(self) -> None:
         """SIGTERM every child, wait, SIGKILL what is left; remove the status file (the room is gone)."""
         self.stopping = True
-        procs = [p for p in [self.balancer, *(r.proc for r in self.replicas)] if p is not None and p.poll() is None]
-        for p in procs:
-            p.terminate()
-        deadline = time.monotonic() + STOP_GRACE_S
-        for p in procs:
-            try:
-                p.wait(timeout=max(0.1, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                p.kill()
-                p.wait(timeout=5)
+        stop_processes([p for p in [self.balancer, *(r.proc for r in self.replicas)] if p is not None])
         if self.status_file is not None:
             self.status_file.unlink(missing_ok=True)
         shutil.rmtree(self.config_dir, ignore_errors=True)
