@@ -22,10 +22,10 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import torch
-from safetensors.torch import load_file, save_file
+from safetensors.torch import save_file
 from torch import nn
 
-from specviz.models.medusa import HeadsError, read_config
+from specviz.models.medusa import HeadsError, read_config, read_weights
 
 CONFIG_FILE = "config.json"
 WEIGHTS_FILE = "eagle_head.safetensors"
@@ -212,13 +212,7 @@ def load_eagle(folder: Path, shape: EagleShape, fingerprint: str | None = None, 
         )
     if info.shape.hidden_size != shape.hidden_size:
         raise HeadsError(f"The EAGLE head in {folder} (for {info.base_model}) does not fit {target_name} (hidden size {shape.hidden_size}).")
-    path = Path(folder) / WEIGHTS_FILE
-    try:
-        weights = load_file(str(path))
-    except FileNotFoundError as exc:
-        raise HeadsError(f"No EAGLE head in {folder}: it has no {WEIGHTS_FILE}.") from exc
-    except Exception as exc:  # safetensors raises its own error types for a corrupt file
-        raise HeadsError(f"{path} is not a readable safetensors file ({type(exc).__name__}).") from exc
+    weights = read_weights(folder, WEIGHTS_FILE, "EAGLE head")
     head = EagleHead(info.shape)
     wanted = head.state_dict()
     missing = sorted(set(wanted) - set(weights))

@@ -158,6 +158,17 @@ def read_config(folder: Path, what: str) -> tuple[Path, object]:
         raise HeadsError(f"{path} is not a readable JSON file ({type(exc).__name__}).") from exc
 
 
+def read_weights(folder: Path, name: str, what: str) -> dict[str, torch.Tensor]:
+    """A heads folder's safetensors file (never a pickle); HeadsError naming what is missing or unreadable."""
+    path = Path(folder) / name
+    try:
+        return load_file(str(path))
+    except FileNotFoundError as exc:
+        raise HeadsError(f"No {what} in {folder}: it has no {name}.") from exc
+    except Exception as exc:  # safetensors raises its own error types for a corrupt file
+        raise HeadsError(f"{path} is not a readable safetensors file ({type(exc).__name__}).") from exc
+
+
 def read_info(folder: Path) -> HeadsInfo:
     """config.json of a heads folder, validated; HeadsError with a clear sentence otherwise."""
     path, raw = read_config(folder, "Medusa heads")
@@ -188,13 +199,7 @@ def load_heads(folder: Path, hidden_size: int, fingerprint: str | None = None, t
             f"These Medusa heads were trained for {info.base_model} (target {info.target_fingerprint}), "
             f"not for {target_name} (target {fingerprint}): train heads for it with `python -m specviz train-heads`."
         )
-    path = Path(folder) / WEIGHTS_FILE
-    try:
-        weights = load_file(str(path))
-    except FileNotFoundError as exc:
-        raise HeadsError(f"No Medusa heads in {folder}: it has no {WEIGHTS_FILE}.") from exc
-    except Exception as exc:  # safetensors raises its own error types for a corrupt file
-        raise HeadsError(f"{path} is not a readable safetensors file ({type(exc).__name__}).") from exc
+    weights = read_weights(folder, WEIGHTS_FILE, "Medusa heads")
     own = f"0.{info.num_layers}.weight" in weights
     vocab = int(weights[f"0.{info.num_layers}.weight"].shape[0]) if own else None
     heads = MedusaHeads(hidden_size, info.num_heads, info.num_layers, vocab, info.token_input)

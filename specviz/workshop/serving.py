@@ -158,24 +158,10 @@ class ModelQueue:
     # --- taking a turn ---------------------------------------------------------------------------------------
 
     @contextmanager
-    def turn(
-        self,
-        on_wait: Callable[[int, float], None] | None = None,
-        timeout_s: float | None = None,
-        poll_s: float = 0.5,
-        background: bool = False,
-        kind: TurnKind | None = None,
-        client: Hashable | None = None,
-    ) -> Iterator[float]:
-        """Wait for a turn (calling on_wait(ahead, waited_s) at most every poll_s while waiting, outside the lock),
-        hold it for the with-block, and give it back whatever happens. Yields the seconds spent waiting.
-        background=True: wait behind every interactive waiter, present and future. kind: what the turn is for
-        (default "background" for a background turn, else "step"). client: the participant's address, for the
-        rotation between clients (None: a client of its own).
-
-        Raises QueueTimeout after timeout_s. An exception raised by on_wait (e.g. streamlit stopping the script
-        because the user clicked something) leaves the line cleanly."""
-        with self.held_turn(on_wait, timeout_s, poll_s, background, kind, client) as held:
+    def turn(self, on_wait: Callable[[int, float], None] | None = None, **options) -> Iterator[float]:
+        """Wait for a turn, hold it for the with-block, and give it back whatever happens; yields the seconds spent
+        waiting. The options are held_turn's."""
+        with self.held_turn(on_wait, **options) as held:
             yield held.waited_s
 
     @contextmanager
@@ -188,8 +174,15 @@ class ModelQueue:
         kind: TurnKind | None = None,
         client: Hashable | None = None,
     ) -> Iterator[HeldTurn]:
-        """turn(), yielding the HeldTurn itself: its pass_on() lets a waiting participant go first in the middle of a
-        long piece of work (between two chunks of a prefill) and queues again for the rest."""
+        """Wait for a turn (calling on_wait(ahead, waited_s) at most every poll_s while waiting, outside the lock) and
+        hold it for the with-block, yielding the HeldTurn: its pass_on() lets a waiting participant go first in the
+        middle of a long piece of work (between two chunks of a prefill) and queues again for the rest.
+        background=True: wait behind every interactive waiter, present and future. kind: what the turn is for
+        (default "background" for a background turn, else "step"). client: the participant's address, for the
+        rotation between clients (None: a client of its own).
+
+        Raises QueueTimeout after timeout_s. An exception raised by on_wait (e.g. streamlit stopping the script
+        because the user clicked something) leaves the line cleanly."""
         kind = kind or ("background" if background else "step")
         held = HeldTurn(self, background, kind, on_wait, timeout_s, poll_s, client)
         held.waited_s = self._wait(self._enqueue(background, client), background, kind, on_wait, timeout_s, poll_s)
