@@ -6,7 +6,9 @@ one, the folder loads with load_heads and carries the tiny model's fingerprint, 
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
+from pathlib import Path
 
 import pytest
 import torch
@@ -37,6 +39,43 @@ def test_training_prompts_hold_out_the_benchmark_prompts():
     assert len(prompts) == len(set(prompts)) > 400
     assert not set(prompts) & set(bench)
     assert th.training_prompts(0) == prompts and th.training_prompts(1) != prompts
+
+
+# The shipped heads' record, and what their data was made from: the prompt list (sha256 of its JSON, seed 0) and the
+# keys of the cached data under ~/.cache/specviz/medusa (medusa-data-KEY.pt, medusa-parts-KEY/).
+SHIPPED_CONFIG = Path(__file__).resolve().parents[1] / "assets" / "medusa_smollm2_135m" / "config.json"
+PROMPTS_SHA256 = "acb9e9c59ee5221b13caf5ea9c8619c2dfe7e4de7e7f7722c9aef29c82bd4630"
+DATA_KEY, PARTS_KEY = "589e036d58386501", "8bf8030fa6001161"
+
+
+def _sha256(prompts: list[str]) -> str:
+    return hashlib.sha256(json.dumps(prompts).encode()).hexdigest()
+
+
+def test_the_cached_datas_key_and_prompt_list_are_the_shipped_heads():
+    """The cache key names the recipe (DATA_VERSION and the settings), not the prompts: a change to
+    assets/training_prompts.json fails here until DATA_VERSION is bumped with it (and these constants follow)."""
+    shipped = json.loads(SHIPPED_CONFIG.read_text(encoding="utf-8"))
+    config, fingerprint = th.TrainConfig(**shipped["training"]["config"]), shipped["target_fingerprint"]
+    assert th.DATA_VERSION == 2
+    assert config.data_key(fingerprint) == DATA_KEY and config.data_key(fingerprint, with_budget=False) == PARTS_KEY
+    prompts = th.training_prompts(config.seed)
+    assert len(prompts) == 1328 and shipped["training"]["prompts"] <= len(prompts)
+    assert _sha256(prompts) == PROMPTS_SHA256
+
+
+def test_an_edited_prompt_file_is_another_list_and_a_broken_one_is_refused(tmp_path):
+    """The known-bad control of the pin above: one word changed gives another hash; a file of the wrong shape, a
+    ValueError naming it."""
+    doc = json.loads(th.TRAINING_PROMPTS.read_text(encoding="utf-8"))
+    doc["groups"][0]["subjects"][0] = "the water cycles"
+    edited = tmp_path / "edited.json"
+    edited.write_text(json.dumps(doc), encoding="utf-8")
+    assert _sha256(th.training_prompts(0, edited)) != PROMPTS_SHA256
+    broken = tmp_path / "broken.json"
+    broken.write_text(json.dumps({"groups": [{"templates": ["Explain {topic}."], "subjects": ["tides"]}]}), encoding="utf-8")
+    with pytest.raises(ValueError, match="broken.json"):
+        th.training_prompts(0, broken)
 
 
 def test_data_is_cached_and_split(tiny_models, tiny_data):

@@ -1,7 +1,7 @@
 """Train Medusa heads for a target by self-distillation: the target's own predictions are the labels.
 
-Data (offline): the target's own continuations, greedy and sampled, of a training prompt set built here from
-templates over many topics (prose, explanations, code, Q&A, lists). The benchmark prompts (assets/prompts.json)
+Data (offline): the target's own continuations, greedy and sampled, of a training prompt set built from templates
+over many topics (prose, explanations, code, Q&A, lists; assets/training_prompts.json). The benchmark prompts (assets/prompts.json)
 are never among them, and whole prompts are held out for the evaluation. While the target generates, its
 post-norm last hidden state h_t and its argmax a_t (its prediction for token t+1) are kept at every generated
 position; head i (1-based) learns to predict a_{t+i} from h_t, i.e. token t+1+i as the target itself would
@@ -46,134 +46,19 @@ CURVE_FILE = "training_curve.json"
 
 # -- the training prompts: templates over topics, none of them a benchmark prompt --------------------------------
 
-TOPICS = [
-    "the water cycle", "volcanoes", "the Roman Empire", "black holes", "the human heart", "honey bees",
-    "the printing press", "climate change", "the immune system", "electric cars", "the Moon landing",
-    "rainforests", "the stock market", "vaccines", "earthquakes", "the internet", "coral reefs", "the Silk Road",
-    "solar panels", "sleep", "the French Revolution", "DNA", "recycling", "gravity", "the ancient Egyptians",
-    "machine learning", "coffee", "the Olympic Games", "glaciers", "bicycles", "the periodic table",
-    "migrating birds", "the Renaissance", "wind turbines", "the human brain", "tea ceremonies in Japan",
-    "the Great Wall of China", "antibiotics", "tides", "chess", "the Industrial Revolution", "dinosaurs",
-    "compound interest", "the speed of light", "bread baking", "democracy", "octopuses", "the Amazon river",
-    "public libraries", "the history of jazz", "deserts", "nuclear energy", "the metric system", "mushrooms",
-    "the Vikings", "photosynthesis in algae", "lightning", "the Pyramids of Giza", "penguins", "the steam engine",
-    "the water treatment plant of a city", "inflation", "the telescope", "bees' dances", "the human skeleton",
-    "the printing of money", "hurricanes", "the Mongol Empire", "satellites", "the piano", "composting", "volleyball",
-    "the Arctic", "the history of writing", "batteries", "whales", "the Great Barrier Reef", "soap", "the railway",
-    "the rule of law", "the seasons", "the first airplanes", "olive oil", "fungi in forests", "the Byzantine Empire",
-    "3D printing", "the ozone layer", "the violin", "street food", "the human eye", "clouds", "the Maya", "rice farming",
-    "elephants", "quantum computers", "the postal service", "earthworms", "the Hubble telescope", "the marathon",
-]
-CODE_TASKS = [
-    "checks whether a number is prime", "counts the vowels in a string", "returns the largest item in a list",
-    "merges two sorted lists", "computes the factorial of n", "removes duplicates from a list while keeping order",
-    "converts Celsius to Fahrenheit", "checks whether a string is a palindrome", "returns the n-th Fibonacci number",
-    "counts how often each word appears in a text", "flattens a nested list", "computes the average of a list",
-    "finds the second smallest number in a list", "capitalizes the first letter of every word",
-    "returns the sum of the digits of an integer", "checks whether two strings are anagrams",
-    "splits a list into chunks of size n", "reads a CSV file and prints each row", "sorts a list of tuples by the second item",
-    "computes the greatest common divisor of two numbers", "converts a binary string to an integer",
-    "returns the common elements of two lists", "validates an email address with a regular expression",
-    "computes the area of a circle", "transposes a matrix given as a list of lists", "generates all subsets of a set",
-    "performs a binary search in a sorted list", "counts the lines in a text file", "rotates a list by k positions",
-    "implements a simple stack class", "reverses a linked list", "counts the words in a sentence",
-    "returns the index of the first negative number", "checks whether a year is a leap year", "computes a running total",
-    "removes the whitespace from both ends of every string in a list", "converts a dictionary into a list of pairs",
-    "finds the longest word in a sentence", "returns the squares of the even numbers in a list", "parses a date string",
-    "groups a list of words by their first letter", "computes the median of a list", "checks whether brackets are balanced",
-    "implements a queue with two stacks", "returns the n largest items of a list", "merges two dictionaries",
-    "counts the uppercase letters in a string", "converts a number to Roman numerals", "computes the dot product of two vectors",
-    "shuffles a list with a fixed seed",
-]
-SCENES = [
-    "a fisherman at dawn", "a robot learning to paint", "a city in the rain", "an old bookshop",
-    "a child's first day at school", "a storm at sea", "a mountain village in winter", "a lost cat finding its way home",
-    "a train journey across the desert", "a baker who starts work at four in the morning", "a dragon who is afraid of fire",
-    "a summer night by a lake", "a spaceship leaving Earth", "a market on a busy morning", "an astronaut looking back at Earth",
-    "two friends meeting after many years", "a garden in spring", "a detective on a quiet Sunday",
-    "a musician playing in the subway", "the last day of summer holidays", "a forest after a snowfall",
-    "an inventor's messy workshop", "a knight who wants to be a cook", "a small island with one school",
-    "a night shift in a hospital", "a grandmother's kitchen", "a kite festival", "a ship's cat", "the first snow of the year",
-    "a village market in Provence", "a lighthouse in a storm", "a boy who collects stones", "an empty theatre",
-    "a bus ride through the city at night", "a beekeeper in summer", "a library after closing time",
-]
-EXPLAIN_TEMPLATES = [
-    "Explain {t} in simple terms.", "What is {t}? Answer in a short paragraph.", "Give three interesting facts about {t}.",
-    "List five key ideas about {t}.", "Write a short paragraph about {t} for a school textbook.",
-    "Why does {t} matter? Explain briefly.", "Summarize what you know about {t} in a few sentences.",
-    "Write three questions a student might ask about {t}, each with a short answer.",
-]
-CODE_TEMPLATES = [
-    "Write a Python function that {c}.", "Write a Python function that {c}. Include a docstring and one example.",
-    "Write a JavaScript function that {c}.", "Explain how to write a program that {c}, then show the code in Python.",
-]
-PROSE_TEMPLATES = [
-    "Write a short story about {s}.", "Write a short poem about {s}.", "Describe {s} in vivid detail.",
-    "Write a diary entry about {s}.",
-]
+# The templates and their subjects, in groups. The cached data and the shipped heads were made from exactly this list:
+# a change to it needs DATA_VERSION bumped (tests/test_train_heads.py pins both).
+TRAINING_PROMPTS = Path(__file__).resolve().parents[2] / "assets" / "training_prompts.json"
 
 
-QUESTIONS = [
-    "How many legs does a spider have?", "What is the largest planet in the solar system?", "Who wrote Romeo and Juliet?",
-    "What is the chemical symbol for gold?", "How many continents are there?", "What is the boiling point of milk?",
-    "Which ocean is the largest?", "What language is spoken in Brazil?", "How many minutes are in a day?",
-    "What gas do plants take in from the air?", "What is the square root of 144?", "Which planet is called the red planet?",
-    "What is the tallest mountain on Earth?", "Who painted the Mona Lisa?", "What is the freezing point of water in Fahrenheit?",
-    "How many bones are in the adult human body?", "What is the capital of Japan?", "What is the longest river in Africa?",
-    "What do bees make?", "How many sides does a hexagon have?", "What is the main ingredient of guacamole?",
-    "Which animal is the fastest on land?", "What is the currency of the United Kingdom?", "How many players are on a football team?",
-    "What is the hardest natural material?", "Which organ pumps blood through the body?", "What is the capital of Canada?",
-    "How long does light from the Sun take to reach Earth?", "What is the smallest prime number?", "What is H2O?",
-]
-QA_TEMPLATES = ["{q} Answer in one sentence.", "{q}", "{q} Explain your answer briefly."]
-PASSAGES = [  # short texts written for these prompts, to be copied, corrected, listed or reworded
-    "The bakery on the corner opens at six. By seven the queue reaches the street, and the smell of warm bread fills the whole block.",
-    "Our team finished the project two days early. We tested every feature twice, wrote the documentation, and cleaned up the code.",
-    "The old bridge was closed for repairs last winter. Engineers replaced the rusted beams and painted the railings dark green.",
-    "Maria packed her bag the night before: a map, a water bottle, two apples, a warm jacket and a small notebook.",
-    "The museum will be closed on Monday. Tickets bought for that day can be used on any other day this month.",
-    "Rain fell all afternoon. The children stayed inside, built a fort out of blankets and read stories by torchlight.",
-    "To make the sauce, melt the butter, stir in the flour, and slowly add the milk while whisking until it thickens.",
-    "The library has added new opening hours. It now opens at nine on weekdays and at ten on Saturdays.",
-    "The garden needs water every evening in summer. The tomatoes grow fastest against the south wall.",
-    "Please send the report by Friday. Include the sales figures, the list of new customers and a short summary.",
-    "The train to the coast leaves at eight fifteen from platform three. It stops at every station after the river.",
-    "Sam fixed the bicycle in an hour. He patched the tyre, tightened the brakes and oiled the chain.",
-    "The meeting is moved to Thursday at two. We will discuss the budget, the timeline and the new office.",
-    "Every morning the fishermen check their nets, sort the catch and sell the best fish at the harbour market.",
-    "The concert starts at seven. Doors open at half past six, and there is no parking next to the hall.",
-    "Clean the brushes with warm water after painting. Let them dry flat so that the bristles keep their shape.",
-    "The new school has twelve classrooms, a library, a gym and a garden where the pupils grow vegetables.",
-    "He wrote the letter slowly, crossed out the first line, and started again with a simple hello.",
-    "The recipe needs three eggs, two cups of flour, one cup of sugar, a spoon of butter and a pinch of salt.",
-    "Our flight was delayed by two hours, so we ate dinner at the airport and watched the planes land.",
-    "The village holds a fair every autumn with music, games, a pie contest and a parade through the main street.",
-    "Turn off the lights when you leave the room. Close the windows if it rains, and lock the back door.",
-    "The scientists measured the temperature of the lake every week for ten years and published the results.",
-    "The shop sells notebooks, pens, glue, scissors, coloured paper and small gifts for children.",
-]
-TYPO_PASSAGES = [
-    "The wether was realy nice yesterday, so we whent to the beech and swam untill sunset.",
-    "I recieved your mesage and will anser it tomorow morning after the meting.",
-    "The resturant was bussy, but the food was delicous and the staf were very frendly.",
-    "Please rember to bring you're passport and a copy of the tickit to the airport.",
-    "Our nieghbour planted a beautifull tree in his gardin last weak.",
-    "The studants finished there homework befor dinner and then played outsid.",
-]
-COPY_TEMPLATES = [
-    "Repeat the following text exactly, word for word:\n\n{p}", "Turn this text into a bulleted list, keeping the wording:\n\n{p}",
-    "Rewrite this text in the past tense, changing nothing else:\n\n{p}", "Quote this text back to me, then say in one sentence what it is about:\n\n{p}",
-]
-
-
-def training_prompts(seed: int) -> list[str]:
-    """Every training prompt (explanations, Q&A, lists, code, prose, copying and rewording), in a seeded order."""
-    prompts = [t.format(t=topic) for topic in TOPICS for t in EXPLAIN_TEMPLATES]
-    prompts += [t.format(c=task) for task in CODE_TASKS for t in CODE_TEMPLATES]
-    prompts += [t.format(s=scene) for scene in SCENES for t in PROSE_TEMPLATES]
-    prompts += [t.format(q=q) for q in QUESTIONS for t in QA_TEMPLATES]
-    prompts += [t.format(p=passage) for passage in PASSAGES for t in COPY_TEMPLATES]
-    prompts += [f"Fix the spelling mistakes in this sentence and change nothing else:\n\n{p}" for p in TYPO_PASSAGES]
+def training_prompts(seed: int, path: Path = TRAINING_PROMPTS) -> list[str]:
+    """Every training prompt (explanations, Q&A, lists, code, prose, copying and rewording), in a seeded order:
+    each group's templates filled with each of its subjects, subject by subject, then shuffled."""
+    try:
+        groups = json.loads(Path(path).read_text(encoding="utf-8"))["groups"]
+        prompts = [t.format(subject=s) for g in groups for s in g["subjects"] for t in g["templates"]]
+    except (OSError, ValueError, KeyError, TypeError, IndexError, AttributeError) as exc:
+        raise ValueError(f"{path} is not a training-prompt file ({{groups: [{{templates, subjects}}]}}): {exc}") from exc
     order = torch.randperm(len(prompts), generator=torch.Generator().manual_seed(seed)).tolist()
     return [prompts[i] for i in order]
 
@@ -714,6 +599,7 @@ def ship(result: TrainResult, config: TrainConfig, out: Path, base_model: str, c
     save_heads(result.heads, out, base_model, result.fingerprint, extra)
     curve = dict(curve=result.curve, evals=[asdict(e) for e in result.evals])
     (Path(out) / CURVE_FILE).write_text(json.dumps(curve) + "\n", encoding="utf-8")
+
 
 
 def loss_table(curve: list[dict], rows: int = 10) -> list[tuple[int, float, list[float]]]:
