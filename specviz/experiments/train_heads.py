@@ -600,17 +600,3 @@ def ship(result: TrainResult, config: TrainConfig, out: Path, base_model: str, c
     curve = dict(curve=result.curve, evals=[asdict(e) for e in result.evals])
     (Path(out) / CURVE_FILE).write_text(json.dumps(curve) + "\n", encoding="utf-8")
 
-
-
-def loss_table(curve: list[dict], rows: int = 10) -> list[tuple[int, float, list[float]]]:
-    """About ``rows`` evenly spaced (step, mean loss, mean per-head train top-1) over windows of the curve."""
-    if not curve:
-        return []
-    width = max(1, len(curve) // rows)
-    out = []
-    for s in range(0, len(curve), width):
-        window = curve[s : s + width]
-        heads = len(window[0]["top1"])
-        top1 = [sum(w["top1"][i] for w in window) / len(window) for i in range(heads)]
-        out.append((window[-1]["step"], sum(w["loss"] for w in window) / len(window), top1))
-    return out
