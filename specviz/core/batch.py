@@ -228,11 +228,6 @@ class BatchStats:
         return self.new_tokens / self.passes if self.passes else float("nan")
 
     @property
-    def rows_per_pass(self) -> float:
-        """Mean rows in a batched pass (the batch shrinks as streams finish)."""
-        return self.passes / self.rounds if self.rounds else float("nan")
-
-    @property
     def verify_width(self) -> float:
         """Mean T of a batched pass: ids per row, the widest row's (1 for plain decoding)."""
         return sum(w * n for _, w, n in self.schedule) / self.rounds if self.rounds else float("nan")

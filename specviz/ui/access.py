@@ -260,13 +260,6 @@ def long_job(model, job: str, each: str) -> Iterator[Turn]:
         yield turn
 
 
-def running_job() -> str | None:
-    """What long job this session runs now ("a benchmark sweep"), or None."""
-    sid = session_id_now()
-    job = _jobs.running(sid) if sid else None
-    return job.what if job else None
-
-
 # --- memory: free what a closed or idle session holds ----------------------------------------------------------
 
 _registry = SessionRegistry()

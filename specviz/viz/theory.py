@@ -59,10 +59,6 @@ def speedup_grid(c: float, verify_cost: VerifyCost = 1.0, k_max: int = MAX_K, st
     return pd.DataFrame(rows, columns=["alpha", "k", "expected_tokens", "speedup"])
 
 
-def empty_measured() -> pd.DataFrame:
-    return pd.DataFrame(columns=list(MEASURED_COLUMNS))
-
-
 def _measured_traces(fig: go.Figure, measured: pd.DataFrame | None, y: str) -> None:
     if measured is None or measured.empty:
         return
