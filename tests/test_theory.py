@@ -9,7 +9,6 @@ import torch
 from specviz.core.theory import (
     acceptance_rate,
     alpha_from_acceptance_rate,
-    alpha_from_tokens_per_pass,
     best_k,
     expected_tokens,
     round_cost,
@@ -71,7 +70,6 @@ def test_acceptance_rate_relates_the_two_alphas():
             rate = acceptance_rate(alpha, k)
             assert 1 + k * rate == pytest.approx(expected_tokens(alpha, k))
             assert alpha_from_acceptance_rate(rate, k) == pytest.approx(alpha, abs=1e-9)
-            assert alpha_from_tokens_per_pass(expected_tokens(alpha, k), k) == pytest.approx(alpha, abs=1e-9)
 
 
 def test_expected_tokens_matches_simulated_rounds():
@@ -95,7 +93,6 @@ def test_expected_tokens_matches_simulated_rounds():
         lambda: best_k(0.5, 0.1, k_max=0),
         lambda: acceptance_rate(0.5, 0),
         lambda: alpha_from_acceptance_rate(1.5, 4),
-        lambda: alpha_from_tokens_per_pass(6.0, 4),
     ],
 )
 def test_bad_inputs_raise_value_error(call):

@@ -18,7 +18,7 @@ PARENTS = [-1, 0, 0, 1, 2, 2, 5]
 
 def check_tree_equals_chains(loaded, atol: float) -> None:
     lm = HFCachedLM(loaded.model, loaded.vocab_size)
-    assert lm.supports_tree
+    assert lm.tree_problem is None
     lm.extend(PROMPT[:-1])
     logits = lm.extend_tree(BLOCK, PARENTS)  # (7, V)
     for i in range(len(BLOCK)):
@@ -58,7 +58,7 @@ def test_a_model_without_custom_masks_says_so(tiny_models, monkeypatch):
     loaded = tiny_models["llama"]
     lm = HFCachedLM(loaded.model, loaded.vocab_size)
     monkeypatch.setattr(loaded.model.config, "_attn_implementation", "flash_attention_2")
-    assert not lm.supports_tree
+    assert lm.tree_problem is not None
     with pytest.raises(ValueError, match="fall back to chains"):
         lm.extend_tree([1], [-1])
 

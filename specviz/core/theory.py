@@ -136,13 +136,6 @@ def alpha_from_acceptance_rate(rate: float, k: int) -> float:
     return (lo + hi) / 2.0
 
 
-def alpha_from_tokens_per_pass(tokens_per_pass: float, k: int) -> float:
-    """The alpha whose expected_tokens(alpha, k) equals a measured mean of tokens per target pass."""
-    if not (1.0 <= tokens_per_pass <= k + 1):
-        raise ValueError(f"tokens per target pass must be between 1 and k+1 = {k + 1}; got {tokens_per_pass}.")
-    return alpha_from_acceptance_rate((tokens_per_pass - 1.0) / k, k) if k else 0.0
-
-
 def expected_tokens_by_position(acceptance: Sequence[float], k: int) -> float:
     """Expected tokens per round when the draft at position i (1-based) survives with probability
     acceptance[i-1] given that position i was reached: 1 + a1 + a1*a2 + ... + a1*...*ak.

@@ -100,14 +100,9 @@ class HFCachedLM:
             self.last_hidden = out.hidden_states[-1][0]  # (T, H)
 
     @property
-    def supports_tree(self) -> bool:
-        """True when the cache can be compacted to a path (every layer a plain DynamicLayer) and the model
-        takes a custom 4-D attention mask (its attention is not flash-attention, which ignores one)."""
-        return self.tree_problem is None
-
-    @property
     def tree_problem(self) -> str | None:
-        """Why this model cannot verify a token tree in one pass, or None."""
+        """Why this model cannot verify a token tree in one pass, or None: the cache must compact to a path (every
+        layer a plain DynamicLayer) and the model must take a custom 4-D attention mask (not flash-attention)."""
         return tree_support_problem(self.model, self.cache)
 
     @torch.inference_mode()
