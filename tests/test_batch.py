@@ -14,9 +14,8 @@ from specviz.core.decoding import DecodeConfig, SpeculativeDecoder
 from specviz.core.protocols import Draft
 from specviz.core.sampling import SamplingConfig, warp
 from specviz.drafters import ModelDrafter, NoDrafter, PromptLookupDrafter
-from tests.test_verify import chi2_p_value
 from tests.toys import TABLE_V as V
-from tests.toys import BatchedToyLM, SharedLengthToyLM, TableLM, plain_greedy
+from tests.toys import BatchedToyLM, SharedLengthToyLM, TableLM, plain_greedy, pooled_pvalue
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -168,21 +167,13 @@ def first_two_counts(n: int, lm=BatchedToyLM) -> tuple[torch.Tensor, list[torch.
     return counts, joints
 
 
-def pooled_p_value(counts: torch.Tensor, joint: torch.Tensor, n: int) -> float:
-    """Chi-square with the cells expected under 5 pooled into one."""
-    big = (joint * n >= 5).flatten()
-    pooled_counts = torch.cat([counts.flatten()[big], counts.flatten()[~big].sum().view(1)])
-    pooled_probs = torch.cat([joint.flatten()[big], joint.flatten()[~big].sum().view(1)])
-    return chi2_p_value(pooled_counts, pooled_probs)
-
-
 def test_sampled_rows_follow_the_target_per_row_and_a_shared_length_does_not():
     n = 1_200
     counts, joints = first_two_counts(n)
     for b, joint in enumerate(joints):
-        assert pooled_p_value(counts[b], joint, n) > 1e-3, f"row {b}"
+        assert pooled_pvalue(counts[b], joint) > 1e-3, f"row {b}"
     bad, _ = first_two_counts(n, SharedLengthToyLM)
-    assert min(pooled_p_value(bad[b], joint, n) for b, joint in enumerate(joints)) < 1e-6
+    assert min(pooled_pvalue(bad[b], joint) for b, joint in enumerate(joints)) < 1e-6
 
 
 # -- the transformers path: HFBatchedLM on a tiny random Llama ------------------------------------------------

@@ -329,7 +329,7 @@ def test_first_and_first_two_sampled_tokens_follow_the_target(drafter_cls, exact
         pairs[a, b] += 1
         accepted += dec.records[0].num_accepted
         rejected += "rejected" in dec.records[0].draft_fates
-    p_one, p_two = pooled_pvalue(ones, first, n), pooled_pvalue(pairs, joint, n)
+    p_one, p_two = pooled_pvalue(ones, first), pooled_pvalue(pairs, joint)
     if exact:
         assert p_one > 1e-3 and p_two > 1e-3
         assert accepted > 0 and rejected > 0

@@ -8,14 +8,13 @@ from collections import Counter
 
 import pytest
 import torch
-from scipy.stats import chisquare
 
 from specviz.core.decoding import DecodeConfig, SpeculativeDecoder
 from specviz.core.sampling import SamplingConfig
 from specviz.drafters import NGramDrafter, NoDrafter
 from specviz.drafters.base import Draft
 from specviz.drafters.ngram import NGramCounts, confidence, smoothed
-from tests.toys import PairTableLM, plain_greedy
+from tests.toys import PairTableLM, plain_greedy, pooled_pvalue
 
 V = 12
 
@@ -247,7 +246,8 @@ def exact_sequence_probs(lm_seed: int, prompt: list[int], length: int) -> dict[t
     return probs
 
 
-def chi_square_pvalue(drafter_factory, lm_seed: int, prompt: list[int], n: int, length: int = 2) -> tuple[float, int, int]:
+def sampled_pvalue(drafter_factory, lm_seed: int, prompt: list[int], n: int, length: int = 2) -> tuple[float, int, int]:
+    """n sampled runs of `length` tokens against their exact sequence probabilities: (p-value, drafted, rejected)."""
     exact = exact_sequence_probs(lm_seed, prompt, length)
     counts = dict.fromkeys(exact, 0)
     drafted = rejected = 0
@@ -256,14 +256,8 @@ def chi_square_pvalue(drafter_factory, lm_seed: int, prompt: list[int], n: int, 
         counts[tuple(decoder.generated)] += 1
         drafted += sum(r.num_drafted for r in decoder.records)
         rejected += sum("rejected" in r.draft_fates for r in decoder.records)
-    # pool cells whose expected count is small so the chi-square approximation holds
-    keys = sorted(exact, key=exact.get, reverse=True)
-    big = [key for key in keys if exact[key] * n >= 5]
-    small = [key for key in keys if exact[key] * n < 5]
-    observed = [counts[key] for key in big] + [sum(counts[key] for key in small)]
-    expected = [exact[key] * n for key in big] + [sum(exact[key] for key in small) * n]
-    expected = [e * n / sum(expected) for e in expected]  # exact probabilities sum to 1 only up to rounding
-    return float(chisquare(observed, expected).pvalue), drafted, rejected
+    observed, expected = torch.tensor([counts[key] for key in exact]), torch.tensor([exact[key] for key in exact], dtype=torch.float64)
+    return pooled_pvalue(observed, expected), drafted, rejected
 
 
 PROMPT = [3, 4, 3, 5, 3, 4, 3, 4, 3, 6, 3]  # 3 is followed by 4, 5, 6: a real, non-degenerate q_draft
@@ -279,13 +273,13 @@ def one_thread():
 
 
 def test_sampled_distribution_matches_the_target(one_thread):
-    pvalue, drafted, rejected = chi_square_pvalue(lambda: NGramDrafter(V, threshold=0.0), lm_seed=4, prompt=PROMPT, n=1200, length=3)
+    pvalue, drafted, rejected = sampled_pvalue(lambda: NGramDrafter(V, threshold=0.0), lm_seed=4, prompt=PROMPT, n=1200, length=3)
     assert drafted > 1500 and rejected > 300  # the rule had real work to do, with two-token drafts
     assert pvalue > 1e-3
 
 
 def test_chi_square_catches_a_greedy_draft_scored_with_soft_q(one_thread):
-    pvalue, _, _ = chi_square_pvalue(lambda: SoftQGreedyDrafter(V, threshold=0.0), lm_seed=4, prompt=PROMPT, n=1200, length=3)
+    pvalue, _, _ = sampled_pvalue(lambda: SoftQGreedyDrafter(V, threshold=0.0), lm_seed=4, prompt=PROMPT, n=1200, length=3)
     assert pvalue < 1e-6
 
 

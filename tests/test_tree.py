@@ -8,9 +8,9 @@ import functools
 
 import pytest
 import torch
-from scipy.stats import chisquare
 
 from specviz.core.tree import TreeDraft, ancestors, decide_tree, tree_depths, tree_mask, tree_rule_q
+from tests.toys import pooled_pvalue
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -87,19 +87,6 @@ def emitted_tokens(scheme: str, n: int, count: int, **bad) -> tuple[torch.Tensor
     return out, seen
 
 
-def chi2_p_value(counts: torch.Tensor, expected_probs: torch.Tensor) -> float:
-    """Chi-square p-value, pooling cells expected below 5; 0.0 if anything landed outside the support."""
-    counts, probs = counts.flatten().double(), expected_probs.flatten().double()
-    if counts[probs == 0].sum() > 0:
-        return 0.0
-    n = counts.sum()
-    big = probs * n >= 5
-    small = (probs > 0) & ~big
-    obs = counts[big].tolist() + ([float(counts[small].sum())] if small.any() else [])
-    exp = (probs[big] * n).tolist() + ([float(probs[small].sum() * n)] if small.any() else [])
-    return float(chisquare(obs, [e * float(n) / sum(exp) for e in exp]).pvalue)
-
-
 @functools.cache
 def runs(scheme: str, bad: str = "") -> tuple[torch.Tensor, dict[str, int]]:
     flags = {"drop": dict(_drop_rejected=False), "residual": dict(_resample_residual=False)}.get(bad, {})
@@ -113,7 +100,7 @@ JOINT = T[START][:, None] * T  # (V, V): P(first = a, second = b)
 def test_first_emitted_token_follows_the_target(scheme):
     tokens, seen = runs(scheme)
     counts = torch.bincount(tokens[:, 0], minlength=V)
-    assert chi2_p_value(counts, T[START]) > PASS_P
+    assert pooled_pvalue(counts, T[START]) > PASS_P
     assert seen["accepted"] > 0 and seen["resampled"] > 0 and seen["bonus"] > 0 and seen["sibling_retry"] > 0
 
 
@@ -121,7 +108,7 @@ def test_first_emitted_token_follows_the_target(scheme):
 def test_first_two_emitted_tokens_follow_the_target_jointly(scheme):
     tokens, _ = runs(scheme)
     counts = torch.bincount(tokens[:, 0] * V + tokens[:, 1], minlength=V * V)
-    assert chi2_p_value(counts, JOINT) > PASS_P
+    assert pooled_pvalue(counts, JOINT) > PASS_P
 
 
 @pytest.mark.parametrize("scheme", ["distinct", "iid"])
@@ -129,8 +116,8 @@ def test_first_two_emitted_tokens_follow_the_target_jointly(scheme):
 def test_known_bad_variants_fail(scheme, bad):
     """drop: keep p unchanged after a rejected sibling; residual: draw from p, not the residual, at the end."""
     tokens, _ = runs(scheme, bad)
-    first = chi2_p_value(torch.bincount(tokens[:, 0], minlength=V), T[START])
-    joint = chi2_p_value(torch.bincount(tokens[:, 0] * V + tokens[:, 1], minlength=V * V), JOINT)
+    first = pooled_pvalue(torch.bincount(tokens[:, 0], minlength=V), T[START])
+    joint = pooled_pvalue(torch.bincount(tokens[:, 0] * V + tokens[:, 1], minlength=V * V), JOINT)
     assert min(first, joint) < FAIL_P
 
 

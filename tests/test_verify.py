@@ -13,10 +13,10 @@ from collections.abc import Callable
 
 import pytest
 import torch
-from scipy.stats import chisquare
 
 from specviz.core.sampling import sample
 from specviz.core.verify import Verdict, one_hot_q, residual, verify
+from tests.toys import pooled_pvalue
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -81,47 +81,36 @@ def first_token_counts(p_row, q_row, rule: Rule = verify, draw=draw_soft, n=NUM_
     return torch.tensor(counts)
 
 
-def chi2_p_value(counts: torch.Tensor, expected_probs: torch.Tensor) -> float:
-    """Chi-square p-value on the support of expected_probs; 0.0 if anything landed outside it."""
-    counts, expected_probs = counts.flatten().double(), expected_probs.flatten().double()
-    support = expected_probs > 0
-    if counts[~support].sum() > 0:
-        return 0.0
-    expected = expected_probs[support] / expected_probs[support].sum() * counts.sum()
-    assert expected.min() >= 5, "too few samples for a chi-square test"
-    return float(chisquare(counts[support].numpy(), expected.numpy()).pvalue)
-
-
 # -- k = 1: the emitted token follows p_target -----------------------------------------------------
 
 
 @pytest.mark.parametrize("case", list(CASES))
 def test_emitted_token_follows_p_target(case):
     p_row, q_row = CASES[case]
-    assert chi2_p_value(first_token_counts(p_row, q_row), p_row) > PASS_P
+    assert pooled_pvalue(first_token_counts(p_row, q_row), p_row) > PASS_P
 
 
 @pytest.mark.parametrize("proposal", [0, 4])  # p_target(x) = .45, and 0 (always rejected)
 def test_one_hot_q_from_prompt_lookup_keeps_the_rule_exact(proposal):
     q_row = one_hot_q(torch.tensor([proposal]), P.numel())[0]
-    assert chi2_p_value(first_token_counts(P, q_row), P) > PASS_P
+    assert pooled_pvalue(first_token_counts(P, q_row), P) > PASS_P
 
 
 @pytest.mark.parametrize("case", ["shifted", "disjoint"])
 def test_bad_variant_resampling_from_p_target_fails(case):
     p_row, q_row = CASES[case]
-    assert chi2_p_value(first_token_counts(p_row, q_row, rule=verify_resample_from_target), p_row) < FAIL_P
+    assert pooled_pvalue(first_token_counts(p_row, q_row, rule=verify_resample_from_target), p_row) < FAIL_P
 
 
 def test_bad_variant_resampling_from_p_target_fails_for_one_hot_q():
     q_row = one_hot_q(torch.tensor([0]), P.numel())[0]
-    assert chi2_p_value(first_token_counts(P, q_row, rule=verify_resample_from_target), P) < FAIL_P
+    assert pooled_pvalue(first_token_counts(P, q_row, rule=verify_resample_from_target), P) < FAIL_P
 
 
 @pytest.mark.parametrize("case", ["shifted", "disjoint"])
 def test_bad_variant_greedy_draft_with_soft_q_fails(case):
     p_row, q_row = CASES[case]
-    assert chi2_p_value(first_token_counts(p_row, q_row, draw=draw_greedy), p_row) < FAIL_P
+    assert pooled_pvalue(first_token_counts(p_row, q_row, draw=draw_greedy), p_row) < FAIL_P
 
 
 # -- k = 2: the first two emitted tokens jointly follow p_target --------------------------------------
@@ -160,11 +149,11 @@ def first_two_counts(rule: Rule = verify, n: int = NUM_SAMPLES, seed: int = 0) -
 
 
 def test_first_two_emitted_tokens_follow_the_target_jointly():
-    assert chi2_p_value(first_two_counts(), P1[:, None] * P2) > PASS_P
+    assert pooled_pvalue(first_two_counts(), P1[:, None] * P2) > PASS_P
 
 
 def test_bad_variant_fails_the_joint_test_too():
-    assert chi2_p_value(first_two_counts(rule=verify_resample_from_target), P1[:, None] * P2) < FAIL_P
+    assert pooled_pvalue(first_two_counts(rule=verify_resample_from_target), P1[:, None] * P2) < FAIL_P
 
 
 # -- the rule's bookkeeping, checked exactly ---------------------------------------------------------

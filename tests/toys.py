@@ -3,7 +3,8 @@
 Each toy is a CachedLM (specviz.core.protocols) whose logits after a sequence come from ``logits_after(seq)``,
 computed from scratch; extend() feeds ids through it one at a time, so a cache holding the wrong tokens or the
 wrong length changes what comes out. ``plain_greedy(lm, ...)`` is argmax of logits_after at every step, no cache
-involved: what every greedy exactness test compares against. ``pooled_pvalue`` is the one chi-square helper and
+involved: what every greedy exactness test compares against. ``pooled_pvalue`` is the one chi-square test of every
+distribution test (the rule's, the trees', the batch's, each drafter's, each precision's, on CUDA too), and
 ``first_two_tokens`` the one sampler the distribution tests of the drafters share.
 """
 
@@ -190,14 +191,19 @@ def fake_clock(decoder, ms_per_read: float):
     return decoder
 
 
-def pooled_pvalue(counts: torch.Tensor, expected: torch.Tensor, n: int) -> float:
-    """Chi-square of counts against n * expected, the buckets expected fewer than 5 times pooled into one."""
-    big = (expected * n >= 5).flatten()
-    observed, wanted = counts.flatten()[big].tolist(), (expected.flatten()[big] * n).tolist()
-    if not big.all():
-        observed.append(float(counts.flatten()[~big].sum()))
-        wanted.append(float(expected.flatten()[~big].sum()) * n)
-    return float(chisquare(observed, [e * n / sum(wanted) for e in wanted]).pvalue)
+def pooled_pvalue(counts: torch.Tensor, expected: torch.Tensor) -> float:
+    """The chi-square p-value of every distribution test: counts (any shape) against the distribution ``expected``
+    (the same shape, rescaled to the counts' total n). 0.0 when anything landed where expected is 0; the cells
+    expected fewer than 5 times are pooled into one, so the chi-square approximation holds."""
+    counts, expected = counts.flatten().double(), expected.flatten().double()
+    if counts[expected == 0].sum() > 0:
+        return 0.0
+    n = float(counts.sum())
+    big, small = expected * n >= 5, (expected > 0) & (expected * n < 5)
+    observed = counts[big].tolist() + ([float(counts[small].sum())] if small.any() else [])
+    wanted = (expected[big] * n).tolist() + ([float(expected[small].sum()) * n] if small.any() else [])
+    assert len(wanted) >= 2, "too few samples for a chi-square test: every cell pooled into one"
+    return float(chisquare(observed, [w * n / sum(wanted) for w in wanted]).pvalue)
 
 
 @dataclass(frozen=True)
@@ -229,7 +235,7 @@ def first_two_tokens(target: ToyLM, prompt: Sequence[int], temperature: float, n
         pairs[a, b] += 1
         accepted += dec.records[0].num_accepted > 0
         rejected += "rejected" in dec.records[0].draft_fates
-    return FirstTwo(pooled_pvalue(ones, first, n), pooled_pvalue(pairs, joint, n), accepted, rejected)
+    return FirstTwo(pooled_pvalue(ones, first), pooled_pvalue(pairs, joint), accepted, rejected)
 
 
 # --- exactness checks the drafters' tests share (a real decoder on a tiny model, built by specviz.runs) ---------------
