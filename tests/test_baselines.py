@@ -16,6 +16,7 @@ from specviz.runs import build_decoder
 from specviz.viz.metrics import DISTURBED
 from specviz.workshop.baselines import BaselineWorker, reset_baselines
 from specviz.workshop.serving import ModelQueue
+from tests.service_helpers import wait_until
 
 PROMPT = "the cat sat on the mat"
 
@@ -69,17 +70,15 @@ def test_background_turns_wait_behind_rounds_and_an_orphaned_job_is_dropped(tiny
 
     holder = threading.Thread(target=a_long_round)
     holder.start()
-    held.wait(5)
+    assert held.wait(5)
     run = worker.request(("k",), _plain(config, target, ids), queue, 8)
-    time.sleep(0.3)
+    wait_until(lambda: queue.waiting_background == 1, 30, "the baseline's turn joining the line behind the round")
     assert run.records == () and run.prefill_ms is None  # nothing measured while a round holds the model
     del run  # the only session that wanted it is gone: the job stops without measuring it
     gate.set()
     holder.join(5)
-    deadline = time.monotonic() + 10
-    while worker.jobs and time.monotonic() < deadline:
-        time.sleep(0.02)
-    assert worker.jobs == 0 and len(worker) == 0
+    wait_until(lambda: worker.jobs == 0, 10, "the orphaned job being dropped")
+    assert len(worker) == 0
     worker.stop()
     assert not worker._thread.is_alive() and worker._thread.daemon
 

@@ -92,13 +92,29 @@ def _plain_job(tiny_models, max_new: int = 8):
     return target, config, ids, (lambda: build_decoder(config, target, ids, baseline=True))
 
 
+class SeenWaiting(Foreground):
+    """A Foreground that says when background work has waited on it: a poll of wait_idle passed (check_stop is
+    called) and the work was still held back."""
+
+    def __init__(self, settle_s: float = 0.0) -> None:
+        super().__init__(settle_s=settle_s)
+        self.waited = threading.Event()
+
+    def wait_idle(self, check_stop=lambda: None, poll_s: float = 0.25) -> int:
+        def check() -> None:
+            self.waited.set()
+            check_stop()
+
+        return super().wait_idle(check, poll_s)
+
+
 def test_background_baseline_makes_no_progress_while_a_step_is_in_flight(tiny_models):
     _, _, _, make = _plain_job(tiny_models)
-    busy = Foreground(settle_s=0.0)
+    busy = SeenWaiting()
     worker = BaselineWorker(busy=busy)
     with busy.busy():  # a Step (its round, then its drawing) in flight in this process
         run = worker.request(("k",), make, ModelQueue("tiny"), 8)
-        time.sleep(0.6)
+        assert busy.waited.wait(30)  # the worker ran, reached the measurement and was held back
         assert run.prefill_ms is None and run.records == ()  # not even the prefill
     assert run.wait_for(8, timeout_s=60) and run.finished
     worker.stop()
@@ -140,12 +156,13 @@ def test_background_work_waits_for_the_browser_to_draw_the_last_rerun():
     assert busy.wait_idle() == 0  # nothing ran yet: idle at once
     with busy.busy():
         pass
-    waiter = threading.Thread(target=busy.wait_idle, kwargs={"poll_s": 0.01})
+    polled = threading.Event()
+    waiter = threading.Thread(target=busy.wait_idle, kwargs={"check_stop": polled.set, "poll_s": 0.01})
     waiter.start()
-    time.sleep(0.1)
-    assert waiter.is_alive()  # the rerun ended 0 s ago (fake clock): its page may still be drawing
+    assert polled.wait(5)  # a poll passed and it did not return: the rerun ended 0 s ago (fake clock), its page may still be drawing
+    assert waiter.is_alive()
     now[0] += 0.6
-    waiter.join(2)
+    waiter.join(5)
     assert not waiter.is_alive()
 
 

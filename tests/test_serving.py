@@ -153,7 +153,8 @@ def test_a_session_asking_again_goes_behind_those_waiting():
             with queue.turn(poll_s=0.01):
                 log.append(f"greedy{i}")
                 first_in.set()
-                time.sleep(0.05)
+                if i == 0:
+                    wait_until(lambda: queue.waiting == 1)  # the polite session is in line before this turn ends
 
     def polite():
         first_in.wait(5)
