@@ -57,8 +57,9 @@ def test_a_hostile_recording_draws_no_link_or_image(driver, shared_url, tmp_path
     wait_idle(driver, 60)
     for key in ("step", "run_all"):  # the Round inspector's stories, every run's error, the baseline's error
         assert not live_elements(driver), live_elements(driver)
+        before = metric_value(driver, "rounds")
         click_button(driver, key)
-        time.sleep(0.3)
+        wait(driver, 120).until(lambda d, before=before: metric_value(d, "rounds") not in (None, before))  # the click's rerun drew
         wait_idle(driver, 120)
     assert not exceptions(driver)
     assert not live_elements(driver), live_elements(driver)
