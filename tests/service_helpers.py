@@ -1,4 +1,5 @@
-"""A real uvicorn server in a thread for a specviz Service (or any ASGI app), on a free loopback port."""
+"""A real uvicorn server in a thread for a specviz Service (or any ASGI app), on a free loopback port; and the one
+bounded poll (wait_until) the threaded tests wait on instead of sleeping."""
 
 from __future__ import annotations
 

@@ -20,19 +20,13 @@ from specviz.runs import RunModels, check_prompt_tokens, kv_tokens, prompt_ids, 
 from specviz.workshop.budgets import KVBudget, OverBudget, default_kv_tokens
 from specviz.workshop.policy import Policy, load_policy
 from specviz.workshop.serving import ModelQueue, SessionRegistry
+from tests.service_helpers import wait_until
 
 WORDS = "the quick brown fox jumps over the lazy dog".split()
 
 
 def words(n: int) -> str:
     return " ".join(WORDS[i % len(WORDS)] for i in range(n))
-
-
-def wait_until(predicate, timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.005)
 
 
 # --- the owner's settings ----------------------------------------------------------------------------------------

@@ -9,13 +9,7 @@ import time
 import pytest
 
 from specviz.workshop.serving import ModelQueue, QueueTimeout, SessionRegistry, model_queue, reset_queues
-
-
-def wait_until(predicate, timeout: float = 5.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.005)
+from tests.service_helpers import wait_until
 
 
 def test_turns_are_served_first_come_first_served():
