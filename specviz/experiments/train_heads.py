@@ -12,8 +12,8 @@ Training: AdamW on the heads' blocks only (and the token input, for heads that r
 default); the LM head and the input embedding are the target's own, frozen (a plain Linear: load the target in
 float32). Losses are cross-entropies summed over heads with Medusa's decaying weights decay**(i-1). The LM head
 (V x H) dominates the cost, so by default the softmax runs over the training vocabulary: every token that is a
-label or an input somewhere in the training data (about 6,500 of SmolLM2's 49,152), which makes a step about 7x
-cheaper; the held-out evaluation always scores the full vocabulary, so a token left out could only show up there
+label or an input somewhere in the training data (8,592 of SmolLM2's 49,152 for the shipped heads; about 6,500 in
+the earlier, smaller run that measured a step about 7x cheaper); the held-out evaluation always scores the full vocabulary, so a token left out could only show up there
 as a miss. The matmul is float32 by default: on a CPU without native bfloat16 (AVX2 only) a bfloat16 matmul
 ran 20x slower here. Batches are a pure function of the seed and the step, so a run resumed from a checkpoint
 ends with the same weights as an uninterrupted one.
@@ -41,7 +41,7 @@ if TYPE_CHECKING:  # specviz.models imports transformers: the CLI's parser impor
 log = logging.getLogger(__name__)
 
 IGNORE = -100  # a label past the end of its continuation: no loss, no accuracy
-DATA_VERSION = 2  # bump when the data recipe changes, so old caches are not reused (2: more prompts, the fed tokens)
+DATA_VERSION = 2  # bump when the data recipe or the prompts change, so old caches are not reused (2: more prompts, the fed tokens)
 CURVE_FILE = "training_curve.json"
 
 # -- the training prompts: templates over topics, none of them a benchmark prompt --------------------------------
@@ -145,7 +145,7 @@ class HeadsData:
     heldout_hidden: torch.Tensor
     heldout_tokens: torch.Tensor
     heldout_labels: torch.Tensor
-    facts: dict  # prompts, continuations, tokens, generation time: for the model card
+    facts: dict  # prompts used, positions (train, held out), generation time and precision: for the model card
 
 
 def head_labels(argmax: torch.Tensor, num_heads: int) -> torch.Tensor:
