@@ -12,8 +12,8 @@ Training: AdamW on the heads' blocks only (and the token input, for heads that r
 default); the LM head and the input embedding are the target's own, frozen (a plain Linear: load the target in
 float32). Losses are cross-entropies summed over heads with Medusa's decaying weights decay**(i-1). The LM head
 (V x H) dominates the cost, so by default the softmax runs over the training vocabulary: every token that is a
-label or an input somewhere in the training data (8,592 of SmolLM2's 49,152 for the shipped heads; about 6,500 in
-the earlier, smaller run that measured a step about 7x cheaper); the held-out evaluation always scores the full vocabulary, so a token left out could only show up there
+label or an input somewhere in the training data (8,592 of SmolLM2's 49,152 for the shipped heads: the LM head's
+matmul 5.7x smaller); the held-out evaluation always scores the full vocabulary, so a token left out could only show up there
 as a miss. The matmul is float32 by default: on a CPU without native bfloat16 (AVX2 only) a bfloat16 matmul
 ran 20x slower here. Batches are a pure function of the seed and the step, so a run resumed from a checkpoint
 ends with the same weights as an uninterrupted one.
