@@ -51,8 +51,8 @@ class Result:
     target_passes: int
     drafted: int
     accepted: int
-    overlap_sum: float  # sum over verified positions of sum_v min(p, q); 0 without a q
-    overlap_count: int
+    overlap_sum: float  # specviz.core.metrics.Totals: Σ over checked positions of Σ_v min(p, q) (one-hot q: p_target)
+    overlap_count: int  # the checked positions (Totals.checked), so α pools over prompts
     tokens_per_s: float  # median over repeats, per CPU-second or wall-clock second (--clock)
     speedup: float  # median over repeats of tokens_per_s / the baseline's in the same rotation
     speedup_low: float  # min and max of those ratios
@@ -129,8 +129,8 @@ def measure_prompt(target, early_exit, prompt: BenchPrompt, setups: list[tuple[s
                 target_passes=s.target_passes,
                 drafted=s.drafted,
                 accepted=s.accepted,
-                overlap_sum=first.overlap_sum,
-                overlap_count=first.overlap_count,
+                overlap_sum=s.totals.overlap_sum,
+                overlap_count=s.totals.checked,
                 tokens_per_s=statistics.median(speed(r, args.clock) for r in runs),
                 speedup=ratio.median,
                 speedup_low=ratio.low,

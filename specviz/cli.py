@@ -327,29 +327,6 @@ def _chain_step_to_json(r) -> dict:
     }
 
 
-def stats_to_json(s, records=(), baseline=()) -> dict:
-    """RunStats plus the metrics named as vLLM names them (specviz.core.metrics); the same alpha every view shows.
-    With plain decoding's records (--check-baseline) also the measured speedup, as the step-through page computes it."""
-    from specviz.core.metrics import run_metrics
-
-    m = run_metrics(records, baseline).to_json()
-    return {
-        "new_tokens": s.new_tokens,
-        "target_passes": s.target_passes,
-        "tokens_per_target_pass": s.tokens_per_target_pass,
-        "drafted": s.drafted,
-        "accepted": s.accepted,
-        "acceptance_rate": s.acceptance_rate,
-        "alpha": s.alpha,
-        "wall_s": s.wall_s,
-        "tokens_per_s": s.tokens_per_s,
-        "mean_acceptance_length": m["mean_acceptance_length"],  # vLLM: 1 + accepted per drafting round
-        "drafting_rounds": m["drafting_rounds"],
-        "position_acceptance": m["position_acceptance"],  # per draft position: reached, accepted, rate (conditional), unconditional (vLLM)
-        **({"speedup": m["speedup"], "speedup_disturbed": m["speedup_disturbed"]} if baseline else {}),
-    }
-
-
 def _coloured(tokenizer, prompt_ids: list[int], records) -> str:
     """The prompt and every emitted token in its fate's colour, escaped: for emit(..., escaped=True)."""
     parts = [painted(tokenizer.decode(prompt_ids), "prompt")]
@@ -414,7 +391,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
                 "output_ids": decoder.generated,
                 "text": target.tokenizer.decode(decoder.generated, skip_special_tokens=True),
                 "steps": [step_to_json(r) for r in decoder.records],
-                "stats": stats_to_json(decoder.stats(), decoder.records, check[2] if check else ()),
+                "stats": decoder.stats(check[2] if check else ()).to_json(),  # with --check-baseline, the measured speedup too
             }
             if check is not None:
                 sample["same_as_baseline"] = difference is None
@@ -457,7 +434,7 @@ def _write_recording(path: str, config: RunConfig, text: str, prompt_ids: list[i
     base = None
     if not baseline:
         plain = build_decoder(config, target, prompt_ids, seed=runs[0].seed, baseline=True)
-        needed = max(r.stats.new_tokens for r in runs)
+        needed = max(r.metrics.new_tokens for r in runs)
         while not plain.done and len(plain.generated) < needed:
             plain.step()
         base = recorded_run("baseline (plain decoding)", config, plain.records, seed=runs[0].seed, prefill_ms=plain.prefill_ms)
@@ -470,11 +447,13 @@ def _write_recording(path: str, config: RunConfig, text: str, prompt_ids: list[i
 
 
 def _stats_line(mode: str, s) -> str:
+    """One run's numbers (a specviz.core.metrics.RunMetrics) on one line."""
     acc = "n/a" if s.acceptance_rate is None else f"{s.acceptance_rate:.2f}"
     alpha = "n/a" if s.alpha is None else f"{s.alpha:.2f}"
+    per_pass = "n/a" if s.tokens_per_target_pass is None else f"{s.tokens_per_target_pass:.2f}"
     return (
         f"[{mode}] {s.new_tokens} tokens in {s.wall_s:.2f}s = {s.tokens_per_s:.1f} tok/s; "
-        f"{s.tokens_per_target_pass:.2f} tokens/target pass; accepted/drafted {acc}; alpha (E[sum min(p,q)]) {alpha}"
+        f"{per_pass} tokens/target pass; accepted/drafted {acc}; alpha (E[sum min(p,q)]) {alpha}"
     )
 
 
@@ -497,9 +476,9 @@ def cmd_replay(args: argparse.Namespace) -> int:
             emit(f"\n{run.label}:\n" + "".join(text for _, _, text in groups))
         if run.error:
             emit(f"[{run.label}] stopped by an error: {run.error}")
-        emit(_stats_line(run.label, run.stats), err=tty)
+        emit(_stats_line(run.label, run.metrics), err=tty)
     if rec.baseline is not None:
-        emit(_stats_line(rec.baseline.label, rec.baseline.stats), err=tty)
+        emit(_stats_line(rec.baseline.label, rec.baseline.metrics), err=tty)
     return 0
 
 
@@ -516,29 +495,21 @@ def _baseline_for_check(args: argparse.Namespace, config: RunConfig, target, pro
 
 
 def _print_sample(args, config: RunConfig, target, prompt_ids: list[int], d, check, difference) -> None:
-    from specviz.core.metrics import run_metrics
-
     tty = sys.stdout.isatty()
     if tty:
         emit(_coloured(target.tokenizer, prompt_ids, d.records), escaped=True)
     else:
         emit(target.tokenizer.decode(d.generated, skip_special_tokens=True))
-    s = d.stats()
-    acc = "n/a" if s.acceptance_rate is None else f"{s.acceptance_rate:.2f}"
-    alpha = "n/a" if s.alpha is None else f"{s.alpha:.2f}"
+    s = d.stats(check[2] if check else ())
     mode = "baseline" if args.baseline else config.drafter
     same = ""
     if check is not None:
-        same = f"; measured speedup {_fmt_speedup(run_metrics(d.records, check[2]))} against plain decoding"
+        same = f"; measured speedup {_fmt_speedup(s)} against plain decoding"
         same += "; same as plain greedy" if difference is None else (
             f"; differs from plain greedy at new token {difference.position} (top-2 logit margin {_fmt_margin(difference.margin)} here, "
             f"{_fmt_margin(difference.baseline_margin)} in the baseline)"
         )
-    emit(
-        f"[{mode}] {s.new_tokens} tokens in {s.wall_s:.2f}s = {s.tokens_per_s:.1f} tok/s; "
-        f"{s.tokens_per_target_pass:.2f} tokens/target pass; accepted/drafted {acc}; alpha (E[sum min(p,q)]) {alpha}{same}",
-        err=tty,
-    )
+    emit(_stats_line(mode, s) + same, err=tty)
 
 
 def _fmt_speedup(m) -> str:
