@@ -31,6 +31,7 @@ sys.path.insert(0, str(ROOT))
 
 from specviz.config import EMBEDDED_TARGET, RunConfig  # noqa: E402
 from specviz.core.decoding import SpeculativeDecoder  # noqa: E402
+from specviz.core.metrics import Totals, pooled  # noqa: E402
 from specviz.drafters import NGramDrafter, NoDrafter  # noqa: E402
 from specviz.experiments.bench import BASELINE, BenchPrompt, RunSample, first_per_category, measure_setups  # noqa: E402
 from specviz.experiments.bench import load_prompts as bench_load_prompts  # noqa: E402
@@ -152,8 +153,8 @@ def summarize(results: list[Result]) -> list[dict]:
     rows = []
     for (temp, cat, setup), rs in groups.items():
         speedups = [r.speedup for r in rs]
-        drafted = sum(r.drafted for r in rs)
-        count = sum(r.overlap_count for r in rs)
+        pool = pooled(Totals(rounds=r.target_passes, new_tokens=r.new_tokens, drafted=r.drafted, accepted=r.accepted,
+                             checked=r.overlap_count, overlap_sum=r.overlap_sum) for r in rs)  # fmt: skip
         same = [r.same_as_baseline for r in rs if r.same_as_baseline is not None]
         rows.append(
             {
@@ -163,9 +164,9 @@ def summarize(results: list[Result]) -> list[dict]:
                 "tok/s": statistics.median(r.tokens_per_s for r in rs),
                 "speedup": math.exp(statistics.fmean(math.log(x) for x in speedups)),
                 "range": f"{min(r.speedup_low for r in rs):.2f}–{max(r.speedup_high for r in rs):.2f}",
-                "alpha": sum(r.overlap_sum for r in rs) / count if count else None,
-                "acc/drafted": sum(r.accepted for r in rs) / drafted if drafted else None,
-                "tok/pass": sum(r.new_tokens for r in rs) / sum(r.target_passes for r in rs),
+                "alpha": pool.alpha,
+                "acc/drafted": pool.acceptance_rate,
+                "tok/pass": pool.tokens_per_target_pass,
                 "same": all(same) if same else None,
             }
         )

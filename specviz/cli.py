@@ -403,7 +403,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
             recorded.append(_recorded_sample(config, decoder, i, args.num_samples, args.baseline))
         del decoder  # its KV caches go with it: memory stays flat in --num-samples
     if args.record:
-        _write_recording(args.record, config, text, ids, recorded, target, baseline=args.baseline)
+        _write_recording(args.record, config, text, ids, recorded, target, baseline=args.baseline, check=check)
     if args.json:
         out = {
             "config": {**config.to_dict(), "dtype": target.precision, "baseline": args.baseline, "num_samples": args.num_samples},
@@ -423,16 +423,19 @@ def _recorded_sample(config: RunConfig, decoder, i: int, num_samples: int, basel
     return recorded_run(label, config, decoder.records, seed=decoder.config.seed, prefill_ms=decoder.prefill_ms)
 
 
-def _write_recording(path: str, config: RunConfig, text: str, prompt_ids: list[int], runs: list, target, *, baseline: bool) -> None:
+def _write_recording(path: str, config: RunConfig, text: str, prompt_ids: list[int], runs: list, target, *, baseline: bool, check=None) -> None:
     """Write a recording of the samples; unless they are plain decoding already, time plain decoding of the
-    first sample's seed for as many tokens as the longest sample, as the app's baseline does."""
+    first sample's seed for as many tokens as the longest sample, as the app's baseline does. With --check-baseline
+    its plain run is the baseline, so the JSON's speedup and the recording's are one number."""
     from specviz.models import environment, token_bytes
     from specviz.recording import build_recording, recorded_run, save_recording
     from specviz.runs import build_decoder
     from specviz.viz.tokens import TokenTable
 
     base = None
-    if not baseline:
+    if check is not None:
+        base = recorded_run("baseline (plain decoding)", config, check[2], seed=config.seed, prefill_ms=check[3])
+    elif not baseline:
         plain = build_decoder(config, target, prompt_ids, seed=runs[0].seed, baseline=True)
         needed = max(r.metrics.new_tokens for r in runs)
         while not plain.done and len(plain.generated) < needed:
@@ -482,16 +485,16 @@ def cmd_replay(args: argparse.Namespace) -> int:
     return 0
 
 
-def _baseline_for_check(args: argparse.Namespace, config: RunConfig, target, prompt_ids: list[int]) -> tuple[list[int], list[float], list] | None:
-    """--check-baseline: plain greedy decoding's output ids, top-2 margins and records (for the measured speedup),
-    kept (the decoder is not)."""
+def _baseline_for_check(args: argparse.Namespace, config: RunConfig, target, prompt_ids: list[int]) -> tuple[list[int], list[float], list, float] | None:
+    """--check-baseline: plain greedy decoding's output ids, top-2 margins, records (for the measured speedup) and
+    prefill time (for --record's baseline), kept (the decoder is not)."""
     if not args.check_baseline:
         return None
     from specviz.runs import build_decoder
 
     plain = build_decoder(config, target, prompt_ids, seed=config.seed, baseline=True)
     plain.run()
-    return plain.generated, emitted_margins(plain.records), plain.records
+    return plain.generated, emitted_margins(plain.records), plain.records, plain.prefill_ms
 
 
 def _print_sample(args, config: RunConfig, target, prompt_ids: list[int], d, check, difference) -> None:

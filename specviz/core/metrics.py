@@ -30,7 +30,7 @@ running ones (running_totals), so the page's curves, its metrics table, the CLI 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from specviz.core.records import StepRecord
@@ -393,6 +393,19 @@ def running_totals(records: Sequence[StepRecord], baseline: Sequence[StepRecord]
     for r in records:
         totals = totals.after(r, clock)
         out.append(totals)
+    return out
+
+
+def pooled(totals: Iterable[Totals]) -> Totals:
+    """Several runs' counts and clocks summed (a category's prompts), so each metric pools every position and pass;
+    no baseline (a speedup is measured per run)."""
+    out = Totals()
+    for t in totals:
+        out = Totals(
+            rounds=out.rounds + t.rounds, drafting_rounds=out.drafting_rounds + t.drafting_rounds, new_tokens=out.new_tokens + t.new_tokens,
+            drafted=out.drafted + t.drafted, accepted=out.accepted + t.accepted, checked=out.checked + t.checked,
+            overlap_sum=out.overlap_sum + t.overlap_sum, draft_ms=out.draft_ms + t.draft_ms, decode_ms=out.decode_ms + t.decode_ms,
+        )  # fmt: skip
     return out
 
 

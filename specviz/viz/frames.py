@@ -242,9 +242,8 @@ def unique_labels(texts: Sequence[str], ids: Sequence[int]) -> list[str]:
 
 def progress_frame(records: Sequence[StepRecord], run: str) -> pd.DataFrame:
     """Tokens committed after each round against cumulative decode time (prefill excluded); starts at (0, 0)."""
-    tokens = np.cumsum([0] + [len(r.emitted) for r in records])
-    ms = np.cumsum([0.0] + [r.round_ms for r in records])
-    return pd.DataFrame({"run": run, "decode_ms": ms, "tokens": tokens})
+    totals = running_totals(records)
+    return pd.DataFrame({"run": run, "decode_ms": [0.0] + [t.decode_ms for t in totals], "tokens": [0] + [t.new_tokens for t in totals]})
 
 
 def tree_position_info(record: StepRecord, position: int) -> PositionInfo:
