@@ -190,3 +190,23 @@ def test_the_command_line_json_and_its_recording_print_one_number(tiny_dir, tmp_
     }
     assert not disagreements(views), disagreements(views)
     assert loaded.baseline is not None and loaded.baseline.finished  # the checked plain run, to its end
+
+
+def test_recordings_written_before_still_load_and_their_stats_are_the_derived_numbers():
+    """The shipped recordings were written with RunStats' stats: they load, and what they stored is what core.metrics
+    derives from their records now. A file whose stats lie is read from its records (its stats are never read)."""
+    from pathlib import Path
+
+    paths = sorted((Path(__file__).resolve().parent.parent / "assets" / "recordings").glob("*.json"))
+    assert paths
+    for path in paths:
+        raw = json.loads(path.read_text(encoding="utf-8"))
+        loaded = load_recording(path.read_bytes())
+        pairs = [*zip(raw["runs"], loaded.runs), *([(raw["baseline"], loaded.baseline)] if loaded.baseline else [])]
+        for stored, run in pairs:
+            derived = run.metrics.to_json()
+            for key, value in stored["stats"].items():
+                assert number(derived[key]) == (value if value is None else pytest.approx(value, rel=1e-12)), (path.name, run.label, key)
+    raw["runs"][0]["stats"] = {**raw["runs"][0]["stats"], "alpha": 0.01, "new_tokens": 1}
+    lying = load_recording(json.dumps(raw))
+    assert lying.runs[0].metrics.to_json() == loaded.runs[0].metrics.to_json()

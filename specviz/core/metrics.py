@@ -31,7 +31,7 @@ running ones (running_totals), so the page's curves, its metrics table, the CLI 
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 from specviz.core.records import StepRecord
 from specviz.core.tree import tree_depths
@@ -219,41 +219,29 @@ class Totals:
 
 
 @dataclass(frozen=True)
-class RunMetrics:
-    """The metrics of METRIC_INFO for one run (None where undefined, e.g. no drafts or no baseline), and its timing
-    block: the prefill beside the rounds' decode time. What decoder.stats(), the CLI's JSON, recordings, the
-    Benchmark table and the step-through panel read; to_json is the one JSON form of it."""
+class RunMetrics(Totals):
+    """The metrics of METRIC_INFO for one run (None where undefined, e.g. no drafts or no baseline): its totals after
+    the last round, the acceptance by position, and the timing block (the prefill beside the rounds' decode_ms).
+    What decoder.stats(), the CLI's JSON, recordings, the Benchmark table and the step-through panel read; to_json
+    is the one JSON form of it."""
 
-    totals: Totals  # counts, clocks and the scalar metrics after the last round
-    position_acceptance: tuple[PositionAcceptance, ...]
-    prefill_ms: float = 0.0  # the timing block: the prefill here, the rounds' decode_ms in totals
+    position_acceptance: tuple[PositionAcceptance, ...] = ()
+    prefill_ms: float = 0.0  # the timing block: the prefill here, the rounds' decode_ms in the totals
     has_baseline: bool = False  # plain decoding's records were given: the speedup was asked for
 
-    rounds = property(lambda self: self.totals.rounds)
-    target_passes = property(lambda self: self.totals.rounds)  # verify passes; the prefill is not counted
-    drafting_rounds = property(lambda self: self.totals.drafting_rounds)
-    new_tokens = property(lambda self: self.totals.new_tokens)
-    drafted = property(lambda self: self.totals.drafted)
-    accepted = property(lambda self: self.totals.accepted)
-    alpha = property(lambda self: self.totals.alpha)
-    acceptance_rate = property(lambda self: self.totals.acceptance_rate)
-    mean_acceptance_length = property(lambda self: self.totals.mean_acceptance_length)
-    tokens_per_target_pass = property(lambda self: self.totals.tokens_per_target_pass)
-    speedup = property(lambda self: self.totals.speedup)  # None where undefined, not measured yet, or disturbed
-    speedup_disturbed = property(lambda self: self.totals.speedup_disturbed)
-    decode_ms = property(lambda self: self.totals.decode_ms)
+    @property
+    def target_passes(self) -> int:
+        """Verify passes, one per round; the prefill is not counted."""
+        return self.rounds
 
     @property
     def wall_s(self) -> float:
         """Prefill plus every round's round_ms (record building excluded)."""
-        return (self.prefill_ms + self.totals.decode_ms) / 1000.0
+        return (self.prefill_ms + self.decode_ms) / 1000.0
 
     @property
     def tokens_per_s(self) -> float:
         return self.new_tokens / self.wall_s if self.wall_s > 0 else 0.0
-
-    def disturbance(self) -> str | None:
-        return self.totals.disturbance()
 
     def to_json(self) -> dict:
         """The run's stats as the CLI prints them and recordings store them; speedup keys only with a baseline."""
@@ -413,8 +401,9 @@ def run_metrics(records: Sequence[StepRecord], baseline: Sequence[StepRecord] = 
     """All the metrics of one run from its records (and, for the speedup, plain decoding's records): the last of
     running_totals, so the final numbers are the curves' last points."""
     running = running_totals(records, baseline)
+    last = running[-1] if running else Totals()
     return RunMetrics(
-        totals=running[-1] if running else Totals(),
+        **{f.name: getattr(last, f.name) for f in fields(Totals)},
         position_acceptance=position_acceptance(records),
         prefill_ms=prefill_ms,
         has_baseline=bool(baseline),
