@@ -31,6 +31,7 @@ sys.path.insert(0, str(ROOT))
 
 from specviz.config import EMBEDDED_TARGET, RunConfig  # noqa: E402
 from specviz.core.decoding import SpeculativeDecoder  # noqa: E402
+from specviz.core.metrics import Totals, pooled  # noqa: E402
 from specviz.drafters import NGramDrafter, NoDrafter  # noqa: E402
 from specviz.experiments.bench import BASELINE, BenchPrompt, RunSample, first_per_category, measure_setups  # noqa: E402
 from specviz.experiments.bench import load_prompts as bench_load_prompts  # noqa: E402
@@ -51,8 +52,8 @@ class Result:
     target_passes: int
     drafted: int
     accepted: int
-    overlap_sum: float  # sum over verified positions of sum_v min(p, q); 0 without a q
-    overlap_count: int
+    overlap_sum: float  # specviz.core.metrics.Totals: Σ over checked positions of Σ_v min(p, q) (one-hot q: p_target)
+    overlap_count: int  # the checked positions (Totals.checked), so α pools over prompts
     tokens_per_s: float  # median over repeats, per CPU-second or wall-clock second (--clock)
     speedup: float  # median over repeats of tokens_per_s / the baseline's in the same rotation
     speedup_low: float  # min and max of those ratios
@@ -129,8 +130,8 @@ def measure_prompt(target, early_exit, prompt: BenchPrompt, setups: list[tuple[s
                 target_passes=s.target_passes,
                 drafted=s.drafted,
                 accepted=s.accepted,
-                overlap_sum=first.overlap_sum,
-                overlap_count=first.overlap_count,
+                overlap_sum=s.overlap_sum,
+                overlap_count=s.checked,
                 tokens_per_s=statistics.median(speed(r, args.clock) for r in runs),
                 speedup=ratio.median,
                 speedup_low=ratio.low,
@@ -152,8 +153,8 @@ def summarize(results: list[Result]) -> list[dict]:
     rows = []
     for (temp, cat, setup), rs in groups.items():
         speedups = [r.speedup for r in rs]
-        drafted = sum(r.drafted for r in rs)
-        count = sum(r.overlap_count for r in rs)
+        pool = pooled(Totals(rounds=r.target_passes, new_tokens=r.new_tokens, drafted=r.drafted, accepted=r.accepted,
+                             checked=r.overlap_count, overlap_sum=r.overlap_sum) for r in rs)  # fmt: skip
         same = [r.same_as_baseline for r in rs if r.same_as_baseline is not None]
         rows.append(
             {
@@ -163,9 +164,9 @@ def summarize(results: list[Result]) -> list[dict]:
                 "tok/s": statistics.median(r.tokens_per_s for r in rs),
                 "speedup": math.exp(statistics.fmean(math.log(x) for x in speedups)),
                 "range": f"{min(r.speedup_low for r in rs):.2f}–{max(r.speedup_high for r in rs):.2f}",
-                "alpha": sum(r.overlap_sum for r in rs) / count if count else None,
-                "acc/drafted": sum(r.accepted for r in rs) / drafted if drafted else None,
-                "tok/pass": sum(r.new_tokens for r in rs) / sum(r.target_passes for r in rs),
+                "alpha": pool.alpha,
+                "acc/drafted": pool.acceptance_rate,
+                "tok/pass": pool.tokens_per_target_pass,
                 "same": all(same) if same else None,
             }
         )

@@ -64,7 +64,7 @@ def make(example: Example, target, device: str, max_new_tokens: int) -> str:
         runs.append(recorded_run(label, config, decoder.records, prefill_ms=decoder.prefill_ms))
     baseline = build_decoder(configs[0], target, prompt_ids, baseline=True)
     baseline.config = replace(baseline.config, top_n=TOP_N)
-    needed = max(r.stats.new_tokens for r in runs)
+    needed = max(r.metrics.new_tokens for r in runs)
     while not baseline.done and len(baseline.generated) < needed:
         baseline.step()
     base = recorded_run(BASELINE_RUN, configs[0], baseline.records, prefill_ms=baseline.prefill_ms)

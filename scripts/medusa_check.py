@@ -138,7 +138,7 @@ def measure_prompt(models, prompt: BenchPrompt, temperature: float, setups: dict
         out[name] = dict(
             speedup=paired_ratio([s.tokens_per_s for s in runs], plain).median,
             tokens_per_s=statistics.median(s.tokens_per_s for s in runs),
-            tau=stats.new_tokens / max(1, stats.target_passes),
+            tau=stats.tokens_per_target_pass or 0.0,
             heads=acceptance_by_head(decoder.records),
             draft_per_round=statistics.median(s.draft_ms / max(1, n) for s, n in zip(runs, rounds)) / one_pass,
             draft_per_token=statistics.median(s.draft_ms / max(1, sum(s.drafted)) for s in runs) / one_pass,

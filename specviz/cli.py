@@ -327,29 +327,6 @@ def _chain_step_to_json(r) -> dict:
     }
 
 
-def stats_to_json(s, records=(), baseline=()) -> dict:
-    """RunStats plus the metrics named as vLLM names them (specviz.core.metrics); the same alpha every view shows.
-    With plain decoding's records (--check-baseline) also the measured speedup, as the step-through page computes it."""
-    from specviz.core.metrics import run_metrics
-
-    m = run_metrics(records, baseline).to_json()
-    return {
-        "new_tokens": s.new_tokens,
-        "target_passes": s.target_passes,
-        "tokens_per_target_pass": s.tokens_per_target_pass,
-        "drafted": s.drafted,
-        "accepted": s.accepted,
-        "acceptance_rate": s.acceptance_rate,
-        "alpha": s.alpha,
-        "wall_s": s.wall_s,
-        "tokens_per_s": s.tokens_per_s,
-        "mean_acceptance_length": m["mean_acceptance_length"],  # vLLM: 1 + accepted per drafting round
-        "drafting_rounds": m["drafting_rounds"],
-        "position_acceptance": m["position_acceptance"],  # per draft position: reached, accepted, rate (conditional), unconditional (vLLM)
-        **({"speedup": m["speedup"], "speedup_disturbed": m["speedup_disturbed"]} if baseline else {}),
-    }
-
-
 def _coloured(tokenizer, prompt_ids: list[int], records) -> str:
     """The prompt and every emitted token in its fate's colour, escaped: for emit(..., escaped=True)."""
     parts = [painted(tokenizer.decode(prompt_ids), "prompt")]
@@ -414,7 +391,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
                 "output_ids": decoder.generated,
                 "text": target.tokenizer.decode(decoder.generated, skip_special_tokens=True),
                 "steps": [step_to_json(r) for r in decoder.records],
-                "stats": stats_to_json(decoder.stats(), decoder.records, check[2] if check else ()),
+                "stats": decoder.stats(check[2] if check else ()).to_json(),  # with --check-baseline, the measured speedup too
             }
             if check is not None:
                 sample["same_as_baseline"] = difference is None
@@ -426,7 +403,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
             recorded.append(_recorded_sample(config, decoder, i, args.num_samples, args.baseline))
         del decoder  # its KV caches go with it: memory stays flat in --num-samples
     if args.record:
-        _write_recording(args.record, config, text, ids, recorded, target, baseline=args.baseline)
+        _write_recording(args.record, config, text, ids, recorded, target, baseline=args.baseline, check=check)
     if args.json:
         out = {
             "config": {**config.to_dict(), "dtype": target.precision, "baseline": args.baseline, "num_samples": args.num_samples},
@@ -446,18 +423,21 @@ def _recorded_sample(config: RunConfig, decoder, i: int, num_samples: int, basel
     return recorded_run(label, config, decoder.records, seed=decoder.config.seed, prefill_ms=decoder.prefill_ms)
 
 
-def _write_recording(path: str, config: RunConfig, text: str, prompt_ids: list[int], runs: list, target, *, baseline: bool) -> None:
+def _write_recording(path: str, config: RunConfig, text: str, prompt_ids: list[int], runs: list, target, *, baseline: bool, check=None) -> None:
     """Write a recording of the samples; unless they are plain decoding already, time plain decoding of the
-    first sample's seed for as many tokens as the longest sample, as the app's baseline does."""
+    first sample's seed for as many tokens as the longest sample, as the app's baseline does. With --check-baseline
+    its plain run is the baseline, so the JSON's speedup and the recording's are one number."""
     from specviz.models import environment, token_bytes
     from specviz.recording import build_recording, recorded_run, save_recording
     from specviz.runs import build_decoder
     from specviz.viz.tokens import TokenTable
 
     base = None
-    if not baseline:
+    if check is not None:
+        base = recorded_run("baseline (plain decoding)", config, check[2], seed=config.seed, prefill_ms=check[3])
+    elif not baseline:
         plain = build_decoder(config, target, prompt_ids, seed=runs[0].seed, baseline=True)
-        needed = max(r.stats.new_tokens for r in runs)
+        needed = max(r.metrics.new_tokens for r in runs)
         while not plain.done and len(plain.generated) < needed:
             plain.step()
         base = recorded_run("baseline (plain decoding)", config, plain.records, seed=runs[0].seed, prefill_ms=plain.prefill_ms)
@@ -470,11 +450,13 @@ def _write_recording(path: str, config: RunConfig, text: str, prompt_ids: list[i
 
 
 def _stats_line(mode: str, s) -> str:
+    """One run's numbers (a specviz.core.metrics.RunMetrics) on one line."""
     acc = "n/a" if s.acceptance_rate is None else f"{s.acceptance_rate:.2f}"
     alpha = "n/a" if s.alpha is None else f"{s.alpha:.2f}"
+    per_pass = "n/a" if s.tokens_per_target_pass is None else f"{s.tokens_per_target_pass:.2f}"
     return (
         f"[{mode}] {s.new_tokens} tokens in {s.wall_s:.2f}s = {s.tokens_per_s:.1f} tok/s; "
-        f"{s.tokens_per_target_pass:.2f} tokens/target pass; accepted/drafted {acc}; alpha (E[sum min(p,q)]) {alpha}"
+        f"{per_pass} tokens/target pass; accepted/drafted {acc}; alpha (E[sum min(p,q)]) {alpha}"
     )
 
 
@@ -497,48 +479,40 @@ def cmd_replay(args: argparse.Namespace) -> int:
             emit(f"\n{run.label}:\n" + "".join(text for _, _, text in groups))
         if run.error:
             emit(f"[{run.label}] stopped by an error: {run.error}")
-        emit(_stats_line(run.label, run.stats), err=tty)
+        emit(_stats_line(run.label, run.metrics), err=tty)
     if rec.baseline is not None:
-        emit(_stats_line(rec.baseline.label, rec.baseline.stats), err=tty)
+        emit(_stats_line(rec.baseline.label, rec.baseline.metrics), err=tty)
     return 0
 
 
-def _baseline_for_check(args: argparse.Namespace, config: RunConfig, target, prompt_ids: list[int]) -> tuple[list[int], list[float], list] | None:
-    """--check-baseline: plain greedy decoding's output ids, top-2 margins and records (for the measured speedup),
-    kept (the decoder is not)."""
+def _baseline_for_check(args: argparse.Namespace, config: RunConfig, target, prompt_ids: list[int]) -> tuple[list[int], list[float], list, float] | None:
+    """--check-baseline: plain greedy decoding's output ids, top-2 margins, records (for the measured speedup) and
+    prefill time (for --record's baseline), kept (the decoder is not)."""
     if not args.check_baseline:
         return None
     from specviz.runs import build_decoder
 
     plain = build_decoder(config, target, prompt_ids, seed=config.seed, baseline=True)
     plain.run()
-    return plain.generated, emitted_margins(plain.records), plain.records
+    return plain.generated, emitted_margins(plain.records), plain.records, plain.prefill_ms
 
 
 def _print_sample(args, config: RunConfig, target, prompt_ids: list[int], d, check, difference) -> None:
-    from specviz.core.metrics import run_metrics
-
     tty = sys.stdout.isatty()
     if tty:
         emit(_coloured(target.tokenizer, prompt_ids, d.records), escaped=True)
     else:
         emit(target.tokenizer.decode(d.generated, skip_special_tokens=True))
-    s = d.stats()
-    acc = "n/a" if s.acceptance_rate is None else f"{s.acceptance_rate:.2f}"
-    alpha = "n/a" if s.alpha is None else f"{s.alpha:.2f}"
+    s = d.stats(check[2] if check else ())
     mode = "baseline" if args.baseline else config.drafter
     same = ""
     if check is not None:
-        same = f"; measured speedup {_fmt_speedup(run_metrics(d.records, check[2]))} against plain decoding"
+        same = f"; measured speedup {_fmt_speedup(s)} against plain decoding"
         same += "; same as plain greedy" if difference is None else (
             f"; differs from plain greedy at new token {difference.position} (top-2 logit margin {_fmt_margin(difference.margin)} here, "
             f"{_fmt_margin(difference.baseline_margin)} in the baseline)"
         )
-    emit(
-        f"[{mode}] {s.new_tokens} tokens in {s.wall_s:.2f}s = {s.tokens_per_s:.1f} tok/s; "
-        f"{s.tokens_per_target_pass:.2f} tokens/target pass; accepted/drafted {acc}; alpha (E[sum min(p,q)]) {alpha}{same}",
-        err=tty,
-    )
+    emit(_stats_line(mode, s) + same, err=tty)
 
 
 def _fmt_speedup(m) -> str:

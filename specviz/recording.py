@@ -22,11 +22,11 @@ from functools import cache
 from pathlib import Path
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, computed_field, field_validator, model_validator
 
 from specviz.config import MAX_PROMPT_CHARS, RunConfig
 from specviz.core.decoding import MAX_DRAFT_TOKENS
-from specviz.core.metrics import RunStats, summarize
+from specviz.core.metrics import RunMetrics, run_metrics
 from specviz.core.records import StepRecord
 from specviz.core.tree import MAX_TREE_WIDTH
 
@@ -69,7 +69,11 @@ class Environment(BaseModel):
 
 
 class RecordedRun(BaseModel):
-    """One decode: its settings, every round's record, and the statistics derived from them."""
+    """One decode: its settings, every round's record, and the statistics derived from them.
+
+    The file's `stats` are written from the records (RunMetrics.to_json, as the CLI prints them) for tools that read
+    the JSON; reading, specviz ignores them and derives the metrics from the records again (`metrics`), so a file's
+    numbers never disagree with its rounds and files written before stats changed shape still load."""
 
     model_config = ConfigDict(frozen=True)
 
@@ -79,12 +83,22 @@ class RecordedRun(BaseModel):
     seed: int  # the seed this run drew with (samples of the CLI derive theirs from config.seed)
     prefill_ms: float = 0.0
     records: tuple[StepRecord, ...]
-    stats: RunStats
     error: Annotated[str, Field(max_length=MAX_ERROR_CHARS)] | None = None  # a run stopped by an error keeps the rounds before it
 
     @property
     def finished(self) -> bool:
         return bool(self.records) and self.records[-1].finished
+
+    @property
+    def metrics(self) -> RunMetrics:
+        """The run's metrics and timing, from its records (specviz.core.metrics.run_metrics; no speedup: see
+        Recording.metrics_of for one against the recording's baseline)."""
+        return run_metrics(self.records, prefill_ms=self.prefill_ms)
+
+    @computed_field  # written to the file, never read back
+    @property
+    def stats(self) -> dict:
+        return self.metrics.to_json()
 
     @field_validator("label")
     @classmethod
@@ -213,6 +227,11 @@ class Recording(BaseModel):
     def token_text(self, token_id: int) -> str:
         return self.token_texts[int(token_id)]
 
+    def metrics_of(self, run: RecordedRun) -> RunMetrics:
+        """A run's metrics with the measured speedup against the recording's baseline (none for the baseline itself)."""
+        baseline = self.baseline.records if self.baseline is not None and run is not self.baseline else ()
+        return run_metrics(run.records, baseline, run.prefill_ms)
+
     def describe(self) -> str:
         """'SmolLM2-135M-Instruct (float32) on cpu (AMD EPYC), torch 2.13, transformers 5.23, 2026-11-29 18:55 UTC'."""
         env = self.environment
@@ -227,7 +246,7 @@ def recorded_run(label: str, config: RunConfig, records: Sequence[StepRecord], *
         error = error[: MAX_ERROR_CHARS - 1] + "…"
     return RecordedRun(
         label=label, config=config, seed=config.seed if seed is None else seed, prefill_ms=prefill_ms,
-        records=records, stats=summarize(records, prefill_ms), error=error,
+        records=records, error=error,
     )  # fmt: skip
 
 
@@ -303,8 +322,6 @@ NUMBER_LIMITS: dict[str, Limit] = {
     "StepRecord.tree_width": Limit(1, MAX_TREE_WIDTH, "a tree width"),
     "StepRecord.tree_parents": Limit(-1, INT64_MAX, "a parent node's index (-1: the root)"),
     "RecordedRun.prefill_ms": DURATION,
-    "RunStats.acceptance_rate": PROBABILITY,
-    "RunStats.alpha": PROBABILITY,
     "RunConfig.ngram_threshold": PROBABILITY,
     "RunConfig.top_p": PROBABILITY,
 }  # fmt: skip

@@ -221,15 +221,13 @@ def test_cli_per_category_and_append(tiny_dir, prompts_file, tmp_path):
 
 def test_compare_to_baseline_uses_paired_medians():
     """Synthetic samples (no clocks read): speedups pair repeat i with repeat i, costs are medians of passes."""
-    from specviz.core.metrics import RunStats
+    from specviz.core.metrics import RunMetrics
     from specviz.experiments.bench import BenchPrompt, RunSample, compare_to_baseline
 
     def sample(tokens_per_s: float, cpu_s: float, verify_ms: tuple[float, ...], drafted: tuple[int, ...], draft_ms: float = 0.0) -> RunSample:
         passes = len(verify_ms)
-        stats = RunStats(new_tokens=12, target_passes=passes, tokens_per_target_pass=12 / passes, drafted=sum(drafted), accepted=sum(drafted) // 2,
-                         acceptance_rate=0.5 if sum(drafted) else None, alpha=None, wall_s=12 / tokens_per_s, tokens_per_s=tokens_per_s)
-        return RunSample(generated=(1,) * 12, stats=stats, verify_ms=verify_ms, drafted=drafted, draft_ms=draft_ms,
-                         overlap_sum=0.0, overlap_count=0, cpu_s=cpu_s, wall_s=12 / tokens_per_s)
+        stats = RunMetrics(rounds=passes, new_tokens=12, drafted=sum(drafted), accepted=sum(drafted) // 2, decode_ms=12_000 / tokens_per_s)
+        return RunSample(generated=(1,) * 12, stats=stats, verify_ms=verify_ms, drafted=drafted, draft_ms=draft_ms, cpu_s=cpu_s, wall_s=12 / tokens_per_s)
 
     bases = [sample(10.0, 1.2, (10.0,) * 12, (0,) * 12), sample(5.0, 1.2, (20.0,) * 12, (0,) * 12), sample(10.0, 1.2, (10.0,) * 12, (0,) * 12)]
     runs = [sample(20.0, 0.6, (15.0, 15.0, 10.0), (4, 4, 0), 8.0), sample(5.0, 0.4, (30.0, 30.0, 20.0), (4, 4, 0), 8.0),

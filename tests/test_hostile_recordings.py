@@ -299,8 +299,8 @@ def views(recording, rounds: set[int] = frozenset()) -> None:
         session.seek(shown)
         runs = [r for r in session.runs if r.records]
         for run in runs:
-            df = step_views.run_frame(session, run)
-            step_views.speedup_text(session, run, df)
+            step_views.run_frame(session, run)
+            step_views.speedup_text(session, run)
             token_stream_html(session.prompt_texts, stream_frame(run.records, session.token_text))
             step_views.baseline_divergence(session, run)
             for r in [r for r in run.records if r.index in rounds or r is run.records[-1]]:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from specviz.core.metrics import METRIC_INFO, position_acceptance, run_metrics
@@ -48,7 +50,10 @@ def test_run_metrics_by_hand():
     assert m.tokens_per_target_pass == pytest.approx(12 / 5)  # EAGLE tau / Spec-Bench: every pass
     assert m.alpha == pytest.approx(sum([0.9, 0.8, 0.7, 0.6, 0.9, 0.2, 0.1, 0.8, 0.7, 0.3]) / 10)
     assert m.speedup == pytest.approx(96 / 50)  # plain decoding took 8 ms a token: 96 ms for 12; this run 50 ms
-    assert run_metrics(RECORDS, base[:6]).speedup == pytest.approx(96 / 50)  # a shorter baseline is extrapolated at its pace
+    ended = [*base[:5], replace(base[5], finished=True)]  # plain decoding stopped at EOS after 6 tokens
+    assert run_metrics(RECORDS, ended).speedup == pytest.approx(96 / 50)  # past a finished baseline: its mean pace
+    short = run_metrics(RECORDS, base[:6])  # still being measured: past its end there is no time to compare with
+    assert short.speedup is None and not short.speedup_disturbed and short.to_json()["speedup"] is None
     assert m.speedup <= m.tokens_per_target_pass and not m.speedup_disturbed
     obj = m.to_json()
     assert obj["position_acceptance"][0] == {"position": 1, "reached": 4, "accepted": 3, "rate": 0.75, "unconditional": 0.75}

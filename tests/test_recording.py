@@ -312,7 +312,7 @@ def test_generate_record_then_replay_without_a_model(tmp_path, tiny_dir, capsys,
     rec = load_recording(path.read_bytes())
     assert [r.seed for r in rec.runs] == [s["seed"] for s in out["samples"]]
     assert [[t for r in run.records for t in r.emitted] for run in rec.runs] == [s["output_ids"] for s in out["samples"]]
-    assert rec.baseline is not None and rec.baseline.stats.new_tokens >= max(r.stats.new_tokens for r in rec.runs)
+    assert rec.baseline is not None and rec.baseline.metrics.new_tokens >= max(r.metrics.new_tokens for r in rec.runs)
     assert rec.environment.vocab_size > 0 and rec.environment.transformers
 
     import specviz.models

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from specviz.core.decoding import DecodeConfig, SpeculativeDecoder
-from specviz.core.metrics import summarize
+from specviz.core.metrics import run_metrics
 from specviz.core.sampling import SamplingConfig
 from specviz.core.theory import expected_tokens
 from specviz.drafters import ModelDrafter, NoDrafter, PromptLookupDrafter
@@ -87,9 +87,9 @@ def test_stream_frame_reads_the_committed_tokens_in_order(model_run):
     assert df.groupby("round")["first_in_round"].sum().eq(1).all()
 
 
-def test_rounds_frame_agrees_with_summarize(model_run):
+def test_rounds_frame_agrees_with_run_metrics(model_run):
     df = rounds_frame(model_run.records)
-    stats = summarize(model_run.records)
+    stats = run_metrics(model_run.records)
     last = df.iloc[-1]
     assert last["tokens"] == stats.new_tokens == len(model_run.generated)
     assert last["tokens_per_pass"] == pytest.approx(stats.tokens_per_target_pass)
@@ -104,7 +104,7 @@ def test_alpha_of_a_one_hot_drafter_is_p_target_of_its_checked_drafts(lookup_run
     checked = [p for r in lookup_run.records for p, f in zip(r.p_target, r.draft_fates) if f != "discarded"]
     assert checked, "prompt lookup should have drafted on a repetitive prompt"
     assert df["alpha"].iloc[-1] == pytest.approx(sum(checked) / len(checked))
-    assert summarize(lookup_run.records).alpha == pytest.approx(df["alpha"].iloc[-1])  # the engine's stats agree
+    assert run_metrics(lookup_run.records).alpha == pytest.approx(df["alpha"].iloc[-1])  # the engine's stats agree
 
 
 def test_speedup_columns_use_the_baseline_cadence(model_run, baseline_run):

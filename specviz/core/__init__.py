@@ -7,7 +7,7 @@ streamlit or transformers.
 
 from specviz.core.decoding import DecodeConfig, SpeculativeDecoder
 from specviz.core.divergence import Divergence, first_divergence
-from specviz.core.metrics import RunStats, summarize
+from specviz.core.metrics import RunMetrics, run_metrics
 from specviz.core.protocols import CachedLM, Drafter, TreeCachedLM, TreeDrafter
 from specviz.core.records import StepRecord, TokenDist
 from specviz.core.sampling import SamplingConfig, draw, warp
@@ -19,7 +19,7 @@ __all__ = [
     "DecodeConfig",
     "Drafter",
     "Divergence",
-    "RunStats",
+    "RunMetrics",
     "SamplingConfig",
     "SpeculativeDecoder",
     "StepRecord",
@@ -31,7 +31,7 @@ __all__ = [
     "draw",
     "first_divergence",
     "residual",
-    "summarize",
+    "run_metrics",
     "verify",
     "warp",
 ]

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 import torch
 
-from specviz.core.metrics import RunStats, summarize
+from specviz.core.metrics import RunMetrics, run_metrics
 from specviz.core.protocols import CachedLM, Drafter, common_prefix_len, extend_last, pause_point, paused_s
 from specviz.core.records import StepRecord
 from specviz.core.rounds import Drafted, RoundContext, Verified, build_record, cut_emitted
@@ -187,8 +187,9 @@ class SpeculativeDecoder:
     def done(self) -> bool:
         return self.finished or len(self.generated) >= self.config.max_new_tokens
 
-    def stats(self) -> RunStats:
-        return summarize(self.records, self.prefill_ms)
+    def stats(self, baseline: Sequence[StepRecord] = ()) -> RunMetrics:
+        """The run's metrics and timing from its records (with plain decoding's records, the measured speedup too)."""
+        return run_metrics(self.records, baseline, self.prefill_ms)
 
     def run(self) -> list[StepRecord]:
         while not self.done:

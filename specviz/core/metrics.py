@@ -21,12 +21,17 @@ agree. Here all of them come from the same StepRecords:
 * measured speedup: plain decoding's decode time for as many tokens / this run's decode time. It can never exceed
   tokens per target pass: each round is one target pass over k+1 tokens, which costs at least a 1-token pass. A
   measured speedup above it means a clock was disturbed (speedup_disturbed), and it is not reported as a result.
+  Plain decoding's time for n tokens follows one rule (BaselineClock): measured up to its end; past the end of a
+  baseline that finished sooner (EOS), extrapolated at its mean pace; past the end of one still being measured, none.
+
+Every scalar metric is a property of Totals, one formula each; the final numbers (run_metrics) are the last of the
+running ones (running_totals), so the page's curves, its metrics table, the CLI and recordings print one number.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, fields
 
 from specviz.core.records import StepRecord
 from specviz.core.tree import tree_depths
@@ -97,35 +102,166 @@ METRIC_INFO: tuple[MetricInfo, ...] = (
 
 
 @dataclass(frozen=True)
-class RunMetrics:
-    """The metrics of METRIC_INFO for one run (None where undefined, e.g. no drafts or no baseline)."""
+class BaselineClock:
+    """Plain decoding's measured decode time, and the one baseline-time rule every speedup in specviz uses.
 
-    rounds: int
-    drafting_rounds: int
-    new_tokens: int
-    drafted: int
-    accepted: int
-    alpha: float | None
-    acceptance_rate: float | None
-    mean_acceptance_length: float | None
-    tokens_per_target_pass: float | None
-    position_acceptance: tuple[PositionAcceptance, ...]
-    speedup: float | None  # None where undefined or disturbed
-    speedup_disturbed: bool = False  # measured above tokens per target pass: a clock was disturbed, no result
+    Up to the tokens it has measured, its own time (a round's round_ms shared by the tokens it emitted). Past the end
+    of a finished baseline (it stopped at EOS or its length sooner than the run), extrapolated at its mean pace per
+    token: nothing more will be measured. Past the end of an unfinished one (still being measured, or stopped by an
+    error), None: not measured that far, so there is no speedup yet (the page says "measuring…"), never a guess."""
+
+    cumulative_ms: tuple[float, ...]  # decode time after 1, 2, ... tokens
+    finished: bool  # its last round reached EOS or its length
+
+    @classmethod
+    def of(cls, baseline: Sequence[StepRecord]) -> BaselineClock | None:
+        cumulative, total = [], 0.0
+        for r in baseline:
+            for _ in r.emitted:
+                total += r.round_ms / len(r.emitted)
+                cumulative.append(total)
+        return cls(tuple(cumulative), bool(baseline[-1].finished)) if cumulative else None
+
+    @property
+    def ms_per_token(self) -> float:
+        return self.cumulative_ms[-1] / len(self.cumulative_ms)
+
+    def ms_for(self, tokens: int) -> float | None:
+        """Plain decoding's decode time for its first ``tokens`` tokens, by the rule above."""
+        if tokens <= 0:
+            return 0.0
+        if tokens <= len(self.cumulative_ms):
+            return self.cumulative_ms[tokens - 1]
+        return self.ms_per_token * tokens if self.finished else None
+
+
+@dataclass(frozen=True)
+class Totals:
+    """A run's counts and clocks after its first ``rounds`` rounds, with every scalar metric of METRIC_INFO as a
+    property: one formula each, for the run's final numbers (RunMetrics) and its running ones (running_totals)."""
+
+    rounds: int = 0  # target passes (one per round; the prefill is not counted)
+    drafting_rounds: int = 0  # rounds that drafted at least one token (vLLM's num_drafts)
+    new_tokens: int = 0
+    drafted: int = 0
+    accepted: int = 0
+    checked: int = 0  # drafted positions the rule looked at: the kept ones plus the first rejection
+    overlap_sum: float = 0.0  # Σ over them of Σ_v min(p_target(v), q_draft(v)) (one-hot q: p_target of the draft)
+    draft_ms: float = 0.0
+    decode_ms: float = 0.0  # Σ round_ms: drafting, verify, rule, commit, rollback (record building and prefill excluded)
+    baseline_ms: float | None = None  # plain decoding's time for new_tokens (BaselineClock.ms_for); None without it
+    baseline_ms_per_token: float | None = None  # plain decoding's mean pace so far (for c); None without a baseline
+
+    def after(self, r: StepRecord, clock: BaselineClock | None) -> Totals:
+        """These totals with one more round."""
+        values = overlap_values(r)
+        tokens = self.new_tokens + len(r.emitted)
+        return Totals(
+            rounds=self.rounds + 1,
+            drafting_rounds=self.drafting_rounds + (r.num_drafted > 0),
+            new_tokens=tokens,
+            drafted=self.drafted + r.num_drafted,
+            accepted=self.accepted + r.num_accepted,
+            checked=self.checked + len(values),
+            overlap_sum=self.overlap_sum + float(sum(values)),
+            draft_ms=self.draft_ms + r.draft_ms,
+            decode_ms=self.decode_ms + r.round_ms,
+            baseline_ms=clock.ms_for(tokens) if clock else None,
+            baseline_ms_per_token=clock.ms_per_token if clock else None,
+        )
+
+    @property
+    def alpha(self) -> float | None:
+        return self.overlap_sum / self.checked if self.checked else None
+
+    @property
+    def acceptance_rate(self) -> float | None:
+        return self.accepted / self.drafted if self.drafted else None
+
+    @property
+    def mean_acceptance_length(self) -> float | None:
+        return 1.0 + self.accepted / self.drafting_rounds if self.drafting_rounds else None
+
+    @property
+    def tokens_per_target_pass(self) -> float | None:
+        return self.new_tokens / self.rounds if self.rounds else None
+
+    @property
+    def measured_speedup(self) -> float | None:
+        """Plain decoding's decode time for as many tokens ÷ this run's, disturbed or not; None without both."""
+        if not self.new_tokens or not self.decode_ms > 0 or not self.baseline_ms:
+            return None
+        return self.baseline_ms / self.decode_ms
+
+    @property
+    def speedup_disturbed(self) -> bool:
+        return speedup_disturbed(self.measured_speedup, self.tokens_per_target_pass)
+
+    @property
+    def speedup(self) -> float | None:
+        """The measured speedup as a result: None where undefined, not measured yet, or disturbed."""
+        return None if self.speedup_disturbed else self.measured_speedup
+
+    @property
+    def draft_cost(self) -> float | None:
+        """c: draft time per drafted token ÷ plain decoding's time per token (0 before any draft; None without a baseline)."""
+        if not self.baseline_ms_per_token:
+            return None
+        return self.draft_ms / self.drafted / self.baseline_ms_per_token if self.drafted else 0.0
+
+    def disturbance(self) -> str | None:
+        """Why the measured speedup is no result (it is above the tokens per target pass), or None."""
+        if not self.speedup_disturbed:
+            return None
+        return disturbance_note(
+            self.measured_speedup, self.tokens_per_target_pass, self.baseline_ms / self.new_tokens, self.decode_ms / self.rounds,
+        )  # fmt: skip
+
+
+@dataclass(frozen=True)
+class RunMetrics(Totals):
+    """The metrics of METRIC_INFO for one run (None where undefined, e.g. no drafts or no baseline): its totals after
+    the last round, the acceptance by position, and the timing block (the prefill beside the rounds' decode_ms).
+    What decoder.stats(), the CLI's JSON, recordings, the Benchmark table and the step-through panel read; to_json
+    is the one JSON form of it."""
+
+    position_acceptance: tuple[PositionAcceptance, ...] = ()
+    prefill_ms: float = 0.0  # the timing block: the prefill here, the rounds' decode_ms in the totals
+    has_baseline: bool = False  # plain decoding's records were given: the speedup was asked for
+
+    @property
+    def target_passes(self) -> int:
+        """Verify passes, one per round; the prefill is not counted."""
+        return self.rounds
+
+    @property
+    def wall_s(self) -> float:
+        """Prefill plus every round's round_ms (record building excluded)."""
+        return (self.prefill_ms + self.decode_ms) / 1000.0
+
+    @property
+    def tokens_per_s(self) -> float:
+        return self.new_tokens / self.wall_s if self.wall_s > 0 else 0.0
 
     def to_json(self) -> dict:
+        """The run's stats as the CLI prints them and recordings store them; speedup keys only with a baseline."""
         return {
-            "alpha": self.alpha,
-            "acceptance_rate": self.acceptance_rate,
-            "mean_acceptance_length": self.mean_acceptance_length,
+            "new_tokens": self.new_tokens,
+            "target_passes": self.target_passes,
             "tokens_per_target_pass": self.tokens_per_target_pass,
+            "drafted": self.drafted,
+            "accepted": self.accepted,
+            "acceptance_rate": self.acceptance_rate,
+            "alpha": self.alpha,
+            "wall_s": self.wall_s,
+            "tokens_per_s": self.tokens_per_s,
+            "mean_acceptance_length": self.mean_acceptance_length,  # vLLM: 1 + accepted per drafting round
             "drafting_rounds": self.drafting_rounds,
-            "position_acceptance": [
+            "position_acceptance": [  # per draft position: reached, accepted, rate (conditional), unconditional (vLLM)
                 {"position": p.position, "reached": p.reached, "accepted": p.accepted, "rate": p.rate, "unconditional": p.unconditional}
                 for p in self.position_acceptance
             ],
-            "speedup": self.speedup,
-            "speedup_disturbed": self.speedup_disturbed,
+            **({"speedup": self.speedup, "speedup_disturbed": self.speedup_disturbed} if self.has_baseline else {}),
         }
 
 
@@ -215,35 +351,10 @@ def head_acceptance(records: Sequence[StepRecord]) -> tuple[HeadAcceptance, ...]
     )  # fmt: skip
 
 
-def alpha_of(records: Sequence[StepRecord]) -> float | None:
-    """Leviathan's alpha; for drafters without a q, the mean p_target of the checked drafts (Σ min(p, one-hot q))."""
-    values: list[float] = []
-    for r in records:
-        values.extend(r.overlap if r.has_q else r.p_target[: _verified(r)])
-    return sum(values) / len(values) if values else None
-
-
-def decode_ms(records: Sequence[StepRecord]) -> float:
-    return sum(r.round_ms for r in records)
-
-
-def baseline_ms_for(baseline: Sequence[StepRecord], tokens: int) -> float | None:
-    """Plain decoding's decode time for its first ``tokens`` tokens; past its end, extrapolated at its mean pace."""
-    per_token = [r.round_ms / len(r.emitted) for r in baseline for _ in r.emitted]
-    if not per_token:
-        return None
-    if tokens <= len(per_token):
-        return sum(per_token[:tokens])
-    return sum(per_token) / len(per_token) * tokens
-
-
-def measured_speedup(records: Sequence[StepRecord], baseline: Sequence[StepRecord]) -> float | None:
-    """Plain decoding's decode time for as many tokens ÷ this run's (round_ms, prefill excluded); None without both."""
-    tokens, ms = sum(len(r.emitted) for r in records), decode_ms(records)
-    base_ms = baseline_ms_for(baseline, tokens)
-    if not tokens or not ms > 0 or not base_ms:
-        return None
-    return base_ms / ms
+def overlap_values(record: StepRecord) -> tuple[float, ...]:
+    """Σ_v min(p_target, q_draft) per drafted position the rule checked; a drafter without a q proposes a one-hot q,
+    for which the sum is p_target of the drafted token."""
+    return tuple(record.overlap) if record.has_q else tuple(record.p_target[: _verified(record)])
 
 
 def speedup_disturbed(speedup: float | None, tokens_per_pass: float | None) -> bool:
@@ -261,61 +372,39 @@ def disturbance_note(speedup: float, tokens_per_pass: float, baseline_ms_per_tok
     )
 
 
-def run_metrics(records: Sequence[StepRecord], baseline: Sequence[StepRecord] = ()) -> RunMetrics:
-    """All the metrics of one run from its records (and, for the speedup, plain decoding's records)."""
-    new_tokens = sum(len(r.emitted) for r in records)
-    drafted = sum(r.num_drafted for r in records)
-    accepted = sum(r.num_accepted for r in records)
-    drafting = sum(r.num_drafted > 0 for r in records)
-    tokens_per_pass = new_tokens / len(records) if records else None
-    speedup = measured_speedup(records, baseline) if baseline else None
-    disturbed = speedup_disturbed(speedup, tokens_per_pass)
+def running_totals(records: Sequence[StepRecord], baseline: Sequence[StepRecord] = ()) -> list[Totals]:
+    """The totals after each round (the running metrics the curves draw); baseline: plain decoding's records, for the
+    speedup by BaselineClock's rule."""
+    clock = BaselineClock.of(baseline)
+    out: list[Totals] = []
+    totals = Totals()
+    for r in records:
+        totals = totals.after(r, clock)
+        out.append(totals)
+    return out
+
+
+def pooled(totals: Iterable[Totals]) -> Totals:
+    """Several runs' counts and clocks summed (a category's prompts), so each metric pools every position and pass;
+    no baseline (a speedup is measured per run)."""
+    out = Totals()
+    for t in totals:
+        out = Totals(
+            rounds=out.rounds + t.rounds, drafting_rounds=out.drafting_rounds + t.drafting_rounds, new_tokens=out.new_tokens + t.new_tokens,
+            drafted=out.drafted + t.drafted, accepted=out.accepted + t.accepted, checked=out.checked + t.checked,
+            overlap_sum=out.overlap_sum + t.overlap_sum, draft_ms=out.draft_ms + t.draft_ms, decode_ms=out.decode_ms + t.decode_ms,
+        )  # fmt: skip
+    return out
+
+
+def run_metrics(records: Sequence[StepRecord], baseline: Sequence[StepRecord] = (), prefill_ms: float = 0.0) -> RunMetrics:
+    """All the metrics of one run from its records (and, for the speedup, plain decoding's records): the last of
+    running_totals, so the final numbers are the curves' last points."""
+    running = running_totals(records, baseline)
+    last = running[-1] if running else Totals()
     return RunMetrics(
-        rounds=len(records),
-        drafting_rounds=drafting,
-        new_tokens=new_tokens,
-        drafted=drafted,
-        accepted=accepted,
-        alpha=alpha_of(records),
-        acceptance_rate=accepted / drafted if drafted else None,
-        mean_acceptance_length=1.0 + accepted / drafting if drafting else None,
-        tokens_per_target_pass=tokens_per_pass,
+        **{f.name: getattr(last, f.name) for f in fields(Totals)},
         position_acceptance=position_acceptance(records),
-        speedup=None if disturbed else speedup,
-        speedup_disturbed=disturbed,
-    )
-
-
-@dataclass(frozen=True)
-class RunStats:
-    """A run's totals and clocks, with its acceptance numbers taken from run_metrics() (the same α,
-    acceptance rate and tokens per pass the step-through panel, the Benchmark table and recordings show)."""
-
-    new_tokens: int
-    target_passes: int  # verify passes; the prefill is not counted
-    tokens_per_target_pass: float
-    drafted: int
-    accepted: int
-    acceptance_rate: float | None  # accepted / drafted, as vLLM and llama.cpp print it
-    alpha: float | None  # Leviathan's alpha (alpha_of): mean over checked positions of sum_v min(p, q)
-    wall_s: float  # prefill plus every round's round_ms (record building excluded)
-    tokens_per_s: float
-    mean_acceptance_length: float | None = None  # vLLM: 1 + accepted per drafting round
-
-
-def summarize(records: Sequence[StepRecord], prefill_ms: float = 0.0) -> RunStats:
-    """Derive run statistics from the records alone (acceptance from run_metrics, time from round_ms)."""
-    m = run_metrics(records)
-    wall_s = (prefill_ms + decode_ms(records)) / 1000.0
-    return RunStats(
-        new_tokens=m.new_tokens,
-        target_passes=m.rounds,
-        tokens_per_target_pass=m.tokens_per_target_pass or 0.0,
-        drafted=m.drafted,
-        accepted=m.accepted,
-        acceptance_rate=m.acceptance_rate,
-        alpha=m.alpha,
-        wall_s=wall_s,
-        tokens_per_s=m.new_tokens / wall_s if wall_s > 0 else 0.0,
-        mean_acceptance_length=m.mean_acceptance_length,
+        prefill_ms=prefill_ms,
+        has_baseline=bool(baseline),
     )

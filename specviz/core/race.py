@@ -57,7 +57,7 @@ class RaceLane:
 
     @property
     def target_passes(self) -> int:
-        """One verify pass per round (the prefill not counted, as RunStats counts them)."""
+        """One verify pass per round (the prefill not counted, as RunMetrics counts them)."""
         return len(self.ids)
 
     @property

@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING
 
 from specviz.config import RunConfig
 from specviz.core.decoding import MAX_DRAFT_TOKENS, SpeculativeDecoder
-from specviz.core.metrics import RunStats
+from specviz.core.metrics import RunMetrics
 from specviz.core.protocols import Turn
 from specviz.core.theory import alpha_from_acceptance_rate, speedup
 from specviz.core.tree import MAX_TREE_WIDTH
@@ -211,12 +211,10 @@ class RunSample:
     """What one timed run leaves behind. The decoder itself is dropped, so repeats cost no memory."""
 
     generated: tuple[int, ...]
-    stats: RunStats  # from the engine's own clocks (prefill + rounds)
+    stats: RunMetrics  # the engine's metrics and clocks (prefill + rounds), specviz.core.metrics
     verify_ms: tuple[float, ...]  # per round: the verify pass
     drafted: tuple[int, ...]  # per round: tokens drafted (0: a plain one-token pass)
     draft_ms: float  # summed over rounds
-    overlap_sum: float  # sum over verified drafted positions of sum_v min(p, q); 0 without a q_draft
-    overlap_count: int
     cpu_s: float  # process CPU time of building the decoder (prefill) and running it
     wall_s: float  # wall clock of the same (the engine's stats.wall_s leaves out construction)
 
@@ -264,15 +262,12 @@ def run_once(make: Callable[[], SpeculativeDecoder], turn: Turn | None = None) -
         d, wall_s, cpu_s = t.value, t.wall_s, t.cpu_s
     else:
         d, wall_s, cpu_s = run_in_turns(make, turn)
-    overlaps = [o for r in d.records for o in r.overlap]
     return RunSample(
         generated=tuple(d.generated),
         stats=d.stats(),
         verify_ms=tuple(r.verify_ms for r in d.records),
         drafted=tuple(r.num_drafted for r in d.records),
         draft_ms=sum(r.draft_ms for r in d.records),
-        overlap_sum=float(sum(overlaps)),
-        overlap_count=len(overlaps),
         cpu_s=cpu_s,
         wall_s=wall_s,
     )

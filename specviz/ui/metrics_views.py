@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import streamlit as st
 
-from specviz.core.metrics import RunMetrics, head_acceptance, run_metrics
+from specviz.core.metrics import RunMetrics, head_acceptance
 from specviz.core.theory import VerifyCost
 from specviz.experiments.cost_profile import shipped_profiles
 from specviz.ui.memo import memo, round_key
-from specviz.ui.step_views import MEASURING, ViewRun, ViewSource, by_head, measuring, run_frame
+from specviz.ui.step_views import MEASURING, ViewRun, ViewSource, by_head, measuring, metrics_of, run_frame
 from specviz.viz import verify_cost_ratio
 from specviz.viz.markdown import md_text
 from specviz.viz.metrics import decay_note, head_figure, heads_frame, metrics_frame, position_figure, positions_frame
@@ -101,12 +101,9 @@ def panel(session: ViewSource) -> None:
 
 
 def _panel_parts(session: ViewSource, runs: list[ViewRun]) -> tuple[dict[str, RunMetrics], object, object, object | None, list[str]]:
-    """The metrics (no speedup while the baseline is short of the run: it would be extrapolated), the table, the
-    position chart, the head chart when a run drafts with Medusa heads (else None), and each run's note on how its
-    acceptance decays with k."""
-    metrics: dict[str, RunMetrics] = {
-        r.label: run_metrics(r.records, () if measuring(session, r) else session.baseline.records) for r in runs
-    }
+    """The metrics (the numbers the headline cells and the curves show), the table, the position chart, the head
+    chart when a run drafts with Medusa heads (else None), and each run's note on how its acceptance decays with k."""
+    metrics: dict[str, RunMetrics] = {r.label: metrics_of(session, r) for r in runs}
     heads = {r.label: head_acceptance(r.records) for r in runs if by_head(r.config)}
     head_chart = freeze(head_figure(heads_frame(heads))) if heads else None
     notes = [f"**{md_text(r.label)}.** " + decay_note(metrics[r.label], *_costs(session, r)) for r in runs]

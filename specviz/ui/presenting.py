@@ -309,9 +309,7 @@ def _taken_over() -> None:
 def board_point(fork_id: str, session: StepSession) -> BoardPoint:
     """The fork's results so far (run A's, specviz.core.metrics): no prompt, no text."""
     run = session.runs[0]
-    tokens = sum(len(r.emitted) for r in run.records)
-    baseline = session.baseline.records if session.baseline.covers(tokens) and not session.baseline.error else ()
-    m = run_metrics(run.records, baseline)
+    m = run_metrics(run.records, session.baseline.records)  # no speedup past an unfinished baseline's end (BaselineClock)
     config = run.config
     return BoardPoint(fork_id, config.drafter, config.num_draft_tokens, config.temperature, m.rounds, m.alpha, m.tokens_per_target_pass, m.speedup, time.time())
 

@@ -16,7 +16,7 @@ import streamlit as st
 
 from specviz.config import RunConfig
 from specviz.core.divergence import Divergence, emitted_margins, first_divergence
-from specviz.core.metrics import disturbance_note, draft_heads
+from specviz.core.metrics import RunMetrics, draft_heads, run_metrics
 from specviz.core.records import StepRecord
 from specviz.core.theory import speedup as theory_speedup
 from specviz.drafters.specs import drafter_spec
@@ -115,28 +115,26 @@ def run_frame(session: ViewSource, run: ViewRun) -> pd.DataFrame:
     return memo(session, f"frame:{run.label}", key, lambda: rounds_frame(run.records, run.label, session.baseline.records))
 
 
+def metrics_of(session: ViewSource, run: ViewRun) -> RunMetrics:
+    """The run's metrics (specviz.core.metrics, the speedup by its one baseline rule), computed once per round."""
+    key = (len(run.records), baseline_state(session.baseline))
+    return memo(session, f"metrics:{run.label}", key, lambda: run_metrics(run.records, session.baseline.records))
+
+
 def measuring(session: ViewSource, run: ViewRun) -> bool:
     """The baseline is still being measured and has not reached this run's length."""
     return session.baseline.error is None and not session.baseline.covers(num_generated(run))
 
 
-def disturbance(df: pd.DataFrame) -> str | None:
-    """Why the run's last measured speedup is no result (it is above the tokens per pass), or None."""
-    if not len(df) or not bool(df["speedup_disturbed"].iloc[-1]):
-        return None
-    last = df.iloc[-1]
-    measured = float(last["baseline_ms"]) / float(last["decode_ms"])
-    return disturbance_note(measured, float(last["tokens_per_pass"]), float(last["baseline_ms"]) / float(last["tokens"]), float(last["decode_ms"]) / float(last["passes"]))
-
-
-def speedup_text(session: ViewSource, run: ViewRun, df: pd.DataFrame) -> str:
+def speedup_text(session: ViewSource, run: ViewRun) -> str:
     if measuring(session, run):
         return MEASURING
-    note = disturbance(df)
+    m = metrics_of(session, run)
+    note = m.disturbance()
     if note is not None:
-        memo(session, f"disturbed:{run.label}", (len(df),), lambda: log.warning("%s: %s", run.label, note))  # logged once per round
+        memo(session, f"disturbed:{run.label}", (m.rounds,), lambda: log.warning("%s: %s", run.label, note))  # logged once per round
         return DISTURBED
-    return _fmt(_last(df, "speedup"), ".2f", "×")
+    return _fmt(m.speedup, ".2f", "×")
 
 
 def metrics(session: ViewSource, run: ViewRun, columns: int = 6) -> None:
@@ -149,7 +147,7 @@ def metrics(session: ViewSource, run: ViewRun, columns: int = 6) -> None:
         ("α", _fmt(_last(df, "alpha")), "Leviathan's α = E[Σ_v min(p_target, q_draft)] over the positions the rule checked."),
         ("accepted / drafted", _fmt(_last(df, "acceptance_rate")), "Kept drafts over all drafts (discarded ones included), as vLLM and llama.cpp report it."),
         ("tokens / target pass", _fmt(_last(df, "tokens_per_pass")), f"Theory at this α and k={k}: (1−α^(k+1))/(1−α) = {_fmt(_last(df, 'theory_tokens_per_pass'))}."),
-        ("speedup", speedup_text(session, run, df), f"Wall clock, measured, against plain decoding of the same prompt. Predicted (1−α^(k+1))/((1−α)(1+kc)): {_fmt(_last(df, 'predicted_speedup'), '.2f', '×')}."),
+        ("speedup", speedup_text(session, run), f"Wall clock, measured, against plain decoding of the same prompt. Predicted (1−α^(k+1))/((1−α)(1+kc)): {_fmt(_last(df, 'predicted_speedup'), '.2f', '×')}."),
     ]
     cols = st.columns(columns)
     for i, (label, value, help_text) in enumerate(cells):
@@ -426,7 +424,7 @@ def speedup_note(session: ViewSource, runs: list[ViewRun]) -> str:
     notes = []
     for run in runs:
         df = run_frame(session, run)
-        if (note := disturbance(df)) is not None and not measuring(session, run):
+        if (note := metrics_of(session, run).disturbance()) is not None and not measuring(session, run):
             notes.append(f"{md_text(run.label)}: no measured speedup, {md_text(note)}")
         v = verify_cost_ratio(run.records, session.baseline.records)
         alpha, c = _last(df, "alpha"), _last(df, "c")

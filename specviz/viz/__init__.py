@@ -2,7 +2,6 @@
 
 from specviz.viz.frames import (
     PositionInfo,
-    baseline_cost,
     drafts_frame,
     latency_frame,
     num_positions,
@@ -17,7 +16,6 @@ from specviz.viz.tokens import legend_html, token_stream_html, visible_html, vis
 
 __all__ = [
     "PositionInfo",
-    "baseline_cost",
     "drafts_frame",
     "latency_frame",
     "legend_html",

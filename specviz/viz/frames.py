@@ -11,7 +11,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from specviz.core.metrics import speedup_disturbed, table_slots
+from specviz.core.metrics import running_totals, table_slots
 from specviz.core.records import StepRecord
 from specviz.core.theory import expected_tokens, speedup
 from specviz.viz.tokens import visible_plain
@@ -19,103 +19,43 @@ from specviz.viz.tokens import visible_plain
 TokenText = Callable[[int], str]  # token id -> its text (decoded by the caller; untrusted)
 
 
-def num_verified(record: StepRecord) -> int:
-    """Drafted positions the rule looked at: every accepted one plus the first rejection."""
-    return sum(f != "discarded" for f in record.draft_fates)
+ROUNDS_FRAME_COLUMNS = [
+    "run", "round", "k", "drafted", "accepted", "emitted", "bonus", "has_q", "draft_ms", "verify_ms", "round_ms",
+    "passes", "tokens", "decode_ms", "acceptance_rate", "alpha", "tokens_per_pass", "c", "baseline_ms", "speedup", "speedup_disturbed",
+]  # fmt: skip
 
 
-def overlaps(record: StepRecord) -> tuple[float, ...]:
-    """sum_v min(p_target, q_draft) per verified drafted position. A drafter without a distribution
-    proposes a one-hot q, for which the sum is p_target of the drafted token."""
-    if record.has_q:
-        return record.overlap
-    return record.p_target[: num_verified(record)]
+def _nan(x: float | None) -> float:
+    return np.nan if x is None else float(x)
 
 
 def rounds_frame(records: Sequence[StepRecord], run: str = "speculative", baseline: Sequence[StepRecord] = ()) -> pd.DataFrame:
-    """One row per round, with running statistics up to and including that round.
-
-    alpha is Leviathan's E[sum min(p, q)] over verified positions; acceptance_rate is accepted / drafted.
-    With baseline records (plain decoding of the same target and prompt) it adds the measured speedup
-    (decode time of the baseline for as many tokens / decode time here) and the predicted one with c measured.
-    """
-    rows = []
-    for r in records:
-        ov = overlaps(r)
-        rows.append(
-            {
-                "run": run,
-                "round": r.index,
-                "k": r.num_draft_tokens,
-                "drafted": r.num_drafted,
-                "accepted": r.num_accepted,
-                "emitted": len(r.emitted),
-                "bonus": int("bonus" in r.emitted_fates),
-                "has_q": r.has_q,
-                "overlap_sum": float(sum(ov)),
-                "overlap_n": len(ov),
-                "draft_ms": r.draft_ms,
-                "verify_ms": r.verify_ms,
-                "round_ms": r.round_ms,
-            }
-        )
-    df = pd.DataFrame(rows, columns=["run", "round", "k", "drafted", "accepted", "emitted", "bonus", "has_q", "overlap_sum", "overlap_n", "draft_ms", "verify_ms", "round_ms"])
-    df["passes"] = np.arange(1, len(df) + 1)
-    df["tokens"] = df["emitted"].cumsum()
-    df["decode_ms"] = df["round_ms"].cumsum()
-    cum_drafted = df["drafted"].cumsum()
-    cum_overlap_n = df["overlap_n"].cumsum()
-    df["acceptance_rate"] = (df["accepted"].cumsum() / cum_drafted.where(cum_drafted > 0)).astype(float)
-    df["alpha"] = (df["overlap_sum"].cumsum() / cum_overlap_n.where(cum_overlap_n > 0)).astype(float)
-    df["tokens_per_pass"] = df["tokens"] / df["passes"]
+    """One row per round: the round's own numbers and the running metrics up to and including it, tabulated from
+    specviz.core.metrics.running_totals (nothing is derived here; None is NaN). With baseline records (plain decoding
+    of the same target and prompt) the measured speedup and c, by core.metrics' one baseline rule; then the theory:
+    the tokens per pass and the speedup Leviathan's formulas predict at those numbers."""
+    rows = [
+        {
+            "run": run, "round": r.index, "k": r.num_draft_tokens, "drafted": r.num_drafted, "accepted": r.num_accepted,
+            "emitted": len(r.emitted), "bonus": int("bonus" in r.emitted_fates), "has_q": r.has_q,
+            "draft_ms": r.draft_ms, "verify_ms": r.verify_ms, "round_ms": r.round_ms,
+            "passes": t.rounds, "tokens": t.new_tokens, "decode_ms": t.decode_ms,
+            "acceptance_rate": _nan(t.acceptance_rate), "alpha": _nan(t.alpha), "tokens_per_pass": _nan(t.tokens_per_target_pass),
+            "c": _nan(t.draft_cost), "baseline_ms": _nan(t.baseline_ms), "speedup": _nan(t.speedup), "speedup_disturbed": t.speedup_disturbed,
+        }
+        for r, t in zip(records, running_totals(records, baseline))
+    ]  # fmt: skip
+    df = pd.DataFrame(rows, columns=ROUNDS_FRAME_COLUMNS)
+    for name in ("acceptance_rate", "alpha", "tokens_per_pass", "c", "baseline_ms", "speedup"):
+        df[name] = df[name].astype(float)
+    df["speedup_disturbed"] = df["speedup_disturbed"].astype(bool)
     # k for the formulas: the k asked per round, averaged (it moves under adaptive k and near the length limit)
     df["k_mean"] = (df["k"].expanding().mean() if len(df) else df["k"].astype(float)).round().astype(int)
     df["theory_tokens_per_pass"] = [expected_tokens(a, k) if pd.notna(a) else np.nan for a, k in zip(df["alpha"], df["k_mean"])]
-    draft_ms_per_token = df["draft_ms"].cumsum() / cum_drafted.where(cum_drafted > 0)
-    base = baseline_cost(baseline)
-    if base is None:
-        df["c"] = np.nan
-        df["baseline_ms"] = np.nan
-        df["speedup"] = np.nan
-        df["speedup_disturbed"] = False
-        df["predicted_speedup"] = np.nan
-        return df
-    df["c"] = (draft_ms_per_token / base.ms_per_token).fillna(0.0)
-    df["baseline_ms"] = [base.time_for(int(n)) for n in df["tokens"]]
-    measured = df["baseline_ms"] / df["decode_ms"]
-    # above the tokens per pass is impossible: a disturbed clock, shown as such and never as a result
-    df["speedup_disturbed"] = [speedup_disturbed(s, t) for s, t in zip(measured, df["tokens_per_pass"])]
-    df["speedup"] = measured.where(~df["speedup_disturbed"].astype(bool))
-    df["predicted_speedup"] = [speedup(a, k, c) if pd.notna(a) else np.nan for a, k, c in zip(df["alpha"], df["k_mean"], df["c"])]
+    df["predicted_speedup"] = [
+        speedup(a, k, c) if pd.notna(a) and pd.notna(c) else np.nan for a, k, c in zip(df["alpha"], df["k_mean"], df["c"])
+    ]
     return df
-
-
-@dataclass(frozen=True)
-class BaselineCost:
-    """Plain decoding's measured cadence: one target pass per token."""
-
-    cumulative_ms: tuple[float, ...]  # decode time after 1, 2, ... tokens
-    complete: bool = True  # the run reached EOS or its length: nothing more will be measured
-
-    @property
-    def ms_per_token(self) -> float:
-        return self.cumulative_ms[-1] / len(self.cumulative_ms)
-
-    def time_for(self, n: int) -> float:
-        """Baseline decode time for n tokens. Past a complete run (it stopped at EOS sooner), extrapolated at its mean
-        cadence; past a run still being measured, NaN: the page says "measuring…" rather than guess."""
-        if n <= 0:
-            return 0.0
-        if n <= len(self.cumulative_ms):
-            return self.cumulative_ms[n - 1]
-        return self.ms_per_token * n if self.complete else float("nan")
-
-
-def baseline_cost(baseline: Sequence[StepRecord]) -> BaselineCost | None:
-    per_token = [r.round_ms for r in baseline for _ in r.emitted]
-    if not per_token:
-        return None
-    return BaselineCost(tuple(np.cumsum(per_token).tolist()), complete=bool(baseline[-1].finished))
 
 
 def verify_cost_ratio(records: Sequence[StepRecord], baseline: Sequence[StepRecord]) -> float | None:
@@ -302,9 +242,8 @@ def unique_labels(texts: Sequence[str], ids: Sequence[int]) -> list[str]:
 
 def progress_frame(records: Sequence[StepRecord], run: str) -> pd.DataFrame:
     """Tokens committed after each round against cumulative decode time (prefill excluded); starts at (0, 0)."""
-    tokens = np.cumsum([0] + [len(r.emitted) for r in records])
-    ms = np.cumsum([0.0] + [r.round_ms for r in records])
-    return pd.DataFrame({"run": run, "decode_ms": ms, "tokens": tokens})
+    totals = running_totals(records)
+    return pd.DataFrame({"run": run, "decode_ms": [0.0] + [t.decode_ms for t in totals], "tokens": [0] + [t.new_tokens for t in totals]})
 
 
 def tree_position_info(record: StepRecord, position: int) -> PositionInfo:
