@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import pytest
 
-from specviz.cli import stats_to_json
 from specviz.config import RunConfig
 from specviz.core.metrics import run_metrics
 from specviz.experiments.bench import BenchPrompt, SweepSpec, compare_to_baseline, run_once
+from specviz.record_json import stats_to_json
 from specviz.recording import RecordedRun, recorded_run
 from specviz.viz import rounds_frame
 from tests.test_decoding import decoder
