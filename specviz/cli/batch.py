@@ -7,7 +7,7 @@ import argparse
 import json
 from pathlib import Path
 
-from specviz.cli.options import DTYPE_HELP, batch_sizes_arg
+from specviz.cli.options import DTYPE_HELP, batch_sizes_arg, set_threads
 from specviz.cli.terminal import emit, print_progress
 from specviz.config import EMBEDDED_TARGET, RunConfig
 
@@ -52,10 +52,7 @@ def run(args: argparse.Namespace) -> int:
     from specviz.experiments.cost_profile import device_name
     from specviz.runs import resolve_models
 
-    if args.threads is not None:
-        if args.threads < 1:
-            raise ValueError(f"--threads must be at least 1; got {args.threads}.")
-        torch.set_num_threads(args.threads)
+    set_threads(args.threads)
     config = RunConfig(target=args.target, draft=args.draft, drafter=args.drafter, exit_layer=args.exit_layer,
                        num_draft_tokens=args.num_draft_tokens, temperature=args.temperature, seed=args.seed,
                        max_new_tokens=args.max_new_tokens, chat=not args.no_chat, device=args.device, dtype=args.dtype,

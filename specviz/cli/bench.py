@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from specviz.cli.options import DTYPE_HELP, check_output_file, csv_list
+from specviz.cli.options import DTYPE_HELP, check_output_file, csv_list, set_threads
 from specviz.cli.terminal import emit, print_progress
 from specviz.config import EMBEDDED_TARGET, RunConfig
 
@@ -58,12 +58,7 @@ def run(args: argparse.Namespace) -> int:
     from specviz.experiments.bench import COLUMNS, SweepSpec, first_per_category, load_prompts, rows_to_frame, run_sweep
     from specviz.runs import resolve_models
 
-    if args.threads is not None:
-        if args.threads < 1:
-            raise ValueError(f"--threads must be at least 1; got {args.threads}.")
-        import torch
-
-        torch.set_num_threads(args.threads)
+    set_threads(args.threads)
     spec = SweepSpec(
         drafters=tuple(args.drafters), ks=tuple(args.k), temperatures=tuple(args.temperatures),
         max_new_tokens=args.max_new_tokens, seed=args.seed, chat=not args.no_chat, exit_layer=args.exit_layer,

@@ -112,3 +112,14 @@ def check_output_file(path: str, flag: str) -> None:
         raise ValueError(f"{flag} {path} cannot be written: {exc.strerror or exc}.") from None
     if not existed:
         target.unlink()
+
+
+def set_threads(threads: int | None) -> None:
+    """--threads: torch's CPU threads for this process (None: torch's choice)."""
+    if threads is None:
+        return
+    if threads < 1:
+        raise ValueError(f"--threads must be at least 1; got {threads}.")
+    import torch
+
+    torch.set_num_threads(threads)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from specviz.cli.options import DTYPE_HELP, batch_sizes_arg
+from specviz.cli.options import DTYPE_HELP, batch_sizes_arg, set_threads
 from specviz.cli.terminal import emit
 from specviz.config import EMBEDDED_TARGET
 
@@ -35,12 +35,7 @@ def run(args: argparse.Namespace) -> int:
     from specviz.experiments.cost_profile import batch_profile_table, measure_profile, profile_table
     from specviz.models import load_model
 
-    if args.threads is not None:
-        if args.threads < 1:
-            raise ValueError(f"--threads must be at least 1; got {args.threads}.")
-        import torch
-
-        torch.set_num_threads(args.threads)
+    set_threads(args.threads)
     target = load_model(args.target, args.device, args.dtype, trust_remote_code=args.trust_remote_code,
                         allow_download=args.allow_download, allow_pickle=args.allow_pickle)
     emit(f"profiling {target.name} on {target.device} ({target.precision}), context {args.context} tokens", err=True)

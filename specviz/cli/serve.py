@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import argparse
 
-from specviz.cli.options import DTYPE_HELP
+from specviz.cli.options import DTYPE_HELP, set_threads
 from specviz.cli.terminal import emit
 from specviz.config import DRAFTER_KINDS, EMBEDDED_TARGET, RunConfig
 
@@ -52,12 +52,7 @@ def add_parser(sub) -> None:
 def service_config(args: argparse.Namespace, drafter: str, hide_truth: bool):
     from specviz.workshop.service import ServiceConfig
 
-    if args.threads is not None:
-        if args.threads < 1:
-            raise ValueError(f"--threads must be at least 1; got {args.threads}.")
-        import torch
-
-        torch.set_num_threads(args.threads)
+    set_threads(args.threads)
     run = RunConfig(
         target=args.target, draft=args.draft, drafter=drafter, num_draft_tokens=args.num_draft_tokens, tree_width=args.tree_width,
         exit_layer=args.exit_layer, medusa_heads=args.medusa_heads, ngram_max=args.ngram_max, ngram_threshold=args.ngram_threshold,

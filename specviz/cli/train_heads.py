@@ -8,6 +8,7 @@ import argparse
 import json
 from pathlib import Path
 
+from specviz.cli.options import set_threads
 from specviz.cli.terminal import emit
 from specviz.config import EMBEDDED_TARGET
 
@@ -63,17 +64,12 @@ def add_parser(sub) -> None:
 def run(args: argparse.Namespace) -> int:
     import dataclasses
 
-    import torch
-
     from specviz.experiments.train_heads import TINY, TrainConfig, checkpoint_path, load_or_make_data, ship, train_heads
     from specviz.models import load_model
     from specviz.models.loading import cache_root
     from specviz.models.medusa import target_fingerprint
 
-    if args.threads is not None:
-        if args.threads < 1:
-            raise ValueError(f"--threads must be at least 1; got {args.threads}.")
-        torch.set_num_threads(args.threads)
+    set_threads(args.threads)
     args.out = args.out or ("eagle-head" if args.kind == "eagle" else "medusa-heads")
     if args.count_vocab:
         return run_count_vocab(args)
