@@ -8,6 +8,7 @@ import logging
 import os
 from collections.abc import Sequence
 
+from specviz import __version__
 from specviz.cli import batch, bench, generate, info, probe, profile, replay, room, serve, serve_pair, train_heads
 from specviz.cli.terminal import EscapingFormatter, emit
 
@@ -21,6 +22,7 @@ COMMANDS = {
 
 def build_parser(prog: str = "python -m specviz") -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog=prog, description="Speculative decoding you can watch.")
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")  # specviz/__init__.py, the one place
     sub = parser.add_subparsers(dest="command", required=True)
     for module in COMMANDS.values():
         module.add_parser(sub)
