@@ -13,6 +13,7 @@ from specviz.config import EMBEDDED_TARGET, RunConfig
 
 
 def add_parser(sub) -> None:
+    """Register `batch` on the CLI's subparsers."""
     from specviz.drafters.specs import SPECULATIVE_KINDS
     from specviz.experiments.bench import DEFAULT_PROMPTS, SweepSpec
 

@@ -52,7 +52,6 @@ def add_parser(sub) -> None:
     p.add_argument("--append", action="store_true", help="add the rows to an existing --out CSV instead of replacing it")
 
 
-
 def run(args: argparse.Namespace) -> int:
 
     from specviz.experiments.bench import COLUMNS, SweepSpec, first_per_category, load_prompts, rows_to_frame, run_sweep

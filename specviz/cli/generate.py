@@ -39,7 +39,6 @@ def sample_seed(seed: int, i: int) -> int:
     return seed + 1_000_003 * i
 
 
-
 def _coloured(tokenizer, prompt_ids: list[int], records) -> str:
     """The prompt and every emitted token in its fate's colour, escaped: for emit(..., escaped=True)."""
     parts = [painted(tokenizer.decode(prompt_ids), "prompt")]
@@ -47,7 +46,6 @@ def _coloured(tokenizer, prompt_ids: list[int], records) -> str:
         for tok, fate in zip(r.emitted, r.emitted_fates):
             parts.append(painted(tokenizer.decode([tok]), fate))
     return "".join(parts)
-
 
 
 def run(args: argparse.Namespace) -> int:
@@ -139,7 +137,6 @@ def _write_recording(path: str, config: RunConfig, text: str, prompt_ids: list[i
     )  # fmt: skip
     save_recording(recording, path)
     emit(f"recorded {len(runs)} run(s) to {path}", err=True)
-
 
 
 def _baseline_for_check(args: argparse.Namespace, config: RunConfig, target, prompt_ids: list[int]) -> tuple[list[int], list[float], list] | None:

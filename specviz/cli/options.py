@@ -83,7 +83,6 @@ def batch_sizes_arg(text: str) -> tuple[int, ...]:
     return sizes
 
 
-
 def csv_list(text: str, cast, what: str) -> tuple:
     try:
         items = tuple(cast(x.strip()) for x in text.split(",") if x.strip())
@@ -92,7 +91,6 @@ def csv_list(text: str, cast, what: str) -> tuple:
     if not items:
         raise argparse.ArgumentTypeError(f"{what} must not be empty.")
     return items
-
 
 
 def check_output_file(path: str, flag: str) -> None:

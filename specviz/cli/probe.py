@@ -11,6 +11,7 @@ from specviz.cli.terminal import emit
 
 
 def add_parser(sub) -> None:
+    """Register `probe` on the CLI's subparsers."""
     from specviz.experiments.bench import DEFAULT_PROMPTS
     from specviz.experiments.probe import CATEGORIES, ProbeSpec
 

@@ -12,6 +12,7 @@ from specviz.config import EMBEDDED_TARGET
 
 
 def add_parser(sub) -> None:
+    """Register `profile` on the CLI's subparsers."""
     p = sub.add_parser("profile", help="this machine's cost profile: a target pass over 1..17 tokens, and each drafter's cost per token")
     p.add_argument("--target", default=EMBEDDED_TARGET, help="hub id, local folder or .gguf file (default: embedded SmolLM2-135M-Instruct)")
     p.add_argument("--device", default="auto")
@@ -28,7 +29,6 @@ def add_parser(sub) -> None:
     p.add_argument("--trust-remote-code", action="store_true")
     p.add_argument("--allow-download", action="store_true")
     p.add_argument("--allow-pickle", action="store_true")
-
 
 
 def run(args: argparse.Namespace) -> int:

@@ -41,12 +41,12 @@ def add_service_options(p: argparse.ArgumentParser) -> None:
 
 
 def add_parser(sub) -> None:
+    """Register `serve` on the CLI's subparsers."""
     p = sub.add_parser("serve", help="serve the target (speculating, or not with --drafter none) behind an OpenAI-compatible API")
     p.add_argument("--drafter", choices=DRAFTER_KINDS, default=RunConfig.drafter, help=f"default: {RunConfig.drafter}; none serves plain decoding")
     p.add_argument("--port", type=int, default=8000, help="default 8000")
     p.add_argument("--hide-truth", action="store_true", help="leave the drafter and tokens per target pass out of responses (the room exercise)")
     add_service_options(p)
-
 
 
 def service_config(args: argparse.Namespace, drafter: str, hide_truth: bool):

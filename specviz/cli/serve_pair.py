@@ -13,13 +13,13 @@ from specviz.config import DRAFTER_KINDS
 
 
 def add_parser(sub) -> None:
+    """Register `serve-pair` on the CLI's subparsers."""
     p = sub.add_parser("serve-pair", help="the room exercise: two services, one speculating, which one hidden (docs/workshop.md)")
     p.add_argument("--drafter", choices=[k for k in DRAFTER_KINDS if k != "none"], default="lookup", help="the speculating one's drafter (default lookup)")
     p.add_argument("--port", type=int, default=8001, help="service A listens here, service B on the next port (default 8001)")
     p.add_argument("--run-dir", default=None, help="where the truth is written for the reveal (default: SPECVIZ_RUN_DIR, the app's run directory)")
     p.add_argument("--public-host", default=None, help="the address the app reaches them at, for the printed SPECVIZ_PROBE_URLS (default: --host)")
     add_service_options(p)
-
 
 
 def _service_argv(args: argparse.Namespace) -> list[str]:

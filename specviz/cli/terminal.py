@@ -38,6 +38,6 @@ def painted(text: str, kind: str) -> str:
     return ANSI[kind] + terminal_text(text) + RESET
 
 
-
 def print_progress(done: int, total: int, message: str) -> None:
+    """A long command's progress on stderr: [done/total] message."""
     emit(f"[{done}/{total}] {message}", err=True, flush=True)

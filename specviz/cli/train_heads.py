@@ -23,6 +23,7 @@ EAGLE_OPTIONS = {  # option -> EagleConfig field, for --kind eagle only
 
 
 def add_parser(sub) -> None:
+    """Register `train-heads` on the CLI's subparsers."""
     from specviz.experiments.train_eagle import EagleConfig
     from specviz.experiments.train_heads import TrainConfig
 
