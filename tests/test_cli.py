@@ -416,3 +416,14 @@ def test_every_print_in_the_cli_goes_through_emit():
                     if name == "print" or name.endswith(("stdout.write", "stderr.write")) and ast.unparse(node) != "sys.stdout.write('\\n')":
                         raw.append(f"{path.name}:{func.name}: {ast.unparse(node)[:60]}")
     assert not raw, raw
+
+
+def test_building_the_parser_imports_neither_transformers_nor_streamlit():
+    """Every subcommand's add_parser runs for any command (replay and --help included): their defaults may import the
+    experiments and the service's config, never a model library or the UI (those load inside run)."""
+    code = ("import sys; from specviz.cli import build_parser; build_parser(); "
+            "print(sorted(m for m in ('transformers', 'streamlit', 'specviz.workshop.service', 'specviz.cli.room') if m in sys.modules))")  # fmt: skip
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=str(REPO), env=env)
+    # the serve and room parsers were built (their modules are there), and nothing heavier came with them
+    assert proc.stdout.strip() == "['specviz.cli.room', 'specviz.workshop.service']", proc.stdout + proc.stderr
