@@ -72,7 +72,8 @@ def test_plain_decoding_keeps_k_at_zero_even_when_adaptive():
 
 
 def test_run_config_and_cli_flag_reach_the_decoder():
-    from specviz.cli import build_parser, config_from_args
+    from specviz.cli import build_parser
+    from specviz.cli.options import config_from_args
     from specviz.config import RunConfig
 
     assert RunConfig().adaptive_k is False
@@ -105,7 +106,8 @@ def test_adaptive_k_through_build_decoder_on_a_tiny_model(tiny_models):
 def test_cli_defaults_are_run_config_defaults():
     import dataclasses
 
-    from specviz.cli import build_parser, config_from_args
+    from specviz.cli import build_parser
+    from specviz.cli.options import config_from_args
     from specviz.config import DRAFTER_KINDS, RunConfig
 
     from_cli = config_from_args(build_parser().parse_args(["generate", "--prompt", "hi"]))

@@ -9,12 +9,14 @@ Layers, bottom up (a module may import its own layer and the layers its arrow na
   viz       records -> frames -> figures, no streamlit                      -> core
   config    the run's config (reads the drafter table)                      -> core, drafters
   recording  the run's file format                                         -> config, core
+  record_json  a run's records and stats as the CLI's JSON                  -> core
   runs      assembly: config + models -> a decoder                         -> config, core, drafters, models
   experiments  what measures (measure, bench, cost_profile, lab, numerics)  -> config, core, drafters, models, runs
             (a model turn is handed in: specviz.core.protocols.Turn)
   workshop  what a shared server needs (policy, serving, jobs, baselines,   -> config, core, recording, runs
             saved_runs, room): plain Python, no streamlit
-  cli       the command line: every layer below the UI                      -> all of the above, viz
+  cli       the command line (specviz/cli/: a module per subcommand): every  -> all of the above, viz
+            layer below the UI
   ui        the only streamlit code besides the pages and app.py            -> everything above
   pages     draw only                                                       -> ui, viz
   app       navigation                                                      -> ui
@@ -29,7 +31,7 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
-BELOW_UI = {"core", "drafters", "models", "viz", "config", "recording", "runs", "experiments", "workshop", "cli", "main"}
+BELOW_UI = {"core", "drafters", "models", "viz", "config", "recording", "record_json", "runs", "experiments", "workshop", "cli", "main"}
 ARROWS: dict[str, set[str]] = {
     "root": set(),
     "core": set(),
@@ -38,6 +40,7 @@ ARROWS: dict[str, set[str]] = {
     "viz": {"core"},
     "config": {"core", "drafters"},
     "recording": {"config", "core"},
+    "record_json": {"core"},
     "runs": {"config", "core", "drafters", "models"},
     "workshop": {"config", "core", "recording", "runs"},
     "experiments": {"config", "core", "drafters", "models", "runs"},

@@ -15,6 +15,10 @@ from pathlib import Path
 import pytest
 
 from specviz import cli
+from specviz.cli import generate, replay
+from specviz.cli.options import check_output_file
+from specviz.cli.terminal import EscapingFormatter, terminal_text
+from specviz.config import RunConfig
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -111,7 +115,7 @@ def test_plain_output_has_the_text_and_a_stats_line(capsys, tiny_dir):
     code, stdout, _ = run_main(capsys, *args)
     assert code == 0
     lines = stdout.strip().splitlines()
-    assert len(lines) == 2 and lines[1].startswith(f"[{cli.RunConfig().drafter}] 5 tokens") and "tokens/target pass" in lines[1]
+    assert len(lines) == 2 and lines[1].startswith(f"[{RunConfig().drafter}] 5 tokens") and "tokens/target pass" in lines[1]
     assert "\033[" not in stdout  # colours only on a terminal
 
 
@@ -170,7 +174,7 @@ def test_check_baseline_names_the_first_difference(capsys, tiny_dir, monkeypatch
         ids[2] = (ids[2] + 1) % 50
         return real(ids, margins, base_ids, base_margins, **kw)
 
-    monkeypatch.setattr(cli, "first_divergence", tampered)
+    monkeypatch.setattr(generate, "first_divergence", tampered)
     args = ["generate", "--target", str(tiny_dir["llama"]), "--no-chat", "--prompt", TINY_PROMPT, "--max-new-tokens", "6", "--json", "--check-baseline"]
     code, stdout, _ = run_main(capsys, *args)
     assert code == 0
@@ -249,10 +253,10 @@ def test_record_checks_its_path_before_decoding(capsys, tmp_path, no_loading, wh
 
 def test_record_leaves_no_file_behind_when_checking_a_good_path(tmp_path, capsys):
     path = tmp_path / "run.json"
-    cli.check_output_file(str(path), "--record")
+    check_output_file(str(path), "--record")
     assert not path.exists()
     path.write_text("old")
-    cli.check_output_file(str(path), "--record")
+    check_output_file(str(path), "--record")
     assert path.read_text() == "old"
 
 
@@ -278,7 +282,7 @@ def test_readme_command_prints_one_json_object_equal_to_the_baseline(capsys, mon
     assert proc.returncode == 0, proc.stderr[-2000:]
     out = parse_one_json(proc.stdout)
     check_contract(out, 1, 24)
-    assert out["config"]["drafter"] == cli.RunConfig().drafter and out["config"]["target"].startswith("embedded:")
+    assert out["config"]["drafter"] == RunConfig().drafter and out["config"]["target"].startswith("embedded:")
     sample = out["samples"][0]
     assert sample["text"].strip() and len(sample["output_ids"]) == 24
     # the baseline, in-process with the already loaded model (the subprocess above proved loading)
@@ -319,10 +323,10 @@ def assert_no_control(text: str) -> None:
 
 
 def test_terminal_text_escapes_c0_and_c1_but_newline_and_tab():
-    assert cli.terminal_text("a\tb\nc") == "a\tb\nc"
-    assert cli.terminal_text(CLEAR) == "\\x1b[2J"
-    assert cli.terminal_text("\x9b\x07\x00\x7f") == "\\x9b\\x07\\x00\\x7f"
-    assert_no_control(cli.terminal_text(HOSTILE_TERMINAL))
+    assert terminal_text("a\tb\nc") == "a\tb\nc"
+    assert terminal_text(CLEAR) == "\\x1b[2J"
+    assert terminal_text("\x9b\x07\x00\x7f") == "\\x9b\\x07\\x00\\x7f"
+    assert_no_control(terminal_text(HOSTILE_TERMINAL))
 
 
 def _hostile_terminal_recording(path: Path) -> Path:
@@ -355,7 +359,7 @@ def test_error_messages_are_escaped(capsys, monkeypatch):
     def fail(args):
         raise ValueError(f"bad {HOSTILE_TERMINAL}")
 
-    monkeypatch.setattr(cli, "cmd_replay", fail)
+    monkeypatch.setattr(replay, "run", fail)
     code, _, stderr = run_main(capsys, "replay", "x.json")
     assert code == 2 and stderr.startswith("error: bad \\x1b[2J")
     assert_no_control(stderr)
@@ -389,7 +393,7 @@ def test_log_lines_are_escaped_too():
     import logging
 
     record = logging.LogRecord("specviz", logging.WARNING, __file__, 1, "model %s failed", (HOSTILE_TERMINAL,), None)
-    line = cli.EscapingFormatter(logging.BASIC_FORMAT).format(record)
+    line = EscapingFormatter(logging.BASIC_FORMAT).format(record)
     assert "\\x1b[2J" in line
     assert_no_control(line)
 
@@ -399,14 +403,27 @@ def test_every_print_in_the_cli_goes_through_emit():
     skip the escaping."""
     import ast
 
-    tree = ast.parse((REPO / "specviz" / "cli.py").read_text(encoding="utf-8"))
+    modules = sorted((REPO / "specviz" / "cli").glob("*.py"))
+    assert len(modules) > 10  # the package, not a stray file
     raw = []
-    for func in ast.walk(tree):
-        if not isinstance(func, ast.FunctionDef) or func.name == "emit":
-            continue
-        for node in ast.walk(func):
-            if isinstance(node, ast.Call):
-                name = ast.unparse(node.func)
-                if name == "print" or name.endswith(("stdout.write", "stderr.write")) and ast.unparse(node) != "sys.stdout.write('\\n')":
-                    raw.append(f"{func.name}: {ast.unparse(node)[:60]}")
+    for path in modules:
+        for func in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if not isinstance(func, ast.FunctionDef) or func.name == "emit":
+                continue
+            for node in ast.walk(func):
+                if isinstance(node, ast.Call):
+                    name = ast.unparse(node.func)
+                    if name == "print" or name.endswith(("stdout.write", "stderr.write")) and ast.unparse(node) != "sys.stdout.write('\\n')":
+                        raw.append(f"{path.name}:{func.name}: {ast.unparse(node)[:60]}")
     assert not raw, raw
+
+
+def test_building_the_parser_imports_neither_transformers_nor_streamlit():
+    """Every subcommand's add_parser runs for any command (replay and --help included): their defaults may import the
+    experiments and the service's config, never a model library or the UI (those load inside run)."""
+    code = ("import sys; from specviz.cli import build_parser; build_parser(); "
+            "print(sorted(m for m in ('transformers', 'streamlit', 'specviz.workshop.service', 'specviz.cli.room') if m in sys.modules))")  # fmt: skip
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=str(REPO), env=env)
+    # the serve and room parsers were built (their modules are there), and nothing heavier came with them
+    assert proc.stdout.strip() == "['specviz.cli.room', 'specviz.workshop.service']", proc.stdout + proc.stderr

@@ -1,6 +1,7 @@
 """RunConfig's load options carry every safety opt-in, off by default, and the CLI flags reach them."""
 
-from specviz.cli import build_parser, config_from_args
+from specviz.cli import build_parser
+from specviz.cli.options import config_from_args
 from specviz.config import RunConfig
 
 

@@ -18,12 +18,12 @@ URL or a page).
     python -m specviz room --replicas 4 --port 8500 [--bind 0.0.0.0] [--status-file room.json] [--tls-cert room.pem]
     python -m specviz room --print-config --backend host1:8501 --backend host2:8501 --port 80   # replicas elsewhere
 
-Plain Python: no streamlit import (the replicas are separate processes).
+Plain Python: no streamlit import (the replicas are separate processes); the command's options live in
+specviz/cli/room.py.
 """
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import ctypes
 import json
@@ -440,35 +440,8 @@ def default_replicas() -> int:
     return max(1, (os.cpu_count() or 2) // 2)
 
 
-def add_room_parser(sub) -> None:
-    """Register `python -m specviz room` on the CLI's subparsers."""
-    p = sub.add_parser("room", help="a room bigger than one process: N app replicas behind HAProxy, supervised")
-    p.add_argument("--replicas", type=int, default=default_replicas(), help=f"Streamlit processes (default: half the cores, here {default_replicas()})")
-    p.add_argument("--port", type=int, default=8500, help="where the balancer listens (default 8500)")
-    p.add_argument("--bind", default="127.0.0.1", help="the balancer's address (default loopback; 0.0.0.0 for a room)")
-    p.add_argument("--status-file", help="keep {url, balancer_pid, replicas: [{id, port, pid}]} current in this JSON file")
-    p.add_argument("--print-config", action="store_true", help="print the HAProxy configuration and exit (with --backend: for replicas on other hosts)")
-    p.add_argument("--backend", action="append", default=[], metavar="HOST:PORT", help="with --print-config: a replica on another host (repeat)")
-    p.add_argument("--tls-cert", metavar="PEM", help="serve HTTPS only, with this PEM file (certificate and unencrypted private key): the presenter key crosses the room's network")
-    p.add_argument("streamlit_args", nargs="*", help="after --: extra `streamlit run` flags for every replica")
-
-
 def parse_backend(text: str, i: int) -> Backend:
     host, sep, port = text.rpartition(":")
     if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
         raise ValueError(f"--backend {text!r} is not HOST:PORT.")
     return Backend(f"r{i + 1}", host.strip("[]"), int(port))
-
-
-def cmd_room(args: argparse.Namespace) -> int:
-    if args.print_config:
-        backends = [parse_backend(b, i) for i, b in enumerate(args.backend)]
-        backends = backends or [Backend(f"r{i + 1}", "127.0.0.1", 8501 + i) for i in range(max(1, args.replicas))]
-        print(haproxy_config(args.bind, args.port, backends, args.tls_cert), end="")  # a ValueError: the CLI's "error: ..."
-        return 0
-    logging.getLogger("specviz.workshop.room").setLevel(logging.INFO)
-    try:
-        return Room(args.replicas, args.port, args.bind, args.status_file, args.streamlit_args, args.tls_cert).run()
-    except RoomError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2

@@ -1,0 +1,93 @@
+"""python -m specviz batch: B prompts of one category at once, plain vs speculative tokens/s for every batch size B
+(measured by specviz.experiments.batch)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from specviz.cli.options import DTYPE_HELP, batch_sizes_arg, set_threads
+from specviz.cli.terminal import emit, print_progress
+from specviz.config import EMBEDDED_TARGET, RunConfig
+
+
+def add_parser(sub) -> None:
+    """Register `batch` on the CLI's subparsers."""
+    from specviz.drafters.specs import SPECULATIVE_KINDS
+    from specviz.experiments.bench import DEFAULT_PROMPTS, SweepSpec
+
+    d, s = RunConfig, SweepSpec
+    p = sub.add_parser("batch", help="B prompts of one category at once: plain vs speculative tokens/s for every batch size B")
+    p.add_argument("--batch", type=batch_sizes_arg, default=(1, 2, 4, 8, 16), metavar="B,B,...", help="batch sizes (default 1,2,4,8,16)")
+    p.add_argument("--drafter", choices=SPECULATIVE_KINDS, default="lookup", help="default: lookup")
+    p.add_argument("--category", default="copy", help="the benchmark prompts' category (copy, code, prose, qa; default copy)")
+    p.add_argument("--prompts", default=str(DEFAULT_PROMPTS), help="JSON list of {category, title, prompt} (default: assets/prompts.json)")
+    p.add_argument("--num-draft-tokens", "-k", type=int, default=d.num_draft_tokens)
+    p.add_argument("--max-new-tokens", type=int, default=s.max_new_tokens, help=f"new tokens per row (default {s.max_new_tokens})")
+    p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default), where rows are checked against plain")
+    p.add_argument("--seed", type=int, default=d.seed)
+    p.add_argument("--repeats", type=int, default=1, help="timed runs of each side per B, alternating which goes first; medians (default 1)")
+    p.add_argument("--warmup", type=int, default=1, help="runs of each side per B first, discarded (default 1)")
+    p.add_argument("--target", default=EMBEDDED_TARGET, help="hub id, local folder or .gguf file (default: embedded SmolLM2-135M-Instruct)")
+    p.add_argument("--draft", default=None, help="draft model for --drafter model (same tokenizer as the target)")
+    p.add_argument("--exit-layer", type=int, default=None, help="early exit: target blocks the draft runs")
+    p.add_argument("--medusa-heads", default=None, metavar="PATH", help="Medusa heads folder (default: the heads shipped for the embedded target)")
+    p.add_argument("--no-chat", action="store_true", help="feed prompts raw, without the chat template")
+    p.add_argument("--device", default="auto")
+    p.add_argument("--dtype", default="auto", help=DTYPE_HELP)
+    p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
+    p.add_argument("--json", action="store_true", help="print exactly one JSON object on stdout")
+    p.add_argument("--out", default=None, help="also write the JSON here (the theory page reads assets/batch_cpu.json)")
+    p.add_argument("--trust-remote-code", action="store_true")
+    p.add_argument("--allow-download", action="store_true")
+    p.add_argument("--allow-pickle", action="store_true")
+
+
+def run(args: argparse.Namespace) -> int:
+    """Exit 1 when a greedy row differs from plain where the target's top two logits are not a near-tie."""
+    import torch
+
+    from specviz.experiments.batch import BatchSetup, bad_mismatches, measure_batches, results_json
+    from specviz.experiments.bench import load_prompts
+    from specviz.experiments.cost_profile import device_name
+    from specviz.runs import resolve_models
+
+    set_threads(args.threads)
+    config = RunConfig(target=args.target, draft=args.draft, drafter=args.drafter, exit_layer=args.exit_layer,
+                       num_draft_tokens=args.num_draft_tokens, temperature=args.temperature, seed=args.seed,
+                       max_new_tokens=args.max_new_tokens, chat=not args.no_chat, device=args.device, dtype=args.dtype,
+                       trust_remote_code=args.trust_remote_code, allow_download=args.allow_download, allow_pickle=args.allow_pickle)  # fmt: skip
+    setup = BatchSetup(config, tuple(load_prompts(args.prompts, [args.category])), args.repeats, args.warmup)
+    models = resolve_models(config, drafters=[args.drafter])
+    target = models.target
+    emit(f"batch: {args.drafter}, k={args.num_draft_tokens}, {len(setup.prompts)} {args.category} prompts (cycled) on "
+          f"{target.name} ({target.device}, {target.precision}), B = {','.join(map(str, args.batch))}", err=True)  # fmt: skip
+    points = measure_batches(models, setup, args.batch, on_progress=print_progress)
+    machine = {"device": str(target.device), "device_name": device_name(target.device), "dtype": target.precision,
+               "threads": torch.get_num_threads(), "torch_version": torch.__version__}  # fmt: skip
+    result = results_json(points, setup, machine)
+    if args.out:
+        Path(args.out).write_text(json.dumps(result, indent=1) + "\n", encoding="utf-8")
+        emit(f"wrote {args.out}", err=True)
+    if args.json:
+        emit(json.dumps(result))
+    else:
+        emit(f"{machine['device_name']}; {machine['dtype']}; {machine['threads']} threads")
+        emit("  B  plain tok/s  spec tok/s  ratio  tokens/pass  verify width  overhead ms/row plain, spec  load average")
+        for p in points:
+            emit(f"{p.batch_size:3d}  {p.plain_tokens_per_s:11.1f}  {p.spec_tokens_per_s:10.1f}  {p.ratio:5.2f}  "
+                  f"{p.spec_tokens_per_pass:11.2f}  {p.spec_verify_width:12.2f}  {p.plain_overhead_ms_per_row:14.2f}, "
+                  f"{p.spec_overhead_ms_per_row:.2f}  {p.load_average}")  # fmt: skip
+    for p in points:
+        if not p.physical:
+            emit(f"warning: B={p.batch_size}: a ratio of {p.ratio:.2f} beats {p.spec_tokens_per_pass:.2f} tokens per pass; "
+                  "the machine was busier for one side (check the load average, use --repeats)", err=True)  # fmt: skip
+        for m in p.mismatches:
+            emit(f"B={p.batch_size} row {m.stream}: first differs at generated token {m.position} "
+                  f"({m.token} vs plain {m.plain_token}), target top-2 margin {m.margin:.2e}", err=True)  # fmt: skip
+    bad = bad_mismatches(points)
+    if bad:
+        emit(f"error: {len(bad)} greedy row(s) differ from plain decoding away from a near-tie (margin above 1e-3)", err=True)
+        return 1
+    return 0

@@ -1,0 +1,109 @@
+"""python -m specviz bench: the sweep lives in specviz.experiments.bench; here only its arguments and its output."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from specviz.cli.options import DTYPE_HELP, check_output_file, csv_list, set_threads
+from specviz.cli.terminal import emit, print_progress
+from specviz.config import EMBEDDED_TARGET, RunConfig
+
+
+def add_parser(sub) -> None:
+    """Register `python -m specviz bench` on the CLI's subparsers."""
+    from specviz.experiments.bench import BENCH_DRAFTERS, DEFAULT_PROMPTS, SweepSpec
+
+    d = SweepSpec  # every default comes from SweepSpec, so the CLI and the Benchmark page agree
+    p = sub.add_parser(
+        "bench",
+        help="sweep drafters, k and temperature over a prompt set, against plain decoding",
+        description="Benchmark speculative decoding against plain decoding of the same target, prompt and sampling: "
+        "every setting and its baseline run interleaved, a warm-up discarded, medians and min-max of the repeats.",
+    )
+    p.add_argument("--prompts", default=str(DEFAULT_PROMPTS), help="JSON list of {category, title, prompt} (default: assets/prompts.json)")
+    p.add_argument("--categories", type=lambda s: csv_list(s, str, "--categories"), default=None, help="e.g. code,prose,copy (default: all)")
+    p.add_argument("--per-category", type=int, default=None, help="only the first N prompts of each category (default: all)")
+    p.add_argument("--drafters", type=lambda s: csv_list(s, str, "--drafters"), default=d.drafters,
+                   help=f"comma-separated, from {','.join(BENCH_DRAFTERS)} (default: {','.join(d.drafters)})")
+    p.add_argument("--k", type=lambda s: csv_list(s, int, "--k"), default=d.ks, help=f"tokens drafted per round (default: {','.join(map(str, d.ks))})")
+    p.add_argument("--temperatures", type=lambda s: csv_list(s, float, "--temperatures"), default=d.temperatures,
+                   help=f"default: {','.join(f'{t:g}' for t in d.temperatures)}")
+    p.add_argument("--tree-width", type=lambda s: csv_list(s, int, "--tree-width"), default=d.tree_widths,
+                   help="children per token-tree node, e.g. 1,2,3 (1 = a chain; k is then the node budget; default: 1)")
+    p.add_argument("--max-new-tokens", type=int, default=d.max_new_tokens)
+    p.add_argument("--repeats", type=int, default=d.repeats, help=f"timed runs of every setting, medians and min-max reported (default: {d.repeats})")
+    p.add_argument("--warmup", type=int, default=d.warmup, help=f"rotations run first and discarded, per prompt and temperature (default: {d.warmup})")
+    p.add_argument("--seed", type=int, default=d.seed)
+    p.add_argument("--target", default=EMBEDDED_TARGET, help="hub id, local folder or .gguf file (default: embedded SmolLM2-135M-Instruct)")
+    p.add_argument("--draft", default=None, help="draft model for the 'model' drafter (same tokenizer as the target)")
+    p.add_argument("--exit-layer", type=int, default=None, help="early exit: target blocks the draft runs")
+    p.add_argument("--medusa-heads", default=None, metavar="PATH", help="Medusa heads folder (default: the heads shipped for the embedded target)")
+    p.add_argument("--eagle-head", default=None, metavar="PATH", help="EAGLE head folder (default: the head shipped for the embedded target)")
+    p.add_argument("--draft-vocab", type=int, default=0, metavar="N", help="Medusa and EAGLE: a draft vocabulary of N tokens (0 = full)")
+    p.add_argument("--no-chat", action="store_true", help="feed prompts raw, without the chat template")
+    p.add_argument("--device", default="auto")
+    p.add_argument("--dtype", default="auto", help=DTYPE_HELP)
+    p.add_argument("--trust-remote-code", action="store_true")
+    p.add_argument("--allow-pickle", action="store_true", help="load .bin/.pt checkpoints (only if you trust them)")
+    p.add_argument("--allow-download", action="store_true")
+    p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice); 1 is steadier on a busy machine")
+    p.add_argument("--out", default=None, help="write the results table here (.csv, or .json for a list of records)")
+    p.add_argument("--append", action="store_true", help="add the rows to an existing --out CSV instead of replacing it")
+
+
+def run(args: argparse.Namespace) -> int:
+
+    from specviz.experiments.bench import COLUMNS, SweepSpec, first_per_category, load_prompts, rows_to_frame, run_sweep
+    from specviz.runs import resolve_models
+
+    set_threads(args.threads)
+    spec = SweepSpec(
+        drafters=tuple(args.drafters), ks=tuple(args.k), temperatures=tuple(args.temperatures),
+        max_new_tokens=args.max_new_tokens, seed=args.seed, chat=not args.no_chat, exit_layer=args.exit_layer,
+        medusa_heads=args.medusa_heads, eagle_head=args.eagle_head, draft_vocab=args.draft_vocab, repeats=args.repeats,
+        warmup=args.warmup, tree_widths=tuple(args.tree_width),
+    )
+    prompts = first_per_category(load_prompts(args.prompts, args.categories), args.per_category)
+    out = Path(args.out) if args.out else None
+    if out is not None and out.suffix.lower() not in (".csv", ".json"):
+        raise ValueError(f"--out must end in .csv or .json; got {args.out}.")
+    if args.append and (out is None or out.suffix.lower() != ".csv"):
+        raise ValueError("--append adds rows to a CSV: give --out FILE.csv.")
+    if out is not None:
+        check_output_file(args.out, "--out")  # before the sweep runs
+    if args.append and out.is_file() and out.stat().st_size > 0:
+        with out.open(encoding="utf-8") as fh:
+            if fh.readline().strip() != ",".join(COLUMNS):
+                raise ValueError(f"{out} has other columns than this benchmark writes; --append needs a CSV from the same version.")
+    where = RunConfig(target=args.target, draft=args.draft, exit_layer=args.exit_layer, medusa_heads=args.medusa_heads, eagle_head=args.eagle_head,
+                      draft_vocab=args.draft_vocab, device=args.device, dtype=args.dtype, trust_remote_code=args.trust_remote_code,
+                      allow_download=args.allow_download, allow_pickle=args.allow_pickle)  # fmt: skip
+    models = resolve_models(where, drafters=[d for d in spec.drafters if d != "model" or args.draft])  # run_sweep names a missing draft
+    target, draft = models.target, models.draft
+    emit(
+        f"benchmark: {len(prompts)} prompts, {spec.num_settings(len(prompts))} settings x ({spec.warmup} warm-up + "
+        f"{spec.repeats} repeats) = {spec.num_runs(len(prompts))} runs on {target.name} ({target.device}, {target.precision})",
+        err=True,
+    )
+    frame = rows_to_frame(run_sweep(target, prompts, spec, draft=draft, early_exit=models.early_exit, heads=models.heads, eagle=models.eagle,
+                                    on_progress=print_progress))  # fmt: skip
+    if out is not None:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        if out.suffix.lower() == ".json":
+            out.write_text(frame.to_json(orient="records", indent=1), encoding="utf-8")
+        else:
+            append = args.append and out.is_file() and out.stat().st_size > 0
+            frame.to_csv(out, index=False, float_format="%.4g", mode="a" if append else "w", header=not append)
+        emit(f"wrote {len(frame)} rows to {out}", err=True)
+    show = ["category", "prompt", "drafter", "k", "temperature", "alpha", "acceptance_rate", "tokens_per_pass",
+            "baseline_tokens_per_s", "speedup", "speedup_low", "speedup_high", "speedup_cpu", "verify_cost"]
+    if len(spec.tree_widths) > 1:
+        show.insert(4, "tree_width")
+    emit(frame[show].to_string(index=False, float_format=lambda x: f"{x:.2f}", na_rep="n/a"))
+    if len(spec.tree_widths) > 1:
+        from specviz.experiments.bench import tree_vs_chain_table
+
+        emit("\ntrees vs chains at the same node budget k (means over prompts):")
+        emit(tree_vs_chain_table(frame).to_string(index=False, float_format=lambda x: f"{x:.2f}", na_rep="n/a"))
+    return 0

@@ -1,0 +1,76 @@
+"""python -m specviz serve: the target (speculating, or not with --drafter none) behind an OpenAI-compatible API
+(specviz.workshop.service), and the service options serve-pair shares (docs/race.md)."""
+
+from __future__ import annotations
+
+import argparse
+
+from specviz.cli.options import DTYPE_HELP, set_threads
+from specviz.cli.terminal import emit
+from specviz.config import DRAFTER_KINDS, EMBEDDED_TARGET, RunConfig
+
+
+def add_service_options(p: argparse.ArgumentParser) -> None:
+    """What a served model decodes with, and the owner's caps (serve and serve-pair)."""
+    from specviz.workshop.service import ServiceConfig
+
+    d, s = RunConfig, ServiceConfig
+    p.add_argument("--target", default=EMBEDDED_TARGET, help="hub id, local folder or .gguf file (default: embedded SmolLM2-135M-Instruct)")
+    p.add_argument("--draft", default=None, help="draft model for --drafter model (same tokenizer as the target)")
+    p.add_argument("--num-draft-tokens", "-k", type=int, default=d.num_draft_tokens)
+    p.add_argument("--tree-width", type=int, default=d.tree_width, help="children per node of a token tree (1 = a chain)")
+    p.add_argument("--exit-layer", type=int, default=None, help="early exit: target blocks the draft runs")
+    p.add_argument("--medusa-heads", default=None, metavar="PATH", help="Medusa heads folder (default: the heads shipped for the embedded target)")
+    p.add_argument("--ngram-max", type=int, default=d.ngram_max)
+    p.add_argument("--ngram-threshold", type=float, default=d.ngram_threshold)
+    p.add_argument("--temperature", type=float, default=d.temperature, help="for requests that name none (default 0: greedy)")
+    p.add_argument("--seed", type=int, default=d.seed, help="for requests that name none")
+    p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1: this machine only)")
+    p.add_argument("--model-id", default=None, help="the id /v1/models lists and requests name (default: --target)")
+    p.add_argument("--max-tokens", type=int, default=s.max_tokens, help=f"cap on a request's max_tokens, and its default (default {s.max_tokens})")
+    p.add_argument("--max-prompt-tokens", type=int, default=s.max_prompt_tokens,
+                   help=f"cap on the prompt in the target's tokens, chat template included (default {s.max_prompt_tokens})")
+    p.add_argument("--max-streams", type=int, default=s.max_streams, help=f"requests decoded at once, streamed or not; more get 429 (default {s.max_streams})")
+    p.add_argument("--chunks", choices=("round", "token"), default=s.chunks, help="one SSE chunk per round (default) or per token")
+    p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
+    p.add_argument("--device", default="auto")
+    p.add_argument("--dtype", default="auto", help=DTYPE_HELP)
+    p.add_argument("--trust-remote-code", action="store_true")
+    p.add_argument("--allow-download", action="store_true")
+    p.add_argument("--allow-pickle", action="store_true")
+
+
+def add_parser(sub) -> None:
+    """Register `serve` on the CLI's subparsers."""
+    p = sub.add_parser("serve", help="serve the target (speculating, or not with --drafter none) behind an OpenAI-compatible API")
+    p.add_argument("--drafter", choices=DRAFTER_KINDS, default=RunConfig.drafter, help=f"default: {RunConfig.drafter}; none serves plain decoding")
+    p.add_argument("--port", type=int, default=8000, help="default 8000")
+    p.add_argument("--hide-truth", action="store_true", help="leave the drafter and tokens per target pass out of responses (the room exercise)")
+    add_service_options(p)
+
+
+def service_config(args: argparse.Namespace, drafter: str, hide_truth: bool):
+    from specviz.workshop.service import ServiceConfig
+
+    set_threads(args.threads)
+    run = RunConfig(
+        target=args.target, draft=args.draft, drafter=drafter, num_draft_tokens=args.num_draft_tokens, tree_width=args.tree_width,
+        exit_layer=args.exit_layer, medusa_heads=args.medusa_heads, ngram_max=args.ngram_max, ngram_threshold=args.ngram_threshold,
+        temperature=args.temperature, seed=args.seed, max_new_tokens=args.max_tokens, device=args.device, dtype=args.dtype,
+        trust_remote_code=args.trust_remote_code, allow_download=args.allow_download, allow_pickle=args.allow_pickle,
+    )  # fmt: skip
+    return ServiceConfig(run, args.model_id or args.target, args.max_tokens, args.max_prompt_tokens, args.max_streams, args.chunks, not hide_truth)
+
+
+def run(args: argparse.Namespace) -> int:
+    from specviz.runs import resolve_models
+    from specviz.workshop.service import load_on_model_thread, run_server
+
+    config = service_config(args, args.drafter, args.hide_truth)
+    service = load_on_model_thread(config, lambda: resolve_models(config.run))  # torch's threads: see its docstring
+    models = service.models
+    what = "plain decoding" if args.drafter == "none" else f"{args.drafter}, k={args.num_draft_tokens}"
+    emit(f"serving {config.model_id!r} ({models.target.device}, {models.target.precision}; "
+         f"{'hidden' if args.hide_truth else what}) at http://{args.host}:{args.port}/v1", err=True, flush=True)  # fmt: skip
+    run_server(service, args.host, args.port)
+    return 0
