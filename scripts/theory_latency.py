@@ -24,12 +24,9 @@ import sys
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-
-from scripts.load_test import new_driver, start_server, stop_server  # noqa: E402
-from specviz.ui.timing import parse_line  # noqa: E402
-from tests.browser.st_browser import open_page, slider_value, wait_idle  # noqa: E402
+from specviz.loadtest.browser import new_driver, open_page, slider_value, wait_idle
+from specviz.loadtest.server import start_server, stop_server
+from specviz.ui.timing import parse_line
 
 KEY = "theory_alpha"
 ARM_JS = """

@@ -1,5 +1,5 @@
 """Any client can send Streamlit's clear_cache message (issue 32, item 2). Against a real `streamlit run app.py` with
-the embedded model, spoken to with the protocol client (scripts/st_protocol.py), no browser:
+the embedded model, spoken to with the protocol client (specviz/loadtest/protocol.py), no browser:
 
 * the owner (loopback, no proxy header: local mode, where Streamlit handles the message) sends 20 clears, each
   followed by a page run that asks for the model, and a follower's page run that registers with the process's
@@ -23,7 +23,7 @@ import time
 import psutil
 import pytest
 
-from scripts.st_protocol import StSession
+from specviz.loadtest.protocol import StSession
 from specviz.workshop.presentation import PresentationStore
 from tests.browser.conftest import REPO, run_app
 

@@ -16,9 +16,9 @@ from urllib.parse import parse_qs, urlencode, urlparse
 
 import pytest
 
+from specviz.loadtest.browser import click_button, exceptions, main_text, metric_value, stream_text, wait, wait_idle
 from specviz.workshop.saved_runs import RunStore
 from tests.browser.conftest import REPO, _free_port, _healthy
-from tests.browser.st_browser import click_button, exceptions, main_text, metric_value, stream_text, wait, wait_idle
 from tests.test_room_supervisor import wait_or_fail
 
 STEP_TIMEOUT_S = 180

@@ -1,6 +1,7 @@
-"""The protocol load test (scripts/load_test.py --client protocol): N sessions through the real server, no browsers.
+"""The protocol load test (`python scripts/load_test.py --client protocol`): N sessions through the real server, no
+browsers.
 
-Each session (scripts/st_protocol.py) opens the page with its own prompt, drafter, seed and temperature in the
+Each session (specviz.loadtest.protocol) opens the page with its own prompt, drafter, seed and temperature in the
 query string (the page's share-link parameters), then presses Step --steps times with --think-s seconds between
 presses (a participant reads the page), starting at a random offset within the first think time so the room does
 not click in lockstep. After every Step its token stream must equal the same session's solo run (each session
@@ -10,6 +11,7 @@ a round) and the queue waits; psutil gives the server's RSS before, at its peak 
 
 from __future__ import annotations
 
+import json
 import logging
 import random
 import statistics
@@ -19,10 +21,11 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from scripts.st_protocol import StSession
+from specviz.loadtest.protocol import StSession
 from specviz.ui.timing import parse_line
 
 log = logging.getLogger("load_test")
+MAX_PROTOCOL_SESSIONS = 200  # no browsers: the server is the limit
 DRAFTERS = ("ngram", "lookup", "early-exit", "none")  # what a participant may pick on the default shared server
 TEMPERATURES = (0.0, 0.7, 0.0, 1.0, 0.0, 1.3)
 PROMPTS = (
@@ -186,3 +189,12 @@ def details(solo: list[Outcome], outcomes: list[Outcome]) -> list[str]:
         out.append(f"#{p.index:<3} {p.drafter:<10} T={p.temperature:<4g} same as solo: {'yes' if same else 'NO'}  client s/Step p50 {client:.2f}  sidebar reruns {o.sidebar_reruns}")
         out += [f"      error: {e[:160]}" for e in s.errors + o.errors]
     return out
+
+
+def print_result(result: dict, as_json: bool, width: int = 32) -> None:
+    """One JSON object, or one `key value` line per field."""
+    if as_json:
+        print(json.dumps(result))
+        return
+    for key, value in result.items():
+        print(f"{key:{width}} {value}")
