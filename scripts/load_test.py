@@ -214,16 +214,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--stagger", action="store_true", help="open and set up the browsers one at a time (a small machine cannot start 16 at once); the Steps are still at once")
     parser.add_argument("--timeout-s", type=float, default=1800.0, help="give up after this long")
     args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", datefmt="%H:%M:%S")
+    lp.start_run(args.timeout_s)
     counts = [int(c) for c in args.knee.split(",")] if args.knee else [args.sessions]
     limit = MAX_PROTOCOL_SESSIONS if args.client == "protocol" else MAX_SESSIONS
     if not all(1 <= c <= limit for c in counts):
         parser.error(f"--sessions (and each --knee count) must be between 1 and {limit}")
     if args.url and urllib.parse.urlparse(args.url).hostname not in LOOPBACK:
         parser.error("--url must be a loopback address (127.0.0.1, localhost, ::1): this script only tests this machine")
-    watchdog = threading.Timer(args.timeout_s, lambda: os._exit(3))
-    watchdog.daemon = True
-    watchdog.start()
 
     proc, log_path = None, Path(os.environ.get("TMPDIR", "/tmp")) / f"specviz_load_test_{os.getpid()}.log"
     if args.url:

@@ -69,7 +69,6 @@ import logging
 import os
 import random
 import re
-import signal
 import socket
 import subprocess
 import sys
@@ -86,7 +85,7 @@ from specviz.loadtest import harness as lp
 from specviz.loadtest.presenter import PRESENTER, Follower, follow, redraw_latencies
 from specviz.loadtest.protocol import SIDEBAR, StSession
 from specviz.loadtest.room import RoomHandle, pin_replica, room
-from specviz.loadtest.server import healthy
+from specviz.loadtest.server import healthy, stop_server
 from specviz.workshop.room import free_port
 
 log = logging.getLogger("room_attacks")
@@ -978,12 +977,7 @@ def streamlit_server(address: str, workdir: Path) -> Iterator[int]:
             time.sleep(0.25)
         yield port
     finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=5)
+        stop_server(proc, timeout_s=30)
 
 
 def attack_owner(h: Harness, cfg: Config) -> dict:
@@ -1385,10 +1379,7 @@ def exit_code(rows: list[dict]) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", datefmt="%H:%M:%S")
-    watchdog = threading.Timer(args.timeout_s, lambda: os._exit(3))
-    watchdog.daemon = True
-    watchdog.start()
+    lp.start_run(args.timeout_s)
     cfg = config_from(args)
     goals = Goals(rss_budget_mb=args.rss_budget_mb if args.rss_budget_mb is not None else default_rss_budget_mb(), thread_slack=args.thread_slack, max_guesses_per_min=args.max_guesses_per_min)
     owner = {"SPECVIZ_MAX_PROMPT_TOKENS": str(cfg.max_prompt_tokens), **args.owner}

@@ -38,6 +38,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from specviz.loadtest import REPO
+from specviz.loadtest.harness import cpu_model
 from specviz.loadtest.protocol import StSession
 from specviz.loadtest.server import healthy
 from specviz.workshop.room import free_port
@@ -257,15 +258,6 @@ def compressed_mb(tag: str) -> float:
             total += out.stat().st_size
             out.unlink()
     return total / 2**20
-
-
-def cpu_model() -> str:
-    try:
-        out = subprocess.run(["lscpu"], capture_output=True, text=True, timeout=10).stdout
-    except (OSError, subprocess.SubprocessError):
-        return "unknown (no lscpu)"
-    fields = dict(line.split(":", 1) for line in out.splitlines() if ":" in line)
-    return f"{fields.get('Model name', '?').strip()}, {fields.get('CPU(s)', '?').strip()} CPUs"
 
 
 def main(argv: list[str] | None = None) -> int:

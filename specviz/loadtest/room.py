@@ -8,7 +8,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -19,7 +18,7 @@ from pathlib import Path
 from specviz.loadtest import REPO
 from specviz.loadtest import harness as lp
 from specviz.loadtest.protocol import StSession
-from specviz.loadtest.server import healthy
+from specviz.loadtest.server import healthy, stop_server
 from specviz.ui.timing import parse_line
 from specviz.workshop.room import free_port
 
@@ -74,12 +73,7 @@ def room(replicas: int, workdir: Path, env: dict[str, str] | None = None, args: 
             raise SystemExit(f"{exc}:\n{log_path.read_text(errors='replace')[-3000:]}") from None
         yield RoomHandle(status["url"], status_file, log_path)
     finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=5)
+        stop_server(proc, timeout_s=30)
 
 
 def sticky_replica(session: StSession) -> str | None:

@@ -126,11 +126,7 @@ def drive(url: str, p: lp.Person, steps: int, max_new_tokens: int, think_s: floa
                 kill.barrier.wait(timeout=BARRIER_TIMEOUT_S)
                 kill.done.wait(timeout=BARRIER_TIMEOUT_S)
             phase = f"step {n + 1}"
-            result = _step(session, out, n)
-            out.client_s.append(result.seconds)
-            if session.metric("rounds") != str(n + 1) and not lp.finished(session):
-                out.errors.append(f"{phase}: the page shows rounds={session.metric('rounds')!r}; alerts: {session.alerts()[:2]}")
-            out.streams.append(session.token_stream())
+            lp.record_step(session, out, n, _step(session, out, n))
             if n + 1 < steps:
                 time.sleep(think_s)
         out.errors += [f"page exception: {e[:200]}" for e in session.exceptions()]
@@ -258,10 +254,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", datefmt="%H:%M:%S")
-    watchdog = threading.Timer(args.timeout_s, lambda: os._exit(3))
-    watchdog.daemon = True
-    watchdog.start()
+    lp.start_run(args.timeout_s)
     if args.presenter:
         result = (run_forks if args.fork else run_presenter)(args, room)
         print(json.dumps(result) if args.json else json.dumps(result, indent=1))

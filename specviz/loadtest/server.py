@@ -51,12 +51,12 @@ def start_server(mode: str, log_path: Path, *, drop_env: tuple[str, ...] = ("STR
     return proc, url
 
 
-def stop_server(proc: subprocess.Popen) -> None:
-    """SIGTERM, then SIGKILL after 15 s."""
+def stop_server(proc: subprocess.Popen, timeout_s: float = 15) -> None:
+    """SIGTERM (a room stops HAProxy and its replicas on it), then SIGKILL after `timeout_s`."""
     if proc.poll() is None:
         proc.terminate()
         try:
-            proc.wait(timeout=15)
+            proc.wait(timeout=timeout_s)
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait(timeout=5)
