@@ -90,7 +90,7 @@ from specviz.workshop.room import free_port
 
 log = logging.getLogger("room_attacks")
 
-# --- what this script knows of the app: pages, widget keys, labels, message patterns (one place) ------------------
+# --- what the attacks know of the app: pages, widget keys, labels, message patterns (one place) -----------------
 STEP_PAGE, LAB_PAGE, BENCH_PAGE = "", "exactness", "benchmark"  # URL paths (specviz/ui/navigation.py)
 KEY_STEP, KEY_RESET, KEY_RUN_ALL = "step", "reset", "run_all"  # specviz/ui/controls.py
 KEY_PROMPT, KEY_COMPARE, KEY_MAX_NEW, KEY_ADAPTIVE_K = "prompt", "compare", "max_new_tokens", "adaptive_k"  # specviz/ui/sidebar.py
