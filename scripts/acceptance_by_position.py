@@ -14,15 +14,14 @@ import argparse
 import sys
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
+from specviz.config import EMBEDDED_TARGET, RunConfig
+from specviz.core.metrics import run_metrics
+from specviz.core.theory import best_k, best_k_by_position, expected_tokens, expected_tokens_by_position
+from specviz.experiments.bench import load_prompts
+from specviz.experiments.cost_profile import load_profile
+from specviz.viz.metrics import decay_note, reliable_rates
 
-from specviz.config import EMBEDDED_TARGET, RunConfig  # noqa: E402
-from specviz.core.metrics import run_metrics  # noqa: E402
-from specviz.core.theory import best_k, best_k_by_position, expected_tokens, expected_tokens_by_position  # noqa: E402
-from specviz.experiments.bench import load_prompts  # noqa: E402
-from specviz.experiments.cost_profile import load_profile  # noqa: E402
-from specviz.viz.metrics import decay_note, reliable_rates  # noqa: E402
+REPO = Path(__file__).resolve().parents[1]
 
 
 def main(argv: list[str] | None = None) -> int:

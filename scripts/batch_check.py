@@ -19,12 +19,11 @@ import argparse
 import sys
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
+from specviz.core.theory import crossover_batch, predicted_batch_ratio, schedule_ms
+from specviz.experiments.batch import BatchPoint, load_batch_results
+from specviz.experiments.cost_profile import load_profile
 
-from specviz.core.theory import crossover_batch, predicted_batch_ratio, schedule_ms  # noqa: E402
-from specviz.experiments.batch import BatchPoint, load_batch_results  # noqa: E402
-from specviz.experiments.cost_profile import load_profile  # noqa: E402
+REPO = Path(__file__).resolve().parents[1]
 
 
 def predict(point: BatchPoint, passes: dict[int, tuple[float, ...]], draft_ms_per_token: float) -> tuple[float, float, float]:

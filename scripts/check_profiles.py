@@ -12,10 +12,9 @@ import argparse
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+from specviz.experiments.cost_profile import load_profile
 
-from specviz.experiments.cost_profile import load_profile  # noqa: E402
+ROOT = Path(__file__).resolve().parent.parent
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -26,15 +26,14 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+from specviz.config import EMBEDDED_TARGET, RunConfig
+from specviz.core.decoding import SpeculativeDecoder
+from specviz.core.metrics import Totals, pooled
+from specviz.drafters import NGramDrafter, NoDrafter
+from specviz.experiments.bench import BASELINE, BenchPrompt, RunSample, first_per_category, measure_setups
+from specviz.experiments.bench import load_prompts as bench_load_prompts
 
-from specviz.config import EMBEDDED_TARGET, RunConfig  # noqa: E402
-from specviz.core.decoding import SpeculativeDecoder  # noqa: E402
-from specviz.core.metrics import Totals, pooled  # noqa: E402
-from specviz.drafters import NGramDrafter, NoDrafter  # noqa: E402
-from specviz.experiments.bench import BASELINE, BenchPrompt, RunSample, first_per_category, measure_setups  # noqa: E402
-from specviz.experiments.bench import load_prompts as bench_load_prompts  # noqa: E402
+ROOT = Path(__file__).resolve().parent.parent
 
 DRAFTERS = ("lookup", "ngram", "ngram-greedy", "early-exit")  # ngram-greedy: argmax drafts scored with a one-hot q
 

@@ -38,26 +38,19 @@ from __future__ import annotations
 import argparse
 import os
 import re
-import signal
-import socket
 import statistics
-import subprocess
-import sys
 import tempfile
 import time
-import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-
-from tests.browser.st_browser import (  # noqa: E402  (the browser tests' waits)
+from specviz.loadtest.browser import (  # the browser tests' waits
     click_button,
     exceptions,
     keyed,
     main_text,
+    new_driver,
     nudge_slider,
     open_page,
     set_text,
@@ -65,54 +58,11 @@ from tests.browser.st_browser import (  # noqa: E402  (the browser tests' waits)
     slider_value,
     wait_idle,
 )
+from specviz.loadtest.server import start_server, stop_server
 
 TURN = re.compile(r"specviz turn: (?P<what>.+?) waited (?P<waited>[0-9.]+) s for")
 STEP_TURN = "your round"
 LONG_PROMPT = "Write the opening paragraph of a short story about a lighthouse keeper who finds a message in a bottle. "
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def start_server(log_path: Path) -> tuple[subprocess.Popen, str]:
-    port = free_port()
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("STREAMLIT_", "SPECVIZ_"))}
-    env.update(SPECVIZ_MODE="shared", HF_HUB_OFFLINE="1", PYTHONUNBUFFERED="1")
-    cmd = [
-        sys.executable, "-m", "streamlit", "run", "app.py", "--server.port", str(port), "--server.headless", "true",
-        "--server.address", "127.0.0.1", "--server.fileWatcherType", "none", "--browser.gatherUsageStats", "false",
-        "--logger.level", "debug",
-    ]  # fmt: skip
-    with open(log_path, "wb") as log:
-        proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT)
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
-        try:
-            with urllib.request.urlopen(f"{url}/_stcore/health", timeout=2):
-                return proc, url
-        except OSError:
-            if proc.poll() is not None:
-                break
-            time.sleep(0.25)
-    proc.kill()
-    raise SystemExit(f"the server did not start:\n{log_path.read_text(errors='replace')[-3000:]}")
-
-
-def new_driver():
-    from selenium import webdriver
-    from selenium.webdriver.chrome.service import Service
-
-    options = webdriver.ChromeOptions()
-    options.binary_location = "/usr/bin/chromium"
-    for arg in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--window-size=1400,2000"):
-        options.add_argument(arg)
-    driver = webdriver.Chrome(service=Service("/usr/bin/chromedriver"), options=options)
-    driver.set_page_load_timeout(180)
-    return driver
 
 
 def add_option(driver, key: str, text: str) -> None:
@@ -306,12 +256,13 @@ def parse_args() -> argparse.Namespace:
 def main() -> int:
     args = parse_args()
     log_path = Path(tempfile.mkdtemp(prefix="specviz-contention-")) / "server.log"
-    proc, url = start_server(log_path)
+    # shared mode, no inherited SPECVIZ_ settings, debug logging: the server log has every model turn it granted
+    proc, url = start_server("shared", log_path, drop_env=("STREAMLIT_", "SPECVIZ_"), args=("--logger.level", "debug"))
     steps_driver = job_driver = None
     results: list[JobResult] = []
     try:
         load_before = os.getloadavg()[0]
-        steps_driver, job_driver = new_driver(), new_driver()
+        steps_driver, job_driver = new_driver("1400,2000"), new_driver("1400,2000")
         open_page(steps_driver, url, "?max_new_tokens=256")
         solo = [step_once(steps_driver) for _ in range(2 if args.quick else args.solo_steps)]
         for name in args.jobs:
@@ -322,11 +273,7 @@ def main() -> int:
         for d in (steps_driver, job_driver):
             if d is not None:
                 d.quit()
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+        stop_server(proc)
     status = report(results, solo, (load_before, load_after), args)
     print(f"server log: {log_path}")
     if raised:

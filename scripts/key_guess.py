@@ -33,12 +33,9 @@ import time
 from collections import Counter
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-
-from scripts.room_load_test import room  # noqa: E402
-from scripts.st_protocol import StSession  # noqa: E402
-from specviz.workshop.presenter_key import GUARD_NAME, generate_key  # noqa: E402
+from specviz.loadtest.protocol import StSession
+from specviz.loadtest.room import room
+from specviz.workshop.presenter_key import GUARD_NAME, generate_key
 
 log = logging.getLogger("key_guess")
 WRONG = "That is not the presenter key"

@@ -7,7 +7,7 @@
 
 Through a room of replicas behind HAProxy, one of them killed mid-run: scripts/room_load_test.py (docs/rooms.md).
 
---client protocol (scripts/load_protocol.py) speaks Streamlit's websocket protocol without browsers, so it measures
+--client protocol (specviz.loadtest.harness) speaks Streamlit's websocket protocol without browsers, so it measures
 the server: p50/p95 server-side Step time and queue wait from the server's `specviz.timing` log, Steps per second,
 RSS before / peak / after. --json prints one JSON object: {"sessions", "steps", "all_equal_solo", "exceptions",
 "server_step_s": {"p50", "p95"}, "queue_wait_s": {"p50", "p95"}, "steps_per_s", "rss_mb": {"before", "peak", "after"}}
@@ -32,11 +32,10 @@ Needs Debian's chromium and chromium-driver (the browser tests use the same), se
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import os
-import socket
 import statistics
-import subprocess
 import sys
 import threading
 import time
@@ -46,14 +45,14 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-
-from specviz.drafters.specs import drafter_label  # noqa: E402  (the sidebar's menu lines)
-from tests.browser.st_browser import (  # noqa: E402  (the browser tests' waits, which work on this machine)
+from specviz.drafters.specs import drafter_label  # the sidebar's menu lines
+from specviz.loadtest import harness as lp
+from specviz.loadtest.browser import (
+    choose,
     click_button,
     exceptions,
     metric_value,
+    new_driver,
     open_page,
     set_text,
     slider_to_end,
@@ -62,13 +61,16 @@ from tests.browser.st_browser import (  # noqa: E402  (the browser tests' waits,
     wait,
     wait_idle,
 )
+from specviz.loadtest.harness import (  # one list of participants' choices for both clients
+    DRAFTERS,
+    MAX_PROTOCOL_SESSIONS,
+    PROMPTS,
+)
+from specviz.loadtest.server import LOOPBACK, RssSampler, rss_mb, start_server, stop_server
 
 log = logging.getLogger("load_test")
-LOOPBACK = ("127.0.0.1", "localhost", "::1", "[::1]")
 MAX_SESSIONS = 32
-MAX_PROTOCOL_SESSIONS = 200  # no browsers: the server is the limit
 STEP_TIMEOUT_S = 300
-from scripts.load_protocol import DRAFTERS, PROMPTS  # noqa: E402  (one list of participants' choices for both clients)
 
 
 @dataclass(frozen=True)
@@ -97,122 +99,7 @@ def participants(n: int) -> list[Participant]:
     return [Participant(i, PROMPTS[i % len(PROMPTS)] + ("" if i < len(PROMPTS) else f" ({i})"), DRAFTERS[i % len(DRAFTERS)], 100 + i, i % 2 == 1) for i in range(n)]
 
 
-# --- the server -----------------------------------------------------------------------------------------------
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def healthy(url: str) -> bool:
-    try:
-        with urllib.request.urlopen(f"{url}/_stcore/health", timeout=2) as resp:
-            return resp.status == 200
-    except OSError:
-        return False
-
-
-def start_server(mode: str, log_path: Path, timeout_s: float = 120) -> tuple[subprocess.Popen, str]:
-    port = free_port()
-    env = {k: v for k, v in os.environ.items() if not k.startswith("STREAMLIT_")}
-    env.update(PYTHONUNBUFFERED="1", HF_HUB_OFFLINE="1", STREAMLIT_BROWSER_GATHER_USAGE_STATS="false", SPECVIZ_MODE=mode)
-    cmd = [
-        sys.executable, "-m", "streamlit", "run", "app.py", "--server.port", str(port), "--server.headless", "true",
-        "--server.address", "127.0.0.1", "--server.fileWatcherType", "none",
-    ]  # fmt: skip
-    with open(log_path, "wb") as out:
-        proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT)
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + timeout_s
-    while not healthy(url):
-        if proc.poll() is not None or time.monotonic() > deadline:
-            stop_server(proc)
-            raise SystemExit(f"the server did not start:\n{log_path.read_text(errors='replace')[-3000:]}")
-        time.sleep(0.25)
-    return proc, url
-
-
-def stop_server(proc: subprocess.Popen) -> None:
-    if proc.poll() is None:
-        proc.terminate()
-        try:
-            proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=5)
-
-
-def rss_mb(pid: int | None) -> float | None:
-    if pid is None:
-        return None
-    try:
-        import psutil
-
-        return psutil.Process(pid).memory_info().rss / 2**20
-    except ImportError:
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) / 1024
-    except Exception:
-        return None
-    return None
-
-
-class RssSampler:
-    """The server's RSS every `every_s` seconds in a thread; peak and last."""
-
-    def __init__(self, pid: int | None, every_s: float = 0.5) -> None:
-        self.pid, self.every_s, self.samples = pid, every_s, []
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            value = rss_mb(self.pid)
-            if value is not None:
-                self.samples.append(value)
-            self._stop.wait(self.every_s)
-
-    def __enter__(self) -> RssSampler:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self._stop.set()
-        self._thread.join(5)
-
-
 # --- one browser session ----------------------------------------------------------------------------------------
-
-
-def new_driver():
-    from selenium import webdriver
-    from selenium.webdriver.chrome.service import Service
-
-    options = webdriver.ChromeOptions()
-    options.binary_location = os.environ.get("SPECVIZ_CHROMIUM", "/usr/bin/chromium")
-    for arg in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-dev-shm-usage", "--window-size=1400,1600"):
-        options.add_argument(arg)
-    driver = webdriver.Chrome(service=Service(os.environ.get("SPECVIZ_CHROMEDRIVER", "/usr/bin/chromedriver")), options=options)
-    driver.set_page_load_timeout(180)
-    return driver
-
-
-def choose(driver, key: str, label: str) -> None:
-    """Pick `label` in the selectbox with this key: open its list, click the option (a react-aria combobox)."""
-    from selenium.webdriver.common.by import By
-
-    field = f".st-key-{key} input[role='combobox']"
-    wait(driver, 60).until(lambda d: d.find_elements(By.CSS_SELECTOR, field))
-    if driver.find_element(By.CSS_SELECTOR, field).get_attribute("value") == label:
-        return
-    driver.find_element(By.CSS_SELECTOR, f".st-key-{key} button[aria-haspopup='listbox']").click()
-    option = f"//*[@role='option'][normalize-space()={label!r}]"
-    wait(driver, 30).until(lambda d: d.find_elements(By.XPATH, option))
-    driver.find_element(By.XPATH, option).click()
-    wait(driver, 30).until(lambda d: d.find_element(By.CSS_SELECTOR, field).get_attribute("value") == label)
 
 
 def prepare(driver, url: str, p: Participant) -> None:
@@ -305,11 +192,6 @@ def drive(driver, url: str, p: Participant, rounds: int, barrier: threading.Barr
     return out
 
 
-def percentile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, max(0, round(q * (len(ordered) - 1))))]
-
-
 # --- main ---------------------------------------------------------------------------------------------------------
 
 
@@ -332,16 +214,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--stagger", action="store_true", help="open and set up the browsers one at a time (a small machine cannot start 16 at once); the Steps are still at once")
     parser.add_argument("--timeout-s", type=float, default=1800.0, help="give up after this long")
     args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", datefmt="%H:%M:%S")
+    lp.start_run(args.timeout_s)
     counts = [int(c) for c in args.knee.split(",")] if args.knee else [args.sessions]
     limit = MAX_PROTOCOL_SESSIONS if args.client == "protocol" else MAX_SESSIONS
     if not all(1 <= c <= limit for c in counts):
         parser.error(f"--sessions (and each --knee count) must be between 1 and {limit}")
     if args.url and urllib.parse.urlparse(args.url).hostname not in LOOPBACK:
         parser.error("--url must be a loopback address (127.0.0.1, localhost, ::1): this script only tests this machine")
-    watchdog = threading.Timer(args.timeout_s, lambda: os._exit(3))
-    watchdog.daemon = True
-    watchdog.start()
 
     proc, log_path = None, Path(os.environ.get("TMPDIR", "/tmp")) / f"specviz_load_test_{os.getpid()}.log"
     if args.url:
@@ -402,10 +281,6 @@ def main(argv: list[str] | None = None) -> int:
 
 def protocol_main(args, counts: list[int], url: str, pid: int | None, log_path: Path | None) -> int:
     """Solo runs of the largest room, then each room size together; prints tables or JSON; 0 when every run passes."""
-    import json
-
-    from scripts import load_protocol as lp
-
     crowd = lp.people(max(counts))
     solo = lp.solo_runs(url, crowd, args.rounds, args.max_new_tokens)
     log.info("solo runs done; letting the server free them for %.0f s", args.settle_s)
@@ -476,9 +351,9 @@ def report(people, solo, together, rss_cold, rss_before, during, rss_after, serv
     print("| measure | value |\n|---|---|")
     print(f"| sessions × Steps | {len(people)} × {len(steps) // max(1, len(people))} |")
     if solo_steps:
-        print(f"| s per Step alone: p50 / p95 | {statistics.median(solo_steps):.2f} / {percentile(solo_steps, 0.95):.2f} |")
+        print(f"| s per Step alone: p50 / p95 | {statistics.median(solo_steps):.2f} / {lp.percentile(solo_steps, 0.95):.2f} |")
     if steps:
-        print(f"| s per Step, {len(people)} at once: p50 / p95 | {statistics.median(steps):.2f} / {percentile(steps, 0.95):.2f} |")
+        print(f"| s per Step, {len(people)} at once: p50 / p95 | {statistics.median(steps):.2f} / {lp.percentile(steps, 0.95):.2f} |")
     print(f"| tracebacks in the server log | {tracebacks} |")
     fmt = lambda v: "n/a" if v is None else f"{v:.0f} MB"  # noqa: E731
     print(f"| server RSS: cold start | {fmt(rss_cold)} |")

@@ -20,17 +20,14 @@ import pickle
 import sys
 import time
 from collections.abc import Sequence
-from pathlib import Path
 
 import psutil
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from specviz.config import RunConfig  # noqa: E402
-from specviz.core.decoding import DecodeConfig, SpeculativeDecoder  # noqa: E402
-from specviz.core.records import StepRecord  # noqa: E402
-from specviz.drafters import NGramDrafter, PromptLookupDrafter  # noqa: E402
+from specviz.config import RunConfig
+from specviz.core.decoding import DecodeConfig, SpeculativeDecoder
+from specviz.core.records import StepRecord
+from specviz.drafters import NGramDrafter, PromptLookupDrafter
 
 PROMPT = (
     "Repeat this list, one colour per line, ten times: red, orange, yellow, green, blue, indigo, violet. "

@@ -11,19 +11,17 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import sys
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
+from specviz.config import EMBEDDED_TARGET, RunConfig
+from specviz.models import encode_prompt, environment, load_model, token_bytes
+from specviz.recording import build_recording, dumps, recorded_run
+from specviz.runs import build_decoder
+from specviz.viz.figures import BASELINE_RUN
+from specviz.viz.tokens import TokenTable
 
-from specviz.config import EMBEDDED_TARGET, RunConfig  # noqa: E402
-from specviz.models import encode_prompt, environment, load_model, token_bytes  # noqa: E402
-from specviz.recording import build_recording, dumps, recorded_run  # noqa: E402
-from specviz.runs import build_decoder  # noqa: E402
-from specviz.viz.figures import BASELINE_RUN  # noqa: E402
-from specviz.viz.tokens import TokenTable  # noqa: E402
+REPO = Path(__file__).resolve().parents[1]
 
 LABELS = {"lookup": "prompt lookup", "ngram": "n-gram model", "model": "draft model", "early-exit": "early exit", "none": "plain decoding"}
 TOP_N = 10

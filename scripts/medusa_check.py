@@ -34,13 +34,10 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-
-from specviz.config import RunConfig  # noqa: E402
-from specviz.core.metrics import head_acceptance, speedup_disturbed  # noqa: E402
-from specviz.experiments.bench import BASELINE, BenchPrompt, first_per_category, load_prompts, measure_setups  # noqa: E402
-from specviz.experiments.measure import paired_ratio  # noqa: E402
+from specviz.config import RunConfig
+from specviz.core.metrics import head_acceptance, speedup_disturbed
+from specviz.experiments.bench import BASELINE, BenchPrompt, first_per_category, load_prompts, measure_setups
+from specviz.experiments.measure import paired_ratio
 
 OPEN_PARAGRAPH = BenchPrompt(
     "paragraph", "open-ended", "Write a paragraph about what makes a good neighbourhood to grow up in."

@@ -19,7 +19,6 @@ ROOT = Path(__file__).resolve().parent.parent
 
 CHILD = """
 import json, resource, sys
-sys.path.insert(0, {root!r})
 import psutil
 from specviz.models import EMBEDDED_TARGET, encode_prompt, load_model
 from specviz.experiments.numerics import batch_dependence
@@ -35,7 +34,7 @@ print(json.dumps({{"precision": target.precision, "rss": rss, "model_rss": rss -
 
 
 def measure(precision: str) -> dict:
-    out = subprocess.run([sys.executable, "-c", CHILD.format(root=str(ROOT), precision=precision)], capture_output=True, text=True, check=True)
+    out = subprocess.run([sys.executable, "-c", CHILD.format(precision=precision)], cwd=ROOT, capture_output=True, text=True, check=True)
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 

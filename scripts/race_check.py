@@ -33,10 +33,9 @@ import time
 import urllib.request
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
+from specviz.config import EMBEDDED_TARGET, RunConfig
 
-from specviz.config import EMBEDDED_TARGET, RunConfig  # noqa: E402
+REPO = Path(__file__).resolve().parents[1]
 
 PLAYBACK_TOLERANCE = 0.05
 PROBE_TOLERANCE = 0.15

@@ -26,19 +26,17 @@ import argparse
 import json
 import os
 import secrets
-import sys
 import tempfile
 import threading
 import time
 import urllib.parse
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
+from specviz.loadtest import harness as lp
+from specviz.loadtest.protocol import StSession
+from specviz.loadtest.room import room
 
-from scripts import load_protocol as lp  # noqa: E402
-from scripts.room_load_test import room  # noqa: E402
-from scripts.st_protocol import StSession  # noqa: E402
+REPO = Path(__file__).resolve().parents[1]
 
 SETTINGS = {"prompt": "Write a story about a lighthouse keeper.", "drafter": "ngram", "max_new_tokens": "64"}
 BAD_TABLES = ("this is not JSON", '{"edited_rows": {"99": {"p_target": 1}}, "added_rows": [], "deleted_rows": []}')

@@ -24,14 +24,13 @@ import sys
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
+from specviz.loadtest.browser import metric_value, new_driver, open_page, timed_step, wait_for_baseline
+from specviz.loadtest.harness import print_result
+from specviz.loadtest.server import start_server, stop_server
+from specviz.ui.prompts import load_examples
+from specviz.workshop.serving import server_threads
 
-from scripts.load_test import new_driver, start_server, stop_server  # noqa: E402
-from scripts.step_latency import one_step, print_result  # noqa: E402
-from specviz.ui.prompts import load_examples  # noqa: E402
-from specviz.workshop.serving import server_threads  # noqa: E402
-from tests.browser.st_browser import metric_value, open_page, wait_for_baseline  # noqa: E402
+REPO = Path(__file__).resolve().parents[1]
 
 
 def cpu_name() -> str:
@@ -50,7 +49,7 @@ def page_speedup(steps: int, timeout_s: float, pause_s: float) -> dict:
     try:
         open_page(driver, url, timeout=300)
         for n in range(steps):
-            one_step(driver, n)
+            timed_step(driver, n)
             time.sleep(pause_s)  # a person reads the round before the next click (the browser finishes drawing)
         shown = wait_for_baseline(driver, timeout_s)
         tokens = int(metric_value(driver, "tokens").split("/")[0])

@@ -13,60 +13,15 @@ before and after, so a table can say how quiet the machine was. Needs Debian's c
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import sys
-import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-
-from scripts.load_test import new_driver, start_server, stop_server  # noqa: E402
-from specviz.ui.timing import parse_line  # noqa: E402
-from tests.browser.st_browser import metric_value, open_page, wait_idle  # noqa: E402
-
-OBSERVE_JS = """
-const app = document.querySelector('[data-testid="stApp"]');
-window.__specviz_t = {click: null, running: null, idle: null};
-if (!window.__specviz_obs) {
-  window.__specviz_obs = new MutationObserver(() => {
-    const t = window.__specviz_t, s = app.getAttribute('data-test-script-state');
-    if (t.click === null) return;
-    if (s === 'running' && t.running === null) t.running = performance.now();
-    if (s === 'notRunning' && t.running !== null && t.idle === null) t.idle = performance.now();
-  });
-  window.__specviz_obs.observe(app, {attributes: true, attributeFilter: ['data-test-script-state']});
-}
-const button = document.querySelector('.st-key-step button');
-window.__specviz_t.click = performance.now();
-button.click();
-"""
-
-
-def one_step(driver, rounds_before: int, timeout_s: float = 300) -> float:
-    """Click Step in the page; seconds from the click until the script is idle with one more round shown."""
-    driver.execute_script(OBSERVE_JS)
-    deadline = time.monotonic() + timeout_s
-    while metric_value(driver, "rounds") != str(rounds_before + 1):
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"no round {rounds_before + 1} after {timeout_s:.0f} s")
-        time.sleep(0.05)
-    wait_idle(driver, timeout_s, settle=0.3)
-    t = driver.execute_script("return window.__specviz_t")
-    if not t or t.get("idle") is None or t.get("click") is None:
-        raise RuntimeError(f"the page's script state was not observed going running -> notRunning: {t}")
-    return (t["idle"] - t["click"]) / 1000.0
-
-
-def print_result(result: dict, as_json: bool, width: int = 32) -> None:
-    """One JSON object, or one `key value` line per field."""
-    if as_json:
-        print(json.dumps(result))
-        return
-    for key, value in result.items():
-        print(f"{key:{width}} {value}")
+from specviz.loadtest.browser import new_driver, open_page, timed_step
+from specviz.loadtest.harness import print_result
+from specviz.loadtest.server import start_server, stop_server
+from specviz.ui.timing import parse_line
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -82,7 +37,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         open_page(driver, url, timeout=300)
         offset = log_path.stat().st_size
-        clicks = [one_step(driver, n) for n in range(args.steps)]
+        clicks = [timed_step(driver, n) for n in range(args.steps)]
     finally:
         driver.quit()
         stop_server(proc)

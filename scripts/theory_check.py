@@ -22,11 +22,10 @@ from pathlib import Path
 
 import pandas as pd
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
+from specviz.core.theory import speedup
+from specviz.experiments.cost_profile import load_profile
 
-from specviz.core.theory import speedup  # noqa: E402
-from specviz.experiments.cost_profile import load_profile  # noqa: E402
+REPO = Path(__file__).resolve().parents[1]
 
 
 def predictions(bench: pd.DataFrame, profile, c_from: str = "profile") -> pd.DataFrame:

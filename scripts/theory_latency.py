@@ -19,17 +19,14 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-
-from scripts.load_test import new_driver, start_server, stop_server  # noqa: E402
-from specviz.ui.timing import parse_line  # noqa: E402
-from tests.browser.st_browser import open_page, slider_value, wait_idle  # noqa: E402
+from specviz.loadtest.browser import new_driver, open_page, slider_value, wait_idle
+from specviz.loadtest.harness import cpu_model
+from specviz.loadtest.server import start_server, stop_server
+from specviz.ui.timing import parse_line
 
 KEY = "theory_alpha"
 ARM_JS = """
@@ -68,16 +65,6 @@ def one_move(driver, right: bool, timeout_s: float = 60) -> tuple[float, float, 
         if time.monotonic() > deadline:
             raise TimeoutError(f"no redraw within {timeout_s:.0f} s of the key press: {t}")
         time.sleep(0.02)
-
-
-def cpu_model() -> str:
-    try:
-        out = subprocess.run(["lscpu"], capture_output=True, text=True, timeout=10).stdout
-    except (OSError, subprocess.SubprocessError):
-        return "unknown (no lscpu)"
-    fields = dict(line.split(":", 1) for line in out.splitlines() if ":" in line)
-    name = fields.get("Model name", "?").strip()
-    return f"{name}, {fields.get('CPU(s)', '?').strip()} CPUs"
 
 
 def p95(xs: list[float]) -> float:

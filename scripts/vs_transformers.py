@@ -28,15 +28,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+import torch
+
+from specviz.config import EMBEDDED_TARGET, RunConfig
+from specviz.experiments.bench import BenchPrompt, load_prompts
+from specviz.experiments.measure import Spread, Timed, interleave, paired_ratio, timed
+from specviz.runs import build_decoder
+
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-
-import torch  # noqa: E402
-
-from specviz.config import EMBEDDED_TARGET, RunConfig  # noqa: E402
-from specviz.experiments.bench import BenchPrompt, load_prompts  # noqa: E402
-from specviz.experiments.measure import Spread, Timed, interleave, paired_ratio, timed  # noqa: E402
-from specviz.runs import build_decoder  # noqa: E402
 
 HF_PLAIN, SV_PLAIN, SV_DEFAULT = "hf plain", "specviz plain", "specviz default"  # at specviz's precision
 HF_FP32 = "hf plain float32"  # transformers' generate on the float32 model: the bar specviz's plain decoding is held to

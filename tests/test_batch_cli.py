@@ -4,15 +4,22 @@ decoding at the same batch size, and the exit code when a row differs away from 
 from __future__ import annotations
 
 import json
+import runpy
+from pathlib import Path
 
 import pytest
 
-from scripts import batch_check
 from specviz import cli
 from specviz.experiments import batch as batch_experiment
 from specviz.experiments.batch import SCHEMA, BatchPoint, Mismatch, bad_mismatches, load_batch_points, load_batch_results
 
 pytestmark = pytest.mark.usefixtures("one_thread")
+BATCH_CHECK = Path(__file__).resolve().parents[1] / "scripts" / "batch_check.py"
+
+
+def batch_check(argv: list[str]) -> int:
+    """scripts/batch_check.py's main, run as the script's code (a script is a command line, not a module to import)."""
+    return runpy.run_path(str(BATCH_CHECK), run_name="batch_check")["main"](argv)
 
 
 def run_batch(capsys, tiny_dir, prompts_file, *extra: str) -> tuple[int, str, str]:
@@ -42,7 +49,7 @@ def test_batch_json_and_file(capsys, tiny_dir, prompts_file, tmp_path, drafter):
     _, full = load_batch_results(path)
     assert all(p.measured_shape for p in full) and full[1].spec_schedule == tuple(map(tuple, points[1]["spec_schedule"]))
     if drafter == "lookup":  # the check prices both runs from a profile; no timing asserted, only that it predicts
-        code = batch_check.main(["--batch", str(path), "--tolerance", "1000"])
+        code = batch_check(["--batch", str(path), "--tolerance", "1000"])
         assert code == 0 and "predicted ratio" in capsys.readouterr().out
 
 
@@ -69,7 +76,7 @@ def test_batch_results_files(tmp_path):
     old = tmp_path / "old.json"  # schema 1: tokens/s only; it loads, but batch_check asks for a re-measurement
     old.write_text(json.dumps({"schema": "specviz.batch/1", "points": [{"batch_size": 2, "plain_tokens_per_s": 5.0, "spec_tokens_per_s": 6.0}]}))
     assert load_batch_points(old)[1] == [(2, 5.0, 6.0)] and not load_batch_results(old)[1][0].measured_shape
-    assert batch_check.main(["--batch", str(old)]) == 2
+    assert batch_check(["--batch", str(old)]) == 2
     point = {"batch_size": 1, "plain_tokens_per_s": 1.0, "spec_tokens_per_s": 1.0}
     bad = tmp_path / "bad.json"
     for text in ("{", json.dumps({"schema": "nope"}), json.dumps({"schema": SCHEMA, "points": [{"batch_size": 1}]}),

@@ -1,5 +1,5 @@
-"""The layout's arrows, checked over the whole import graph of specviz/, pages/ and app.py, parsed with ast, so
-imports inside functions (and under TYPE_CHECKING) count: a cycle held apart by a function-level import is
+"""The layout's arrows, checked over the whole import graph of specviz/, pages/, app.py and scripts/, parsed with ast,
+so imports inside functions (and under TYPE_CHECKING) count: a cycle held apart by a function-level import is
 still a cycle.
 
 Layers, bottom up (a module may import its own layer and the layers its arrow names, nothing else):
@@ -20,12 +20,23 @@ Layers, bottom up (a module may import its own layer and the layers its arrow na
   ui        the only streamlit code besides the pages and app.py            -> everything above
   pages     draw only                                                       -> ui, viz
   app       navigation                                                      -> ui
+  loadtest  the load-testing tools (protocol client, browser waits, harness, -> every layer but pages and app;
+            room harness): a leaf, nothing in specviz imports it             nothing imports it but scripts and tests
+  scripts   command lines (python scripts/x.py)                            -> every specviz layer, no other script
 The package root (specviz/__init__.py: the version) may be read by anyone. No cycles anywhere.
+
+A script imports the package, never another script, and never edits sys.path: the checkout is installed editable
+(requirements-dev.txt's `-e .`), so `python scripts/x.py` finds specviz. Tests import specviz.loadtest, not scripts.
+The load tools' dev-only dependencies (websockets, selenium) are imported in specviz.loadtest only, so `import
+specviz` never needs them.
 """
 
 from __future__ import annotations
 
 import ast
+import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -49,9 +60,14 @@ ARROWS: dict[str, set[str]] = {
     "ui": BELOW_UI - {"main"},
     "pages": {"ui", "viz"},
     "app": {"ui"},
+    "loadtest": BELOW_UI - {"main"} | {"ui"},  # a leaf: no other layer names it
+    "scripts": BELOW_UI - {"main"} | {"ui", "loadtest"},  # not "scripts": a script is a command, not a module
 }
-STREAMLIT_OK = {"ui", "pages", "app"}
+STREAMLIT_OK = {"ui", "pages", "app", "loadtest"}  # loadtest: the protocol client speaks Streamlit's protobuf messages
 TRANSFORMERS_OK = {"models"}
+DEV_ONLY = {"websockets", "selenium"}  # requirements-dev.txt; psutil too, which the UI imports guarded (memory, if known)
+DEV_ONLY_OK = {"loadtest"}
+PATH_EDIT = re.compile(r"sys\.path\.(insert|append)\(")
 
 
 def module_name(path: Path) -> str:
@@ -60,7 +76,8 @@ def module_name(path: Path) -> str:
 
 
 def layer(module: str) -> str:
-    """specviz.core.tree -> core; specviz.experiments.bench -> experiments; specviz.__main__ -> main; pages.x -> pages; app -> app."""
+    """specviz.core.tree -> core; specviz.experiments.bench -> experiments; specviz.__main__ -> main; pages.x -> pages;
+    app -> app; scripts.load_test -> scripts."""
     parts = module.split(".")
     if parts[0] != "specviz":
         return parts[0]
@@ -70,7 +87,8 @@ def layer(module: str) -> str:
 
 
 def imports_of(path: Path, known: set[str]) -> tuple[set[str], set[str]]:
-    """(specviz modules imported anywhere in the file, top-level third-party packages imported)."""
+    """(specviz modules and scripts imported anywhere in the file, top-level third-party packages imported). A script
+    runs with scripts/ first on sys.path, so its bare `import step_latency` is scripts.step_latency."""
     inner, outer = set(), set()
     for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
         if isinstance(node, ast.Import):
@@ -81,13 +99,16 @@ def imports_of(path: Path, known: set[str]) -> tuple[set[str], set[str]]:
         else:
             continue
         for name in names:
-            (inner if name.split(".")[0] == "specviz" else outer).add(name if name.split(".")[0] == "specviz" else name.split(".")[0])
+            if path.parent.name == "scripts" and f"scripts.{name}" in known:
+                name = f"scripts.{name}"
+            ours = name.split(".")[0] in ("specviz", "scripts")
+            (inner if ours else outer).add(name if ours else name.split(".")[0])
     return {n for n in inner if n in known}, outer
 
 
 @pytest.fixture(scope="module")
 def graph() -> dict[str, tuple[set[str], set[str]]]:
-    files = [*sorted((REPO / "specviz").rglob("*.py")), *sorted((REPO / "pages").glob("*.py")), REPO / "app.py"]
+    files = [*sorted((REPO / "specviz").rglob("*.py")), *sorted((REPO / "pages").glob("*.py")), REPO / "app.py", *sorted((REPO / "scripts").glob("*.py"))]
     known = {module_name(p) for p in files}
     return {module_name(p): imports_of(p, known) for p in files}
 
@@ -99,7 +120,8 @@ def arrow_violations(graph: dict[str, tuple[set[str], set[str]]]) -> list[str]:
         if allowed is None:
             wrong.append(f"{module}: no layer in ARROWS (add it to tests/test_boundaries.py)")
             continue
-        wrong += [f"{module} -> {other}" for other in inner if layer(other) not in allowed | {layer(module), "root"}]
+        own = set() if layer(module) == "scripts" else {layer(module)}
+        wrong += [f"{module} -> {other}" for other in inner if layer(other) not in allowed | own | {"root"}]
     return sorted(wrong)
 
 
@@ -136,8 +158,44 @@ def test_no_import_cycles(graph):
     assert cycle is None, "import cycle: " + " -> ".join(cycle or [])
 
 
+def path_edits(paths: list[Path], root: Path = REPO) -> list[str]:
+    """`file:line` of every sys.path.insert/append (in code or in a string a script hands to `python -c`)."""
+    return [f"{p.relative_to(root)}:{n}" for p in paths for n, line in enumerate(p.read_text(encoding="utf-8").splitlines(), 1) if PATH_EDIT.search(line)]
+
+
+def scripts_imported_by(paths: list[Path], root: Path = REPO) -> list[str]:
+    """`file: module` for every import of a script (scripts.x) in these files."""
+    found = []
+    for p in paths:
+        for node in ast.walk(ast.parse(p.read_text(encoding="utf-8"))):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module or ""] if isinstance(node, ast.ImportFrom) else []
+            found += [f"{p.relative_to(root)}: {n}" for n in names if n.split(".")[0] == "scripts"]
+    return found
+
+
+def test_no_sys_path_edits():
+    paths = [*sorted((REPO / "scripts").glob("*.py")), *sorted((REPO / "specviz").rglob("*.py")), *sorted((REPO / "pages").glob("*.py")), REPO / "app.py"]
+    edits = path_edits(paths)
+    assert not edits, "sys.path edited (install the checkout instead: pip install -e ., requirements-dev.txt):\n" + "\n".join(edits)
+
+
+def test_tests_import_the_package_not_scripts():
+    found = scripts_imported_by(sorted((REPO / "tests").rglob("*.py")))
+    assert not found, "tests import scripts (move what they share into specviz.loadtest):\n" + "\n".join(found)
+
+
+def test_importing_specviz_needs_no_dev_only_dependency():
+    code = "import sys, specviz, specviz.loadtest, specviz.config; print(sorted({'websockets', 'selenium', 'psutil'} & set(sys.modules)))"
+    out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120, check=True)
+    assert out.stdout.strip() == "[]"
+
+
 def test_streamlit_and_transformers_stay_in_their_rooms(graph):
     for module, (_, outer) in graph.items():
+        if layer(module) == "scripts":  # command lines: a script may time transformers' own generate
+            continue
+        if outer & DEV_ONLY:
+            assert layer(module) in DEV_ONLY_OK, f"{module} imports {sorted(outer & DEV_ONLY)}; only specviz.loadtest may (dev-only)"
         if "streamlit" in outer:
             assert layer(module) in STREAMLIT_OK, f"{module} imports streamlit; only specviz.ui, pages and app.py may"
         if "transformers" in outer:
@@ -161,6 +219,38 @@ def test_known_bad_graphs_fail(tmp_path):
     assert arrow_violations(bad) == ["pages.x -> specviz.core.decoding", "specviz.core.decoding -> specviz.ui.session"]
     cyclic = {"specviz.ui.a": ({"specviz.ui.b"}, set()), "specviz.ui.b": ({"specviz.ui.a"}, set())}
     assert find_cycle(cyclic) == ["specviz.ui.a", "specviz.ui.b", "specviz.ui.a"]
+
+
+def test_known_bad_scripts_fail(tmp_path):
+    """The scripts' rules catch what they claim to, on the shape the old scripts/ had: room_load_test <-> room_presenter
+    held apart by a function-level import is a cycle (and a script importing a script breaks an arrow), a bare
+    `import step_latency` in a script is that script, specviz importing the leaf specviz.loadtest breaks an arrow,
+    sys.path.insert is found (also inside a string), and a test importing a script is found."""
+    scripts = tmp_path / "scripts"
+    scripts.mkdir()
+    (scripts / "room_presenter.py").write_text("def follow():\n    from scripts.room_load_test import pin_replica\n", encoding="utf-8")
+    (scripts / "speedup_check.py").write_text("import step_latency\n", encoding="utf-8")
+    known = {"scripts.room_presenter", "scripts.room_load_test", "scripts.step_latency", "specviz.loadtest.room"}
+    assert imports_of(scripts / "room_presenter.py", known)[0] == {"scripts.room_load_test"}
+    assert imports_of(scripts / "speedup_check.py", known)[0] == {"scripts.step_latency"}
+    bad = {
+        "scripts.room_load_test": ({"scripts.room_presenter"}, set()),
+        "scripts.room_presenter": ({"scripts.room_load_test"}, set()),
+        "specviz.core.tree": ({"specviz.loadtest.room"}, set()),
+        "specviz.loadtest.room": (set(), set()),
+    }
+    assert find_cycle(bad) == ["scripts.room_load_test", "scripts.room_presenter", "scripts.room_load_test"]
+    assert arrow_violations(bad) == [
+        "scripts.room_load_test -> scripts.room_presenter",
+        "scripts.room_presenter -> scripts.room_load_test",
+        "specviz.core.tree -> specviz.loadtest.room",
+    ]
+    probe = scripts / "precision_rss.py"
+    probe.write_text('import sys\nCHILD = "import sys; sys.path.insert(0, {root!r})"\nsys.path.append("..")\n', encoding="utf-8")
+    assert path_edits([probe], tmp_path) == ["scripts/precision_rss.py:2", "scripts/precision_rss.py:3"]
+    test = tmp_path / "test_x.py"
+    test.write_text("from scripts import room_attacks as ra\nimport scripts.load_test\nfrom specviz.loadtest import attacks\n", encoding="utf-8")
+    assert scripts_imported_by([test], tmp_path) == ["test_x.py: scripts", "test_x.py: scripts.load_test"]
 
 
 def test_the_embedded_target_has_one_name():

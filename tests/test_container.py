@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import pytest
 
-from scripts import container_check as cc
-from scripts.st_protocol import StSession
+from specviz.loadtest import container as cc
+from specviz.loadtest.protocol import StSession
 
 pytestmark = pytest.mark.container
 TAG = "localhost/specviz:test"

@@ -3,8 +3,8 @@
 
 from __future__ import annotations
 
-from scripts.room_load_test import pooled_steps
-from scripts.room_presenter import Follower, presenter_summary
+from specviz.loadtest.presenter import Follower, presenter_summary
+from specviz.loadtest.room_load import pooled_steps
 
 
 def line(session: str, script_s: float, steps: int = 1, round_s: float = 0.0) -> dict:
@@ -34,8 +34,8 @@ def test_the_presenter_report_reads_latency_model_time_and_memory():
 
 
 def test_the_fork_report_checks_each_fork_against_the_solo_run_from_the_same_round():
-    from scripts.load_protocol import Outcome, people
-    from scripts.room_forks import Fork, fork_summary
+    from specviz.loadtest.forks import Fork, fork_summary
+    from specviz.loadtest.harness import Outcome, people
 
     solo = Outcome(people(1)[0], streams=[["a"], ["a", "b"], ["a", "b", "c"], ["a", "b", "c", "d"]])
     good = Fork(0, "r1", 2, "2", [["a", "b", "c"], ["a", "b", "c", "d"]], 0.4)

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from scripts.st_protocol import StSession
+from specviz.loadtest.protocol import StSession
 from specviz.workshop.presenter_key import key_weakness
 from specviz.workshop.room import Backend, RoomError, check_tls_cert, free_port, haproxy_config, room_presenter_key, secrets_table
 from tests.test_room_supervisor import HAPROXY, _alive, _status, needs_haproxy, wait_or_fail

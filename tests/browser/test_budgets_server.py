@@ -1,5 +1,5 @@
 """Issue 32, item 4, on a real server: `streamlit run app.py` in shared mode with the embedded model, a small token
-budget and a KV-cache budget of exactly ten sessions' worst case. Ten protocol sessions (scripts/st_protocol.py) with
+budget and a KV-cache budget of exactly ten sessions' worst case. Ten protocol sessions (specviz/loadtest/protocol.py) with
 prompts at the token budget each Step once and stay open: every one runs, the budget is never passed, and the
 server's memory grows by less than the budget plus a per-session allowance. The eleventh participant gets the
 message, not an out-of-memory kill, and runs as soon as one of the ten presses Reset. A client address over the
@@ -10,7 +10,7 @@ from __future__ import annotations
 import psutil
 import pytest
 
-from scripts.st_protocol import StSession
+from specviz.loadtest.protocol import StSession
 from tests.browser.conftest import run_app
 
 pytestmark = pytest.mark.smollm

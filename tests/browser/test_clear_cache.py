@@ -1,5 +1,5 @@
 """Any client can send Streamlit's clear_cache message (issue 32, item 2). Against a real `streamlit run app.py` with
-the embedded model, spoken to with the protocol client (scripts/st_protocol.py), no browser:
+the embedded model, spoken to with the protocol client (specviz/loadtest/protocol.py), no browser:
 
 * the owner (loopback, no proxy header: local mode, where Streamlit handles the message) sends 20 clears, each
   followed by a page run that asks for the model, and a follower's page run that registers with the process's
@@ -23,7 +23,8 @@ import time
 import psutil
 import pytest
 
-from scripts.st_protocol import StSession
+from specviz.loadtest.presenter import shown_round
+from specviz.loadtest.protocol import StSession
 from specviz.workshop.presentation import PresentationStore
 from tests.browser.conftest import REPO, run_app
 
@@ -32,20 +33,11 @@ CLEARS = 20
 PARTICIPANT = {"X-Forwarded-For": "198.51.100.7"}  # as behind a proxy: never the owner, shared mode
 PROMPT = "Write a long story about a lighthouse keeper who finds a message in a bottle."
 QUERY = {"prompt": PROMPT, "drafter": "ngram", "seed": "0", "max_new_tokens": "64"}
-ROUND = re.compile(r"Following the presenter \(round (\d+)\)")
 PUSH_TIMEOUT_S = 60  # a pushed redraw is due within about a second; the machine is busy
 QUIET_S = 3.0  # after the one pushed redraw, how long to listen for a second one
 THREADS_BACK_WITHIN_S = 60  # a script run's thread ends right after the run: the count settles
 MEMORY_SLACK_MB = 300  # a model load costs about 550 MB; the sessions' own runs a few MB
 LOADS = re.compile(r"Loading weights:\s+0%")  # transformers' progress bar, once per model load
-
-
-def shown_round(session: StSession) -> int | None:
-    for text in session.alerts():
-        m = ROUND.search(text)
-        if m:
-            return int(m.group(1))
-    return None
 
 
 def threads_settle(pid: int, at_most: int) -> int:

@@ -14,8 +14,9 @@ from pathlib import Path
 import pytest
 from selenium.webdriver.common.by import By
 
+from specviz.loadtest.browser import exceptions, open_page, slider_value, wait
 from tests.browser.conftest import run_app
-from tests.browser.st_browser import PAGES, exceptions, open_page, slider_value, wait
+from tests.browser.st_browser import PAGES
 
 APP_TITLE = "specviz: speculative decoding, step by step"
 

@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 from selenium.webdriver.common.by import By
 
+from specviz.loadtest.browser import metric_value, open_page, wait, wait_idle
 from tests.browser.conftest import REPO
-from tests.browser.st_browser import metric_value, open_page, wait, wait_idle
 
 EXAMPLE = REPO / "assets" / "recordings" / "prose-early-exit-T1.json"
 CUT_LABELS_JS = """

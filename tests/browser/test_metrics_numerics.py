@@ -4,16 +4,8 @@ from __future__ import annotations
 
 from selenium.webdriver.common.by import By
 
-from tests.browser.st_browser import (
-    click_button,
-    exceptions,
-    main_text,
-    metric_value,
-    open_page,
-    save_section_screenshot,
-    wait,
-    wait_idle,
-)
+from specviz.loadtest.browser import click_button, exceptions, main_text, metric_value, open_page, wait, wait_idle
+from tests.browser.st_browser import save_section_screenshot
 from tests.browser.test_step_through import step
 
 PLOTLY_SVG = '[data-testid="stPlotlyChart"] .main-svg'

@@ -1,5 +1,5 @@
 """Owner powers stay with the owner in every common deployment (issue 32, item 5), against real servers through the
-protocol client (scripts/st_protocol.py), which reads the sidebar's widgets and its mode line:
+protocol client (specviz/loadtest/protocol.py), which reads the sidebar's widgets and its mode line:
 
 * `streamlit run app.py --server.address ""` (every interface) reached through this machine's non-loopback address is
   shared (no trust remote code, no downloads, no pickle, no free-text model box); the same server on 127.0.0.1 is
@@ -23,7 +23,7 @@ from collections.abc import Iterator
 import psutil
 import pytest
 
-from scripts.st_protocol import StSession
+from specviz.loadtest.protocol import StSession
 from tests.browser.conftest import _free_port, _healthy, run_app
 from tests.browser.test_room import HAPROXY, room
 

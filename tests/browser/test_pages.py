@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 from selenium.webdriver.common.by import By
 
-from tests.browser.st_browser import PAGES, click_button, exceptions, open_page, save_screenshot, wait, wait_idle
+from specviz.loadtest.browser import click_button, exceptions, open_page, wait, wait_idle
+from tests.browser.st_browser import PAGES, save_screenshot
 
 APP_TITLE = "specviz: speculative decoding, step by step"  # app.py's page_title
 

@@ -1,4 +1,4 @@
-"""The protocol client (scripts/st_protocol.py) against a real shared-mode server, 3 sessions: every stream after
+"""The protocol client (specviz/loadtest/protocol.py) against a real shared-mode server, 3 sessions: every stream after
 every Step equals its solo run, a Step reruns only the fragment (no sidebar delta, a fragment run on the server's
 timing log), and the server logs one timing line per rerun. No browser: it speaks Streamlit's websocket protocol."""
 
@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from scripts import load_protocol as lp
-from scripts.st_protocol import FINISHED, StSession
+from specviz.loadtest import harness as lp
+from specviz.loadtest.protocol import FINISHED, StSession
 from specviz.ui.timing import parse_line
 from tests.browser.conftest import run_app
 

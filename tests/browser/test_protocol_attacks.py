@@ -1,4 +1,4 @@
-"""Issue 32, item 6, through a real shared-mode `streamlit run app.py` and the protocol client (scripts/st_protocol.py),
+"""Issue 32, item 6, through a real shared-mode `streamlit run app.py` and the protocol client (specviz/loadtest/protocol.py),
 which sends what a browser never would:
 
 * a value for the Exactness lab's toy table that is not JSON, or JSON naming a row that is not there (before: an
@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from scripts.st_protocol import StSession
+from specviz.loadtest.protocol import StSession
 from tests.browser.conftest import REPO, run_app
 
 KEY = "a presenter key nobody guesses"

@@ -9,7 +9,8 @@ import time
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support.ui import Select
 
-from tests.browser.st_browser import click_button, exceptions, open_page, save_screenshot, set_text, wait, wait_idle
+from specviz.loadtest.browser import click_button, exceptions, open_page, set_text, wait, wait_idle
+from tests.browser.st_browser import save_screenshot
 
 PROMPT = "Repeat exactly: the cat sat on the mat and the dog sat on the log."
 TOKENS = 16

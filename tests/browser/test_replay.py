@@ -13,18 +13,9 @@ from pathlib import Path
 import pytest
 from selenium.webdriver.common.by import By
 
+from specviz.loadtest.browser import click_button, exceptions, main_text, metric_value, open_page, stream_text, wait, wait_idle
 from tests.browser.conftest import REPO, run_app
-from tests.browser.st_browser import (
-    click_button,
-    exceptions,
-    main_text,
-    metric_value,
-    open_page,
-    save_screenshot,
-    stream_text,
-    wait,
-    wait_idle,
-)
+from tests.browser.st_browser import save_screenshot
 
 EXAMPLE = REPO / "assets" / "recordings" / "prose-early-exit-T1.json"
 PLOTLY_SVG = '[data-testid="stPlotlyChart"] .main-svg'

@@ -16,9 +16,10 @@ from urllib.parse import parse_qs, urlencode, urlparse
 
 import pytest
 
+from specviz.loadtest.browser import click_button, exceptions, main_text, metric_value, stream_text, wait, wait_idle
+from specviz.loadtest.server import stop_server
 from specviz.workshop.saved_runs import RunStore
 from tests.browser.conftest import REPO, _free_port, _healthy
-from tests.browser.st_browser import click_button, exceptions, main_text, metric_value, stream_text, wait, wait_idle
 from tests.test_room_supervisor import wait_or_fail
 
 STEP_TIMEOUT_S = 180
@@ -57,12 +58,7 @@ def room(tmp_path: Path, target: str, **extra_env: str) -> Iterator[tuple[dict, 
     try:
         yield _all_up(status_file, log), log, run_dir
     finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=5)
+        stop_server(proc, timeout_s=30)
 
 
 def open_url(driver, url: str) -> None:

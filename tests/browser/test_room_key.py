@@ -12,7 +12,7 @@ import json
 
 import pytest
 
-from scripts.st_protocol import StSession
+from specviz.loadtest.protocol import StSession
 from specviz.workshop import presenter_key as pk
 from specviz.workshop.presentation import PresentationStore
 from tests.browser.test_room import HAPROXY, room

@@ -9,7 +9,8 @@ import os
 
 import pytest
 
-from scripts import room_load_test as rlt
+from specviz.loadtest import room_load as rlt
+from specviz.loadtest.room import room
 
 HAPROXY = next((p for p in ("/usr/sbin/haproxy", "/usr/bin/haproxy") if os.path.exists(p)), None)
 
@@ -28,10 +29,10 @@ def test_killing_a_replica_loses_no_run(tiny_dir):
 @pytest.mark.skipif(HAPROXY is None, reason="haproxy is not installed (scripts/test.sh installs it: apt-get install haproxy)")
 def test_forks_of_the_presentation_continue_as_the_solo_run(tiny_dir):
     """`--presenter --fork` in small: 2 replicas, 2 participants who follow, fork at round 2 and Step 3 times each."""
-    from scripts.room_forks import run_forks
+    from specviz.loadtest.forks import run_forks
 
     args = rlt.parse_args(["--presenter", "--fork", "--replicas", "2", "--sessions", "2", "--steps", "3", "--think-s", "0.3", "--max-new-tokens", "16", "--settle-s", "0"])
-    result = run_forks(args, rlt.room, env={"SPECVIZ_TARGETS": str(tiny_dir["llama"])})
+    result = run_forks(args, room, env={"SPECVIZ_TARGETS": str(tiny_dir["llama"])})
     assert result["forked_at"] == 2 and result["unequal_streams"] == 0 and result["all_equal_solo"], result
     assert result["exceptions"] == 0 and result["server_step_s"]["steps"] == 2 * 3 and result["ok"], result
     assert set(result["split"]) == {"r1", "r2"}, result  # both replicas served a fork
@@ -42,13 +43,13 @@ def test_followers_are_redrawn_from_the_server_and_one_who_stops_following_is_le
     """A real room, the protocol client: after the presenter's Step each follower receives a run it never asked for
     (its stage fragment, pushed by the replica's watcher: the client sends no timer ticks) showing the new round.
     A follower who turned *Follow the presenter* off gets no such run and keeps their own run."""
-    from scripts.room_presenter import PRESENTER, shown_round
-    from scripts.st_protocol import StSession
+    from specviz.loadtest.presenter import PRESENTER, shown_round
+    from specviz.loadtest.protocol import StSession
     from specviz.workshop.presenter_key import generate_key
 
     key = generate_key()
     env = {"SPECVIZ_TARGETS": str(tiny_dir["llama"]), "SPECVIZ_PRESENTER_KEY": key}
-    with rlt.room(2, tmp_path, env) as handle:
+    with room(2, tmp_path, env) as handle:
         teacher = StSession(handle.url, PRESENTER.query(24))
         teacher.open()
         teacher.click("step")

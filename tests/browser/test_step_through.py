@@ -10,12 +10,11 @@ from dataclasses import dataclass
 from selenium.common.exceptions import NoAlertPresentException
 from selenium.webdriver.common.by import By
 
-from tests.browser.st_browser import (
+from specviz.loadtest.browser import (
     click_button,
     exceptions,
     metric_value,
     open_page,
-    save_screenshot,
     set_text,
     slider_to_end,
     slider_value,
@@ -24,6 +23,7 @@ from tests.browser.st_browser import (
     wait_for_baseline,
     wait_idle,
 )
+from tests.browser.st_browser import save_screenshot
 
 STEP_TIMEOUT_S = 180  # the first round of a fresh server loads SmolLM2 (seconds once cached, longer on a busy or cold machine)
 PLOTLY = '[data-testid="stPlotlyChart"] .js-plotly-plot'

@@ -7,7 +7,7 @@ import time
 
 from selenium.webdriver.common.by import By
 
-from tests.browser.st_browser import click_button, exceptions, metric_value, nudge_slider, open_page, set_text, wait, wait_idle
+from specviz.loadtest.browser import click_button, exceptions, metric_value, nudge_slider, open_page, set_text, wait, wait_idle
 
 STEP_TIMEOUT_S = 180
 PROMPT = "Repeat exactly: the cat sat on the mat. the cat ate the fish. the cat sat on the rug. the cat ate the cake. the cat sat on the mat."

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 from selenium.webdriver.common.by import By
 
+from specviz.loadtest.browser import click_button, exceptions, main_text, metric_value, open_page, wait, wait_idle
 from tests.browser.conftest import run_app
-from tests.browser.st_browser import click_button, exceptions, main_text, metric_value, open_page, wait, wait_idle
 from tests.test_shutdown import EXIT_WITHIN_S, start_server, stop_within
 from tests.test_untrusted_markdown import PAYLOAD, SHOWN, hostile_recording
 

@@ -9,8 +9,8 @@ from collections.abc import Iterator
 import pytest
 from selenium.webdriver.common.by import By
 
+from specviz.loadtest.browser import click_button, exceptions, metric_value, open_page, wait, wait_idle
 from tests.browser.conftest import Server, run_app
-from tests.browser.st_browser import click_button, exceptions, metric_value, open_page, wait, wait_idle
 
 STEP_TIMEOUT_S = 240
 

@@ -34,9 +34,10 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from scripts import load_protocol as lp
-from scripts.load_test import rss_mb
-from scripts.st_protocol import StSession
+from specviz.loadtest import harness as lp
+from specviz.loadtest.protocol import StSession
+from specviz.loadtest.room import pin_replica, sticky_replica
+from specviz.loadtest.server import rss_mb
 from specviz.workshop.presenter_key import generate_key
 
 log = logging.getLogger("load_test")
@@ -76,8 +77,6 @@ def follow(url: str, f: Follower, joined: threading.Barrier, stop: threading.Eve
     (the app's watcher reruns a follower's stage fragment after each Step) and tick the page's timed fragment (the
     watcher's safety-net poll, or the whole watcher where the server cannot push) on its interval. pin: the replica
     to follow on (its sticky cookie); None lets the balancer choose."""
-    from scripts.room_load_test import pin_replica, sticky_replica
-
     session = StSession(url)
     if pin is not None:
         pin_replica(session, pin)
@@ -131,7 +130,7 @@ def _rss_after_leaving(handle, before: float | None, settle_s: float) -> float |
 
 
 def run_presenter(args, room) -> dict:
-    """The presenter scenario (see the module docstring) in a fresh room; `room` is room_load_test.room."""
+    """The presenter scenario (see the module docstring) in a fresh room; `room` is specviz.loadtest.room.room."""
     key = generate_key()
     with tempfile.TemporaryDirectory(prefix="specviz-room-present-") as tmp, room(args.replicas, Path(tmp), {"SPECVIZ_PRESENTER_KEY": key}) as handle:
         teacher = StSession(handle.url, PRESENTER.query(args.max_new_tokens))

@@ -1,6 +1,7 @@
-"""The protocol load test (scripts/load_test.py --client protocol): N sessions through the real server, no browsers.
+"""The protocol load test (`python scripts/load_test.py --client protocol`): N sessions through the real server, no
+browsers.
 
-Each session (scripts/st_protocol.py) opens the page with its own prompt, drafter, seed and temperature in the
+Each session (specviz.loadtest.protocol) opens the page with its own prompt, drafter, seed and temperature in the
 query string (the page's share-link parameters), then presses Step --steps times with --think-s seconds between
 presses (a participant reads the page), starting at a random offset within the first think time so the room does
 not click in lockstep. After every Step its token stream must equal the same session's solo run (each session
@@ -10,19 +11,23 @@ a round) and the queue waits; psutil gives the server's RSS before, at its peak 
 
 from __future__ import annotations
 
+import json
 import logging
+import os
 import random
 import statistics
+import subprocess
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from scripts.st_protocol import StSession
+from specviz.loadtest.protocol import RunResult, StSession
 from specviz.ui.timing import parse_line
 
 log = logging.getLogger("load_test")
+MAX_PROTOCOL_SESSIONS = 200  # no browsers: the server is the limit
 DRAFTERS = ("ngram", "lookup", "early-exit", "none")  # what a participant may pick on the default shared server
 TEMPERATURES = (0.0, 0.7, 0.0, 1.0, 0.0, 1.3)
 PROMPTS = (
@@ -74,6 +79,16 @@ def finished(session: StSession) -> bool:
     return any("This run is finished" in t for t in session.texts())
 
 
+def record_step(session: StSession, out: Outcome, n: int, result: RunResult) -> None:
+    """What Step n + 1 shows: the client's time, whether its rerun redrew the sidebar, the page's rounds (an error
+    when it did not advance and the run is not finished) and the token stream."""
+    out.client_s.append(result.seconds)
+    out.sidebar_reruns += result.touched_sidebar
+    if session.metric("rounds") != str(n + 1) and not finished(session):
+        out.errors.append(f"step {n + 1}: the page shows rounds={session.metric('rounds')!r}; alerts: {session.alerts()[:2]}")
+    out.streams.append(session.token_stream())
+
+
 def drive(url: str, p: Person, steps: int, max_new_tokens: int, think_s: float = 0.0, barrier: threading.Barrier | None = None, offset_s: float = 0.0) -> Outcome:
     """One participant: open, (wait for the others), Step `steps` times with think time between."""
     out = Outcome(p)
@@ -87,12 +102,7 @@ def drive(url: str, p: Person, steps: int, max_new_tokens: int, think_s: float =
         time.sleep(offset_s)
         for n in range(steps):
             phase = f"step {n + 1}"
-            result = session.click("step")
-            out.client_s.append(result.seconds)
-            out.sidebar_reruns += result.touched_sidebar
-            if session.metric("rounds") != str(n + 1) and not finished(session):
-                out.errors.append(f"{phase}: the page shows rounds={session.metric('rounds')!r}; alerts: {session.alerts()[:2]}")
-            out.streams.append(session.token_stream())
+            record_step(session, out, n, session.click("step"))
             if n + 1 < steps:
                 time.sleep(think_s)
         out.errors += [f"page exception: {e[:200]}" for e in session.exceptions()]
@@ -186,3 +196,31 @@ def details(solo: list[Outcome], outcomes: list[Outcome]) -> list[str]:
         out.append(f"#{p.index:<3} {p.drafter:<10} T={p.temperature:<4g} same as solo: {'yes' if same else 'NO'}  client s/Step p50 {client:.2f}  sidebar reruns {o.sidebar_reruns}")
         out += [f"      error: {e[:160]}" for e in s.errors + o.errors]
     return out
+
+
+def start_run(timeout_s: float) -> None:
+    """A load test's start: log with times to stderr, and end the whole process (exit code 3) after `timeout_s`, so
+    a stuck run never holds the machine."""
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", datefmt="%H:%M:%S")
+    watchdog = threading.Timer(timeout_s, lambda: os._exit(3))
+    watchdog.daemon = True
+    watchdog.start()
+
+
+def cpu_model() -> str:
+    """The CPU as lscpu names it, with its count: the line a measured table is labelled with."""
+    try:
+        out = subprocess.run(["lscpu"], capture_output=True, text=True, timeout=10).stdout
+    except (OSError, subprocess.SubprocessError):
+        return "unknown (no lscpu)"
+    fields = dict(line.split(":", 1) for line in out.splitlines() if ":" in line)
+    return f"{fields.get('Model name', '?').strip()}, {fields.get('CPU(s)', '?').strip()} CPUs"
+
+
+def print_result(result: dict, as_json: bool, width: int = 32) -> None:
+    """One JSON object, or one `key value` line per field."""
+    if as_json:
+        print(json.dumps(result))
+        return
+    for key, value in result.items():
+        print(f"{key:{width}} {value}")

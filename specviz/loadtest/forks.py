@@ -34,9 +34,10 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from scripts import load_protocol as lp
-from scripts.room_presenter import JOIN_TIMEOUT_S, PRESENTER, shown_round
-from scripts.st_protocol import StSession
+from specviz.loadtest import harness as lp
+from specviz.loadtest.presenter import JOIN_TIMEOUT_S, PRESENTER, shown_round
+from specviz.loadtest.protocol import StSession
+from specviz.loadtest.room import pooled_steps, replica_lines, sticky_replica
 from specviz.workshop.presenter_key import generate_key
 
 log = logging.getLogger("load_test")
@@ -59,8 +60,6 @@ class Fork:
 
 def fork_and_step(url: str, f: Fork, steps: int, think_s: float, joined: threading.Barrier, offset_s: float) -> None:
     """Open (following), wait for the others, fork, then Step with think time between; errors are recorded."""
-    from scripts.room_load_test import sticky_replica
-
     session, phase = StSession(url), "open"
     try:
         session.open()
@@ -103,10 +102,8 @@ def _present(url: str, person: lp.Person, key: str, rounds: int, max_new_tokens:
 
 
 def run_forks(args, room, env: dict[str, str] | None = None) -> dict:
-    """The fork scenario (module docstring) in a fresh room; `room` is room_load_test.room, `env` more of the room's
+    """The fork scenario (module docstring) in a fresh room; `room` is specviz.loadtest.room.room, `env` more of the room's
     environment (a test's tiny model in SPECVIZ_TARGETS)."""
-    from scripts.room_load_test import replica_lines
-
     key, rounds = generate_key(), args.present_rounds
     person = PRESENTER  # open-ended: the run is still going at the last Step (a copying prompt ends at EOS early)
     with tempfile.TemporaryDirectory(prefix="specviz-room-fork-") as tmp, room(args.replicas, Path(tmp), {**(env or {}), "SPECVIZ_PRESENTER_KEY": key}) as handle:
@@ -134,8 +131,6 @@ def run_forks(args, room, env: dict[str, str] | None = None) -> dict:
 
 def fork_summary(solo: lp.Outcome, rounds: int, forks: list[Fork], by_replica: dict[str, list[dict]], tracebacks: int, load_avg: dict) -> dict:
     """The report (module docstring): each fork's stream after Step j against the solo run's after Step rounds + j."""
-    from scripts.room_load_test import pooled_steps
-
     def equal(f: Fork) -> bool:  # a fork that drew no tokens is not equal to anything
         return bool(f.streams and f.streams[-1]) and len(solo.streams) >= rounds + len(f.streams) and f.streams == solo.streams[rounds : rounds + len(f.streams)]
 
