@@ -1,3 +1,3 @@
 """specviz: watch speculative decoding happen, token by token."""
 
-__version__ = "0.1.0"
+__version__ = "0.5.0"
