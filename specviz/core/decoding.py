@@ -109,16 +109,8 @@ class SpeculativeDecoder:
     records: a run continued from these rounds (resume()): the committed tokens are the prompt and what they emitted,
     prefilled in one pass; prefill_ms then is the original run's prefill time, not the re-prefill's."""
 
-    def __init__(
-        self,
-        target: CachedLM,
-        drafter: Drafter,
-        prompt_ids: Sequence[int],
-        config: DecodeConfig,
-        *,
-        records: Sequence[StepRecord] = (),
-        prefill_ms: float | None = None,
-    ) -> None:
+    def __init__(self, target: CachedLM, drafter: Drafter, prompt_ids: Sequence[int], config: DecodeConfig, *,
+                 records: Sequence[StepRecord] = (), prefill_ms: float | None = None) -> None:  # fmt: skip
         if len(prompt_ids) == 0:
             raise ValueError("The prompt is empty: type some text to continue.")
         self.target = target
@@ -142,15 +134,19 @@ class SpeculativeDecoder:
         self.hidden: torch.Tensor | None = None  # (H,) the newest committed token's hidden row, for a drafter reading it
         self.features: Features | None = None  # rows for a features reader, handed over at the next draft
         self.pass_logits: PassLogits | None = None  # the latest verify pass for a logits reader, handed over at the next draft
-        # Prefill: the target caches all but the newest token, whose logits the first verify pass computes.
+        measured_ms = self._start()
+        self.prefill_ms = measured_ms if prefill_ms is None else prefill_ms
+
+    def _start(self) -> float:
+        """Prefill: the target caches all but the newest token, whose logits the first verify pass computes; the drafter
+        prepares and is handed what the prefill left it. Returns the ms it took."""
         start, paused = self._clock(), paused_s()
         self.drafter.prepare(self.tokens)
         if len(self.tokens) > 1:
             self.prefill(self.tokens[:-1])
         self.observe(-1 if len(self.tokens) > 1 else None)  # the prefill's last row chose the newest token
         self.hand_over()  # a features reader runs its own prefill over the prompt's rows: timed as the prefill
-        measured_ms = (self._clock() - start - (paused_s() - paused)) * 1000.0  # a long prefill's waits between chunks are not its time
-        self.prefill_ms = measured_ms if prefill_ms is None else prefill_ms
+        return (self._clock() - start - (paused_s() - paused)) * 1000.0  # a long prefill's waits between chunks are not its time
 
     def prefill(self, ids: list[int]) -> None:
         """Cache ids in the target. No (L, V) logits for a prompt of L tokens, unless the drafter learns from them:
@@ -306,13 +302,7 @@ class SpeculativeDecoder:
         that declare their state (keeps_state: loaded back) or read features (handed the state's rows again).
         A saved state (no hand-overs) continues a run whose prefill derived them (resume()). Raises ValueError
         when the state does not fit this run."""
-        if state.num_rounds > len(self.records):
-            raise ValueError("the saved state is from a later round than the saved records")
-        shared = self.draft_generator is self.generator
-        if shared != (state.draft_generator is None):
-            raise ValueError("the saved run drew from a different set of generators (another device?)")
-        if self.readers.state is not None and state.drafter_state is None:
-            raise ValueError(f"the saved run carries no state for the {self.drafter.name} drafter, so it cannot continue exactly")
+        self._check_fits(state)
         set_generator_state(self.generator, state.generator)
         if state.draft_generator is not None:
             set_generator_state(self.draft_generator, state.draft_generator)
@@ -326,12 +316,25 @@ class SpeculativeDecoder:
             self.target.crop(min(len(self.target.tokens), len(self.tokens) - 1))
             self.drafter.rollback(self.tokens)
         if state.hand_overs is not None:
-            self.features, self.pass_logits = state.hand_overs.features, state.hand_overs.pass_logits
-            if self.readers.hidden is not None:
-                self.hidden = state.hand_overs.hidden
-                self.readers.hidden.observe(self.hidden)
+            self._hand_back(state.hand_overs)
         if self.readers.state is not None and state.drafter_state is not None:
             self.readers.state.load_state(state.drafter_state)
+
+    def _check_fits(self, state: RunState) -> None:
+        """ValueError when a state cannot be this run's: from a later round, other generators, a drafter's state missing."""
+        if state.num_rounds > len(self.records):
+            raise ValueError("the saved state is from a later round than the saved records")
+        if (self.draft_generator is self.generator) != (state.draft_generator is None):
+            raise ValueError("the saved run drew from a different set of generators (another device?)")
+        if self.readers.state is not None and state.drafter_state is None:
+            raise ValueError(f"the saved run carries no state for the {self.drafter.name} drafter, so it cannot continue exactly")
+
+    def _hand_back(self, hand_overs: HandOvers) -> None:
+        """What the pass before a state() left for the drafter: pending again, and the hidden row handed again."""
+        self.features, self.pass_logits = hand_overs.features, hand_overs.pass_logits
+        if self.readers.hidden is not None:
+            self.hidden = hand_overs.hidden
+            self.readers.hidden.observe(self.hidden)
 
     def _last_hidden(self) -> torch.Tensor | None:
         """The target's hidden rows of its latest pass (only a drafter reading them asks: it needs a HiddenStateLM)."""
