@@ -20,9 +20,9 @@ from pathlib import Path
 from typing import Any
 
 from specviz.config import RunConfig, validate_prompt
-from specviz.core.decoding import DecodeConfig, SpeculativeDecoder
+from specviz.core.decoding import DecodeConfig, SpeculativeDecoder, resume
 from specviz.core.records import StepRecord
-from specviz.core.resume import DecoderState, resume
+from specviz.core.resume import RunState
 from specviz.drafters import NoDrafter
 from specviz.drafters.base import Drafter
 from specviz.drafters.eagle import FeatureHead
@@ -60,7 +60,7 @@ class SavedDecoder:
 
     generated: Sequence[int]  # every token the run committed after the prompt
     records: Sequence[StepRecord]
-    state: DecoderState
+    state: RunState
     seed: int
     prefill_ms: float = 0.0
 

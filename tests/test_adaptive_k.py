@@ -139,14 +139,14 @@ def test_the_owners_k_cap_bounds_adaptive_k():
 
 def test_a_restored_run_keeps_the_ceiling_even_from_an_older_file():
     """A state saved with a larger k (a file from before the ceiling was recorded) resumes at most at the ceiling."""
-    from specviz.core.resume import capture, resume
+    from specviz.core.decoding import resume
 
     config = DecodeConfig(num_draft_tokens=2, max_new_tokens=40, adaptive_k=True, max_draft_tokens=8)
     lm = BigramLM()
     decoder = SpeculativeDecoder(lm, NGramDrafter(V, threshold=0.0), PROMPT, config)
     while decoder.k <= 2 and not decoder.done:
         decoder.step()
-    state, done = capture(decoder), len(decoder.records)
+    state, done = decoder.state(), len(decoder.records)
     lower = DecodeConfig(num_draft_tokens=2, max_new_tokens=40, adaptive_k=True, max_draft_tokens=2)
     again = resume(BigramLM(), NGramDrafter(V, threshold=0.0), PROMPT, decoder.generated, decoder.records, lower, state)
     assert state.k > 2 and again.k == 2

@@ -267,16 +267,16 @@ def test_bad_decode_config_and_empty_prompt_raise():
 @pytest.mark.parametrize("kind", ["model", "lookup", "none"])
 def test_building_the_record_is_outside_round_ms(kind, monkeypatch):
     """A slow record step (top-N rows) shows up in record_ms and leaves round_ms alone, for plain decoding too."""
-    import specviz.core.rounds as decoding  # the one record builder, chains and trees
+    import specviz.core.records as records  # the one record builder, chains and trees
 
     slow_ms = 150.0
-    to_host = decoding._to_host  # gathers the top-N rows and moves the record's numbers to the host
+    to_host = records._to_host  # gathers the top-N rows and moves the record's numbers to the host
 
     def slow_to_host(*args, **kwargs):
         time.sleep(slow_ms / 1000.0)
         return to_host(*args, **kwargs)
 
-    monkeypatch.setattr(decoding, "_to_host", slow_to_host)
+    monkeypatch.setattr(records, "_to_host", slow_to_host)
     dec = decoder(kind, 4, max_new=6)
     dec.run()
     assert dec.generated == plain_greedy(TableLM(0), PROMPT, 6)

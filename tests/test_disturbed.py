@@ -61,10 +61,10 @@ def test_restore_takes_the_same_step_again(temperature):
     whole.run()
     again = SpeculativeDecoder(TableLM(3), NoDrafter(), [1, 2, 3], config)
     while not again.done:
-        mark = again.checkpoint()
+        mark = again.state()
         first = again.step()
         again.restore(mark)  # thrown away, as a disturbed baseline step is
-        assert len(again.records) == mark.num_records and len(again.target.tokens) == len(again.tokens) - 1
+        assert len(again.records) == mark.num_rounds and len(again.target.tokens) == len(again.tokens) - 1
         assert again.step().emitted == first.emitted  # the same draw again
     assert again.generated == whole.generated
 
@@ -76,7 +76,7 @@ def test_restore_undoes_a_bad_variant():
     whole.run()
     bad = SpeculativeDecoder(TableLM(3), NoDrafter(), [1, 2, 3], config)
     while not bad.done:
-        mark = bad.checkpoint()
+        mark = bad.state()
         bad.step()
         rng = bad.generator.get_state()
         bad.restore(mark)

@@ -263,7 +263,7 @@ def test_checkpoint_and_restore_feed_the_features_again(tiny_models, eagle_dir):
     target = tiny_models["llama"]
     dec = build_decoder(eagle_config(eagle_dir, temperature=1.0, seed=2), target, ids_of(target, TINY_PROMPTS[0]["prompt"]))
     dec.step()
-    point = dec.checkpoint()
+    point = dec.state()
     again = dec.step()
     dec.step()
     dec.restore(point)

@@ -10,7 +10,6 @@ import dataclasses
 import pytest
 
 from specviz.config import RunConfig
-from specviz.core.resume import capture
 from specviz.recording import build_recording, recorded_run
 from specviz.runs import build_decoder
 from specviz.ui.saved_runs import _resumed
@@ -32,7 +31,7 @@ def _presented(target, config: RunConfig, tmp_path) -> tuple[object, SavedRun]:
         token_text=lambda i: f"t{i}", environment=ENV | {"vocab_size": target.vocab_size},
     )  # fmt: skip
     store, token = RunStore(tmp_path), new_token()
-    store.save(token, SavedRun(recording, (capture(dec),)))
+    store.save(token, SavedRun(recording, (dec.state(),)))
     return dec, store.load(token)
 
 
@@ -56,7 +55,7 @@ def test_known_bad_control_a_fork_without_the_generator_state_differs(tiny_model
     target = tiny_models["llama"]
     config = _config(1.0)
     presenter, saved = _presented(target, config, tmp_path)
-    seed_state = capture(build_decoder(config, target, prompt_ids(target)))  # what a fork that ignores the saved state uses
+    seed_state = build_decoder(config, target, prompt_ids(target)).state()  # what a fork that ignores the saved state uses
     naive = dataclasses.replace(saved.states[0], generator=seed_state.generator)
     fork = _resumed(saved.recording.runs[0], naive, target, list(saved.recording.prompt_ids))
     presenter.run()

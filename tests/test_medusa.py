@@ -401,11 +401,11 @@ def test_checkpoint_and_restore_bring_the_hidden_state_back(tiny_models, heads_d
     target = tiny_models["llama"]
     dec = build_decoder(medusa_config(heads_dir, temperature=1.0, seed=2), target, ids_of(target, TINY_PROMPTS[0]["prompt"]))
     dec.step()
-    point = dec.checkpoint()
+    point = dec.state()
     again = dec.step()
     dec.step()
     dec.restore(point)
-    assert dec.drafter.hidden is point.hidden
+    assert dec.drafter.hidden is point.hand_overs.hidden
     assert dec.step().emitted == again.emitted
 
 

@@ -12,7 +12,7 @@ import torch
 from specviz.config import RunConfig
 from specviz.core.decoding import DecodeConfig, SpeculativeDecoder
 from specviz.core.protocols import Draft
-from specviz.core.resume import DecoderState, capture
+from specviz.core.resume import RunState
 from specviz.core.sampling import SamplingConfig
 from specviz.drafters.recycle import EMPTY, RecycleDrafter
 from specviz.runs import SavedDecoder, build_decoder, resume_decoder
@@ -153,9 +153,9 @@ def test_a_resumed_recycle_run_continues_exactly(tiny_models, width, temperature
     dec = build_decoder(config, target, ids)
     for _ in range(4):
         dec.step()
-    raw = json.loads(json.dumps(capture(dec).to_dict()))
+    raw = json.loads(json.dumps(dec.state().to_dict()))
     assert raw["drafter_state"]
-    state = DecoderState.from_dict(raw)
+    state = RunState.from_dict(raw, len(dec.records))
     resumed = resume_decoder(config, target, ids, SavedDecoder(list(dec.generated), list(dec.records), state, config.seed))
     dec.drafter.fold()  # saving left the last pass pending (folded into a copy)
     assert torch.equal(resumed.drafter.table, dec.drafter.table)  # carried: the rejected drafts' rows too
@@ -163,7 +163,7 @@ def test_a_resumed_recycle_run_continues_exactly(tiny_models, width, temperature
     assert resumed.generated == solo.generated
     assert [r.drafted for r in resumed.records] == [r.drafted for r in solo.records]
     with pytest.raises(ValueError, match="no state"):  # a saved run without the table cannot continue exactly
-        resume_decoder(config, target, ids, SavedDecoder(list(dec.generated), list(dec.records), DecoderState.from_dict(raw | {"drafter_state": None}), config.seed))
+        resume_decoder(config, target, ids, SavedDecoder(list(dec.generated), list(dec.records), RunState.from_dict(raw | {"drafter_state": None}, len(dec.records)), config.seed))
 
 
 def test_the_carried_table_is_not_the_one_a_reprefill_rebuilds(tiny_models):
@@ -187,7 +187,7 @@ def test_checkpoint_and_restore_bring_the_table_back(tiny_models):
     target = tiny_models["llama"]
     dec = build_decoder(recycle_config(temperature=1.0, seed=2), target, target.tokenizer(TINY_PROMPTS[0]["prompt"])["input_ids"])
     dec.step()
-    point = dec.checkpoint()
+    point = dec.state()
     again = dec.step()
     dec.step()
     dec.restore(point)
@@ -206,7 +206,7 @@ def test_load_state_refuses_what_is_not_a_table():
         with pytest.raises(ValueError, match=message):
             other.load_state(bad)
     with pytest.raises(ValueError, match="drafter state"):
-        DecoderState.from_dict({"generator": "AAAA", "draft_generator": None, "k": 2, "finished": False, "drafter_state": 7})
+        RunState.from_dict({"generator": "AAAA", "draft_generator": None, "k": 2, "finished": False, "drafter_state": 7}, 0)
 
 
 def _table_with(token: int) -> bytes:
@@ -251,7 +251,7 @@ def test_a_recycle_run_survives_the_run_directory_and_its_recording_replays(tiny
     recording = build_recording(prompt="p", prompt_ids=ids, runs=[recorded_run("recycle", config, dec.records)], baseline=None,
                                 token_text=lambda i: f"t{i}", environment=env)  # fmt: skip
     store, token = RunStore(tmp_path / "runs"), new_token()
-    store.save(token, SavedRun(recording, (capture(dec),)))
+    store.save(token, SavedRun(recording, (dec.state(),)))
     back = store.load(token)
     run = back.recording.runs[0]
     saved = SavedDecoder([t for r in run.records for t in r.emitted], run.records, back.states[0], run.seed)

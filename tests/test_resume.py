@@ -4,11 +4,12 @@ fresh drafter, generators restored) continues with exactly the tokens the uninte
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import pytest
 
 from specviz.config import RunConfig
-from specviz.core.resume import DecoderState, capture
+from specviz.core.resume import RunState
 from specviz.runs import SavedDecoder, build_decoder, resume_decoder
 from tests.test_models import prompt_ids
 
@@ -28,7 +29,7 @@ def _config(drafter: str, width: int, temperature: float, adaptive: bool = True)
 
 def _saved(dec) -> SavedDecoder:
     """What the run directory keeps, through JSON like the file (records stay objects: the recording carries them)."""
-    state = DecoderState.from_dict(json.loads(json.dumps(capture(dec).to_dict())))
+    state = RunState.from_dict(json.loads(json.dumps(dec.state().to_dict())), len(dec.records))
     return SavedDecoder(list(dec.generated), list(dec.records), state, dec.config.seed, dec.prefill_ms)
 
 
@@ -61,8 +62,8 @@ def test_known_bad_control_a_resume_without_the_generator_state_diverges(tiny_mo
     dec = build_decoder(config, target, ids)
     for _ in range(3):
         dec.step()
-    fresh_state = capture(build_decoder(config, target, ids))  # the seed's state: what a naive restore would use
     saved = _saved(dec)
+    fresh_state = replace(build_decoder(config, target, ids).state(), num_rounds=len(saved.records))  # the seed's: what a naive restore uses
     bad = resume_decoder(config, target, ids, SavedDecoder(saved.generated, saved.records, fresh_state, saved.seed))
     bad.run()
     assert bad.generated != solo.generated
@@ -75,7 +76,7 @@ def test_known_bad_control_a_resume_without_the_generator_state_diverges(tiny_mo
 )  # fmt: skip
 def test_bad_saved_states_are_refused(raw):
     with pytest.raises(ValueError):
-        DecoderState.from_dict(raw)
+        RunState.from_dict(raw, 0)
 
 
 def test_a_state_that_does_not_fit_the_generator_is_a_value_error(tiny_models):
@@ -84,7 +85,7 @@ def test_a_state_that_does_not_fit_the_generator_is_a_value_error(tiny_models):
     dec = build_decoder(config, target, ids)
     dec.step()
     saved = _saved(dec)
-    broken = DecoderState("AAAA", None, 3, False)
+    broken = RunState.from_dict({"generator": "AAAA", "draft_generator": None, "k": 3, "finished": False}, len(saved.records))
     with pytest.raises(ValueError, match="does not fit"):
         resume_decoder(config, target, ids, SavedDecoder(saved.generated, saved.records, broken, saved.seed))
     with pytest.raises(ValueError, match="not the ones"):

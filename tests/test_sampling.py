@@ -5,7 +5,8 @@ import math
 import pytest
 import torch
 
-from specviz.core.sampling import SamplingConfig, sample, warp
+from specviz.core.sampling import SamplingConfig, warp
+from tests.toys import sample
 
 
 def softmax(xs: list[float]) -> list[float]:

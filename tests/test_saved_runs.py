@@ -12,7 +12,6 @@ import time
 import pytest
 
 from specviz.config import RunConfig
-from specviz.core.resume import capture
 from specviz.recording import build_recording, recorded_run
 from specviz.runs import build_decoder
 from specviz.workshop import saved_runs
@@ -46,7 +45,7 @@ def saved(tiny_models) -> SavedRun:
         prompt="the prompt", prompt_ids=ids, runs=[recorded_run("n-gram model", config, dec.records)], baseline=None,
         token_text=lambda i: f"t{i}", environment=ENV | {"vocab_size": target.vocab_size},
     )  # fmt: skip
-    return SavedRun(recording, (capture(dec),))
+    return SavedRun(recording, (dec.state(),))
 
 
 def test_tokens_are_128_random_bits_in_a_strict_shape():

@@ -14,9 +14,8 @@ from collections.abc import Callable
 import pytest
 import torch
 
-from specviz.core.sampling import sample
-from specviz.core.verify import Verdict, one_hot_q, residual, verify
-from tests.toys import pooled_pvalue
+from specviz.core.verify import one_hot_q, residual
+from tests.toys import Verdict, pooled_pvalue, sample, verify
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

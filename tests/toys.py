@@ -5,7 +5,9 @@ computed from scratch; extend() feeds ids through it one at a time, so a cache h
 wrong length changes what comes out. ``plain_greedy(lm, ...)`` is argmax of logits_after at every step, no cache
 involved: what every greedy exactness test compares against. ``pooled_pvalue`` is the one chi-square test of every
 distribution test (the rule's, the trees', the batch's, each drafter's, each precision's, on CUDA too), and
-``first_two_tokens`` the one sampler the distribution tests of the drafters share.
+``first_two_tokens`` the one sampler the distribution tests of the drafters share. ``verify`` (the rule read back to
+the host in one call, as a ``Verdict``) and ``sample`` (one draw as a host int) are the tests' conveniences over
+specviz.core.verify.decide and specviz.core.sampling.draw; the engine never reads a round back token by token.
 """
 
 from __future__ import annotations
@@ -18,9 +20,42 @@ from dataclasses import dataclass
 import torch
 from scipy.stats import chisquare
 
+from specviz.core.sampling import draw
 from specviz.core.tree import ancestors
+from specviz.core.verify import DraftFate, EmitFate, decide, draft_fates, next_fate
 
 TABLE_V = 10  # TableLM's default vocabulary
+
+
+def sample(probs: torch.Tensor, generator: torch.Generator) -> int:
+    """Draw one token id from a (V,) distribution; returns a host int (one device round trip)."""
+    return int(draw(probs, generator).item())
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """What the rule decided for one round (all on the CPU)."""
+
+    num_accepted: int
+    uniforms: torch.Tensor  # (k,) one draw per drafted token, kept even when unused
+    accept_prob: torch.Tensor  # (k,) min(1, p_target(x_i) / q_draft(x_i))
+    next_token: int  # the resampled token, the bonus token, or the plain target sample
+    next_fate: EmitFate
+    residual: torch.Tensor | None  # (V,) normalised max(0, p - q) at the rejection, else None
+
+    @property
+    def draft_fates(self) -> tuple[DraftFate, ...]:
+        return draft_fates(self.uniforms.numel(), self.num_accepted)
+
+
+def verify(p_target: torch.Tensor, q_draft: torch.Tensor, drafted: torch.Tensor, generator: torch.Generator) -> Verdict:
+    """p_target (k+1, V), q_draft (k, V), drafted (k,) -> Verdict on the host: decide() plus one transfer."""
+    k = drafted.numel()
+    decision = decide(p_target, q_draft, drafted, generator)
+    n, token = decision.outcome().tolist()
+    return Verdict(
+        n, decision.uniforms.cpu(), decision.accept_prob.cpu(), token, next_fate(k, n), decision.next_dist.cpu() if n < k else None
+    )
 
 
 class ToyLM:
@@ -277,13 +312,13 @@ def paused_and_resumed(config, target, ids: Sequence[int], steps: int = 2):
     on). The resumed run must go on exactly as one run would (assert_same_run)."""
     import json
 
-    from specviz.core.resume import DecoderState, capture
+    from specviz.core.resume import RunState
     from specviz.runs import SavedDecoder, build_decoder, resume_decoder
 
     dec = build_decoder(config, target, list(ids))
     for _ in range(steps):
         dec.step()
-    state = DecoderState.from_dict(json.loads(json.dumps(capture(dec).to_dict())))
+    state = RunState.from_dict(json.loads(json.dumps(dec.state().to_dict())), len(dec.records))
     return dec, state, resume_decoder(config, target, list(ids), SavedDecoder(list(dec.generated), list(dec.records), state, config.seed))
 
 

@@ -11,7 +11,7 @@ from specviz.core.metrics import RunMetrics, run_metrics
 from specviz.core.protocols import CachedLM, Drafter, TreeCachedLM, TreeDrafter
 from specviz.core.records import StepRecord, TokenDist
 from specviz.core.sampling import SamplingConfig, draw, warp
-from specviz.core.verify import Decision, Verdict, decide, residual, verify
+from specviz.core.verify import Decision, decide, residual
 
 __all__ = [
     "CachedLM",
@@ -26,12 +26,10 @@ __all__ = [
     "TokenDist",
     "TreeCachedLM",
     "TreeDrafter",
-    "Verdict",
     "decide",
     "draw",
     "first_divergence",
     "residual",
     "run_metrics",
-    "verify",
     "warp",
 ]

@@ -32,9 +32,8 @@ import torch
 
 from specviz.core.decoding import DecodeConfig, sync
 from specviz.core.protocols import Drafter
-from specviz.core.rounds import cut_emitted
-from specviz.core.sampling import warp
-from specviz.core.verify import Decision, decide, one_hot_q
+from specviz.core.rounds import Drafted, chain_rule, cut_emitted, draft_chain
+from specviz.core.verify import Decision
 
 
 class BatchedLM(Protocol):
@@ -143,39 +142,34 @@ class BatchDecoder:
         drafts = [self.draft(b) for b in self.active]  # 1.
         decisions, pass_ms = self.verify(drafts)  # 2. + 3.
         outcomes = torch.stack([d.outcome() for d in decisions]).tolist() if decisions else []  # one transfer
-        committed = [self.commit(b, draft[0], n, nxt) for b, draft, (n, nxt) in zip(self.active, drafts, outcomes)]  # 4.
+        committed = [self.commit(b, drafted.ids, n, nxt) for b, drafted, (n, nxt) in zip(self.active, drafts, outcomes)]  # 4.
         streams = tuple(self.active)
         self.rollback()  # 4. + 5.
-        record = BatchRound(streams, tuple(len(ids) for ids, _ in drafts), tuple(n for n, _ in outcomes), tuple(committed),
+        record = BatchRound(streams, tuple(len(d.ids) for d in drafts), tuple(n for n, _ in outcomes), tuple(committed),
                             (self._clock() - t0) * 1000.0, pass_ms)  # fmt: skip
         self.rounds.append(record)
         return record
 
-    def draft(self, stream: int) -> tuple[tuple[int, ...], torch.Tensor | None]:
-        """1. Up to k drafts for this stream (fewer near its length limit) and its drafter's q_draft, if any."""
+    def draft(self, stream: int) -> Drafted:
+        """1. Up to k drafts for this stream (fewer near its length limit) and its drafter's q_draft, if any: the
+        chain round's drafting (specviz.core.rounds.draft_chain)."""
         k = min(self.config.num_draft_tokens, self.config.max_new_tokens - len(self.generated(stream)) - 1)
-        if k <= 0:
-            return (), None
-        proposal = self.drafters[stream].propose(self.tokens[stream], k, self.draft_generators[stream])
-        ids = tuple(int(t) for t in proposal.token_ids[:k])
-        q = proposal.q_draft[: len(ids)].to(self.device, torch.float32) if proposal.q_draft is not None and ids else None
-        return ids, q
+        return draft_chain(self.drafters[stream], self.tokens[stream], k, self.draft_generators[stream], self.device)
 
-    def verify(self, drafts: Sequence[tuple[tuple[int, ...], torch.Tensor | None]]) -> tuple[list[Decision], float]:
-        """2. One batched pass over each row's newest token plus its drafts; 3. the exact rule, row by row.
-        Returns the decisions and the pass's own ms (what a cost profile's batched pass measures)."""
-        feeds = [[self.tokens[b][-1], *ids] for b, (ids, _) in zip(self.active, drafts)]
+    def verify(self, drafts: Sequence[Drafted]) -> tuple[list[Decision], float]:
+        """2. One batched pass over each row's newest token plus its drafts; 3. the chain round's rule, row by row
+        (specviz.core.rounds.chain_rule). Returns the decisions and the pass's own ms (what a cost profile's batched
+        pass measures)."""
+        feeds = [[self.tokens[b][-1], *drafted.ids] for b, drafted in zip(self.active, drafts)]
         width = max(len(f) for f in feeds)
         start = self._clock()
         logits = self.target.extend(feeds, keep_last=width)  # (B, width, V), right-aligned
         pass_ms = (self._clock() - start) * 1000.0
         decisions = []
-        for row, (b, (ids, q_draft)) in enumerate(zip(self.active, drafts)):
-            m = len(ids)
-            p_target = warp(logits[row, width - m - 1 :], self.config.sampling)  # (m+1, V)
-            drafted = torch.tensor(ids, dtype=torch.long, device=self.device)  # (m,)
-            q = q_draft if q_draft is not None else one_hot_q(drafted, p_target.shape[-1])  # (m, V)
-            decisions.append(decide(p_target, q, drafted, self.generators[b]))
+        for row, (b, drafted) in enumerate(zip(self.active, drafts)):
+            m = len(drafted.ids)
+            _, _, decision = chain_rule(logits[row, width - m - 1 :], drafted, self.config.sampling, self.generators[b])  # (m+1, V) rows
+            decisions.append(decision)
         return decisions, pass_ms
 
     def commit(self, stream: int, ids: tuple[int, ...], n: int, next_token: int) -> int:

@@ -19,27 +19,36 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from typing import cast
 
 import torch
 
 from specviz.core.metrics import RunMetrics, run_metrics
-from specviz.core.protocols import CachedLM, Drafter, common_prefix_len, extend_last, pause_point, paused_s
-from specviz.core.records import StepRecord
-from specviz.core.rounds import Drafted, RoundContext, Verified, build_record, cut_emitted
-from specviz.core.sampling import SamplingConfig, warp
+from specviz.core.protocols import (
+    CachedLM,
+    Drafter,
+    HiddenStateLM,
+    Readers,
+    common_prefix_len,
+    extend_last,
+    pause_point,
+    paused_s,
+    readers,
+)
+from specviz.core.records import RoundContext, RoundTimes, StepRecord, build_record
+from specviz.core.resume import Features, HandOvers, PassLogits, RunState, generator_state, set_generator_state
+from specviz.core.rounds import ChainRound, Drafted, Round, Verified, cut_emitted
+from specviz.core.sampling import SamplingConfig
 from specviz.core.tree import MAX_TREE_WIDTH
-from specviz.core.tree_round import draft_tree, keep_path, verify_tree
-from specviz.core.verify import EmitFate, decide, next_fate, one_hot_q
-from specviz.core.verify import draft_fates as draft_fates_of
+from specviz.core.tree_round import TreeRound, tree_round
+from specviz.core.verify import EmitFate
 
-__all__ = ["CachedLM", "Checkpoint", "DecodeConfig", "Drafter", "SpeculativeDecoder", "common_prefix_len", "extend_last", "next_k"]
+__all__ = ["CachedLM", "DecodeConfig", "Drafter", "SpeculativeDecoder", "common_prefix_len", "extend_last", "next_k", "resume"]
 
 MAX_DRAFT_TOKENS = 16
 PREFILL_CHUNK = 256  # a logits reader's prefill: rows of (chunk, V) logits at a time, not (prompt, V) at once
 logger = logging.getLogger(__name__)
-Features = tuple[int, torch.Tensor, tuple[int, ...]]  # (start position, (r, H) hidden rows, the r tokens they chose)
-PassLogits = tuple[tuple[int, ...], torch.Tensor]  # (ids fed, (T, V) logits, row i after ids[i])
 
 
 @dataclass(frozen=True)
@@ -83,38 +92,6 @@ def next_k(k: int, num_drafted: int, num_accepted: int, config: DecodeConfig) ->
     return max(1, k - 1)
 
 
-def tree_ready(target: CachedLM, drafter: Drafter) -> bool:
-    """Whether rounds can draft token trees: the drafter proposes them and the target verifies them in one
-    pass (both declare it). When not, the run drafts chains and says why in the log."""
-    if not drafter.can_branch:
-        logger.warning("The %s drafter proposes chains only; token trees fall back to chains.", drafter.name)
-        return False
-    if not target.can_verify_tree:
-        logger.warning("This target cannot verify a token tree in one pass; token trees fall back to chains.")
-        return False
-    problem = target.tree_problem  # type: ignore[attr-defined]  # a TreeCachedLM
-    if problem:
-        logger.warning("%s", problem)
-        return False
-    return True
-
-
-@dataclass(frozen=True)
-class Checkpoint:
-    """Where a run stood between two rounds (SpeculativeDecoder.checkpoint), to take the next round again."""
-
-    num_tokens: int  # prompt + committed
-    num_records: int
-    finished: bool
-    k: int
-    rng_state: torch.Tensor  # the rule's generator
-    draft_rng_state: torch.Tensor
-    hidden: torch.Tensor | None = None  # (H,) what a drafter reading hidden states was last handed
-    features: Features | None = None  # what a features reader has not been handed yet
-    pass_logits: PassLogits | None = None  # what a logits reader has not been handed yet
-    drafter_state: bytes | None = None  # a stateful drafter's save_state()
-
-
 def sync(device: torch.device) -> None:
     """Wait until the device finished its queued work (a no-op on the CPU)."""
     if device.type == "cuda":
@@ -124,20 +101,24 @@ def sync(device: torch.device) -> None:
 
 
 class SpeculativeDecoder:
-    """One run: owns the target's cache, the drafter and the generators. Call step() until done.
+    """One run: owns the target's cache, the drafter, the generators and the round (a chain or a tree, chosen here
+    once). Call step() until done.
 
     Every draw comes from generators seeded with config.seed: one on the target's device for the rule (and
-    for a drafter sampling there), one on the CPU for host-side drafters when the target is elsewhere."""
+    for a drafter sampling there), one on the CPU for host-side drafters when the target is elsewhere.
+    records: a run continued from these rounds (resume()): the committed tokens are the prompt and what they emitted,
+    prefilled in one pass; prefill_ms then is the original run's prefill time, not the re-prefill's."""
 
-    def __init__(self, target: CachedLM, drafter: Drafter, prompt_ids: Sequence[int], config: DecodeConfig) -> None:
+    def __init__(self, target: CachedLM, drafter: Drafter, prompt_ids: Sequence[int], config: DecodeConfig, *,
+                 records: Sequence[StepRecord] = (), prefill_ms: float | None = None) -> None:  # fmt: skip
         if len(prompt_ids) == 0:
             raise ValueError("The prompt is empty: type some text to continue.")
         self.target = target
         self.drafter = drafter
         self.config = config
         self.prompt_length = len(prompt_ids)
-        self.tokens: list[int] = list(prompt_ids)  # prompt + every committed token
-        self.records: list[StepRecord] = []
+        self.tokens: list[int] = [*prompt_ids, *(t for r in records for t in r.emitted)]  # prompt + every committed token
+        self.records: list[StepRecord] = list(records)
         self.device = torch.device(target.device)
         draft_device = torch.device(drafter.device)  # the CPU for host-side drafters
         self.generator = torch.Generator(device=self.device).manual_seed(config.seed)
@@ -147,36 +128,44 @@ class SpeculativeDecoder:
         self._devices = {self.device, draft_device}
         self.k = config.num_draft_tokens
         self.finished = False
-        self.use_tree = config.tree_width > 1 and tree_ready(target, drafter)
+        self.readers: Readers = readers(drafter)  # the drafter's declared capabilities, each as its protocol
+        tree = tree_round(target, drafter, config.tree_width, config.sampling) if config.tree_width > 1 else None
+        self.round: Round = tree if tree is not None else ChainRound(target, drafter, config.sampling)
         self.hidden: torch.Tensor | None = None  # (H,) the newest committed token's hidden row, for a drafter reading it
         self.features: Features | None = None  # rows for a features reader, handed over at the next draft
         self.pass_logits: PassLogits | None = None  # the latest verify pass for a logits reader, handed over at the next draft
-        # Prefill: the target caches all but the newest token, whose logits the first verify pass computes.
+        measured_ms = self._start()
+        self.prefill_ms = measured_ms if prefill_ms is None else prefill_ms
+
+    def _start(self) -> float:
+        """Prefill: the target caches all but the newest token, whose logits the first verify pass computes; the drafter
+        prepares and is handed what the prefill left it. Returns the ms it took."""
         start, paused = self._clock(), paused_s()
         self.drafter.prepare(self.tokens)
         if len(self.tokens) > 1:
             self.prefill(self.tokens[:-1])
         self.observe(-1 if len(self.tokens) > 1 else None)  # the prefill's last row chose the newest token
         self.hand_over()  # a features reader runs its own prefill over the prompt's rows: timed as the prefill
-        self.prefill_ms = (self._clock() - start - (paused_s() - paused)) * 1000.0  # a long prefill's waits between chunks are not its time
+        return (self._clock() - start - (paused_s() - paused)) * 1000.0  # a long prefill's waits between chunks are not its time
 
     def prefill(self, ids: list[int]) -> None:
         """Cache ids in the target. No (L, V) logits for a prompt of L tokens, unless the drafter learns from them:
         then chunk by chunk, each handed over at once. A features reader gets every row's hidden state (start 0)."""
-        if not self.drafter.reads_logits:
+        logits_reader = self.readers.logits
+        if logits_reader is None:
             extend_last(self.target, ids)
-            rows = self.target.last_hidden if self.drafter.reads_features else None  # type: ignore[attr-defined]
+            rows = self._last_hidden() if self.readers.features else None
         else:
             kept = []
             for s in range(0, len(ids), PREFILL_CHUNK):
                 if s:
                     pause_point()  # on a shared server a waiting participant's turn may go first (as extend_last's chunks)
                 chunk = ids[s : s + PREFILL_CHUNK]
-                self.drafter.observe_logits(chunk, self.target.extend(chunk))  # type: ignore[attr-defined]  # a LogitsDrafter
-                if self.drafter.reads_features:
-                    kept.append(self.target.last_hidden)  # type: ignore[attr-defined]
+                logits_reader.observe_logits(chunk, self.target.extend(chunk))
+                if self.readers.features:
+                    kept.append(self._last_hidden())
             rows = torch.cat(kept) if kept else None
-        if self.drafter.reads_features:
+        if self.readers.features:
             self.features = (0, self._hidden_rows(rows, len(ids)), tuple(self.tokens[1 : len(ids) + 1]))
 
     @property
@@ -186,6 +175,11 @@ class SpeculativeDecoder:
     @property
     def done(self) -> bool:
         return self.finished or len(self.generated) >= self.config.max_new_tokens
+
+    @property
+    def use_tree(self) -> bool:
+        """Whether this run drafts token trees (it asked for a width above 1, and the drafter and target can)."""
+        return isinstance(self.round, TreeRound)
 
     def stats(self, baseline: Sequence[StepRecord] = ()) -> RunMetrics:
         """The run's metrics and timing from its records (with plain decoding's records, the measured speedup too)."""
@@ -197,7 +191,7 @@ class SpeculativeDecoder:
         return self.records
 
     def step(self) -> StepRecord:
-        """One round, chain or tree. The clock reads after the device synchronises and stops before the record."""
+        """One round. The clock reads after the device synchronises and stops before the record."""
         if self.done:
             raise RuntimeError("This run is finished; reset to start again.")
         k = min(self.k, self.config.max_new_tokens - len(self.generated) - 1)  # a round emits up to k+1 tokens
@@ -208,100 +202,26 @@ class SpeculativeDecoder:
         t2 = self._clock()
         newest = self.tokens[-1]
         emitted, fates = self.commit(drafted, verified)
-        self.rollback(drafted, verified)
+        self.rollback(verified)
         self.keep_for_drafter(newest, drafted, verified, len(emitted))
         t3 = self._clock()
-        width = self.config.tree_width if self.use_tree else 1
-        context = RoundContext(len(self.records), len(self.tokens) - len(emitted), k, width, self.config.top_n, self.done)
-        record = build_record(context, drafted, verified, emitted, fates, (t0, t1, t2, t3))
+        context = RoundContext(len(self.records), len(self.tokens) - len(emitted), k, self.round.width, self.config.top_n, self.done)
+        record = build_record(context, drafted, verified, emitted, fates, RoundTimes(t0, t1, t2, t3))
         self.records.append(record)
         self.k = next_k(self.k, record.num_drafted, record.num_accepted, self.config)
         return record
-
-    def checkpoint(self) -> Checkpoint:
-        """The run as it stands, generators included, for restore(): plain decoding whose step a rerun disturbed
-        takes it again (specviz.workshop.baselines), the same tokens from the same draws."""
-        return Checkpoint(
-            len(self.tokens), len(self.records), self.finished, self.k, self.generator.get_state(), self.draft_generator.get_state(),
-            self.hidden, self.features, self.pass_logits,
-            self.drafter.save_state() if self.drafter.keeps_state else None,  # type: ignore[attr-defined]  # a StatefulDrafter
-        )  # fmt: skip
-
-    def drafter_state(self) -> bytes | None:
-        """A stateful drafter's state, the latest pass's logits included (for a saved run, specviz.core.resume), else
-        None. Handing the logits over only queues them: the drafter still folds them in at its next proposal."""
-        if not self.drafter.keeps_state:
-            return None
-        if self.drafter.reads_logits and self.pass_logits is not None:
-            self.drafter.observe_logits(*self.pass_logits)  # type: ignore[attr-defined]  # a LogitsDrafter
-            self.pass_logits = None
-        return self.drafter.save_state()  # type: ignore[attr-defined]  # a StatefulDrafter
-
-    def restore(self, checkpoint: Checkpoint) -> None:
-        """Back to checkpoint: the tokens, records and draws after it are forgotten, the target's cache cropped.
-        The drafter is told the shorter commit; one that learns from committed text (the n-gram model) would keep
-        what it learned, so this is for drafters that keep nothing of it (plain decoding, prompt lookup, a model) or
-        that declare their state (keeps_state: loaded back) or read features (handed the checkpoint's rows again)."""
-        del self.tokens[checkpoint.num_tokens :]
-        del self.records[checkpoint.num_records :]
-        self.finished, self.k = checkpoint.finished, checkpoint.k
-        self.generator.set_state(checkpoint.rng_state)
-        if self.draft_generator is not self.generator:
-            self.draft_generator.set_state(checkpoint.draft_rng_state)
-        self.target.crop(min(len(self.target.tokens), len(self.tokens) - 1))
-        self.drafter.rollback(self.tokens)
-        if self.drafter.reads_hidden:
-            self.hidden = checkpoint.hidden
-            self.drafter.observe(self.hidden)  # type: ignore[attr-defined]  # a HiddenDrafter
-        self.features, self.pass_logits = checkpoint.features, checkpoint.pass_logits
-        if self.drafter.keeps_state and checkpoint.drafter_state is not None:
-            self.drafter.load_state(checkpoint.drafter_state)  # type: ignore[attr-defined]  # a StatefulDrafter
 
     def draft(self, k: int) -> Drafted:
         """1. What the last pass left for the drafter (hand_over), then up to k drafted tokens (a chain, or a tree of
         at most k nodes) and the drafter's q_draft when it has one, moved to the target's device."""
         self.hand_over()
-        if self.use_tree:
-            return draft_tree(self.drafter, self.tokens, k, self.config.tree_width, self.draft_generator, self.device)  # type: ignore[arg-type]
-        ids, q_draft, on_device = (), None, None
-        if k > 0:
-            proposal = self.drafter.propose(self.tokens, k, self.draft_generator)
-            ids = tuple(int(t) for t in proposal.token_ids[:k])
-            if proposal.q_draft is not None and ids:
-                q_draft = proposal.q_draft[: len(ids)].to(self.device, torch.float32)
-            if proposal.on_device is not None and ids:
-                on_device = proposal.on_device[: len(ids)].to(self.device, torch.long)  # no second trip through the host
-        if on_device is None:
-            on_device = torch.tensor(ids, dtype=torch.long, device=self.device)
-        return Drafted(ids, on_device, q_draft)
-
-    def hand_over(self) -> None:
-        """Give a features reader the rows that chose the tokens committed since, and a logits reader the latest pass."""
-        if self.features is not None:
-            self.drafter.observe_features(*self.features)  # type: ignore[attr-defined]  # a FeatureDrafter
-            self.features = None
-        if self.pass_logits is not None:
-            self.drafter.observe_logits(*self.pass_logits)  # type: ignore[attr-defined]  # a LogitsDrafter
-            self.pass_logits = None
+        return self.round.draft(self.tokens, k, self.draft_generator)
 
     def verify(self, drafted: Drafted) -> Verified:
         """2. One target pass over the committed tokens not yet cached plus every draft (m+1 distributions),
         then the rule: for a chain all on the device, the host learning only n and the next token (one
         transfer); for a tree the tree rule (specviz.core.tree_round)."""
-        pending = self.tokens[len(self.target.tokens) :]
-        if drafted.is_tree:
-            return verify_tree(self.target, pending, drafted, self.config.sampling, self.generator)  # type: ignore[arg-type]
-        m = len(drafted.ids)
-        logits = self.target.extend(pending + list(drafted.ids))[-(m + 1) :]  # (m+1, V)
-        p_target = warp(logits, self.config.sampling)  # (m+1, V)
-        q_draft = drafted.q_draft if drafted.q_draft is not None else one_hot_q(drafted.on_device, p_target.shape[-1])
-        decision = decide(p_target, q_draft, drafted.on_device, self.generator)
-        n, next_token = decision.outcome().tolist()
-        return Verified(
-            logits, p_target, q_draft, tuple(range(n)), next_token, next_fate(m, n), draft_fates_of(m, n),
-            decision.accept_prob, decision.uniforms, decision.next_dist, next_row=len(pending) - 1 + n,
-            rows=tuple(range(len(pending) - 1, len(pending) + n)),
-        )  # fmt: skip
+        return self.round.verify(self.tokens[len(self.target.tokens) :], drafted, self.generator)
 
     def commit(self, drafted: Drafted, verified: Verified) -> tuple[list[int], list[EmitFate]]:
         """3. Commit the accepted path, then the resampled / bonus token; cut at EOS or the length limit."""
@@ -312,31 +232,116 @@ class SpeculativeDecoder:
         self.tokens.extend(emitted)
         return emitted, fates
 
-    def rollback(self, drafted: Drafted, verified: Verified) -> None:
-        """4. Both caches keep only what was committed. The target cached every draft: a tree first drops every
-        node off the accepted path (nothing is recomputed); then the committed tokens before the newest one are
-        accepted drafts, so cropping by length is enough (and costs nothing). A drafter reading hidden states is
-        handed the pass's row that chose the newest token."""
-        if drafted.is_tree:
-            keep_path(self.target, verified.pending, verified.path)  # type: ignore[arg-type]
+    def rollback(self, verified: Verified) -> None:
+        """4. Both caches keep only what was committed. The target cached every draft: the round keeps what it must
+        (a tree drops every node off the accepted path; nothing is recomputed); then the committed tokens before the
+        newest one lead the cache, so cropping by length is enough (and costs nothing). A drafter reading hidden
+        states is handed the pass's row that chose the newest token."""
+        self.round.keep(verified)
         self.target.crop(len(self.tokens) - 1)
         self.drafter.rollback(self.tokens)
         self.observe(verified.next_row)
 
+    def hand_over(self) -> None:
+        """Give a features reader the rows that chose the tokens committed since, and a logits reader the latest pass."""
+        if self.features is not None and self.readers.features is not None:
+            self.readers.features.observe_features(*self.features)
+            self.features = None
+        if self.pass_logits is not None and self.readers.logits is not None:
+            self.readers.logits.observe_logits(*self.pass_logits)
+            self.pass_logits = None
+
     def keep_for_drafter(self, newest: int, drafted: Drafted, verified: Verified, num_emitted: int) -> None:
         """What the next draft phase hands a features reader (the rows that chose the committed tokens, from the
         position of the token before them) and a logits reader (the pass: the newest token's row, then every node's)."""
-        if self.drafter.reads_features:
-            rows = self.target.last_hidden  # type: ignore[attr-defined]  # a HiddenStateLM
+        if self.readers.features:
             index = torch.tensor(verified.rows[:num_emitted], dtype=torch.long, device=self.device)
-            chosen = self._hidden_rows(rows, 1 + max(verified.rows)).index_select(0, index)  # (e, H)
+            chosen = self._hidden_rows(self._last_hidden(), 1 + max(verified.rows)).index_select(0, index)  # (e, H)
             start = len(self.tokens) - num_emitted - 1
             self.features = (start, chosen, tuple(self.tokens[start + 1 :]))
-        if self.drafter.reads_logits:
+        if self.readers.logits:
             self.pass_logits = ((newest, *drafted.ids), verified.logits)
 
+    def observe(self, row: int | None) -> None:
+        """Hand a drafter that reads hidden states (reads_hidden) row ``row`` of the target's latest pass: the row
+        whose LM-head output chose the newest committed token (None: no pass yet, a prompt of one token)."""
+        if self.readers.hidden is None:
+            return
+        hidden = None
+        if row is not None:
+            hidden = self._hidden_rows(self._last_hidden(), 1)[row]  # (H,)
+        self.hidden = hidden
+        self.readers.hidden.observe(hidden)
+
+    def state(self) -> RunState:
+        """The run as it stands, generators included: for restore() (plain decoding whose step a rerun disturbed
+        takes it again, specviz.workshop.baselines: the same tokens from the same draws) and for a saved run
+        (RunState.to_dict). A stateful drafter is handed the latest pass's logits first (that only queues them: it
+        still folds them in at its next proposal), so its saved state is complete without the hand-overs."""
+        drafter_state = None
+        if self.readers.state is not None:
+            if self.readers.logits is not None and self.pass_logits is not None:
+                self.readers.logits.observe_logits(*self.pass_logits)
+                self.pass_logits = None
+            drafter_state = self.readers.state.save_state()
+        shared = self.draft_generator is self.generator
+        return RunState(
+            num_rounds=len(self.records),
+            k=self.k,
+            finished=self.finished,
+            generator=generator_state(self.generator),
+            draft_generator=None if shared else generator_state(self.draft_generator),
+            drafter_state=drafter_state,
+            hand_overs=HandOvers(self.hidden, self.features, self.pass_logits),
+        )
+
+    def restore(self, state: RunState) -> None:
+        """Back to state: the tokens, records and draws after it are forgotten, the target's cache cropped.
+        The drafter is told the shorter commit; one that learns from committed text (the n-gram model) would keep
+        what it learned, so this is for drafters that keep nothing of it (plain decoding, prompt lookup, a model) or
+        that declare their state (keeps_state: loaded back) or read features (handed the state's rows again).
+        A saved state (no hand-overs) continues a run whose prefill derived them (resume()). Raises ValueError
+        when the state does not fit this run."""
+        self._check_fits(state)
+        set_generator_state(self.generator, state.generator)
+        if state.draft_generator is not None:
+            set_generator_state(self.draft_generator, state.draft_generator)
+        num_tokens = self.prompt_length + sum(len(r.emitted) for r in self.records[: state.num_rounds])
+        cut = len(self.tokens) > num_tokens
+        del self.tokens[num_tokens:]
+        del self.records[state.num_rounds :]
+        self.finished = state.finished
+        self.k = min(state.k, self.config.max_draft_tokens) if self.config.adaptive_k else state.k  # a ceiling lowered since a save holds
+        if cut:
+            self.target.crop(min(len(self.target.tokens), len(self.tokens) - 1))
+            self.drafter.rollback(self.tokens)
+        if state.hand_overs is not None:
+            self._hand_back(state.hand_overs)
+        if self.readers.state is not None and state.drafter_state is not None:
+            self.readers.state.load_state(state.drafter_state)
+
+    def _check_fits(self, state: RunState) -> None:
+        """ValueError when a state cannot be this run's: from a later round, other generators, a drafter's state missing."""
+        if state.num_rounds > len(self.records):
+            raise ValueError("the saved state is from a later round than the saved records")
+        if (self.draft_generator is self.generator) != (state.draft_generator is None):
+            raise ValueError("the saved run drew from a different set of generators (another device?)")
+        if self.readers.state is not None and state.drafter_state is None:
+            raise ValueError(f"the saved run carries no state for the {self.drafter.name} drafter, so it cannot continue exactly")
+
+    def _hand_back(self, hand_overs: HandOvers) -> None:
+        """What the pass before a state() left for the drafter: pending again, and the hidden row handed again."""
+        self.features, self.pass_logits = hand_overs.features, hand_overs.pass_logits
+        if self.readers.hidden is not None:
+            self.hidden = hand_overs.hidden
+            self.readers.hidden.observe(self.hidden)
+
+    def _last_hidden(self) -> torch.Tensor | None:
+        """The target's hidden rows of its latest pass (only a drafter reading them asks: it needs a HiddenStateLM)."""
+        return cast(HiddenStateLM, self.target).last_hidden
+
     def _hidden_rows(self, rows: torch.Tensor | None, need: int) -> torch.Tensor:
-        """The target's kept hidden rows, checked: a features reader needs at least ``need`` of them."""
+        """The target's kept hidden rows, checked: a drafter reading them needs at least ``need`` of them."""
         if rows is None or rows.shape[0] < need:
             raise ValueError(
                 f"The {self.drafter.name} drafter reads the target's hidden states, but this target keeps none "
@@ -344,25 +349,30 @@ class SpeculativeDecoder:
             )
         return rows
 
-    def observe(self, row: int | None) -> None:
-        """Hand a drafter that reads hidden states (reads_hidden) row ``row`` of the target's latest pass: the row
-        whose LM-head output chose the newest committed token (None: no pass yet, a prompt of one token)."""
-        if not self.drafter.reads_hidden:
-            return
-        hidden = None
-        if row is not None:
-            rows = self.target.last_hidden  # type: ignore[attr-defined]  # a HiddenStateLM
-            if rows is None:
-                raise ValueError(
-                    f"The {self.drafter.name} drafter reads the target's hidden states, but this target keeps none "
-                    "(build its cached view with keep_hidden=True)."
-                )
-            hidden = rows[row]  # (H,)
-        self.hidden = hidden
-        self.drafter.observe(hidden)  # type: ignore[attr-defined]  # a HiddenDrafter
-
     def _clock(self) -> float:
         """Seconds, read only after every device of the run finished its queued work."""
         for device in self._devices:
             sync(device)
         return time.perf_counter()
+
+
+def resume(
+    target: CachedLM,
+    drafter: Drafter,
+    prompt_ids: Sequence[int],
+    generated: Sequence[int],
+    records: Sequence[StepRecord],
+    config: DecodeConfig,
+    state: RunState,
+    prefill_ms: float = 0.0,
+) -> SpeculativeDecoder:
+    """A decoder at the round where state() left a saved run (specviz.core.resume): the target and the drafter
+    prefilled with prompt + generated, the records kept, the generators, k and finished restored. Raises ValueError
+    if the pieces do not fit."""
+    if [t for r in records for t in r.emitted] != list(generated):
+        raise ValueError("the saved tokens are not the ones the saved rounds emitted")
+    if state.num_rounds != len(records):
+        raise ValueError("the saved state is not from the saved run's latest round")
+    decoder = SpeculativeDecoder(target, drafter, prompt_ids, config, records=records, prefill_ms=prefill_ms)  # one prefill of everything
+    decoder.restore(replace(state, hand_overs=None))  # the re-prefill derived them
+    return decoder

@@ -32,7 +32,7 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from contextvars import ContextVar
 from dataclasses import dataclass
-from typing import ClassVar, Protocol
+from typing import ClassVar, Protocol, cast
 
 import torch
 
@@ -211,6 +211,27 @@ class StatefulDrafter(Drafter, Protocol):
     def load_state(self, data: bytes) -> None:
         """Back to what save_state() returned; ValueError for bytes that are not such a state."""
         ...
+
+
+@dataclass(frozen=True)
+class Readers:
+    """A drafter's declared capabilities, each as the protocol it promises; None where it declares none. The round
+    asks these once, when the run starts, instead of asking the flags at every call."""
+
+    hidden: HiddenDrafter | None  # reads_hidden
+    features: FeatureDrafter | None  # reads_features
+    logits: LogitsDrafter | None  # reads_logits
+    state: StatefulDrafter | None  # keeps_state
+
+
+def readers(drafter: Drafter) -> Readers:
+    """The drafter as each protocol its flags declare (the flags are the contract: nothing is inspected)."""
+    return Readers(
+        hidden=cast(HiddenDrafter, drafter) if drafter.reads_hidden else None,
+        features=cast(FeatureDrafter, drafter) if drafter.reads_features else None,
+        logits=cast(LogitsDrafter, drafter) if drafter.reads_logits else None,
+        state=cast(StatefulDrafter, drafter) if drafter.keeps_state else None,
+    )
 
 
 def extend_last(lm: CachedLM, ids: Sequence[int] | torch.Tensor) -> torch.Tensor:

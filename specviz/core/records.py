@@ -1,10 +1,21 @@
-"""Frozen per-round records; the statistics derived from them are in specviz.core.metrics."""
+"""Frozen per-round records and the one record builder for chains and trees; the statistics derived from them are
+in specviz.core.metrics.
+
+``build_record`` runs after the round's clock stopped. It gathers the record's numbers on the device, each a named
+part (``RecordParts``), and moves them to the host in one transfer; the record is then built field by field.
+"""
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
+from typing import Generic, NamedTuple, TypeVar
 
-from specviz.core.verify import DraftFate, EmitFate
+import torch
+
+from specviz.core.rounds import Drafted, Verified
+from specviz.core.tree import tree_depths
+from specviz.core.verify import DraftFate, EmitFate, residual
 
 
 @dataclass(frozen=True)
@@ -64,3 +75,172 @@ class StepRecord:
     @property
     def num_drafted(self) -> int:
         return len(self.drafted)
+
+
+@dataclass(frozen=True)
+class RoundContext:
+    """The facts of the run a record needs besides the round itself."""
+
+    index: int  # the round's number
+    context_length: int  # committed tokens before the round
+    num_draft_tokens: int  # k asked
+    tree_width: int  # the width asked, when the run drafts trees; 1 for chains
+    top_n: int
+    finished: bool
+
+
+@dataclass(frozen=True)
+class RoundTimes:
+    """perf_counter() seconds at the round's phase boundaries, each read after the device synchronised."""
+
+    start: float
+    drafted: float
+    verified: float
+    end: float  # committed and rolled back
+
+
+X = TypeVar("X")
+
+
+class RecordParts(NamedTuple, Generic[X]):
+    """The record's numbers by name: tensors on the device, then the same parts as host lists after one transfer.
+    m drafted nodes, e emitted tokens, N candidates per distribution, with_q rows that had a drafted child."""
+
+    p_target: X  # (m,) p at each node's parent context, at the node's token
+    q_draft: X  # (m,) q there
+    accept_prob: X  # (m,) min(1, p/q) when tried
+    uniforms: X  # (m,)
+    next_p_target: X  # (1,) p at the next token's row, at the next token
+    next_dist: X  # (1,) what the next token was drawn from, at it (the residual when resampled)
+    overlap: X  # (with_q,) sum_v min(p, q) per row with a child; (0,) for a tree or without a q
+    emitted_margin: X  # (e,) top-1 minus top-2 raw logit of each emitted token's row
+    candidates: X  # (e * 3N,) per emitted token's row: p's, q's and the residual's top-N ids
+    cand_p: X  # (e * 3N,) p at those ids
+    cand_q: X  # (e * 3N,) q at those ids (0 at a bonus row)
+    cand_residual: X  # (e * 3N,) the residual at those ids (0 at a bonus row)
+
+
+def build_record(ctx: RoundContext, drafted: Drafted, verified: Verified, emitted: list[int], fates: list[EmitFate], times: RoundTimes) -> StepRecord:
+    """5. The round's record, built after its clock stopped: per drafted node p, q, min(1, p/q) and u; per
+    emitted token its row's top-N and top-2 logit margin. Nodes past an EOS / length cut are "discarded", so
+    the stats count only what was kept."""
+    start = time.perf_counter()
+    e, path = len(emitted), verified.path
+    depth = tree_depths(drafted.node_parents)
+    draft_fates = tuple(f if (e > len(path) or depth[i] < e) else "discarded" for i, f in enumerate(verified.node_fates))
+    rows, kids = _rows(drafted, verified, e)
+    with_q, top = len(kids), min(ctx.top_n, verified.p_target.shape[-1])
+    host = _to_host(_parts(drafted, verified, rows, kids, top))
+    resampled = verified.next_fate == "resampled" and e > len(path)  # the next token's q row is the rule's residual
+    width = 3 * top
+    dists = tuple(
+        _dist(*(part[i * width : (i + 1) * width] for part in (host.candidates, host.cand_p, host.cand_q, host.cand_residual)), i < with_q, top)
+        for i in range(e)
+    )
+    return StepRecord(
+        index=ctx.index,
+        context_length=ctx.context_length,
+        num_draft_tokens=ctx.num_draft_tokens,
+        drafted=drafted.ids,
+        p_target=tuple(host.p_target),
+        q_draft=tuple(host.q_draft),
+        accept_prob=tuple(host.accept_prob),
+        uniforms=tuple(host.uniforms),
+        draft_fates=draft_fates,
+        emitted=tuple(emitted),
+        emitted_fates=tuple(fates),
+        emitted_margin=tuple(host.emitted_margin),
+        next_p_target=host.next_p_target[0],
+        next_residual=host.next_dist[0] if resampled else None,
+        overlap=tuple(host.overlap),
+        dists=dists,
+        has_q=drafted.q_draft is not None,
+        draft_ms=(times.drafted - times.start) * 1000.0,
+        verify_ms=(times.verified - times.drafted) * 1000.0,
+        round_ms=(times.end - times.start) * 1000.0,
+        record_ms=(time.perf_counter() - start) * 1000.0,
+        finished=ctx.finished,  # EOS, or the max_new_tokens limit, reached this round
+        tree_width=ctx.tree_width,
+        tree_parents=drafted.parents,
+        accepted_path=path[: min(len(path), e)] if drafted.is_tree else (),
+        tree_p_current=verified.p_current,
+    )
+
+
+def _rows(drafted: Drafted, verified: Verified, e: int) -> tuple[list[int], list[int]]:
+    """The p row that chose each emitted token, and for the first of them that had drafted children, the first
+    child (whose q the row shows): a chain's rows 0..e-1 with children 0..; a tree's rows along the path."""
+    rows = ([0] + [i + 1 for i in verified.path])[:e]
+    first_kid: dict[int, int] = {}
+    for node, parent in enumerate(drafted.node_parents):
+        first_kid.setdefault(parent + 1, node)
+    with_q = min(e, len(verified.path) + (verified.next_fate == "resampled"))
+    return rows, [first_kid[r] for r in rows[:with_q]]
+
+
+def _parts(drafted: Drafted, verified: Verified, rows: list[int], kids: list[int], top: int) -> RecordParts[torch.Tensor]:
+    """The record's numbers, gathered on the device: nothing is read back here."""
+    p, q = verified.p_target, verified.q_shown
+    m, e, with_q, token = len(drafted.ids), len(rows), len(kids), verified.next_token
+    p_rows, q_rows, logit_rows, p_parent = _select(drafted, verified, rows, kids)  # (e, V), (with_q, V), (e, V), (m, V)
+    res = residual(p_rows[:with_q], q_rows)  # (with_q, V)
+    if verified.next_fate == "resampled" and e > len(verified.path):  # drawn from the rule's residual (after every rejected sibling)
+        res = torch.cat([res[:-1], verified.next_dist.view(1, -1)])
+    pad = torch.zeros_like(p_rows[with_q:])  # the bonus row has no q: its candidates are p's top-N only
+    q_rows, res_rows = torch.cat([q_rows, pad]), torch.cat([res, pad])  # (e, V)
+    cand = torch.cat([torch.topk(t, top, dim=-1).indices for t in (p_rows, q_rows, res_rows)], dim=-1)  # (e, 3N)
+    top2 = torch.topk(logit_rows.float(), min(2, p.shape[-1]), dim=-1).values  # (e, 2)
+    ids = drafted.on_device.view(-1, 1)
+    last_row = verified.path[-1] + 1 if verified.path else 0  # the row the next token was drawn at
+    overlaps = drafted.q_draft is not None and not drafted.is_tree
+    return RecordParts(
+        p_target=p_parent.gather(1, ids).view(-1) if m else p.new_zeros(0),
+        q_draft=q.gather(1, ids).view(-1) if m else p.new_zeros(0),
+        accept_prob=verified.accept_prob,
+        uniforms=verified.uniforms,
+        next_p_target=p[last_row, token].view(1),
+        next_dist=verified.next_dist[token].view(1),
+        overlap=torch.minimum(p_rows[:with_q], q_rows[:with_q]).sum(dim=-1) if overlaps else p.new_zeros(0),
+        emitted_margin=top2[:, 0] - top2[:, -1],
+        candidates=cand.flatten(),
+        cand_p=p_rows.gather(1, cand).flatten(),
+        cand_q=q_rows.gather(1, cand).flatten(),
+        cand_residual=res_rows.gather(1, cand).flatten(),
+    )
+
+
+def _to_host(parts: RecordParts[torch.Tensor]) -> RecordParts[list[float]]:
+    """Every part in one float64 transfer (the record's one host read), split back by name."""
+    device = parts.p_target.device
+    flat = torch.cat([t.to(device, torch.float64).view(-1) for t in parts]).tolist()
+    out, at = [], 0
+    for t in parts:
+        out.append(flat[at : at + t.numel()])
+        at += t.numel()
+    return RecordParts(*out)
+
+
+def _select(drafted: Drafted, verified: Verified, rows: list[int], kids: list[int]) -> tuple[torch.Tensor, ...]:
+    """The rows the record reads: p at each emitted token's row, q at its first child, the raw logits there, and
+    p at each node's parent. A chain's are leading slices (no index leaves the host); a tree's are gathered."""
+    p, q, logits, e = verified.p_target, verified.q_shown, verified.logits, len(rows)
+    if not drafted.is_tree:
+        return p[:e], q[: len(kids)], logits[:e], p[: len(drafted.ids)]
+    index = torch.tensor(rows, dtype=torch.long, device=p.device)
+    parents = torch.tensor([j + 1 for j in drafted.parents], dtype=torch.long, device=p.device)
+    kid_index = torch.tensor(kids, dtype=torch.long, device=p.device)
+    return p.index_select(0, index), q.index_select(0, kid_index), logits.index_select(0, index), p.index_select(0, parents)
+
+
+def _dist(ids: list[float], p: list[float], q: list[float], r: list[float], has_q: bool, top: int) -> TokenDist:
+    """One row's TokenDist: p's, q's and the residual's top-N where any has mass (p's top-N alone at a bonus
+    row), ordered by p_target, ties by token id."""
+    keep = [j for j in range(len(ids)) if p[j] + q[j] + r[j] > 0] if has_q else list(range(top))
+    by_id = {int(ids[j]): j for j in keep}
+    order = sorted(sorted(by_id), key=lambda t: -p[by_id[t]])
+    return TokenDist(
+        token_ids=tuple(order),
+        p_target=tuple(p[by_id[t]] for t in order),
+        q_draft=tuple(q[by_id[t]] for t in order) if has_q else None,
+        residual=tuple(r[by_id[t]] for t in order) if has_q else None,
+    )

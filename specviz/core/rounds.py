@@ -1,22 +1,26 @@
-"""What one round hands from phase to phase, and the one record builder for chains and trees.
+"""The round's two shapes behind one interface, chosen once when a run starts: a ``ChainRound`` or a ``TreeRound``
+(specviz.core.tree_round). Both hand the same data from phase to phase.
 
-A chain is the tree whose node i hangs under node i-1, so both shapes share the phases' data: ``Drafted``
-(the proposal on the device), ``Verified`` (the target pass and the rule's decision), the commit with its EOS /
-length cut, and ``build_record``, which gathers the record's numbers on the device and moves them to the host
-in one transfer, after the round's clock stopped.
+A chain is the tree whose node i hangs under node i-1, so both shapes share ``Drafted`` (the proposal on the
+device), ``Verified`` (the target pass and the rule's decision) and the commit with its EOS / length cut; the record
+is built from them by one builder (specviz.core.records.build_record). A round object holds the run's target, drafter
+and sampling, and knows three phases: draft, verify, and what the target keeps of the pass (a chain keeps every row up
+to the newest committed token, so the decoder's crop by length is all; a tree first drops the rejected branches).
+The chain's helpers (draft_chain, chain_rule) also serve the batched decoder (specviz.core.batch).
 """
 
 from __future__ import annotations
 
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 import torch
 
-from specviz.core.records import StepRecord, TokenDist
-from specviz.core.tree import ChildScheme, TreeDraft, tree_depths
-from specviz.core.verify import DraftFate, EmitFate, residual
+from specviz.core.protocols import CachedLM, Drafter
+from specviz.core.sampling import SamplingConfig, warp
+from specviz.core.tree import ChildScheme, TreeDraft
+from specviz.core.verify import Decision, DraftFate, EmitFate, decide, draft_fates, next_fate, one_hot_q
 
 
 @dataclass(frozen=True)
@@ -42,7 +46,7 @@ class Drafted:
         return self.parents if self.parents else tuple(range(-1, len(self.ids) - 1))
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Verified:
     """The target pass and the rule's decision. Tensors stay on the device; path and next_token are on the host."""
 
@@ -56,10 +60,28 @@ class Verified:
     accept_prob: torch.Tensor  # (m,) min(1, p/q) when tried
     uniforms: torch.Tensor  # (m,) one draw per node
     next_dist: torch.Tensor  # (V,) what next_token was drawn from
+    next_row: int  # the pass's row whose LM-head output chose next_token (its hidden state is what Medusa heads read)
+    rows: tuple[int, ...]  # the pass's rows whose LM-head outputs chose each accepted token, then next_token
     p_current: tuple[float, ...] = ()  # a tree: per node, p at its token when tried
     pending: int = 0  # a tree: committed tokens fed in the same pass before its nodes
-    next_row: int = -1  # the pass's row whose LM-head output chose next_token (its hidden state is what Medusa heads read)
-    rows: tuple[int, ...] = ()  # the pass's rows whose LM-head outputs chose each accepted token, then next_token
+
+
+class Round(Protocol):
+    """One shape of round (chain or tree) for one run: its target, drafter and sampling are fixed."""
+
+    width: int  # children per node asked of the drafter; 1 for a chain
+
+    def draft(self, context: Sequence[int], k: int, generator: torch.Generator) -> Drafted:
+        """1. Up to k drafted tokens after context, on the target's device."""
+        ...
+
+    def verify(self, pending: Sequence[int], drafted: Drafted, generator: torch.Generator) -> Verified:
+        """2. One target pass over the committed tokens not yet cached plus every draft, then the rule."""
+        ...
+
+    def keep(self, verified: Verified) -> None:
+        """4. What the target's cache keeps of the pass before the decoder crops it to the committed length."""
+        ...
 
 
 def cut_emitted(emitted: list[int], fates: list[EmitFate], eos_token_ids: Sequence[int], room: int) -> tuple[list[int], list[EmitFate], bool]:
@@ -69,145 +91,60 @@ def cut_emitted(emitted: list[int], fates: list[EmitFate], eos_token_ids: Sequen
     return emitted[:cut], fates[:cut], emitted[cut - 1] in eos_token_ids
 
 
-@dataclass(frozen=True)
-class RoundContext:
-    """The facts of the run a record needs besides the round itself."""
-
-    index: int  # the round's number
-    context_length: int  # committed tokens before the round
-    num_draft_tokens: int  # k asked
-    tree_width: int  # the width asked, when the run drafts trees; 1 for chains
-    top_n: int
-    finished: bool
-
-
-def build_record(ctx: RoundContext, drafted: Drafted, verified: Verified, emitted: list[int], fates: list[EmitFate], times: tuple[float, ...]) -> StepRecord:
-    """5. The round's record, built after its clock stopped: per drafted node p, q, min(1, p/q) and u; per
-    emitted token its row's top-N and top-2 logit margin. Nodes past an EOS / length cut are "discarded", so
-    the stats count only what was kept."""
-    start = time.perf_counter()
-    e, path = len(emitted), verified.path
-    depth = tree_depths(drafted.node_parents)
-    draft_fates = tuple(f if (e > len(path) or depth[i] < e) else "discarded" for i, f in enumerate(verified.node_fates))
-    host = _to_host(drafted, verified, e, drafted.q_draft is not None and not drafted.is_tree, ctx.top_n)
-    t0, t1, t2, t3 = times
-    return StepRecord(
-        index=ctx.index,
-        context_length=ctx.context_length,
-        num_draft_tokens=ctx.num_draft_tokens,
-        drafted=drafted.ids,
-        draft_fates=draft_fates,
-        emitted=tuple(emitted),
-        emitted_fates=tuple(fates),
-        has_q=drafted.q_draft is not None,
-        draft_ms=(t1 - t0) * 1000.0,
-        verify_ms=(t2 - t1) * 1000.0,
-        round_ms=(t3 - t0) * 1000.0,
-        finished=ctx.finished,  # EOS, or the max_new_tokens limit, reached this round
-        tree_width=ctx.tree_width,
-        tree_parents=drafted.parents,
-        accepted_path=path[: min(len(path), e)] if drafted.is_tree else (),
-        tree_p_current=verified.p_current,
-        **host,
-        record_ms=(time.perf_counter() - start) * 1000.0,
-    )
+def draft_chain(drafter: Drafter, context: Sequence[int], k: int, generator: torch.Generator, device: torch.device) -> Drafted:
+    """Up to k drafted tokens and the drafter's q_draft when it has one, moved to the target's device."""
+    ids, q_draft, on_device = (), None, None
+    if k > 0:
+        proposal = drafter.propose(context, k, generator)
+        ids = tuple(int(t) for t in proposal.token_ids[:k])
+        if proposal.q_draft is not None and ids:
+            q_draft = proposal.q_draft[: len(ids)].to(device, torch.float32)
+        if proposal.on_device is not None and ids:
+            on_device = proposal.on_device[: len(ids)].to(device, torch.long)  # no second trip through the host
+    if on_device is None:
+        on_device = torch.tensor(ids, dtype=torch.long, device=device)
+    return Drafted(ids, on_device, q_draft)
 
 
-def _rows(drafted: Drafted, verified: Verified, e: int) -> tuple[list[int], list[int]]:
-    """The p row that chose each emitted token, and for the first of them that had drafted children, the first
-    child (whose q the row shows): a chain's rows 0..e-1 with children 0..; a tree's rows along the path."""
-    parents = drafted.node_parents
-    rows = ([0] + [i + 1 for i in verified.path])[:e]
-    first_kid = {}
-    for node, parent in enumerate(parents):
-        first_kid.setdefault(parent + 1, node)
-    with_q = min(e, len(verified.path) + (verified.next_fate == "resampled"))
-    return rows, [first_kid[r] for r in rows[:with_q]]
+def chain_rule(logits: torch.Tensor, drafted: Drafted, sampling: SamplingConfig, generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor, Decision]:
+    """(m+1, V) logits at the newest committed token and after each draft -> (p_target (m+1, V), the q_draft the rule
+    used (m, V): the drafter's, one-hot where it has none, the Decision), all on the device: nothing is read back."""
+    p_target = warp(logits, sampling)  # (m+1, V)
+    q_draft = drafted.q_draft if drafted.q_draft is not None else one_hot_q(drafted.on_device, p_target.shape[-1])  # (m, V)
+    return p_target, q_draft, decide(p_target, q_draft, drafted.on_device, generator)
 
 
-def _to_host(drafted: Drafted, verified: Verified, e: int, overlaps: bool, top_n: int) -> dict:
-    """The record's numbers, gathered on the device and moved to the host in one float64 transfer."""
-    p, q, device = verified.p_target, verified.q_shown, verified.p_target.device
-    m, token, vocab = len(drafted.ids), verified.next_token, p.shape[-1]
-    rows, kids = _rows(drafted, verified, e)
-    with_q = len(kids)
-    p_rows, q_rows, logit_rows, p_parent = _select(drafted, verified, rows, kids)  # (e, V), (with_q, V), (e, V), (m, V)
-    res = residual(p_rows[:with_q], q_rows)  # (with_q, V)
-    resampled = verified.next_fate == "resampled" and e > len(verified.path)
-    if resampled:  # the token was drawn from the rule's residual (after every rejected sibling)
-        res = torch.cat([res[:-1], verified.next_dist.view(1, -1)])
-    pad = torch.zeros_like(p_rows[with_q:])  # the bonus row has no q: its candidates are p's top-N only
-    q_rows, res_rows = torch.cat([q_rows, pad]), torch.cat([res, pad])  # (e, V)
-    top = min(top_n, vocab)
-    cand = torch.cat([torch.topk(t, top, dim=-1).indices for t in (p_rows, q_rows, res_rows)], dim=-1)  # (e, 3N)
-    top2 = torch.topk(logit_rows.float(), min(2, vocab), dim=-1).values  # (e, 2)
-    ids = drafted.on_device.view(-1, 1)
-    last_row = verified.path[-1] + 1 if verified.path else 0  # the row the next token was drawn at
-    parts = [
-        p_parent.gather(1, ids).view(-1) if m else p.new_zeros(0),
-        q.gather(1, ids).view(-1) if m else p.new_zeros(0),
-        verified.accept_prob.to(device, torch.float64),
-        verified.uniforms.to(device, torch.float64),
-        p[last_row, token].view(1),
-        verified.next_dist[token].view(1),
-        torch.minimum(p_rows[:with_q], q_rows[:with_q]).sum(dim=-1) if overlaps else p.new_zeros(0),
-        top2[:, 0] - top2[:, -1],
-        cand.flatten(),
-        p_rows.gather(1, cand).flatten(),
-        q_rows.gather(1, cand).flatten(),
-        res_rows.gather(1, cand).flatten(),
-    ]
-    flat = torch.cat([t.double() for t in parts]).tolist()  # the record's one host transfer
-    sizes = [m, m, m, m, 1, 1, with_q if overlaps else 0, e] + [cand.numel()] * 4
-    p_x, q_x, accept, uniforms, next_p, next_r, overlap, margin, cand_ids, pv, qv, rv = _split(flat, sizes)
-    width = cand.shape[-1]
-    dists = tuple(
-        _dist(cand_ids[i * width : (i + 1) * width], pv[i * width : (i + 1) * width], qv[i * width : (i + 1) * width],
-              rv[i * width : (i + 1) * width], i < with_q, top)
-        for i in range(e)
-    )  # fmt: skip
-    return dict(
-        p_target=tuple(p_x),
-        q_draft=tuple(q_x),
-        accept_prob=tuple(accept),
-        uniforms=tuple(uniforms),
-        next_p_target=next_p[0],
-        next_residual=next_r[0] if resampled else None,
-        overlap=tuple(overlap),
-        emitted_margin=tuple(margin),
-        dists=dists,
-    )
+class ChainRound:
+    """A chain of up to k drafts, verified by the rule on the device; the host learns (n, next token) in one transfer."""
 
+    width = 1
 
-def _select(drafted: Drafted, verified: Verified, rows: list[int], kids: list[int]) -> tuple[torch.Tensor, ...]:
-    """The rows the record reads: p at each emitted token's row, q at its first child, the raw logits there, and
-    p at each node's parent. A chain's are leading slices (no index leaves the host); a tree's are gathered."""
-    p, q, logits, e = verified.p_target, verified.q_shown, verified.logits, len(rows)
-    if not drafted.is_tree:
-        return p[:e], q[: len(kids)], logits[:e], p[: len(drafted.ids)]
-    index = torch.tensor(rows, dtype=torch.long, device=p.device)
-    parents = torch.tensor([j + 1 for j in drafted.parents], dtype=torch.long, device=p.device)
-    kid_index = torch.tensor(kids, dtype=torch.long, device=p.device)
-    return p.index_select(0, index), q.index_select(0, kid_index), logits.index_select(0, index), p.index_select(0, parents)
+    def __init__(self, target: CachedLM, drafter: Drafter, sampling: SamplingConfig) -> None:
+        self.target, self.drafter, self.sampling = target, drafter, sampling
+        self.device = torch.device(target.device)
 
+    def draft(self, context: Sequence[int], k: int, generator: torch.Generator) -> Drafted:
+        return draft_chain(self.drafter, context, k, generator, self.device)
 
-def _dist(ids: list[float], p: list[float], q: list[float], r: list[float], has_q: bool, top: int) -> TokenDist:
-    """One row's TokenDist: p's, q's and the residual's top-N where any has mass (p's top-N alone at a bonus
-    row), ordered by p_target, ties by token id."""
-    keep = [j for j in range(len(ids)) if p[j] + q[j] + r[j] > 0] if has_q else list(range(top))
-    by_id = {int(ids[j]): j for j in keep}
-    order = sorted(sorted(by_id), key=lambda t: -p[by_id[t]])
-    return TokenDist(
-        token_ids=tuple(order),
-        p_target=tuple(p[by_id[t]] for t in order),
-        q_draft=tuple(q[by_id[t]] for t in order) if has_q else None,
-        residual=tuple(r[by_id[t]] for t in order) if has_q else None,
-    )
+    def verify(self, pending: Sequence[int], drafted: Drafted, generator: torch.Generator) -> Verified:
+        m, a = len(drafted.ids), len(pending)
+        logits = self.target.extend([*pending, *drafted.ids])[-(m + 1) :]  # (m+1, V)
+        p_target, q_draft, decision = chain_rule(logits, drafted, self.sampling, generator)
+        n, next_token = decision.outcome().tolist()  # the rule's one host transfer
+        return Verified(
+            logits=logits,
+            p_target=p_target,
+            q_shown=q_draft,
+            path=tuple(range(n)),
+            next_token=next_token,
+            next_fate=next_fate(m, n),
+            node_fates=draft_fates(m, n),
+            accept_prob=decision.accept_prob,
+            uniforms=decision.uniforms,
+            next_dist=decision.next_dist,
+            next_row=a - 1 + n,  # row a-1 is the newest committed token's; row a-1+i follows draft i
+            rows=tuple(range(a - 1, a + n)),
+        )
 
-
-def _split(flat: list[float], sizes: list[int]) -> list[list[float]]:
-    out, at = [], 0
-    for size in sizes:
-        out.append(flat[at : at + size])
-        at += size
-    return out
+    def keep(self, verified: Verified) -> None:
+        """Nothing to drop: the accepted drafts are the cache's leading rows."""

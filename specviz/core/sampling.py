@@ -75,8 +75,3 @@ def to_full_vocab(q_draft: torch.Tensor, vocab_ids: torch.Tensor | None, vocab_s
         return q_draft
     full = q_draft.new_zeros(*q_draft.shape[:-1], vocab_size)
     return full.index_copy_(-1, vocab_ids, q_draft)
-
-
-def sample(probs: torch.Tensor, generator: torch.Generator) -> int:
-    """Draw one token id from a (V,) distribution; returns a host int (one device round trip)."""
-    return int(draw(probs, generator).item())

@@ -35,22 +35,6 @@ class Decision:
         return torch.stack([self.num_accepted, self.next_token])
 
 
-@dataclass(frozen=True)
-class Verdict:
-    """What the rule decided for one round (all on the CPU)."""
-
-    num_accepted: int
-    uniforms: torch.Tensor  # (k,) one draw per drafted token, kept even when unused
-    accept_prob: torch.Tensor  # (k,) min(1, p_target(x_i) / q_draft(x_i))
-    next_token: int  # the resampled token, the bonus token, or the plain target sample
-    next_fate: EmitFate
-    residual: torch.Tensor | None  # (V,) normalised max(0, p - q) at the rejection, else None
-
-    @property
-    def draft_fates(self) -> tuple[DraftFate, ...]:
-        return draft_fates(self.uniforms.numel(), self.num_accepted)
-
-
 def draft_fates(k: int, num_accepted: int) -> tuple[DraftFate, ...]:
     """Accepted up to the first rejection, then rejected, then discarded (never looked at)."""
     n = num_accepted
@@ -103,18 +87,3 @@ def decide(
         q_n = q_draft.index_select(0, n.clamp(max=k - 1).view(1))[0]  # (V,); unused when n = k
         next_dist = torch.where(n < k, residual(p_n, q_n), p_n)
     return Decision(n, draw(next_dist, generator), uniforms, accept_prob, next_dist)
-
-
-def verify(
-    p_target: torch.Tensor,
-    q_draft: torch.Tensor,
-    drafted: torch.Tensor,
-    generator: torch.Generator,
-) -> Verdict:
-    """p_target (k+1, V), q_draft (k, V), drafted (k,) -> Verdict on the host: decide() plus one transfer."""
-    k = drafted.numel()
-    decision = decide(p_target, q_draft, drafted, generator)
-    n, token = decision.outcome().tolist()
-    return Verdict(
-        n, decision.uniforms.cpu(), decision.accept_prob.cpu(), token, next_fate(k, n), decision.next_dist.cpu() if n < k else None
-    )

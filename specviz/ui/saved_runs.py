@@ -23,7 +23,6 @@ from dataclasses import replace
 import streamlit as st
 
 from specviz.config import RunConfig
-from specviz.core.resume import capture
 from specviz.drafters.specs import drafter_spec
 from specviz.models import encode_prompt
 from specviz.recording import RecordedRun
@@ -99,7 +98,7 @@ def save_run(session: StepSession) -> None:
         session.run_token = new_token()
         _claim(store, session.run_token)
     try:
-        saved = SavedRun(session_recording(session), tuple(capture(r.decoder) for r in session.runs))
+        saved = SavedRun(session_recording(session), tuple(r.decoder.state() for r in session.runs))
         store.save(session.run_token, saved)
     except (OSError, ValueError) as exc:
         log.warning("could not save run: %s", exc)

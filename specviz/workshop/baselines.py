@@ -237,7 +237,7 @@ class BaselineWorker:
                     return job.decoder.done and self._finish(run)
                 if self.busy.disturbed(mark):  # a rerun started while this waited for the turn
                     return False
-                checkpoint = job.decoder.checkpoint()
+                checkpoint = job.decoder.state()
                 record = job.decoder.step()
                 retake = self.busy.disturbed(mark) or (job.retakes < MAX_RETAKES and _outlier(record, run.records))
                 if retake:

@@ -2,7 +2,7 @@
 by a random token the page keeps in its URL (``?run=…``), so any replica can restore it at the same round.
 
 A saved run is one JSON file, ``<token>.json``: a recording (specviz.recording's format, so it validates the same
-way) and, per run, what exact continuation needs beyond the records (specviz.core.resume.DecoderState).
+way) and, per run, what exact continuation needs beyond the records (specviz.core.resume.RunState).
 
 Tokens are 128 random bits (secrets.token_urlsafe(16): 22 characters of A-Z a-z 0-9 - _), checked strictly
 before they touch the file system, so a token is never a path. Nothing lists the directory for a participant.
@@ -44,7 +44,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from specviz.core.resume import DecoderState
+from specviz.core.resume import RunState
 from specviz.recording import MAX_BYTES, Recording, RecordingError, dumps, load_recording
 from specviz.workshop.files import write_atomic
 from specviz.workshop.presentation import PresentationStore
@@ -126,7 +126,7 @@ class SavedRun:
     """A live session after its latest round: the recording and one continuation state per recorded run."""
 
     recording: Recording
-    states: tuple[DecoderState, ...]  # one per recording.runs, in order
+    states: tuple[RunState, ...]  # one per recording.runs, in order
 
     def __post_init__(self) -> None:
         if len(self.states) != len(self.recording.runs):
@@ -150,8 +150,11 @@ class SavedRun:
         if not isinstance(raw, dict) or raw.get("format") != FORMAT or raw.get("version") != VERSION:
             raise SavedRunError("The saved run was written by another version of specviz, so it was not restored.")
         try:
-            states = tuple(DecoderState.from_dict(s) for s in raw.get("states") or [])
             recording = load_recording(json.dumps(raw.get("recording")))
+            raw_states = raw.get("states") or []
+            if not isinstance(raw_states, list) or len(raw_states) != len(recording.runs):
+                raise ValueError("the continuation states do not match the recorded runs")
+            states = tuple(RunState.from_dict(s, len(run.records)) for s, run in zip(raw_states, recording.runs))
             return cls(recording, states)
         except (RecordingError, ValueError) as exc:
             raise SavedRunError(f"The saved run is damaged ({exc}), so it was not restored.") from None
