@@ -260,6 +260,11 @@ class RunConfig:
         _ = self.sampling  # temperature >= 0, top-k, top-p: SamplingConfig checks them
 
     @property
+    def needs_draft_model(self) -> bool:
+        """Its drafter drafts with a second model (validate() has checked one is named)."""
+        return drafter_spec(self.drafter).needs_model
+
+    @property
     def sampling(self) -> SamplingConfig:
         return SamplingConfig(temperature=self.temperature, top_k=self.top_k, top_p=self.top_p)
 

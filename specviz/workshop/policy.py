@@ -60,7 +60,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from specviz.config import EMBEDDED_TARGET, FIELDS, MAX_PROMPT_CHARS, MAX_PROMPT_TOKENS, RunConfig
-from specviz.drafters.specs import drafter_spec
 from specviz.workshop.probe_urls import parse_list
 
 CAPPED = tuple(s for s in FIELDS if s.cap)  # RunConfig fields an owner's limit caps (the table: specviz.config.FIELDS)
@@ -196,7 +195,7 @@ class Policy:
         if config.draft and not self.allows_draft(config.draft):
             refusals.append(f"The draft model {config.draft!r} is not on this server's list.")
             changes["draft"] = None
-            if drafter_spec(config.drafter).needs_model:
+            if config.needs_draft_model:
                 changes["drafter"] = RunConfig().drafter
         if not self.allows_heads(config.medusa_heads):
             refusals.append(f"The Medusa heads folder {config.medusa_heads!r} is not on this server's list; using the shipped heads.")
