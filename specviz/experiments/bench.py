@@ -99,8 +99,7 @@ class SweepSpec:
                 raise ValueError(f"Temperatures must be between {t_range.low:g} and {t_range.high:g}; got {t}.")
         if not (new_range.low <= self.max_new_tokens <= new_range.high):
             raise ValueError(f"max new tokens must be between {new_range.low} and {new_range.high}; got {self.max_new_tokens}.")
-        if self.seed < 0:
-            raise ValueError(f"The seed must be >= 0; got {self.seed}.")
+        field_named("seed").check(self.seed, None)  # RunConfig's seed rule and message
         if not (1 <= self.repeats <= MAX_REPEATS):
             raise ValueError(f"repeats must be between 1 and {MAX_REPEATS}; got {self.repeats}.")
         if not (0 <= self.warmup <= MAX_REPEATS):

@@ -215,7 +215,7 @@ def describe_changes(old: RunConfig, new: RunConfig | None) -> list[str]:
 
 def decode_key(config: RunConfig) -> tuple:
     """What plain decoding under this config depends on: every field but the drafter's (a field added later counts
-    until it is listed in DRAFTER_FIELDS, so a new setting can only make sharing rarer, never wrong)."""
+    until the field table marks it drafter_only, so a new setting can only make sharing rarer, never wrong)."""
     return tuple(sorted((k, v) for k, v in config.to_dict().items() if k not in DRAFTER_FIELDS))
 
 

@@ -5,7 +5,11 @@ Widget keys are a contract for automation and tests: prompt, num_draft_tokens, t
 
 The owner's policy (specviz.workshop.policy) is enforced here, where the widgets become a RunConfig: options participants may
 not choose are not drawn, and a value forced into session state (a URL parameter, a script) is refused with an
-error and replaced by the safe default, both before the widgets draw and again on the finished RunConfig."""
+error and replaced by the safe default, both before the widgets draw and again on the finished RunConfig.
+
+Each RunConfig field's widget (kind, label, help, range, step, first value) comes from its row of the field table
+(specviz.config.FIELDS) through draw(); the sections place the fields they know by hand and draw any other field of
+their section at the end (draw_rest), so a field added to the table appears without an edit here."""
 
 from __future__ import annotations
 
