@@ -36,7 +36,7 @@ BENCH_DRAFTERS = SPECULATIVE_KINDS  # every drafter but plain decoding, which is
 
 
 def check_draft_model(drafters: Sequence[str], draft: str) -> None:
-    """RunConfig.validate's ValueError when a chosen drafter needs a draft model and none is chosen."""
+    """RunConfig.validate's ValueError when a chosen drafter drafts with a second model and none is chosen."""
     for drafter in drafters:
         RunConfig(drafter=drafter, draft=draft or None)  # type: ignore[arg-type]
 
