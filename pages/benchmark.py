@@ -15,9 +15,9 @@ from specviz.ui.benchmark import (
     MAX_DRAFT_TOKENS,
     MAX_TREE_WIDTH,
     SweepSpec,
+    check_draft_model,
     first_per_category,
     load_prompts,
-    needs_draft_model,
     prompt_categories,
     run_benchmark,
     summary_table,
@@ -125,8 +125,7 @@ try:
                      tree_widths=tuple(sorted(int(w) for w in tree_widths)))
     if not chosen:
         raise ValueError("Choose at least one category.")
-    if needs_draft_model(drafters) and not draft_source:
-        raise ValueError("The 'model' drafter needs a draft model: fill in the Models box in the sidebar.")
+    check_draft_model(drafters, draft_source)
 except ValueError as exc:
     st.info(md_text(exc))
     spec = None

@@ -215,9 +215,9 @@ def resolve_models(
     specs = [drafter_spec(kind) for kind in (drafters if drafters is not None else (config.drafter,))]
     target = target if target is not None else load(config.target)
     draft = None
-    if any(s.needs_model for s in specs):
-        if not (config.draft or "").strip():
-            raise ValueError("The 'model' drafter needs a draft model: give a hub id or a local folder.")
+    needs_draft = [s.kind for s in specs if s.needs_model]
+    if needs_draft:
+        replace(config, drafter=needs_draft[0])  # RunConfig.validate says when the draft model is missing
         draft = load(config.draft or "")
     early = early_exit_of(target, exit_layer_for(config, target)) if any(s.lm == "early-exit" for s in specs) else None
     heads = heads_of(config.medusa_heads, target) if any(s.lm == "heads" for s in specs) else None

@@ -375,11 +375,19 @@ def test_sidebar_cannot_produce_out_of_range_settings(tiny_dir):
 
 
 def test_settings_the_engine_refuses_show_an_error(tiny_dir, monkeypatch):
-    """If a slider ever allows more than the engine does (here: k up to 32), RunConfig's message is an st.error."""
-    from specviz.ui import sidebar
+    """If a slider ever allows more than the engine does (here: the table's widget range for k up to 32, wider than
+    validate's), RunConfig's message is an st.error."""
+    import dataclasses
 
-    monkeypatch.setattr(sidebar, "MAX_DRAFT_TOKENS", 32)
-    monkeypatch.setattr("specviz.workshop.policy.MAX_DRAFT_TOKENS", 32)  # the owner's limit on this laptop: the engine's, patched alike
+    from specviz import config as config_module
+    from specviz.ui import sidebar
+    from specviz.workshop import policy
+
+    wide = dataclasses.replace(config_module.field_named("num_draft_tokens"), ui_high=32)
+    monkeypatch.setitem(config_module._BY_NAME, "num_draft_tokens", wide)
+    monkeypatch.setattr(sidebar, "FIELDS", tuple(wide if s.name == wide.name else s for s in sidebar.FIELDS))
+    # the owner's limit on this laptop: the engine's, patched alike
+    monkeypatch.setattr(policy, "LIMIT_RANGES", tuple((n, lo, 32 if n == "max_draft_tokens" else hi) for n, lo, hi in policy.LIMIT_RANGES))
     at = _page(tiny_dir, num_draft_tokens=20)
     _click(at, "step")
     assert any(f"between 1 and {MAX_DRAFT_TOKENS}; got 20" in e for e in _errors(at)), _errors(at)

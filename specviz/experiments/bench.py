@@ -32,8 +32,8 @@ from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from specviz.config import RunConfig
-from specviz.core.decoding import MAX_DRAFT_TOKENS, SpeculativeDecoder
+from specviz.config import RunConfig, field_named
+from specviz.core.decoding import SpeculativeDecoder
 from specviz.core.metrics import RunMetrics
 from specviz.core.protocols import Turn
 from specviz.core.theory import alpha_from_acceptance_rate, speedup
@@ -88,18 +88,18 @@ class SweepSpec:
                 raise ValueError(f"Unknown drafter {d!r} for a benchmark; choose from {', '.join(BENCH_DRAFTERS)}.")
         if not self.ks:
             raise ValueError("Choose at least one k (tokens drafted per round).")
+        k_range, t_range, new_range = (field_named(name) for name in ("num_draft_tokens", "temperature", "max_new_tokens"))  # RunConfig's ranges
         for k in self.ks:
-            if not (1 <= k <= MAX_DRAFT_TOKENS):
-                raise ValueError(f"k must be between 1 and {MAX_DRAFT_TOKENS}; got {k}.")
+            if not (k_range.low <= k <= k_range.high):
+                raise ValueError(f"k must be between {k_range.low} and {k_range.high}; got {k}.")
         if not self.temperatures:
             raise ValueError("Choose at least one temperature (0 is greedy).")
         for t in self.temperatures:
-            if not (0.0 <= t <= 2.0):
-                raise ValueError(f"Temperatures must be between 0 and 2; got {t}.")
-        if not (1 <= self.max_new_tokens <= 2048):
-            raise ValueError(f"max new tokens must be between 1 and 2048; got {self.max_new_tokens}.")
-        if self.seed < 0:
-            raise ValueError(f"The seed must be >= 0; got {self.seed}.")
+            if not (t_range.low <= t <= t_range.high):
+                raise ValueError(f"Temperatures must be between {t_range.low:g} and {t_range.high:g}; got {t}.")
+        if not (new_range.low <= self.max_new_tokens <= new_range.high):
+            raise ValueError(f"max new tokens must be between {new_range.low} and {new_range.high}; got {self.max_new_tokens}.")
+        field_named("seed").check(self.seed, None)  # RunConfig's seed rule and message
         if not (1 <= self.repeats <= MAX_REPEATS):
             raise ValueError(f"repeats must be between 1 and {MAX_REPEATS}; got {self.repeats}.")
         if not (0 <= self.warmup <= MAX_REPEATS):
@@ -397,8 +397,6 @@ def run_sweep(
 
     if not prompts:
         raise ValueError("No prompts to benchmark: choose at least one category.")
-    if "model" in spec.drafters and draft is None:
-        raise ValueError("The 'model' drafter needs a draft model (--draft): give a hub id or a local folder.")
 
     def config(drafter: str, k: int, temperature: float, tree_width: int = 1) -> RunConfig:
         return RunConfig(
@@ -408,6 +406,8 @@ def run_sweep(
             tree_width=tree_width,
         )  # fmt: skip
 
+    for drafter in spec.drafters:  # before any run: RunConfig.validate says what a drafter lacks (a draft model)
+        config(drafter, spec.ks[0], spec.temperatures[0])
     if "early-exit" in spec.drafters and early_exit is None:
         early_exit = resolve_models(config("early-exit", 1, 0.0), target=target).early_exit
     if "medusa" in spec.drafters and heads is None:

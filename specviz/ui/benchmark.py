@@ -10,7 +10,7 @@ import pandas as pd
 from specviz.config import EMBEDDED_TARGET, RunConfig
 from specviz.core.decoding import MAX_DRAFT_TOKENS
 from specviz.core.tree import MAX_TREE_WIDTH
-from specviz.drafters.specs import SPECULATIVE_KINDS, drafter_spec
+from specviz.drafters.specs import SPECULATIVE_KINDS
 from specviz.experiments.bench import (
     DEFAULT_PROMPTS,
     BenchPrompt,
@@ -29,14 +29,16 @@ from specviz.ui.models import sweep_models
 
 __all__ = [
     "BENCH_DRAFTERS", "DEFAULT_PROMPTS", "EMBEDDED_TARGET", "MAX_DRAFT_TOKENS", "MAX_TREE_WIDTH", "SweepSpec", "first_per_category",
-    "load_prompts", "needs_draft_model", "prompt_categories", "run_benchmark", "summary_table", "tree_vs_chain_table",
+    "check_draft_model", "load_prompts", "prompt_categories", "run_benchmark", "summary_table", "tree_vs_chain_table",
 ]  # fmt: skip
 
 BENCH_DRAFTERS = SPECULATIVE_KINDS  # every drafter but plain decoding, which is the baseline
 
 
-def needs_draft_model(drafters: Sequence[str]) -> bool:
-    return any(drafter_spec(d).needs_model for d in drafters)
+def check_draft_model(drafters: Sequence[str], draft: str) -> None:
+    """RunConfig.validate's ValueError when a chosen drafter drafts with a second model and none is chosen."""
+    for drafter in drafters:
+        RunConfig(drafter=drafter, draft=draft or None)  # type: ignore[arg-type]
 
 
 def sweep_kv_tokens(models: RunModels, spec: SweepSpec, num_prompt_tokens: int) -> int:

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 import streamlit as st
 import torch
 
-from specviz.config import RunConfig, validate_prompt
+from specviz.config import FIELDS, RunConfig, validate_prompt
 from specviz.core.decoding import SpeculativeDecoder
 from specviz.core.records import StepRecord
 from specviz.drafters.specs import branches, short_name
@@ -41,8 +41,8 @@ from specviz.workshop.budgets import Reservation
 log = logging.getLogger(__name__)
 
 STATE_KEY = STEP_THROUGH_KEY
-# RunConfig fields that change only the drafter: plain decoding of the same prompt does not depend on them
-DRAFTER_FIELDS = frozenset({"drafter", "draft", "exit_layer", "ngram_max", "ngram_min", "ngram_threshold", "num_draft_tokens", "adaptive_k", "max_draft_tokens", "tree_width"})
+# RunConfig fields that change only the drafter (drafter_only in the table): plain decoding of the same prompt does not depend on them
+DRAFTER_FIELDS = frozenset(s.name for s in FIELDS if s.drafter_only)
 
 
 def run_name(config: RunConfig) -> str:
@@ -215,7 +215,7 @@ def describe_changes(old: RunConfig, new: RunConfig | None) -> list[str]:
 
 def decode_key(config: RunConfig) -> tuple:
     """What plain decoding under this config depends on: every field but the drafter's (a field added later counts
-    until it is listed in DRAFTER_FIELDS, so a new setting can only make sharing rarer, never wrong)."""
+    until the field table marks it drafter_only, so a new setting can only make sharing rarer, never wrong)."""
     return tuple(sorted((k, v) for k, v in config.to_dict().items() if k not in DRAFTER_FIELDS))
 
 

@@ -22,20 +22,27 @@ from urllib.parse import quote, urlencode
 
 import streamlit as st
 
-from specviz.config import DRAFTER_KINDS, EMBEDDED_TARGET, MAX_NEW_TOKENS, RunConfig, validate_prompt
-from specviz.core.decoding import MAX_DRAFT_TOKENS
+from specviz.config import EMBEDDED_TARGET, FIELDS, SECTIONS, RunConfig, Setting, settings_of, validate_prompt
+from specviz.drafters.specs import drafter_spec
 from specviz.ui import widgets
 from specviz.ui.presets import CUSTOM, MODEL_PAIRS
 from specviz.viz.markdown import md_text
 
-# The widget keys a link carries, in the order the link lists them.
-SHARED_KEYS: tuple[str, ...] = ("drafter", "num_draft_tokens", "temperature", "top_k", "top_p", "seed", "max_new_tokens", "target", "prompt")
+
+def link_settings(config_cls: type[RunConfig] = RunConfig) -> tuple[Setting, ...]:
+    """The fields a link carries (carry="link" in the table), in the sidebar's order: section by section."""
+    rows = [s for s in settings_of(config_cls) if s.carry == "link"]
+    return tuple(sorted(rows, key=lambda s: SECTIONS.index(s.section) if s.section in SECTIONS else len(SECTIONS)))
+
+
+# The widget keys a link carries, in the order the link lists them: the table's link fields, then the prompt.
+SHARED_KEYS: tuple[str, ...] = tuple(s.widget_key for s in link_settings()) + ("prompt",)
 # Parameters the URL may carry that are not settings: the live run's token (specviz.ui.saved_runs). Never in a shared
 # link, and named in a message only on the page whose URL carries it (a refused or failed restore says which token,
 # so it is not lost): a run token is a private key to a participant's run.
 PRIVATE_KEYS: tuple[str, ...] = ("run",)
 MAX_LINK_PROMPT_CHARS = 2000  # URL-encoded length; longer prompts are left out of the link
-MAX_TARGET_CHARS = 300
+MAX_TARGET_CHARS = next(s.max_chars for s in FIELDS if s.name == "target")  # a link's target is no longer
 RESTORED_KEY = "specviz_share_restored"  # session state: this session has read its query once
 LINK_KEY = "share_link"  # the Copy link box: a text input (with st.code, the sidebar's Models expander lost clicks in browser tests)
 _UINT = re.compile(r"[0-9]{1,12}")
@@ -66,10 +73,13 @@ def _float_on(lo: float, hi: float, step: float) -> Callable[[str], float]:
     return parse
 
 
-def _drafter(text: str) -> str:
-    if text not in DRAFTER_KINDS:
-        raise _Invalid("one of " + ", ".join(DRAFTER_KINDS))
-    return text
+def _choice(choices: tuple) -> Callable[[str], str]:
+    def parse(text: str) -> str:
+        if text not in choices:
+            raise _Invalid("one of " + ", ".join(choices))
+        return text
+
+    return parse
 
 
 def _prompt(text: str) -> str:
@@ -79,25 +89,38 @@ def _prompt(text: str) -> str:
         raise _Invalid(str(exc).rstrip(".")) from None
 
 
-def _target(text: str) -> str:
-    text = text.strip()
-    if not text or len(text) > MAX_TARGET_CHARS or any(ch < " " or ch == "\x7f" for ch in text):
-        raise _Invalid(f"a model id, folder or .gguf path of at most {MAX_TARGET_CHARS} printable characters")
-    return text
+def _text(max_chars: int, what: str) -> Callable[[str], str]:
+    def parse(text: str) -> str:
+        text = text.strip()
+        if not text or len(text) > max_chars or any(ch < " " or ch == "\x7f" for ch in text):
+            raise _Invalid(f"{what} of at most {max_chars} printable characters")
+        return text
+
+    return parse
 
 
-# key -> parser. The ranges are the sidebar's widget ranges (specviz/ui/sidebar.py): a seeded value must fit its widget.
-PARSERS: dict[str, Callable[[str], object]] = {
-    "prompt": _prompt,
-    "drafter": _drafter,
-    "num_draft_tokens": _int_in(1, MAX_DRAFT_TOKENS),
-    "temperature": _float_on(0.0, 2.0, 0.05),
-    "top_k": _int_in(0, 100_000),
-    "top_p": _float_on(0.05, 1.0, 0.05),
-    "seed": _int_in(0, 2**31 - 1),
-    "max_new_tokens": _int_in(1, MAX_NEW_TOKENS),
-    "target": _target,
-}
+def parser_for(s: Setting) -> Callable[[str], object]:
+    """A link's text -> the value the field's widget holds, within the widget's range (the table's ui range)."""
+    low, high = s.widget_range
+    if s.choices is not None:
+        return _choice(s.choices)
+    if s.type is str:
+        return _text(s.max_chars or 300, s.what)
+    if s.type is float:
+        return _float_on(low, high, s.step or 0.01)
+    if s.type is int:
+        return _int_in(int(low), int(high))
+    raise TypeError(f"A link cannot carry {s.name} ({s.type.__name__}): give it a parser in specviz.ui.share.parser_for.")
+
+
+def parsers(config_cls: type[RunConfig] = RunConfig) -> dict[str, Callable[[str], object]]:
+    """key -> parser for every parameter a link may carry: the table's link fields, and the prompt."""
+    return {s.widget_key: parser_for(s) for s in link_settings(config_cls)} | {"prompt": _prompt}
+
+
+# key -> parser. The ranges are the sidebar's widget ranges (the table, specviz.config.FIELDS): a seeded value must fit its widget.
+PARSERS: dict[str, Callable[[str], object]] = parsers()
+STEPPED = frozenset(s.widget_key for s in link_settings() if s.type is float and s.step)  # sliders with a step: a value between steps snaps
 
 
 @dataclass(frozen=True)
@@ -133,14 +156,14 @@ def parse_query(
         except _Invalid as exc:
             warnings.append(f"The link's {key}={_show(text)} is not valid ({exc}); {key} keeps its default.")
             continue
-        if isinstance(value, float) and key in ("temperature", "top_p") and abs(value - float(text)) > 1e-9:
+        if isinstance(value, float) and key in STEPPED and abs(value - float(text)) > 1e-9:
             warnings.append(f"The link's {key}={_show(text)} is between the slider's steps; using {value:g}.")
         values[key] = value
     target = values.get("target")
     if target is not None and target != EMBEDDED_TARGET:
         pair = next(((label, draft) for label, (t, draft) in (model_pairs or {}).items() if t == target), None)
         values["model_pair"], values["draft_model"] = pair if pair else (custom_label, "")
-    if values.get("drafter") == "model" and not values.get("draft_model"):
+    if "drafter" in values and drafter_spec(str(values["drafter"])).needs_model and not values.get("draft_model"):
         values.pop("drafter")
         warnings.append("The link asks for the draft-model drafter, but a link carries no draft model; the drafter keeps its default. Pick a model pair under Models.")
     return Restored(values, tuple(warnings))
@@ -179,17 +202,15 @@ def link_for(config: RunConfig, prompt: str, default_prompt: str, defaults: RunC
     """The query for a setup: each shared setting that differs from its default, the prompt only if it is short."""
     query: dict[str, str] = {}
     left_out = None
-    for key in SHARED_KEYS:
-        if key == "prompt":
-            if prompt != default_prompt:
-                if len(quote(prompt)) <= MAX_LINK_PROMPT_CHARS:
-                    query[key] = prompt
-                else:
-                    left_out = len(prompt)
-            continue
-        value = getattr(config, key)
-        if value != getattr(defaults, key):
-            query[key] = _as_text(value)
+    for setting in link_settings():
+        value = getattr(config, setting.name)
+        if value != getattr(defaults, setting.name):
+            query[setting.widget_key] = _as_text(setting.to_widget(value))
+    if prompt != default_prompt:
+        if len(quote(prompt)) <= MAX_LINK_PROMPT_CHARS:
+            query["prompt"] = prompt
+        else:
+            left_out = len(prompt)
     return Link(query, left_out)
 
 

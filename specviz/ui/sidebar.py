@@ -5,17 +5,31 @@ Widget keys are a contract for automation and tests: prompt, num_draft_tokens, t
 
 The owner's policy (specviz.workshop.policy) is enforced here, where the widgets become a RunConfig: options participants may
 not choose are not drawn, and a value forced into session state (a URL parameter, a script) is refused with an
-error and replaced by the safe default, both before the widgets draw and again on the finished RunConfig."""
+error and replaced by the safe default, both before the widgets draw and again on the finished RunConfig.
+
+Each RunConfig field's widget (kind, label, help, range, step, first value) comes from its row of the field table
+(specviz.config.FIELDS) through draw(); the sections place the fields they know by hand and draw any other field of
+their section at the end (draw_rest), so a field added to the table appears without an edit here."""
 
 from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
+from typing import Any
 
 import streamlit as st
 
-from specviz.config import DRAFT_VOCAB_CHOICES, DRAFTER_KINDS, EMBEDDED_TARGET, MAX_NEW_TOKENS, RunConfig
-from specviz.core.decoding import MAX_DRAFT_TOKENS
+from specviz.config import (
+    DEVICES,
+    DRAFT_VOCAB_CHOICES,
+    DRAFTER_KINDS,
+    DTYPES,
+    EMBEDDED_TARGET,
+    FIELDS,
+    RunConfig,
+    Setting,
+    field_named,
+)
 from specviz.core.tree import MAX_TREE_WIDTH
 from specviz.drafters.specs import TREE_KINDS, branches, drafter_label, drafter_spec, short_name
 from specviz.ui import widgets
@@ -29,16 +43,13 @@ CUSTOM_PROMPT = "custom"  # the Example prompt menu when the prompt is none of t
 DEFAULTS = RunConfig()  # the sidebar starts from the engine's defaults (drafter, k, n-gram settings, ...)
 COMPARE_OFF = "off"
 PLAY_PACES = (0.25, 0.5, 1.0, 2.0)  # seconds between auto-steps
-DEVICES = ("auto", "cpu", "cuda", "mps")
-DTYPES = ("auto", "float32", "fp16-weights", "bfloat16", "float16")  # int8-dynamic is the numerics lab's alone
 NO_DRAFT = ""
 SHIPPED_HEADS = ""  # the Medusa heads field left empty: the heads shipped for the embedded target (RunConfig.medusa_heads None)
-# numeric widgets: key -> (type, low, high); a forced value outside is refused before the widget would choke on it
+# numeric widgets no owner's limit caps: key -> (type, low, high), from the table (and run B's tree width); a forced
+# value outside is refused before the widget would choke on it
 NUMBERS: dict[str, tuple[type, float, float]] = {
-    "temperature": (float, 0.0, 2.0), "top_k": (int, 0, 100_000), "top_p": (float, 0.05, 1.0), "seed": (int, 0, 2**31 - 1),
-    "ngram_max": (int, DEFAULTS.ngram_min, 8), "ngram_threshold": (float, 0.0, 1.0), "exit_layer": (int, 0, 200),
-    "compare_tree_width": (int, 1, MAX_TREE_WIDTH),
-}  # fmt: skip
+    s.widget_key: (s.type, *s.widget_range) for s in FIELDS if s.widget in ("slider", "number") and not s.cap
+} | {"compare_tree_width": (int, 1, MAX_TREE_WIDTH)}
 
 
 @dataclass(frozen=True)
@@ -68,6 +79,56 @@ class Settings:
         if self.compare == self.config.drafter and branches(compare.drafter, width) == branches(self.config.drafter, self.config.tree_width):
             raise ValueError("run B would repeat run A; change its drafter or its tree width.")
         return compare
+
+
+def widget_high(s: Setting, policy: Policy) -> Any:
+    """The top of a field's widget: its range, or the owner's limit where one caps it."""
+    high = s.widget_range[1]
+    return min(high, getattr(policy, s.cap)) if s.cap else high
+
+
+def first_value(s: Setting, policy: Policy) -> Any:
+    """The value a field's widget starts at: the engine's default, within the owner's limit."""
+    default = s.to_widget(s.default)
+    return min(default, widget_high(s, policy)) if s.cap else default
+
+
+def draw(name: str, policy: Policy, **overrides) -> Any:
+    """The widget of one RunConfig field, drawn from its Setting (label, help, range, step, menu, first value); the
+    value as the config holds it. overrides: what the page decides (options, disabled, format_func, ...)."""
+    s = field_named(name)
+    kw: dict[str, Any] = {"key": s.widget_key}
+    if s.help is not None:
+        kw["help"] = s.help
+    if s.seeded:
+        _default(s.widget_key, first_value(s, policy))
+        kw["reset"] = first_value(s, policy)
+    elif s.widget in ("slider", "number", "toggle", "checkbox"):
+        kw["value"] = first_value(s, policy)
+    if s.widget in ("slider", "number"):
+        low = s.widget_range[0]
+        if s.step is not None:
+            kw["step"] = s.step
+        draw_number = widgets.slider if s.widget == "slider" else widgets.number_input
+        value = draw_number(s.label, overrides.pop("min_value", low), overrides.pop("max_value", widget_high(s, policy)), **kw | overrides)
+    elif s.widget == "select":
+        options = list(overrides.pop("options", s.choices or s.menu or ()))
+        if not s.seeded:
+            kw["index"] = options.index(s.default) if s.default in options else 0
+        value = widgets.selectbox(s.label, options, **kw | overrides)
+    elif s.widget in ("toggle", "checkbox"):
+        value = (widgets.toggle if s.widget == "toggle" else widgets.checkbox)(s.label, **kw | overrides)
+    elif s.widget == "text":
+        value = widgets.text_input(s.label, **kw | {"reset": s.to_widget(s.default)} | overrides)
+    else:
+        raise ValueError(f"{name} has no widget in the field table (specviz.config)")
+    return s.from_widget(value)
+
+
+def draw_rest(section: str, placed: set[str], policy: Policy) -> dict:
+    """The widgets of a section's fields that its function does not place by hand (a field newly added to the
+    table appears here, at the end of its section): name -> value."""
+    return {s.name: draw(s.name, policy) for s in FIELDS if s.section == section and s.widget and s.name not in placed}
 
 
 def _default(key: str, value) -> None:
@@ -146,14 +207,15 @@ def refuse_forced(policy: Policy) -> None:
     if drafter not in allowed_drafters(policy):
         refused(f"The drafter {drafter!r} is not available on this server; using {DEFAULTS.drafter!r}.")
         state["drafter"] = DEFAULTS.drafter
-    for key, high, what in (("num_draft_tokens", min(MAX_DRAFT_TOKENS, policy.max_draft_tokens), "k"),
-                            ("max_new_tokens", policy.max_new_tokens, "max new tokens")):  # fmt: skip
-        value = widgets.held(key)
+    for s in FIELDS:  # the widgets an owner's limit caps: k and max new tokens
+        if not (s.cap and s.widget):
+            continue
+        key, high, what, value = s.widget_key, widget_high(s, policy), s.short, widgets.held(s.widget_key)
         if value is None:
             continue
-        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-            refused(f"{what} {value!r} is not a whole number of at least 1; using {min(high, getattr(DEFAULTS, key))}.")
-            state[key] = min(high, getattr(DEFAULTS, key))
+        if not isinstance(value, int) or isinstance(value, bool) or value < s.widget_range[0]:
+            refused(f"{what} {value!r} is not a whole number of at least {s.widget_range[0]}; using {first_value(s, policy)}.")
+            state[key] = first_value(s, policy)
         elif value > high:
             limited(f"{what} is limited to {high} on this server (asked for {value}).")
             state[key] = high
@@ -187,27 +249,25 @@ def _seed_defaults(policy: Policy) -> list:
     _default("model_pair", next(iter(MODEL_PAIRS)))
     _default("target", policy.default_target)
     _default("draft_model", NO_DRAFT)
-    _default("drafter", DEFAULTS.drafter)
-    _default("num_draft_tokens", min(DEFAULTS.num_draft_tokens, policy.max_draft_tokens))
-    _default("temperature", DEFAULTS.temperature)
-    _default("seed", DEFAULTS.seed)
-    _default("max_new_tokens", min(DEFAULTS.max_new_tokens, policy.max_new_tokens))
+    for s in FIELDS:
+        if s.seeded and s.widget != "text":  # the target and draft model start from the policy (above)
+            _default(s.widget_key, first_value(s, policy))
     return examples
 
 
-def _drafter_widgets(policy: Policy, max_k: int, with_compare: bool = True) -> tuple[dict, str, int]:
+DRAFTER_PLACED = {"drafter", "num_draft_tokens", "tree_width", "adaptive_k", "ngram_max", "ngram_threshold", "exit_layer", "medusa_heads", "eagle_head", "draft_vocab"}
+
+
+def _drafter_widgets(policy: Policy, with_compare: bool = True) -> tuple[dict, str, int]:
     """The Drafter section -> (RunConfig fields, the compare choice, run B's tree width). with_compare=False: no compare
-    menu (a page that runs one drafter), compare off."""
+    menu (a page that runs one drafter), compare off. A field the section does not use keeps its default."""
     st.subheader("Drafter")
     kinds = allowed_drafters(policy)
-    drafter = widgets.selectbox("Drafter", kinds, key="drafter", format_func=drafter_label)
+    drafter = draw("drafter", policy, options=kinds, format_func=drafter_label)
     spec = drafter_spec(drafter)
-    k = widgets.slider("k: tokens drafted per round", 1, max_k, key="num_draft_tokens", disabled=spec.baseline, reset=min(DEFAULTS.num_draft_tokens, max_k))
-    tree_width = widgets.slider(
-        "tree width: children per node (1 = a chain)", 1, MAX_TREE_WIDTH, value=DEFAULTS.tree_width, key="tree_width",
-        disabled=not spec.can_branch, help=f"Draft a token tree of at most k nodes ({', '.join(map(short_name, TREE_KINDS))}) and verify every node in one pass.",
-    )  # fmt: skip
-    adaptive_k = widgets.toggle("adaptive k", value=DEFAULTS.adaptive_k, key="adaptive_k", help="Grow k by 2 after a round where every draft was kept, shrink by 1 after a rejection.")
+    fields: dict[str, Any] = dict(drafter=drafter, num_draft_tokens=draw("num_draft_tokens", policy, disabled=spec.baseline))
+    fields["tree_width"] = draw("tree_width", policy, disabled=not spec.can_branch)
+    fields["adaptive_k"] = draw("adaptive_k", policy)
     compare = COMPARE_OFF
     if with_compare:
         compare = widgets.selectbox(
@@ -224,58 +284,46 @@ def _drafter_widgets(policy: Policy, max_k: int, with_compare: bool = True) -> t
             help=f"Set a chain against a tree: the same drafter with another width, or another drafter as a tree ({', '.join(map(short_name, TREE_KINDS))}).",
         )  # fmt: skip
     kinds_in_use = {drafter, compare}
-    ngram_max, threshold, exit_layer = DEFAULTS.ngram_max, DEFAULTS.ngram_threshold, 0
     if kinds_in_use & {"lookup", "ngram"}:
-        ngram_max = widgets.slider("n: longest n-gram matched", DEFAULTS.ngram_min, 8, value=DEFAULTS.ngram_max, key="ngram_max")
+        fields["ngram_max"] = draw("ngram_max", policy)
     if "ngram" in kinds_in_use:
-        threshold = widgets.slider("n-gram: stop drafting when its confidence falls below", 0.0, 1.0, value=DEFAULTS.ngram_threshold, step=0.05, key="ngram_threshold")
+        fields["ngram_threshold"] = draw("ngram_threshold", policy)
     if "early-exit" in kinds_in_use:
-        exit_layer = widgets.number_input("early exit: layers L the draft runs (0 = auto, ~93% of the depth)", 0, 200, value=0, key="exit_layer")
+        fields["exit_layer"] = draw("exit_layer", policy)
     specs = [drafter_spec(d) for d in kinds_in_use if d != COMPARE_OFF]
-    heads = _heads_widget(policy, "medusa_heads", "Medusa heads") if any(s.lm == "heads" for s in specs) else SHIPPED_HEADS
-    eagle = _heads_widget(policy, "eagle_head", "EAGLE head") if any(s.lm == "eagle" for s in specs) else SHIPPED_HEADS
-    draft_vocab = 0
+    if any(s.lm == "heads" for s in specs):
+        fields["medusa_heads"] = _heads_widget(policy, "medusa_heads")
+    if any(s.lm == "eagle" for s in specs):
+        fields["eagle_head"] = _heads_widget(policy, "eagle_head")
     if any(s.cuts_vocab for s in specs):
-        draft_vocab = widgets.selectbox(
-            "draft vocabulary (Medusa, EAGLE)", list(DRAFT_VOCAB_CHOICES), key="draft_vocab", format_func=lambda v: f"the {v:,} tokens the target says most" if v else "the full vocabulary",
-            help="Score only the V' tokens the target emits most often (the heads' token counts): the LM-head read, most of a drafting step, shrinks with V'; q stays a real distribution, zero outside V', so the output is still the target's.",
-        )  # fmt: skip
-    fields = dict(
-        drafter=drafter, num_draft_tokens=int(k), tree_width=int(tree_width), adaptive_k=bool(adaptive_k), ngram_max=int(ngram_max),
-        ngram_min=DEFAULTS.ngram_min, ngram_threshold=float(threshold), exit_layer=int(exit_layer) or None,
-        medusa_heads=heads.strip() or None, eagle_head=eagle.strip() or None, draft_vocab=int(draft_vocab),
-    )  # fmt: skip
-    return fields, compare, int(compare_width)
+        fields["draft_vocab"] = draw("draft_vocab", policy, format_func=lambda v: f"the {v:,} tokens the target says most" if v else "the full vocabulary")
+    return fields | draw_rest("drafter", DRAFTER_PLACED, policy), compare, int(compare_width)
 
 
-def _heads_widget(policy: Policy, key: str, what: str) -> str:
-    """A heads folder (Medusa's or EAGLE's): typed where custom models are allowed, else the owner's list of heads
-    folders (SHIPPED_HEADS: the shipped ones)."""
+def _heads_widget(policy: Policy, name: str) -> str | None:
+    """A heads folder (Medusa's or EAGLE's; None: the shipped ones): typed where custom models are allowed, else the
+    owner's list of heads folders."""
+    s = field_named(name)
+    key, what = s.widget_key, s.label
     if policy.allow_custom_models:
-        return widgets.text_input(
+        return s.from_widget(widgets.text_input(
             f"{what} folder (empty = the one shipped for the embedded target)", key=key, reset=SHIPPED_HEADS,
             help=f"A folder of {what} trained for this target (python -m specviz train-heads); heads for another target are refused.",
-        )  # fmt: skip
+        ))  # fmt: skip
     options = [SHIPPED_HEADS] + [h for h in policy.allowed_medusa_heads if h != SHIPPED_HEADS]
     if len(options) == 1:
-        return SHIPPED_HEADS
+        return None
     if st.session_state.get(key, SHIPPED_HEADS) not in options:
         st.session_state[key] = SHIPPED_HEADS
     shipped = "the shipped heads" if key == "medusa_heads" else "the shipped head"
-    return widgets.selectbox(f"{what} (this server's list)", options, key=key, format_func=lambda h: h or shipped)
+    return s.from_widget(widgets.selectbox(f"{what} (this server's list)", options, key=key, format_func=lambda h: h or shipped))
 
 
 def _sampling_widgets(policy: Policy, with_play: bool = True) -> tuple[dict, float]:
     """The Sampling section -> (RunConfig fields, Play's seconds per round; without the Play pace, its default)."""
     st.subheader("Sampling")
-    temperature = widgets.slider("temperature (0 = greedy)", 0.0, 2.0, step=0.05, key="temperature", reset=DEFAULTS.temperature)
-    top_k = widgets.number_input("top-k (0 = off)", 0, 100_000, value=DEFAULTS.top_k, key="top_k")
-    top_p = widgets.slider("top-p (1 = off)", 0.05, 1.0, value=DEFAULTS.top_p, step=0.05, key="top_p")
-    seed = widgets.number_input("seed", 0, 2**31 - 1, key="seed", reset=DEFAULTS.seed)
-    new_cap = min(MAX_NEW_TOKENS, policy.max_new_tokens)
-    max_new = widgets.number_input("max new tokens", 1, new_cap, key="max_new_tokens", reset=min(DEFAULTS.max_new_tokens, new_cap))
+    fields = draw_rest("sampling", set(), policy)  # temperature, top-k, top-p, seed, max new tokens: the table's order
     pace = widgets.select_slider("Play: seconds per round", PLAY_PACES, value=0.5, key="play_every") if with_play else 0.5
-    fields = dict(temperature=float(temperature), top_k=int(top_k), top_p=float(top_p), seed=int(seed), max_new_tokens=int(max_new))
     return fields, float(pace)
 
 
@@ -283,8 +331,9 @@ def _model_choice(policy: Policy) -> tuple[str, str]:
     """(target, draft) as typed (the owner allows custom models) or picked from the owner's lists."""
     if policy.allow_custom_models:
         widgets.selectbox("Model pair", list(MODEL_PAIRS) + [CUSTOM], key="model_pair", on_change=_apply_pair)
-        target = widgets.text_input("Target model: hub id, local folder or .gguf", key="target", reset=policy.default_target)
-        draft = widgets.text_input("Draft model (for the draft-model drafter)", key="draft_model", reset=NO_DRAFT, help="Must share the target's tokenizer.")
+        target_s, draft_s = field_named("target"), field_named("draft")
+        target = widgets.text_input(target_s.label, key=target_s.widget_key, reset=policy.default_target)
+        draft = widgets.text_input(draft_s.label, key=draft_s.widget_key, reset=NO_DRAFT, help=draft_s.help)
         return target, draft
     # participants pick from the owner's lists; nothing typed reaches the loader
     if st.session_state["target"] not in policy.targets:
@@ -299,30 +348,23 @@ def _model_choice(policy: Policy) -> tuple[str, str]:
     return target, draft
 
 
+MODELS_PLACED = {"target", "draft", "device", "dtype", "chat", "allow_download", "trust_remote_code", "allow_pickle"}
+OPT_INS = {"allow_download": "allow_download", "trust_remote_code": "allow_remote_code", "allow_pickle": "allow_pickle"}  # field -> the Policy switch that shows it
+
+
 def _model_widgets(policy: Policy) -> dict:
     """The Models expander -> RunConfig fields (what the owner does not allow stays at its safe default)."""
     with st.expander("Models", expanded=False):
         target, draft = _model_choice(policy)
-        device = dtype = "auto"
+        fields: dict[str, Any] = dict(target=target.strip() or EMBEDDED_TARGET, draft=draft.strip() or None)
         if policy.allow_device:
-            device = widgets.selectbox("Device", list(DEVICES), key="device")
-            dtype = widgets.selectbox("dtype", list(DTYPES), key="dtype")
-        _default("chat", DEFAULTS.chat)
-        chat = widgets.toggle("chat template", key="chat", reset=DEFAULTS.chat, help="Wrap the prompt as a user turn; off feeds it raw.")
-        allow_download = trust = allow_pickle = False
-        if policy.allow_download:
-            _default("allow_download", False)
-            allow_download = widgets.checkbox("allow downloads from the hub", key="allow_download", help="Off: hub ids load only from the local cache, so an offline machine fails at once.")
-        if policy.allow_remote_code:
-            _default("trust_remote_code", False)
-            trust = widgets.checkbox("trust remote code", key="trust_remote_code", help="Runs code shipped in a model repository. Only for repositories you trust.")
-        if policy.allow_pickle:
-            _default("allow_pickle", False)
-            allow_pickle = widgets.checkbox("allow pickle checkpoints", key="allow_pickle", help="Loads .bin/.pt weights, which can run code when unpickled. Only for files you trust; safetensors and GGUF need no opt-in.")
-    return dict(
-        target=target.strip() or EMBEDDED_TARGET, draft=draft.strip() or None, chat=bool(chat), device=device, dtype=dtype,
-        trust_remote_code=bool(trust), allow_download=bool(allow_download), allow_pickle=bool(allow_pickle),
-    )  # fmt: skip
+            fields.update(device=draw("device", policy), dtype=draw("dtype", policy))
+        fields["chat"] = draw("chat", policy)
+        for name in ("allow_download", "trust_remote_code", "allow_pickle"):
+            if getattr(policy, OPT_INS[name]):
+                fields[name] = draw(name, policy)
+        fields |= draw_rest("models", MODELS_PLACED, policy)
+    return fields
 
 
 def sidebar(*, with_compare: bool = True, with_play: bool = True) -> Settings:
@@ -333,14 +375,14 @@ def sidebar(*, with_compare: bool = True, with_play: bool = True) -> Settings:
     _seed_defaults(policy)
     refuse_forced(policy)
     examples = _seed_defaults(policy)  # again: what refuse_forced dropped starts at its default
-    max_k = min(MAX_DRAFT_TOKENS, policy.max_draft_tokens)
+    max_k = widget_high(field_named("num_draft_tokens"), policy)
     with st.sidebar:
         if policy.shared:
             st.caption("🔒 Shared server: the person running it chose the models and limits (max new tokens "
                        f"{policy.max_new_tokens}, k up to {max_k}). Your runs are yours alone.")
         widgets.selectbox("Example prompt", [e.label for e in examples] + [CUSTOM_PROMPT], key="example", on_change=_apply_example)
         prompt = widgets.text_area("Prompt", key="prompt", reset=examples[0].prompt, height=150, on_change=_match_example, help="Sent as a user turn through the chat template (see Models).")
-        drafter_fields, compare, compare_width = _drafter_widgets(policy, max_k, with_compare)
+        drafter_fields, compare, compare_width = _drafter_widgets(policy, with_compare)
         sampling_fields, pace = _sampling_widgets(policy, with_play)
         model_fields = _model_widgets(policy)
         replica_footer()
@@ -354,14 +396,12 @@ def sidebar(*, with_compare: bool = True, with_play: bool = True) -> Settings:
 
 def seed_from_run(config: RunConfig, prompt: str, compare: RunConfig | None = None) -> None:
     """Put a run's settings into the sidebar's widgets (a fork of the presenter's run: the sidebar then describes the
-    run it continues). Call from a widget callback, before the sidebar draws; the policy still checks every value."""
+    run it continues): every field the table says a fork carries. Call from a widget callback, before the sidebar
+    draws; the policy still checks every value."""
     state = st.session_state
-    fields = config.to_dict()
-    for key in ("drafter", "num_draft_tokens", "tree_width", "adaptive_k", "ngram_max", "ngram_threshold", "temperature", "top_k", "top_p", "seed", "max_new_tokens", "chat", "target"):
-        state[key] = fields[key]
-    state["exit_layer"] = config.exit_layer or 0
-    state["draft_vocab"] = config.draft_vocab
-    state["draft_model"] = config.draft or NO_DRAFT
+    for s in FIELDS:
+        if s.carry is not None:
+            state[s.widget_key] = s.to_widget(getattr(config, s.name))
     state["prompt"] = prompt
     state["example"] = example_for(prompt, load_examples())
     state["compare"] = COMPARE_OFF if compare is None else compare.drafter

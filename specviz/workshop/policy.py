@@ -59,10 +59,12 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from specviz.config import EMBEDDED_TARGET, MAX_NEW_TOKENS, MAX_PROMPT_CHARS, MAX_PROMPT_TOKENS, RunConfig
-from specviz.core.decoding import MAX_DRAFT_TOKENS
+from specviz.config import EMBEDDED_TARGET, FIELDS, MAX_PROMPT_CHARS, MAX_PROMPT_TOKENS, RunConfig
 from specviz.workshop.probe_urls import parse_list
 
+CAPPED = tuple(s for s in FIELDS if s.cap)  # RunConfig fields an owner's limit caps (the table: specviz.config.FIELDS)
+# each such limit -> the range of the field it caps (a limit can be no looser than the engine's own range); local mode's value is the top
+LIMIT_RANGES: tuple[tuple[str, int, int], ...] = tuple({s.cap: (s.cap, int(s.low or 0), int(s.high or 0)) for s in CAPPED}.values())
 LOCAL_ADDRESSES = ("", "localhost", "127.0.0.1", "::1", "[::1]")
 MODES = ("shared", "local")
 MAX_SAMPLES = 1_000_000  # the Exactness lab's largest sample size
@@ -133,7 +135,7 @@ class Policy:
         if not self.targets:
             raise ValueError("The target allow-list (SPECVIZ_TARGETS / targets) is empty: name at least one model.")
         checks = (
-            ("max_new_tokens", 1, MAX_NEW_TOKENS), ("max_draft_tokens", 1, MAX_DRAFT_TOKENS), ("max_prompt_chars", 1, MAX_PROMPT_CHARS),
+            *LIMIT_RANGES, ("max_prompt_chars", 1, MAX_PROMPT_CHARS),
             ("max_prompt_tokens", 1, MAX_PROMPT_TOKENS), ("max_kv_tokens", 0, MAX_KV_TOKENS), ("max_sessions_per_client", 0, MAX_SESSIONS),
             ("max_samples", 1, MAX_SAMPLES), ("max_runs", 1, MAX_RUNS), ("max_concurrent", 0, 256), ("queue_timeout_s", 1, 86_400), ("idle_minutes", 1, 7 * 24 * 60),
             ("presentation_idle_minutes", 1, 7 * 24 * 60),
@@ -150,7 +152,7 @@ class Policy:
         """The laptop: every option, the engine's own limits."""
         base = dict(
             shared=False, allow_remote_code=True, allow_pickle=True, allow_download=True, allow_custom_models=True, allow_device=True,
-            max_new_tokens=MAX_NEW_TOKENS, max_draft_tokens=MAX_DRAFT_TOKENS, max_prompt_chars=MAX_PROMPT_CHARS,
+            **{name: high for name, _, high in LIMIT_RANGES}, max_prompt_chars=MAX_PROMPT_CHARS,
             max_prompt_tokens=MAX_PROMPT_TOKENS, max_sessions_per_client=0, max_samples=MAX_SAMPLES, max_runs=200, max_saved_runs=100,
         )  # fmt: skip
         return cls(**(base | overrides))
@@ -193,7 +195,7 @@ class Policy:
         if config.draft and not self.allows_draft(config.draft):
             refusals.append(f"The draft model {config.draft!r} is not on this server's list.")
             changes["draft"] = None
-            if config.drafter == "model":
+            if config.needs_draft_model:
                 changes["drafter"] = RunConfig().drafter
         if not self.allows_heads(config.medusa_heads):
             refusals.append(f"The Medusa heads folder {config.medusa_heads!r} is not on this server's list; using the shipped heads.")
@@ -204,14 +206,12 @@ class Policy:
         if not self.allow_device and (config.device, config.dtype) != ("auto", "auto"):
             refusals.append(f"Choosing the device and dtype ({config.device}, {config.dtype}) is not allowed on this shared server; using auto.")
             changes.update(device="auto", dtype="auto")
-        if config.max_new_tokens > self.max_new_tokens:
-            limits.append(f"max new tokens is limited to {self.max_new_tokens} on this server (asked for {config.max_new_tokens}).")
-            changes["max_new_tokens"] = self.max_new_tokens
-        if config.num_draft_tokens > self.max_draft_tokens:
-            limits.append(f"k is limited to {self.max_draft_tokens} tokens per round on this server (asked for {config.num_draft_tokens}).")
-            changes["num_draft_tokens"] = self.max_draft_tokens
-        if config.max_draft_tokens > self.max_draft_tokens:  # adaptive k's ceiling: quietly the owner's cap
-            changes["max_draft_tokens"] = self.max_draft_tokens
+        for s in CAPPED:  # the fields the table says a limit caps (k, adaptive k's ceiling, max new tokens)
+            limit, value = getattr(self, s.cap), getattr(config, s.name)
+            if value > limit:
+                if s.cap_message:
+                    limits.append(s.cap_message.format(limit=limit, value=value))
+                changes[s.name] = limit
         return (dataclasses.replace(config, **changes) if changes else config), refusals, limits
 
     def cap(self, value: int, limit_name: str, what: str) -> tuple[int, str | None]:

@@ -49,7 +49,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
-from specviz.config import MAX_NEW_TOKENS, RunConfig
+from specviz.config import MAX_NEW_TOKENS, RunConfig, field_named
 from specviz.core.decoding import SpeculativeDecoder
 
 if TYPE_CHECKING:  # the command line reads ServiceConfig's defaults for every subcommand's parser: no models imported then
@@ -286,8 +286,8 @@ class Service:
         if max_tokens > room:
             raise ApiError(400, f"The prompt ({len(prompt_ids):,} tokens) plus max_tokens ({max_tokens:,}) exceeds the model's context; lower max_tokens.", "max_tokens", "context_length_exceeded")
         base = self.config.run
-        temperature = _number(body, "temperature", base.temperature, 0.0, 2.0)
-        top_p = _number(body, "top_p", base.top_p, 0.05, 1.0)
+        temperature = _number(body, "temperature", base.temperature, *field_named("temperature").widget_range)  # RunConfig's table
+        top_p = _number(body, "top_p", base.top_p, *field_named("top_p").widget_range)
         seed = body.get("seed", base.seed)
         if seed is None:
             seed = base.seed
