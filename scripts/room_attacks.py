@@ -1,4 +1,4 @@
-"""Issue 32's attacks on a room, one at a time, with a victim stepping beside them: specviz.loadtest.attacks.
+"""Issue 32's attacks on a room, one at a time, with a victim stepping beside them: specviz.loadtest.attacks.run.
 
     python scripts/room_attacks.py --help
 
@@ -7,7 +7,7 @@ Needs the checkout installed (`pip install -e .`, which the README's test comman
 
 import sys
 
-from specviz.loadtest.attacks import main
+from specviz.loadtest.attacks.run import main
 
 if __name__ == "__main__":
     sys.exit(main())

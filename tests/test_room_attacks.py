@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from specviz.loadtest import attacks as ra
+from specviz.loadtest.attacks import run as ra
 
 GOALS = ra.Goals(rss_budget_mb=2000.0, thread_slack=2, max_guesses_per_min=10.0)
 
