@@ -6,41 +6,53 @@ from __future__ import annotations
 
 import pytest
 
-from specviz.loadtest.attacks import run as ra
+from specviz.loadtest.attacks.catalogue import ATTACKS, BY_NAME, groups, parse_attacks
+from specviz.loadtest.attacks.goals import (
+    Goals,
+    ProcSample,
+    StepSample,
+    classify_key_reply,
+    resource_stats,
+    shows_internals,
+    verdict,
+    victim_stats,
+)
+from specviz.loadtest.attacks.run import config_from, exit_code, parse_args
+from specviz.loadtest.attacks.table import build_row, describe, markdown_table
 
-GOALS = ra.Goals(rss_budget_mb=2000.0, thread_slack=2, max_guesses_per_min=10.0)
+GOALS = Goals(rss_budget_mb=2000.0, thread_slack=2, max_guesses_per_min=10.0)
 
 
-def steps(*pairs) -> list[ra.StepSample]:
+def steps(*pairs) -> list[StepSample]:
     """(t, seconds[, ok]) -> StepSamples."""
-    return [ra.StepSample(p[0], p[1], p[2] if len(p) > 2 else True, None if (len(p) < 3 or p[2]) else "rounds 3 -> 3: Waited 120 s") for p in pairs]
+    return [StepSample(p[0], p[1], p[2] if len(p) > 2 else True, None if (len(p) < 3 or p[2]) else "rounds 3 -> 3: Waited 120 s") for p in pairs]
 
 
-def procs(replica: str, *rows) -> list[ra.ProcSample]:
+def procs(replica: str, *rows) -> list[ProcSample]:
     """(t, pid, rss, threads) -> ProcSamples of one replica."""
-    return [ra.ProcSample(t, replica, pid, rss, threads) for t, pid, rss, threads in rows]
+    return [ProcSample(t, replica, pid, rss, threads) for t, pid, rss, threads in rows]
 
 
 def test_the_victim_counts_the_steps_clicked_inside_the_window():
     samples = steps((5.0, 9.0), (10.0, 0.5), (11.0, 0.7), (12.0, 105.0, False), (130.0, 0.6), (200.0, 50.0))
-    v = ra.victim_stats(samples, 10.0, 130.0)
+    v = victim_stats(samples, 10.0, 130.0)
     assert v["steps"] == 4 and v["failures"] == 1 and v["max"] == 105.0  # the Steps at 5 and 200 are another attack's
     assert v["p50"] == 0.7 and v["p95"] == 105.0 and v["errors"] == ["rounds 3 -> 3: Waited 120 s"]
-    assert ra.victim_stats(samples, 300.0, 400.0) == {"steps": 0, "p50": None, "p95": None, "max": None, "failures": 0, "errors": []}
+    assert victim_stats(samples, 300.0, 400.0) == {"steps": 0, "p50": None, "p95": None, "max": None, "failures": 0, "errors": []}
 
 
 def test_resources_read_before_peak_after_and_a_restarted_replica():
     samples = procs("r1", (0.0, 11, 1100.0, 14), (9.5, 11, 1110.0, 14), (11.0, 11, 4900.0, 15), (20.0, 11, 3000.0, 22), (31.0, 11, 9000.0, 30))
     samples += procs("r2", (9.0, 21, 1000.0, 12), (15.0, 22, 600.0, 12), (29.0, 22, 700.0, 12))
-    r = ra.resource_stats(samples, 10.0, 30.0)
+    r = resource_stats(samples, 10.0, 30.0)
     assert r["r1"] == {"rss_before_mb": 1110.0, "rss_peak_mb": 4900.0, "rss_after_mb": 3000.0, "threads_before": 14, "threads_after": 22, "pids": [11], "restarted": False}
     assert r["r2"]["restarted"] and r["r2"]["pids"] == [21, 22] and r["r2"]["rss_peak_mb"] == 1000.0
-    late = ra.resource_stats(procs("r3", (12.0, 31, 500.0, 5)), 10.0, 30.0)
+    late = resource_stats(procs("r3", (12.0, 31, 500.0, 5)), 10.0, 30.0)
     assert late["r3"]["rss_before_mb"] == 500.0  # no reading before the window: the first one inside it
 
 
 def row(victim=None, replicas=None, followers=None, outcome=None, name="clear-cache") -> dict:
-    return ra.build_row(ra.BY_NAME[name], outcome or {}, victim, replicas or {}, followers, GOALS)
+    return build_row(BY_NAME[name], outcome or {}, victim, replicas or {}, followers, GOALS)
 
 
 GOOD_VICTIM = {"steps": 30, "p50": 0.9, "p95": 1.4, "max": 2.0, "failures": 0, "errors": []}
@@ -50,7 +62,7 @@ GOOD_FOLLOWERS = {"n": 12, "p50": 0.3, "p95": 0.6, "missed": 0}
 
 def test_a_row_that_meets_every_goal_says_so_and_each_goal_is_caught():
     good = row(GOOD_VICTIM, GOOD_REPLICAS, GOOD_FOLLOWERS, {"clears": 20, "model_loads": 0, "pushes_per_step_before": 1.0, "pushes_per_step_after": 1.0})
-    assert good["missed"] == [] and ra.exit_code([good]) == 0
+    assert good["missed"] == [] and exit_code([good]) == 0
     bad = {
         "victim p95": row({**GOOD_VICTIM, "p95": 105.0}, GOOD_REPLICAS),
         "failed": row({**GOOD_VICTIM, "failures": 2}, GOOD_REPLICAS),
@@ -67,9 +79,9 @@ def test_a_row_that_meets_every_goal_says_so_and_each_goal_is_caught():
     }
     for what, r in bad.items():
         assert len(r["missed"]) == 1 and what in r["missed"][0], (what, r["missed"])
-        assert ra.exit_code([good, r]) == 1
+        assert exit_code([good, r]) == 1
     assert row(None, GOOD_REPLICAS)["missed"] == []  # no victim in this room (the owner probe): nothing to judge
-    assert ra.verdict(bad["RSS"], ra.Goals(rss_budget_mb=0.0)) == []  # no budget given: RSS not judged
+    assert verdict(bad["RSS"], Goals(rss_budget_mb=0.0)) == []  # no budget given: RSS not judged
 
 
 @pytest.mark.parametrize(
@@ -94,36 +106,36 @@ def test_a_row_that_meets_every_goal_says_so_and_each_goal_is_caught():
     ],
 )
 def test_each_attack_judges_its_own_outcome_and_describes_it(name, outcome, missed):
-    r = ra.build_row(ra.BY_NAME[name], outcome, GOOD_VICTIM, GOOD_REPLICAS, None, GOALS)
+    r = build_row(BY_NAME[name], outcome, GOOD_VICTIM, GOOD_REPLICAS, None, GOALS)
     assert len(r["missed"]) == missed, r["missed"]
     assert r["what"] and not r["what"].startswith("the attack did not run")
 
 
 def test_every_attack_describes_a_partial_or_failed_outcome_without_raising():
-    for attack in ra.ATTACKS:
-        assert ra.describe(attack.name, {})  # missing fields read as "?"
-        assert ra.describe(attack.name, {"error": "TimeoutError: x"}).startswith("the attack did not run")
+    for attack in ATTACKS:
+        assert describe(attack.name, {})  # missing fields read as "?"
+        assert describe(attack.name, {"error": "TimeoutError: x"}).startswith("the attack did not run")
 
 
 def test_key_replies_are_classified_by_outcome_not_by_one_exact_sentence():
-    assert ra.classify_key_reply(["That is not the presenter key."]) == "checked"
-    assert ra.classify_key_reply(["That is not the presenter key. Too many wrong keys: wait 5 s before trying again."]) == "checked"  # compared, then locked
-    assert ra.classify_key_reply(["Too many wrong keys: wait 35 s before trying again."]) == "limited"
-    assert ra.classify_key_reply(["Too many wrong keys from your address in this room; try again in 4 minutes."]) == "limited"
-    assert ra.classify_key_reply(["You are presenting this run: the room follows each Step."]) == "presenting"
-    assert ra.classify_key_reply(["Press Step to run the first round."]) == "other"
+    assert classify_key_reply(["That is not the presenter key."]) == "checked"
+    assert classify_key_reply(["That is not the presenter key. Too many wrong keys: wait 5 s before trying again."]) == "checked"  # compared, then locked
+    assert classify_key_reply(["Too many wrong keys: wait 35 s before trying again."]) == "limited"
+    assert classify_key_reply(["Too many wrong keys from your address in this room; try again in 4 minutes."]) == "limited"
+    assert classify_key_reply(["You are presenting this run: the room follows each Step."]) == "presenting"
+    assert classify_key_reply(["Press Step to run the first round."]) == "other"
 
 
 def test_server_internals_are_recognised_in_what_a_page_drew():
-    assert ra.shows_internals(['File "/work/main/specviz/ui/widgets.py", line 40, in peek'])
-    assert ra.shows_internals(["IndexError: index 99 is out of bounds (/usr/lib/python3/site-packages/pandas/core/indexing.py)"])
-    assert not ra.shows_internals(["The toy table has a value it cannot use; it was reset to its default."])
+    assert shows_internals(['File "/work/main/specviz/ui/widgets.py", line 40, in peek'])
+    assert shows_internals(["IndexError: index 99 is out of bounds (/usr/lib/python3/site-packages/pandas/core/indexing.py)"])
+    assert not shows_internals(["The toy table has a value it cannot use; it was reset to its default."])
 
 
 def test_the_table_has_one_row_per_attack_under_the_conditions_line():
     rows = [row(GOOD_VICTIM, GOOD_REPLICAS, GOOD_FOLLOWERS, {"clears": 20, "model_loads": 8}), row(None, {}, None, {"setups": []}, name="owner")]
     machine = {"cpu": "AMD EPYC", "cores": 2, "date": "2026-12-02", "load_before": 0.4, "load_after": 2.9, "replicas": 2, "rss_budget_mb": 2000.0, "owner_env": "SPECVIZ_MAX_PROMPT_TOKENS=1024"}
-    text = ra.markdown_table(rows, machine)
+    text = markdown_table(rows, machine)
     lines = text.splitlines()
     assert "AMD EPYC" in lines[0] and "0.4 → 2.9" in lines[0] and "SPECVIZ_MAX_PROMPT_TOKENS=1024" in lines[0]
     assert lines[2].startswith("| attack |") and len(lines) == 4 + len(rows)
@@ -133,15 +145,15 @@ def test_the_table_has_one_row_per_attack_under_the_conditions_line():
 
 
 def test_attacks_are_chosen_by_name_and_grouped_by_the_owner_settings_they_need():
-    assert [a.name for a in ra.parse_attacks("")] == [a.name for a in ra.ATTACKS]
-    chosen = ra.parse_attacks("adaptive-k,clear-cache,run-flood,key-guess")
+    assert [a.name for a in parse_attacks("")] == [a.name for a in ATTACKS]
+    chosen = parse_attacks("adaptive-k,clear-cache,run-flood,key-guess")
     assert [a.name for a in chosen] == ["clear-cache", "key-guess", "run-flood", "adaptive-k"]  # the issue's order
-    rooms = ra.groups(chosen)
+    rooms = groups(chosen)
     assert [[a.name for a in members] for _, _, members in rooms][0] == ["clear-cache", "key-guess"]  # the plain room first
     assert {env for env, _, _ in rooms[1:]} == {(("SPECVIZ_RUN_DIR_MAX_MB", "1"),), (("SPECVIZ_MAX_DRAFT_TOKENS", "2"),)}
     with pytest.raises(ValueError, match="unknown attack"):
-        ra.parse_attacks("clear-cache,drop-tables")
-    args = ra.parse_args(["--attacks", "memory", "--owner-env", "SPECVIZ_MAX_KV_TOKENS=200000", "--max-prompt-tokens", "512", "--quick"])
-    assert args.owner == {"SPECVIZ_MAX_KV_TOKENS": "200000"} and ra.config_from(args).max_prompt_tokens == 512 and ra.config_from(args).memory_sessions == 2
+        parse_attacks("clear-cache,drop-tables")
+    args = parse_args(["--attacks", "memory", "--owner-env", "SPECVIZ_MAX_KV_TOKENS=200000", "--max-prompt-tokens", "512", "--quick"])
+    assert args.owner == {"SPECVIZ_MAX_KV_TOKENS": "200000"} and config_from(args).max_prompt_tokens == 512 and config_from(args).memory_sessions == 2
     with pytest.raises(SystemExit):
-        ra.parse_args(["--owner-env", "not a setting"])
+        parse_args(["--owner-env", "not a setting"])

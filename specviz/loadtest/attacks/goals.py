@@ -1,0 +1,212 @@
+"""Issue 32's goals and the report's numbers, plain functions of what was recorded (tests/test_room_attacks.py): the
+victim's Steps and the replicas' readings in an attack's window, the key replies classified, each attack's own goals
+(judge_*) and every goal a row missed (verdict)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from specviz.loadtest import harness as lp
+from specviz.loadtest.attacks.app_facts import KEY_CHECKED, KEY_LIMITED, TRACEBACK
+
+# --- the issue's goals --------------------------------------------------------------------------------------------
+VICTIM_P95_S = 3.0
+FOLLOWER_P95_S = 1.5
+
+
+@dataclass(frozen=True)
+class StepSample:
+    """One victim Step: when it was clicked (monotonic), how long until drawn, whether the run moved on."""
+
+    t: float
+    seconds: float
+    ok: bool
+    error: str | None = None
+
+
+@dataclass(frozen=True)
+class ProcSample:
+    t: float
+    replica: str
+    pid: int
+    rss_mb: float
+    threads: int
+
+
+@dataclass
+class Goals:
+    victim_p95_s: float = VICTIM_P95_S
+    follower_p95_s: float = FOLLOWER_P95_S
+    rss_budget_mb: float = 0.0  # per replica; 0: no budget checked
+    thread_slack: int = 2
+    max_guesses_per_min: float = 10.0
+
+
+def victim_stats(samples: list[StepSample], t0: float, t1: float) -> dict:
+    """The victim's Steps clicked in [t0, t1]: p50 / p95 / max seconds, failures and the first errors."""
+    inside = [s for s in samples if t0 <= s.t <= t1]
+    seconds = [s.seconds for s in inside]
+    failed = [s for s in inside if not s.ok]
+    return {
+        "steps": len(inside), "p50": lp.rounded(lp.percentile(seconds, 0.5), 2), "p95": lp.rounded(lp.percentile(seconds, 0.95), 2),
+        "max": lp.rounded(max(seconds), 2) if seconds else None, "failures": len(failed), "errors": [s.error for s in failed if s.error][:3],
+    }  # fmt: skip
+
+
+def resource_stats(samples: list[ProcSample], t0: float, t1: float) -> dict[str, dict]:
+    """Per replica: RSS before (the last sample at or before t0, else the first after), peak within [t0, t1], after
+    (the last sample at or before t1); threads before and after; the pids seen (a new pid: the replica was started
+    again, e.g. after an OOM kill)."""
+    out: dict[str, dict] = {}
+    for rid in sorted({s.replica for s in samples}):
+        mine = [s for s in samples if s.replica == rid]
+        before = [s for s in mine if s.t <= t0] or [s for s in mine if s.t > t0][:1]
+        window = [s for s in mine if t0 <= s.t <= t1]
+        after = [s for s in mine if s.t <= t1]
+        if not before or not after:
+            continue
+        b, a = before[-1], after[-1]
+        pids = list(dict.fromkeys(s.pid for s in [b, *window, a]))
+        out[rid] = {
+            "rss_before_mb": round(b.rss_mb, 1), "rss_peak_mb": round(max([b.rss_mb] + [s.rss_mb for s in window]), 1), "rss_after_mb": round(a.rss_mb, 1),
+            "threads_before": b.threads, "threads_after": a.threads, "pids": pids, "restarted": len(pids) > 1,
+        }  # fmt: skip
+    return out
+
+
+def redraw_stats(latencies: list[float], missed: int) -> dict:
+    return {"n": len(latencies), "p50": lp.rounded(lp.percentile(latencies, 0.5), 2), "p95": lp.rounded(lp.percentile(latencies, 0.95), 2), "missed": missed}
+
+
+def classify_key_reply(texts: list[str]) -> str:
+    """What the page said to a wrong key: 'checked' (it was compared and refused), 'limited' (refused unseen: a
+    lock-out or rate limit), 'presenting' (it was accepted!) or 'other'."""
+    low = " ".join(texts).lower()
+    if any(p in low for p in KEY_CHECKED):
+        return "checked"
+    if any(p in low for p in KEY_LIMITED):
+        return "limited"
+    if "you are presenting" in low:
+        return "presenting"
+    return "other"
+
+
+def shows_internals(texts: list[str]) -> bool:
+    """A traceback, a source file or a server path in what the page drew."""
+    return any(TRACEBACK.search(t) for t in texts)
+
+
+# Each attack's own goals: outcome -> the goals it missed (empty: all met).
+
+
+def judge_token(o: dict, goals: Goals) -> list[str]:
+    return []  # the victim, memory and threads say it all
+
+
+def judge_clear_cache(o: dict, goals: Goals) -> list[str]:
+    missed = []
+    if o.get("model_loads"):
+        missed.append(f"{o['model_loads']} model loads after {o.get('clears')} clears")
+    before, after = o.get("pushes_per_step_before"), o.get("pushes_per_step_after")
+    if before is not None and after is not None and after > max(before, 1.0) + 0.25:  # one push per Step (fewer: merged)
+        missed.append(f"pushes per presenter Step {before} -> {after}")
+    if o.get("backoff_after_clears") == "checked":
+        missed.append("the key back-off was reset by the clears")
+    return missed
+
+
+def judge_key_guess(o: dict, goals: Goals) -> list[str]:
+    missed = []
+    for threads, r in sorted(o.get("by_threads", {}).items()):
+        if r["checked_per_min"] > goals.max_guesses_per_min:
+            missed.append(f"{r['checked_per_min']:.0f} keys checked a minute from {threads} thread(s) (goal <= {goals.max_guesses_per_min:g})")
+        if r.get("presenting"):
+            missed.append("a guessed key presented")
+    return missed
+
+
+def judge_memory(o: dict, goals: Goals) -> list[str]:
+    eleventh = o.get("eleventh") or {}
+    return [f"the extra session saw an exception: {eleventh['exceptions'][0][:80]}"] if eleventh.get("exceptions") else []
+
+
+def judge_owner(o: dict, goals: Goals) -> list[str]:
+    leaked = [s["setup"] for s in o.get("setups", []) if s.get("participant") and s.get("owner_widgets")]
+    return [f"owner options for a participant: {'; '.join(leaked)}"] if leaked else []
+
+
+def judge_run_flood(o: dict, goals: Goals) -> list[str]:
+    missed = []
+    if o.get("victim_run_kept") is False:
+        missed.append("the victim's run was evicted")
+    if o.get("presented_run_kept") is False:
+        missed.append("the presented run was evicted")
+    if o.get("board_bytes_added"):
+        missed.append(f"{o['board_bytes_added']:,} board bytes from Steps of a finished run")
+    return missed
+
+
+def judge_presenter_reload(o: dict, goals: Goals) -> list[str]:
+    missed = []
+    if not o.get("stopped"):
+        missed.append("nobody could end the presentation after the presenter's reload")
+    if o.get("reclaimed") and o.get("board_kept") is False:
+        missed.append("presenting again lost the board")
+    if o.get("reclaimed") and o.get("round_kept") is False:
+        missed.append("presenting again moved the room to another round")
+    return missed
+
+
+def judge_adaptive_k(o: dict, goals: Goals) -> list[str]:
+    cap, ks, emitted = o.get("cap"), o.get("k_per_round") or [], o.get("tokens_per_round") or []
+    missed = []
+    if cap is not None and ks and max(ks) > cap:
+        missed.append(f"k reached {max(ks)} with the cap at {cap}")
+    if cap is not None and emitted and max(emitted) > cap + 1:
+        missed.append(f"a round emitted {max(emitted)} tokens (at most k + 1 = {cap + 1})")
+    return missed
+
+
+def judge_long_job(o: dict, goals: Goals) -> list[str]:
+    if o.get("button_disabled"):  # the sweep asked for is over the owner's max runs: nothing ran beside the presenter
+        return ["the sweep did not run (its button was disabled: over the owner's max runs)"]
+    return []  # the followers' column says the rest
+
+
+def judge_malformed(o: dict, goals: Goals) -> list[str]:
+    cases = o.get("cases", [])
+    missed = []
+    shown = [c for c in cases if c.get("internals")]
+    if shown:
+        missed.append(f"{len(shown)} of {len(cases)} bad values showed server internals")
+    stuck = [c for c in cases if not c.get("recovered")]
+    if stuck:
+        missed.append(f"{len(stuck)} of {len(cases)} sessions did not recover")
+    return missed
+
+
+def verdict(row: dict, goals: Goals) -> list[str]:
+    """The goals a row missed: the issue's four (victim, memory, threads, followers) and the attack's own."""
+    missed = []
+    v = row.get("victim")
+    if v is not None:
+        if v["steps"] == 0:
+            missed.append("the victim made no Step")
+        elif v["p95"] is not None and v["p95"] > goals.victim_p95_s:
+            missed.append(f"victim p95 {v['p95']:.2f} s > {goals.victim_p95_s:g} s")
+        if v["failures"]:
+            missed.append(f"{v['failures']} victim Step(s) failed")
+    for rid, r in sorted(row.get("replicas", {}).items()):
+        if goals.rss_budget_mb and r["rss_peak_mb"] > goals.rss_budget_mb:
+            missed.append(f"{rid} RSS {r['rss_peak_mb']:,.0f} MB > {goals.rss_budget_mb:,.0f} MB")
+        if r["threads_after"] - r["threads_before"] > goals.thread_slack:
+            missed.append(f"{rid} threads {r['threads_before']} -> {r['threads_after']}")
+        if r["restarted"]:
+            missed.append(f"{rid} was started again (pids {r['pids']})")
+    f = row.get("followers")
+    if f is not None:
+        if f["p95"] is not None and f["p95"] > goals.follower_p95_s:
+            missed.append(f"followers' redraw p95 {f['p95']:.2f} s > {goals.follower_p95_s:g} s")
+        if f["missed"]:
+            missed.append(f"followers missed {f['missed']} redraws")
+    return missed + list(row.get("own_missed", []))
