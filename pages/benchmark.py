@@ -7,8 +7,10 @@ from pathlib import Path
 import pandas as pd
 import streamlit as st
 
-from specviz.ui import access, widgets
-from specviz.ui.benchmark import (
+from specviz.ui.common import access, widgets
+from specviz.ui.common.keys import BENCH_RESULTS_KEY
+from specviz.ui.common.navigation import route_through_app
+from specviz.ui.labs.benchmark import (
     BENCH_DRAFTERS,
     DEFAULT_PROMPTS,
     EMBEDDED_TARGET,
@@ -23,8 +25,6 @@ from specviz.ui.benchmark import (
     summary_table,
     tree_vs_chain_table,
 )
-from specviz.ui.keys import BENCH_RESULTS_KEY
-from specviz.ui.navigation import route_through_app
 from specviz.viz.bench import SPEEDUP_METRICS, has_trees, speedup_vs_k_figure, theory_overlay_figure
 from specviz.viz.markdown import md_text
 

@@ -5,8 +5,9 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
-from specviz.ui import access, widgets
-from specviz.ui.exactness import (
+from specviz.ui.common import access, widgets
+from specviz.ui.common.navigation import route_through_app
+from specviz.ui.labs.exactness import (
     EMBEDDED_TARGET,
     LAB_DRAFTERS,
     POSTERIOR_ALPHA,
@@ -21,7 +22,6 @@ from specviz.ui.exactness import (
     run_toy,
     summarize_real,
 )
-from specviz.ui.navigation import route_through_app
 from specviz.viz.lab import convergence_figure, convergence_frame, histogram_figure, real_frame, real_histogram_figure, toy_frame
 from specviz.viz.markdown import md_text
 

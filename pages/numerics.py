@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import streamlit as st
 
-from specviz.ui import access, widgets
-from specviz.ui.navigation import route_through_app
-from specviz.ui.numerics_lab import (
+from specviz.ui.common import access, widgets
+from specviz.ui.common.navigation import route_through_app
+from specviz.ui.labs.numerics import (
     InvarianceReport,
     NumericsResult,
     invariance_precisions,

@@ -2,15 +2,17 @@
 
 import streamlit as st
 
-from specviz.ui import controls, metrics_views, presenting, timing, tree_views
-from specviz.ui import replay as recordings
-from specviz.ui import step_views as views
-from specviz.ui.export_views import export_buttons
-from specviz.ui.navigation import route_through_app
-from specviz.ui.saved_runs import restore_run
-from specviz.ui.session import friendly_error, load_target, page_state
-from specviz.ui.share import share_link
-from specviz.ui.sidebar import sidebar
+from specviz.ui.common import timing
+from specviz.ui.common.navigation import route_through_app
+from specviz.ui.room import presenting
+from specviz.ui.room.saved_runs import restore_run
+from specviz.ui.room.share import share_link
+from specviz.ui.step_through import controls, metrics_views, tree_views
+from specviz.ui.step_through import replay as recordings
+from specviz.ui.step_through import step_views as views
+from specviz.ui.step_through.export_views import export_buttons
+from specviz.ui.step_through.session import friendly_error, load_target, page_state
+from specviz.ui.step_through.sidebar import sidebar
 from specviz.viz import legend_html
 from specviz.viz.markdown import md_text
 
@@ -19,8 +21,8 @@ route_through_app()  # a fresh server's first request may land here without app.
 settings = sidebar()
 share_link(settings)  # mirror the settings in the URL; Copy link in the sidebar
 state = page_state()
-restore_run(state)  # ?run=… after a reload or a replica restart: the run at the same round (specviz/ui/saved_runs.py)
-presentation = presenting.current()  # the room's presentation, if any (specviz/ui/presenting.py)
+restore_run(state)  # ?run=… after a reload or a replica restart: the run at the same round (specviz/ui/room/saved_runs.py)
+presentation = presenting.current()  # the room's presentation, if any (specviz/ui/room/presenting.py)
 presenting.sidebar_section(presentation)
 presenting.make_pending_fork(state)  # Try it yourself from here: the presenter's run as this session's own
 replay = recordings.replay_state()

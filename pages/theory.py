@@ -5,11 +5,11 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
-from specviz.ui import access, widgets
-from specviz.ui.batch_lab import BatchMeasurement, batch_plan, measure_batches_here
-from specviz.ui.measured import session_points
-from specviz.ui.navigation import route_through_app
-from specviz.ui.theory import (
+from specviz.ui.common import access, widgets
+from specviz.ui.common.navigation import route_through_app
+from specviz.ui.labs.batch import BatchMeasurement, batch_plan, measure_batches_here
+from specviz.ui.labs.measured import session_points
+from specviz.ui.labs.theory import (
     MAX_K,
     BatchLesson,
     CostProfile,

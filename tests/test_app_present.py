@@ -15,9 +15,10 @@ from dataclasses import replace
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from specviz.ui import access, presenting
-from specviz.ui.keys import PRESENTING_KEY, STEP_THROUGH_KEY
-from specviz.ui.session import PageState
+from specviz.ui.common import access
+from specviz.ui.common.keys import PRESENTING_KEY, STEP_THROUGH_KEY
+from specviz.ui.room import presenting
+from specviz.ui.step_through.session import PageState
 from specviz.workshop.presentation import PresentationStore, heartbeat_every_s
 from specviz.workshop.saved_runs import RunStore
 from specviz.workshop.serving import SessionRegistry
@@ -68,7 +69,7 @@ def test_no_key_configured_says_presenting_is_off(room_env):  # noqa: F811
 def test_a_weak_key_turns_presenting_off_with_a_message_for_the_owner(room_env, monkeypatch, caplog, weak):  # noqa: F811
     monkeypatch.setenv("SPECVIZ_PRESENTER_KEY", weak)
     presenting._log_weak_key.cache_clear()
-    with caplog.at_level(logging.WARNING, logger="specviz.ui.presenting"):
+    with caplog.at_level(logging.WARNING, logger="specviz.ui.room.presenting"):
         at = page()
     assert "too weak" in texts(at) and "python -m specviz room" in texts(at) and weak not in texts(at)
     assert not [w for w in at.text_input if w.key == "present_key"] and not [t for t in at.toggle if t.key == "follow"]

@@ -13,7 +13,7 @@ from contextlib import contextmanager
 
 import pytest
 
-from specviz.ui.presenting import _key, board_cache, look
+from specviz.ui.room.presenting import _key, board_cache, look
 from specviz.workshop.presentation import PresentationStore
 from specviz.workshop.saved_runs import new_token
 from specviz.workshop.serving import model_queue, reset_queues, turns_in_flight

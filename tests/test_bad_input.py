@@ -380,7 +380,7 @@ def test_settings_the_engine_refuses_show_an_error(tiny_dir, monkeypatch):
     import dataclasses
 
     from specviz import config as config_module
-    from specviz.ui import sidebar
+    from specviz.ui.step_through import sidebar
     from specviz.workshop import policy
 
     wide = dataclasses.replace(config_module.field_named("num_draft_tokens"), ui_high=32)

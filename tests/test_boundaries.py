@@ -212,11 +212,11 @@ def test_known_bad_graphs_fail(tmp_path):
     """The checks catch what they claim to: an import inside a function is seen, core importing the UI breaks an
     arrow, a page importing core breaks an arrow, and two modules importing each other are a cycle."""
     probe = tmp_path / "probe.py"
-    probe.write_text("def f():\n    from specviz.ui.session import Run\n", encoding="utf-8")
-    inner, _ = imports_of(probe, {"specviz.ui.session"})
-    assert inner == {"specviz.ui.session"}
-    bad = {"specviz.core.decoding": (inner, set()), "specviz.ui.session": (set(), set()), "pages.x": ({"specviz.core.decoding"}, set())}
-    assert arrow_violations(bad) == ["pages.x -> specviz.core.decoding", "specviz.core.decoding -> specviz.ui.session"]
+    probe.write_text("def f():\n    from specviz.ui.step_through.session import Run\n", encoding="utf-8")
+    inner, _ = imports_of(probe, {"specviz.ui.step_through.session"})
+    assert inner == {"specviz.ui.step_through.session"}
+    bad = {"specviz.core.decoding": (inner, set()), "specviz.ui.step_through.session": (set(), set()), "pages.x": ({"specviz.core.decoding"}, set())}
+    assert arrow_violations(bad) == ["pages.x -> specviz.core.decoding", "specviz.core.decoding -> specviz.ui.step_through.session"]
     cyclic = {"specviz.ui.a": ({"specviz.ui.b"}, set()), "specviz.ui.b": ({"specviz.ui.a"}, set())}
     assert find_cycle(cyclic) == ["specviz.ui.a", "specviz.ui.b", "specviz.ui.a"]
 

@@ -210,8 +210,8 @@ def test_a_step_behind_the_numerics_lab_waits_for_one_pass_not_the_measurement(t
 
 
 def test_a_second_long_job_of_one_participant_is_refused_with_a_message(tiny_models, monkeypatch):
-    import specviz.ui.access as access
-    import specviz.ui.models as ui_models
+    import specviz.ui.common.access as access
+    import specviz.ui.common.models as ui_models
 
     monkeypatch.setenv("SPECVIZ_MODE", "shared")
     monkeypatch.setenv("SPECVIZ_TARGETS", tiny_models["llama"].name)
@@ -230,7 +230,7 @@ def test_a_second_long_job_of_one_participant_is_refused_with_a_message(tiny_mod
 
 
 def test_the_batch_plan_keeps_to_the_owners_caps():
-    from specviz.ui.batch_lab import PAGE_BATCH_SIZES, PAGE_MAX_NEW_TOKENS, batch_plan
+    from specviz.ui.labs.batch import PAGE_BATCH_SIZES, PAGE_MAX_NEW_TOKENS, batch_plan
     from specviz.workshop.policy import Policy
 
     roomy = batch_plan(4, Policy())
@@ -247,9 +247,9 @@ def test_the_batch_plan_keeps_to_the_owners_caps():
 def test_the_batch_measurement_takes_one_turn_per_batched_run_within_the_caps(tiny_models, monkeypatch):
     """Shared mode: *Measure on this machine* on the theory page runs `specviz batch`'s measurement as a long job,
     one model turn per batched run (B × side × run), never overlapping, at the owner's caps on B, k and new tokens."""
-    import specviz.ui.access as access
-    import specviz.ui.batch_lab as batch_lab
-    import specviz.ui.models as ui_models
+    import specviz.ui.common.access as access
+    import specviz.ui.common.models as ui_models
+    import specviz.ui.labs.batch as batch_lab
 
     monkeypatch.setenv("SPECVIZ_MODE", "shared")
     monkeypatch.setenv("SPECVIZ_TARGETS", tiny_models["llama"].name)

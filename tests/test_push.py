@@ -1,4 +1,4 @@
-"""The server-side watcher that redraws followers (specviz.ui.push): it re-reads the presentation only when the
+"""The server-side watcher that redraws followers (specviz.ui.room.push): it re-reads the presentation only when the
 file's stamp changed, asks each follower that drew an earlier version of the same presentation to rerun its stage
 fragment once (not again until the page registers anew), leaves other presentations' followers alone, lets a
 participant's Step in flight go first for MAX_DEFER_S at most, is not held up by long jobs or background baselines
@@ -15,8 +15,8 @@ from dataclasses import dataclass, replace
 
 import pytest
 
-from specviz.ui import presenting, push
-from specviz.ui.push import MAX_DEFER_S, PresentationWatcher, Registration
+from specviz.ui.room import presenting, push
+from specviz.ui.room.push import MAX_DEFER_S, PresentationWatcher, Registration
 from specviz.workshop.serving import model_queue, reset_queues, turns_in_flight
 
 

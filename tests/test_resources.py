@@ -222,8 +222,8 @@ def test_what_clear_cache_clears_leaves_the_models_and_the_watcher(monkeypatch, 
     import streamlit as st
     from streamlit.runtime import caching
 
-    from specviz.ui import models as ui_models
-    from specviz.ui import presenting
+    from specviz.ui.common import models as ui_models
+    from specviz.ui.room import presenting
 
     monkeypatch.setattr(ui_models, "check_fits", lambda source, device: None)
     monkeypatch.setattr(ui_models, "freeze_long_lived", lambda: None)
@@ -248,9 +248,9 @@ def test_what_clear_cache_clears_leaves_the_models_and_the_watcher(monkeypatch, 
 
 
 def test_shared_mode_drops_only_the_developer_messages():
-    from specviz.ui import backmsgs
+    from specviz.ui.common import backmsgs
 
-    assert backmsgs.available(), "this Streamlit's AppSession.handle_backmsg or BackMsg changed: update specviz/ui/backmsgs.py"
+    assert backmsgs.available(), "this Streamlit's AppSession.handle_backmsg or BackMsg changed: update specviz/ui/common/backmsgs.py"
     local, shared = (lambda sid: True), (lambda sid: False)
 
     def broken(sid):
