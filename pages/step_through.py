@@ -4,7 +4,7 @@ import streamlit as st
 
 from specviz.ui.common import timing
 from specviz.ui.common.navigation import route_through_app
-from specviz.ui.room import presenting
+from specviz.ui.room import board, follow, fork, present
 from specviz.ui.room.saved_runs import restore_run
 from specviz.ui.room.share import share_link
 from specviz.ui.step_through import controls, metrics_views, tree_views
@@ -22,9 +22,9 @@ settings = sidebar()
 share_link(settings)  # mirror the settings in the URL; Copy link in the sidebar
 state = page_state()
 restore_run(state)  # ?run=… after a reload or a replica restart: the run at the same round (specviz/ui/room/saved_runs.py)
-presentation = presenting.current()  # the room's presentation, if any (specviz/ui/room/presenting.py)
-presenting.sidebar_section(presentation)
-presenting.make_pending_fork(state)  # Try it yourself from here: the presenter's run as this session's own
+presentation = present.current()  # the room's presentation, if any (specviz/ui/room/present.py)
+present.sidebar_section(presentation)
+fork.make_pending_fork(state)  # Try it yourself from here: the presenter's run as this session's own
 replay = recordings.replay_state()
 
 st.title("Step through speculative decoding")
@@ -34,7 +34,7 @@ st.caption(
     "when every guess survived). The output is distributed exactly as the target alone would sample it."
 )
 
-followed = presenting.follow_section(presentation)  # the presenter's run while this page follows it
+followed = follow.follow_section(presentation)  # the presenter's run while this page follows it
 recordings.controls(replay)
 
 
@@ -92,7 +92,7 @@ def live_stage() -> controls.LiveStage:
 
 def stage_view(stage) -> None:
     """The controls and the run: a fragment, so a Step, an inspector click or a Play tick reruns only this."""
-    with timing.rerun("step-through", fragment=True), presenting.one_at_a_time(stage):  # followers take turns
+    with timing.rerun("step-through", fragment=True), follow.one_at_a_time(stage):  # followers take turns
         clicks, save_slot = controls.buttons(stage.playing, disabled=stage.read_only)
         controls.apply(stage, clicks, views.live_progress)
         stage.notices()
@@ -110,5 +110,5 @@ if followed is not None:
 else:
     stage = controls.ReplayStage(replay) if replay.session is not None else live_stage()
 st.fragment(stage_view, run_every=settings.play_every_s if stage.playing else None)(stage)
-presenting.board_section(presentation)  # the room's forks, for the presenter (and the room once shown)
-presenting.watch()  # reruns the page when the presentation moves on, starts or stops
+board.board_section(presentation)  # the room's forks, for the presenter (and the room once shown)
+follow.watch()  # reruns the page when the presentation moves on, starts or stops

@@ -1,5 +1,5 @@
 """Fork from here, exactly: the presenter's run saved after round N (the file a replica wrote), loaded on another
-and continued by the follower's own decoder (the path specviz.ui.room.presenting's fork takes: rebuild_session ->
+and continued by the follower's own decoder (the path specviz.ui.room.fork takes: rebuild_session ->
 specviz.ui.room.saved_runs._resumed) emits exactly what the presenter's run emits next, at T=0 and at T=1. The known-bad
 control forks without restoring the generators (the seed's state) and must differ at T=1."""
 

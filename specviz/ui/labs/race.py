@@ -28,7 +28,7 @@ from specviz.runs import kv_tokens
 from specviz.ui.common import budgets, widgets
 from specviz.ui.common.access import current_policy, long_job, presenter_key_setting
 from specviz.ui.common.models import run_models
-from specviz.ui.room import presenting
+from specviz.ui.room import present
 from specviz.ui.room.saved_runs import run_store
 from specviz.ui.step_through.session import TokenTexts, friendly_error, load_target
 from specviz.ui.step_through.sidebar import Settings, sidebar
@@ -179,8 +179,8 @@ def _identical_note(race: RaceResult) -> None:
 
 def _key_ok(key_widget: str) -> bool:
     """The presenter key typed in key_widget, checked as the step-through page checks it (the room's wrong-key limits,
-    specviz.ui.room.presenting.key_given); the field is emptied and a refusal is said in the race's expander."""
-    return presenting.key_given(key_widget, lambda kind, text: st.session_state.__setitem__("race_room_message", text))
+    specviz.ui.room.present.key_given); the field is emptied and a refusal is said in the race's expander."""
+    return present.key_given(key_widget, lambda kind, text: st.session_state.__setitem__("race_room_message", text))
 
 
 def _presenter_controls(here: RaceRoom | None, race: RaceResult, shown: RaceResult | None) -> None:

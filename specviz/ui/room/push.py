@@ -8,7 +8,7 @@ nothing, and a presenter's Step reached each follower only at its next tick, 0-0
 
 Here one daemon thread per process looks at the presentation file's stamp every POLL_S and re-reads the file only
 when it changed. A follower's page registers what it drew (the key of the presentation, computed by
-specviz.ui.room.presenting) and the id of its stage fragment. When the same presentation moved on (a Step, a round picked
+specviz.ui.room.follow) and the id of its stage fragment. When the same presentation moved on (a Step, a round picked
 in the presenter's inspector) the watcher asks that session to rerun its stage fragment, which looks the presentation
 up again and draws it. Everything else (a presentation that starts, stops or is taken over) is a whole-page change
 the pages' own poll picks up. A participant's Step in flight in this process goes first, for MAX_DEFER_S at most
@@ -20,7 +20,7 @@ session's state, and it asks a session to redraw only itself, from the run direc
 How: the rerun is queued as the browser's own fragment reruns are (a RerunData for the fragment, on the server's
 event loop), without widget values, so the session keeps the ones its browser last sent: a click that is on its way
 is not undone. These are Streamlit internals, so ``available()`` checks they are there; where they are not
-(AppTest, another Streamlit version), pages poll (specviz.ui.room.presenting.watch). Followers keep a slow poll as a
+(AppTest, another Streamlit version), pages poll (specviz.ui.room.follow.watch). Followers keep a slow poll as a
 safety net either way.
 """
 
@@ -42,7 +42,7 @@ MAX_DEFER_S = 0.5  # the longest a due redraw waits for participants' Steps in f
 class Registration:
     """What a follower's page drew of the presentation, and the fragment that redraws it."""
 
-    key: Hashable  # the key of the presentation the page drew (specviz.ui.room.presenting: id and version)
+    key: Hashable  # the key of the presentation the page drew (specviz.ui.room.follow: id and version)
     presentation_id: str  # the presentation it follows
     fragment_id: str  # its stage fragment
     pushed: Hashable = None  # the key a rerun was last asked for (not asked again until the page registers anew)
@@ -115,7 +115,7 @@ def _rerun_fragment(app, fragment_id: str) -> None:
 class PresentationWatcher:
     """The process's watcher (module docstring). stamp() is cheap (a stat), read() reads the presentation, key_of(p,
     mode) says what a page in that mode draws of it, in_flight() counts the participants' Steps holding a model turn
-    in this process (specviz.ui.room.presenting.steps_in_flight), clock() is time.monotonic."""
+    in this process (specviz.ui.room.present.steps_in_flight), clock() is time.monotonic."""
 
     def __init__(self, stamp: Callable[[], object], read: Callable[[], object], key_of: Callable[[object, str], Hashable],
                  in_flight: Callable[[], int], push: Callable[[str, str], bool] = push_rerun,

@@ -14,7 +14,7 @@ from typing import Protocol
 import streamlit as st
 
 from specviz.config import RunConfig
-from specviz.ui.room.presenting import after_round
+from specviz.ui.room import fork, present
 from specviz.ui.room.saved_runs import step_and_save
 from specviz.ui.step_through.replay import ReplaySession, ReplayState
 from specviz.ui.step_through.session import PageState, StepSession, friendly_error, start_session
@@ -127,7 +127,8 @@ class ReplayStage:
 
 class LiveStage:
     """Rounds of the model: the first Step (or Run to end, or Play) starts the session with the sidebar's settings.
-    Each saved round also moves a presentation (or a fork's board point) on: specviz.ui.room.presenting.after_round."""
+    Each saved round also moves a presentation on (specviz.ui.room.present.after_round) and adds a fork's board point
+    (specviz.ui.room.fork.after_round)."""
 
     read_only = False
 
@@ -174,7 +175,8 @@ class LiveStage:
         ran = not self.state.session.done  # a Step of finished runs adds nothing: no file, no board point
         stepped = step_and_save(self.state.session)
         if stepped and ran:
-            after_round(self.state.session)
+            present.after_round(self.state.session)
+            fork.after_round(self.state.session)
         return stepped
 
     def run_to_end(self, progress: Callable[[object], None]) -> None:

@@ -244,7 +244,7 @@ def inspector(session: ViewSource) -> None:
     n = len(run.records)
     left, right = st.columns([1, 3])
     with left:
-        # Defaults go into the session state, not value=: a follower's page sets these keys (specviz.ui.room.presenting),
+        # Defaults go into the session state, not value=: a follower's page sets these keys (specviz.ui.room.follow),
         # and Streamlit warns about a widget given both.
         st.session_state.setdefault("inspect_follow", True)
         follow = widgets.toggle("follow the latest round", key="inspect_follow")
