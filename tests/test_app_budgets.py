@@ -33,18 +33,18 @@ def shared(monkeypatch, tiny_dir, tmp_path):
 @pytest.fixture()
 def no_turns(monkeypatch):
     """Every model turn the pages could take, counted (the budgets must refuse before the first)."""
-    import specviz.ui.common.access
+    import specviz.ui.common.turns
     import specviz.ui.room.saved_runs
     import specviz.ui.step_through.session
 
     taken: list[str] = []
-    real = specviz.ui.common.access.model_turn
+    real = specviz.ui.common.turns.model_turn
 
     def counting(model, what: str = "your round", slot=None, **kwargs):
         taken.append(what)
         return real(model, what, slot, **kwargs)
 
-    for module in (specviz.ui.common.access, specviz.ui.step_through.session, specviz.ui.room.saved_runs):
+    for module in (specviz.ui.common.turns, specviz.ui.step_through.session, specviz.ui.room.saved_runs):
         monkeypatch.setattr(module, "model_turn", counting)
     return taken
 

@@ -15,7 +15,7 @@ from dataclasses import replace
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from specviz.ui.common import access
+from specviz.ui.common import sessions
 from specviz.ui.common.keys import PRESENTING_KEY, STEP_THROUGH_KEY
 from specviz.ui.room import fork
 from specviz.ui.room import present as present_ui
@@ -269,6 +269,6 @@ def test_the_idle_sweeper_spares_a_live_presenters_run():
     registry.touch("presenter", presenter_state)
     registry.touch("other", other_state)
     clock[0] = 21 * 60.0
-    registry.sweep(lambda sid: True, access._free_session, gone_after_s=30, idle_after_s=20 * 60)
+    registry.sweep(lambda sid: True, sessions.free_session, gone_after_s=30, idle_after_s=20 * 60)
     assert presenter_state[STEP_THROUGH_KEY].session is not None and not presenter_state[STEP_THROUGH_KEY].freed
     assert other_state[STEP_THROUGH_KEY].session is None and other_state[STEP_THROUGH_KEY].freed

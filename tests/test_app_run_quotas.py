@@ -180,13 +180,13 @@ def test_a_full_disk_when_presenting_or_adding_a_board_point_says_so(room, monke
 
 
 def test_the_sweeper_keeps_the_runs_of_live_sessions_fresh(room_env, monkeypatch):  # noqa: F811
-    """Each replica's session sweeper touches the files its live sessions hold (specviz.ui.common.access.hold_live_runs), so
+    """Each replica's session sweeper touches the files its live sessions hold (specviz.ui.common.sessions.hold_live_runs), so
     no replica's eviction takes them; a freed session (no run) and other pages hold nothing."""
     import os
     import time
     from types import SimpleNamespace
 
-    from specviz.ui.common.access import hold_live_runs, live_run_tokens
+    from specviz.ui.common.sessions import hold_live_runs, live_run_tokens
     from specviz.ui.step_through.session import PageState
     from specviz.workshop.saved_runs import LIVE_WINDOW_S
     from specviz.workshop.serving import SessionRegistry

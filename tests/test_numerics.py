@@ -171,7 +171,7 @@ def test_run_and_measure_on_the_page_take_one_model_turn_per_pass(dtype_models, 
     """Issue 26: the page held one model turn for the whole batch-invariance measurement (140 s with a long prompt)."""
     import contextlib
 
-    import specviz.ui.common.access as access
+    import specviz.ui.common.turns as ui_turns
 
     turns, depth = [], []
 
@@ -184,7 +184,7 @@ def test_run_and_measure_on_the_page_take_one_model_turn_per_pass(dtype_models, 
         finally:
             depth.pop()
 
-    monkeypatch.setattr(access, "model_turn", recorded)
+    monkeypatch.setattr(ui_turns, "model_turn", recorded)
     at = _lab_page(dtype_models, monkeypatch)
     at.text_area(key="num_prompt").set_value(PROMPT)
     at.slider(key="num_new").set_value(8)

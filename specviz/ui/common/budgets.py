@@ -17,7 +17,8 @@ import torch
 from specviz.models import LoadedModel
 from specviz.runs import check_prompt_tokens
 from specviz.runs import prompt_ids as checked_prompt_ids
-from specviz.ui.common.access import current_policy, session_id_now
+from specviz.ui.common.access import current_policy
+from specviz.ui.common.sessions import session_id_now
 from specviz.workshop.budgets import Reservation, default_kv_tokens, kv_budget
 
 log = logging.getLogger(__name__)

@@ -70,7 +70,7 @@ def _ensure_handler() -> None:
 
 def _session_id() -> str:
     """The first 8 characters of this session's id for the log ("-" outside a script run). Not
-    specviz.ui.common.access.session_id_now: access imports this module."""
+    specviz.ui.common.sessions.session_id_now: sessions' users (turns) import this module."""
     from streamlit.runtime.scriptrunner import get_script_run_ctx
 
     ctx = get_script_run_ctx()

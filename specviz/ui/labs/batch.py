@@ -14,7 +14,7 @@ from specviz.experiments.batch import BatchPoint, BatchSetup, measure_batches, t
 from specviz.experiments.bench import DEFAULT_PROMPTS, load_prompts
 from specviz.experiments.cost_profile import device_name
 from specviz.runs import RunModels, run_positions
-from specviz.ui.common import access, budgets
+from specviz.ui.common import access, budgets, turns
 from specviz.ui.common import models as ui_models
 from specviz.workshop.policy import Policy
 
@@ -102,7 +102,7 @@ def measure_batches_here(plan: BatchPlan, on_progress: Callable[[int, int, str],
     setup = BatchSetup(config, tuple(load_prompts(DEFAULT_PROMPTS, [PAGE_CATEGORY])), plan.repeats, plan.warmup)
     longest = max(len(budgets.prompt_ids(target, p.prompt, config.chat, plan.max_new_tokens, plan.k)) for p in setup.prompts)
     with budgets.job_memory(target, batch_kv_tokens(plan, longest), "The batch measurement"):
-        with access.long_job(target, "the batch measurement", "its next batched run") as turn:
+        with turns.long_job(target, "the batch measurement", "its next batched run") as turn:
             points = measure_batches(RunModels(target), setup, plan.batch_sizes, on_progress=on_progress, turn=turn)
     machine = f"{device_name(target.device)}, {target.precision}, {torch.get_num_threads()} threads"
     return BatchMeasurement(tuple(points), plan, machine)

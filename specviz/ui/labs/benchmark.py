@@ -24,7 +24,7 @@ from specviz.experiments.bench import (
     tree_vs_chain_table,
 )
 from specviz.runs import RunModels, kv_tokens
-from specviz.ui.common import access, budgets
+from specviz.ui.common import budgets, turns
 from specviz.ui.common.models import sweep_models
 
 __all__ = [
@@ -60,7 +60,7 @@ def run_benchmark(
     models = sweep_models(target_source, draft_source, device, spec.drafters)
     longest = max(len(budgets.prompt_ids(models.target, p.prompt, spec.chat, spec.max_new_tokens, max(spec.ks))) for p in prompts)
     with budgets.job_memory(models.target, sweep_kv_tokens(models, spec, longest), "The benchmark sweep"), \
-            access.long_job(models.target, "a benchmark sweep", "the sweep's next run") as turn:  # fmt: skip
+            turns.long_job(models.target, "a benchmark sweep", "the sweep's next run") as turn:  # fmt: skip
         rows = run_sweep(
             models.target, prompts, spec, draft=models.draft, early_exit=models.early_exit, heads=models.heads, eagle=models.eagle,
             on_progress=on_progress, turn=turn,

@@ -17,7 +17,7 @@ from specviz.experiments.lab import (
     summarize_real,
 )
 from specviz.runs import kv_tokens
-from specviz.ui.common import access, budgets
+from specviz.ui.common import budgets, turns
 from specviz.ui.common.models import run_models
 
 __all__ = [
@@ -39,7 +39,7 @@ def run_real(
     ids = budgets.prompt_ids(models.target, prompt, config.chat, config.max_new_tokens, config.num_draft_tokens)
     memory = kv_tokens(config, models, len(ids)) + (kv_tokens(config, models, len(ids), baseline=True) if mode == "engine" else 0)
     with budgets.job_memory(models.target, memory, "The lab's sampler"):
-        with access.long_job(models.target, "the lab's sampler", "your next sample") as turn:  # one model turn per pair of runs
+        with turns.long_job(models.target, "the lab's sampler", "your next sample") as turn:  # one model turn per pair of runs
             return sample_real(config, models.target, prompt, mode, int(n), variant, early_exit=models.early_exit, on_progress=on_progress,
                                turn=turn, heads=models.heads, eagle=models.eagle)  # fmt: skip
 
@@ -52,5 +52,5 @@ def run_greedy(prompt: str, target: str, device: str, drafter: str, k: int, max_
     ids = budgets.prompt_ids(models.target, prompt, config.chat, config.max_new_tokens, config.num_draft_tokens)
     memory = kv_tokens(config, models, len(ids)) + kv_tokens(config, models, len(ids), baseline=True)  # both runs end side by side
     with budgets.job_memory(models.target, memory, "The side-by-side check"):
-        with access.long_job(models.target, "the side-by-side check", "your next rounds") as turn:
+        with turns.long_job(models.target, "the side-by-side check", "your next rounds") as turn:
             return greedy_side_by_side(config, models.target, prompt, early_exit=models.early_exit, turn=turn, heads=models.heads, eagle=models.eagle)

@@ -19,7 +19,7 @@ from specviz.experiments.numerics import (
 )
 from specviz.models import PRECISION_LABELS, resolve_device
 from specviz.runs import run_positions
-from specviz.ui.common import access, budgets
+from specviz.ui.common import access, budgets, turns
 from specviz.ui.common.models import lab_models
 
 __all__ = [
@@ -86,7 +86,7 @@ def run_comparison(prompt: str, new_tokens: int, k: int, drafter: str, low: str,
     tokenizer = models["float32"].tokenizer
     prompt_ids = budgets.prompt_ids(models["float32"], prompt, True, new_tokens, k)
     with budgets.job_memory(models["float32"], lab_kv_tokens(len(prompt_ids), new_tokens, k), "The numerics comparison"):
-        with access.long_job(models["float32"], "the numerics comparison", "its next pass") as turn:
+        with turns.long_job(models["float32"], "the numerics comparison", "its next pass") as turn:
             report = compare(models, prompt_ids, new_tokens, k, drafter, turn=turn, on_progress=on_progress)
     ids = {t for trace in report.traces for t in trace.ids}
     return NumericsResult(prompt, drafter, report, {t: tokenizer.decode([t]) for t in ids})
@@ -99,7 +99,7 @@ def measure_invariance(prompt: str, new_tokens: int, k: int, precisions: list[st
     models = lab_models(precisions)
     prompt_ids = budgets.prompt_ids(models["float32"], prompt, True, new_tokens, k)
     with budgets.job_memory(models["float32"], lab_kv_tokens(len(prompt_ids), new_tokens, k), "The batch-invariance check"):
-        with access.long_job(models["float32"], "the batch-invariance check", "its next pass") as turn:
+        with turns.long_job(models["float32"], "the batch-invariance check", "its next pass") as turn:
             return batch_invariance(models, prompt_ids, new_tokens, k, on_progress=on_progress, turn=turn)
 
 

@@ -1,7 +1,7 @@
 """The race page's side (pages/race.py): the race (two lanes, one clock), measuring a real service, and the room exercise.
 
 * The race: the sidebar's settings (the step-through sidebar, without compare mode and Play's pace) decoded plainly and
-  speculatively, each alone, in one model turn (specviz.experiments.race through access.long_job, so a shared server's
+  speculatively, each alone, in one model turn (specviz.experiments.race through turns.long_job, so a shared server's
   participants take turns and one participant runs one job at a time). The result is a plain record kept in the
   session; the playback (specviz.viz.playback) runs in the browser, so a saved race or the presenter's race plays with
   no model.
@@ -26,8 +26,10 @@ from specviz.experiments.probe import CATEGORIES, ChunkCounter, ProbeResult, Pro
 from specviz.experiments.race import run_race
 from specviz.runs import kv_tokens
 from specviz.ui.common import budgets, widgets
-from specviz.ui.common.access import current_policy, long_job, presenter_key_setting
+from specviz.ui.common.access import current_policy
 from specviz.ui.common.models import run_models
+from specviz.ui.common.settings import presenter_key_setting
+from specviz.ui.common.turns import long_job
 from specviz.ui.room import present
 from specviz.ui.room.saved_runs import run_store
 from specviz.ui.step_through.session import TokenTexts, friendly_error, load_target

@@ -30,7 +30,7 @@ from specviz.experiments import batch as batch_results
 from specviz.experiments import cost_profile as cost_profile
 from specviz.experiments.cost_profile import PROFILE_DRAFTERS, CostProfile, shipped_profiles
 from specviz.runs import run_positions
-from specviz.ui.common import access, budgets
+from specviz.ui.common import access, budgets, turns
 from specviz.ui.common import models as ui_models
 from specviz.viz import theory as figures
 from specviz.viz.theory import batch_frame, batch_ratios
@@ -71,7 +71,7 @@ def measure_this_machine(on_progress: Callable[[int, int, str], None]) -> CostPr
     target = ui_models.get_model(EMBEDDED_TARGET)
     repeats = 1 if access.current_policy().shared else 3
     memory = (1 + len(PROFILE_DRAFTERS)) * run_positions(PROFILE_CONTEXT, 0, MAX_K)  # the context's cache, and a drafter's, at most
-    with budgets.job_memory(target, memory, "The cost profile"), access.long_job(target, "the cost profile", "its next measurement") as turn:
+    with budgets.job_memory(target, memory, "The cost profile"), turns.long_job(target, "the cost profile", "its next measurement") as turn:
         return cost_profile.measure_profile(
             target, context_length=PROFILE_CONTEXT, repeats=repeats, label="this machine, measured now", turn=turn, on_progress=on_progress
         )

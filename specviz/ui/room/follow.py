@@ -22,8 +22,8 @@ from collections.abc import Callable, Iterator
 import streamlit as st
 
 from specviz.ui.common import widgets
-from specviz.ui.common.access import session_id_now
 from specviz.ui.common.keys import PRESENTING_KEY
+from specviz.ui.common.sessions import session_id_now
 from specviz.ui.room import push
 from specviz.ui.room.fork import VIEW_KEY, on_fork
 from specviz.ui.room.present import SEEN_KEY, is_presenter, live, presenting_on, selected_round, steps_in_flight, store

@@ -23,9 +23,9 @@ from collections.abc import Callable
 import streamlit as st
 
 from specviz.ui.common import widgets
-from specviz.ui.common.access import presenter_key_setting, quiet_policy
 from specviz.ui.common.client import current_client
 from specviz.ui.common.keys import PRESENTING_KEY
+from specviz.ui.common.settings import presenter_key_setting, quiet_policy
 from specviz.ui.room.saved_runs import run_store
 from specviz.ui.step_through.session import StepSession, page_state
 from specviz.viz.markdown import md_text

@@ -28,8 +28,9 @@ from specviz.models import encode_prompt
 from specviz.recording import RecordedRun
 from specviz.runs import RunModels, SavedDecoder, exit_layer_for, resume_decoder
 from specviz.ui.common import budgets
-from specviz.ui.common.access import current_policy, model_turn
+from specviz.ui.common.access import current_policy
 from specviz.ui.common.models import get_eagle, get_early_exit, get_heads, get_model
+from specviz.ui.common.turns import model_turn
 from specviz.ui.step_through.replay import session_recording
 from specviz.ui.step_through.session import (
     PageState,

@@ -1,7 +1,7 @@
 """Per-session state of the step-through page: the runs (decoders and their records) and the baseline that times them.
 
 Everything lives in st.session_state; models come from the shared caches in specviz.ui.common.models. Every model pass
-(prefill and rounds) takes a turn in the model's queue (specviz.ui.common.access.model_turn), one whole round per turn, so
+(prefill and rounds) takes a turn in the model's queue (specviz.ui.common.turns.model_turn), one whole round per turn, so
 the engine's timings never include the wait and one session's Play or Run to end cannot starve the others.
 
 The API the page (and other features) use:
@@ -30,9 +30,9 @@ from specviz.drafters.specs import branches, short_name
 from specviz.models import LoadedModel, token_bytes
 from specviz.runs import RunModels, build_decoder, decoder_for, kv_tokens
 from specviz.ui.common import budgets, timing
-from specviz.ui.common.access import model_turn, target_queue
 from specviz.ui.common.keys import STEP_THROUGH_KEY
 from specviz.ui.common.models import get_model, run_models
+from specviz.ui.common.turns import model_turn, target_queue
 from specviz.viz.markdown import md_text
 from specviz.viz.tokens import TokenTable
 from specviz.workshop.baselines import BaselineRun, baseline_worker
