@@ -4,8 +4,6 @@ from __future__ import annotations
 
 from specviz.config import EMBEDDED_TARGET
 
-__all__ = ["CUSTOM", "MODEL_PAIRS"]
-
 CUSTOM = "custom (type the ids below)"
 # label -> (target, draft). The hub presets need a cached download or 'allow downloads'.
 MODEL_PAIRS: dict[str, tuple[str, str]] = {

@@ -18,8 +18,6 @@ from specviz.ui.common import access, budgets, turns
 from specviz.ui.common import models as ui_models
 from specviz.workshop.policy import Policy
 
-__all__ = ["BatchMeasurement", "BatchPlan", "batch_plan", "measure_batches_here"]
-
 PAGE_BATCH_SIZES = (1, 2, 4, 8)  # B measured: enough to see the ratio fall, a minute or so on a small CPU
 PAGE_MAX_NEW_TOKENS = 32  # new tokens per row
 PAGE_CATEGORY = "copy"  # where prompt lookup drafts well, so the ratio starts high

@@ -7,9 +7,7 @@ from collections.abc import Callable, Sequence
 
 import pandas as pd
 
-from specviz.config import EMBEDDED_TARGET, RunConfig
-from specviz.core.decoding import MAX_DRAFT_TOKENS
-from specviz.core.tree import MAX_TREE_WIDTH
+from specviz.config import RunConfig
 from specviz.drafters.specs import SPECULATIVE_KINDS
 from specviz.experiments.bench import (
     DEFAULT_PROMPTS,
@@ -26,11 +24,6 @@ from specviz.experiments.bench import (
 from specviz.runs import RunModels, kv_tokens
 from specviz.ui.common import budgets, turns
 from specviz.ui.common.models import sweep_models
-
-__all__ = [
-    "BENCH_DRAFTERS", "DEFAULT_PROMPTS", "EMBEDDED_TARGET", "MAX_DRAFT_TOKENS", "MAX_TREE_WIDTH", "SweepSpec", "first_per_category",
-    "check_draft_model", "load_prompts", "prompt_categories", "run_benchmark", "summary_table", "tree_vs_chain_table",
-]  # fmt: skip
 
 BENCH_DRAFTERS = SPECULATIVE_KINDS  # every drafter but plain decoding, which is the baseline
 
@@ -66,3 +59,24 @@ def run_benchmark(
             on_progress=on_progress, turn=turn,
         )
     return rows_to_frame(rows)
+
+
+def bench_prompts() -> tuple[list[BenchPrompt], list[str]]:
+    """The shipped prompts (assets/prompts.json) and their categories; ValueError naming what is wrong with the file."""
+    prompts = load_prompts(DEFAULT_PROMPTS)
+    return prompts, prompt_categories(prompts)
+
+
+def chosen_prompts(prompts: list[BenchPrompt], categories: Sequence[str], per_category: int) -> list[BenchPrompt]:
+    """The first per_category prompts of each chosen category."""
+    return first_per_category([p for p in prompts if p.category in categories], per_category)
+
+
+def summary(frame: pd.DataFrame) -> pd.DataFrame:
+    """The sweep's table: one row per setting, the mean over prompts of its medians against plain decoding."""
+    return summary_table(frame)
+
+
+def trees_vs_chains(frame: pd.DataFrame) -> pd.DataFrame:
+    """Token trees beside chains at the same node budget k (a frame with trees: viz.bench.has_trees)."""
+    return tree_vs_chain_table(frame)

@@ -5,13 +5,14 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from specviz.config import EMBEDDED_TARGET, RunConfig, validate_prompt
-from specviz.core.toy import POSTERIOR_ALPHA, POSTERIOR_THRESHOLD, TOY_VARIANTS, normalise, run_toy
+import torch
+
+from specviz.config import RunConfig, validate_prompt
+from specviz.core.toy import ToyRun, ToyVariant, normalise, run_toy
 from specviz.experiments.lab import (
-    LAB_DRAFTERS,
-    REAL_MODES,
     GreedyResult,
     RealResult,
+    RealSummary,
     greedy_side_by_side,
     sample_real,
     summarize_real,
@@ -19,11 +20,6 @@ from specviz.experiments.lab import (
 from specviz.runs import kv_tokens
 from specviz.ui.common import budgets, turns
 from specviz.ui.common.models import run_models
-
-__all__ = [
-    "EMBEDDED_TARGET", "LAB_DRAFTERS", "POSTERIOR_ALPHA", "POSTERIOR_THRESHOLD", "REAL_MODES", "TOY_VARIANTS", "GreedyResult", "RealResult", "normalise", "run_greedy",
-    "run_real", "run_toy", "summarize_real",
-]  # fmt: skip
 
 
 def run_real(
@@ -54,3 +50,18 @@ def run_greedy(prompt: str, target: str, device: str, drafter: str, k: int, max_
     with budgets.job_memory(models.target, memory, "The side-by-side check"):
         with turns.long_job(models.target, "the side-by-side check", "your next rounds") as turn:
             return greedy_side_by_side(config, models.target, prompt, early_exit=models.early_exit, turn=turn, heads=models.heads, eagle=models.eagle)
+
+
+def toy_distributions(p_weights: list[float], q_weights: list[float]) -> tuple[torch.Tensor, torch.Tensor]:
+    """The toy table's weights as (V,) p_target and q_draft; ValueError naming the column to fix."""
+    return normalise(p_weights, "p_target"), normalise(q_weights, "q_draft")
+
+
+def sample_toy(p_target: torch.Tensor, q_draft: torch.Tensor, num_samples: int, seed: int, variant: ToyVariant) -> ToyRun:
+    """num_samples speculative positions under the rule `variant` (specviz.core.toy.run_toy): counts, TV and p-values."""
+    return run_toy(p_target, q_draft, num_samples, seed, variant)
+
+
+def real_summary(real: RealResult) -> RealSummary:
+    """Both samples bucketed over the shown tokens and tested against p_target (specviz.experiments.lab)."""
+    return summarize_real(real)

@@ -8,7 +8,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from specviz.config import EMBEDDED_TARGET, validate_prompt
+import torch
+
+from specviz.config import validate_prompt
 from specviz.experiments.numerics import (
     InvarianceReport,
     NumericsReport,
@@ -21,12 +23,6 @@ from specviz.models import PRECISION_LABELS, resolve_device
 from specviz.runs import run_positions
 from specviz.ui.common import access, budgets, turns
 from specviz.ui.common.models import lab_models
-
-__all__ = [
-    "EMBEDDED_TARGET", "PRECISION_LABELS", "InvarianceReport", "LabLimits", "NumericsReport", "NumericsResult",
-    "invariance_precisions", "lab_limits", "low_precision_dtypes", "measure_invariance", "precision_label", "resolve_device",
-    "run_comparison",
-]  # fmt: skip
 
 Progress = Callable[[int, int, str], None]
 NEW_TOKENS_TOP, K_TOP = 128, 8  # the sliders' tops before the owner's caps
@@ -107,3 +103,18 @@ def lab_kv_tokens(num_prompt_tokens: int, new_tokens: int, k: int) -> int:
     """The lab's caches alive at once: the two of a scoring sweep (1-token and (k+1)-token passes over the same
     tokens; a greedy decode before it holds one), in float32 tokens (no other precision's cache is larger)."""
     return 2 * run_positions(num_prompt_tokens, new_tokens, k)
+
+
+def lab_device() -> torch.device:
+    """The device the lab runs on: this machine's best (specviz.models.resolve_device("auto"))."""
+    return resolve_device("auto")
+
+
+def precision_menu(device: torch.device) -> list[str]:
+    """The low precisions the comparison offers on this device."""
+    return list(low_precision_dtypes(device))
+
+
+def invariance_menu(device: torch.device) -> list[str]:
+    """The precisions the batch-invariance check measures on this device."""
+    return list(invariance_precisions(device))

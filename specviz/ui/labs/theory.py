@@ -32,14 +32,9 @@ from specviz.experiments.cost_profile import PROFILE_DRAFTERS, CostProfile, ship
 from specviz.runs import run_positions
 from specviz.ui.common import access, budgets, turns
 from specviz.ui.common import models as ui_models
+from specviz.ui.labs.measured import session_points
 from specviz.viz import theory as figures
-from specviz.viz.theory import batch_frame, batch_ratios
-
-__all__ = [
-    "MAX_K", "BatchLesson", "CostProfile", "DraftingLesson", "TheoryNumbers", "VerifyCurve", "acceptance_rate", "alpha_definitions",
-    "batch_lesson", "best_k", "cost_label", "curves", "draft_cost_cells", "drafting_lesson", "heatmap", "last_run_alpha",
-    "measure_this_machine", "shipped_profiles", "theory_numbers", "verify_curves", "worked_examples",
-]  # fmt: skip
+from specviz.viz.theory import MEASURED_COLUMNS, batch_frame, batch_ratios
 
 
 @dataclass(frozen=True)
@@ -52,14 +47,52 @@ class TheoryNumbers:
     speedup: float
     best_k: int
     best_speedup: float
+    acceptance_rate: float  # accepted / drafted at (alpha, k): what a dashboard shows, not alpha
 
 
 def theory_numbers(alpha: float, k: int, c: float, verify_cost: float | VerifyCurve) -> TheoryNumbers:
     kb = best_k(alpha, c, verify_cost)
     return TheoryNumbers(
         expected_tokens(alpha, k), round_cost(k, c, verify_cost), verify_cost_at(verify_cost, k), speedup(alpha, k, c, verify_cost),
-        kb, speedup(alpha, kb, c, verify_cost),
+        kb, speedup(alpha, kb, c, verify_cost), acceptance_rate(alpha, k),
     )  # fmt: skip
+
+
+MEASURED_KEY = "theory_profile_measured"  # this session's own measurement (a CostProfile)
+THIS_MACHINE = "this machine (measured now)"
+
+
+def profiles() -> dict[str, CostProfile]:
+    """Menu name -> profile: this session's measurement first (MEASURED_KEY), then the shipped ones in assets/."""
+    out: dict[str, CostProfile] = {}
+    mine = st.session_state.get(MEASURED_KEY)
+    if isinstance(mine, CostProfile):
+        out[THIS_MACHINE] = mine
+    for prof in shipped_profiles().values():
+        out[f"shipped: {prof.name}"] = prof
+    return out
+
+
+def profile_table(shown: dict[str, CostProfile], alpha: float, c: float) -> pd.DataFrame:
+    """The profiles side by side (one column each): the machine, c_verify at a few k, the drafters' measured c, and
+    the best k at the page's α and c."""
+    return pd.DataFrame(
+        {
+            name: {
+                "device": prof.device_name, "dtype": prof.dtype, "threads": str(prof.threads), "clock": prof.clock,
+                "1-token pass (ms)": f"{prof.pass_ms[0]:.1f}",
+                **{f"c_verify({kk})": f"{prof.curve.at(kk):.2f}" for kk in (1, 2, 4, 8, 16)},
+                **draft_cost_cells(prof),
+                "best k at your α (c from the slider)": str(best_k(alpha, c, prof.curve)),
+            }
+            for name, prof in shown.items()
+        }
+    )  # fmt: skip
+
+
+def overlay_points(show: bool) -> pd.DataFrame:
+    """This session's measured runs as points for the charts (specviz.ui.labs.measured), or none when not shown."""
+    return session_points() if show else pd.DataFrame(columns=list(MEASURED_COLUMNS))
 
 
 PROFILE_CONTEXT = 256  # tokens cached before each timed pass (cost_profile.measure_profile's default)
@@ -138,6 +171,16 @@ class BatchLesson:
     ratios: pd.DataFrame  # viz.theory.batch_ratios
     crossover: float | None  # predicted B where speculation stops paying; None: not up to the largest B profiled
     measured_note: str  # where the measured points come from, or why there are none
+
+    @property
+    def crossover_text(self) -> str:
+        """Where speculation stops paying, for the metric: "B ≈ 5.2", or "not up to B = 32"."""
+        return f"not up to B = {int(self.ratios['batch_size'].max())}" if self.crossover is None else f"B ≈ {self.crossover:.1f}"
+
+    def predicted_ratios(self) -> list[tuple[int, float]]:
+        """(B, speculative ÷ plain) predicted from the profile, smallest B first."""
+        predicted = self.ratios[self.ratios["source"] == "predicted"]
+        return [(int(b), float(r)) for b, r in zip(predicted["batch_size"], predicted["ratio"], strict=True)]
 
 
 def batch_profile(selected: CostProfile | None, available: dict[str, CostProfile]) -> tuple[str, CostProfile] | None:
@@ -235,6 +278,11 @@ def verify_curves(curves_by_name: dict[str, VerifyCurve], constant: float | None
 @st.cache_data(show_spinner=False)
 def alpha_definitions() -> dict:
     return figures.alpha_definitions_figure().to_plotly_json()
+
+
+def examples_by_setting() -> pd.DataFrame:
+    """The worked examples indexed by their setting's name, for the text that quotes them."""
+    return worked_examples().set_index("setting")
 
 
 @st.cache_data(show_spinner=False)
