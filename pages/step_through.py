@@ -7,7 +7,7 @@ from specviz.ui.common.navigation import route_through_app
 from specviz.ui.room import board, follow, fork, present
 from specviz.ui.room.saved_runs import restore_run
 from specviz.ui.room.share import share_link
-from specviz.ui.step_through import controls, metrics_views, tree_views
+from specviz.ui.step_through import controls, inspector, metrics_views, tree_views
 from specviz.ui.step_through import replay as recordings
 from specviz.ui.step_through import step_views as views
 from specviz.ui.step_through.export_views import export_buttons
@@ -60,7 +60,7 @@ def show(session) -> None:
         late.caption("Drawing the round inspector and the curves…")
     with late.container():
         tree_views.tree_rounds(session)  # token-tree runs only
-        views.inspector(session)
+        inspector.inspector(session)
         views.curves(session)
         metrics_views.panel(session)
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from specviz.ui.step_through.sidebar import DEFAULTS
+from specviz.ui.step_through.caps import DEFAULTS
 
 PAGES = Path(__file__).resolve().parent.parent / "pages"
 KINDS = ("selectbox", "radio", "select_slider", "slider", "number_input", "checkbox", "toggle", "text_area", "text_input", "multiselect")

@@ -10,7 +10,8 @@ from specviz.core.metrics import RunMetrics, head_acceptance
 from specviz.core.theory import VerifyCost
 from specviz.experiments.cost_profile import shipped_profiles
 from specviz.ui.common.memo import memo, round_key
-from specviz.ui.step_through.step_views import MEASURING, ViewRun, ViewSource, by_head, measuring, metrics_of, run_frame
+from specviz.ui.step_through.inspector import by_head
+from specviz.ui.step_through.step_views import MEASURING, ViewRun, ViewSource, measuring, metrics_of, run_frame
 from specviz.viz import verify_cost_ratio
 from specviz.viz.markdown import md_text
 from specviz.viz.metrics import decay_note, head_figure, heads_frame, metrics_frame, position_figure, positions_frame

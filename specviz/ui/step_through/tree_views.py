@@ -7,7 +7,8 @@ import streamlit as st
 from specviz.core.metrics import draft_heads
 from specviz.ui.common import widgets
 from specviz.ui.common.memo import memo
-from specviz.ui.step_through.step_views import ViewSource, by_head
+from specviz.ui.step_through.inspector import by_head
+from specviz.ui.step_through.step_views import ViewSource
 from specviz.viz.markdown import md_text
 from specviz.viz.tree import mask_figure, tree_figure
 
