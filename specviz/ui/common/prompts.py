@@ -9,7 +9,7 @@ from pathlib import Path
 
 log = logging.getLogger(__name__)
 
-PROMPTS_FILE = Path(__file__).resolve().parents[2] / "assets" / "prompts.json"
+PROMPTS_FILE = Path(__file__).resolve().parents[3] / "assets" / "prompts.json"
 # Shown first: which example best makes each point on this page, by category.
 CATEGORY_NOTES = {
     "copy": "copies its input: prompt lookup shines",

@@ -34,7 +34,7 @@ from specviz.workshop.resources import cached
 log = logging.getLogger(__name__)
 
 REPLAY_KEY = "specviz_replay"
-EXAMPLES_DIR = Path(__file__).resolve().parents[2] / "assets" / "recordings"
+EXAMPLES_DIR = Path(__file__).resolve().parents[3] / "assets" / "recordings"
 NO_EXAMPLE = "—"
 MAX_UPLOAD_MB = MAX_BYTES // 2**20
 
