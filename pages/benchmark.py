@@ -7,24 +7,22 @@ from pathlib import Path
 import pandas as pd
 import streamlit as st
 
-from specviz.ui import access, widgets
-from specviz.ui.benchmark import (
+from specviz.config import EMBEDDED_TARGET
+from specviz.core.decoding import MAX_DRAFT_TOKENS
+from specviz.core.tree import MAX_TREE_WIDTH
+from specviz.experiments.bench import SweepSpec
+from specviz.ui.common import access, widgets
+from specviz.ui.common.keys import BENCH_RESULTS_KEY
+from specviz.ui.common.navigation import route_through_app
+from specviz.ui.labs.benchmark import (
     BENCH_DRAFTERS,
-    DEFAULT_PROMPTS,
-    EMBEDDED_TARGET,
-    MAX_DRAFT_TOKENS,
-    MAX_TREE_WIDTH,
-    SweepSpec,
+    bench_prompts,
     check_draft_model,
-    first_per_category,
-    load_prompts,
-    prompt_categories,
+    chosen_prompts,
     run_benchmark,
-    summary_table,
-    tree_vs_chain_table,
+    summary,
+    trees_vs_chains,
 )
-from specviz.ui.keys import BENCH_RESULTS_KEY
-from specviz.ui.navigation import route_through_app
 from specviz.viz.bench import SPEEDUP_METRICS, has_trees, speedup_vs_k_figure, theory_overlay_figure
 from specviz.viz.markdown import md_text
 
@@ -56,14 +54,14 @@ def show_results(frame: pd.DataFrame, name: str) -> None:
         "Each speedup is the median over repeats of a run's tokens/s divided by the baseline's in the same rotation; "
         "low and high are the smallest and largest of those ratios. A verify cost near or above 1 is expected: a pass over k+1 tokens is never cheaper than one over 1."
     )
-    st.dataframe(summary_table(frame), hide_index=True, column_config={c: st.column_config.NumberColumn(format=f) for c, f in NUMBER_FORMATS.items()})
+    st.dataframe(summary(frame), hide_index=True, column_config={c: st.column_config.NumberColumn(format=f) for c, f in NUMBER_FORMATS.items()})
     if has_trees(frame):
         st.subheader("Token trees against chains at the same node budget k")
         st.caption(
             "W is the tree width (children per node; 1 = a chain). Look at tokens per pass: a tree survives a miss on the first "
             "guess, so it should rise with W; whether the speedup follows depends on what the wider verify pass costs (verify cost)."
         )
-        st.dataframe(tree_vs_chain_table(frame), hide_index=True, column_config={c: st.column_config.NumberColumn(format=f) for c, f in NUMBER_FORMATS.items()})
+        st.dataframe(trees_vs_chains(frame), hide_index=True, column_config={c: st.column_config.NumberColumn(format=f) for c, f in NUMBER_FORMATS.items()})
     st.plotly_chart(speedup_vs_k_figure(frame, metric), width="stretch")
     st.caption(
         "Above the dotted line speculation pays. Whiskers span the lowest and highest ratio over repeats and prompts; "
@@ -87,14 +85,14 @@ st.title("Benchmark")
 st.caption("On code, prose, copying and Q&A, how fast is each drafter really, measured against plain decoding?")
 
 try:
-    all_prompts = load_prompts(DEFAULT_PROMPTS)
+    all_prompts, all_categories = bench_prompts()
 except ValueError as exc:
     st.error(md_text(exc))
     st.stop()
 
 with st.sidebar:
     st.subheader("Sweep")
-    categories = widgets.multiselect("categories", prompt_categories(all_prompts), default=["copy"], key="bench_categories")
+    categories = widgets.multiselect("categories", all_categories, default=["copy"], key="bench_categories")
     per_category = widgets.slider("prompts per category", 1, 5, 1, key="bench_per_category")
     drafters = widgets.multiselect("drafters", BENCH_DRAFTERS, default=["lookup"], key="bench_drafters")
     k_options = list(range(1, min(MAX_DRAFT_TOKENS, policy.max_draft_tokens) + 1))
@@ -119,7 +117,7 @@ with st.sidebar:
         device = access.device_choice("bench_device")
         chat = widgets.toggle("chat template", value=True, key="bench_chat")
 
-chosen = first_per_category([p for p in all_prompts if p.category in categories], int(per_category))
+chosen = chosen_prompts(all_prompts, categories, int(per_category))
 try:
     spec = SweepSpec(tuple(drafters), tuple(sorted(ks)), tuple(sorted(temperatures)), int(max_new_tokens), int(seed), bool(chat), repeats=int(repeats),
                      tree_widths=tuple(sorted(int(w) for w in tree_widths)))

@@ -5,23 +5,12 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
-from specviz.ui import access, widgets
-from specviz.ui.exactness import (
-    EMBEDDED_TARGET,
-    LAB_DRAFTERS,
-    POSTERIOR_ALPHA,
-    POSTERIOR_THRESHOLD,
-    REAL_MODES,
-    TOY_VARIANTS,
-    GreedyResult,
-    RealResult,
-    normalise,
-    run_greedy,
-    run_real,
-    run_toy,
-    summarize_real,
-)
-from specviz.ui.navigation import route_through_app
+from specviz.config import EMBEDDED_TARGET
+from specviz.core.toy import POSTERIOR_ALPHA, POSTERIOR_THRESHOLD, TOY_VARIANTS
+from specviz.experiments.lab import LAB_DRAFTERS, REAL_MODES, GreedyResult, RealResult
+from specviz.ui.common import access, widgets
+from specviz.ui.common.navigation import route_through_app
+from specviz.ui.labs.exactness import real_summary, run_greedy, run_real, sample_toy, toy_distributions
 from specviz.viz.lab import convergence_figure, convergence_frame, histogram_figure, real_frame, real_histogram_figure, toy_frame
 from specviz.viz.markdown import md_text
 
@@ -92,15 +81,14 @@ with right:
 toy_error = None
 try:
     names = [str(t) if t is not None else "" for t in edited["token"]]
-    p_target = normalise(edited["p_target"].fillna(-1).tolist(), "p_target")
-    q_draft = normalise(edited["q_draft"].fillna(-1).tolist(), "q_draft")
+    p_target, q_draft = toy_distributions(edited["p_target"].fillna(-1).tolist(), edited["q_draft"].fillna(-1).tolist())
 except ValueError as exc:
     toy_error = f"{exc} Fix the table to continue."
 
 if toy_error:
     st.error(md_text(toy_error))
 else:
-    toy = run_toy(p_target, q_draft, int(num_samples), int(seed), variant)
+    toy = sample_toy(p_target, q_draft, int(num_samples), int(seed), variant)
     tv, pvalue = float(toy.tv[-1]), float(toy.pvalues[-1])
     with st.container():
         m = st.columns(3)
@@ -180,7 +168,7 @@ if st.button("Sample the next token", key="lab_real_run", type="primary"):
 
 real = st.session_state.get(REAL_KEY)
 if isinstance(real, RealResult):
-    summary = summarize_real(real)
+    summary = real_summary(real)
     if real.drafted_runs < len(real.spec_tokens):
         st.info(
             f"The {real.config.drafter} drafter proposed a token in {real.drafted_runs} of {len(real.spec_tokens)} samples; "

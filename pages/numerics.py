@@ -4,17 +4,17 @@ from __future__ import annotations
 
 import streamlit as st
 
-from specviz.ui import access, widgets
-from specviz.ui.navigation import route_through_app
-from specviz.ui.numerics_lab import (
-    InvarianceReport,
+from specviz.experiments.numerics import InvarianceReport
+from specviz.ui.common import access, widgets
+from specviz.ui.common.navigation import route_through_app
+from specviz.ui.labs.numerics import (
     NumericsResult,
-    invariance_precisions,
+    invariance_menu,
+    lab_device,
     lab_limits,
-    low_precision_dtypes,
     measure_invariance,
     precision_label,
-    resolve_device,
+    precision_menu,
     run_comparison,
 )
 from specviz.viz.markdown import md_text
@@ -47,9 +47,9 @@ k = widgets.on(b).slider("k (drafts per round)", 1, limits.k, min(4, limits.k), 
 drafter = widgets.on(c).selectbox("drafter", ["ngram", "lookup"], key="num_drafter", help="Offline drafters: no second model to load.")
 
 
-device = resolve_device("auto")
+device = lab_device()
 low = widgets.on(d).selectbox(
-    "low precision", low_precision_dtypes(device), key="num_dtype", format_func=lambda p: precision_label(p),
+    "low precision", precision_menu(device), key="num_dtype", format_func=lambda p: precision_label(p),
     help="fp16 weights and int8 dynamic are CPU kernels (fbgemm); float16 is offered where the device has it (CUDA, MPS).",
 )
 
@@ -138,7 +138,7 @@ inside a pass over k + 1 positions, so the precision must not let the other posi
   gone. It must never be the verification path.
 """
 )
-precisions = invariance_precisions(device)
+precisions = invariance_menu(device)
 if st.button("Measure", key="num_inv_run", help="Decodes the prompt above once in float32, then scores its tokens in each precision; each model pass takes the model as one turn."):
     bar = st.progress(0.0, text="loading the model in " + ", ".join(precision_label(p) for p in precisions) + "…")
     try:

@@ -3,8 +3,8 @@ and the room exercise "Which service speculates?"."""
 
 import streamlit as st
 
-from specviz.ui import race
-from specviz.ui.navigation import route_through_app
+from specviz.ui.common.navigation import route_through_app
+from specviz.ui.labs import race
 
 route_through_app()  # a fresh server's first request may land here without app.py
 

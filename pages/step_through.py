@@ -2,15 +2,17 @@
 
 import streamlit as st
 
-from specviz.ui import controls, metrics_views, presenting, timing, tree_views
-from specviz.ui import replay as recordings
-from specviz.ui import step_views as views
-from specviz.ui.export_views import export_buttons
-from specviz.ui.navigation import route_through_app
-from specviz.ui.saved_runs import restore_run
-from specviz.ui.session import friendly_error, load_target, page_state
-from specviz.ui.share import share_link
-from specviz.ui.sidebar import sidebar
+from specviz.ui.common import timing
+from specviz.ui.common.navigation import route_through_app
+from specviz.ui.room import board, follow, fork, present
+from specviz.ui.room.saved_runs import restore_run
+from specviz.ui.room.share import share_link
+from specviz.ui.step_through import controls, inspector, metrics_views, tree_views
+from specviz.ui.step_through import replay as recordings
+from specviz.ui.step_through import step_views as views
+from specviz.ui.step_through.export_views import export_buttons
+from specviz.ui.step_through.session import friendly_error, load_target, page_state
+from specviz.ui.step_through.sidebar import sidebar
 from specviz.viz import legend_html
 from specviz.viz.markdown import md_text
 
@@ -19,10 +21,10 @@ route_through_app()  # a fresh server's first request may land here without app.
 settings = sidebar()
 share_link(settings)  # mirror the settings in the URL; Copy link in the sidebar
 state = page_state()
-restore_run(state)  # ?run=… after a reload or a replica restart: the run at the same round (specviz/ui/saved_runs.py)
-presentation = presenting.current()  # the room's presentation, if any (specviz/ui/presenting.py)
-presenting.sidebar_section(presentation)
-presenting.make_pending_fork(state)  # Try it yourself from here: the presenter's run as this session's own
+restore_run(state)  # ?run=… after a reload or a replica restart: the run at the same round (specviz/ui/room/saved_runs.py)
+presentation = present.current()  # the room's presentation, if any (specviz/ui/room/present.py)
+present.sidebar_section(presentation)
+fork.make_pending_fork(state)  # Try it yourself from here: the presenter's run as this session's own
 replay = recordings.replay_state()
 
 st.title("Step through speculative decoding")
@@ -32,7 +34,7 @@ st.caption(
     "when every guess survived). The output is distributed exactly as the target alone would sample it."
 )
 
-followed = presenting.follow_section(presentation)  # the presenter's run while this page follows it
+followed = follow.follow_section(presentation)  # the presenter's run while this page follows it
 recordings.controls(replay)
 
 
@@ -58,7 +60,7 @@ def show(session) -> None:
         late.caption("Drawing the round inspector and the curves…")
     with late.container():
         tree_views.tree_rounds(session)  # token-tree runs only
-        views.inspector(session)
+        inspector.inspector(session)
         views.curves(session)
         metrics_views.panel(session)
 
@@ -90,7 +92,7 @@ def live_stage() -> controls.LiveStage:
 
 def stage_view(stage) -> None:
     """The controls and the run: a fragment, so a Step, an inspector click or a Play tick reruns only this."""
-    with timing.rerun("step-through", fragment=True), presenting.one_at_a_time(stage):  # followers take turns
+    with timing.rerun("step-through", fragment=True), follow.one_at_a_time(stage):  # followers take turns
         clicks, save_slot = controls.buttons(stage.playing, disabled=stage.read_only)
         controls.apply(stage, clicks, views.live_progress)
         stage.notices()
@@ -108,5 +110,5 @@ if followed is not None:
 else:
     stage = controls.ReplayStage(replay) if replay.session is not None else live_stage()
 st.fragment(stage_view, run_every=settings.play_every_s if stage.playing else None)(stage)
-presenting.board_section(presentation)  # the room's forks, for the presenter (and the room once shown)
-presenting.watch()  # reruns the page when the presentation moves on, starts or stops
+board.board_section(presentation)  # the room's forks, for the presenter (and the room once shown)
+follow.watch()  # reruns the page when the presentation moves on, starts or stops

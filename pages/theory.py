@@ -2,62 +2,43 @@
 
 from __future__ import annotations
 
-import pandas as pd
 import streamlit as st
 
-from specviz.ui import access, widgets
-from specviz.ui.batch_lab import BatchMeasurement, batch_plan, measure_batches_here
-from specviz.ui.measured import session_points
-from specviz.ui.navigation import route_through_app
-from specviz.ui.theory import (
-    MAX_K,
+from specviz.core.theory import MAX_K, VerifyCurve
+from specviz.experiments.cost_profile import CostProfile
+from specviz.ui.common import access, widgets
+from specviz.ui.common.navigation import route_through_app
+from specviz.ui.labs.batch import BatchMeasurement, batch_plan, measure_batches_here
+from specviz.ui.labs.measured import session_points
+from specviz.ui.labs.theory import (
+    MEASURED_KEY,
+    THIS_MACHINE,
     BatchLesson,
-    CostProfile,
-    VerifyCurve,
-    acceptance_rate,
     alpha_definitions,
     batch_lesson,
-    best_k,
     cost_label,
     curves,
-    draft_cost_cells,
     drafting_lesson,
+    examples_by_setting,
     heatmap,
     last_run_alpha,
     measure_this_machine,
-    shipped_profiles,
+    overlay_points,
+    profile_table,
+    profiles,
     theory_numbers,
     verify_curves,
     worked_examples,
 )
 from specviz.viz.markdown import md_text
-from specviz.viz.theory import (
-    MEASURED_COLUMNS,
-    batch_ratio_figure,
-    batch_throughput_figure,
-    speedup_vs_k_figure,
-    verify_label,
-)
+from specviz.viz.theory import batch_ratio_figure, batch_throughput_figure, speedup_vs_k_figure, verify_label
 
 route_through_app()  # a fresh server's first request may land here without app.py
 
-MEASURED_KEY = "theory_profile_measured"  # this session's own measurement (a CostProfile)
 SOURCE_KEY = "theory_verify_source"
 SELECT_MEASURED_KEY = "theory_select_measured"  # set by the button: choose the new measurement on the next run
 BATCH_MEASURED_KEY = "theory_batch_measured"  # this session's `specviz batch` points (a BatchMeasurement)
 CONSTANT = "one constant (the slider)"
-THIS_MACHINE = "this machine (measured now)"
-
-
-def profiles() -> dict[str, CostProfile]:
-    """Menu name -> profile: this session's measurement first, then the shipped ones in assets/."""
-    out: dict[str, CostProfile] = {}
-    mine = st.session_state.get(MEASURED_KEY)
-    if isinstance(mine, CostProfile):
-        out[THIS_MACHINE] = mine
-    for prof in shipped_profiles().values():
-        out[f"shipped: {prof.name}"] = prof
-    return out
 
 
 st.title("Speedup theory")
@@ -109,7 +90,7 @@ if gain_best <= 1.0:
         "Raise α, or make the draft (c) or the verify pass cheaper."
     )
 
-measured = session_points() if show_measured else pd.DataFrame(columns=list(MEASURED_COLUMNS))
+measured = overlay_points(show_measured)
 
 st.plotly_chart(heatmap(c, verify_cost, alpha, k, measured), width="stretch")
 st.caption(
@@ -166,18 +147,7 @@ if shown:
         "reading the weights from memory once, so the curve stays nearly flat near 1 and drafting more is almost free to verify. "
         "Points past the measured k are extrapolated along the last step."
     )
-    table = pd.DataFrame(
-        {
-            name: {
-                "device": prof.device_name, "dtype": prof.dtype, "threads": str(prof.threads), "clock": prof.clock,
-                "1-token pass (ms)": f"{prof.pass_ms[0]:.1f}",
-                **{f"c_verify({kk})": f"{prof.curve.at(kk):.2f}" for kk in (1, 2, 4, 8, 16)},
-                **draft_cost_cells(prof),
-                "best k at your α (c from the slider)": str(best_k(alpha, c, prof.curve)),
-            }
-            for name, prof in shown.items()
-        }
-    )
+    table = profile_table(shown, alpha, c)
     st.dataframe(table, width="stretch")
     st.caption(
         "Profiles side by side; c is a drafter's cost per drafted token in 1-token target passes (set the c slider to one "
@@ -229,7 +199,7 @@ and prompt lookup often drafts fewer than k tokens, so the implied α is an esti
 )
 st.plotly_chart(alpha_definitions(), width="stretch")
 st.caption("Read across at one α: the larger k, the lower the accepted/drafted a dashboard will show for the same drafter.")
-st.markdown(f"At your settings: α = {alpha:.2f} and k = {k} give accepted/drafted ≈ **{acceptance_rate(alpha, k):.2f}**.")
+st.markdown(f"At your settings: α = {alpha:.2f} and k = {k} give accepted/drafted ≈ **{numbers.acceptance_rate:.2f}**.")
 
 st.header("Worked examples")
 examples = worked_examples()
@@ -237,15 +207,9 @@ st.dataframe(
     examples, hide_index=True,
     column_config={col: st.column_config.NumberColumn(format="%.2f") for col in ("c", "tokens per pass", "accepted/drafted", "round cost", "speedup", "speedup at best k")},
 )
-ex = examples.set_index("setting")
-
-
-def _row(name: str) -> pd.Series:
-    return ex.loc[name]
-
-
-good, long_k, weak = _row("small draft model, GPU"), _row("same draft, k = 12"), _row("weak draft model, GPU")
-copying, prose, early = _row("prompt lookup while copying, CPU"), _row("prompt lookup on fresh prose, CPU"), _row("early exit at 28 of 30 layers, CPU")
+ex = examples_by_setting()
+good, long_k, weak = ex.loc["small draft model, GPU"], ex.loc["same draft, k = 12"], ex.loc["weak draft model, GPU"]
+copying, prose, early = ex.loc["prompt lookup while copying, CPU"], ex.loc["prompt lookup on fresh prose, CPU"], ex.loc["early exit at 28 of 30 layers, CPU"]
 st.markdown(
     f"""
 * A draft model twenty times cheaper than the target that agrees 80% of the time is the textbook case:
@@ -288,12 +252,11 @@ def measure_batch_button(k: int) -> None:
 def draw_batch_lesson(lesson: BatchLesson) -> None:
     """The crossover metrics (when a profile predicts) and the two charts of the *At batch B* section."""
     if lesson.profile_name:
-        where = f"not up to B = {int(lesson.ratios['batch_size'].max())}" if lesson.crossover is None else f"B ≈ {lesson.crossover:.1f}"
+        (first_b, first_ratio), (last_b, last_ratio) = lesson.predicted_ratios()[0], lesson.predicted_ratios()[-1]
         cols = st.columns(3)
-        cols[0].metric("speculation stops paying at", where, help=f"predicted from {lesson.profile_name} at k = {lesson.k}")
-        predicted = lesson.ratios[lesson.ratios["source"] == "predicted"]
-        cols[1].metric(f"speculative ÷ plain at B = {int(predicted['batch_size'].iloc[0])}", f"{predicted['ratio'].iloc[0]:.2f}×")
-        cols[2].metric(f"at B = {int(predicted['batch_size'].iloc[-1])}", f"{predicted['ratio'].iloc[-1]:.2f}×")
+        cols[0].metric("speculation stops paying at", lesson.crossover_text, help=f"predicted from {lesson.profile_name} at k = {lesson.k}")
+        cols[1].metric(f"speculative ÷ plain at B = {first_b}", f"{first_ratio:.2f}×")
+        cols[2].metric(f"at B = {last_b}", f"{last_ratio:.2f}×")
     left, right = st.columns(2)
     left.plotly_chart(batch_throughput_figure(lesson.frame), width="stretch")
     left.caption("Tokens/s of every stream together. Plain decoding climbs with B: one pass serves B rows for the price of little more than one.")

@@ -21,7 +21,7 @@ The long jobs (--jobs, all by default), each set up through the widgets as a par
 
 What it does:
 1. Starts `streamlit run app.py` in shared mode (SPECVIZ_MODE=shared, loopback only) with `--logger.level debug`, so
-   the server logs every model turn it grants and how long that session waited for it (specviz.ui.access).
+   the server logs every model turn it grants and how long that session waited for it (specviz.ui.common.turns).
 2. Session B (a headless Chromium) opens the step-through page and presses Step --solo-steps times alone.
 3. For each long job: session A (another Chromium) opens its page afresh, sets it up and starts it; while it runs,
    B presses Step again and again (Reset when its run ends), each Step timed from the click until the page is idle.

@@ -70,7 +70,7 @@ def run_the_race(tokens: int):
     from specviz.experiments.race import run_race
     from specviz.models import encode_prompt, token_bytes
     from specviz.runs import resolve_models
-    from specviz.ui.prompts import load_examples
+    from specviz.ui.common.prompts import load_examples
     from specviz.viz.tokens import TokenTable
 
     config = RunConfig(max_new_tokens=tokens)

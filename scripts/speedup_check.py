@@ -27,7 +27,7 @@ from pathlib import Path
 from specviz.loadtest.browser import metric_value, new_driver, open_page, timed_step, wait_for_baseline
 from specviz.loadtest.harness import print_result
 from specviz.loadtest.server import start_server, stop_server
-from specviz.ui.prompts import load_examples
+from specviz.ui.common.prompts import load_examples
 from specviz.workshop.serving import server_threads
 
 REPO = Path(__file__).resolve().parents[1]

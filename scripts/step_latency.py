@@ -21,7 +21,7 @@ from pathlib import Path
 from specviz.loadtest.browser import new_driver, open_page, timed_step
 from specviz.loadtest.harness import print_result
 from specviz.loadtest.server import start_server, stop_server
-from specviz.ui.timing import parse_line
+from specviz.ui.common.timing import parse_line
 
 
 def main(argv: list[str] | None = None) -> int:

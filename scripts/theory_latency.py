@@ -26,7 +26,7 @@ from pathlib import Path
 from specviz.loadtest.browser import new_driver, open_page, slider_value, wait_idle
 from specviz.loadtest.harness import cpu_model
 from specviz.loadtest.server import start_server, stop_server
-from specviz.ui.timing import parse_line
+from specviz.ui.common.timing import parse_line
 
 KEY = "theory_alpha"
 ARM_JS = """

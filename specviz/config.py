@@ -3,8 +3,8 @@
 Each field is declared once, with its Setting (`setting(...)`): the default, the range validate() checks, the sidebar
 widget's kind, label, help, range and step, the command line's flag and help, whether a share link (or a fork of the
 presenter's run) carries it, and which of the owner's policy limits caps it. FIELDS is that table, read by
-RunConfig.validate, the sidebar and its wrong-type resets (specviz.ui.sidebar), the share-link parser
-(specviz.ui.share), the CLI's run options (specviz.cli.options), seed_from_run and the policy's caps
+RunConfig.validate, the sidebar and its wrong-type resets (specviz.ui.step_through.sidebar), the share-link parser
+(specviz.ui.room.share), the CLI's run options (specviz.cli.options), seed_from_run and the policy's caps
 (specviz.workshop.policy). A new setting is one field here; docs/development.md says how."""
 
 from __future__ import annotations
@@ -63,7 +63,7 @@ class Setting:
     path: bool = False  # a folder path: validate_path(value, what)
     speculative_only: bool = False  # plain decoding ignores it: not checked for the baseline drafter
     drafter_only: bool = False  # changes only the drafter: plain decoding of the same run does not depend on it
-    # the sidebar (specviz.ui.sidebar) and a share link (specviz.ui.share)
+    # the sidebar (specviz.ui.step_through.sidebar) and a share link (specviz.ui.room.share)
     widget: Widget | None = None  # None: no widget (the field keeps its default there)
     section: Section | None = None
     label: str = ""

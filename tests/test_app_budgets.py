@@ -33,18 +33,18 @@ def shared(monkeypatch, tiny_dir, tmp_path):
 @pytest.fixture()
 def no_turns(monkeypatch):
     """Every model turn the pages could take, counted (the budgets must refuse before the first)."""
-    import specviz.ui.access
-    import specviz.ui.saved_runs
-    import specviz.ui.session
+    import specviz.ui.common.turns
+    import specviz.ui.room.saved_runs
+    import specviz.ui.step_through.session
 
     taken: list[str] = []
-    real = specviz.ui.access.model_turn
+    real = specviz.ui.common.turns.model_turn
 
     def counting(model, what: str = "your round", slot=None, **kwargs):
         taken.append(what)
         return real(model, what, slot, **kwargs)
 
-    for module in (specviz.ui.access, specviz.ui.session, specviz.ui.saved_runs):
+    for module in (specviz.ui.common.turns, specviz.ui.step_through.session, specviz.ui.room.saved_runs):
         monkeypatch.setattr(module, "model_turn", counting)
     return taken
 
@@ -176,12 +176,12 @@ def test_medusa_heads_load_once_per_folder_and_target(monkeypatch, tiny_dir, tin
     """Issue 32: heads were read from disk and allocated twice when a run started and once more inside its turn, per
     session. Now two sessions starting Medusa runs read them once."""
     import specviz.runs
-    import specviz.ui.models
+    import specviz.ui.common.models
 
     for key in (*OWNER_ENV, *BUDGET_ENV):
         monkeypatch.delenv(key, raising=False)
     reset_kv_budget()
-    specviz.ui.models._cached_heads.clear()
+    specviz.ui.common.models._cached_heads.clear()
     reads: list[str] = []
     real = specviz.runs.load_heads
     monkeypatch.setattr(specviz.runs, "load_heads", lambda path, *a, **k: reads.append(str(path)) or real(path, *a, **k))

@@ -75,8 +75,8 @@ def test_the_theory_page_draws_the_drafting_cost_chart(monkeypatch, tmp_path):
     from streamlit.testing.v1 import AppTest
 
     from specviz.experiments import cost_profile
-    from specviz.ui import theory as ui_theory
-    from specviz.ui.theory import drafting_lesson
+    from specviz.ui.labs import theory as ui_theory
+    from specviz.ui.labs.theory import drafting_lesson
 
     profile = cost_profile.CostProfile(
         target="t", device="cpu", device_name="test CPU", dtype="fp16-weights", torch_version="x", threads=2, clock="wall",

@@ -13,7 +13,7 @@ import pytest
 import streamlit as st
 from streamlit.testing.v1 import AppTest
 
-from specviz.ui import errors, widgets
+from specviz.ui.common import errors, widgets
 from tests.test_app_shared import OWNER_ENV
 
 APP = Path(__file__).resolve().parents[1] / "app.py"
@@ -52,12 +52,12 @@ def exactness(at: AppTest | None = None) -> AppTest:
 
 @pytest.mark.parametrize("mode", ["shared", "local"], indirect=True)
 def test_an_uncaught_error_is_an_incident_not_a_traceback_in_shared_mode(mode, monkeypatch):
-    import specviz.ui.exactness
+    import specviz.ui.labs.exactness
 
     def broken(*args, **kwargs):
         raise RuntimeError(f"boom in {SECRET}")
 
-    monkeypatch.setattr(specviz.ui.exactness, "run_toy", broken)
+    monkeypatch.setattr(specviz.ui.labs.exactness, "run_toy", broken)
     logged = Collect()
     errors.log.addHandler(logged)
     try:

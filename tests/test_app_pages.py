@@ -10,7 +10,7 @@ from streamlit.testing.v1 import AppTest
 
 from specviz.core.theory import best_k, expected_tokens, speedup
 from specviz.experiments.bench import COLUMNS
-from specviz.ui.keys import BENCH_RESULTS_KEY
+from specviz.ui.common.keys import BENCH_RESULTS_KEY
 
 PAGES = Path(__file__).resolve().parent.parent / "pages"
 TIMEOUT = 180
@@ -27,7 +27,7 @@ def metrics(at: AppTest) -> dict[str, str]:
 @pytest.fixture()
 def tiny_target(tiny_models, monkeypatch):
     """Every get_model call on these pages returns the tiny llama, whatever the source."""
-    import specviz.ui.models as ui_models
+    import specviz.ui.common.models as ui_models
 
     model = tiny_models["llama"]
     monkeypatch.setattr(ui_models, "get_model", lambda *args, **kwargs: model)
@@ -66,7 +66,7 @@ def test_theory_page_overlays_step_through_runs(tiny_models):
     """The step-through page's PageState is read through its types: session.runs[i].records and session.baseline.records."""
     from specviz.config import RunConfig
     from specviz.runs import build_decoder
-    from specviz.ui.session import STATE_KEY, Baseline, PageState, Run, StepSession, TokenTexts
+    from specviz.ui.step_through.session import STATE_KEY, Baseline, PageState, Run, StepSession, TokenTexts
     from tests.toys import fake_clock
 
     target = tiny_models["llama"]

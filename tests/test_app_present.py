@@ -15,9 +15,11 @@ from dataclasses import replace
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from specviz.ui import access, presenting
-from specviz.ui.keys import PRESENTING_KEY, STEP_THROUGH_KEY
-from specviz.ui.session import PageState
+from specviz.ui.common import sessions
+from specviz.ui.common.keys import PRESENTING_KEY, STEP_THROUGH_KEY
+from specviz.ui.room import fork
+from specviz.ui.room import present as present_ui
+from specviz.ui.step_through.session import PageState
 from specviz.workshop.presentation import PresentationStore, heartbeat_every_s
 from specviz.workshop.saved_runs import RunStore
 from specviz.workshop.serving import SessionRegistry
@@ -54,7 +56,7 @@ def presenter(steps: int = 2) -> AppTest:
 
 
 def shown_rounds(at: AppTest) -> int:
-    session = at.session_state[presenting.VIEW_KEY][2]
+    session = at.session_state[fork.VIEW_KEY][2]
     return session.num_rounds
 
 
@@ -67,8 +69,8 @@ def test_no_key_configured_says_presenting_is_off(room_env):  # noqa: F811
 @pytest.mark.parametrize("weak", ["1234", "workshop-key", "aaaaaaaaaaaaaaaaaaaa"])
 def test_a_weak_key_turns_presenting_off_with_a_message_for_the_owner(room_env, monkeypatch, caplog, weak):  # noqa: F811
     monkeypatch.setenv("SPECVIZ_PRESENTER_KEY", weak)
-    presenting._log_weak_key.cache_clear()
-    with caplog.at_level(logging.WARNING, logger="specviz.ui.presenting"):
+    present_ui._log_weak_key.cache_clear()
+    with caplog.at_level(logging.WARNING, logger="specviz.ui.room.present"):
         at = page()
     assert "too weak" in texts(at) and "python -m specviz room" in texts(at) and weak not in texts(at)
     assert not [w for w in at.text_input if w.key == "present_key"] and not [t for t in at.toggle if t.key == "follow"]
@@ -107,7 +109,7 @@ def test_a_key_in_the_url_or_session_state_does_not_present(room):
     at = AppTest.from_file(str(PAGES / "step_through.py"), default_timeout=120)
     at.query_params["present_key"] = KEY
     at.query_params["present"] = "true"
-    at.session_state[presenting.PRESENTING_KEY] = "A" * 22
+    at.session_state[PRESENTING_KEY] = "A" * 22
     at.run()
     assert "present_key" in texts(at) and "not a setting of this page" in texts(at)
     click(at, "step")
@@ -155,7 +157,7 @@ def forked_point(follower: AppTest) -> str:
     """The follower forks the presentation and Steps: one point on the board; returns its fork id."""
     click(follower, "fork")
     click(follower, "step")
-    return follower.session_state[presenting.FORK_KEY]["fork"]
+    return follower.session_state[fork.FORK_KEY]["fork"]
 
 
 def test_a_takeover_keeps_the_board_and_the_followers_and_stop(room):
@@ -267,6 +269,6 @@ def test_the_idle_sweeper_spares_a_live_presenters_run():
     registry.touch("presenter", presenter_state)
     registry.touch("other", other_state)
     clock[0] = 21 * 60.0
-    registry.sweep(lambda sid: True, access._free_session, gone_after_s=30, idle_after_s=20 * 60)
+    registry.sweep(lambda sid: True, sessions.free_session, gone_after_s=30, idle_after_s=20 * 60)
     assert presenter_state[STEP_THROUGH_KEY].session is not None and not presenter_state[STEP_THROUGH_KEY].freed
     assert other_state[STEP_THROUGH_KEY].session is None and other_state[STEP_THROUGH_KEY].freed

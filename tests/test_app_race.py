@@ -11,7 +11,7 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from specviz.core.race import RaceResult, lane_of
-from specviz.ui import race as race_ui
+from specviz.ui.labs import race as race_ui
 from specviz.workshop.race_room import Pair, RaceRoom
 from tests.test_app_saved_runs import room_env  # noqa: F401  (a fixture)
 from tests.test_app_shared import PAGES, click

@@ -11,7 +11,7 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from specviz.recording import MAX_BYTES, load_recording
-from specviz.ui import replay as replay_ui
+from specviz.ui.step_through import replay as replay_ui
 from tests.test_recording import html_tags
 
 REPO = Path(__file__).resolve().parents[1]

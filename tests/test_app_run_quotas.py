@@ -11,8 +11,9 @@ import errno
 
 import pytest
 
-from specviz.ui import presenting
-from specviz.ui import saved_runs as page_runs
+from specviz.ui.common.keys import PRESENTING_KEY
+from specviz.ui.room import fork
+from specviz.ui.room import saved_runs as page_runs
 from specviz.workshop.presentation import PresentationStore
 from specviz.workshop.saved_runs import RunStore, new_token
 from tests.test_app_present import KEY, present, presenter, texts
@@ -92,13 +93,13 @@ def test_a_forks_board_gets_one_point_per_round_it_ran(room):
     for _ in range(5):
         click(follower, "step")  # finished: no round, no point
     assert board.read_bytes().count(b"\n") == lines
-    fork_id = follower.session_state[presenting.FORK_KEY]["fork"]
+    fork_id = follower.session_state[fork.FORK_KEY]["fork"]
     follower.toggle(key="follow").set_value(True).run()
     click(follower, "fork")  # forking again: the same anonymous id, so the board shows this participant once
     click(follower, "step")
-    assert follower.session_state[presenting.FORK_KEY]["fork"] == fork_id
+    assert follower.session_state[fork.FORK_KEY]["fork"] == fork_id
     assert len(PresentationStore(room).points(PresentationStore(room).read().id)) == 1
-    assert teacher.session_state[presenting.PRESENTING_KEY] is not None
+    assert teacher.session_state[PRESENTING_KEY] is not None
 
 
 def test_a_transient_restore_failure_keeps_the_token_and_offers_try_again(room_env, monkeypatch):  # noqa: F811
@@ -175,18 +176,18 @@ def test_a_full_disk_when_presenting_or_adding_a_board_point_says_so(room, monke
     monkeypatch.setattr(PresentationStore, "add_point", full)
     click(follower, "step")
     assert "board did not get this round" in texts(follower) and "disk is full" in texts(follower)
-    assert follower.session_state[presenting.FORK_KEY] is not None  # the presentation is still live: later points go on
+    assert follower.session_state[fork.FORK_KEY] is not None  # the presentation is still live: later points go on
 
 
 def test_the_sweeper_keeps_the_runs_of_live_sessions_fresh(room_env, monkeypatch):  # noqa: F811
-    """Each replica's session sweeper touches the files its live sessions hold (specviz.ui.access.hold_live_runs), so
+    """Each replica's session sweeper touches the files its live sessions hold (specviz.ui.common.sessions.hold_live_runs), so
     no replica's eviction takes them; a freed session (no run) and other pages hold nothing."""
     import os
     import time
     from types import SimpleNamespace
 
-    from specviz.ui.access import hold_live_runs, live_run_tokens
-    from specviz.ui.session import PageState
+    from specviz.ui.common.sessions import hold_live_runs, live_run_tokens
+    from specviz.ui.step_through.session import PageState
     from specviz.workshop.saved_runs import LIVE_WINDOW_S
     from specviz.workshop.serving import SessionRegistry
 

@@ -90,7 +90,7 @@ def test_an_unwritable_run_directory_warns_and_the_run_goes_on(room_env, monkeyp
 
 def test_the_run_token_is_a_known_parameter_never_listed_nor_shared():
     from specviz.config import RunConfig
-    from specviz.ui.share import SHARED_KEYS, link_for, parse_query
+    from specviz.ui.room.share import SHARED_KEYS, link_for, parse_query
 
     restored = parse_query({"run": new_token(), "seed": "3"})
     assert restored.values == {"seed": 3} and restored.warnings == ()

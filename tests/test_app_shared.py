@@ -80,7 +80,7 @@ def test_the_default_list_is_the_embedded_model_only(monkeypatch, tiny_models):
     for key in OWNER_ENV:
         monkeypatch.delenv(key, raising=False)
     monkeypatch.setenv("SPECVIZ_MODE", "shared")
-    import specviz.ui.session as ui_session
+    import specviz.ui.step_through.session as ui_session
 
     monkeypatch.setattr(ui_session, "get_model", lambda *a, **k: tiny_models["llama"])  # no SmolLM2 load here
     at = step_page()
@@ -216,13 +216,13 @@ def test_a_waiting_session_is_told_and_gives_up_with_a_message(shared, monkeypat
 
 
 def test_the_model_cache_refuses_models_off_the_list(shared, monkeypatch):
-    import specviz.ui.models as ui_models
+    import specviz.ui.common.models as ui_models
     from specviz.models import ModelLoadError
 
     loads = []
     monkeypatch.setattr(ui_models, "_cached_model", lambda *key: loads.append(key))
     at = AppTest.from_string(
-        "import streamlit as st\nfrom specviz.ui.models import get_model\n"
+        "import streamlit as st\nfrom specviz.ui.common.models import get_model\n"
         "try:\n    get_model('/etc', trust_remote_code=True)\nexcept ValueError as exc:\n    st.error(str(exc))\n"
     )
     at.run()

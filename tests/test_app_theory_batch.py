@@ -27,14 +27,14 @@ def metrics(at: AppTest) -> dict[str, str]:
 
 @pytest.fixture()
 def batched_profile(monkeypatch):
-    import specviz.ui.theory as ui_theory
+    import specviz.ui.labs.theory as ui_theory
 
     monkeypatch.setattr(ui_theory, "shipped_profiles", lambda: {"profile_toy": PROFILE})
     monkeypatch.setattr(ui_theory.batch_results, "load_batch_points", lambda: ({"drafter": "lookup", "k": 4, "category": ["copy"]}, [(1, 90.0, 160.0), (8, 500.0, 420.0)]))
 
 
 def test_without_batched_passes_the_section_says_how_to_measure(monkeypatch):
-    import specviz.ui.theory as ui_theory
+    import specviz.ui.labs.theory as ui_theory
 
     monkeypatch.setattr(ui_theory, "shipped_profiles", lambda: {})
     at = AppTest.from_file(str(PAGES / "theory.py"), default_timeout=TIMEOUT).run()
@@ -64,7 +64,7 @@ def test_the_section_predicts_the_crossover_and_draws_measured_points(batched_pr
 def test_the_last_measured_runs_alpha_can_drive_the_section(batched_profile, monkeypatch):
     import pandas as pd
 
-    import specviz.ui.measured as measured
+    import specviz.ui.labs.measured as measured
 
     at = AppTest.from_file(str(PAGES / "theory.py"), default_timeout=TIMEOUT)
     row = {"source": "benchmark", "label": "lookup k=4", "alpha": 0.95, "k": 4, "speedup": 1.7}
@@ -106,9 +106,9 @@ def fake_points(models, setup, batch_sizes, on_progress=None, turn=None):
 def test_measure_on_this_machine_draws_this_sessions_points(tiny_models, monkeypatch):
     """The button runs the batch measurement (patched) with a progress bar; its points replace the shipped ones,
     even where no profile has batched passes, and a caption says which are shown."""
-    import specviz.ui.batch_lab as batch_lab
-    import specviz.ui.models as ui_models
-    import specviz.ui.theory as ui_theory
+    import specviz.ui.common.models as ui_models
+    import specviz.ui.labs.batch as batch_lab
+    import specviz.ui.labs.theory as ui_theory
 
     monkeypatch.setattr(ui_theory, "shipped_profiles", lambda: {})
     monkeypatch.setattr(ui_models, "get_model", lambda *a, **k: tiny_models["llama"])
@@ -126,8 +126,8 @@ def test_measure_on_this_machine_draws_this_sessions_points(tiny_models, monkeyp
 
 
 def test_this_sessions_points_replace_the_shipped_ones_beside_the_prediction(batched_profile, tiny_models, monkeypatch):
-    import specviz.ui.batch_lab as batch_lab
-    import specviz.ui.models as ui_models
+    import specviz.ui.common.models as ui_models
+    import specviz.ui.labs.batch as batch_lab
 
     monkeypatch.setattr(ui_models, "get_model", lambda *a, **k: tiny_models["llama"])
     monkeypatch.setattr(batch_lab, "measure_batches", fake_points)

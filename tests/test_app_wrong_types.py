@@ -1,7 +1,7 @@
 """A widget value of the wrong type (an integer for a selectbox, a string for a slider, a value that is not among the
 options) forced into session state is reset to the widget's default with a message, on every page: AppTest finds
 each page's keyed widgets, forces a wrong value into each in turn and asserts no exception, a message and a value the
-widget can hold (specviz/ui/widgets.py)."""
+widget can hold (specviz/ui/common/widgets.py)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from specviz.ui.sidebar import DEFAULTS
+from specviz.ui.step_through.caps import DEFAULTS
 
 PAGES = Path(__file__).resolve().parent.parent / "pages"
 KINDS = ("selectbox", "radio", "select_slider", "slider", "number_input", "checkbox", "toggle", "text_area", "text_input", "multiselect")

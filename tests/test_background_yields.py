@@ -13,7 +13,8 @@ from contextlib import contextmanager
 
 import pytest
 
-from specviz.ui.presenting import _key, board_cache, look
+from specviz.ui.room.board import board_cache
+from specviz.ui.room.follow import look, page_key
 from specviz.workshop.presentation import PresentationStore
 from specviz.workshop.saved_runs import new_token
 from specviz.workshop.serving import model_queue, reset_queues, turns_in_flight
@@ -60,7 +61,7 @@ class Counting:
 def test_the_watcher_does_no_work_while_a_step_is_in_flight(tmp_path):
     room = PresentationStore(tmp_path)
     p, _ = room.start(new_token(), 1)
-    seen, reader = ("following", _key(p, "following")), Counting(room.read)
+    seen, reader = ("following", page_key(p, "following")), Counting(room.read)
     assert look(seen, reader) == ("same", p) and reader.calls == 1
     with step_in_flight():
         room.update(p.id, p.holder, round=2)  # the presenter's Step moved the presentation on
@@ -78,7 +79,7 @@ def test_control_a_watcher_that_ignored_the_turn_would_read_during_the_step(tmp_
     """Known-bad control: with the in-flight check taken away the same ticks do read, so the test above can fail."""
     room = PresentationStore(tmp_path)
     p, _ = room.start(new_token(), 1)
-    seen, reader = ("following", _key(p, "following")), Counting(room.read)
+    seen, reader = ("following", page_key(p, "following")), Counting(room.read)
     with step_in_flight():
         room.update(p.id, p.holder, round=2)
         assert look(seen, reader, in_flight=lambda: 0)[0] == "moved" and reader.calls == 1

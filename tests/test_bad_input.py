@@ -380,12 +380,13 @@ def test_settings_the_engine_refuses_show_an_error(tiny_dir, monkeypatch):
     import dataclasses
 
     from specviz import config as config_module
-    from specviz.ui import sidebar
+    from specviz.ui.step_through import caps, sidebar
     from specviz.workshop import policy
 
     wide = dataclasses.replace(config_module.field_named("num_draft_tokens"), ui_high=32)
     monkeypatch.setitem(config_module._BY_NAME, "num_draft_tokens", wide)
-    monkeypatch.setattr(sidebar, "FIELDS", tuple(wide if s.name == wide.name else s for s in sidebar.FIELDS))
+    for module in (sidebar, caps):  # the widgets, and the check of forced values before them
+        monkeypatch.setattr(module, "FIELDS", tuple(wide if s.name == wide.name else s for s in module.FIELDS))
     # the owner's limit on this laptop: the engine's, patched alike
     monkeypatch.setattr(policy, "LIMIT_RANGES", tuple((n, lo, 32 if n == "max_draft_tokens" else hi) for n, lo, hi in policy.LIMIT_RANGES))
     at = _page(tiny_dir, num_draft_tokens=20)

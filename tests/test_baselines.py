@@ -90,7 +90,7 @@ SLOW_STEP_S = 2.0  # each plain step of the baseline, on purpose
 
 
 def test_a_step_does_not_wait_for_a_slow_baseline(monkeypatch, smollm):
-    import specviz.ui.session as session_module
+    import specviz.ui.step_through.session as session_module
 
     real = session_module.build_decoder
 

@@ -18,12 +18,26 @@ Layers, bottom up (a module may import its own layer and the layers its arrow na
   cli       the command line (specviz/cli/: a module per subcommand): every  -> all of the above, viz
             layer below the UI
   ui        the only streamlit code besides the pages and app.py            -> everything above
-  pages     draw only                                                       -> ui, viz
+  pages     draw only                                                       -> ui, viz, and the constants and types
+                                                                             in PAGE_MAY_IMPORT (below), by name
   app       navigation                                                      -> ui
   loadtest  the load-testing tools (protocol client, browser waits, harness, -> every layer but pages and app;
             room harness): a leaf, nothing in specviz imports it             nothing imports it but scripts and tests
   scripts   command lines (python scripts/x.py)                            -> every specviz layer, no other script
 The package root (specviz/__init__.py: the version) may be read by anyone. No cycles anywhere.
+
+What a page may import from below the UI, name by name (a widget's range, a result's type to check with isinstance);
+anything that computes is a specviz.ui function that hands the page a value to draw. A page imports a ui name from
+the module that defines it: no ui module re-exports core or experiments names (no `__all__` shims).
+  specviz.config                 EMBEDDED_TARGET
+  specviz.core.decoding          MAX_DRAFT_TOKENS
+  specviz.core.tree              MAX_TREE_WIDTH
+  specviz.core.theory            MAX_K, VerifyCurve
+  specviz.core.toy               POSTERIOR_ALPHA, POSTERIOR_THRESHOLD, TOY_VARIANTS
+  specviz.experiments.bench      SweepSpec
+  specviz.experiments.cost_profile  CostProfile
+  specviz.experiments.lab        LAB_DRAFTERS, REAL_MODES, GreedyResult, RealResult
+  specviz.experiments.numerics   InvarianceReport
 
 A script imports the package, never another script, and never edits sys.path: the checkout is installed editable
 (requirements-dev.txt's `-e .`), so `python scripts/x.py` finds specviz. Tests import specviz.loadtest, not scripts.
@@ -62,6 +76,17 @@ ARROWS: dict[str, set[str]] = {
     "app": {"ui"},
     "loadtest": BELOW_UI - {"main"} | {"ui"},  # a leaf: no other layer names it
     "scripts": BELOW_UI - {"main"} | {"ui", "loadtest"},  # not "scripts": a script is a command, not a module
+}
+PAGE_MAY_IMPORT: dict[str, set[str]] = {  # the table in the docstring, as the test reads it
+    "specviz.config": {"EMBEDDED_TARGET"},
+    "specviz.core.decoding": {"MAX_DRAFT_TOKENS"},
+    "specviz.core.tree": {"MAX_TREE_WIDTH"},
+    "specviz.core.theory": {"MAX_K", "VerifyCurve"},
+    "specviz.core.toy": {"POSTERIOR_ALPHA", "POSTERIOR_THRESHOLD", "TOY_VARIANTS"},
+    "specviz.experiments.bench": {"SweepSpec"},
+    "specviz.experiments.cost_profile": {"CostProfile"},
+    "specviz.experiments.lab": {"LAB_DRAFTERS", "REAL_MODES", "GreedyResult", "RealResult"},
+    "specviz.experiments.numerics": {"InvarianceReport"},
 }
 STREAMLIT_OK = {"ui", "pages", "app", "loadtest"}  # loadtest: the protocol client speaks Streamlit's protobuf messages
 TRANSFORMERS_OK = {"models"}
@@ -114,6 +139,8 @@ def graph() -> dict[str, tuple[set[str], set[str]]]:
 
 
 def arrow_violations(graph: dict[str, tuple[set[str], set[str]]]) -> list[str]:
+    """Edges against ARROWS. A page's edge to a module in PAGE_MAY_IMPORT passes here; page_import_violations checks
+    the names it takes."""
     wrong = []
     for module, (inner, _) in graph.items():
         allowed = ARROWS.get(layer(module))
@@ -121,8 +148,42 @@ def arrow_violations(graph: dict[str, tuple[set[str], set[str]]]) -> list[str]:
             wrong.append(f"{module}: no layer in ARROWS (add it to tests/test_boundaries.py)")
             continue
         own = set() if layer(module) == "scripts" else {layer(module)}
-        wrong += [f"{module} -> {other}" for other in inner if layer(other) not in allowed | own | {"root"}]
+        exempt = set(PAGE_MAY_IMPORT) if layer(module) == "pages" else set()
+        wrong += [f"{module} -> {other}" for other in inner if layer(other) not in allowed | own | {"root"} and other not in exempt]
     return sorted(wrong)
+
+
+def defined_names(path: Path) -> set[str]:
+    """Names a module defines at its top level (functions, classes, assignments), not the ones it imports."""
+    names: set[str] = set()
+    for node in ast.parse(path.read_text(encoding="utf-8")).body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        elif isinstance(node, ast.Assign):
+            names |= {t.id for t in node.targets if isinstance(t, ast.Name)}
+        elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+            names.add(node.target.id)
+    return names
+
+
+def page_import_violations(path: Path, root: Path = REPO) -> list[str]:
+    """`file: module.name` for each name a page takes from below the UI that PAGE_MAY_IMPORT does not list (a bare
+    `import specviz.core.x` counts as every name), and for each name it takes from a ui module that does not define
+    it (a re-export)."""
+    wrong = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            wrong += [f"{path.name}: {a.name}" for a in node.names if a.name in PAGE_MAY_IMPORT]
+        if not isinstance(node, ast.ImportFrom) or not node.module or node.level:
+            continue
+        if node.module in PAGE_MAY_IMPORT:
+            wrong += [f"{path.name}: {node.module}.{a.name}" for a in node.names if a.name not in PAGE_MAY_IMPORT[node.module]]
+        elif node.module.startswith("specviz.ui"):
+            base = root / node.module.replace(".", "/")
+            source = base.with_suffix(".py") if base.with_suffix(".py").exists() else base / "__init__.py"
+            defined = defined_names(source)
+            wrong += [f"{path.name}: {node.module}.{a.name} (not defined there)" for a in node.names if a.name not in defined and not (base / f"{a.name}.py").exists()]
+    return wrong
 
 
 def find_cycle(graph: dict[str, tuple[set[str], set[str]]]) -> list[str] | None:
@@ -205,20 +266,54 @@ def test_streamlit_and_transformers_stay_in_their_rooms(graph):
 def test_pages_import_only_ui_and_viz(graph):
     for module, (inner, _) in graph.items():
         if layer(module) == "pages":
-            assert {layer(o) for o in inner} <= {"ui", "viz"}, f"{module} imports {sorted(inner)}"
+            below = {o for o in inner if layer(o) not in {"ui", "viz"}}
+            assert below <= set(PAGE_MAY_IMPORT), f"{module} imports {sorted(below - set(PAGE_MAY_IMPORT))}"
+
+
+def test_pages_take_only_the_listed_constants_and_types():
+    wrong = [w for p in sorted((REPO / "pages").glob("*.py")) for w in page_import_violations(p)]
+    assert not wrong, "pages import past the ui (list the constant or type in PAGE_MAY_IMPORT, or let a ui function hand the value):\n" + "\n".join(wrong)
+
+
+def test_no_ui_module_re_exports_with_all():
+    shims = [str(p.relative_to(REPO)) for p in sorted((REPO / "specviz" / "ui").rglob("*.py")) if "__all__" in defined_names(p)]
+    assert not shims, f"ui modules with __all__ re-export shims: {shims}"
 
 
 def test_known_bad_graphs_fail(tmp_path):
     """The checks catch what they claim to: an import inside a function is seen, core importing the UI breaks an
-    arrow, a page importing core breaks an arrow, and two modules importing each other are a cycle."""
+    arrow, a page importing core (a module PAGE_MAY_IMPORT does not list) breaks an arrow, and two modules importing each other are a cycle."""
     probe = tmp_path / "probe.py"
-    probe.write_text("def f():\n    from specviz.ui.session import Run\n", encoding="utf-8")
-    inner, _ = imports_of(probe, {"specviz.ui.session"})
-    assert inner == {"specviz.ui.session"}
-    bad = {"specviz.core.decoding": (inner, set()), "specviz.ui.session": (set(), set()), "pages.x": ({"specviz.core.decoding"}, set())}
-    assert arrow_violations(bad) == ["pages.x -> specviz.core.decoding", "specviz.core.decoding -> specviz.ui.session"]
+    probe.write_text("def f():\n    from specviz.ui.step_through.session import Run\n", encoding="utf-8")
+    inner, _ = imports_of(probe, {"specviz.ui.step_through.session"})
+    assert inner == {"specviz.ui.step_through.session"}
+    bad = {"specviz.core.decoding": (inner, set()), "specviz.ui.step_through.session": (set(), set()), "pages.x": ({"specviz.core.sampling"}, set())}
+    assert arrow_violations(bad) == ["pages.x -> specviz.core.sampling", "specviz.core.decoding -> specviz.ui.step_through.session"]
     cyclic = {"specviz.ui.a": ({"specviz.ui.b"}, set()), "specviz.ui.b": ({"specviz.ui.a"}, set())}
     assert find_cycle(cyclic) == ["specviz.ui.a", "specviz.ui.b", "specviz.ui.a"]
+
+
+def test_known_bad_page_imports_fail(tmp_path):
+    """The page rule catches what it claims to: a computing function from core (run_toy), a bare import of a listed
+    module, and a core name taken through a ui module that only imports it (the old `__all__` shim) all fail; a
+    listed constant, and a name the ui module defines, pass."""
+    ui = tmp_path / "specviz" / "ui" / "labs"
+    ui.mkdir(parents=True)
+    (ui / "exactness.py").write_text("from specviz.core.toy import run_toy\n\ndef run_real():\n    pass\n", encoding="utf-8")
+    page = tmp_path / "page.py"
+    page.write_text(
+        "from specviz.core.toy import TOY_VARIANTS, run_toy\nimport specviz.core.toy\nfrom specviz.ui.labs.exactness import run_real, run_toy\n",
+        encoding="utf-8",
+    )
+    assert page_import_violations(page, tmp_path) == [
+        "page.py: specviz.core.toy.run_toy",
+        "page.py: specviz.core.toy",
+        "page.py: specviz.ui.labs.exactness.run_toy (not defined there)",
+    ]
+    bad = {"pages.x": ({"specviz.core.toy", "specviz.core.decoding"}, set()), "specviz.core.toy": (set(), set()), "specviz.core.decoding": (set(), set())}
+    assert arrow_violations(bad) == []  # both listed modules: the names are page_import_violations' to check
+    bad["pages.x"] = ({"specviz.core.sampling"}, set())
+    assert arrow_violations(bad) == ["pages.x -> specviz.core.sampling"]
 
 
 def test_known_bad_scripts_fail(tmp_path):

@@ -33,7 +33,7 @@ def _session(run_tokens, base_tokens, temperature=0.0):
     from types import SimpleNamespace
 
     from specviz.config import RunConfig
-    from specviz.ui.session import Baseline, Run, StepSession
+    from specviz.ui.step_through.session import Baseline, Run, StepSession
 
     def decoder(tokens):
         records = [SimpleNamespace(emitted=tuple(tokens), emitted_margin=(0.5,) * len(tokens))]
@@ -45,7 +45,7 @@ def _session(run_tokens, base_tokens, temperature=0.0):
 
 
 def test_page_note_warns_with_position_and_margin(monkeypatch):
-    from specviz.ui import step_views
+    from specviz.ui.step_through import step_views
 
     warnings: list[str] = []
     monkeypatch.setattr(step_views.st, "warning", warnings.append)

@@ -15,8 +15,8 @@ from streamlit.testing.v1 import AppTest
 
 from specviz.cli.options import add_run_options, config_from_args
 from specviz.config import FIELDS, RunConfig, Setting, field_named, setting, settings_of
-from specviz.ui.session import DRAFTER_FIELDS
-from specviz.ui.share import PARSERS, SHARED_KEYS, link_settings, parse_query, parsers
+from specviz.ui.room.share import PARSERS, SHARED_KEYS, link_settings, parse_query, parsers
+from specviz.ui.step_through.session import DRAFTER_FIELDS
 from specviz.workshop.policy import Policy
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -27,7 +27,7 @@ SETUPS = ({}, {"drafter": "early-exit", "compare": "ngram"}, {"drafter": "medusa
 def _sidebar_script() -> None:
     import streamlit as st
 
-    from specviz.ui.sidebar import sidebar
+    from specviz.ui.step_through.sidebar import sidebar
 
     settings = sidebar()
     st.session_state["_config"] = settings.config
@@ -37,7 +37,7 @@ def _fork_script() -> None:
     import streamlit as st
 
     from specviz.config import RunConfig
-    from specviz.ui.sidebar import seed_from_run
+    from specviz.ui.step_through.sidebar import seed_from_run
 
     run = RunConfig(draft="org/small", drafter="model", exit_layer=5, draft_vocab=4096, ngram_max=4, ngram_threshold=0.3, num_draft_tokens=5,
                     adaptive_k=True, tree_width=2, temperature=0.7, top_k=40, top_p=0.9, seed=3, max_new_tokens=20, chat=False, target="org/big")  # fmt: skip

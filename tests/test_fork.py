@@ -1,6 +1,6 @@
 """Fork from here, exactly: the presenter's run saved after round N (the file a replica wrote), loaded on another
-and continued by the follower's own decoder (the path specviz.ui.presenting's fork takes: rebuild_session ->
-specviz.ui.saved_runs._resumed) emits exactly what the presenter's run emits next, at T=0 and at T=1. The known-bad
+and continued by the follower's own decoder (the path specviz.ui.room.fork takes: rebuild_session ->
+specviz.ui.room.saved_runs._resumed) emits exactly what the presenter's run emits next, at T=0 and at T=1. The known-bad
 control forks without restoring the generators (the seed's state) and must differ at T=1."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import pytest
 from specviz.config import RunConfig
 from specviz.recording import build_recording, recorded_run
 from specviz.runs import build_decoder
-from specviz.ui.saved_runs import _resumed
+from specviz.ui.room.saved_runs import _resumed
 from specviz.workshop.saved_runs import RunStore, SavedRun, new_token
 from tests.test_models import prompt_ids
 from tests.test_saved_runs import ENV

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from specviz.ui import models as ui_models
+from specviz.ui.common import models as ui_models
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -288,8 +288,8 @@ def touched_rounds(changes: list) -> set[int]:
 def views(recording, rounds: set[int] = frozenset()) -> None:
     """Everything the replay page draws from a recording after its first round and at its end: the frames, the
     curves, the metrics panel, the exports, and the round inspector (and tree) at the latest round and at `rounds`."""
-    from specviz.ui import metrics_views, step_views
-    from specviz.ui.replay import ReplaySession
+    from specviz.ui.step_through import metrics_views, step_views
+    from specviz.ui.step_through.replay import ReplaySession
     from specviz.viz import figures, num_positions, position_frame, position_info, stream_frame, token_stream_html
     from specviz.viz.export import round_table, rounds_csv, stream_document
     from specviz.viz.tree import mask_figure, tree_figure

@@ -210,16 +210,16 @@ def test_a_step_behind_the_numerics_lab_waits_for_one_pass_not_the_measurement(t
 
 
 def test_a_second_long_job_of_one_participant_is_refused_with_a_message(tiny_models, monkeypatch):
-    import specviz.ui.access as access
-    import specviz.ui.models as ui_models
+    import specviz.ui.common.models as ui_models
+    import specviz.ui.common.turns as turns
 
     monkeypatch.setenv("SPECVIZ_MODE", "shared")
     monkeypatch.setenv("SPECVIZ_TARGETS", tiny_models["llama"].name)
     monkeypatch.setattr(ui_models, "get_model", lambda *a, **k: tiny_models["llama"])
-    monkeypatch.setattr(access, "session_id_now", lambda: "participant-1")
+    monkeypatch.setattr(turns, "session_id_now", lambda: "participant-1")
     at = AppTest.from_file(str(PAGES / "benchmark.py"), default_timeout=120)
     at.run()
-    with access._jobs.hold("participant-1", "the cost profile"):
+    with turns._jobs.hold("participant-1", "the cost profile"):
         at.button(key="bench_run").click().run()
     assert not at.exception
     assert any("already have the cost profile running" in e.value for e in at.error), [e.value for e in at.error]
@@ -230,7 +230,7 @@ def test_a_second_long_job_of_one_participant_is_refused_with_a_message(tiny_mod
 
 
 def test_the_batch_plan_keeps_to_the_owners_caps():
-    from specviz.ui.batch_lab import PAGE_BATCH_SIZES, PAGE_MAX_NEW_TOKENS, batch_plan
+    from specviz.ui.labs.batch import PAGE_BATCH_SIZES, PAGE_MAX_NEW_TOKENS, batch_plan
     from specviz.workshop.policy import Policy
 
     roomy = batch_plan(4, Policy())
@@ -247,16 +247,16 @@ def test_the_batch_plan_keeps_to_the_owners_caps():
 def test_the_batch_measurement_takes_one_turn_per_batched_run_within_the_caps(tiny_models, monkeypatch):
     """Shared mode: *Measure on this machine* on the theory page runs `specviz batch`'s measurement as a long job,
     one model turn per batched run (B × side × run), never overlapping, at the owner's caps on B, k and new tokens."""
-    import specviz.ui.access as access
-    import specviz.ui.batch_lab as batch_lab
-    import specviz.ui.models as ui_models
+    import specviz.ui.common.models as ui_models
+    import specviz.ui.common.turns as turns
+    import specviz.ui.labs.batch as batch_lab
 
     monkeypatch.setenv("SPECVIZ_MODE", "shared")
     monkeypatch.setenv("SPECVIZ_TARGETS", tiny_models["llama"].name)
     for name, value in (("SPECVIZ_MAX_RUNS", "12"), ("SPECVIZ_MAX_NEW_TOKENS", "8"), ("SPECVIZ_MAX_DRAFT_TOKENS", "2")):
         monkeypatch.setenv(name, value)
     monkeypatch.setattr(ui_models, "get_model", lambda *a, **k: tiny_models["llama"])
-    monkeypatch.setattr(access, "session_id_now", lambda: "participant-1")
+    monkeypatch.setattr(turns, "session_id_now", lambda: "participant-1")
     seen, counting = {}, CountingTurn()
     real = batch_lab.measure_batches
 
@@ -283,6 +283,6 @@ def test_the_batch_measurement_takes_one_turn_per_batched_run_within_the_caps(ti
     margins = sum(len(p.mismatches) for p in mine.points)  # a greedy row that parts from plain: one margin pass each
     assert counting.count == len(seen["sizes"]) * 2 * 2 + margins == mine.plan.batched_runs + margins
     assert all(p.plain_new_tokens <= 8 * p.batch_size for p in mine.points)
-    with access._jobs.hold("participant-1", "a benchmark sweep"):  # one long job per participant
+    with turns._jobs.hold("participant-1", "a benchmark sweep"):  # one long job per participant
         at.button(key="batch_measure").click().run()
     assert any("already have a benchmark sweep running" in e.value for e in at.error)

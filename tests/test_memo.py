@@ -1,10 +1,10 @@
-"""Frames and figures once per round (specviz.ui.memo): kept on the session, rebuilt when a round is added."""
+"""Frames and figures once per round (specviz.ui.common.memo): kept on the session, rebuilt when a round is added."""
 
 from __future__ import annotations
 
 from types import SimpleNamespace
 
-from specviz.ui.memo import memo, round_key
+from specviz.ui.common.memo import memo, round_key
 
 
 def _session(rounds: list[int], baseline_records: int = 0):

@@ -99,7 +99,7 @@ def test_step_through_shows_the_metrics_table(tiny_models, monkeypatch):
 
     from streamlit.testing.v1 import AppTest
 
-    import specviz.ui.session as ui_session
+    import specviz.ui.step_through.session as ui_session
 
     model = tiny_models["llama"]
     monkeypatch.setattr(ui_session, "get_model", lambda *args, **kwargs: model)

@@ -17,8 +17,8 @@ from specviz.core.metrics import run_metrics
 from specviz.core.records import StepRecord
 from specviz.experiments.bench import BenchPrompt, RunSample, SweepSpec, compare_to_baseline
 from specviz.recording import build_recording, dumps, load_recording, recorded_run
-from specviz.ui import step_views
-from specviz.ui.replay import ReplaySession
+from specviz.ui.step_through import step_views
+from specviz.ui.step_through.replay import ReplaySession
 
 KEYS = ("new_tokens", "target_passes", "alpha", "acceptance_rate", "mean_acceptance_length", "tokens_per_target_pass",
         "wall_s", "tokens_per_s", "speedup", "speedup_disturbed")  # fmt: skip

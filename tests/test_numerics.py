@@ -81,7 +81,7 @@ def test_compare_rejects_bad_input(dtype_models):
 def test_numerics_page(dtype_models, monkeypatch):
     from streamlit.testing.v1 import AppTest
 
-    import specviz.ui.models as ui_models
+    import specviz.ui.common.models as ui_models
 
     monkeypatch.setattr(ui_models, "get_model", lambda source, device="auto", dtype="auto", **kw: dtype_models["bfloat16" if dtype == "bfloat16" else "float32"])
     at = AppTest.from_file(str(Path(__file__).resolve().parents[1] / "pages" / "numerics.py"), default_timeout=180)
@@ -156,7 +156,7 @@ def _lab_page(dtype_models, monkeypatch, **state):
     """The lab's page on the tiny models, with `state` forced into session state before its first run."""
     from streamlit.testing.v1 import AppTest
 
-    import specviz.ui.models as ui_models
+    import specviz.ui.common.models as ui_models
 
     monkeypatch.setattr(ui_models, "get_model", lambda source, device="auto", dtype="auto", **kw: dtype_models["bfloat16" if dtype == "bfloat16" else "float32"])
     at = AppTest.from_file(str(Path(__file__).resolve().parents[1] / "pages" / "numerics.py"), default_timeout=180)
@@ -171,7 +171,7 @@ def test_run_and_measure_on_the_page_take_one_model_turn_per_pass(dtype_models, 
     """Issue 26: the page held one model turn for the whole batch-invariance measurement (140 s with a long prompt)."""
     import contextlib
 
-    import specviz.ui.access as access
+    import specviz.ui.common.turns as ui_turns
 
     turns, depth = [], []
 
@@ -184,7 +184,7 @@ def test_run_and_measure_on_the_page_take_one_model_turn_per_pass(dtype_models, 
         finally:
             depth.pop()
 
-    monkeypatch.setattr(access, "model_turn", recorded)
+    monkeypatch.setattr(ui_turns, "model_turn", recorded)
     at = _lab_page(dtype_models, monkeypatch)
     at.text_area(key="num_prompt").set_value(PROMPT)
     at.slider(key="num_new").set_value(8)
@@ -220,7 +220,7 @@ def test_the_labs_prompt_new_tokens_and_k_keep_within_the_owners_caps(dtype_mode
 
 def test_the_labs_plumbing_caps_whatever_the_widgets_sent(monkeypatch):
     """The page's widgets keep within the caps; its plumbing checks again (a value that never went through a widget)."""
-    from specviz.ui.numerics_lab import within_caps
+    from specviz.ui.labs.numerics import within_caps
 
     for key, value in {"SPECVIZ_MODE": "shared", "SPECVIZ_MAX_NEW_TOKENS": "16", "SPECVIZ_MAX_DRAFT_TOKENS": "3", "SPECVIZ_MAX_PROMPT_CHARS": "60"}.items():
         monkeypatch.setenv(key, value)

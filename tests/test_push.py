@@ -1,4 +1,4 @@
-"""The server-side watcher that redraws followers (specviz.ui.push): it re-reads the presentation only when the
+"""The server-side watcher that redraws followers (specviz.ui.room.push): it re-reads the presentation only when the
 file's stamp changed, asks each follower that drew an earlier version of the same presentation to rerun its stage
 fragment once (not again until the page registers anew), leaves other presentations' followers alone, lets a
 participant's Step in flight go first for MAX_DEFER_S at most, is not held up by long jobs or background baselines
@@ -15,8 +15,8 @@ from dataclasses import dataclass, replace
 
 import pytest
 
-from specviz.ui import presenting, push
-from specviz.ui.push import MAX_DEFER_S, PresentationWatcher, Registration
+from specviz.ui.room import board, follow, present, push
+from specviz.ui.room.push import MAX_DEFER_S, PresentationWatcher, Registration
 from specviz.workshop.serving import model_queue, reset_queues, turns_in_flight
 
 
@@ -213,10 +213,10 @@ def test_followers_are_redrawn_while_a_background_baseline_or_a_long_job_holds_t
     """The app's watcher (steps_in_flight, a real queue): a move is pushed at once while another participant's long
     job or a background baseline holds a turn. Known-bad: the old watcher (any turn in flight) pushes nothing."""
     room = Room(P("a", 1))
-    w = watcher(room, in_flight=presenting.steps_in_flight)
+    w = watcher(room, in_flight=present.steps_in_flight)
     old = watcher(room, in_flight=turns_in_flight)
     with held_turn(kind, background):
-        assert turns_in_flight() == 1 and turns_in_flight(kind) == 1 and presenting.steps_in_flight() == 0
+        assert turns_in_flight() == 1 and turns_in_flight(kind) == 1 and present.steps_in_flight() == 0
         for each in (w, old):
             register(each, "s1", room.p)
         room.p = P("a", 2)
@@ -227,19 +227,19 @@ def test_followers_are_redrawn_while_a_background_baseline_or_a_long_job_holds_t
 
 def test_a_participants_step_on_a_real_queue_defers_the_redraw_and_a_polling_page_waits_one_tick_at_most(queues):
     room, clock = Room(P("a", 1)), Clock()
-    w = watcher(room, in_flight=presenting.steps_in_flight, clock=clock)
+    w = watcher(room, in_flight=present.steps_in_flight, clock=clock)
     register(w, "s1", room.p)
     with held_turn("step"):
-        assert presenting.steps_in_flight() == 1
+        assert present.steps_in_flight() == 1
         room.p = P("a", 2)
         assert w.check() == 0
         clock.now += MAX_DEFER_S
         assert w.check() == 1  # bounded: the Step still holds the model
         seen = ("following", key_of(P("a", 1), "following"))
-        assert presenting.look(seen, room.read)[0] == "skip"
-        assert presenting.look(seen, room.read, waited=True)[0] == "moved"  # the next tick looks anyway
+        assert follow.look(seen, room.read)[0] == "skip"
+        assert follow.look(seen, room.read, waited=True)[0] == "moved"  # the next tick looks anyway
     with held_turn("job"):
-        assert presenting.look(seen, room.read)[0] == "moved"  # a long job does not hold the page's poll up
+        assert follow.look(seen, room.read)[0] == "moved"  # a long job does not hold the page's poll up
 
 
 def test_the_board_waits_one_refresh_for_a_step_and_never_for_a_job(queues):
@@ -249,12 +249,12 @@ def test_the_board_waits_one_refresh_for_a_step_and_never_for_a_job(queues):
         loads.append(1)
         return [len(loads)]
 
-    cached = presenting.board_cache(None, "p", (1,), load)
+    cached = board.board_cache(None, "p", (1,), load)
     with held_turn("step"):
-        waited = presenting.board_cache(cached, "p", (2,), load)
+        waited = board.board_cache(cached, "p", (2,), load)
         assert waited[2] == [1] and waited[3]
-        again = presenting.board_cache(waited, "p", (2,), load)
+        again = board.board_cache(waited, "p", (2,), load)
         assert again[2] == [2] and not again[3]  # one refresh at most, though the Step still holds the model
-        assert presenting.board_cache(again, "p", (2,), load) is again  # the file unchanged: no read
+        assert board.board_cache(again, "p", (2,), load) is again  # the file unchanged: no read
     with held_turn("background", background=True):
-        assert presenting.board_cache(cached, "p", (4,), load)[2] == [3]  # a baseline does not hold it up
+        assert board.board_cache(cached, "p", (4,), load)[2] == [3]  # a baseline does not hold it up

@@ -89,8 +89,8 @@ def stepped_compare(target, config: RunConfig, compare: RunConfig, labels: tuple
     """Compare mode stepped like the page until done: (session, the views after every round, its recording)."""
     from specviz.models import encode_prompt, environment
     from specviz.runs import build_decoder
-    from specviz.ui.replay import session_recording
-    from specviz.ui.session import Baseline, Run, StepSession, TokenTexts, step_session
+    from specviz.ui.step_through.replay import session_recording
+    from specviz.ui.step_through.session import Baseline, Run, StepSession, TokenTexts, step_session
 
     prompt_ids = encode_prompt(target.tokenizer, PROMPT, chat=False)
     runs = [Run(label, c, build_decoder(c, target, prompt_ids)) for label, c in zip(labels, (config, compare))]
@@ -103,7 +103,7 @@ def stepped_compare(target, config: RunConfig, compare: RunConfig, labels: tuple
     return session, snapshots, session_recording(session, environment(target))
 
 def test_live_views_equal_the_replayed_recording_after_every_round(live):
-    from specviz.ui.replay import ReplaySession
+    from specviz.ui.step_through.replay import ReplaySession
 
     session, snapshots, recording = live
     loaded = load_recording(dumps(recording).encode("utf-8"))
@@ -205,7 +205,7 @@ def html_tags(html: str) -> set[str]:
 
 
 def test_html_in_token_texts_is_shown_escaped(live):
-    from specviz.ui.replay import ReplaySession
+    from specviz.ui.step_through.replay import ReplaySession
 
     raw = json.loads(dumps(live[2]))
     tok = raw["runs"][0]["records"][0]["emitted"][0]

@@ -236,7 +236,7 @@ def test_a_recycle_run_survives_the_run_directory_and_its_recording_replays(tiny
     """A saved run (workshop.saved_runs) carries the table, so the restored run continues exactly; the recording of an
     EAGLE or recycle run keeps its settings; a share link may name the new drafters."""
     from specviz.recording import build_recording, dumps, load_recording, recorded_run
-    from specviz.ui.share import parse_query
+    from specviz.ui.room.share import parse_query
     from specviz.workshop.saved_runs import RunStore, SavedRun, new_token
 
     target = tiny_models["llama"]

@@ -222,8 +222,8 @@ def test_what_clear_cache_clears_leaves_the_models_and_the_watcher(monkeypatch, 
     import streamlit as st
     from streamlit.runtime import caching
 
-    from specviz.ui import models as ui_models
-    from specviz.ui import presenting
+    from specviz.ui.common import models as ui_models
+    from specviz.ui.room import follow
 
     monkeypatch.setattr(ui_models, "check_fits", lambda source, device: None)
     monkeypatch.setattr(ui_models, "freeze_long_lived", lambda: None)
@@ -237,20 +237,20 @@ def test_what_clear_cache_clears_leaves_the_models_and_the_watcher(monkeypatch, 
 
     try:
         model = ui_models._cached_model("tiny-for-clear-test", "cpu", "float32", False, False, False)
-        watcher, lock, control = presenting._process_watcher(str(tmp_path)), presenting._redraw_lock(), streamlit_cached()
+        watcher, lock, control = follow._process_watcher(str(tmp_path)), follow._redraw_lock(), streamlit_cached()
         caching.cache_data.clear()
         caching.cache_resource.clear()
         assert ui_models._cached_model("tiny-for-clear-test", "cpu", "float32", False, False, False) is model and len(loads) == 1
-        assert presenting._process_watcher(str(tmp_path)) is watcher and presenting._redraw_lock() is lock
+        assert follow._process_watcher(str(tmp_path)) is watcher and follow._redraw_lock() is lock
         assert streamlit_cached() is not control, "the control: st.cache_resource is cleared by the same calls"
     finally:
         ui_models._cached_model.clear()
 
 
 def test_shared_mode_drops_only_the_developer_messages():
-    from specviz.ui import backmsgs
+    from specviz.ui.common import backmsgs
 
-    assert backmsgs.available(), "this Streamlit's AppSession.handle_backmsg or BackMsg changed: update specviz/ui/backmsgs.py"
+    assert backmsgs.available(), "this Streamlit's AppSession.handle_backmsg or BackMsg changed: update specviz/ui/common/backmsgs.py"
     local, shared = (lambda sid: True), (lambda sid: False)
 
     def broken(sid):

@@ -127,7 +127,7 @@ def test_key_replies_are_classified_by_outcome_not_by_one_exact_sentence():
 
 
 def test_server_internals_are_recognised_in_what_a_page_drew():
-    assert shows_internals(['File "/work/main/specviz/ui/widgets.py", line 40, in peek'])
+    assert shows_internals(['File "/work/main/specviz/ui/common/widgets.py", line 40, in peek'])
     assert shows_internals(["IndexError: index 99 is out of bounds (/usr/lib/python3/site-packages/pandas/core/indexing.py)"])
     assert not shows_internals(["The toy table has a value it cannot use; it was reset to its default."])
 

@@ -79,7 +79,7 @@ def test_every_entry_point_defaults_to_no_remote_code():
 
 def test_streamlit_loader_defaults_to_no_remote_code():
     pytest.importorskip("streamlit")
-    from specviz.ui.models import get_model
+    from specviz.ui.common.models import get_model
 
     assert inspect.signature(get_model).parameters["trust_remote_code"].default is False
 

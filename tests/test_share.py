@@ -14,7 +14,7 @@ from streamlit.testing.v1 import AppTest
 
 from specviz.config import EMBEDDED_TARGET, MAX_NEW_TOKENS, MAX_PROMPT_CHARS, RunConfig
 from specviz.core.decoding import MAX_DRAFT_TOKENS
-from specviz.ui.share import MAX_LINK_PROMPT_CHARS, SHARED_KEYS, link_for, parse_query
+from specviz.ui.room.share import MAX_LINK_PROMPT_CHARS, SHARED_KEYS, link_for, parse_query
 
 PAGE = str(Path(__file__).resolve().parents[1] / "pages" / "step_through.py")
 PAIRS = {"embedded": (EMBEDDED_TARGET, ""), "hub pair": ("org/big", "org/small")}
@@ -217,7 +217,7 @@ def test_page_hands_a_linked_target_to_the_sidebar_which_refuses_a_non_model(_em
 
 
 def test_the_example_menu_follows_the_prompt(_embedded_model):
-    from specviz.ui.prompts import load_examples
+    from specviz.ui.common.prompts import load_examples
 
     examples = load_examples()
     at = _page(prompt=examples[1].prompt)  # a link to an example's prompt names that example

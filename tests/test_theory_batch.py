@@ -99,7 +99,7 @@ def test_batch_frames_and_figures():
 def test_the_lesson_prefers_the_selected_profile_and_tolerates_none(monkeypatch):
     import dataclasses
 
-    import specviz.ui.theory as ui_theory
+    import specviz.ui.labs.theory as ui_theory
 
     monkeypatch.setattr(ui_theory.batch_results, "load_batch_points", lambda: None)
     plain = dataclasses.replace(PROFILE, batch_pass_ms={}, label="no batches")
@@ -112,7 +112,7 @@ def test_the_lesson_prefers_the_selected_profile_and_tolerates_none(monkeypatch)
 
 
 def test_the_lesson_charges_the_measured_overhead_to_both_sides(tmp_path, monkeypatch):
-    import specviz.ui.theory as ui_theory
+    import specviz.ui.labs.theory as ui_theory
     from specviz.experiments.batch import BatchPoint, typical_overhead_ms_per_row
 
     shaped = lambda b, o: BatchPoint(b, 10.0, 12.0, 2.0, 8, 8, "", (), 8, 4, 3.0, 1.0, 5.0, 6.0, o, o + 1, ((b, 1, 8),), ((b, 3, 4),))  # noqa: E731

@@ -17,7 +17,7 @@ pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def test_tree_runs_replay_view_for_view(tree_compare):
-    from specviz.ui.replay import ReplaySession
+    from specviz.ui.step_through.replay import ReplaySession
 
     session, snapshots, recording = tree_compare
     trees = [r for r in session.runs[0].records if r.is_tree]

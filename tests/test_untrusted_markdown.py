@@ -25,7 +25,7 @@ PAYLOAD = (
     "x`[Click here](http://127.0.0.1:1/phish)![t](http://127.0.0.1:1/bt.png)`y <img src=http://127.0.0.1:1/i.png> "
     '<a href="http://127.0.0.1:1/a">a</a> __import__ *em* http://127.0.0.1:1/bare www.127.0.0.1.example/w '
     "me@127.0.0.1.example <http://127.0.0.1:1/auto> :red[r] :material/home: :smile: $x^2$"
-)  # at most 300 characters: a link's target may be no longer (specviz.ui.share.MAX_TARGET_CHARS)
+)  # at most 300 characters: a link's target may be no longer (specviz.ui.room.share.MAX_TARGET_CHARS)
 SHOWN = "[Click here](http://127.0.0.1:1/phish)"  # what the reader sees, literally, somewhere on the page
 _MD = MarkdownIt("commonmark", {"html": True})
 _GFM_AUTOLINK = re.compile(r"(?i)(https?://|www\.)[-\w.]+|[-.\w+]+@[-\w]+(\.[-\w]+)+")  # GFM's literal autolinks
@@ -114,11 +114,11 @@ def no_model(monkeypatch):
     def refuse(source, *args, **kwargs):
         raise ModelLoadError(f"could not load {source}: no model on this machine (test)")
 
-    import specviz.ui.models
-    import specviz.ui.session
+    import specviz.ui.common.models
+    import specviz.ui.step_through.session
 
-    monkeypatch.setattr(specviz.ui.session, "get_model", refuse)
-    monkeypatch.setattr(specviz.ui.models, "load_model", refuse)
+    monkeypatch.setattr(specviz.ui.step_through.session, "get_model", refuse)
+    monkeypatch.setattr(specviz.ui.common.models, "load_model", refuse)
 
 
 @pytest.mark.parametrize("mode", ["local", "shared"])

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from specviz.loadtest.protocol import RunResult, StSession
-from specviz.ui.timing import parse_line
+from specviz.ui.common.timing import parse_line
 
 log = logging.getLogger("load_test")
 MAX_PROTOCOL_SESSIONS = 200  # no browsers: the server is the limit

@@ -6,7 +6,7 @@ The room starts with a random presenter key (SPECVIZ_PRESENTER_KEY, only in the 
 presenter's websocket message, never in a URL). The presenter opens the page, Steps once, types the key and presses
 *Present this run*. Then N followers open the page through the balancer (each its own cookie jar, so they split
 over the replicas), see *Following the presenter*, and, like a browser, draw the runs the server pushes (each
-replica's watcher reruns its followers' stage fragments after a Step: specviz.ui.push) and rerun the page's timed
+replica's watcher reruns its followers' stage fragments after a Step: specviz.ui.room.push) and rerun the page's timed
 fragment (the `auto_rerun` the page registers: the slow safety-net poll) on its interval. The presenter makes
 --steps Steps with --think-s between; for each Step, each follower's latency is presenter-click-start -> the first
 run whose page shows the new round (client clocks in one process). Then the followers leave, and after --settle-s the replicas' memory is read

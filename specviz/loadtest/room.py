@@ -19,7 +19,7 @@ from specviz.loadtest import REPO
 from specviz.loadtest import harness as lp
 from specviz.loadtest.protocol import StSession
 from specviz.loadtest.server import healthy, stop_server
-from specviz.ui.timing import parse_line
+from specviz.ui.common.timing import parse_line
 from specviz.workshop.room import free_port
 
 STICKY_COOKIE = "SERVERID"  # HAProxy's stickiness cookie (specviz.workshop.room.haproxy_config)

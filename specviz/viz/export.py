@@ -1,5 +1,5 @@
 """Exports for slides: the token stream as one standalone HTML file and the per-round table as CSV. Pure functions
-(no streamlit); the step-through page offers them as downloads (specviz/ui/export_views.py).
+(no streamlit); the step-through page offers them as downloads (specviz/ui/step_through/export_views.py).
 
 The HTML file carries its styles inline on each element (no stylesheet, no script, no external resource), so it
 opens the same anywhere, and a Content-Security-Policy forbids scripts on top of the escaping: every token text,

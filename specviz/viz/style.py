@@ -32,7 +32,7 @@ TEMPLATE = lean_template()  # a plain dict, read only: plotly copies it into eac
 
 
 class FrozenFigure(go.Figure):
-    """A finished figure that many pages draw (specviz.ui.memo keeps it on a session, and followers share one
+    """A finished figure that many pages draw (specviz.ui.common.memo keeps it on a session, and followers share one
     session): Streamlit calls to_dict() each time it draws a chart, and plotly's to_dict copies the whole figure and
     encodes its arrays again, about a third of a follower's redraw (docs/performance.md). Made by freeze(), which
     computes it once. Read only: a change made after freeze() would not be drawn."""

@@ -1,6 +1,6 @@
 """Who is at the other end of a browser session: the address per-client limits count, and whether it may be the owner.
 
-Plain Python (no streamlit): specviz.ui.client reads the websocket's TCP peer and the headers of its upgrade request
+Plain Python (no streamlit): specviz.ui.common.client reads the websocket's TCP peer and the headers of its upgrade request
 and hands them here.
 
 A proxy on this machine (HAProxy in a room, nginx, a tunnel such as ngrok or cloudflared) makes every client's TCP

@@ -7,7 +7,7 @@ background work waits until no rerun is in flight and the last one ended SETTLE_
 has drawn (wait_idle), and a background measurement that a rerun overlapped (the epoch moved, or one is still
 running) is thrown away and taken again (disturbed).
 
-    with foreground().busy():           # specviz.ui.timing.rerun: every full and fragment rerun
+    with foreground().busy():           # specviz.ui.common.timing.rerun: every full and fragment rerun
         ...
     mark = foreground().wait_idle(stop) # the baseline worker, before each plain step
     ...measure...

@@ -127,7 +127,7 @@ class Policy:
     queue_timeout_s: float = 120.0
     idle_minutes: float = 20.0
     presentation_idle_minutes: float = 15.0  # a presentation whose presenter's page is gone ends by itself
-    max_saved_runs: int = 5  # per browser session (specviz.ui.saved_runs): its own oldest goes, never another's
+    max_saved_runs: int = 5  # per browser session (specviz.ui.room.saved_runs): its own oldest goes, never another's
     probe_urls: tuple[str, ...] = ()  # services participants may probe (the race page); the owner probes anything
 
     def __post_init__(self) -> None:

@@ -29,9 +29,9 @@ interleave a read-modify-write. Both files are validated on read like any hostil
 reads as none, a damaged board line is skipped, and the board is capped (MAX_BOARD_BYTES): when a point would not fit,
 the board is compacted to each fork's latest point (the only one it shows), so however often one fork Steps it holds
 one line after a compaction; only a board of more forks than fit drops points. (The page adds at most one point per
-round a fork actually ran, and a participant who forks again keeps their fork id: specviz.ui.presenting.after_round.)
+round a fork actually ran, and a participant who forks again keeps their fork id: specviz.ui.room.fork.after_round.)
 
-Plain Python: no streamlit (specviz.ui.presenting is the page's side).
+Plain Python: no streamlit (specviz.ui.room.present, follow, fork and board are the page's side).
 """
 
 from __future__ import annotations

@@ -19,7 +19,7 @@ The owner ends a lock-out early by deleting ``room.keyguard`` in the run directo
 The file holds counts, times and client addresses only: never the key, a hash of it or what was typed. Updates take
 an flock (as specviz.workshop.presentation's store), so two replicas cannot both spend the room's last try.
 
-Plain Python: no streamlit (specviz.ui.presenting is the page's side).
+Plain Python: no streamlit (specviz.ui.room.present is the page's side).
 """
 
 from __future__ import annotations

@@ -10,7 +10,7 @@ store evicts those), each validated on read like any hostile input:
 
 Participants never read the truth file through the page until it is revealed; the voter is a hash of a random secret the
 session keeps (no name, no address). Writes are atomic (a temporary file, then os.replace); guesses are appended under an flock.
-Plain Python: no streamlit (specviz.ui.race is the page's side).
+Plain Python: no streamlit (specviz.ui.labs.race is the page's side).
 """
 
 from __future__ import annotations

@@ -17,7 +17,7 @@ recently used files go until the new one fits. Two kinds of file are never evict
 
 When only protected files are left and the new one still does not fit, the save is refused (RunDirFull, an OSError
 whose message says so); nothing protected goes. Files older than the maximum age count as expired. How many files
-one browser session may keep is the page's rule (specviz.ui.saved_runs, the owner's ``max_saved_runs``): a session
+one browser session may keep is the page's rule (specviz.ui.room.saved_runs, the owner's ``max_saved_runs``): a session
 over its quota replaces its own oldest file, never another's.
 
 =======================  =====================================================================
@@ -28,7 +28,7 @@ SPECVIZ_RUN_DIR_MAX_MB   total size kept, least recently used evicted first, pro
 SPECVIZ_RUN_MAX_HOURS    a saved run older than this is expired (72)
 =======================  =====================================================================
 
-Plain Python: no streamlit (specviz.ui.saved_runs is the page's side).
+Plain Python: no streamlit (specviz.ui.room.saved_runs is the page's side).
 """
 
 from __future__ import annotations

@@ -20,7 +20,7 @@ chunk, never for a whole prefill (docs/workshop-safety.md: Token and memory budg
 
 Each turn says what kind of work it is (TurnKind): a participant's "step" (a round, a prefill, a restore), one piece
 of a long "job" (a benchmark sweep, a lab), or "background" (the baselines). Admission does not look at it; what does
-is whoever waits for Steps only (the room's presentation watcher, specviz.ui.push: turns_in_flight("step")).
+is whoever waits for Steps only (the room's presentation watcher, specviz.ui.room.push: turns_in_flight("step")).
 """
 
 from __future__ import annotations

@@ -8,7 +8,7 @@ the embedded model, spoken to with the protocol client (specviz/loadtest/protoco
   that each clear was handled: the owner's page restores its run from its link (Streamlit cleared the sender's
   state), which a rerun without a clear does not.
 * the presenter, a participant (a proxy header: shared mode), sends 20 clears too: they are dropped
-  (specviz.ui.backmsgs; the log says so) and it still presents (its session state is intact).
+  (specviz.ui.common.backmsgs; the log says so) and it still presents (its session state is intact).
 
 And a known-bad control on a small app of the test's own: a thread started from an st.cache_resource function is
 started again after every clear (one more thread per clear, as specviz's watcher did), one from a process singleton

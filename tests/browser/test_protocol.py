@@ -8,7 +8,7 @@ import pytest
 
 from specviz.loadtest import harness as lp
 from specviz.loadtest.protocol import FINISHED, StSession
-from specviz.ui.timing import parse_line
+from specviz.ui.common.timing import parse_line
 from tests.browser.conftest import run_app
 
 pytestmark = pytest.mark.smollm

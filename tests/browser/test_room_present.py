@@ -14,7 +14,7 @@ import pytest
 from selenium.webdriver.common.by import By
 
 from specviz.loadtest.browser import click_button, exceptions, main_text, metric_value, set_text, wait, wait_idle
-from specviz.ui.timing import parse_line
+from specviz.ui.common.timing import parse_line
 from specviz.workshop.presentation import PresentationStore
 from tests.browser.st_browser import save_section_screenshot
 from tests.browser.test_room import HAPROXY, SETTINGS, STEP_TIMEOUT_S, open_url, room, step

@@ -4,10 +4,10 @@ the run directory, the presentation file)."""
 
 import re
 
-STEP_PAGE, LAB_PAGE, BENCH_PAGE = "", "exactness", "benchmark"  # URL paths (specviz/ui/navigation.py)
-KEY_STEP, KEY_RESET, KEY_RUN_ALL = "step", "reset", "run_all"  # specviz/ui/controls.py
-KEY_PROMPT, KEY_COMPARE, KEY_MAX_NEW, KEY_ADAPTIVE_K = "prompt", "compare", "max_new_tokens", "adaptive_k"  # specviz/ui/sidebar.py
-KEY_FOLLOW, KEY_FORK = "follow", "fork"  # specviz/ui/presenting.py
+STEP_PAGE, LAB_PAGE, BENCH_PAGE = "", "exactness", "benchmark"  # URL paths (specviz/ui/common/navigation.py)
+KEY_STEP, KEY_RESET, KEY_RUN_ALL = "step", "reset", "run_all"  # specviz/ui/step_through/controls.py
+KEY_PROMPT, KEY_COMPARE, KEY_MAX_NEW, KEY_ADAPTIVE_K = "prompt", "compare", "max_new_tokens", "adaptive_k"  # specviz/ui/step_through/sidebar.py
+KEY_FOLLOW, KEY_FORK = "follow", "fork"  # specviz/ui/room/follow.py, specviz/ui/room/fork.py
 KEY_PRESENT_KEY, KEY_PRESENT, KEY_STOP_PRESENT = "present_key", "present", "stop_present"
 KEY_LAB_MODE, KEY_LAB_PROMPT, KEY_LAB_RUN, KEY_TOY_TABLE = "lab_real_mode", "lab_real_prompt", "lab_real_run", "lab_vocab"  # pages/exactness.py
 KEY_BENCH_RUN, KEY_BENCH_PER_CATEGORY, KEY_BENCH_REPEATS, KEY_BENCH_NEW = "bench_run", "bench_per_category", "bench_repeats", "bench_max_new_tokens"  # pages/benchmark.py

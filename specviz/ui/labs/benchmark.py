@@ -1,0 +1,82 @@
+"""The Benchmark page's plumbing: what it offers (drafters, limits, prompts) and running a sweep with the shared
+models inside one queue turn. The sweep itself is specviz.experiments.bench; the page only draws."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import pandas as pd
+
+from specviz.config import RunConfig
+from specviz.drafters.specs import SPECULATIVE_KINDS
+from specviz.experiments.bench import (
+    DEFAULT_PROMPTS,
+    BenchPrompt,
+    SweepSpec,
+    first_per_category,
+    load_prompts,
+    prompt_categories,
+    rows_to_frame,
+    run_sweep,
+    summary_table,
+    tree_vs_chain_table,
+)
+from specviz.runs import RunModels, kv_tokens
+from specviz.ui.common import budgets, turns
+from specviz.ui.common.models import sweep_models
+
+BENCH_DRAFTERS = SPECULATIVE_KINDS  # every drafter but plain decoding, which is the baseline
+
+
+def check_draft_model(drafters: Sequence[str], draft: str) -> None:
+    """RunConfig.validate's ValueError when a chosen drafter drafts with a second model and none is chosen."""
+    for drafter in drafters:
+        RunConfig(drafter=drafter, draft=draft or None)  # type: ignore[arg-type]
+
+
+def sweep_kv_tokens(models: RunModels, spec: SweepSpec, num_prompt_tokens: int) -> int:
+    """A sweep runs one decoder at a time (its cache and its drafter's): the largest of them, at the longest prompt."""
+    configs = [
+        RunConfig(target=models.target.name, draft=models.draft.name if models.draft else None, drafter=d, num_draft_tokens=max(spec.ks),  # type: ignore[arg-type]
+                  exit_layer=spec.exit_layer, max_new_tokens=spec.max_new_tokens, chat=spec.chat)
+        for d in spec.drafters
+    ]  # fmt: skip
+    return max(kv_tokens(c, models, num_prompt_tokens) for c in configs)
+
+
+def run_benchmark(
+    target_source: str, draft_source: str, device: str, prompts: Sequence[BenchPrompt], spec: SweepSpec,
+    on_progress: Callable[[int, int, str], None],
+) -> pd.DataFrame:
+    """Load the sweep's models (cached), then run it as a long job: one model turn per run (a long run gives the model
+    back between rounds), timings counted inside the turns only. Raises ValueError with a message for the user."""
+    models = sweep_models(target_source, draft_source, device, spec.drafters)
+    longest = max(len(budgets.prompt_ids(models.target, p.prompt, spec.chat, spec.max_new_tokens, max(spec.ks))) for p in prompts)
+    with budgets.job_memory(models.target, sweep_kv_tokens(models, spec, longest), "The benchmark sweep"), \
+            turns.long_job(models.target, "a benchmark sweep", "the sweep's next run") as turn:  # fmt: skip
+        rows = run_sweep(
+            models.target, prompts, spec, draft=models.draft, early_exit=models.early_exit, heads=models.heads, eagle=models.eagle,
+            on_progress=on_progress, turn=turn,
+        )
+    return rows_to_frame(rows)
+
+
+def bench_prompts() -> tuple[list[BenchPrompt], list[str]]:
+    """The shipped prompts (assets/prompts.json) and their categories; ValueError naming what is wrong with the file."""
+    prompts = load_prompts(DEFAULT_PROMPTS)
+    return prompts, prompt_categories(prompts)
+
+
+def chosen_prompts(prompts: list[BenchPrompt], categories: Sequence[str], per_category: int) -> list[BenchPrompt]:
+    """The first per_category prompts of each chosen category."""
+    return first_per_category([p for p in prompts if p.category in categories], per_category)
+
+
+def summary(frame: pd.DataFrame) -> pd.DataFrame:
+    """The sweep's table: one row per setting, the mean over prompts of its medians against plain decoding."""
+    return summary_table(frame)
+
+
+def trees_vs_chains(frame: pd.DataFrame) -> pd.DataFrame:
+    """Token trees beside chains at the same node budget k (a frame with trees: viz.bench.has_trees)."""
+    return tree_vs_chain_table(frame)

@@ -1,0 +1,193 @@
+"""The step-through page's controls, written once for live runs and replays: Step, Run to end, Play / Pause, Reset.
+
+A Stage says what each control does to its session (LiveStage: rounds of the model, in the model's queue;
+ReplayStage: a recording's rounds, no model); buttons() draws the row, apply() acts on the clicks. The page draws
+them inside a fragment (st.fragment), so a Step reruns the buttons and the run's views only, not the sidebar or the
+recordings row. Play re-registers the fragment with run_every (a full rerun), one round per tick."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Protocol
+
+import streamlit as st
+
+from specviz.config import RunConfig
+from specviz.ui.room import fork, present
+from specviz.ui.room.saved_runs import step_and_save
+from specviz.ui.step_through.replay import ReplaySession, ReplayState
+from specviz.ui.step_through.session import PageState, StepSession, friendly_error, start_session
+from specviz.viz.markdown import md_text
+
+
+class Stage(Protocol):
+    """What the controls act on."""
+
+    playing: bool
+    read_only: bool  # the controls are drawn disabled and do nothing (a follower's view of the presenter's run)
+
+    @property
+    def session(self) -> StepSession | ReplaySession | None: ...
+    def ready(self) -> bool: ...  # make the session if there is none (live: the first Step starts it); False: cannot
+    def notices(self) -> None: ...  # what the page says about the session after the clicks (drawn in the fragment)
+    def step(self) -> bool: ...  # one round; False when it could not run (the model's queue timed out)
+    def run_to_end(self, progress: Callable[[object], None]) -> None: ...
+    def reset(self) -> None: ...
+
+
+@dataclass(frozen=True)
+class Clicks:
+    step: bool = False
+    run_all: bool = False
+    play: bool = False
+    reset: bool = False
+
+
+def buttons(playing: bool, disabled: bool = False) -> tuple[Clicks, object]:
+    """The row: Step, Run to end, Play/Pause, Reset, and a slot for Save run (the caller fills it after the round).
+    disabled: drawn read-only (the stage's notices say why)."""
+    cols = st.columns([1, 1, 1, 1, 1.3, 2.7])
+    clicks = Clicks(
+        step=cols[0].button("Step", key="step", type="primary", disabled=disabled, help="One round: draft, verify in one target pass, commit."),
+        run_all=cols[1].button("Run to end", key="run_all", disabled=disabled, help="Step until EOS or max new tokens, updating as it goes."),
+        play=cols[2].button("Pause" if playing else "Play", key="play", disabled=disabled, help="Step automatically at the pace set in the sidebar."),
+        reset=cols[3].button("Reset", key="reset", disabled=disabled, help="Throw the run away and start again with the current settings."),
+    )
+    return clicks, cols[4].empty()
+
+
+def apply(stage: Stage, clicks: Clicks, progress: Callable[[object], None]) -> None:
+    """Act on the clicks (and, while playing, take this tick's round). Play restarts the page (scope app) so the
+    fragment is registered again with or without its timer; Step, Run to end and Reset stay inside the fragment.
+    A read-only stage ignores every click (a raw client can send a disabled button's click)."""
+    if stage.read_only:
+        return
+    if clicks.reset:
+        stage.reset()
+    if clicks.play:
+        stage.playing = not stage.playing
+        st.rerun(scope="app")
+    if not (clicks.step or clicks.run_all or stage.playing):
+        return
+    if not stage.ready():
+        if stage.playing:
+            stage.playing = False
+        return
+    session = stage.session
+    if stage.playing:
+        if session.done:
+            stage.playing = False
+            st.rerun(scope="app")  # stop the timer
+        stage.step()
+    elif clicks.step:
+        stage.step()
+    if clicks.run_all:
+        stage.run_to_end(progress)
+
+
+class ReplayStage:
+    """A recording walked round by round."""
+
+    read_only = False
+
+    def __init__(self, state: ReplayState) -> None:
+        self.state = state
+
+    @property
+    def session(self) -> ReplaySession | None:
+        return self.state.session
+
+    @property
+    def playing(self) -> bool:
+        return self.state.playing
+
+    @playing.setter
+    def playing(self, value: bool) -> None:
+        self.state.playing = value
+
+    def ready(self) -> bool:
+        return self.state.session is not None
+
+    def notices(self) -> None:
+        pass
+
+    def step(self) -> bool:
+        self.state.session.step()
+        return True
+
+    def run_to_end(self, progress: Callable[[object], None]) -> None:
+        self.state.session.to_end()
+
+    def reset(self) -> None:
+        if self.state.session is not None:
+            self.state.session.reset()
+        self.state.playing = False
+
+
+class LiveStage:
+    """Rounds of the model: the first Step (or Run to end, or Play) starts the session with the sidebar's settings.
+    Each saved round also moves a presentation on (specviz.ui.room.present.after_round) and adds a fork's board point
+    (specviz.ui.room.fork.after_round)."""
+
+    read_only = False
+
+    def __init__(self, state: PageState, config: RunConfig | None, compare: RunConfig | None, prompt: str, unavailable: bool = False) -> None:
+        self.state, self.config, self.compare, self.prompt = state, config, compare, prompt
+        self.unavailable = unavailable  # the target could not be loaded (the page said why)
+
+    @property
+    def session(self) -> StepSession | None:
+        return self.state.session
+
+    @property
+    def playing(self) -> bool:
+        return self.state.playing
+
+    @playing.setter
+    def playing(self, value: bool) -> None:
+        self.state.playing = value
+
+    def ready(self) -> bool:
+        if self.state.session is not None:
+            return True
+        if self.config is None or self.unavailable:
+            return False
+        try:
+            self.state.session = start_session(self.state, self.config, self.compare, self.prompt)
+        except Exception as exc:
+            st.error(md_text(friendly_error(exc)))
+            return False
+        return True
+
+    def notices(self) -> None:
+        """A run whose settings the sidebar has moved on from: say what changed and offer Reset."""
+        session = self.state.session
+        if session is None or self.config is None or session.matches(self.config, self.compare, self.prompt):
+            return
+        changed = session.changes(self.config, self.compare, self.prompt)
+        st.warning(
+            "The settings changed since this run started (" + md_text("; ".join(changed or ["see the sidebar"])) + "). "
+            "Step and Run to end continue the run below with its own settings; press **Reset** to start over with the new ones."
+        )
+
+    def step(self) -> bool:
+        ran = not self.state.session.done  # a Step of finished runs adds nothing: no file, no board point
+        stepped = step_and_save(self.state.session)
+        if stepped and ran:
+            present.after_round(self.state.session)
+            fork.after_round(self.state.session)
+        return stepped
+
+    def run_to_end(self, progress: Callable[[object], None]) -> None:
+        session = self.state.session
+        live = st.empty()
+        while not session.done and self.step():  # False: the model's queue timed out (a warning says so)
+            with live.container():
+                progress(session)
+        live.empty()
+
+    def reset(self) -> None:
+        if self.state.session is not None:
+            self.state.session.release()  # its share of the server's KV budget
+        self.state.session, self.state.playing = None, False

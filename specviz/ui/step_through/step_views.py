@@ -1,0 +1,280 @@
+"""The step-through page's views: metrics, token stream, round inspector, curves. Frames and figures are built from
+the session's records once per round (specviz.ui.common.memo keeps them on the session until the next round).
+
+Every view draws from records, token texts and the baseline's records only, so a live StepSession and a
+replayed recording (specviz.ui.step_through.replay.ReplaySession) draw the same way: see ViewSource."""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Sequence
+from typing import Protocol
+
+import pandas as pd
+import streamlit as st
+
+from specviz.config import RunConfig
+from specviz.core.divergence import Divergence, emitted_margins, first_divergence
+from specviz.core.metrics import RunMetrics, run_metrics
+from specviz.core.records import StepRecord
+from specviz.core.theory import speedup as theory_speedup
+from specviz.ui.common.memo import baseline_state, memo, round_key
+from specviz.ui.step_through.session import baseline_key
+from specviz.viz import (
+    figures,
+    latency_frame,
+    legend_html,
+    progress_frame,
+    rounds_frame,
+    stream_frame,
+    token_stream_html,
+    verify_cost_ratio,
+)
+from specviz.viz.figures import BASELINE_RUN
+from specviz.viz.markdown import md_text
+from specviz.viz.metrics import DISTURBED
+from specviz.viz.style import freeze
+
+log = logging.getLogger(__name__)
+
+
+class ViewRun(Protocol):
+    """What the views read of one run (live: specviz.ui.step_through.session.Run; replay: specviz.ui.step_through.replay.ReplayRun)."""
+
+    label: str
+    config: RunConfig
+
+    @property
+    def records(self) -> Sequence[StepRecord]: ...
+    @property
+    def error(self) -> str | None: ...
+    @property
+    def done(self) -> bool: ...
+    @property
+    def device_type(self) -> str: ...  # cpu, cuda, mps: where the run ran
+
+
+class ViewBaseline(Protocol):
+    """Plain decoding of the same prompt (live: specviz.workshop.baselines.BaselineRun, measured in the background)."""
+
+    @property
+    def records(self) -> Sequence[StepRecord]: ...
+    @property
+    def error(self) -> str | None: ...
+    def covers(self, num_tokens: int) -> bool: ...  # measured that far (or finished): the speedup is measured
+
+
+class ViewSource(Protocol):
+    """What the views read of a session: its runs, its baseline, and token id -> text."""
+
+    prompt: str
+    config: RunConfig  # the first run's (the baseline decodes with its target and sampling)
+
+    @property
+    def runs(self) -> Sequence[ViewRun]: ...
+    @property
+    def baseline(self) -> ViewBaseline: ...
+    @property
+    def prompt_texts(self) -> list[str]: ...
+    def token_text(self, token_id: int) -> str: ...
+
+
+def generated(records: Sequence[StepRecord]) -> list[int]:
+    """The ids committed so far, from the records (the same as the live decoder's generated)."""
+    return [t for r in records for t in r.emitted]
+
+
+def num_generated(run: ViewRun) -> int:
+    return sum(len(r.emitted) for r in run.records)
+
+
+def fmt(x: float | None, spec: str = ".2f", suffix: str = "") -> str:
+    if x is None or (isinstance(x, float) and math.isnan(x)):
+        return "–"
+    return f"{x:{spec}}{suffix}"
+
+
+def _last(df: pd.DataFrame, column: str) -> float | None:
+    return float(df[column].iloc[-1]) if len(df) else None
+
+
+MEASURING = "measuring…"
+
+
+def run_frame(session: ViewSource, run: ViewRun) -> pd.DataFrame:
+    """The run's rounds frame (with the measured speedup as far as the baseline reaches), built once per round."""
+    key = (len(run.records), baseline_state(session.baseline))
+    return memo(session, f"frame:{run.label}", key, lambda: rounds_frame(run.records, run.label, session.baseline.records))
+
+
+def metrics_of(session: ViewSource, run: ViewRun) -> RunMetrics:
+    """The run's metrics (specviz.core.metrics, the speedup by its one baseline rule), computed once per round."""
+    key = (len(run.records), baseline_state(session.baseline))
+    return memo(session, f"metrics:{run.label}", key, lambda: run_metrics(run.records, session.baseline.records))
+
+
+def measuring(session: ViewSource, run: ViewRun) -> bool:
+    """The baseline is still being measured and has not reached this run's length."""
+    return session.baseline.error is None and not session.baseline.covers(num_generated(run))
+
+
+def speedup_text(session: ViewSource, run: ViewRun) -> str:
+    if measuring(session, run):
+        return MEASURING
+    m = metrics_of(session, run)
+    note = m.disturbance()
+    if note is not None:
+        memo(session, f"disturbed:{run.label}", (m.rounds,), lambda: log.warning("%s: %s", run.label, note))  # logged once per round
+        return DISTURBED
+    return fmt(m.speedup, ".2f", "×")
+
+
+def metrics(session: ViewSource, run: ViewRun, columns: int = 6) -> None:
+    """The run's headline numbers so far; theory in the small print under each."""
+    df = run_frame(session, run)
+    k = int(df["k_mean"].iloc[-1]) if len(df) else run.config.num_draft_tokens
+    cells = [
+        ("rounds", f"{len(df)}", "One target pass each."),
+        ("tokens", f"{num_generated(run)} / {run.config.max_new_tokens}", None),
+        ("α", fmt(_last(df, "alpha")), "Leviathan's α = E[Σ_v min(p_target, q_draft)] over the positions the rule checked."),
+        ("accepted / drafted", fmt(_last(df, "acceptance_rate")), "Kept drafts over all drafts (discarded ones included), as vLLM and llama.cpp report it."),
+        ("tokens / target pass", fmt(_last(df, "tokens_per_pass")), f"Theory at this α and k={k}: (1−α^(k+1))/(1−α) = {fmt(_last(df, 'theory_tokens_per_pass'))}."),
+        ("speedup", speedup_text(session, run), f"Wall clock, measured, against plain decoding of the same prompt. Predicted (1−α^(k+1))/((1−α)(1+kc)): {fmt(_last(df, 'predicted_speedup'), '.2f', '×')}."),
+    ]
+    cols = st.columns(columns)
+    for i, (label, value, help_text) in enumerate(cells):
+        cols[i % columns].metric(label, value, help=help_text)
+
+
+def token_stream(session: ViewSource, run: ViewRun, legend: bool = True) -> None:
+    if legend:
+        st.html(legend_html())
+    st.html(memo(session, f"stream:{run.label}", (len(run.records),), lambda: token_stream_html(session.prompt_texts, stream_frame(run.records, session.token_text))))
+    if run.error:
+        st.error(md_text(run.error))
+    elif run.done:
+        st.caption("This run is finished. Press Reset to start again.")
+
+
+def baseline_divergence(session: ViewSource, run: ViewRun) -> Divergence | None:
+    """Where a greedy run's tokens first differ from its baseline's (as far as both have gone); None when they
+    agree, when the run samples, or when the baseline decodes something else (another target, dtype, sampling)."""
+    baseline = session.baseline
+    if not run.config.sampling.greedy or baseline.error or baseline_key(run.config, session.prompt) != baseline_key(session.config, session.prompt):
+        return None
+    return first_divergence(
+        generated(run.records), emitted_margins(run.records), generated(baseline.records), emitted_margins(baseline.records), prefix_only=True
+    )
+
+
+def divergence_note(session: ViewSource, run: ViewRun) -> None:
+    """A warning when a greedy run left plain greedy decoding: where, and how close the target's top two were."""
+    d = baseline_divergence(session, run)
+    if d is None:
+        return
+    margin = "–" if d.margin is None else f"{d.margin:.4g}"
+    base_margin = "–" if d.baseline_margin is None else f"{d.baseline_margin:.4g}"
+    st.warning(
+        f"{md_text(run.label)}: this greedy run differs from plain greedy decoding at new token {d.position + 1} "
+        f"(token id {d.token} here, {d.baseline_token} in the baseline). "
+        f"The target's top-2 logit margin there: {margin} (baseline {base_margin}). Greedy identity is a float32 guarantee: "
+        "in bfloat16/float16 the batched verify pass rounds differently from one-token steps and can flip a near-tie."
+    )
+
+
+def divergence_notes(session: ViewSource) -> None:
+    for run in session.runs:
+        divergence_note(session, run)
+
+
+def live_progress(session: ViewSource) -> None:
+    """What Run to end redraws after every round: the numbers and the streams."""
+    cols = st.columns(len(session.runs))
+    for col, run in zip(cols, session.runs):
+        with col:
+            df = run_frame(session, run)
+            st.markdown(f"**{md_text(run.label)}** · round {len(df)} · {num_generated(run)} tokens · α {fmt(_last(df, 'alpha'))} · {fmt(_last(df, 'tokens_per_pass'))} tokens/pass")
+            st.html(token_stream_html(session.prompt_texts, stream_frame(run.records, session.token_text), show_prompt=False))
+
+
+def first_charts(session: ViewSource) -> bool:
+    """True until this session's curves have been drawn once (the page shows a placeholder where they will land)."""
+    return "curves" not in (getattr(session, "memo", None) or {})
+
+
+def curves(session: ViewSource) -> None:
+    """Accepted per round, running α, tokens per pass and speedup against theory, inter-token latency."""
+    runs = [r for r in session.runs if r.records]
+    if not runs:
+        return
+    figs = memo(session, "curves", round_key(session), lambda: _curve_figures(session, runs))
+    st.subheader("Curves")
+    a, b = st.columns(2)
+    with a:
+        st.plotly_chart(figs["accepted"], width="stretch", key="fig_accepted")
+        if len(runs) == 1:
+            st.caption("Grey: drafted this round; green: kept. A fully green bar also earns a bonus token; a short one means a rejection and a resample.")
+        else:
+            st.caption("Drafts kept per round by each run: the higher line gets more from each target pass.")
+    with b:
+        st.plotly_chart(figs["alpha"], width="stretch", key="fig_alpha")
+        st.caption(
+            "α is Leviathan's E[Σ min(p_target, q_draft)]: the chance a draft survives, read off the distributions. "
+            "accepted/drafted counts what happened (discarded drafts count as drafted, so it sits lower). With a one-hot q, Σ min(p, q) = p_target(draft)."
+        )
+    c, d = st.columns(2)
+    with c:
+        st.plotly_chart(figs["tpp"], width="stretch", key="fig_tpp")
+        st.caption("Measured tokens per target pass against (1 − α^(k+1))/(1 − α) at the running α. Rounds where the drafter had nothing to propose pull the measurement below theory.")
+    with d:
+        if any(measuring(session, r) for r in runs):
+            st.caption(f"Speedup: {MEASURING} plain decoding of the same prompt is timed in the background, after every waiting round; the measured line grows as it catches up.")
+        st.plotly_chart(figs["speedup"], width="stretch", key="fig_speedup")
+        st.caption(speedup_note(session, runs))
+    e, f = st.columns(2)
+    with e:
+        st.plotly_chart(figs["latency"], width="stretch", key="fig_latency")
+        st.caption("Speculative tokens arrive in bursts: a round's tokens come together (gaps near 0 ms), then a long wait for the next round. Plain decoding pays one pass per token, evenly.")
+    with f:
+        st.plotly_chart(figs["progress"], width="stretch", key="fig_progress")
+        st.caption("Tokens committed against decode time: the steeper line is the faster decoder.")
+
+
+def _curve_figures(session: ViewSource, runs: list[ViewRun]) -> dict:
+    """Every curve's figure, from the frames of this round (memoised by curves())."""
+    rounds = pd.concat([run_frame(session, r) for r in runs], ignore_index=True)
+    base = session.baseline.records
+    latency = pd.concat([latency_frame(r.records, r.label) for r in runs] + [latency_frame(base, BASELINE_RUN)], ignore_index=True)
+    progress = pd.concat([progress_frame(r.records, r.label) for r in runs] + [progress_frame(base, BASELINE_RUN)], ignore_index=True)
+    figs = {
+        "accepted": figures.accepted_figure(rounds), "alpha": figures.alpha_figure(rounds), "tpp": figures.tokens_per_pass_figure(rounds),
+        "speedup": figures.speedup_figure(rounds), "latency": figures.latency_figure(latency), "progress": figures.progress_figure(progress),
+    }  # fmt: skip
+    return {name: freeze(fig) for name, fig in figs.items()}
+
+
+def speedup_note(session: ViewSource, runs: list[ViewRun]) -> str:
+    """Why measured and predicted speedups differ: the formula charges one target pass per round."""
+    if session.baseline.error:
+        return f"No baseline, so no measured speedup: {md_text(session.baseline.error)}"
+    if not session.baseline.records:
+        return f"Measured speedup: {MEASURING} the baseline (plain decoding of the same prompt) runs in the background, after every waiting round."
+    notes = []
+    for run in runs:
+        df = run_frame(session, run)
+        if (note := metrics_of(session, run).disturbance()) is not None and not measuring(session, run):
+            notes.append(f"{md_text(run.label)}: no measured speedup, {md_text(note)}")
+        v = verify_cost_ratio(run.records, session.baseline.records)
+        alpha, c = _last(df, "alpha"), _last(df, "c")
+        if v is None or alpha is None or math.isnan(alpha):
+            continue
+        k = int(df["k_mean"].iloc[-1])
+        corrected = theory_speedup(alpha, k, c, verify_cost=v)
+        notes.append(f"{md_text(run.label)}: c = {c:.2f}; verifying k+1 tokens took {v:.2f}× a one-token pass (the formula assumes 1×); charging that, it predicts {corrected:.2f}×.")
+    head = (
+        "Measured: the baseline's decode time for as many tokens ÷ this run's (prefill excluded), drawn as far as the "
+        "baseline has been measured (it is timed in the background; a baseline that stopped at EOS sooner is extrapolated at its mean pace). "
+        "Predicted: Leviathan's formula with c = draft time per token ÷ target time per token, both measured. "
+    )
+    return head + " ".join(notes)
