@@ -1,41 +1,29 @@
 """Train an EAGLE head (specviz.models.eagle) for a target: feature regression plus token cross-entropy, as in the paper.
 
-Data (offline, cached, resumable). Sequences of the target's own features: at every position t the target's
-post-norm last hidden state f_t (float16), the token x_{t+1} that followed (the pair the head reads) and the
-target's argmax a_{t+1} there. Two sources:
-
-* the target's own continuations of specviz's training prompts: the very cache the Medusa heads train on
-  (specviz.experiments.train_heads.cached_data; each continuation is one sequence), held out by prompt;
-* teacher-forced text the machine has offline: Python's standard library (docstrings and source), and the
-  documentation and licence texts under /usr/share/doc and /usr/share/common-licenses, cut into windows of
-  ``window`` tokens; the target reads each window once and its features and argmaxes are kept (a forward pass,
-  far cheaper than generating). Windows are saved batch by batch, so an interrupted run resumes; every
-  heldout_every-th window is held out.
+Data. Sequences of the target's own features: at every position t the target's post-norm last hidden state f_t
+(float16), the token x_{t+1} that followed (the pair the head reads) and the target's argmax a_{t+1} there, from two
+sources: the target's own continuations of specviz's training prompts (training/own_text.py: the very cache the
+Medusa heads train on, each continuation one sequence, held out by prompt) and teacher-forced offline text
+(training/teacher.py).
 
 Training (EAGLE's loss). For a segment of a sequence the head reads (f_t + noise, x_{t+1}) at every t, with causal
 attention over the segment, and predicts g_t: L = smoothL1(g_t, f_{t+1}) + w_cls * CE(p_{t+1}, softmax(LM(g_t))),
 where p_{t+1} = softmax(LM(f_{t+1})) is the target's own distribution there (soft labels) and LM the frozen LM head
 over the training vocabulary (the tokens the data has as inputs or labels: the cross-entropy's cost is the LM head's).
-Noise is EAGLE's U(-noise, noise) on the input features. AdamW, warm-up then cosine decay, batches a pure function of
-(seed, step): a run resumed from its checkpoint ends with the same weights.
+Noise is EAGLE's U(-noise, noise) on the input features. The loop, the schedule and the checkpoints are
+training/loop.py's: a run resumed from its checkpoint ends with the same weights.
 
-Evaluation (the go/no-go gate of issue 34): the held-out first-draft-token top-1, i.e. with the target's true features
-for every earlier position, whether argmax LM(g_t) over the full vocabulary is a_{t+1} (what a chain's first draft
-needs to be accepted at temperature 0), and the draft step's cost (one layer over one position plus the LM head over
-the draft vocabulary) as a fraction of the target's 1-token pass.
+Evaluation (the go/no-go gate of issue 34, training/gate.py): the held-out first-draft-token top-1, i.e. with the
+target's true features for every earlier position, whether argmax LM(g_t) over the full vocabulary is a_{t+1} (what a
+chain's first draft needs to be accepted at temperature 0), and the draft step's cost as a fraction of the target's
+1-token pass.
 """
 
 from __future__ import annotations
 
-import gzip
 import hashlib
-import json
-import logging
 import math
-import statistics
-import sysconfig
-import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -43,197 +31,15 @@ from typing import TYPE_CHECKING
 import torch
 from torch import nn
 
-from specviz.experiments.train_heads import (
-    CURVE_FILE,
-    TrainConfig,
-    cached_data,
-    learning_rate,
-    read_checkpoint,
-    write_token_counts,
-)
+from specviz.experiments.training.config import EagleConfig
+from specviz.experiments.training.loop import Checkpoint, Run, batch_indices, optimise, project
+from specviz.experiments.training.own_text import cached_data
+from specviz.experiments.training.save import count_tokens, write_curve, write_token_counts
+from specviz.experiments.training.teacher import teacher_data
 
 if TYPE_CHECKING:  # specviz.models imports transformers
     from specviz.models import LoadedModel
     from specviz.models.eagle import EagleHead
-
-log = logging.getLogger(__name__)
-
-TEACHER_VERSION = 1  # bump when the teacher-forced recipe changes, so old caches are not reused
-DOC_ROOTS = ("/usr/share/doc", "/usr/share/common-licenses")
-MAX_DOC_CHARS = 40_000  # one document contributes at most this much text (variety over one long file)
-GATE_TOP1, GATE_STEP_COST = 0.55, 0.06  # issue 34's go/no-go: held-out first-draft-token top-1, draft step / pass
-
-
-@dataclass(frozen=True)
-class EagleConfig(TrainConfig):
-    """An EAGLE training run: the own-text data recipe and optimisation of TrainConfig (batch_size: positions per step,
-    a multiple of seg_len), plus the teacher-forced text and EAGLE's loss settings."""
-
-    steps: int = 2000
-    batch_size: int = 1024  # positions per step: batch_size // seg_len segments
-    seg_len: int = 128  # positions per training segment (the head attends within it)
-    teacher_tokens: int = 850_000  # teacher-forced positions to read (train + held out); 0: the target's own text only
-    window: int = 256  # tokens per teacher-forced window
-    noise: float = 0.1  # EAGLE's uniform noise on the input features
-    cls_weight: float = 0.1  # EAGLE's w_cls: the token cross-entropy's weight beside the feature regression
-    draft_vocab: int = 8192  # the V' the step cost is measured at (when the data gives token counts)
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        for name in ("seg_len", "window"):
-            if getattr(self, name) < 2:
-                raise ValueError(f"{name} must be at least 2; got {getattr(self, name)}.")
-        if self.batch_size % self.seg_len:
-            raise ValueError(f"batch_size ({self.batch_size}) must be a multiple of seg_len ({self.seg_len}).")
-        if self.teacher_tokens < 0 or self.draft_vocab < 0 or not (0 <= self.noise < 1) or self.cls_weight < 0:
-            raise ValueError("teacher_tokens and draft_vocab must be >= 0, noise in [0, 1), cls_weight >= 0.")
-
-    def teacher_key(self, fingerprint: str, with_budget: bool = True) -> str:
-        recipe = dict(v=TEACHER_VERSION, target=fingerprint, window=self.window, gen_batch=self.gen_batch, seed=self.seed,
-                      heldout_every=self.heldout_every, gen_dtype=self.gen_dtype)  # fmt: skip
-        if with_budget:
-            recipe["tokens"] = self.teacher_tokens
-        return hashlib.sha256(json.dumps(recipe, sort_keys=True).encode()).hexdigest()[:16]
-
-
-EAGLE_TINY = EagleConfig(steps=30, batch_size=64, seg_len=16, data_tokens=600, teacher_tokens=800, window=32, max_new_tokens=24,
-                         gen_batch=8, warmup_steps=4, eval_every=15, eval_positions=512, checkpoint_every=15, lr=5e-3,
-                         draft_vocab=16)  # fmt: skip
-"""A config that trains on a tiny random model in seconds (the tests, and --tiny)."""
-
-
-# -- the teacher-forced text --------------------------------------------------------------------------------------
-
-
-def teacher_files(seed: int) -> list[Path]:
-    """The offline text files, in a seeded order: the standard library's .py files, then docs and licences."""
-    stdlib = Path(sysconfig.get_paths()["stdlib"])
-    files = sorted(p for p in stdlib.rglob("*.py") if "site-packages" not in p.parts and "test" not in p.parts)
-    for root in DOC_ROOTS:
-        base = Path(root)
-        if base.is_dir():
-            files += sorted(p for p in base.rglob("*") if p.is_file() and _doc_name(p))
-    order = torch.randperm(len(files), generator=torch.Generator().manual_seed(seed)).tolist()
-    return [files[i] for i in order]
-
-
-def _doc_name(path: Path) -> bool:
-    name = path.name.lower()
-    return name == "copyright" or name.startswith(("readme", "news", "changelog")) or path.parent.name == "common-licenses" or name.endswith(".txt")
-
-
-def teacher_documents(seed: int) -> Iterator[str]:
-    """Documents in the seeded order, each distinct text once: a .py file gives its docstrings (prose) and its source
-    (code) as two documents; a doc file its text (gzip read), at most MAX_DOC_CHARS of each."""
-    import ast
-
-    seen: set[str] = set()
-    for path in teacher_files(seed):
-        try:
-            raw = gzip.decompress(path.read_bytes()) if path.suffix == ".gz" else path.read_bytes()
-            text = raw.decode("utf-8")
-        except (OSError, UnicodeDecodeError, EOFError, gzip.BadGzipFile):
-            continue
-        docs = [text]
-        if path.suffix == ".py":
-            try:
-                tree = ast.parse(text)
-            except (SyntaxError, ValueError):
-                tree = None
-            nodes = [] if tree is None else [n for n in ast.walk(tree) if isinstance(n, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))]
-            docstrings = [d for d in (ast.get_docstring(n) for n in nodes) if d]
-            docs = ["\n\n".join(docstrings), text]
-        for doc in docs:
-            doc = doc.strip()[:MAX_DOC_CHARS]
-            digest = hashlib.sha256(doc.encode()).hexdigest()
-            if len(doc) >= 200 and digest not in seen:
-                seen.add(digest)
-                yield doc
-
-
-def teacher_windows(tokenizer, seed: int, window: int, budget: int) -> Iterator[list[int]]:
-    """Windows of window + 1 token ids (the last one only a label) until ``budget`` positions, from teacher_documents."""
-    total = 0
-    for doc in teacher_documents(seed):
-        ids = tokenizer(doc, add_special_tokens=False, verbose=False)["input_ids"]
-        for s in range(0, len(ids) - 1, window):
-            piece = ids[s : s + window + 1]
-            if len(piece) < 9:  # a stub
-                continue
-            yield piece
-            total += len(piece) - 1
-            if total >= budget:
-                return
-
-
-@torch.inference_mode()
-def read_windows(lm: LoadedModel, windows: Sequence[Sequence[int]]) -> list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:
-    """The target reads B windows (right-padded): per window ((T, H) float16 hidden states, (T,) argmax, (T,) the tokens
-    that follow), T = its length - 1 (row t read token t, its label is token t + 1)."""
-    model, dev = lm.model, lm.device
-    pad = lm.tokenizer.pad_token_id if lm.tokenizer.pad_token_id is not None else 0
-    t = max(len(w) for w in windows) - 1
-    ids = torch.tensor([list(w[:-1]) + [pad] * (t - len(w) + 1) for w in windows], dtype=torch.long, device=dev)  # (B, T)
-    mask = torch.tensor([[1] * (len(w) - 1) + [0] * (t - len(w) + 1) for w in windows], dtype=torch.long, device=dev)
-    out = model(input_ids=ids, attention_mask=mask, output_hidden_states=True, use_cache=False, logits_to_keep=1)
-    hidden = out.hidden_states[-1]  # (B, T, H) post-norm
-    lm_head = model.get_output_embeddings()
-    rows = []
-    for b, w in enumerate(windows):
-        n = len(w) - 1
-        argmax = lm_head(hidden[b, :n])[..., : lm.vocab_size].argmax(-1)  # (n,), one window's (n, V) at a time
-        rows.append((hidden[b, :n].to(torch.float16).cpu(), argmax.cpu(), torch.tensor(list(w[1:]), dtype=torch.long)))
-    return rows
-
-
-def teacher_data(lm: LoadedModel, config: EagleConfig, cache_dir: Path, progress: bool = True) -> dict:
-    """The teacher-forced windows as cached ({"train", "heldout"} packed like the own-text cache, "facts"), read first
-    when missing: each batch of windows saved as it is read, so an interrupted run resumes."""
-    from tqdm.auto import tqdm
-
-    from specviz.experiments.train_heads import _pack
-    from specviz.models.medusa import target_fingerprint
-
-    fingerprint = target_fingerprint(lm.model.get_input_embeddings().weight)
-    path = Path(cache_dir) / f"eagle-teacher-{config.teacher_key(fingerprint)}.pt"
-    if path.is_file():
-        return torch.load(path, map_location="cpu", weights_only=True)
-    parts = Path(cache_dir) / f"eagle-teacher-parts-{config.teacher_key(fingerprint, with_budget=False)}"
-    bar = tqdm(total=config.teacher_tokens, desc="reading offline text", unit="tok", disable=not progress)
-    train, heldout, seconds, total, batch, n = [], [], 0.0, 0, [], 0
-    windows = teacher_windows(lm.tokenizer, config.seed, config.window, config.teacher_tokens)
-    while True:
-        batch = [w for _, w in zip(range(config.gen_batch), windows)]
-        if not batch:
-            break
-        part = parts / f"batch-{n:05d}.pt"
-        if part.is_file():
-            saved = torch.load(part, map_location="cpu", weights_only=True)
-            rows, took = list(zip(saved["hidden"], saved["argmax"], saved["tokens"])), float(saved["seconds"])
-        else:
-            start = time.perf_counter()
-            rows = read_windows(lm, batch)
-            took = time.perf_counter() - start
-            parts.mkdir(parents=True, exist_ok=True)
-            torch.save(dict(hidden=[r[0] for r in rows], argmax=[r[1] for r in rows], tokens=[r[2] for r in rows], seconds=took),
-                       part.with_suffix(".tmp"))  # fmt: skip
-            part.with_suffix(".tmp").replace(part)
-        for j, row in enumerate(rows):
-            index = n * config.gen_batch + j
-            (heldout if index % config.heldout_every == config.heldout_every - 1 else train).append(row)
-            total += row[0].shape[0]
-            bar.update(row[0].shape[0])
-        seconds, n = seconds + took, n + 1
-    bar.close()
-    facts = dict(windows=len(train) + len(heldout), positions=total, read_s=round(seconds, 1),
-                 train_positions=sum(r[0].shape[0] for r in train), heldout_positions=sum(r[0].shape[0] for r in heldout))  # fmt: skip
-    empty = dict(hidden=torch.zeros(0, lm.model.config.hidden_size, dtype=torch.float16), argmax=torch.zeros(0, dtype=torch.long),
-                 tokens=torch.zeros(0, dtype=torch.long), lengths=[])  # fmt: skip
-    cached = dict(train=_pack(train) if train else empty, heldout=_pack(heldout) if heldout else empty, facts=facts)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    torch.save(cached, path.with_suffix(".tmp"))
-    path.with_suffix(".tmp").replace(path)
-    return cached
 
 
 # -- sequences, segments, batches -----------------------------------------------------------------------------------
@@ -297,8 +103,6 @@ def make_batch(seqs: Sequences, segments: torch.Tensor, seg_len: int) -> Batch:
 
 def batch_segments(step: int, segments: torch.Tensor, per_step: int, seed: int) -> torch.Tensor:
     """The segments of step ``step``: a pure function of (seed, step); each epoch a seeded permutation."""
-    from specviz.experiments.train_heads import batch_indices
-
     return segments[batch_indices(step, segments.shape[0], per_step, seed)]
 
 
@@ -338,11 +142,6 @@ def frozen_parts(lm: LoadedModel, config: EagleConfig, train: Sequences) -> Froz
     return Frozen(w.to(dtype), b, weight, bias, embedding, vocab)
 
 
-def _project(states: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
-    out = (states.to(weight.dtype) @ weight.T).float()
-    return out if bias is None else out + bias
-
-
 def eagle_loss(head: EagleHead, frozen: Frozen, batch: Batch, config: EagleConfig, generator: torch.Generator | None = None) -> tuple[torch.Tensor, dict]:
     """EAGLE's loss on one batch, and its parts (regression, cross-entropy, train top-1) as floats."""
     feats = batch.features
@@ -352,9 +151,9 @@ def eagle_loss(head: EagleHead, frozen: Frozen, batch: Batch, config: EagleConfi
     g = head(feats, frozen.embedding[batch.tokens], positions)  # (B, L, H)
     valid = batch.valid
     reg = nn.functional.smooth_l1_loss(g[valid], batch.next_features[valid], reduction="none").mean(-1).mean()
-    logits = _project(g[valid], frozen.weight, frozen.bias)  # (n, V_t)
+    logits = project(g[valid], frozen.weight, frozen.bias)  # (n, V_t)
     with torch.no_grad():
-        p_target = torch.softmax(_project(batch.next_features[valid], frozen.weight, frozen.bias), dim=-1)
+        p_target = torch.softmax(project(batch.next_features[valid], frozen.weight, frozen.bias), dim=-1)
     cls = -(p_target * torch.log_softmax(logits, dim=-1)).sum(-1).mean()
     top1 = float((logits.argmax(-1) == frozen.train_labels(batch.labels[valid])).float().mean())
     return reg + config.cls_weight * cls, dict(reg=float(reg.detach()), cls=float(cls.detach()), top1=top1)
@@ -381,7 +180,7 @@ def evaluate(head: EagleHead, frozen: Frozen, seqs: Sequences, config: EagleConf
     for s in range(0, segs.shape[0], 8):  # 8 segments: (1024, V) float32 logits at a time
         batch = make_batch(seqs, segs[s : s + 8], config.seg_len)
         g = head(batch.features, frozen.embedding[batch.tokens], torch.arange(config.seg_len))[batch.valid]  # (n, H)
-        logits = _project(g, frozen.full_weight.float(), frozen.full_bias)  # (n, V)
+        logits = project(g, frozen.full_weight.float(), frozen.full_bias)  # (n, V)
         labels = batch.labels[batch.valid]
         top5 = logits.topk(5, dim=-1).indices
         hits1 += int((top5[:, 0] == labels).sum())
@@ -439,7 +238,6 @@ def checkpoint_path(cache_dir: Path, config: EagleConfig, fingerprint: str) -> P
 
 def draft_ids_of(data: EagleData, size: int) -> torch.Tensor | None:
     """The draft vocabulary of ``size`` tokens the training data's own tokens give (None for size 0)."""
-    from specviz.experiments.train_heads import count_tokens
     from specviz.models.vocab import draft_vocab_ids
 
     if not size:
@@ -451,8 +249,6 @@ def draft_ids_of(data: EagleData, size: int) -> torch.Tensor | None:
 def train_eagle(lm: LoadedModel, data: EagleData, config: EagleConfig, checkpoint: Path, resume: bool = False,
                 progress: bool = True, stop_after: int | None = None) -> EagleResult:  # fmt: skip
     """Train the head on ``data``, checkpointing every checkpoint_every steps; stop_after: stop at that step (tests)."""
-    from tqdm.auto import tqdm
-
     from specviz.models.eagle import EagleHead, EagleShape
     from specviz.models.medusa import target_fingerprint
 
@@ -466,119 +262,23 @@ def train_eagle(lm: LoadedModel, data: EagleData, config: EagleConfig, checkpoin
     def held_out(step: int, limit: int | None = None) -> EagleAccuracy:
         return evaluate(head.eval(), frozen, data.heldout, config, step, limit, draft_ids)
 
-    step, curve, evals, train_s = 0, [], [], 0.0
-    ckpt = Path(checkpoint)
-    if resume:
-        state = _load_checkpoint(ckpt, head, opt, config)
-        step, curve, train_s = int(state["step"]), list(state["curve"]), float(state["train_s"])
-        evals = [EagleAccuracy(**e) for e in state["evals"]]
-    else:
-        evals.append(held_out(0, config.eval_positions))
-    ckpt.parent.mkdir(parents=True, exist_ok=True)
-    last = config.steps if stop_after is None else min(config.steps, stop_after)
-    bar = tqdm(total=config.steps, initial=step, desc="training the EAGLE head", unit="step", disable=not progress)
-    start = time.perf_counter()
-    while step < last:
-        head.train()
+    def train_step(step: int) -> tuple[torch.Tensor, dict, str]:
         batch = make_batch(data.train, batch_segments(step, segments, per_step, config.seed), config.seg_len)
-        for group in opt.param_groups:
-            group["lr"] = learning_rate(step, config)
         noise = torch.Generator().manual_seed(config.seed * 1_000_003 + step)  # a function of the step: resumable
         loss, parts = eagle_loss(head, frozen, batch, config, noise)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        opt.step()
-        step += 1
-        curve.append(dict(step=step, loss=round(float(loss.detach()), 4), **{k: round(v, 4) for k, v in parts.items()}))
-        bar.set_postfix(loss=f"{float(loss.detach()):.3f}", top1=f"{parts['top1']:.2f}")
-        bar.update(1)
-        if step % config.eval_every == 0 and step < config.steps:
-            evals.append(held_out(step, config.eval_positions))
-            bar.write(f"step {step} ({step * config.batch_size:,} positions): held-out first-token top-1 {evals[-1].top1:.3f}")
-        if step % config.checkpoint_every == 0 or step == last:
-            _save_checkpoint(ckpt, step, head, opt, config, curve, evals, train_s + time.perf_counter() - start)
-    bar.close()
-    train_s += time.perf_counter() - start
-    if step == config.steps:
-        evals.append(held_out(step))
-    facts = dict(data.facts, train_s=round(train_s, 1), train_vocab=None if frozen.vocab is None else int(frozen.vocab.shape[0]))
-    return EagleResult(head.eval().requires_grad_(False), curve, evals, facts, fingerprint)
+        return loss, {k: round(v, 4) for k, v in parts.items()}, f"{parts['top1']:.2f}"
 
+    def eval_line(run: Run) -> str:
+        return f"step {run.step} ({run.step * config.batch_size:,} positions): held-out first-token top-1 {run.evals[-1].top1:.3f}"
 
-def _save_checkpoint(path: Path, step: int, head, opt, config: EagleConfig, curve: list, evals: list, train_s: float) -> None:
-    state = dict(step=step, head=head.state_dict(), optimizer=opt.state_dict(), optimisation=_optimisation(config),
-                 curve=curve, evals=[asdict(e) for e in evals], train_s=train_s)  # fmt: skip
-    torch.save(state, path.with_suffix(".tmp"))
-    path.with_suffix(".tmp").replace(path)
-
-
-def _load_checkpoint(path: Path, head, opt, config: EagleConfig) -> dict:
-    state = read_checkpoint(path, _optimisation(config))
-    head.load_state_dict(state["head"])
-    opt.load_state_dict(state["optimizer"])
-    return state
-
-
-# -- the gate: the draft step's cost -------------------------------------------------------------------------------
-
-
-def step_cost(target: LoadedModel, head: EagleHead, draft_ids: torch.Tensor | None, context: int = 256, repeats: int = 30) -> float:
-    """One draft step (the layer over one position after ``context`` cached ones, then the LM head over the draft
-    vocabulary) as a fraction of the target's 1-token pass after the same context: medians of interleaved calls."""
-    import copy
-
-    from specviz.models import HFCachedLM
-    from specviz.models.eagle import EagleCache, logits_fn, step_fn
-    from specviz.models.precision import FP16_WEIGHTS, pack_fp16_linears
-    from specviz.models.vocab import ReducedHead
-
-    model = target.model
-    head = copy.deepcopy(head).to(target.device)
-    if target.precision == FP16_WEIGHTS:
-        pack_fp16_linears(head)
-    hidden = int(model.config.hidden_size)
-    ids = [(i * 7919) % target.vocab_size for i in range(context + 1)]
-    lm = HFCachedLM(model, target.vocab_size)
-    lm.extend(ids[:-1], last_only=True)
-    forward = step_fn(head, model.get_input_embeddings())
-    lm_head = model.get_output_embeddings() if draft_ids is None else ReducedHead(model.get_output_embeddings(), draft_ids.to(target.device))
-    logits = logits_fn(lm_head, target.vocab_size, model.get_input_embeddings().weight.dtype)
-    cache = EagleCache()
-    forward(cache, torch.randn(context, hidden, device=target.device), torch.tensor(ids[1:], device=target.device),
-            torch.arange(context, device=target.device), None)  # fmt: skip
-    one = torch.randn(1, hidden, device=target.device)
-    token, position = torch.tensor([ids[-1]], device=target.device), torch.tensor([context], device=target.device)
-
-    def draft_step() -> None:
-        logits(forward(cache, one, token, position, None))
-        cache.crop(context)
-
-    def target_pass() -> None:
-        lm.extend([ids[-1]])
-        lm.crop(context)
-
-    times: dict[str, list[float]] = {"draft": [], "pass": []}
-    for fn in (draft_step, target_pass):
-        fn()  # warm-up
-    for _ in range(repeats):
-        for name, fn in (("draft", draft_step), ("pass", target_pass)):
-            t = time.perf_counter()
-            fn()
-            times[name].append(time.perf_counter() - t)
-    return statistics.median(times["draft"]) / statistics.median(times["pass"])
-
-
-def gate_report(top1: float, cost: float, draft_vocab: int, positions_seen: int) -> tuple[bool, list[str]]:
-    """Issue 34's go/no-go: (passed, the lines the command prints)."""
-    ok1, ok2 = top1 >= GATE_TOP1, cost <= GATE_STEP_COST
-    vocab = f"draft vocabulary {draft_vocab:,}" if draft_vocab else "full vocabulary"
-    lines = [
-        f"go/no-go after {positions_seen:,} training positions:",
-        f"  held-out first-draft-token top-1 {top1:.3f} (gate >= {GATE_TOP1}): {'pass' if ok1 else 'FAIL'}",
-        f"  draft step {cost:.3f} of a 1-token pass ({vocab}; gate <= {GATE_STEP_COST}): {'pass' if ok2 else 'FAIL'}",
-        f"  -> {'GO' if ok1 and ok2 else 'NO-GO'}",
-    ]
-    return ok1 and ok2, lines
+    ckpt = Checkpoint(Path(checkpoint), "head", _optimisation(config))
+    run = ckpt.restore(head, opt, lambda e: EagleAccuracy(**e)) if resume else Run(evals=[held_out(0, config.eval_positions)])
+    last = config.steps if stop_after is None else min(config.steps, stop_after)
+    optimise(head, opt, config, ckpt, run, train_step, held_out, eval_line, last, "training the EAGLE head", progress)
+    if run.step == config.steps:
+        run.evals.append(held_out(run.step))
+    facts = dict(data.facts, train_s=round(run.train_s, 1), train_vocab=None if frozen.vocab is None else int(frozen.vocab.shape[0]))
+    return EagleResult(head.eval().requires_grad_(False), run.curve, run.evals, facts, fingerprint)
 
 
 def ship_eagle(result: EagleResult, data: EagleData, config: EagleConfig, out: Path, base_model: str, command: str = "",
@@ -602,8 +302,7 @@ def ship_eagle(result: EagleResult, data: EagleData, config: EagleConfig, out: P
         gate=gate or {},
     )  # fmt: skip
     save_eagle(result.head, out, base_model, result.fingerprint, extra)
-    curve = dict(curve=result.curve, evals=[asdict(e) for e in result.evals])
-    (out / CURVE_FILE).write_text(json.dumps(curve) + "\n", encoding="utf-8")
+    write_curve(out, result.curve, result.evals)
     return report
 
 
