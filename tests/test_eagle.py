@@ -17,7 +17,8 @@ from specviz.core.decoding import DecodeConfig, SpeculativeDecoder
 from specviz.core.protocols import Draft
 from specviz.core.sampling import SamplingConfig, warp
 from specviz.drafters.eagle import EagleDrafter, FeatureHead
-from specviz.experiments import train_eagle as te
+from specviz.experiments.training import eagle, gate, teacher
+from specviz.experiments.training.config import EAGLE_TINY, EagleConfig
 from specviz.models import HFCachedLM
 from specviz.models.eagle import EagleHead, EagleShape, load_eagle, save_eagle
 from specviz.models.medusa import HeadsError, target_fingerprint
@@ -33,7 +34,7 @@ def fingerprint(target) -> str:
     return target_fingerprint(target.model.get_input_embeddings().weight)
 
 
-def own_sequences(target, texts: list[str], new: int = 24) -> te.Sequences:
+def own_sequences(target, texts: list[str], new: int = 24) -> eagle.Sequences:
     """The target's greedy continuations of texts, read back with its features: one sequence per text."""
     packs = []
     for text in texts:
@@ -46,20 +47,20 @@ def own_sequences(target, texts: list[str], new: int = 24) -> te.Sequences:
         n = len(seq) - 1  # row t chose seq[t + 1]
         packs.append(dict(hidden=lm.last_hidden[:n].to(torch.float16).clone(), tokens=torch.tensor(seq[1:]), argmax=logits[:n].argmax(-1),
                           lengths=[n]))  # fmt: skip
-    return te.Sequences.join(*packs)
+    return eagle.Sequences.join(*packs)
 
 
 def fit_eagle(target, texts: list[str], steps: int = 120, seed: int = 0) -> EagleHead:
     """An EAGLE head fitted in seconds to the target's own greedy continuations (EAGLE's loss), so drafts are accepted
     part of the time."""
     seqs = own_sequences(target, texts)
-    config = dataclasses.replace(te.EAGLE_TINY, seg_len=32, batch_size=64, noise=0.0, lr=1e-2, train_vocab="full")
-    frozen = te.frozen_parts(target, config, seqs)
+    config = dataclasses.replace(EAGLE_TINY, seg_len=32, batch_size=64, noise=0.0, lr=1e-2, train_vocab="full")
+    frozen = eagle.frozen_parts(target, config, seqs)
     head = EagleHead(EagleShape.of_target(target.model.config), torch.Generator().manual_seed(seed))
     opt = torch.optim.Adam(head.parameters(), lr=1e-2)
-    batch = te.make_batch(seqs, seqs.segments(config.seg_len), config.seg_len)
+    batch = eagle.make_batch(seqs, seqs.segments(config.seg_len), config.seg_len)
     for _ in range(steps):
-        loss, _ = te.eagle_loss(head, frozen, batch, config)
+        loss, _ = eagle.eagle_loss(head, frozen, batch, config)
         opt.zero_grad()
         loss.backward()
         opt.step()
@@ -313,8 +314,8 @@ def test_the_command_line_runs_eagle_with_a_draft_vocabulary(tiny_dir, eagle_dir
 @pytest.fixture(scope="module")
 def tiny_eagle_data(tiny_models, tmp_path_factory):
     cache = tmp_path_factory.mktemp("eagle_cache")
-    config = dataclasses.replace(te.EAGLE_TINY, data_tokens=200)
-    return te.load_or_make_eagle_data(tiny_models["llama"], config, cache, progress=False), cache, config
+    config = dataclasses.replace(EAGLE_TINY, data_tokens=200)
+    return eagle.load_or_make_eagle_data(tiny_models["llama"], config, cache, progress=False), cache, config
 
 
 def test_the_teacher_forced_text_is_offline_cached_and_resumable(tiny_models, tiny_eagle_data):
@@ -325,21 +326,21 @@ def test_the_teacher_forced_text_is_offline_cached_and_resumable(tiny_models, ti
     assert len(parts) >= 2
     next(cache.glob("eagle-teacher-*.pt")).unlink()
     parts[-1].unlink()  # as if reading had been interrupted in its last batch: the others are reused
-    again = te.load_or_make_eagle_data(tiny_models["llama"], config, cache, progress=False)
+    again = eagle.load_or_make_eagle_data(tiny_models["llama"], config, cache, progress=False)
     assert torch.equal(again.train.hidden, data.train.hidden) and again.train.lengths == data.train.lengths
-    docs = te.teacher_documents(0)
+    docs = teacher.teacher_documents(0)
     assert len(next(docs)) >= 200  # the machine's own text: the standard library at least
 
 
 def test_training_lowers_the_loss_and_resumes_to_the_same_weights(tiny_models, tiny_eagle_data, tmp_path):
     data, _, config = tiny_eagle_data
     lm = tiny_models["llama"]
-    full = te.train_eagle(lm, data, config, tmp_path / "a.pt", progress=False)
+    full = eagle.train_eagle(lm, data, config, tmp_path / "a.pt", progress=False)
     first = sum(c["loss"] for c in full.curve[:5]) / 5
     last = sum(c["loss"] for c in full.curve[-5:]) / 5
     assert last < first and len(full.evals) >= 2
-    te.train_eagle(lm, data, config, tmp_path / "b.pt", progress=False, stop_after=15)
-    resumed = te.train_eagle(lm, data, config, tmp_path / "b.pt", resume=True, progress=False)
+    eagle.train_eagle(lm, data, config, tmp_path / "b.pt", progress=False, stop_after=15)
+    resumed = eagle.train_eagle(lm, data, config, tmp_path / "b.pt", resume=True, progress=False)
     for key, value in full.head.state_dict().items():
         torch.testing.assert_close(resumed.head.state_dict()[key], value)
 
@@ -368,9 +369,9 @@ def test_cli_trains_an_eagle_head_and_prints_the_go_no_go_report(capsys, tiny_di
 
 
 def test_the_gate_report_says_go_only_when_both_hold():
-    assert te.gate_report(0.6, 0.05, 8192, 1_000_000)[0]
-    assert not te.gate_report(0.5, 0.05, 8192, 1_000_000)[0]
-    passed, lines = te.gate_report(0.6, 0.07, 0, 1_000_000)
+    assert gate.gate_report(0.6, 0.05, 8192, 1_000_000)[0]
+    assert not gate.gate_report(0.5, 0.05, 8192, 1_000_000)[0]
+    passed, lines = gate.gate_report(0.6, 0.07, 0, 1_000_000)
     assert not passed and "full vocabulary" in lines[2] and lines[-1].strip() == "-> NO-GO"
     with pytest.raises(ValueError, match="multiple of seg_len"):
-        te.EagleConfig(batch_size=100, seg_len=64)
+        EagleConfig(batch_size=100, seg_len=64)

@@ -14,7 +14,8 @@ import pytest
 import torch
 
 from specviz import cli
-from specviz.experiments import train_heads as th
+from specviz.experiments.training import medusa, own_text, save
+from specviz.experiments.training.config import DATA_VERSION, TINY, TrainConfig
 from specviz.models.medusa import HeadsError, load_heads, target_fingerprint
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -23,11 +24,11 @@ pytestmark = pytest.mark.usefixtures("one_thread")
 @pytest.fixture(scope="module")
 def tiny_data(tiny_models, tmp_path_factory):
     cache = tmp_path_factory.mktemp("heads_cache")
-    return th.load_or_make_data(tiny_models["llama"], th.TINY, cache, progress=False), cache
+    return medusa.load_or_make_data(tiny_models["llama"], TINY, cache, progress=False), cache
 
 
 def test_labels_are_the_targets_argmax_i_positions_later():
-    labels = th.head_labels(torch.tensor([5, 6, 7, 8]), num_heads=3)
+    labels = medusa.head_labels(torch.tensor([5, 6, 7, 8]), num_heads=3)
     assert labels.tolist() == [[6, 7, 8], [7, 8, -100], [8, -100, -100], [-100, -100, -100]]
 
 
@@ -35,10 +36,10 @@ def test_training_prompts_hold_out_the_benchmark_prompts():
     from specviz.experiments.bench import DEFAULT_PROMPTS
 
     bench = [p["prompt"] for p in json.loads(DEFAULT_PROMPTS.read_text(encoding="utf-8"))]
-    prompts = th.training_prompts(0)
+    prompts = own_text.training_prompts(0)
     assert len(prompts) == len(set(prompts)) > 400
     assert not set(prompts) & set(bench)
-    assert th.training_prompts(0) == prompts and th.training_prompts(1) != prompts
+    assert own_text.training_prompts(0) == prompts and own_text.training_prompts(1) != prompts
 
 
 # The shipped heads' record, and what their data was made from: the prompt list (sha256 of its JSON, seed 0) and the
@@ -56,10 +57,10 @@ def test_the_cached_datas_key_and_prompt_list_are_the_shipped_heads():
     """The cache key names the recipe (DATA_VERSION and the settings), not the prompts: a change to
     assets/training_prompts.json fails here until DATA_VERSION is bumped with it (and these constants follow)."""
     shipped = json.loads(SHIPPED_CONFIG.read_text(encoding="utf-8"))
-    config, fingerprint = th.TrainConfig(**shipped["training"]["config"]), shipped["target_fingerprint"]
-    assert th.DATA_VERSION == 2
+    config, fingerprint = TrainConfig(**shipped["training"]["config"]), shipped["target_fingerprint"]
+    assert DATA_VERSION == 2
     assert config.data_key(fingerprint) == DATA_KEY and config.data_key(fingerprint, with_budget=False) == PARTS_KEY
-    prompts = th.training_prompts(config.seed)
+    prompts = own_text.training_prompts(config.seed)
     assert len(prompts) == 1328 and shipped["training"]["prompts"] <= len(prompts)
     assert _sha256(prompts) == PROMPTS_SHA256
 
@@ -67,65 +68,65 @@ def test_the_cached_datas_key_and_prompt_list_are_the_shipped_heads():
 def test_an_edited_prompt_file_is_another_list_and_a_broken_one_is_refused(tmp_path):
     """The known-bad control of the pin above: one word changed gives another hash; a file of the wrong shape, a
     ValueError naming it."""
-    doc = json.loads(th.TRAINING_PROMPTS.read_text(encoding="utf-8"))
+    doc = json.loads(own_text.TRAINING_PROMPTS.read_text(encoding="utf-8"))
     doc["groups"][0]["subjects"][0] = "the water cycles"
     edited = tmp_path / "edited.json"
     edited.write_text(json.dumps(doc), encoding="utf-8")
-    assert _sha256(th.training_prompts(0, edited)) != PROMPTS_SHA256
+    assert _sha256(own_text.training_prompts(0, edited)) != PROMPTS_SHA256
     broken = tmp_path / "broken.json"
     broken.write_text(json.dumps({"groups": [{"templates": ["Explain {topic}."], "subjects": ["tides"]}]}), encoding="utf-8")
     with pytest.raises(ValueError, match="broken.json"):
-        th.training_prompts(0, broken)
+        own_text.training_prompts(0, broken)
 
 
 def test_data_is_cached_and_split(tiny_models, tiny_data):
     data, cache = tiny_data
-    assert data.train_hidden.dtype == torch.float16 and data.train_labels.shape[1] == th.TINY.num_heads
+    assert data.train_hidden.dtype == torch.float16 and data.train_labels.shape[1] == TINY.num_heads
     assert data.heldout_hidden.shape[0] > 0 and data.train_hidden.shape[0] >= 4 * data.heldout_hidden.shape[0]
     assert len(list(cache.glob("medusa-data-*.pt"))) == 1
-    again = th.load_or_make_data(tiny_models["llama"], th.TINY, cache, progress=False)  # from the cache
+    again = medusa.load_or_make_data(tiny_models["llama"], TINY, cache, progress=False)  # from the cache
     assert torch.equal(again.train_hidden, data.train_hidden) and torch.equal(again.heldout_labels, data.heldout_labels)
     parts = sorted(next(cache.glob("medusa-parts-*")).glob("batch-*.pt"))
     assert len(parts) >= 2
     next(cache.glob("medusa-data-*.pt")).unlink()
     parts[-1].unlink()  # as if generation had been interrupted in its last batch: the others are reused
-    resumed = th.load_or_make_data(tiny_models["llama"], th.TINY, cache, progress=False)
+    resumed = medusa.load_or_make_data(tiny_models["llama"], TINY, cache, progress=False)
     assert torch.equal(resumed.train_hidden, data.train_hidden) and torch.equal(resumed.train_labels, data.train_labels)
 
 
 def test_loss_falls_and_accuracy_is_reported(tiny_models, tiny_data, tmp_path):
     data, _ = tiny_data
-    result = th.train_heads(tiny_models["llama"], data, th.TINY, tmp_path / "ckpt.pt", progress=False)
+    result = medusa.train_heads(tiny_models["llama"], data, TINY, tmp_path / "ckpt.pt", progress=False)
     first = sum(c["loss"] for c in result.curve[:5]) / 5
     last = sum(c["loss"] for c in result.curve[-5:]) / 5
     assert last < 0.9 * first
     final = result.evals[-1]
-    assert final.step == th.TINY.steps and len(final.top1) == len(final.top5) == th.TINY.num_heads
+    assert final.step == TINY.steps and len(final.top1) == len(final.top5) == TINY.num_heads
     assert all(0 <= a1 <= a5 <= 1 for a1, a5 in zip(final.top1, final.top5))
     assert final.top1[0] > result.evals[0].top1[0]  # better than the untrained heads (the LM head itself)
 
 
 def test_resume_gives_the_same_weights_as_an_uninterrupted_run(tiny_models, tiny_data, tmp_path):
     data, _ = tiny_data
-    lm, config = tiny_models["llama"], dataclasses.replace(th.TINY, steps=12, checkpoint_every=5, eval_every=5)
-    whole = th.train_heads(lm, data, config, tmp_path / "a.pt", progress=False)
-    th.train_heads(lm, data, config, tmp_path / "b.pt", progress=False, stop_after=7)  # checkpoints at 5 and 7
-    resumed = th.train_heads(lm, data, config, tmp_path / "b.pt", resume=True, progress=False)
+    lm, config = tiny_models["llama"], dataclasses.replace(TINY, steps=12, checkpoint_every=5, eval_every=5)
+    whole = medusa.train_heads(lm, data, config, tmp_path / "a.pt", progress=False)
+    medusa.train_heads(lm, data, config, tmp_path / "b.pt", progress=False, stop_after=7)  # checkpoints at 5 and 7
+    resumed = medusa.train_heads(lm, data, config, tmp_path / "b.pt", resume=True, progress=False)
     for a, b in zip(whole.heads.state_dict().values(), resumed.heads.state_dict().values()):
         assert torch.equal(a, b)
     assert [c["loss"] for c in whole.curve] == [c["loss"] for c in resumed.curve]
     with pytest.raises(ValueError, match="settings differ"):
-        th.train_heads(lm, data, dataclasses.replace(config, lr=0.01), tmp_path / "b.pt", resume=True, progress=False)
+        medusa.train_heads(lm, data, dataclasses.replace(config, lr=0.01), tmp_path / "b.pt", resume=True, progress=False)
     with pytest.raises(ValueError, match="no checkpoint"):
-        th.train_heads(lm, data, config, tmp_path / "none.pt", resume=True, progress=False)
+        medusa.train_heads(lm, data, config, tmp_path / "none.pt", resume=True, progress=False)
 
 
 def test_shipped_folder_loads_with_the_tiny_models_fingerprint(tiny_models, tiny_data, tmp_path):
     data, _ = tiny_data
     lm = tiny_models["llama"]
-    config = dataclasses.replace(th.TINY, steps=5)
-    result = th.train_heads(lm, data, config, tmp_path / "c.pt", progress=False)
-    th.ship(result, config, tmp_path / "heads", "tiny-llama")
+    config = dataclasses.replace(TINY, steps=5)
+    result = medusa.train_heads(lm, data, config, tmp_path / "c.pt", progress=False)
+    medusa.ship(result, config, tmp_path / "heads", "tiny-llama")
     fingerprint = target_fingerprint(lm.model.get_input_embeddings().weight)
     saved = json.loads((tmp_path / "heads" / "config.json").read_text(encoding="utf-8"))
     assert saved["target_fingerprint"] == fingerprint and saved["medusa_num_heads"] == config.num_heads
@@ -136,7 +137,7 @@ def test_shipped_folder_loads_with_the_tiny_models_fingerprint(tiny_models, tiny
     other = tiny_models["llama_draft"]
     with pytest.raises(HeadsError, match="tiny-llama"):
         load_heads(tmp_path / "heads", 32, target_fingerprint(other.model.get_input_embeddings().weight))
-    assert (tmp_path / "heads" / th.CURVE_FILE).is_file()
+    assert (tmp_path / "heads" / save.CURVE_FILE).is_file()
 
 
 def test_cli_trains_end_to_end_on_a_tiny_model(capsys, tiny_dir, tmp_path):
@@ -154,9 +155,9 @@ def test_cli_trains_end_to_end_on_a_tiny_model(capsys, tiny_dir, tmp_path):
 
 def test_config_refuses_bad_values():
     with pytest.raises(ValueError, match="steps"):
-        th.TrainConfig(steps=0)
+        TrainConfig(steps=0)
     with pytest.raises(ValueError, match="sampled_fraction"):
-        th.TrainConfig(sampled_fraction=2)
+        TrainConfig(sampled_fraction=2)
 
 
 def test_shipped_heads_belong_to_the_embedded_target(smollm):
@@ -187,14 +188,14 @@ def test_heads_read_the_token_by_default_and_plain_medusa_on_request(tiny_models
     Medusa's own heads; the full-vocabulary softmax trains too. Evaluations always score the full vocabulary."""
     data, _ = tiny_data
     lm = tiny_models["llama"]
-    config = dataclasses.replace(th.TINY, steps=4)
-    token = th.train_heads(lm, data, config, tmp_path / "t.pt", progress=False)
+    config = dataclasses.replace(TINY, steps=4)
+    token = medusa.train_heads(lm, data, config, tmp_path / "t.pt", progress=False)
     assert token.heads.reads_token and 0 < token.facts["train_vocab"] <= lm.vocab_size
-    plain = th.train_heads(lm, data, dataclasses.replace(config, token_input=False, train_vocab="full"), tmp_path / "p.pt", progress=False)
+    plain = medusa.train_heads(lm, data, dataclasses.replace(config, token_input=False, train_vocab="full"), tmp_path / "p.pt", progress=False)
     assert not plain.heads.reads_token and plain.facts["train_vocab"] is None
-    frozen = th.frozen_parts(lm, config, data)
+    frozen = medusa.frozen_parts(lm, config, data)
     ids = frozen.vocab[[0, -1]]
     assert frozen.train_labels(torch.tensor([[int(ids[0]), -100, int(ids[1])]])).tolist() == [[0, -100, len(frozen.vocab) - 1]]
-    th.ship(token, config, tmp_path / "heads", "tiny-llama")
+    medusa.ship(token, config, tmp_path / "heads", "tiny-llama")
     saved = json.loads((tmp_path / "heads" / "config.json").read_text(encoding="utf-8"))
     assert saved["specviz_token_input"] is True and saved["training"]["config"]["token_input"] is True

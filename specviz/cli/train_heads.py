@@ -1,6 +1,6 @@
 """python -m specviz train-heads: Medusa heads (or an EAGLE head, --kind eagle) for a target by self-distillation,
-and --count-vocab for an existing heads folder; the training lives in specviz.experiments.train_heads and
-train_eagle."""
+and --count-vocab for an existing heads folder; the training lives in specviz.experiments.training (its __init__ says
+what lives where)."""
 
 from __future__ import annotations
 
@@ -24,8 +24,7 @@ EAGLE_OPTIONS = {  # option -> EagleConfig field, for --kind eagle only
 
 def add_parser(sub) -> None:
     """Register `train-heads` on the CLI's subparsers."""
-    from specviz.experiments.train_eagle import EagleConfig
-    from specviz.experiments.train_heads import TrainConfig
+    from specviz.experiments.training.config import EagleConfig, TrainConfig
 
     d, e = TrainConfig, EagleConfig
     p = sub.add_parser("train-heads", help="train Medusa heads (or an EAGLE head: --kind eagle) for a target by self-distillation")
@@ -65,7 +64,8 @@ def add_parser(sub) -> None:
 def run(args: argparse.Namespace) -> int:
     import dataclasses
 
-    from specviz.experiments.train_heads import TINY, TrainConfig, checkpoint_path, load_or_make_data, ship, train_heads
+    from specviz.experiments.training.config import TINY, TrainConfig
+    from specviz.experiments.training.medusa import checkpoint_path, load_or_make_data, ship, train_heads
     from specviz.models import load_model
     from specviz.models.loading import cache_root
     from specviz.models.medusa import target_fingerprint
@@ -128,31 +128,32 @@ def run_eagle(args: argparse.Namespace) -> int:
     """train-heads --kind eagle: the data (own text + teacher-forced offline text), the training, the go/no-go gate."""
     import dataclasses
 
-    from specviz.experiments import train_eagle as te
+    from specviz.experiments.training import eagle, gate
+    from specviz.experiments.training.config import EAGLE_TINY, EagleConfig
     from specviz.models.medusa import target_fingerprint
 
     chosen = {field: getattr(args, opt) for opt, field in (TRAIN_OPTIONS | EAGLE_OPTIONS).items()
               if getattr(args, opt) is not None and field not in ("num_heads", "num_layers")}  # fmt: skip
     chosen |= {"train_vocab": "full"} if args.full_vocab else {}
-    config = dataclasses.replace(te.EAGLE_TINY if args.tiny else te.EagleConfig(), **chosen)
+    config = dataclasses.replace(EAGLE_TINY if args.tiny else EagleConfig(), **chosen)
     target, generator, cache = _load_for_training(args, config.gen_dtype)
     emit(f"training an EAGLE head for {target.name} on {target.device}; data cache {cache}", err=True)
-    data = te.load_or_make_eagle_data(generator, config, cache, progress=not args.no_progress)
+    data = eagle.load_or_make_eagle_data(generator, config, cache, progress=not args.no_progress)
     emit(f"data: {data.train.positions} training positions, {data.heldout.positions} held out "
          f"({len(data.train.lengths) + len(data.heldout.lengths)} sequences)", err=True)  # fmt: skip
     fingerprint = target_fingerprint(target.model.get_input_embeddings().weight)
-    result = te.train_eagle(target, data, config, te.checkpoint_path(cache, config, fingerprint), resume=args.resume,
-                            progress=not args.no_progress)  # fmt: skip
+    result = eagle.train_eagle(target, data, config, eagle.checkpoint_path(cache, config, fingerprint), resume=args.resume,
+                               progress=not args.no_progress)  # fmt: skip
     final = result.evals[-1]
-    cost = te.step_cost(generator, result.head, te.draft_ids_of(data, config.draft_vocab))
-    passed, lines = te.gate_report(final.top1, cost, config.draft_vocab, final.positions_seen)
-    gate = dict(passed=passed, heldout_top1=round(final.top1, 4), step_cost=round(cost, 4), draft_vocab=config.draft_vocab,
+    cost = gate.step_cost(generator, result.head, eagle.draft_ids_of(data, config.draft_vocab))
+    passed, lines = gate.gate_report(final.top1, cost, config.draft_vocab, final.positions_seen)
+    verdict = dict(passed=passed, heldout_top1=round(final.top1, 4), step_cost=round(cost, 4), draft_vocab=config.draft_vocab,
                 positions_seen=final.positions_seen, cost_precision=generator.precision)  # fmt: skip
     base = args.base_model or (EMBEDDED_BASE_MODEL if args.target == EMBEDDED_TARGET else args.target)
-    report = te.ship_eagle(result, data, config, Path(args.out), base, _train_command(args, chosen), gate)
+    report = eagle.ship_eagle(result, data, config, Path(args.out), base, _train_command(args, chosen), verdict)
     emit(f"wrote {args.out} (target {result.fingerprint}); {result.facts['train_s']:.0f} s of training")
     emit("positions seen  held-out first-draft-token top-1")
-    for seen, top1 in te.scaling_table(result.evals):
+    for seen, top1 in eagle.scaling_table(result.evals):
         emit(f"{seen:14,d}  {top1:.3f}")
     for line in lines:
         emit(line)
@@ -166,8 +167,10 @@ def run_count_vocab(args: argparse.Namespace) -> int:
 
     import torch
 
-    from specviz.experiments import train_eagle as te
-    from specviz.experiments import train_heads as th
+    from specviz.experiments.training.config import EagleConfig, TrainConfig
+    from specviz.experiments.training.eagle import load_or_make_eagle_data
+    from specviz.experiments.training.medusa import load_or_make_data
+    from specviz.experiments.training.save import write_token_counts
 
     folder = Path(args.out)
     try:
@@ -175,19 +178,19 @@ def run_count_vocab(args: argparse.Namespace) -> int:
     except (OSError, ValueError) as exc:
         raise ValueError(f"--count-vocab needs a heads folder with a readable config.json; {folder} has none ({type(exc).__name__}).") from None
     eagle = isinstance(saved, dict) and saved.get("specviz_kind") == "eagle"
-    base = te.EagleConfig() if eagle else th.TrainConfig()
+    base = EagleConfig() if eagle else TrainConfig()
     recipe = (saved.get("training") or {}).get("config") or {} if isinstance(saved, dict) else {}
     known = {f.name for f in dataclasses.fields(base)}
     config = dataclasses.replace(base, **{k: v for k, v in recipe.items() if k in known})
     target, generator, cache = _load_for_training(args, config.gen_dtype)
     emit(f"counting the tokens of {folder}'s training data (recipe from its config.json); data cache {cache}", err=True)
     if eagle:
-        data = te.load_or_make_eagle_data(generator, config, cache, progress=not args.no_progress)
+        data = load_or_make_eagle_data(generator, config, cache, progress=not args.no_progress)
         train, held = torch.cat([data.train.tokens, data.train.argmax]), data.heldout.argmax
     else:
-        heads_data = th.load_or_make_data(generator, config, cache, progress=not args.no_progress)
+        heads_data = load_or_make_data(generator, config, cache, progress=not args.no_progress)
         train, held = heads_data.train_tokens, heads_data.heldout_tokens
-    report = th.write_token_counts(folder, train, held, target.vocab_size, "the target's own tokens in the heads' training data")
+    report = write_token_counts(folder, train, held, target.vocab_size, "the target's own tokens in the heads' training data")
     emit(f"wrote {folder / 'token_counts.safetensors'} ({int(train.numel()):,} training positions)")
     _emit_coverage(report)
     return 0
