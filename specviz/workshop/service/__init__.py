@@ -1,0 +1,1 @@
+"""specviz serve: the OpenAI-compatible service (server.py; split by responsibility next)."""
