@@ -31,147 +31,38 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
-import dataclasses
-import json
 import logging
-import secrets
 import time
 import weakref
 from collections import deque
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import AsyncIterator, Callable
 from typing import TYPE_CHECKING, Any, Literal
 
-import anyio
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
-from starlette.types import Receive, Scope, Send
 
-from specviz.config import MAX_NEW_TOKENS, RunConfig, field_named
 from specviz.core.decoding import SpeculativeDecoder
+from specviz.workshop.service.config import ServiceConfig
+from specviz.workshop.service.request import ApiError, Job, json_body, parse_job, server_error
+from specviz.workshop.service.response import (
+    DONE,
+    EventStream,
+    Finished,
+    StreamChunks,
+    completion_body,
+    sse,
+    truth_headers,
+    until_disconnect,
+    usage,
+)
+from specviz.workshop.service.text import Detokenizer, StopText
 
-if TYPE_CHECKING:  # the command line reads ServiceConfig's defaults for every subcommand's parser: no models imported then
+if TYPE_CHECKING:  # specviz.runs (and the model layer with it) is imported when a request first decodes
     from specviz.runs import RunModels
 
 log = logging.getLogger(__name__)
-
-ChunkMode = Literal["round", "token"]
-MAX_MESSAGES = 256
-MAX_PROMPT_CHARS = 200_000  # refused before tokenizing: the token cap is the real one
-MAX_STOP = 4  # stop sequences per request, as OpenAI allows
-MAX_STOP_CHARS = 200
-ROLES = ("system", "developer", "user", "assistant")
-
-
-class ApiError(Exception):
-    """A request the service refuses: HTTP status and OpenAI's error fields."""
-
-    def __init__(self, status: int, message: str, param: str | None = None, code: str | None = None, kind: str = "invalid_request_error"):
-        super().__init__(message)
-        self.status, self.message, self.param, self.code, self.kind = status, message, param, code, kind
-
-    def response(self) -> JSONResponse:
-        return JSONResponse({"error": {"message": self.message, "type": self.kind, "param": self.param, "code": self.code}}, self.status)
-
-
-@dataclass(frozen=True)
-class ServiceConfig:
-    """What the owner set on the command line."""
-
-    run: RunConfig  # target, drafter and its settings; temperature, top_p and seed are a request's defaults
-    model_id: str  # the id /v1/models lists and every request must name
-    max_tokens: int = 256  # cap on a request's max_tokens (also its default)
-    max_prompt_tokens: int = 2048  # cap on the prompt, in the target's tokens, after the chat template
-    max_streams: int = 4  # requests in flight (streamed or not); more are refused with 429
-    chunks: ChunkMode = "round"
-    report_truth: bool = True  # usage.specviz and the header; False hides what the service does
-    queue_timeout_s: float = 120.0
-
-    def __post_init__(self) -> None:
-        if not self.model_id.strip() or len(self.model_id) > 200:
-            raise ValueError("The served model id must be 1 to 200 characters.")
-        for name, low, high in (("max_tokens", 1, MAX_NEW_TOKENS), ("max_prompt_tokens", 1, 1_000_000), ("max_streams", 1, 1024)):
-            value = getattr(self, name)
-            if not (low <= value <= high):
-                raise ValueError(f"--{name.replace('_', '-')} must be between {low} and {high}; got {value}.")
-        if self.chunks not in ("round", "token"):
-            raise ValueError(f"--chunks must be 'round' or 'token'; got {self.chunks!r}.")
-        if not self.queue_timeout_s > 0:
-            raise ValueError("The queue timeout must be positive.")
-
-
-@dataclass(frozen=True)
-class Job:
-    """One validated request."""
-
-    kind: Literal["chat", "text"]
-    prompt_ids: list[int]
-    run: RunConfig  # the service's config with this request's sampling and max_tokens
-    stream: bool
-    include_usage: bool
-    stop: tuple[str, ...]
-
-
-@dataclass(frozen=True)
-class Finished:
-    """What one request did (Service.history, for tests and the log)."""
-
-    rounds: int
-    tokens: int
-    reason: Literal["stop", "length", "disconnected", "error"]
-
-
-class Detokenizer:
-    """Token ids -> text as it becomes whole: a piece of a character is held back until its last byte arrives.
-    Decodes a short window (from the last whole point), so each token costs a constant amount of work."""
-
-    def __init__(self, tokenizer) -> None:
-        self.tokenizer = tokenizer
-        self.ids: list[int] = []
-        self.prefix = 0  # window start
-        self.read = 0  # ids whose text has been given out
-
-    def _decode(self, ids: Sequence[int]) -> str:
-        return self.tokenizer.decode(ids, skip_special_tokens=True)
-
-    def add(self, token_id: int) -> str:
-        self.ids.append(int(token_id))
-        before = self._decode(self.ids[self.prefix : self.read])
-        text = self._decode(self.ids[self.prefix :])
-        if len(text) > len(before) and not text.endswith("\ufffd"):
-            self.prefix, self.read = self.read, len(self.ids)
-            return text[len(before) :]
-        return ""
-
-
-class StopText:
-    """Text on its way out, checked for stop sequences: what may be sent now, and whether a stop sequence ended it.
-    The longest tail that could still become a stop sequence is held back until it cannot."""
-
-    def __init__(self, stop: Sequence[str]) -> None:
-        self.stop = [s for s in stop if s]
-        self.pending = ""
-        self.stopped = False
-
-    def feed(self, text: str) -> str:
-        if self.stopped:
-            return ""
-        self.pending += text
-        hits = [(i, s) for s in self.stop if (i := self.pending.find(s)) >= 0]
-        if hits:
-            cut = min(i for i, _ in hits)
-            out, self.pending, self.stopped = self.pending[:cut], "", True
-            return out
-        hold = max((n for s in self.stop for n in range(len(s) - 1, 0, -1) if self.pending.endswith(s[:n])), default=0)
-        out = self.pending[: len(self.pending) - hold]
-        self.pending = self.pending[len(self.pending) - hold :]
-        return out
-
-    def flush(self) -> str:
-        out, self.pending = ("" if self.stopped else self.pending), ""
-        return out
 
 
 def new_model_thread() -> concurrent.futures.ThreadPoolExecutor:
@@ -238,108 +129,28 @@ class Service:
 
     async def _handle(self, request: Request, kind: Literal["chat", "text"]) -> Response:
         try:
-            body = await _json_body(request)
-            job = self.job(body, kind)
+            body = await json_body(request)
+            job = parse_job(body, kind, self.config, self.models.target)
             self._reserve()
         except ApiError as exc:
             return exc.response()
         if job.stream:
-            return EventStream(self._events(job), self._release, self._truth_headers(None))
+            return EventStream(self._events(job), self._release, truth_headers(self.config, None))
         try:
             result = await until_disconnect(request, self._complete(job))
         except ApiError as exc:
             return exc.response()
         except Exception as exc:  # a failure inside the engine: the client gets OpenAI's shape, the log the traceback
             log.exception("request failed")
-            return ApiError(500, f"The server failed on this request ({type(exc).__name__}: {exc}).", code="server_error", kind="server_error").response()
+            return server_error(exc).response()
         finally:
             self._release()
         if result is None:
             return Response(status_code=499)  # the client is gone; nobody reads this
         body, finished = result
-        return JSONResponse(body, headers=self._truth_headers(finished))
+        return JSONResponse(body, headers=truth_headers(self.config, finished))
 
-    # --- validating a request -----------------------------------------------------------------------------------
-
-    def job(self, body: dict, kind: Literal["chat", "text"]) -> Job:
-        """The request checked and encoded; ApiError saying what is wrong."""
-        model = body.get("model")
-        if not isinstance(model, str) or not model:
-            raise ApiError(400, "Name the model: this server serves " f"{self.config.model_id!r}.", "model", "missing_model")
-        if model != self.config.model_id:
-            raise ApiError(404, f"The model {model!r} does not exist on this server; it serves {self.config.model_id!r} (GET /v1/models).", "model", "model_not_found")
-        if body.get("n", 1) != 1:
-            raise ApiError(400, "n must be 1: this server decodes one choice per request.", "n", "unsupported")
-        for name in ("tools", "functions"):
-            if body.get(name):
-                raise ApiError(400, f"{name} are not supported by this server.", name, "unsupported")
-        if body.get("logprobs") not in (None, False, 0):
-            raise ApiError(400, "logprobs are not supported by this server.", "logprobs", "unsupported")
-        prompt_ids = self._chat_ids(body.get("messages")) if kind == "chat" else self._text_ids(body.get("prompt"))
-        if len(prompt_ids) > self.config.max_prompt_tokens:
-            raise ApiError(
-                400, f"The prompt is {len(prompt_ids):,} tokens (counted with the target's tokenizer); this server takes at most "
-                f"{self.config.max_prompt_tokens:,}. Shorten it.", "messages" if kind == "chat" else "prompt", "context_length_exceeded",
-            )  # fmt: skip
-        max_tokens = self._max_tokens(body, kind)
-        room = _max_positions(self.models.target) - len(prompt_ids)
-        if max_tokens > room:
-            raise ApiError(400, f"The prompt ({len(prompt_ids):,} tokens) plus max_tokens ({max_tokens:,}) exceeds the model's context; lower max_tokens.", "max_tokens", "context_length_exceeded")
-        base = self.config.run
-        temperature = _number(body, "temperature", base.temperature, *field_named("temperature").widget_range)  # RunConfig's table
-        top_p = _number(body, "top_p", base.top_p, *field_named("top_p").widget_range)
-        seed = body.get("seed", base.seed)
-        if seed is None:
-            seed = base.seed
-        if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**63:
-            raise ApiError(400, "seed must be a whole number of at least 0.", "seed")
-        stream = body.get("stream", False)
-        if not isinstance(stream, bool):
-            raise ApiError(400, "stream must be true or false.", "stream")
-        options = body.get("stream_options") or {}
-        if not isinstance(options, dict):
-            raise ApiError(400, "stream_options must be an object.", "stream_options")
-        try:
-            run = dataclasses.replace(base, temperature=temperature, top_p=top_p, seed=seed, max_new_tokens=max_tokens)
-        except ValueError as exc:
-            raise ApiError(400, str(exc)) from None
-        return Job(kind, prompt_ids, run, stream, bool(options.get("include_usage")), _stops(body.get("stop")))
-
-    def _chat_ids(self, messages: object) -> list[int]:
-        if not isinstance(messages, list) or not 1 <= len(messages) <= MAX_MESSAGES:
-            raise ApiError(400, f"messages must be a list of 1 to {MAX_MESSAGES} messages.", "messages")
-        clean, chars = [], 0
-        for m in messages:
-            if not isinstance(m, dict) or m.get("role") not in ROLES:
-                raise ApiError(400, f"Each message needs a role ({', '.join(ROLES)}) and content.", "messages")
-            content = _content_text(m.get("content"))
-            chars += len(content)
-            clean.append({"role": "system" if m["role"] == "developer" else m["role"], "content": content})
-        if chars > MAX_PROMPT_CHARS:
-            raise ApiError(400, f"The messages hold {chars:,} characters; this server reads at most {MAX_PROMPT_CHARS:,}.", "messages", "context_length_exceeded")
-        if not any(m["content"].strip() for m in clean):
-            raise ApiError(400, "The messages are empty: write something to answer.", "messages")
-        return encode_chat(self.tokenizer, clean)
-
-    def _text_ids(self, prompt: object) -> list[int]:
-        if isinstance(prompt, list) and len(prompt) == 1:
-            prompt = prompt[0]
-        if not isinstance(prompt, str) or not prompt.strip():
-            raise ApiError(400, "prompt must be one non-empty string.", "prompt")
-        if len(prompt) > MAX_PROMPT_CHARS:
-            raise ApiError(400, f"The prompt is {len(prompt):,} characters; this server reads at most {MAX_PROMPT_CHARS:,}.", "prompt", "context_length_exceeded")
-        return list(self.tokenizer(prompt)["input_ids"])
-
-    def _max_tokens(self, body: dict, kind: str) -> int:
-        name = "max_completion_tokens" if body.get("max_completion_tokens") is not None else "max_tokens"
-        value = body.get(name)
-        if value is None:
-            return self.config.max_tokens if kind == "chat" else min(16, self.config.max_tokens)  # OpenAI's completions default: 16
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ApiError(400, f"{name} must be a whole number of at least 1.", name)
-        if value > self.config.max_tokens:
-            raise ApiError(400, f"{name} is {value:,}; this server allows at most {self.config.max_tokens:,} tokens per request.", name, "max_tokens_too_large")
-        return value
+    # --- slots --------------------------------------------------------------------------------------------------
 
     def _reserve(self) -> None:
         if self.active >= self.config.max_streams:
@@ -349,11 +160,6 @@ class Service:
 
     def _release(self) -> None:
         self.active -= 1
-
-    def _truth_headers(self, finished: Finished | None) -> dict[str, str]:
-        if finished is None or not self.config.report_truth or not finished.rounds:
-            return {}
-        return {"x-specviz-tokens-per-target-pass": f"{finished.tokens / finished.rounds:.4f}"}
 
     # --- decoding -----------------------------------------------------------------------------------------------
 
@@ -416,189 +222,33 @@ class Service:
             async for pieces in rounds:
                 text.extend(pieces)
         finished = outcome[0]
-        content = "".join(text)
-        choice = (
-            {"index": 0, "message": {"role": "assistant", "content": content}, "finish_reason": finished.reason, "logprobs": None}
-            if job.kind == "chat" else {"index": 0, "text": content, "finish_reason": finished.reason, "logprobs": None}
-        )  # fmt: skip
-        body = {"id": _request_id(job.kind), "object": "chat.completion" if job.kind == "chat" else "text_completion",
-                "created": int(time.time()), "model": self.config.model_id, "choices": [choice], "usage": self._usage(job, finished)}  # fmt: skip
-        return body, finished
+        return completion_body(job, finished, "".join(text), self.config), finished
 
     async def _events(self, job: Job) -> AsyncIterator[bytes]:
         """The SSE stream: a role chunk (chat), one chunk per round (or per token), a finish chunk, usage, [DONE]."""
-        ident, created = _request_id(job.kind), int(time.time())
-        obj = "chat.completion.chunk" if job.kind == "chat" else "text_completion"
-
-        def chunk(text: str | None, finish: str | None = None, role: bool = False) -> bytes:
-            if job.kind == "chat":
-                delta = ({"role": "assistant", "content": ""} if role else {}) | ({"content": text} if text is not None else {})
-                choice = {"index": 0, "delta": delta, "finish_reason": finish, "logprobs": None}
-            else:
-                choice = {"index": 0, "text": text or "", "finish_reason": finish, "logprobs": None}
-            return sse({"id": ident, "object": obj, "created": created, "model": self.config.model_id, "choices": [choice]})
-
+        chunks = StreamChunks(job.kind, self.config.model_id)
         outcome: list[Finished] = []
         try:
             if job.kind == "chat":
-                yield chunk(None, role=True)
+                yield chunks.text(None, role=True)
             async with contextlib.aclosing(self._rounds(job, outcome)) as rounds:
                 async for pieces in rounds:
                     if not pieces:
                         continue
                     if self.config.chunks == "round":
-                        yield chunk("".join(pieces))
+                        yield chunks.text("".join(pieces))
                     else:
-                        yield b"".join(chunk(p) for p in pieces)  # the round's chunks in one write: together, as committed
+                        yield b"".join(chunks.text(p) for p in pieces)  # the round's chunks in one write: together, as committed
             finished = outcome[0]
-            yield chunk(None if job.kind == "chat" else "", finish=finished.reason)
+            yield chunks.text(None if job.kind == "chat" else "", finish=finished.reason)
             if job.include_usage:
-                yield sse({"id": ident, "object": obj, "created": created, "model": self.config.model_id, "choices": [],
-                           "usage": self._usage(job, finished)})  # fmt: skip
-            yield b"data: [DONE]\n\n"
+                yield chunks.usage(usage(job, finished, self.config))
+            yield DONE
         except ApiError as exc:  # a queue timeout mid-stream: the stream ends with OpenAI's error event
-            yield sse({"error": {"message": exc.message, "type": exc.kind, "param": exc.param, "code": exc.code}})
+            yield sse(exc.body())
         except Exception as exc:  # a failure inside the engine, mid-stream: the same, and the traceback to the log
             log.exception("stream failed")
-            yield sse({"error": {"message": f"The server failed on this request ({type(exc).__name__}: {exc}).", "type": "server_error",
-                                 "param": None, "code": "server_error"}})  # fmt: skip
-
-    def _usage(self, job: Job, finished: Finished) -> dict:
-        usage: dict[str, Any] = {"prompt_tokens": len(job.prompt_ids), "completion_tokens": finished.tokens,
-                                 "total_tokens": len(job.prompt_ids) + finished.tokens}  # fmt: skip
-        if self.config.report_truth:
-            run = self.config.run
-            usage["specviz"] = {
-                "target_passes": finished.rounds, "tokens_per_target_pass": finished.tokens / finished.rounds if finished.rounds else None,
-                "drafter": run.drafter, "num_draft_tokens": 0 if run.drafter == "none" else run.num_draft_tokens,
-            }  # fmt: skip
-        return usage
-
-
-class EventStream(Response):
-    """A streamed response that stops its producer when the client disconnects: one task sends the events, another
-    waits for the connection's http.disconnect and cancels the first (at its next await). on_close runs once, always."""
-
-    media_type = "text/event-stream"
-
-    def __init__(self, events: AsyncIterator[bytes], on_close: Callable[[], None], headers: dict[str, str] | None = None) -> None:
-        self.events = events
-        self.on_close = on_close
-        self.status_code = 200
-        self.background = None
-        self.init_headers({"cache-control": "no-cache", "x-accel-buffering": "no", **(headers or {})})
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        try:
-            async with anyio.create_task_group() as group:
-
-                async def pump() -> None:
-                    try:
-                        await send({"type": "http.response.start", "status": self.status_code, "headers": self.raw_headers})
-                        async for event in self.events:
-                            await send({"type": "http.response.body", "body": event, "more_body": True})
-                        await send({"type": "http.response.body", "body": b"", "more_body": False})
-                    except OSError:  # the client went away between the watcher's checks
-                        pass
-                    group.cancel_scope.cancel()
-
-                async def watch() -> None:
-                    while (await receive())["type"] != "http.disconnect":
-                        pass
-                    group.cancel_scope.cancel()
-
-                group.start_soon(pump)
-                group.start_soon(watch)
-        finally:
-            await self.events.aclose()  # a producer cancelled mid-round has already run its finally; this is a no-op then
-            self.on_close()
-
-
-async def until_disconnect(request: Request, work: Awaitable[Any]) -> Any:
-    """Await work unless the client disconnects first (then work is cancelled at its next await and None returned)."""
-    result: list[Any] = []
-    errors: list[Exception] = []
-
-    async with anyio.create_task_group() as group:
-
-        async def run() -> None:
-            try:
-                result.append(await work)
-            except Exception as exc:  # raised below, as itself (a task group would wrap it in an ExceptionGroup)
-                errors.append(exc)
-            group.cancel_scope.cancel()
-
-        async def watch() -> None:
-            while (await request.receive())["type"] != "http.disconnect":
-                pass
-            group.cancel_scope.cancel()
-
-        group.start_soon(run)
-        group.start_soon(watch)
-    if errors:
-        raise errors[0]
-    if not result and asyncio.iscoroutine(work):
-        work.close()
-    return result[0] if result else None
-
-
-def sse(obj: dict) -> bytes:
-    return b"data: " + json.dumps(obj, ensure_ascii=False, separators=(",", ":")).encode("utf-8") + b"\n\n"
-
-
-def _request_id(kind: str) -> str:
-    return ("chatcmpl-" if kind == "chat" else "cmpl-") + secrets.token_hex(12)
-
-
-async def _json_body(request: Request) -> dict:
-    try:
-        body = await request.json()
-    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError):
-        raise ApiError(400, "The request body is not JSON.") from None
-    if not isinstance(body, dict):
-        raise ApiError(400, "The request body must be a JSON object.")
-    return body
-
-
-def _content_text(content: object) -> str:
-    """A message's content: a string, or a list of {"type": "text", "text": ...} parts (others refused)."""
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list) and all(isinstance(p, dict) and p.get("type") == "text" and isinstance(p.get("text"), str) for p in content):
-        return "".join(p["text"] for p in content)
-    raise ApiError(400, "A message's content must be text (a string, or a list of text parts).", "messages")
-
-
-def _number(body: dict, name: str, default: float, low: float, high: float) -> float:
-    value = body.get(name)
-    if value is None:
-        return default
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not low <= value <= high:
-        raise ApiError(400, f"{name} must be a number from {low:g} to {high:g}.", name)
-    return float(value)
-
-
-def _stops(stop: object) -> tuple[str, ...]:
-    if stop is None:
-        return ()
-    items = [stop] if isinstance(stop, str) else stop
-    if not isinstance(items, list) or len(items) > MAX_STOP or not all(isinstance(s, str) and 0 < len(s) <= MAX_STOP_CHARS for s in items):
-        raise ApiError(400, f"stop must be a string or a list of at most {MAX_STOP} non-empty strings of up to {MAX_STOP_CHARS} characters.", "stop")
-    return tuple(items)
-
-
-def encode_chat(tokenizer, messages: list[dict[str, str]]) -> list[int]:
-    """A chat's messages (contents as text) -> ids through the tokenizer's chat template, ready for the assistant's turn
-    (as specviz.models.encode_prompt renders one user turn); without a template, the contents joined by blank lines."""
-    if getattr(tokenizer, "chat_template", None):
-        rendered = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
-        return list(tokenizer(rendered, add_special_tokens=False)["input_ids"])
-    return list(tokenizer("\n\n".join(m["content"] for m in messages))["input_ids"])
-
-
-def _max_positions(target) -> int:
-    return int(getattr(target.model.config, "max_position_embeddings", None) or 1_000_000)
-
+            yield sse(server_error(exc).body())
 
 def run_server(service: Service, host: str, port: int) -> None:
     """Serve until interrupted (uvicorn; Ctrl+C or SIGTERM stops it)."""
