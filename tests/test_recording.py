@@ -12,7 +12,7 @@ import pandas as pd
 import pytest
 
 from specviz.config import RunConfig
-from specviz.recording import MAX_BYTES, RecordingError, dumps, load_recording
+from specviz.recording.schema import MAX_BYTES, RecordingError, dumps, load_recording
 from specviz.viz import (
     drafts_frame,
     figures,

@@ -14,7 +14,7 @@ import streamlit as st
 
 from specviz.config import RunConfig
 from specviz.core.records import StepRecord
-from specviz.recording import (
+from specviz.recording.schema import (
     MAX_BYTES,
     RecordedRun,
     Recording,

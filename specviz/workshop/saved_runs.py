@@ -45,7 +45,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from specviz.core.resume import RunState
-from specviz.recording import MAX_BYTES, Recording, RecordingError, dumps, load_recording
+from specviz.recording.schema import MAX_BYTES, Recording, RecordingError, dumps, load_recording
 from specviz.workshop.files import write_atomic
 from specviz.workshop.presentation import PresentationStore
 
