@@ -1,47 +1,32 @@
-"""Recordings: one versioned JSON file that holds a run (or two, side by side) and its plain-decoding baseline,
-everything the views draw and nothing that needs a model.
+"""The recording's format: one versioned JSON file that holds a run (or two, side by side) and its plain-decoding
+baseline, everything the views draw and nothing that needs a model (docs/recording-format.md).
 
-Build one from finished or unfinished runs (build_recording), write it (dumps / save_recording), read it back
-(load_recording / read_recording). Reading first checks the parsed JSON field by field against the schema
-(check_fields: every text within its length, every number finite and in its range, cheap and before anything
-else), then validates the whole file with pydantic (types, fates, lengths, ids inside the declared vocabulary, a
-text for every id shown), and raises RecordingError, a ValueError whose message says what is wrong where.
-Records are stored field by field from their dataclasses, so fields added to StepRecord later are saved,
-capped and validated without changes here. Imports neither streamlit nor transformers.
+The pydantic models (Recording, RecordedRun, Environment) are the schema; their validators hold the rules a file must
+keep beyond types (check_label, check_record, check_tree_record: lengths, fates, ids inside the declared vocabulary, a
+text for every id shown). Records are stored field by field from their dataclasses, so fields added to StepRecord later
+are saved, capped and validated without changes here. Imports neither streamlit nor transformers.
 """
 
 from __future__ import annotations
 
-import json
-import os
 import re
-from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
-from datetime import UTC, datetime
-from functools import cache
-from pathlib import Path
+from collections.abc import Iterable
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, computed_field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, computed_field, field_validator, model_validator
 
 from specviz.config import MAX_PROMPT_CHARS, RunConfig
-from specviz.core.decoding import MAX_DRAFT_TOKENS
 from specviz.core.metrics import RunMetrics, run_metrics
 from specviz.core.records import StepRecord
-from specviz.core.tree import MAX_TREE_WIDTH
 
 FORMAT = "specviz-recording"
 VERSION = 1
-MAX_BYTES = 50 * 1024 * 1024  # the largest file read (the app's upload limit too)
-MAX_ERRORS_SHOWN = 3
 MAX_TOKEN_TEXT_CHARS = 1_000  # a token's text is a few characters; a longer one is not a token (a 40 MB one hung the tab)
 MAX_TOKEN_TEXTS = 200_000  # distinct texts: more than any recording shows (a view draws at most a few per drafted position)
-MAX_INT_DIGITS = 30  # ids, counts, seeds and lengths fit in 20 digits; longer numbers are refused before Python converts them
 MAX_NAME_CHARS = 1_000  # any text without a limit of its own: a model, device, version, path, date or fate
 MAX_TITLE_CHARS = 500  # a one-line description (the menu and banner show it whole)
 MAX_LABEL_CHARS = 80  # a run's label, drawn in legends and column headers
 MAX_ERROR_CHARS = 4_000  # why a run stopped: a message, not a log (recorded_run cuts a longer one)
-MAX_KEY_CHARS = 100  # a key of a JSON object: a field name, or a token id in token_texts
 
 
 class RecordingError(ValueError):
@@ -237,282 +222,6 @@ class Recording(BaseModel):
         env = self.environment
         versions = f"torch {env.torch}" + (f", transformers {env.transformers}" if env.transformers else "")
         return f"{env.model} ({env.dtype}) on {env.device} ({env.device_name}), {versions}, {env.created.replace('T', ' ')[:16]} UTC"
-
-
-def recorded_run(label: str, config: RunConfig, records: Sequence[StepRecord], *, seed: int | None = None, prefill_ms: float = 0.0, error: str | None = None) -> RecordedRun:
-    """A run's part of a recording; the statistics are derived from the records."""
-    records = tuple(records)
-    if error is not None and len(error) > MAX_ERROR_CHARS:
-        error = error[: MAX_ERROR_CHARS - 1] + "…"
-    return RecordedRun(
-        label=label, config=config, seed=config.seed if seed is None else seed, prefill_ms=prefill_ms,
-        records=records, error=error,
-    )  # fmt: skip
-
-
-def now_utc() -> str:
-    return datetime.now(UTC).replace(microsecond=0).isoformat().replace("+00:00", "")
-
-
-def build_recording(
-    *,
-    prompt: str,
-    prompt_ids: Sequence[int],
-    runs: Sequence[RecordedRun],
-    baseline: RecordedRun | None,
-    token_text: Callable[[int], str],
-    environment: dict,
-    title: str = "",
-) -> Recording:
-    """Assemble and validate a recording. token_text: id -> text (specviz.viz.tokens.TokenTable over the
-    tokenizer), asked once for every id the views can show."""
-    ids = set(prompt_ids)
-    for run in [*runs, *([baseline] if baseline else [])]:
-        for r in run.records:
-            ids.update(record_ids(r))
-    return Recording(
-        format=FORMAT, version=VERSION, title=title, environment=Environment(**{"created": now_utc(), **environment}),
-        prompt=prompt, prompt_ids=tuple(prompt_ids), token_texts={i: token_text(i) for i in sorted(ids)},
-        runs=tuple(runs), baseline=baseline,
-    )  # fmt: skip
-
-
-def dumps(recording: Recording) -> str:
-    """The recording as JSON text (UTF-8, compact)."""
-    return json.dumps(recording.model_dump(mode="json"), ensure_ascii=False, separators=(",", ":"))
-
-
-def save_recording(recording: Recording, path: str | os.PathLike) -> None:
-    Path(path).write_text(dumps(recording), encoding="utf-8")
-
-
-# --- field by field: every text within its length, every number finite and in range ---------------------------
-
-INT64_MAX = 2**63 - 1
-MAX_MS = 1e9  # about 11.6 days: longer than any round or run
-MIN_PASS_MS = 1e-6  # a nanosecond: a target pass takes longer (the speedup and the verify cost divide by it)
-MAX_NUMBER = 1e15  # any other number; sums over a whole file stay finite
-
-
-@dataclass(frozen=True)
-class Limit:
-    """A number field's range [low, high] and what the field is, for the message."""
-
-    low: float
-    high: float
-    what: str
-
-
-PROBABILITY = Limit(0.0, 1.0, "a probability")
-DURATION = Limit(0.0, MAX_MS, "a time in ms")
-PASS_TIME = Limit(MIN_PASS_MS, MAX_MS, "a target pass's time in ms (speedups divide by it)")
-WHOLE = Limit(0, INT64_MAX, "a count, an id or a seed")
-NUMBER = Limit(0.0, MAX_NUMBER, "a number")
-ANY_NUMBER = Limit(-MAX_NUMBER, MAX_NUMBER, "a number")  # in fields the schema leaves open (the environment's extras)
-
-# By schema model and field; every other integer is WHOLE and every other number NUMBER, within any minimum or
-# maximum the schema states. RunConfig's own validate() then checks its fields' finer rules.
-NUMBER_LIMITS: dict[str, Limit] = {
-    **{f"StepRecord.{name}": PROBABILITY for name in (
-        "p_target", "q_draft", "accept_prob", "uniforms", "next_p_target", "next_residual", "overlap", "tree_p_current")},
-    **{f"TokenDist.{name}": PROBABILITY for name in ("p_target", "q_draft", "residual")},
-    **{f"StepRecord.{name}": DURATION for name in ("draft_ms", "record_ms")},
-    **{f"StepRecord.{name}": PASS_TIME for name in ("verify_ms", "round_ms")},
-    "StepRecord.num_draft_tokens": Limit(0, MAX_DRAFT_TOKENS, "k, the tokens asked of the drafter"),
-    "StepRecord.tree_width": Limit(1, MAX_TREE_WIDTH, "a tree width"),
-    "StepRecord.tree_parents": Limit(-1, INT64_MAX, "a parent node's index (-1: the root)"),
-    "RecordedRun.prefill_ms": DURATION,
-    "RunConfig.ngram_threshold": PROBABILITY,
-    "RunConfig.top_p": PROBABILITY,
-}  # fmt: skip
-
-
-@dataclass
-class FieldRule:
-    """What may stand at one place of the file: a text of at most `text` characters, a number within `number`, an
-    object's `fields` (and `values` under any other key), an array's `items`. None: not checked here."""
-
-    text: int | None = None
-    number: Limit | None = None
-    fields: dict[str, FieldRule] = field(default_factory=dict)
-    values: FieldRule | None = None
-    items: FieldRule | None = None
-
-    def merge(self, other: FieldRule) -> None:
-        """Allow what other allows too (a union: `str | None`, `RecordedRun | None`)."""
-        self.text = max(self.text or 0, other.text or 0) or None
-        self.number = self.number or other.number
-        self.fields.update(other.fields)
-        self.values, self.items = self.values or other.values, self.items or other.items
-
-
-def _open_rule() -> FieldRule:
-    """For a place the schema leaves open (any JSON): every text, number and key below it capped."""
-    rule = FieldRule(text=MAX_NAME_CHARS, number=ANY_NUMBER)
-    rule.values = rule.items = rule
-    return rule
-
-
-def _rule(schema: dict, defs: dict, key: str, seen: dict[str, FieldRule]) -> FieldRule:
-    """The rule for one place of the JSON schema; key is "Model.field", for NUMBER_LIMITS."""
-    if "$ref" in schema:
-        name = schema["$ref"].rsplit("/", 1)[-1]
-        if name not in seen:  # one rule per model, made once (and a model that holds itself would not loop)
-            seen[name] = FieldRule()
-            _fill(seen[name], defs[name], defs, name, seen)
-        return seen[name]
-    rule = FieldRule()
-    _fill(rule, schema, defs, key, seen)
-    return rule
-
-
-def _fill(rule: FieldRule, schema: dict, defs: dict, key: str, seen: dict[str, FieldRule]) -> None:
-    for branch in schema.get("anyOf", ()):
-        rule.merge(_rule(branch, defs, key, seen))
-    kind = schema.get("type")
-    if kind == "string":
-        rule.text = schema.get("maxLength", MAX_NAME_CHARS)
-    elif kind in ("integer", "number"):
-        base = NUMBER_LIMITS.get(key, WHOLE if kind == "integer" else NUMBER)
-        low, high = max(base.low, schema.get("minimum", base.low)), min(base.high, schema.get("maximum", base.high))
-        rule.number = Limit(low, high, base.what)
-    elif kind == "array" and "items" in schema:
-        rule.items = _rule(schema["items"], defs, key, seen)
-    model = schema.get("title", key) if "properties" in schema else key
-    for name, sub in schema.get("properties", {}).items():
-        rule.fields[name] = _rule(sub, defs, f"{model}.{name}", seen)
-    extra = schema.get("additionalProperties")
-    if extra is True:
-        rule.values = _open_rule()
-    elif isinstance(extra, dict):
-        rule.values = _rule(extra, defs, key, seen)
-
-
-@cache
-def field_rules() -> FieldRule:
-    """The rule for the whole file, compiled once from Recording's JSON schema, so a field added later is checked too."""
-    schema = json_schema()
-    return _rule(schema, schema.get("$defs", {}), "Recording", {})
-
-
-def _where(path: tuple[str, ...]) -> str:
-    return "".join(path).lstrip(".") or "the file"
-
-
-def _bound(x: float) -> str:
-    return f"{x:,}" if isinstance(x, int) else f"{x:g}"
-
-
-def _check(value: object, rule: FieldRule, path: tuple[str, ...]) -> None:
-    """Raise RecordingError at the first text too long, number out of range, or key too long, naming its place."""
-    if isinstance(value, str):
-        if rule.text is not None and len(value) > rule.text:
-            raise RecordingError(f"{_where(path)} is {len(value):,} characters long; it may be at most {rule.text:,}.")
-        if rule.text is None and rule.number is not None:
-            raise RecordingError(f"{_where(path)} must be a number, not a text.")
-    elif isinstance(value, (int, float)) and not isinstance(value, bool):
-        limit = rule.number
-        if limit is not None and not (limit.low <= value <= limit.high):
-            raise RecordingError(f"{_where(path)} is {value!r}: {limit.what} must lie between {_bound(limit.low)} and {_bound(limit.high)}.")
-    elif isinstance(value, dict):
-        for key, item in value.items():
-            if len(key) > MAX_KEY_CHARS:
-                raise RecordingError(f"{_where(path)} has a key of {len(key):,} characters; keys may be at most {MAX_KEY_CHARS}.")
-            if key in rule.fields:
-                _check(item, rule.fields[key], (*path, f".{key}"))
-            elif rule.values is not None:
-                _check(item, rule.values, (*path, f"[{key!r}]"))
-    elif isinstance(value, list) and rule.items is not None:
-        _check_items(value, rule.items, path)
-
-
-def _check_items(items: list, rule: FieldRule, path: tuple[str, ...]) -> None:
-    """An array's items; numbers in a numbers-only array are compared in line (an array of 10^6 floats is common)."""
-    limit = rule.number
-    plain = limit is not None and rule.text is None and not (rule.fields or rule.values or rule.items)
-    for i, item in enumerate(items):
-        if plain and type(item) in (int, float) and limit.low <= item <= limit.high:
-            continue
-        _check(item, rule, (*path, f".{i}"))
-
-
-def check_fields(raw: object) -> None:
-    """Every text, number and key of a parsed file against its place in the schema (field_rules); RecordingError
-    names the first that is off. One pass over the parsed JSON, before pydantic sees it."""
-    try:
-        _check(raw, field_rules(), ())
-    except RecursionError:  # json.loads reads nesting a little deeper than this walk can follow
-        raise RecordingError("This is not a specviz recording: its JSON is nested too deeply to read.") from None
-
-
-def _describe(exc: ValidationError) -> str:
-    """The first few errors, each at its place. An error at a place that holds another error's place is left out: a
-    run that failed leaves `runs` one item short ("at least 1 item"), which says nothing the run's own error does not."""
-    errors = exc.errors()
-    locs = [tuple(err["loc"]) for err in errors]
-    errors = [err for err, loc in zip(errors, locs) if not any(len(other) > len(loc) and other[: len(loc)] == loc for other in locs)]
-    lines = []
-    for err in errors[:MAX_ERRORS_SHOWN]:
-        where = ".".join(str(p) for p in err["loc"]) or "the file"
-        msg = err["msg"].removeprefix("Value error, ").rstrip(".")
-        lines.append(f"{where}: {msg}")
-    more = len(errors) - len(lines)
-    return "; ".join(lines) + (f" (and {more} more)" if more > 0 else "")
-
-
-def _parse_int(text: str) -> int:
-    """json's integer hook: our message for a number too long to be an id, before Python's own limit (4,300 digits)."""
-    if len(text.lstrip("-")) > MAX_INT_DIGITS:
-        raise RecordingError(f"This recording is damaged: it holds a whole number of {len(text.lstrip('-')):,} digits; numbers in a recording have at most {MAX_INT_DIGITS}.")
-    return int(text)
-
-
-def check_token_texts(raw: dict) -> None:
-    """Refuse too many token texts before walking them (their lengths are checked with every other text's)."""
-    texts = raw.get("token_texts")
-    if isinstance(texts, dict) and len(texts) > MAX_TOKEN_TEXTS:
-        raise RecordingError(f"This recording has {len(texts):,} token texts; a recording may hold at most {MAX_TOKEN_TEXTS:,}.")
-
-
-def _shown(value: object, limit: int = 80) -> str:
-    """A value from the file in a message: its repr, cut (a 40 MB format string is not repeated back)."""
-    text = repr(value)
-    return text if len(text) <= limit else text[:limit] + "…"
-
-
-def load_recording(data: bytes | str) -> Recording:
-    """Parse and validate a recording. Raises RecordingError saying what is wrong."""
-    size = len(data.encode("utf-8") if isinstance(data, str) else data)
-    if size > MAX_BYTES:
-        raise RecordingError(f"The file is {size / 2**20:.1f} MB; recordings are limited to {MAX_BYTES // 2**20} MB.")
-    try:
-        raw = json.loads(data, parse_int=_parse_int)
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise RecordingError(f"This is not a specviz recording: it is not JSON text ({exc}).") from None
-    except RecursionError:
-        raise RecordingError("This is not a specviz recording: its JSON is nested too deeply to read.") from None
-    if not isinstance(raw, dict) or raw.get("format") != FORMAT:
-        found = raw.get("format") if isinstance(raw, dict) else type(raw).__name__
-        raise RecordingError(f"This is not a specviz recording: its format is {_shown(found)}, not {FORMAT!r}.")
-    version = raw.get("version")
-    if not isinstance(version, int) or isinstance(version, bool) or version < 1:
-        raise RecordingError(f"This recording has no valid version number ({_shown(version)}); this specviz reads version {VERSION}.")
-    if version > VERSION:
-        raise RecordingError(f"This recording is version {version}, newer than this specviz reads ({VERSION}): update specviz to open it.")
-    check_token_texts(raw)
-    check_fields(raw)
-    try:
-        return Recording.model_validate(raw)
-    except ValidationError as exc:
-        raise RecordingError(f"This recording is damaged or inconsistent: {_describe(exc)}.") from None
-
-
-def read_recording(path: str | os.PathLike) -> Recording:
-    """load_recording on a file, checking its size before reading it."""
-    size = os.path.getsize(path)
-    if size > MAX_BYTES:
-        raise RecordingError(f"{path} is {size / 2**20:.1f} MB; recordings are limited to {MAX_BYTES // 2**20} MB.")
-    return load_recording(Path(path).read_bytes())
 
 
 def json_schema() -> dict:
