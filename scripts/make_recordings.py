@@ -16,7 +16,7 @@ from pathlib import Path
 
 from specviz.config import EMBEDDED_TARGET, RunConfig
 from specviz.models import encode_prompt, environment, load_model, token_bytes
-from specviz.recording import build_recording, dumps, recorded_run
+from specviz.recording.build import build_recording, dumps, recorded_run
 from specviz.runs import build_decoder
 from specviz.viz.figures import BASELINE_RUN
 from specviz.viz.tokens import TokenTable

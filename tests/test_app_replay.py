@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from specviz.recording import MAX_BYTES, load_recording
+from specviz.recording.load import MAX_BYTES, load_recording
 from specviz.ui.step_through import replay as replay_ui
 from tests.test_recording import html_tags
 
@@ -173,7 +173,7 @@ def test_run_labels_that_could_carry_markup_are_refused(no_model, label):
 def test_save_run_of_a_live_session_replays_to_the_same_views(smollm):
     """Two live rounds with SmolLM2, saved (what Save run writes), replayed: every frame and figure is the same."""
     from specviz.models import environment
-    from specviz.recording import dumps
+    from specviz.recording.build import dumps
     from tests.test_recording import assert_same_views, views_of
 
     at = AppTest.from_file(PAGE, default_timeout=180)

@@ -8,7 +8,7 @@ import json
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from specviz.recording import dumps
+from specviz.recording.build import dumps
 from tests.test_app_replay import HOSTILE, click, fresh, upload
 
 

@@ -8,8 +8,8 @@ Layers, bottom up (a module may import its own layer and the layers its arrow na
   models    the only transformers code                                      -> core
   viz       records -> frames -> figures, no streamlit                      -> core
   config    the run's config (reads the drafter table)                      -> core, drafters
-  recording  the run's file format                                         -> config, core
-  record_json  a run's records and stats as the CLI's JSON                  -> core
+  recording  a run on disk: the file format (schema, build, load,         -> config, core
+            field_checks) and a run's records as the CLI's JSON (record_json)
   runs      assembly: config + models -> a decoder                         -> config, core, drafters, models
   experiments  what measures (measure, bench, cost_profile, lab, numerics, training/)  -> config, core, drafters, models, runs
             (a model turn is handed in: specviz.core.protocols.Turn)
@@ -56,7 +56,7 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
-BELOW_UI = {"core", "drafters", "models", "viz", "config", "recording", "record_json", "runs", "experiments", "workshop", "cli", "main"}
+BELOW_UI = {"core", "drafters", "models", "viz", "config", "recording", "runs", "experiments", "workshop", "cli", "main"}
 ARROWS: dict[str, set[str]] = {
     "root": set(),
     "core": set(),
@@ -65,7 +65,6 @@ ARROWS: dict[str, set[str]] = {
     "viz": {"core"},
     "config": {"core", "drafters"},
     "recording": {"config", "core"},
-    "record_json": {"core"},
     "runs": {"config", "core", "drafters", "models"},
     "workshop": {"config", "core", "recording", "runs"},
     "experiments": {"config", "core", "drafters", "models", "runs"},

@@ -10,7 +10,7 @@ import dataclasses
 import pytest
 
 from specviz.config import RunConfig
-from specviz.recording import build_recording, recorded_run
+from specviz.recording.build import build_recording, recorded_run
 from specviz.runs import build_decoder
 from specviz.ui.room.saved_runs import _resumed
 from specviz.workshop.saved_runs import RunStore, SavedRun, new_token

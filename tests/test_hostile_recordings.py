@@ -1,6 +1,6 @@
 """Hostile recordings: every text field capped, every number in range, checked at load, so a file that loads
 never hangs or crashes the views or `specviz replay`. The fields are enumerated here from the JSON schema
-(independently of specviz.recording's own walk), so a field added later is tested too."""
+(independently of specviz.recording.field_checks' own walk), so a field added later is tested too."""
 
 from __future__ import annotations
 
@@ -16,7 +16,8 @@ import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from specviz.recording import MAX_BYTES, RecordingError, json_schema, load_recording
+from specviz.recording.load import MAX_BYTES, load_recording
+from specviz.recording.schema import RecordingError, json_schema
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -168,7 +169,8 @@ def test_deep_nesting_in_a_field_the_schema_leaves_open_is_a_recording_error():
 
 
 def test_a_long_run_error_is_cut_when_recorded_so_the_file_still_loads():
-    from specviz.recording import MAX_ERROR_CHARS, dumps, recorded_run
+    from specviz.recording.build import dumps, recorded_run
+    from specviz.recording.schema import MAX_ERROR_CHARS
 
     recording = load_recording(example_text())
     run = recording.runs[0]
@@ -342,7 +344,7 @@ def toy_tree_recording() -> str:
     from specviz.core.decoding import DecodeConfig, SpeculativeDecoder
     from specviz.core.sampling import SamplingConfig
     from specviz.drafters import ModelDrafter, NoDrafter
-    from specviz.recording import build_recording, dumps, recorded_run
+    from specviz.recording.build import build_recording, dumps, recorded_run
     from tests.toys import TableLM, TreeTableLM
 
     sampling, prompt, runs = SamplingConfig(temperature=1.0), [1, 2, 3, 4, 1, 2, 3], []

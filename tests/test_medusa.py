@@ -410,7 +410,9 @@ def test_checkpoint_and_restore_bring_the_hidden_state_back(tiny_models, heads_d
 
 
 def test_the_heads_folder_round_trips_through_a_recording_and_is_validated():
-    from specviz.recording import RecordingError, load_recording, recorded_run  # noqa: F401
+    from specviz.recording.build import recorded_run  # noqa: F401
+    from specviz.recording.load import load_recording  # noqa: F401
+    from specviz.recording.schema import RecordingError  # noqa: F401
 
     config = RunConfig(drafter="medusa", medusa_heads="/srv/heads/smollm2")
     run = recorded_run("A", config, [])

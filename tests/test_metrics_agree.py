@@ -16,7 +16,8 @@ from specviz.config import RunConfig
 from specviz.core.metrics import run_metrics
 from specviz.core.records import StepRecord
 from specviz.experiments.bench import BenchPrompt, RunSample, SweepSpec, compare_to_baseline
-from specviz.recording import build_recording, dumps, load_recording, recorded_run
+from specviz.recording.build import build_recording, dumps, recorded_run
+from specviz.recording.load import load_recording
 from specviz.ui.step_through import step_views
 from specviz.ui.step_through.replay import ReplaySession
 

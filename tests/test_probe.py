@@ -12,7 +12,8 @@ from specviz import cli
 from specviz.config import EMBEDDED_TARGET, RunConfig
 from specviz.experiments.probe import ChunkCounter, ProbeSpec, probe
 from specviz.runs import resolve_models
-from specviz.workshop.service import Service, ServiceConfig
+from specviz.workshop.service.config import ServiceConfig
+from specviz.workshop.service.server import Service
 from tests.service_helpers import running
 
 COPY = ["Repeat exactly: the cat sat on the mat and the dog sat on the log, and the cat sat on the log."]

@@ -12,7 +12,9 @@ import pandas as pd
 import pytest
 
 from specviz.config import RunConfig
-from specviz.recording import MAX_BYTES, RecordingError, dumps, load_recording
+from specviz.recording.build import dumps
+from specviz.recording.load import MAX_BYTES, load_recording
+from specviz.recording.schema import RecordingError
 from specviz.viz import (
     drafts_frame,
     figures,

@@ -235,7 +235,8 @@ def test_batched_decoding_refuses_a_drafter_that_reads_the_targets_logits():
 def test_a_recycle_run_survives_the_run_directory_and_its_recording_replays(tiny_models, tmp_path):
     """A saved run (workshop.saved_runs) carries the table, so the restored run continues exactly; the recording of an
     EAGLE or recycle run keeps its settings; a share link may name the new drafters."""
-    from specviz.recording import build_recording, dumps, load_recording, recorded_run
+    from specviz.recording.build import build_recording, dumps, recorded_run
+    from specviz.recording.load import load_recording
     from specviz.ui.room.share import parse_query
     from specviz.workshop.saved_runs import RunStore, SavedRun, new_token
 

@@ -12,7 +12,7 @@ import time
 import pytest
 
 from specviz.config import RunConfig
-from specviz.recording import build_recording, recorded_run
+from specviz.recording.build import build_recording, recorded_run
 from specviz.runs import build_decoder
 from specviz.workshop import saved_runs
 from specviz.workshop.presentation import PresentationStore

@@ -1,4 +1,4 @@
-"""specviz serve (specviz/workshop/service.py) through the official openai client, against a real uvicorn server: chat
+"""specviz serve (specviz/workshop/service/) through the official openai client, against a real uvicorn server: chat
 and text completions, streamed and not, max_tokens, stop, a bad model, a prompt over the cap, the concurrency cap, a
 client that disconnects mid-stream (its decode ends and nothing is left behind), and streams taking turns."""
 
@@ -12,7 +12,9 @@ import pytest
 
 from specviz.config import EMBEDDED_TARGET, RunConfig
 from specviz.runs import decoder_for, resolve_models
-from specviz.workshop.service import Detokenizer, Service, ServiceConfig, StopText
+from specviz.workshop.service.config import ServiceConfig
+from specviz.workshop.service.server import Service
+from specviz.workshop.service.text import Detokenizer, StopText
 from tests.service_helpers import running, wait_until
 
 pytestmark = pytest.mark.smollm
@@ -256,7 +258,7 @@ def test_serve_loads_the_models_on_the_thread_that_runs_every_pass(smollm):
     and passes run on the model thread made two teams, and serve streamed at half the engine's speed (21.6 against
     61.2 tokens/s in scripts/race_check.py). The loader runs on the model thread (known-bad control: Service() alone
     leaves the load wherever the caller did it)."""
-    from specviz.workshop.service import load_on_model_thread
+    from specviz.workshop.service.server import load_on_model_thread
 
     run = RunConfig(target=MODEL, drafter="none", dtype="float32", device="cpu")
     where: list[str] = []

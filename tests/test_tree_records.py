@@ -8,7 +8,9 @@ import json
 
 import pytest
 
-from specviz.recording import RecordingError, dumps, load_recording
+from specviz.recording.build import dumps
+from specviz.recording.load import load_recording
+from specviz.recording.schema import RecordingError
 from specviz.viz.tree import mask_figure, mask_frame, tree_figure, tree_frame
 from tests.test_cli import parse_one_json, run_main
 from tests.test_recording import HOSTILE, PROMPT, assert_same_views, views_of

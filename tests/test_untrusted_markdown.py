@@ -15,7 +15,8 @@ import pytest
 from markdown_it import MarkdownIt
 from streamlit.testing.v1 import AppTest
 
-from specviz.recording import MAX_INT_DIGITS, MAX_TOKEN_TEXT_CHARS, MAX_TOKEN_TEXTS, RecordingError, check_label, load_recording
+from specviz.recording.load import MAX_INT_DIGITS, load_recording
+from specviz.recording.schema import MAX_TOKEN_TEXT_CHARS, MAX_TOKEN_TEXTS, RecordingError, check_label
 from specviz.viz.markdown import WORD_JOINER, md_code, md_text
 
 REPO = Path(__file__).resolve().parents[1]

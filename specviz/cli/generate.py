@@ -12,7 +12,7 @@ from specviz.cli.options import add_run_options, check_output_file, config_from_
 from specviz.cli.terminal import emit, painted, stats_line
 from specviz.config import RunConfig, validate_prompt
 from specviz.core.divergence import emitted_margins, first_divergence
-from specviz.record_json import step_to_json
+from specviz.recording.record_json import step_to_json
 
 
 def add_parser(sub) -> None:
@@ -109,7 +109,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _recorded_sample(config: RunConfig, decoder, i: int, num_samples: int, baseline: bool):
-    from specviz.recording import recorded_run
+    from specviz.recording.build import recorded_run
 
     name = "plain decoding" if baseline else config.drafter
     label = name if num_samples == 1 else f"{name} · sample {i + 1} (seed {decoder.config.seed})"
@@ -121,7 +121,7 @@ def _write_recording(path: str, config: RunConfig, text: str, prompt_ids: list[i
     first sample's seed for as many tokens as the longest sample, as the app's baseline does. With --check-baseline
     its plain run is the baseline, so the JSON's speedup and the recording's are one number."""
     from specviz.models import environment, token_bytes
-    from specviz.recording import build_recording, recorded_run, save_recording
+    from specviz.recording.build import build_recording, recorded_run, save_recording
     from specviz.runs import build_decoder
     from specviz.viz.tokens import TokenTable
 

@@ -16,7 +16,7 @@ def add_parser(sub) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Print each recorded run as the generate command would have, from the file alone (no model, no tokenizer)."""
-    from specviz.recording import read_recording
+    from specviz.recording.load import read_recording
     from specviz.viz.tokens import join_pieces
 
     rec = read_recording(args.file)

@@ -12,7 +12,7 @@ from specviz.config import DRAFTER_KINDS, EMBEDDED_TARGET, RunConfig
 
 def add_service_options(p: argparse.ArgumentParser) -> None:
     """What a served model decodes with, and the owner's caps (serve and serve-pair)."""
-    from specviz.workshop.service import ServiceConfig
+    from specviz.workshop.service.config import ServiceConfig
 
     d, s = RunConfig, ServiceConfig
     p.add_argument("--target", default=EMBEDDED_TARGET, help="hub id, local folder or .gguf file (default: embedded SmolLM2-135M-Instruct)")
@@ -50,7 +50,7 @@ def add_parser(sub) -> None:
 
 
 def service_config(args: argparse.Namespace, drafter: str, hide_truth: bool):
-    from specviz.workshop.service import ServiceConfig
+    from specviz.workshop.service.config import ServiceConfig
 
     set_threads(args.threads)
     run = RunConfig(
@@ -64,7 +64,7 @@ def service_config(args: argparse.Namespace, drafter: str, hide_truth: bool):
 
 def run(args: argparse.Namespace) -> int:
     from specviz.runs import resolve_models
-    from specviz.workshop.service import load_on_model_thread, run_server
+    from specviz.workshop.service.server import load_on_model_thread, run_server
 
     config = service_config(args, args.drafter, args.hide_truth)
     service = load_on_model_thread(config, lambda: resolve_models(config.run))  # torch's threads: see its docstring

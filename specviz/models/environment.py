@@ -26,7 +26,7 @@ def device_name(device: torch.device) -> str:
 
 
 def environment(target: LoadedModel) -> dict:
-    """The environment part of a recording (specviz.recording.Environment fields, less the date)."""
+    """The environment part of a recording (specviz.recording.schema.Environment fields, less the date)."""
     from specviz import __version__
 
     return {

@@ -45,7 +45,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from specviz.core.resume import RunState
-from specviz.recording import MAX_BYTES, Recording, RecordingError, dumps, load_recording
+from specviz.recording.build import dumps
+from specviz.recording.load import MAX_BYTES, load_recording
+from specviz.recording.schema import Recording, RecordingError
 from specviz.workshop.files import write_atomic
 from specviz.workshop.presentation import PresentationStore
 

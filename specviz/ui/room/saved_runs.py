@@ -25,7 +25,7 @@ import streamlit as st
 from specviz.config import RunConfig
 from specviz.drafters.specs import drafter_spec
 from specviz.models import encode_prompt
-from specviz.recording import RecordedRun
+from specviz.recording.schema import RecordedRun
 from specviz.runs import RunModels, SavedDecoder, exit_layer_for, resume_decoder
 from specviz.ui.common import budgets
 from specviz.ui.common.access import current_policy

@@ -14,17 +14,9 @@ import streamlit as st
 
 from specviz.config import RunConfig
 from specviz.core.records import StepRecord
-from specviz.recording import (
-    MAX_BYTES,
-    RecordedRun,
-    Recording,
-    build_recording,
-    dumps,
-    load_recording,
-    now_utc,
-    read_recording,
-    recorded_run,
-)
+from specviz.recording.build import build_recording, dumps, now_utc, recorded_run
+from specviz.recording.load import MAX_BYTES, load_recording, read_recording
+from specviz.recording.schema import RecordedRun, Recording
 from specviz.ui.common import widgets
 from specviz.ui.step_through.session import StepSession, load_target
 from specviz.viz.figures import BASELINE_RUN

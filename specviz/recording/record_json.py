@@ -1,5 +1,5 @@
 """The JSON `python -m specviz generate --json` prints for a run: each round's record (step_to_json), as a plain dict; the run's
-statistics are specviz.core.metrics.RunMetrics.to_json(). The recording's file format (specviz.recording) stores records field by
+statistics are specviz.core.metrics.RunMetrics.to_json(). The recording's file format (specviz.recording.schema) stores records field by
 field instead; this is the smaller view scripts read from the command line's output."""
 
 from __future__ import annotations

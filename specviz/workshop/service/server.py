@@ -1,0 +1,257 @@
+"""specviz as a service: the engine behind an OpenAI-compatible API (``python -m specviz serve``), so any client (the
+`openai` package, curl, the probe) can stream from a speculating server and from a plain one and compare.
+
+Endpoints: ``GET /v1/models``, ``POST /v1/chat/completions``, ``POST /v1/completions`` (``stream`` true or false),
+``GET /health``. Starlette and uvicorn (the ASGI stack Streamlit itself runs on), not a hand-written HTTP server.
+
+How it decodes:
+
+* **One model turn at a time, first come first served.** Every model pass (a request's prefill, each round) waits in
+  one FIFO queue (an asyncio lock: its waiters are served in order) and runs on one model thread; a stream takes one
+  turn per round, so concurrent streams interleave round by round and none starves the others.
+* **Each round's tokens are sent as soon as they are committed.** ``chunks="round"`` (the default) writes one SSE
+  chunk per round carrying all its tokens, as vLLM does; ``chunks="token"`` writes one chunk per token, a round's
+  chunks back to back. A probe sees the rounds in the chunk sizes with the first, in the gaps with the second.
+* **Caps** (the owner's flags): max_tokens per request, prompt tokens (counted with the target's tokenizer, after the
+  chat template), and requests in flight (streams and not); over a cap the request is refused with OpenAI's error
+  shape (``{"error": {"message", "type", "param", "code"}}``) and a message that says what to change.
+* **The truth, for checking a probe**: ``usage.specviz`` = ``{"target_passes", "tokens_per_target_pass", "drafter",
+  "num_draft_tokens"}`` (in a stream, in the usage chunk that ``stream_options.include_usage`` asks for), and the header
+  ``x-specviz-tokens-per-target-pass`` on a whole response. ``report_truth=False`` leaves all of it out (the room
+  exercise hides which service speculates).
+* **A client that goes away ends its decode**: a watcher on the connection cancels the request at its next await (a
+  round already running finishes on the model thread: torch cannot be interrupted), the decoder is dropped and the
+  slot freed.
+
+Exactness is the engine's: each request is a fresh decoder from specviz.runs, greedy output identical to plain decoding.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextlib
+import logging
+import time
+import weakref
+from collections import deque
+from collections.abc import AsyncIterator, Callable
+from typing import TYPE_CHECKING, Any, Literal
+
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from specviz.core.decoding import SpeculativeDecoder
+from specviz.workshop.service.config import ServiceConfig
+from specviz.workshop.service.request import ApiError, Job, json_body, parse_job, server_error
+from specviz.workshop.service.response import (
+    DONE,
+    EventStream,
+    Finished,
+    StreamChunks,
+    completion_body,
+    sse,
+    truth_headers,
+    until_disconnect,
+    usage,
+)
+from specviz.workshop.service.text import Detokenizer, StopText
+
+if TYPE_CHECKING:  # specviz.runs (and the model layer with it) is imported when a request first decodes
+    from specviz.runs import RunModels
+
+log = logging.getLogger(__name__)
+
+
+def new_model_thread() -> concurrent.futures.ThreadPoolExecutor:
+    return concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="specviz-model")
+
+
+def load_on_model_thread(config: ServiceConfig, load: Callable[[], RunModels], **options) -> Service:
+    """A Service whose models were loaded on its own model thread. Load the models anywhere else (the main thread)
+    and torch's first parallel regions there start an OpenMP team of that thread's; the model thread's passes then
+    start a second team, and on the 2-core machine here every pass ran at half speed (plain decoding 25-28 tokens/s in
+    a worker thread against 61 on the thread that loaded the model, 53 when the worker loaded it too)."""
+    thread = new_model_thread()
+    models = thread.submit(load).result()
+    return Service(config, models, model_thread=thread, **options)
+
+
+class Service:
+    """The API over one target and drafter. Per-request state lives in the request's coroutine; the models are only
+    read. ``app`` is the Starlette application."""
+
+    def __init__(self, config: ServiceConfig, models: RunModels, *, history: int = 64, model_thread: concurrent.futures.ThreadPoolExecutor | None = None) -> None:
+        self.config = config
+        self.models = models
+        self.tokenizer = models.target.tokenizer
+        self.created = int(time.time())
+        self.active = 0  # requests holding a slot
+        self.waiting = 0  # requests waiting for a model turn
+        self.rounds_run = 0  # every round this service decoded
+        self.history: deque[Finished] = deque(maxlen=history)
+        self.decoders: weakref.WeakSet[SpeculativeDecoder] = weakref.WeakSet()  # alive now (tests: nothing leaks)
+        self._turn: asyncio.Lock | None = None  # made in the server's event loop
+        # every model pass on one thread: torch's OpenMP team belongs to the thread that calls it, so passes from a
+        # pool of threads would each start their own team and oversubscribe the cores (docs/performance.md)
+        self._model_thread = model_thread or new_model_thread()
+        self.app = Starlette(
+            routes=[
+                Route("/v1/models", self.list_models, methods=["GET"]),
+                Route("/v1/chat/completions", self.chat_completions, methods=["POST"]),
+                Route("/v1/completions", self.completions, methods=["POST"]),
+                Route("/health", self.health, methods=["GET"]),
+            ],
+            exception_handlers={404: self._not_found, 405: self._not_allowed},
+        )
+
+    # --- endpoints ------------------------------------------------------------------------------------------
+
+    async def list_models(self, request: Request) -> Response:
+        return JSONResponse({"object": "list", "data": [{"id": self.config.model_id, "object": "model", "created": self.created, "owned_by": "specviz"}]})
+
+    async def health(self, request: Request) -> Response:
+        return JSONResponse({"status": "ok", "active": self.active, "waiting": self.waiting, "max_streams": self.config.max_streams})
+
+    async def chat_completions(self, request: Request) -> Response:
+        return await self._handle(request, "chat")
+
+    async def completions(self, request: Request) -> Response:
+        return await self._handle(request, "text")
+
+    async def _not_found(self, request: Request, exc: Exception) -> Response:
+        return ApiError(404, f"No endpoint {request.url.path}; this server has /v1/models, /v1/chat/completions and /v1/completions.", code="not_found").response()
+
+    async def _not_allowed(self, request: Request, exc: Exception) -> Response:
+        return ApiError(405, f"{request.method} is not allowed on {request.url.path}.", code="method_not_allowed").response()
+
+    async def _handle(self, request: Request, kind: Literal["chat", "text"]) -> Response:
+        try:
+            body = await json_body(request)
+            job = parse_job(body, kind, self.config, self.models.target)
+            self._reserve()
+        except ApiError as exc:
+            return exc.response()
+        if job.stream:
+            return EventStream(self._events(job), self._release, truth_headers(self.config, None))
+        try:
+            result = await until_disconnect(request, self._complete(job))
+        except ApiError as exc:
+            return exc.response()
+        except Exception as exc:  # a failure inside the engine: the client gets OpenAI's shape, the log the traceback
+            log.exception("request failed")
+            return server_error(exc).response()
+        finally:
+            self._release()
+        if result is None:
+            return Response(status_code=499)  # the client is gone; nobody reads this
+        body, finished = result
+        return JSONResponse(body, headers=truth_headers(self.config, finished))
+
+    # --- slots --------------------------------------------------------------------------------------------------
+
+    def _reserve(self) -> None:
+        if self.active >= self.config.max_streams:
+            raise ApiError(429, f"This server decodes at most {self.config.max_streams} requests at a time and all are busy; try again in a moment.",
+                           code="too_many_requests", kind="rate_limit_error")  # fmt: skip
+        self.active += 1
+
+    def _release(self) -> None:
+        self.active -= 1
+
+    # --- decoding -----------------------------------------------------------------------------------------------
+
+    async def _turn_for(self, work: Callable[[], Any]) -> Any:
+        """Run work (one model pass) in a worker thread, in the queue's next turn."""
+        if self._turn is None:
+            self._turn = asyncio.Lock()  # FIFO: a released lock wakes its longest waiter
+        self.waiting += 1
+        try:
+            async with asyncio.timeout(self.config.queue_timeout_s):
+                await self._turn.acquire()
+        except TimeoutError:
+            raise ApiError(503, f"Waited {self.config.queue_timeout_s:.0f} s for the model without a turn: the server is busy. Try again in a minute.",
+                           code="queue_timeout", kind="server_error") from None  # fmt: skip
+        finally:
+            self.waiting -= 1
+        try:
+            # Cancelled (the client left), a pass not yet started is dropped and one running finishes on the model thread
+            # (torch cannot be interrupted) while the next turn's pass queues behind it: passes never overlap.
+            return await asyncio.wrap_future(self._model_thread.submit(work))
+        finally:
+            self._turn.release()
+
+    async def _rounds(self, job: Job, outcome: list[Finished]) -> AsyncIterator[list[str]]:
+        """Prefill, then one round per turn; yields each round's new text, one piece per token (stop sequences cut,
+        pieces of characters held back). Appends the request's Finished to outcome and to self.history, however it ends."""
+        finished = Finished(0, 0, "error")
+        rounds = tokens = 0
+        try:
+            from specviz.runs import decoder_for
+
+            decoder: SpeculativeDecoder = await self._turn_for(lambda: decoder_for(job.run, self.models, job.prompt_ids, top_n=1))
+            self.decoders.add(decoder)
+            detok, stops = Detokenizer(self.tokenizer), StopText(job.stop)
+            eos = set(self.models.target.eos_token_ids)
+            reason: Literal["stop", "length"] = "length"
+            while not decoder.done and not stops.stopped:
+                record = await self._turn_for(decoder.step)
+                rounds, tokens = rounds + 1, tokens + len(record.emitted)
+                self.rounds_run += 1
+                pieces = [stops.feed(detok.add(t)) for t in record.emitted]
+                if record.emitted and record.emitted[-1] in eos:
+                    reason = "stop"
+                if decoder.done or stops.stopped:
+                    pieces.append(stops.flush())
+                yield [p for p in pieces if p]
+            finished = Finished(rounds, tokens, "stop" if stops.stopped else reason)
+        except (asyncio.CancelledError, GeneratorExit):
+            finished = Finished(rounds, tokens, "disconnected")
+            raise
+        finally:
+            outcome.append(finished)
+            self.history.append(finished)
+            log.info("request done: %s", finished)
+
+    async def _complete(self, job: Job) -> tuple[dict, Finished]:
+        text: list[str] = []
+        outcome: list[Finished] = []
+        async with contextlib.aclosing(self._rounds(job, outcome)) as rounds:
+            async for pieces in rounds:
+                text.extend(pieces)
+        finished = outcome[0]
+        return completion_body(job, finished, "".join(text), self.config), finished
+
+    async def _events(self, job: Job) -> AsyncIterator[bytes]:
+        """The SSE stream: a role chunk (chat), one chunk per round (or per token), a finish chunk, usage, [DONE]."""
+        chunks = StreamChunks(job.kind, self.config.model_id)
+        outcome: list[Finished] = []
+        try:
+            if job.kind == "chat":
+                yield chunks.text(None, role=True)
+            async with contextlib.aclosing(self._rounds(job, outcome)) as rounds:
+                async for pieces in rounds:
+                    if not pieces:
+                        continue
+                    if self.config.chunks == "round":
+                        yield chunks.text("".join(pieces))
+                    else:
+                        yield b"".join(chunks.text(p) for p in pieces)  # the round's chunks in one write: together, as committed
+            finished = outcome[0]
+            yield chunks.text(None if job.kind == "chat" else "", finish=finished.reason)
+            if job.include_usage:
+                yield chunks.usage(usage(job, finished, self.config))
+            yield DONE
+        except ApiError as exc:  # a queue timeout mid-stream: the stream ends with OpenAI's error event
+            yield sse(exc.body())
+        except Exception as exc:  # a failure inside the engine, mid-stream: the same, and the traceback to the log
+            log.exception("stream failed")
+            yield sse(server_error(exc).body())
+
+def run_server(service: Service, host: str, port: int) -> None:
+    """Serve until interrupted (uvicorn; Ctrl+C or SIGTERM stops it)."""
+    import uvicorn
+
+    uvicorn.run(service.app, host=host, port=port, log_level="warning", timeout_graceful_shutdown=5)
