@@ -147,8 +147,8 @@ def stop(proc) -> None:
 
 
 def probe_service(drafter: str, category: str, n: int, max_tokens: int, counter, threads: int | None = None):
-    from specviz.experiments.bench import load_prompts
     from specviz.experiments.probe import ProbeSpec, probe
+    from specviz.experiments.prompts import load_prompts
 
     proc, url = serve(drafter, free_port(), threads)
     try:

@@ -200,7 +200,7 @@ def device_name(device) -> str:
 
 def _context_ids(target: LoadedModel, length: int, extra: int = 0) -> list[int]:
     """A realistic context: the benchmark prompts, tokenised and repeated up to length + extra tokens."""
-    from specviz.experiments.bench import load_prompts
+    from specviz.experiments.prompts import load_prompts
 
     try:
         text = "\n\n".join(p.prompt for p in load_prompts())
