@@ -208,8 +208,6 @@ def device_name(device) -> str:
     return f"{name or platform.processor() or platform.machine()} ({cores} cores)"
 
 
-
-
 def _check_profile_args(target: LoadedModel, max_tokens: int, context_length: int, repeats: int, number: int, clock: str,
                         drafters: Sequence[str], batch_sizes: Sequence[int] = ()) -> None:
     if any(not (1 <= b <= MAX_BATCH) for b in batch_sizes):
@@ -227,7 +225,6 @@ def _check_profile_args(target: LoadedModel, max_tokens: int, context_length: in
     for d in drafters:
         if d not in PROFILE_DRAFTERS:
             raise ValueError(f"Unknown drafter {d!r} for a profile; choose from {', '.join(PROFILE_DRAFTERS)}.")
-
 
 
 def measure_profile(

@@ -49,7 +49,6 @@ def timer(fn: Callable[[], object], threads: int, clock: Clock):
     return Timer(stmt="fn()", globals={"fn": fn}, num_threads=threads, **kwargs)
 
 
-
 def pass_runners(target: LoadedModel, context: list[int], new: list[int], turn: Turn = no_turn) -> dict[str, Callable[[], object]]:
     """'pass n' -> one target pass over n new tokens after the cached context (prefilled in one turn), cropped back after."""
     from specviz.models import HFCachedLM
