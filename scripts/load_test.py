@@ -208,7 +208,8 @@ def main(argv: list[str] | None = None) -> int:
     return browser_main(args, url, pid, proc, log_path)
 
 
-def build_parser() -> argparse.ArgumentParser:
+def parse_args(argv: list[str] | None) -> tuple[argparse.Namespace, list[int]]:
+    """The options (the run's watchdog started at once), and the session counts to run: each --knee count, or --sessions."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--client", choices=("browser", "protocol"), default="browser", help="headless browsers, or Streamlit's protocol without browsers (measures the server)")
     parser.add_argument("--sessions", type=int, default=8)
@@ -226,12 +227,6 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--settle-s", type=float, default=45.0, help="seconds to let the solo sessions be freed before 'before'")
     parser.add_argument("--stagger", action="store_true", help="open and set up the browsers one at a time (a small machine cannot start 16 at once); the Steps are still at once")
     parser.add_argument("--timeout-s", type=float, default=1800.0, help="give up after this long")
-    return parser
-
-
-def parse_args(argv: list[str] | None) -> tuple[argparse.Namespace, list[int]]:
-    """The options (the run's watchdog started at once), and the session counts to run: each --knee count, or --sessions."""
-    parser = build_parser()
     args = parser.parse_args(argv)
     lp.start_run(args.timeout_s)
     counts = [int(c) for c in args.knee.split(",")] if args.knee else [args.sessions]
@@ -244,8 +239,7 @@ def parse_args(argv: list[str] | None) -> tuple[argparse.Namespace, list[int]]:
 
 
 def start_or_attach(args: argparse.Namespace) -> tuple[subprocess.Popen | None, str, int | None, Path]:
-    """(the server started here or None, its URL, its pid, the log a started server writes): the one at --url (its
-    pid from --server-pid), or one started here in --mode."""
+    """(the server started here in --mode or None, its URL, its pid, its log): the one at --url, or one started here."""
     log_path = Path(os.environ.get("TMPDIR", "/tmp")) / f"specviz_load_test_{os.getpid()}.log"
     if args.url:
         return None, args.url.rstrip("/"), args.server_pid, log_path
@@ -254,8 +248,7 @@ def start_or_attach(args: argparse.Namespace) -> tuple[subprocess.Popen | None, 
 
 
 def browser_main(args: argparse.Namespace, url: str, pid: int | None, proc: subprocess.Popen | None, log_path: Path) -> int:
-    """Each session alone, then all of them at once, the server's memory around them; the report. Stops a server
-    started here."""
+    """Each session alone, then all at once, the server's memory around them; the report. Stops a server started here."""
     people = participants(args.sessions)
     try:
         rss_cold = rss_mb(pid)
@@ -289,8 +282,7 @@ def solo_runs(url: str, people: list[Participant], rounds: int) -> list[Outcome]
 
 
 def together_runs(args: argparse.Namespace, url: str, pid: int | None, people: list[Participant]) -> tuple[list[Outcome], float | None, float]:
-    """Every participant's browser set up (at once, or one at a time with --stagger), then all press Step together at
-    a barrier. Returns the outcomes, the server's peak RSS meanwhile, and when the browsers were closed."""
+    """All browsers set up (--stagger: one at a time), then Step together at a barrier: (outcomes, peak RSS, closed at)."""
     drivers = []
     with RssSampler(pid) as sampler:
         try:
