@@ -17,8 +17,8 @@ from pathlib import Path
 from specviz.config import EMBEDDED_TARGET, RunConfig
 from specviz.core.metrics import run_metrics
 from specviz.core.theory import best_k, best_k_by_position, expected_tokens, expected_tokens_by_position
-from specviz.experiments.bench import load_prompts
 from specviz.experiments.cost_profile import load_profile
+from specviz.experiments.prompts import load_prompts
 from specviz.viz.metrics import decay_note, reliable_rates
 
 REPO = Path(__file__).resolve().parents[1]

@@ -5,7 +5,7 @@ vs early exit, at a fixed k and with adaptive k, over prompts by category (code,
     python scripts/compare_drafters.py --temperatures 0 1 --repeats 3 --csv /tmp/compare.csv
 
 Every prompt is decoded plainly (the baseline: same process, sampling and seed) and with each
-drafter, through specviz.experiments.bench.measure_setups, the harness `python -m specviz bench` uses: the runs
+drafter, through specviz.experiments.timed_runs.measure_setups, the harness `python -m specviz bench` uses: the runs
 of one prompt are interleaved in a rotating order, a warm-up rotation is discarded, and a setup's
 speedup on a prompt is the median over repeats of its speed / the baseline's in the same rotation.
 By default speed is tokens per CPU-second of this single-threaded process, which other jobs on
@@ -30,8 +30,9 @@ from specviz.config import EMBEDDED_TARGET, RunConfig
 from specviz.core.decoding import SpeculativeDecoder
 from specviz.core.metrics import Totals, pooled
 from specviz.drafters import NGramDrafter, NoDrafter
-from specviz.experiments.bench import BASELINE, BenchPrompt, RunSample, first_per_category, measure_setups
-from specviz.experiments.bench import load_prompts as bench_load_prompts
+from specviz.experiments.prompts import BenchPrompt, first_per_category
+from specviz.experiments.prompts import load_prompts as bench_load_prompts
+from specviz.experiments.timed_runs import BASELINE, RunSample, measure_setups
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -61,7 +62,7 @@ class Result:
 
 
 def load_prompts(path: Path, categories: list[str], per_category: int) -> list[BenchPrompt]:
-    """The benchmark's prompt set (validated by specviz.experiments.bench.load_prompts), the first few of each category."""
+    """The benchmark's prompt set (validated by specviz.experiments.prompts.load_prompts), the first few of each category."""
     prompts = bench_load_prompts(path, categories)
     return first_per_category([p for cat in categories for p in prompts if p.category == cat], per_category)
 

@@ -36,6 +36,7 @@ import json
 import logging
 import os
 import statistics
+import subprocess
 import sys
 import threading
 import time
@@ -196,6 +197,19 @@ def drive(driver, url: str, p: Participant, rounds: int, barrier: threading.Barr
 
 
 def main(argv: list[str] | None = None) -> int:
+    args, counts = parse_args(argv)
+    proc, url, pid, log_path = start_or_attach(args)
+    if args.client == "protocol":
+        try:
+            return protocol_main(args, counts, url, pid, log_path if proc is not None else args.server_log)
+        finally:
+            if proc is not None:
+                stop_server(proc)
+    return browser_main(args, url, pid, proc, log_path)
+
+
+def parse_args(argv: list[str] | None) -> tuple[argparse.Namespace, list[int]]:
+    """The options (the run's watchdog started at once), and the session counts to run: each --knee count, or --sessions."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--client", choices=("browser", "protocol"), default="browser", help="headless browsers, or Streamlit's protocol without browsers (measures the server)")
     parser.add_argument("--sessions", type=int, default=8)
@@ -221,54 +235,29 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"--sessions (and each --knee count) must be between 1 and {limit}")
     if args.url and urllib.parse.urlparse(args.url).hostname not in LOOPBACK:
         parser.error("--url must be a loopback address (127.0.0.1, localhost, ::1): this script only tests this machine")
+    return args, counts
 
-    proc, log_path = None, Path(os.environ.get("TMPDIR", "/tmp")) / f"specviz_load_test_{os.getpid()}.log"
+
+def start_or_attach(args: argparse.Namespace) -> tuple[subprocess.Popen | None, str, int | None, Path]:
+    """(the server started here in --mode or None, its URL, its pid, its log): the one at --url, or one started here."""
+    log_path = Path(os.environ.get("TMPDIR", "/tmp")) / f"specviz_load_test_{os.getpid()}.log"
     if args.url:
-        url, pid = args.url.rstrip("/"), args.server_pid
-    else:
-        proc, url = start_server(args.mode, log_path)
-        pid = proc.pid
-    if args.client == "protocol":
-        try:
-            return protocol_main(args, counts, url, pid, log_path if proc is not None else args.server_log)
-        finally:
-            if proc is not None:
-                stop_server(proc)
+        return None, args.url.rstrip("/"), args.server_pid, log_path
+    proc, url = start_server(args.mode, log_path)
+    return proc, url, proc.pid, log_path
+
+
+def browser_main(args: argparse.Namespace, url: str, pid: int | None, proc: subprocess.Popen | None, log_path: Path) -> int:
+    """Each session alone, then all at once, the server's memory around them; the report. Stops a server started here."""
     people = participants(args.sessions)
     try:
         rss_cold = rss_mb(pid)
         log.info("server %s (pid %s), RSS %.0f MB; solo runs of %d sessions", url, pid, rss_cold or float("nan"), len(people))
-        solo: list[Outcome] = []
-        for p in people:
-            driver = new_driver()
-            try:
-                solo.append(drive(driver, url, p, args.rounds))
-            finally:
-                driver.quit()
-            log.info("solo %s: %.2f s/step %s", p.describe(), statistics.median(solo[-1].step_s or [float("nan")]), solo[-1].errors or "")
+        solo = solo_runs(url, people, args.rounds)
         time.sleep(args.settle_s)  # the solo sessions' tabs are closed: let the server free them
         rss_before = rss_mb(pid)
         log.info("before: RSS %.0f MB; %d sessions at once", rss_before or float("nan"), len(people))
-
-        drivers = []
-        with RssSampler(pid) as sampler:
-            try:
-                with ThreadPoolExecutor(len(people)) as pool:
-                    drivers = list(pool.map(lambda _: new_driver(), people))
-                    if args.stagger:
-                        ready = [_prepare_or_error(d, url, p) for d, p in zip(drivers, people)]
-                    else:
-                        ready = list(pool.map(lambda dp: _prepare_or_error(dp[0], url, dp[1]), zip(drivers, people)))
-                    barrier = threading.Barrier(len(people))
-                    together = list(pool.map(lambda a: drive(a[0], url, a[1], args.rounds, barrier, prepared=True) if a[2] is None else _failed(a[1], a[2]), zip(drivers, people, ready)))
-            finally:
-                for d in drivers:
-                    try:
-                        d.quit()
-                    except Exception:
-                        pass
-            closed_at = time.monotonic()
-            during = max(sampler.samples) if sampler.samples else None
+        together, during, closed_at = together_runs(args, url, pid, people)
         log.info("sessions closed; waiting %.0f s", args.after_s)
         time.sleep(max(0.0, args.after_s - (time.monotonic() - closed_at)))
         rss_after = rss_mb(pid)
@@ -277,6 +266,43 @@ def main(argv: list[str] | None = None) -> int:
             stop_server(proc)
     server_log = log_path.read_text(errors="replace") if proc is not None else ""
     return report(people, solo, together, rss_cold, rss_before, during, rss_after, server_log)
+
+
+def solo_runs(url: str, people: list[Participant], rounds: int) -> list[Outcome]:
+    """Each participant's settings alone, one browser at a time: the reference streams."""
+    solo: list[Outcome] = []
+    for p in people:
+        driver = new_driver()
+        try:
+            solo.append(drive(driver, url, p, rounds))
+        finally:
+            driver.quit()
+        log.info("solo %s: %.2f s/step %s", p.describe(), statistics.median(solo[-1].step_s or [float("nan")]), solo[-1].errors or "")
+    return solo
+
+
+def together_runs(args: argparse.Namespace, url: str, pid: int | None, people: list[Participant]) -> tuple[list[Outcome], float | None, float]:
+    """All browsers set up (--stagger: one at a time), then Step together at a barrier: (outcomes, peak RSS, closed at)."""
+    drivers = []
+    with RssSampler(pid) as sampler:
+        try:
+            with ThreadPoolExecutor(len(people)) as pool:
+                drivers = list(pool.map(lambda _: new_driver(), people))
+                if args.stagger:
+                    ready = [_prepare_or_error(d, url, p) for d, p in zip(drivers, people)]
+                else:
+                    ready = list(pool.map(lambda dp: _prepare_or_error(dp[0], url, dp[1]), zip(drivers, people)))
+                barrier = threading.Barrier(len(people))
+                together = list(pool.map(lambda a: drive(a[0], url, a[1], args.rounds, barrier, prepared=True) if a[2] is None else _failed(a[1], a[2]), zip(drivers, people, ready)))
+        finally:
+            for d in drivers:
+                try:
+                    d.quit()
+                except Exception:
+                    pass
+        closed_at = time.monotonic()
+        during = max(sampler.samples) if sampler.samples else None
+    return together, during, closed_at
 
 
 def protocol_main(args, counts: list[int], url: str, pid: int | None, log_path: Path | None) -> int:

@@ -12,7 +12,7 @@ and per prompt plain decoding (the baseline), the n-gram model at its defaults, 
 tokens, which need their token counts, `python -m specviz train-heads --count-vocab --out assets/medusa_smollm2_135m`;
 recycle: token recycling; eagle: the EAGLE head over the full and an 8k vocabulary, which needs the head,
 `python -m specviz train-heads --kind eagle ...`), all in this one process, interleaved in a rotating order by
-specviz.experiments.bench.measure_setups (a warm-up rotation discarded), wall clock. A setup's speedup on a prompt is
+specviz.experiments.timed_runs.measure_setups (a warm-up rotation discarded), wall clock. A setup's speedup on a prompt is
 the median over repeats of its tokens/s over the baseline's in the same rotation; a category's is the geometric mean
 over its prompts. Beside it: tokens per target pass (tau), acceptance by head (of the rounds in which head i's token was
 tried, the share accepted; a tree's head i is its depth-i level) and the drafting cost: the median drafting time of a
@@ -36,8 +36,9 @@ from pathlib import Path
 
 from specviz.config import RunConfig
 from specviz.core.metrics import head_acceptance, speedup_disturbed
-from specviz.experiments.bench import BASELINE, BenchPrompt, first_per_category, load_prompts, measure_setups
 from specviz.experiments.measure import paired_ratio
+from specviz.experiments.prompts import BenchPrompt, first_per_category, load_prompts
+from specviz.experiments.timed_runs import BASELINE, measure_setups
 
 OPEN_PARAGRAPH = BenchPrompt(
     "paragraph", "open-ended", "Write a paragraph about what makes a good neighbourhood to grow up in."

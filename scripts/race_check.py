@@ -32,8 +32,13 @@ import tempfile
 import time
 import urllib.request
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from specviz.config import EMBEDDED_TARGET, RunConfig
+
+if TYPE_CHECKING:
+    from specviz.core.race import RaceResult
+    from specviz.experiments.probe import ChunkCounter, ProbeResult
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -41,6 +46,7 @@ PLAYBACK_TOLERANCE = 0.05
 PROBE_TOLERANCE = 0.15
 EVEN_TAU = 1.1
 OVERHEAD_TOLERANCE = 0.10
+Row = tuple[str, str, str, str]  # check, result, target, pass
 
 
 def cpu_name() -> str:
@@ -66,7 +72,7 @@ def free_port() -> int:
 # --- 1. the race and its playback -----------------------------------------------------------------------------------
 
 
-def run_the_race(tokens: int):
+def run_the_race(tokens: int) -> RaceResult:
     from specviz.experiments.race import run_race
     from specviz.models import encode_prompt, token_bytes
     from specviz.runs import resolve_models
@@ -147,8 +153,8 @@ def stop(proc) -> None:
 
 
 def probe_service(drafter: str, category: str, n: int, max_tokens: int, counter, threads: int | None = None):
-    from specviz.experiments.bench import load_prompts
     from specviz.experiments.probe import ProbeSpec, probe
+    from specviz.experiments.prompts import load_prompts
 
     proc, url = serve(drafter, free_port(), threads)
     try:
@@ -197,16 +203,32 @@ def pct(a: float, b: float) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    n, max_tokens, race_tokens = (1, 24, 16) if args.quick else (args.n, args.max_tokens, RunConfig().max_new_tokens)
+    facts = {"cpu": cpu_name(), "load_before": load_average(), "quick": args.quick, "started": time.strftime("%Y-%m-%d %H:%M:%S")}
+    race, rows = check_race(race_tokens, facts)
+    probe_rows, plain, prompts, counter = check_probes(n, max_tokens, facts)
+    rows += probe_rows + check_overhead(n, max_tokens, counter, plain, prompts)
+    facts["load_after"] = load_average()
+    print_report(facts, race, rows, args.quick, n, max_tokens)
+    facts["rows"] = rows
+    if args.out:
+        Path(args.out).write_text(json.dumps(facts, indent=1, default=str) + "\n", encoding="utf-8")
+    return 0 if all(r[3] != "❌" for r in rows) else 1
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="tiny sizes: a smoke run whose numbers mean nothing")
     parser.add_argument("--n", type=int, default=5, help="probe requests per service (default 5)")
     parser.add_argument("--max-tokens", type=int, default=128, help="probe max_tokens (default 128)")
     parser.add_argument("--out", default=None, help="also write the results as JSON here")
-    args = parser.parse_args(argv)
-    n, max_tokens, race_tokens = (1, 24, 16) if args.quick else (args.n, args.max_tokens, RunConfig().max_new_tokens)
-    facts = {"cpu": cpu_name(), "load_before": load_average(), "quick": args.quick, "started": time.strftime("%Y-%m-%d %H:%M:%S")}
-    rows: list[tuple[str, str, str, str]] = []  # check, result, target, pass
+    return parser.parse_args(argv)
 
+
+def check_race(race_tokens: int, facts: dict) -> tuple[RaceResult, list[Row]]:
+    """1. The race at default settings, played back at 1x in a browser: (the race, its rows); facts gets race and playback."""
+    rows: list[Row] = []
     race = run_the_race(race_tokens)
     facts["race"] = {"drafter": race.drafter_label, "tokens": race.plain.num_tokens, "identical": race.identical, "speedup": race.speedup,
                      "machine": dict(race.machine)}  # fmt: skip
@@ -223,48 +245,56 @@ def main(argv: list[str] | None = None) -> int:
         report = lane.bursts()
         rows.append((f"race gaps, {lane.label}", f"under 1 ms {report.share_fast:.0%}, over 10 ms {report.share_slow:.0%}", "report (bimodal: both)", ""))
     rows.append(("race: identical greedy text", str(race.identical), "True", "✅" if race.identical else "❌"))
+    return race, rows
 
+
+def check_probes(n: int, max_tokens: int, facts: dict) -> tuple[list[Row], ProbeResult, list[str], ChunkCounter]:
+    """2. The probe against `serve` with lookup, none and ngram: (rows, the none probe, its prompts, the chunk counter);
+    facts gets the three probes."""
     from specviz.experiments.probe import ChunkCounter
     from specviz.models import load_model
 
     counter = ChunkCounter(load_model(EMBEDDED_TARGET, "cpu").tokenizer, "SmolLM2-135M")
     lookup, _ = probe_service("lookup", "copy", n, max_tokens, counter)
     tau, truth = lookup.report.tau or 0.0, lookup.server_tau or float("nan")
-    rows.append(("probe vs serve --drafter lookup (copy): τ estimated vs the server's", f"{tau:.2f} vs {truth:.2f} ({pct(tau, truth)}); {lookup.report.verdict}",
-                 "within 15 %", "✅" if abs(tau - truth) <= PROBE_TOLERANCE * truth else "❌"))  # fmt: skip
+    rows = [("probe vs serve --drafter lookup (copy): τ estimated vs the server's", f"{tau:.2f} vs {truth:.2f} ({pct(tau, truth)}); {lookup.report.verdict}",
+             "within 15 %", "✅" if abs(tau - truth) <= PROBE_TOLERANCE * truth else "❌")]  # fmt: skip
     plain, prompts = probe_service("none", "copy", n, max_tokens, counter)
     ok = (plain.report.tau or 0) <= EVEN_TAU and plain.report.verdict == "even"
     rows.append(("probe vs serve --drafter none (copy)", f"τ {plain.report.tau:.2f}; {plain.report.summary}", "τ ≤ 1.1, no sign", "✅" if ok else "❌"))
     ngram, _ = probe_service("ngram", "prose", n, max_tokens, counter)
     rows.append(("probe vs serve --drafter ngram (prose)", f"τ {ngram.report.tau:.2f} vs the server's {ngram.server_tau:.2f}; {ngram.report.summary}", "report", ""))
+    facts["probes"] = {"lookup_copy": lookup.to_json(), "none_copy": plain.to_json(), "ngram_prose": ngram.to_json()}
+    return rows, plain, prompts, counter
 
+
+def check_overhead(n: int, max_tokens: int, counter: ChunkCounter, plain: ProbeResult, prompts: list[str]) -> list[Row]:
+    """3. Serving's own cost: serve against generate on one torch thread each, and the two-thread serve (plain)
+    against the same decoding in this process."""
     # Serving's own cost, each side on one torch thread: the probing client runs on this machine too, and on 2 cores a
     # server with two torch threads shares a core with it while `generate` has both to itself (with two threads here:
     # serve 41-54 tokens/s against generate's 62-64 on the same prompts; one thread each: serve 45-51, the engine 37-46).
     one, _ = probe_service("none", "copy", n, max_tokens, counter, threads=1)
     served = statistics.median(r for s in one.streams if (r := s.arrivals.decode_tokens_per_s()))
     generated = statistics.median(r for p in prompts[:n] if (r := generate_rate(p, max_tokens, threads=1)))
-    rows.append(("serve --drafter none vs generate --drafter none, one torch thread each (tokens/s after the first)",
-                 f"{served:.1f} vs {generated:.1f} ({pct(served, generated)})", "within 10 %",
-                 "✅" if abs(served - generated) <= OVERHEAD_TOLERANCE * generated else "❌"))  # fmt: skip
+    rows = [("serve --drafter none vs generate --drafter none, one torch thread each (tokens/s after the first)",
+             f"{served:.1f} vs {generated:.1f} ({pct(served, generated)})", "within 10 %",
+             "✅" if abs(served - generated) <= OVERHEAD_TOLERANCE * generated else "❌")]  # fmt: skip
     two = statistics.median(r for s in plain.streams if (r := s.arrivals.decode_tokens_per_s()))
     engine = statistics.median(engine_wall_rates(prompts[:n], max_tokens))
     rows.append(("serve --drafter none (two torch threads, the client on the same 2 cores) vs the same decoding in this process, wall clock",
                  f"{two:.1f} vs {engine:.1f} ({pct(two, engine)})", "report", ""))  # fmt: skip
-    facts["probes"] = {"lookup_copy": lookup.to_json(), "none_copy": plain.to_json(), "ngram_prose": ngram.to_json()}
-    facts["load_after"] = load_average()
+    return rows
 
+
+def print_report(facts: dict, race: RaceResult, rows: list[Row], quick: bool, n: int, max_tokens: int) -> None:
     print(f"CPU: {facts['cpu']}; load average before {facts['load_before']}, after {facts['load_after']}; {facts['started']}"
-          + (" (--quick: the numbers mean nothing)" if args.quick else ""))  # fmt: skip
+          + (" (--quick: the numbers mean nothing)" if quick else ""))  # fmt: skip
     print(f"race: {race.drafter_label}, {race.plain.num_tokens} tokens, {race.target} ({race.precision}), "
           f"{race.machine.get('threads')} threads; probe: {n} requests x {max_tokens} tokens per service\n")  # fmt: skip
     print("| check | result | target | pass |\n| --- | --- | --- | --- |")
     for row in rows:
         print("| " + " | ".join(row) + " |")
-    facts["rows"] = rows
-    if args.out:
-        Path(args.out).write_text(json.dumps(facts, indent=1, default=str) + "\n", encoding="utf-8")
-    return 0 if all(r[3] != "❌" for r in rows) else 1
 
 
 if __name__ == "__main__":

@@ -31,8 +31,8 @@ from pathlib import Path
 import torch
 
 from specviz.config import EMBEDDED_TARGET, RunConfig
-from specviz.experiments.bench import BenchPrompt, load_prompts
 from specviz.experiments.measure import Spread, Timed, interleave, paired_ratio, timed
+from specviz.experiments.prompts import BenchPrompt, load_prompts
 from specviz.runs import build_decoder
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -100,7 +100,7 @@ def test_bad_batch_arguments(capsys, tiny_dir, prompts_file):
 def test_smollm_greedy_rows_equal_plain_rows_at_the_same_batch_size(smollm):
     from specviz.config import RunConfig
     from specviz.experiments.batch import BatchSetup, measure_batch
-    from specviz.experiments.bench import load_prompts
+    from specviz.experiments.prompts import load_prompts
     from specviz.runs import RunModels
 
     config = RunConfig(target="embedded", drafter="lookup", num_draft_tokens=4, max_new_tokens=12, temperature=0.0)

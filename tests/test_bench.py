@@ -9,18 +9,9 @@ import pytest
 
 from specviz.cli import main
 from specviz.config import DRAFTER_KINDS
-from specviz.experiments.bench import (
-    BASELINE,
-    BENCH_DRAFTERS,
-    COLUMNS,
-    SweepSpec,
-    first_per_category,
-    load_prompts,
-    measure_setups,
-    rows_to_frame,
-    run_sweep,
-    summary_table,
-)
+from specviz.experiments.bench import BENCH_DRAFTERS, COLUMNS, SweepSpec, rows_to_frame, run_sweep, summary_table
+from specviz.experiments.prompts import first_per_category, load_prompts
+from specviz.experiments.timed_runs import BASELINE, measure_setups
 
 
 def test_cli_writes_csv_with_documented_columns(tiny_dir, prompts_file, tmp_path, capsys):
@@ -199,7 +190,7 @@ def test_measure_setups_repeats_interleaves_and_keeps_pairs(tiny_models):
 
 
 def test_first_per_category():
-    from specviz.experiments.bench import BenchPrompt
+    from specviz.experiments.prompts import BenchPrompt
 
     prompts = [BenchPrompt(c, f"{c}{i}", "x") for c in ("a", "b") for i in range(3)]
     assert [p.title for p in first_per_category(prompts, 2)] == ["a0", "a1", "b0", "b1"]
@@ -222,7 +213,9 @@ def test_cli_per_category_and_append(tiny_dir, prompts_file, tmp_path):
 def test_compare_to_baseline_uses_paired_medians():
     """Synthetic samples (no clocks read): speedups pair repeat i with repeat i, costs are medians of passes."""
     from specviz.core.metrics import RunMetrics
-    from specviz.experiments.bench import BenchPrompt, RunSample, compare_to_baseline
+    from specviz.experiments.bench import compare_to_baseline
+    from specviz.experiments.prompts import BenchPrompt
+    from specviz.experiments.timed_runs import RunSample
 
     def sample(tokens_per_s: float, cpu_s: float, verify_ms: tuple[float, ...], drafted: tuple[int, ...], draft_ms: float = 0.0) -> RunSample:
         passes = len(verify_ms)

@@ -14,7 +14,8 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from specviz.config import RunConfig
-from specviz.experiments.bench import SweepSpec, load_prompts, run_sweep
+from specviz.experiments.bench import SweepSpec, run_sweep
+from specviz.experiments.prompts import load_prompts
 from specviz.workshop.serving import ModelQueue
 
 PAGES = Path(__file__).resolve().parents[1] / "pages"
@@ -56,7 +57,7 @@ def test_a_sweep_takes_one_turn_per_run_at_least(tiny_models, prompts):
 
 
 def test_a_long_run_gives_the_model_back_between_rounds_and_waits_are_not_charged(tiny_models, prompts):
-    from specviz.experiments.bench import run_in_turns
+    from specviz.experiments.timed_runs import run_in_turns
 
     turn, gaps = CountingTurn(), []
 

@@ -15,7 +15,9 @@ import pytest
 from specviz.config import RunConfig
 from specviz.core.metrics import run_metrics
 from specviz.core.records import StepRecord
-from specviz.experiments.bench import BenchPrompt, RunSample, SweepSpec, compare_to_baseline
+from specviz.experiments.bench import SweepSpec, compare_to_baseline
+from specviz.experiments.prompts import BenchPrompt
+from specviz.experiments.timed_runs import RunSample
 from specviz.recording.build import build_recording, dumps, recorded_run
 from specviz.recording.load import load_recording
 from specviz.ui.step_through import step_views

@@ -10,7 +10,7 @@ import pytest
 
 from specviz.workshop.clients import identify
 from specviz.workshop.policy import decide_mode, load_policy, mode_rule
-from specviz.workshop.room import Replica, Room
+from specviz.workshop.room.supervisor import Replica, Room
 
 OWNER, PARTICIPANT = True, False
 

@@ -21,7 +21,9 @@ import pytest
 
 from specviz.loadtest.protocol import StSession
 from specviz.workshop.presenter_key import key_weakness
-from specviz.workshop.room import Backend, RoomError, check_tls_cert, free_port, haproxy_config, room_presenter_key, secrets_table
+from specviz.workshop.processes import free_port
+from specviz.workshop.room.balancer import Backend, RoomError, check_tls_cert, haproxy_config
+from specviz.workshop.room.key import room_presenter_key, secrets_table
 from tests.test_room_supervisor import HAPROXY, _alive, _status, needs_haproxy, wait_or_fail
 
 REPO = Path(__file__).resolve().parents[1]

@@ -15,7 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from specviz.workshop.room import Backend, Room, free_port, haproxy_config, parse_backend, threads_per_replica
+from specviz.workshop.processes import free_port
+from specviz.workshop.room.balancer import Backend, haproxy_config, parse_backend
+from specviz.workshop.room.supervisor import Room, threads_per_replica
 
 REPO = Path(__file__).resolve().parents[1]
 HAPROXY = next((p for p in ("/usr/sbin/haproxy", "/usr/bin/haproxy") if os.path.exists(p)), None)

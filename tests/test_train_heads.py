@@ -33,7 +33,7 @@ def test_labels_are_the_targets_argmax_i_positions_later():
 
 
 def test_training_prompts_hold_out_the_benchmark_prompts():
-    from specviz.experiments.bench import DEFAULT_PROMPTS
+    from specviz.experiments.prompts import DEFAULT_PROMPTS
 
     bench = [p["prompt"] for p in json.loads(DEFAULT_PROMPTS.read_text(encoding="utf-8"))]
     prompts = own_text.training_prompts(0)

@@ -15,7 +15,8 @@ from specviz.config import EMBEDDED_TARGET, RunConfig
 def add_parser(sub) -> None:
     """Register `batch` on the CLI's subparsers."""
     from specviz.drafters.specs import SPECULATIVE_KINDS
-    from specviz.experiments.bench import DEFAULT_PROMPTS, SweepSpec
+    from specviz.experiments.bench import SweepSpec
+    from specviz.experiments.prompts import DEFAULT_PROMPTS
 
     d, s = RunConfig, SweepSpec
     p = sub.add_parser("batch", help="B prompts of one category at once: plain vs speculative tokens/s for every batch size B")
@@ -49,8 +50,8 @@ def run(args: argparse.Namespace) -> int:
     import torch
 
     from specviz.experiments.batch import BatchSetup, bad_mismatches, measure_batches, results_json
-    from specviz.experiments.bench import load_prompts
     from specviz.experiments.cost_profile import device_name
+    from specviz.experiments.prompts import load_prompts
     from specviz.runs import resolve_models
 
     set_threads(args.threads)

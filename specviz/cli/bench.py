@@ -12,7 +12,8 @@ from specviz.config import EMBEDDED_TARGET, RunConfig
 
 def add_parser(sub) -> None:
     """Register `python -m specviz bench` on the CLI's subparsers."""
-    from specviz.experiments.bench import BENCH_DRAFTERS, DEFAULT_PROMPTS, SweepSpec
+    from specviz.experiments.bench import BENCH_DRAFTERS, SweepSpec
+    from specviz.experiments.prompts import DEFAULT_PROMPTS
 
     d = SweepSpec  # every default comes from SweepSpec, so the CLI and the Benchmark page agree
     p = sub.add_parser(
@@ -54,7 +55,8 @@ def add_parser(sub) -> None:
 
 def run(args: argparse.Namespace) -> int:
 
-    from specviz.experiments.bench import COLUMNS, SweepSpec, first_per_category, load_prompts, rows_to_frame, run_sweep
+    from specviz.experiments.bench import COLUMNS, SweepSpec, rows_to_frame, run_sweep
+    from specviz.experiments.prompts import first_per_category, load_prompts
     from specviz.runs import resolve_models
 
     set_threads(args.threads)

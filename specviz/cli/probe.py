@@ -12,8 +12,8 @@ from specviz.cli.terminal import emit
 
 def add_parser(sub) -> None:
     """Register `probe` on the CLI's subparsers."""
-    from specviz.experiments.bench import DEFAULT_PROMPTS
     from specviz.experiments.probe import CATEGORIES, ProbeSpec
+    from specviz.experiments.prompts import DEFAULT_PROMPTS
 
     s = ProbeSpec
     p = sub.add_parser("probe", help="stream from an OpenAI-compatible endpoint and read its burst signature: is it speculating?")
@@ -33,8 +33,8 @@ def add_parser(sub) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from specviz.experiments.bench import load_prompts
     from specviz.experiments.probe import ProbeSpec, probe, tokenizer_for
+    from specviz.experiments.prompts import load_prompts
 
     spec = ProbeSpec(args.base_url, args.model, args.category, args.n, args.max_tokens, args.temperature, args.endpoint, args.timeout_s)
     prompts = [p.prompt for p in load_prompts(args.prompts, [args.category])]

@@ -7,7 +7,8 @@ import argparse
 import logging
 
 from specviz.cli.terminal import emit
-from specviz.workshop.room import Backend, Room, RoomError, default_replicas, haproxy_config, parse_backend
+from specviz.workshop.room.balancer import Backend, RoomError, haproxy_config, parse_backend
+from specviz.workshop.room.supervisor import Room, default_replicas
 
 
 def add_parser(sub) -> None:

@@ -1,2 +1,3 @@
-"""What measures: the timing harness (measure), the benchmark sweep (bench), the cost profile (cost_profile), the
-exactness lab's samplers (lab) and the numerics comparison (numerics). Each runs real models through specviz.runs."""
+"""What measures: the timing harness (measure), timed decoder runs (timed_runs), the benchmark prompt set (prompts), the
+benchmark sweep (bench), the cost profile (cost_profile, timing profile_runners), the exactness lab's samplers (lab)
+and the numerics comparison (numerics). Each runs real models through specviz.runs."""

@@ -28,8 +28,8 @@ from specviz.core.divergence import first_difference
 from specviz.core.metrics import speedup_disturbed
 from specviz.core.protocols import Turn, no_turn
 from specviz.drafters import NoDrafter
-from specviz.experiments.bench import BenchPrompt
 from specviz.experiments.cost_profile import ASSETS, load_average
+from specviz.experiments.prompts import BenchPrompt
 from specviz.models import HFBatchedLM, HFCachedLM, LoadedModel, encode_prompt
 from specviz.runs import RunModels, make_drafter
 

@@ -1,7 +1,8 @@
 """The benchmark sweep: prompts by category x drafters x k x temperature, each measured against plain
 decoding of the same prompt under the same sampling, in the same process. Plain functions, no
-streamlit: ``python -m specviz bench``, the Benchmark page and ``scripts/compare_drafters.py`` all
-measure through ``measure_setups`` (on top of specviz.experiments.measure).
+streamlit: ``python -m specviz bench`` and the Benchmark page run it; it measures through
+specviz.experiments.timed_runs (``measure_setups``, which ``scripts/compare_drafters.py`` uses too) on the prompt set
+of specviz.experiments.prompts.
 
 Method: for one prompt and temperature, the baseline and every drafter x k form one rotation; each
 repeat runs the whole rotation in an order that shifts by one every repeat, the first ``warmup``
@@ -24,13 +25,10 @@ baseline_wall_s, cpu_s, baseline_cpu_s (medians).
 
 from __future__ import annotations
 
-import json
 import statistics
-import time
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import asdict, dataclass, fields
-from pathlib import Path
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, fields, replace
+from typing import TYPE_CHECKING, Any
 
 from specviz.config import RunConfig, field_named
 from specviz.core.decoding import SpeculativeDecoder
@@ -39,26 +37,17 @@ from specviz.core.protocols import Turn
 from specviz.core.theory import alpha_from_acceptance_rate, speedup
 from specviz.core.tree import MAX_TREE_WIDTH
 from specviz.drafters.specs import SPECULATIVE_KINDS
-from specviz.experiments.measure import ProgressFn, Spread, interleave, paired_ratio, timed
+from specviz.experiments.measure import ProgressFn, Spread, paired_ratio
+from specviz.experiments.prompts import BenchPrompt
+from specviz.experiments.timed_runs import BASELINE, RunSample, measure_setups
 
 if TYPE_CHECKING:
     import pandas as pd
 
     from specviz.models import LoadedModel
 
-DEFAULT_PROMPTS = Path(__file__).resolve().parents[2] / "assets" / "prompts.json"
 BENCH_DRAFTERS = SPECULATIVE_KINDS  # every drafter but plain decoding, the baseline
-BASELINE = "baseline"  # the setting name of plain decoding in measure_setups
-MAX_PROMPTS_FILE_BYTES = 1_000_000
 MAX_REPEATS = 50
-SLICE_S = 1.0  # in model turns, a long run gives the model back between rounds after about this long
-
-
-@dataclass(frozen=True)
-class BenchPrompt:
-    category: str  # code, prose, copy, qa, ...
-    title: str  # a short name for tables
-    prompt: str
 
 
 @dataclass(frozen=True)
@@ -162,147 +151,6 @@ class BenchRow:
 COLUMNS: tuple[str, ...] = tuple(f.name for f in fields(BenchRow))
 
 
-def load_prompts(path: str | Path = DEFAULT_PROMPTS, categories: Sequence[str] | None = None) -> list[BenchPrompt]:
-    """Read a JSON list of {"category", "title", "prompt"} objects, keeping only `categories` when given."""
-    path = Path(path)
-    if not path.is_file():
-        raise ValueError(f"No prompt file at {path}; pass --prompts with a JSON list of {{category, title, prompt}}.")
-    if path.stat().st_size > MAX_PROMPTS_FILE_BYTES:
-        raise ValueError(f"{path} is over {MAX_PROMPTS_FILE_BYTES:,} bytes; a benchmark prompt set should be small.")
-    try:
-        raw = json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as exc:
-        raise ValueError(f"{path} is not valid JSON: {exc}.") from exc
-    if not isinstance(raw, list) or not raw:
-        raise ValueError(f"{path} must hold a non-empty JSON list of {{category, title, prompt}} objects.")
-    prompts = []
-    for i, item in enumerate(raw):
-        if not isinstance(item, dict) or not all(isinstance(item.get(f), str) and item[f].strip() for f in ("category", "title", "prompt")):
-            raise ValueError(f"Entry {i} of {path} needs non-empty strings 'category', 'title' and 'prompt'.")
-        prompts.append(BenchPrompt(item["category"].strip(), item["title"].strip(), item["prompt"]))
-    if categories:
-        known = sorted({p.category for p in prompts})
-        unknown = [c for c in categories if c not in known]
-        if unknown:
-            raise ValueError(f"No prompts in category {', '.join(unknown)}; {path} has {', '.join(known)}.")
-        prompts = [p for p in prompts if p.category in categories]
-    return prompts
-
-
-def prompt_categories(prompts: Sequence[BenchPrompt]) -> list[str]:
-    """Categories in first-seen order."""
-    return list(dict.fromkeys(p.category for p in prompts))
-
-
-def first_per_category(prompts: Sequence[BenchPrompt], per_category: int | None) -> list[BenchPrompt]:
-    """The first `per_category` prompts of each category, categories in first-seen order (None: all)."""
-    if per_category is None:
-        return list(prompts)
-    if per_category < 1:
-        raise ValueError(f"prompts per category must be at least 1; got {per_category}.")
-    return [p for c in prompt_categories(prompts) for p in [q for q in prompts if q.category == c][:per_category]]
-
-
-# --- one timed run, and interleaved repeats of several -----------------------------------------
-
-
-@dataclass(frozen=True)
-class RunSample:
-    """What one timed run leaves behind. The decoder itself is dropped, so repeats cost no memory."""
-
-    generated: tuple[int, ...]
-    stats: RunMetrics  # the engine's metrics and clocks (prefill + rounds), specviz.core.metrics
-    verify_ms: tuple[float, ...]  # per round: the verify pass
-    drafted: tuple[int, ...]  # per round: tokens drafted (0: a plain one-token pass)
-    draft_ms: float  # summed over rounds
-    cpu_s: float  # process CPU time of building the decoder (prefill) and running it
-    wall_s: float  # wall clock of the same (the engine's stats.wall_s leaves out construction)
-
-    @property
-    def tokens_per_s(self) -> float:
-        return self.stats.tokens_per_s
-
-    @property
-    def tokens_per_cpu_s(self) -> float:
-        return self.stats.new_tokens / self.cpu_s if self.cpu_s > 0 else float("nan")
-
-    def pass_ms(self, drafting: bool) -> list[float]:
-        """Verify-pass times of the rounds that drafted (drafting=True) or of the plain one-token passes."""
-        return [ms for ms, n in zip(self.verify_ms, self.drafted) if (n > 0) == drafting]
-
-
-def run_in_turns(make: Callable[[], SpeculativeDecoder], turn: Turn, slice_s: float = SLICE_S) -> tuple[SpeculativeDecoder, float, float]:
-    """Build a decoder and run it to the end holding the model one turn at a time: a turn lasts one run, or about
-    slice_s seconds of it (it ends between rounds), so a long run lets other sessions' rounds in. Returns the
-    decoder and the wall and CPU seconds spent inside the turns (waiting for a turn is not the run's time)."""
-    decoder, wall_s, cpu_s = None, 0.0, 0.0
-    while decoder is None or not decoder.done:
-        with turn():
-            wall, cpu = time.perf_counter(), time.process_time()
-            if decoder is None:
-                decoder = make()  # the prefill is a model pass too
-            while not decoder.done:  # at least one round per turn
-                decoder.step()
-                if time.perf_counter() - wall >= slice_s:
-                    break
-            wall_s, cpu_s = wall_s + time.perf_counter() - wall, cpu_s + time.process_time() - cpu
-    return decoder, wall_s, cpu_s
-
-
-def run_once(make: Callable[[], SpeculativeDecoder], turn: Turn | None = None) -> RunSample:
-    """Build a fresh decoder and run it to the end under the wall and CPU clocks (in model turns when given one)."""
-
-    def build_and_run() -> SpeculativeDecoder:
-        decoder = make()
-        decoder.run()
-        return decoder
-
-    if turn is None:
-        t = timed(build_and_run)
-        d, wall_s, cpu_s = t.value, t.wall_s, t.cpu_s
-    else:
-        d, wall_s, cpu_s = run_in_turns(make, turn)
-    return RunSample(
-        generated=tuple(d.generated),
-        stats=d.stats(),
-        verify_ms=tuple(r.verify_ms for r in d.records),
-        drafted=tuple(r.num_drafted for r in d.records),
-        draft_ms=sum(r.draft_ms for r in d.records),
-        cpu_s=cpu_s,
-        wall_s=wall_s,
-    )
-
-
-def measure_setups(
-    setups: Mapping[str, Callable[[], SpeculativeDecoder]],
-    repeats: int = 3,
-    warmup: int = 1,
-    on_progress: Callable[[int, int, str, RunSample], None] | None = None,
-    turn: Turn | None = None,
-) -> dict[str, list[RunSample]]:
-    """Run every setup (name -> a factory of fresh decoders) interleaved: warmup + repeats rotations,
-    the order shifting every rotation, the warm-ups discarded. Returns name -> the kept RunSamples, in
-    repeat order, so samples[a][i] and samples[b][i] ran side by side. on_progress(done, total,
-    what, sample) follows every run, warm-ups included. turn: each run takes the model in turns (see run_in_turns)."""
-    last: dict[str, RunSample] = {}
-
-    def contender(name: str) -> Callable[[], RunSample]:
-        def run() -> RunSample:
-            last[name] = run_once(setups[name], turn)
-            return last[name]
-
-        return run
-
-    progress: ProgressFn | None = None
-    if on_progress is not None:
-
-        def progress(done: int, total: int, message: str) -> None:
-            name = message.rsplit(" (", 1)[0]  # interleave reports "<name> (repeat i/n)"
-            on_progress(done, total, message, last[name])
-
-    return interleave({name: contender(name) for name in setups}, repeats, warmup, progress)
-
-
 def median_or_none(values: Sequence[float]) -> float | None:
     vals = [v for v in values if v == v]
     return statistics.median(vals) if vals else None
@@ -319,6 +167,31 @@ def _fmt_t(t: float) -> str:
     return f"{t:g}"
 
 
+def relative_costs(runs: Sequence[RunSample], bases: Sequence[RunSample]) -> tuple[float | None, float | None]:
+    """(draft cost c, verify cost): median ms per drafted token and median verify pass of the drafting rounds, each
+    over the median one-token pass of the baseline; None where a side has nothing to measure."""
+    base_pass_ms = median_or_none([ms for b in bases for ms in b.pass_ms(drafting=False)])
+    verify_ms = median_or_none([ms for r in runs for ms in r.pass_ms(drafting=True)])
+    ms_per_draft = median_or_none([r.draft_ms / r.stats.drafted for r in runs if r.stats.drafted])
+    ok = base_pass_ms is not None and base_pass_ms > 0
+    draft_cost = ms_per_draft / base_pass_ms if ok and ms_per_draft is not None else None
+    verify_cost = verify_ms / base_pass_ms if ok and verify_ms is not None else None
+    return draft_cost, verify_cost
+
+
+def prediction(
+    stats: RunMetrics, k: int, draft_cost: float | None, verify_cost: float | None
+) -> tuple[float | None, float | None]:
+    """(alpha_implied, predicted speedup): the alpha accepted/drafted implies at k, and the theory formula at the
+    measured alpha (or the implied one without a q_draft), k, c and verify cost."""
+    alpha_implied = alpha_from_acceptance_rate(stats.acceptance_rate, k) if stats.acceptance_rate is not None else None
+    alpha_used = stats.alpha if stats.alpha is not None else alpha_implied
+    predicted = None
+    if alpha_used is not None and draft_cost is not None and verify_cost is not None:
+        predicted = speedup(min(1.0, max(0.0, alpha_used)), k, draft_cost, verify_cost)
+    return alpha_implied, predicted
+
+
 def compare_to_baseline(
     prompt: BenchPrompt, drafter: str, k: int, temperature: float, spec: SweepSpec,
     runs: Sequence[RunSample], bases: Sequence[RunSample], device: str = "", dtype: str = "", tree_width: int = 1,
@@ -328,54 +201,99 @@ def compare_to_baseline(
     s = run.stats
     speed = paired_ratio([r.tokens_per_s for r in runs], [b.tokens_per_s for b in bases])
     speed_cpu = paired_ratio([r.tokens_per_cpu_s for r in runs], [b.tokens_per_cpu_s for b in bases])
-    base_pass_ms = median_or_none([ms for b in bases for ms in b.pass_ms(drafting=False)])
-    verify_ms = median_or_none([ms for r in runs for ms in r.pass_ms(drafting=True)])
-    ms_per_draft = median_or_none([r.draft_ms / r.stats.drafted for r in runs if r.stats.drafted])
-    ok = base_pass_ms is not None and base_pass_ms > 0
-    draft_cost = ms_per_draft / base_pass_ms if ok and ms_per_draft is not None else None
-    verify_cost = verify_ms / base_pass_ms if ok and verify_ms is not None else None
-    alpha_implied = alpha_from_acceptance_rate(s.acceptance_rate, k) if s.acceptance_rate is not None else None
-    alpha_used = s.alpha if s.alpha is not None else alpha_implied
-    predicted = None
-    if alpha_used is not None and draft_cost is not None and verify_cost is not None:
-        predicted = speedup(min(1.0, max(0.0, alpha_used)), k, draft_cost, verify_cost)
+    draft_cost, verify_cost = relative_costs(runs, bases)
+    alpha_implied, predicted = prediction(s, k, draft_cost, verify_cost)
     return BenchRow(
-        category=prompt.category,
-        prompt=prompt.title,
-        drafter=drafter,
-        k=k,
-        temperature=temperature,
-        seed=spec.seed,
-        max_new_tokens=spec.max_new_tokens,
-        device=device,
-        dtype=dtype,
-        repeats=len(runs),
-        new_tokens=s.new_tokens,
-        target_passes=s.target_passes,
-        drafted=s.drafted,
-        accepted=s.accepted,
-        alpha=s.alpha,
-        acceptance_rate=s.acceptance_rate,
-        alpha_implied=alpha_implied,
-        tokens_per_pass=s.tokens_per_target_pass,
+        category=prompt.category, prompt=prompt.title, drafter=drafter, k=k, temperature=temperature, seed=spec.seed,
+        max_new_tokens=spec.max_new_tokens, device=device, dtype=dtype, repeats=len(runs),
+        new_tokens=s.new_tokens, target_passes=s.target_passes, drafted=s.drafted, accepted=s.accepted,
+        alpha=s.alpha, acceptance_rate=s.acceptance_rate, alpha_implied=alpha_implied, tokens_per_pass=s.tokens_per_target_pass,
         tokens_per_s=Spread.of([r.tokens_per_s for r in runs]).median,
         baseline_tokens_per_s=Spread.of([b.tokens_per_s for b in bases]).median,
-        speedup=speed.median,
-        speedup_low=speed.low,
-        speedup_high=speed.high,
-        speedup_cpu=speed_cpu.median,
-        speedup_cpu_low=speed_cpu.low,
-        speedup_cpu_high=speed_cpu.high,
-        draft_cost=draft_cost,
-        verify_cost=verify_cost,
-        predicted_speedup=predicted,
+        speedup=speed.median, speedup_low=speed.low, speedup_high=speed.high,
+        speedup_cpu=speed_cpu.median, speedup_cpu_low=speed_cpu.low, speedup_cpu_high=speed_cpu.high,
+        draft_cost=draft_cost, verify_cost=verify_cost, predicted_speedup=predicted,
         same_as_baseline=(run.generated == base.generated) if temperature == 0.0 else None,
         wall_s=Spread.of([r.stats.wall_s for r in runs]).median,
         baseline_wall_s=Spread.of([b.stats.wall_s for b in bases]).median,
         cpu_s=Spread.of([r.cpu_s for r in runs]).median,
         baseline_cpu_s=Spread.of([b.cpu_s for b in bases]).median,
         tree_width=tree_width,
-    )
+    )  # fmt: skip
+
+
+@dataclass(frozen=True)
+class SweepModels:
+    """What every setting of one sweep shares: the target (and a draft model), early exit's view, Medusa's heads and
+    EAGLE's head; and how a setting becomes a RunConfig and a factory of fresh decoders."""
+
+    target: LoadedModel
+    spec: SweepSpec
+    draft: LoadedModel | None = None
+    early_exit: Any = None  # a cached early_exit_view of the target
+    heads: Any = None  # its loaded Medusa heads
+    eagle: Any = None  # its loaded EAGLE head
+
+    def config(self, drafter: str, k: int, temperature: float, tree_width: int = 1) -> RunConfig:
+        spec = self.spec
+        return RunConfig(
+            target=self.target.name, draft=self.draft.name if self.draft is not None else None, drafter=drafter,  # type: ignore[arg-type]
+            exit_layer=spec.exit_layer, medusa_heads=spec.medusa_heads, eagle_head=spec.eagle_head, draft_vocab=spec.draft_vocab,
+            num_draft_tokens=k, temperature=temperature, seed=spec.seed, max_new_tokens=spec.max_new_tokens, chat=spec.chat,
+            tree_width=tree_width,
+        )  # fmt: skip
+
+    def resolved(self) -> SweepModels:
+        """These models with each swept drafter's own part built once (early exit, Medusa, EAGLE), unless handed in."""
+        from specviz.runs import resolve_models
+
+        models, drafters = self, self.spec.drafters
+        if "early-exit" in drafters and models.early_exit is None:
+            models = replace(models, early_exit=resolve_models(models.config("early-exit", 1, 0.0), target=models.target).early_exit)
+        if "medusa" in drafters and models.heads is None:
+            models = replace(models, heads=resolve_models(models.config("medusa", 1, 0.0), target=models.target).heads)
+        if "eagle" in drafters and models.eagle is None:
+            models = replace(models, eagle=resolve_models(models.config("eagle", 1, 0.0), target=models.target).eagle)
+        return models
+
+    def factory(
+        self, ids: list[int], drafter: str, k: int, temperature: float, baseline: bool, tree_width: int = 1
+    ) -> Callable[[], SpeculativeDecoder]:
+        from specviz.runs import build_decoder
+
+        cfg = self.config(drafter, k, temperature, tree_width)
+        return lambda: build_decoder(
+            cfg, self.target, ids, self.draft, early_exit=self.early_exit, heads=self.heads, eagle=self.eagle, baseline=baseline
+        )
+
+
+def sweep_progress(on_progress: ProgressFn | None, where: str, offset: int, total: int) -> Callable[[int, int, str, RunSample], None]:
+    """measure_setups' progress for one rotation -> the sweep's: runs counted from offset of total, the tokens/s said."""
+
+    def progress(done: int, _total: int, message: str, sample: RunSample) -> None:
+        if on_progress:
+            on_progress(offset + done, total, f"{where} {message} ... {sample.tokens_per_s:.1f} tok/s ({sample.tokens_per_cpu_s:.1f} per CPU-second)")
+
+    return progress
+
+
+def measure_rotation(
+    models: SweepModels, prompt: BenchPrompt, ids: list[int], temperature: float,
+    progress: Callable[[int, int, str, RunSample], None], turn: Turn | None,
+) -> tuple[list[BenchRow], int]:
+    """One prompt at one temperature: the baseline and every drafter x k x tree width, interleaved (measure_setups).
+    Returns one BenchRow per speculative setting and the number of runs it took, warm-ups included."""
+    spec, target = models.spec, models.target
+    setups = {BASELINE: models.factory(ids, spec.drafters[0], spec.ks[0], temperature, True)}
+    grid = [(d, k, w) for d in spec.drafters for k in spec.ks for w in spec.tree_widths]
+    setups |= {setting_name(d, k, w): models.factory(ids, d, k, temperature, False, w) for d, k, w in grid}
+    samples = measure_setups(setups, spec.repeats, spec.warmup, progress, turn)
+    device, dtype = str(target.device), target.precision
+    rows = [
+        compare_to_baseline(prompt, d, k, temperature, spec, samples[setting_name(d, k, w)], samples[BASELINE], device, dtype, w)
+        for d, k, w in grid
+    ]
+    return rows, len(setups) * (spec.warmup + spec.repeats)
 
 
 def run_sweep(
@@ -393,53 +311,23 @@ def run_sweep(
     """Run the sweep and return one BenchRow per speculative setting. early_exit: a cached early_exit_view of the
     target, heads: its loaded Medusa heads, eagle: its loaded EAGLE head (each built here when needed and not given).
     on_progress(done, total, message) follows every run, warm-ups included. turn: on a shared server, one model turn per run."""
-    from specviz.runs import build_decoder, prompt_ids, resolve_models
+    from specviz.runs import prompt_ids
 
     if not prompts:
         raise ValueError("No prompts to benchmark: choose at least one category.")
-
-    def config(drafter: str, k: int, temperature: float, tree_width: int = 1) -> RunConfig:
-        return RunConfig(
-            target=target.name, draft=draft.name if draft is not None else None, drafter=drafter,  # type: ignore[arg-type]
-            exit_layer=spec.exit_layer, medusa_heads=spec.medusa_heads, eagle_head=spec.eagle_head, draft_vocab=spec.draft_vocab,
-            num_draft_tokens=k, temperature=temperature, seed=spec.seed, max_new_tokens=spec.max_new_tokens, chat=spec.chat,
-            tree_width=tree_width,
-        )  # fmt: skip
-
+    models = SweepModels(target, spec, draft, early_exit, heads, eagle)
     for drafter in spec.drafters:  # before any run: RunConfig.validate says what a drafter lacks (a draft model)
-        config(drafter, spec.ks[0], spec.temperatures[0])
-    if "early-exit" in spec.drafters and early_exit is None:
-        early_exit = resolve_models(config("early-exit", 1, 0.0), target=target).early_exit
-    if "medusa" in spec.drafters and heads is None:
-        heads = resolve_models(config("medusa", 1, 0.0), target=target).heads
-    if "eagle" in spec.drafters and eagle is None:
-        eagle = resolve_models(config("eagle", 1, 0.0), target=target).eagle
-    device, dtype = str(target.device), target.precision
-
-    def factory(
-        ids: list[int], drafter: str, k: int, temperature: float, baseline: bool, tree_width: int = 1
-    ) -> Callable[[], SpeculativeDecoder]:
-        cfg = config(drafter, k, temperature, tree_width)
-        return lambda: build_decoder(cfg, target, ids, draft, early_exit=early_exit, heads=heads, eagle=eagle, baseline=baseline)
-
+        models.config(drafter, spec.ks[0], spec.temperatures[0])
+    models = models.resolved()
     total, offset = spec.num_runs(len(prompts)), 0
     rows: list[BenchRow] = []
     for prompt in prompts:
         ids = prompt_ids(target, prompt.prompt, spec.chat, max_new_tokens=spec.max_new_tokens, num_draft_tokens=max(spec.ks))  # within the context
         for temperature in spec.temperatures:
-            setups = {BASELINE: factory(ids, spec.drafters[0], spec.ks[0], temperature, True)}
-            grid = [(d, k, w) for d in spec.drafters for k in spec.ks for w in spec.tree_widths]
-            setups |= {setting_name(d, k, w): factory(ids, d, k, temperature, False, w) for d, k, w in grid}
-            where = f"{prompt.category} {prompt.title!r} T={_fmt_t(temperature)}"
-
-            def progress(done: int, _total: int, message: str, sample: RunSample, offset: int = offset, where: str = where) -> None:
-                if on_progress:
-                    on_progress(offset + done, total, f"{where} {message} ... {sample.tokens_per_s:.1f} tok/s ({sample.tokens_per_cpu_s:.1f} per CPU-second)")
-
-            samples = measure_setups(setups, spec.repeats, spec.warmup, progress, turn)
-            offset += len(setups) * (spec.warmup + spec.repeats)
-            for d, k, w in grid:
-                rows.append(compare_to_baseline(prompt, d, k, temperature, spec, samples[setting_name(d, k, w)], samples[BASELINE], device, dtype, w))
+            progress = sweep_progress(on_progress, f"{prompt.category} {prompt.title!r} T={_fmt_t(temperature)}", offset, total)
+            measured, runs = measure_rotation(models, prompt, ids, temperature, progress, turn)
+            rows += measured
+            offset += runs
     return rows
 
 

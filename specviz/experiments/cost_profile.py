@@ -27,6 +27,10 @@ for them is skipped with a warning. Every drafter is set up by a decoder's prefi
 
 The measurement imports torch and specviz.models (transformers); the CostProfile record and its JSON
 loader do not, so pages can read shipped profiles cheaply.
+
+Here: the CostProfile record, its JSON and the shipped profiles, the CLI's tables, and measure_profile, which
+sets the measurement up and keeps the medians; what it times (the context, the runners, the rotation) is
+specviz.experiments.profile_runners.
 """
 
 from __future__ import annotations
@@ -37,16 +41,25 @@ import math
 import os
 import platform
 import statistics
-import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING
 
 from specviz.core.protocols import Turn, no_turn
 from specviz.core.theory import MAX_K, VerifyCurve
 from specviz.drafters.specs import ONE_MODEL_KINDS
+from specviz.experiments.profile_runners import (
+    BATCH_ROW_OFFSET,
+    Clock,
+    ProgressFn,
+    batch_runners,
+    context_ids,
+    draft_runners,
+    pass_runners,
+    time_rotating,
+)
 
 if TYPE_CHECKING:
     from specviz.models import LoadedModel
@@ -59,9 +72,6 @@ DEFAULT_DRAFT_VOCABS = (8192,)  # Medusa and EAGLE are timed again over a draft 
 ASSETS = Path(__file__).resolve().parents[2] / "assets"
 MAX_PROFILE_BYTES = 200_000
 MAX_BATCH = 64  # the largest batch a profile measures
-BATCH_ROW_OFFSET = 7  # row b of a batched pass reads the text from id b*7 on, so no two rows hold the same cache
-Clock = Literal["wall", "cpu"]
-ProgressFn = Callable[[int, int, str], None]  # (measurements done, in total, what just finished)
 
 
 @dataclass(frozen=True)
@@ -198,29 +208,6 @@ def device_name(device) -> str:
     return f"{name or platform.processor() or platform.machine()} ({cores} cores)"
 
 
-def _context_ids(target: LoadedModel, length: int, extra: int = 0) -> list[int]:
-    """A realistic context: the benchmark prompts, tokenised and repeated up to length + extra tokens."""
-    from specviz.experiments.bench import load_prompts
-
-    try:
-        text = "\n\n".join(p.prompt for p in load_prompts())
-    except ValueError:
-        text = "The quick brown fox jumps over the lazy dog. " * 20
-    ids = list(target.tokenizer(text)["input_ids"])
-    if not ids:
-        raise ValueError("The tokenizer gave no ids for the profiling text.")
-    while len(ids) < length + extra + MAX_K + 1:
-        ids = ids + ids
-    return ids
-
-
-def _timer(fn: Callable[[], object], threads: int, clock: Clock):
-    from torch.utils.benchmark import Timer
-
-    kwargs = {"timer": time.process_time} if clock == "cpu" else {}
-    return Timer(stmt="fn()", globals={"fn": fn}, num_threads=threads, **kwargs)
-
-
 def _check_profile_args(target: LoadedModel, max_tokens: int, context_length: int, repeats: int, number: int, clock: str,
                         drafters: Sequence[str], batch_sizes: Sequence[int] = ()) -> None:
     if any(not (1 <= b <= MAX_BATCH) for b in batch_sizes):
@@ -238,120 +225,6 @@ def _check_profile_args(target: LoadedModel, max_tokens: int, context_length: in
     for d in drafters:
         if d not in PROFILE_DRAFTERS:
             raise ValueError(f"Unknown drafter {d!r} for a profile; choose from {', '.join(PROFILE_DRAFTERS)}.")
-
-
-def _pass_runners(target: LoadedModel, context: list[int], new: list[int], turn: Turn = no_turn) -> dict[str, Callable[[], object]]:
-    """'pass n' -> one target pass over n new tokens after the cached context (prefilled in one turn), cropped back after."""
-    from specviz.models import HFCachedLM
-
-    lm = HFCachedLM(target.model, target.vocab_size)
-    with turn():
-        lm.extend(context)
-
-    def target_pass(n: int) -> Callable[[], None]:
-        def fn() -> None:
-            lm.extend(new[:n])
-            lm.crop(len(context))
-
-        return fn
-
-    return {f"pass {n}": target_pass(n) for n in range(1, len(new) + 1)}
-
-
-def _batch_runners(target: LoadedModel, ids: list[int], context_length: int, max_tokens: int, batch_sizes: Sequence[int],
-                   turn: Turn = no_turn) -> dict[str, Callable[[], object]]:
-    """'batch B pass t' -> one forward over B rows, each its own context_length cached tokens (row b starts b*7
-    ids further into the text) adding t new ones, then every row keeps its context again."""
-    from specviz.models import HFBatchedLM
-
-    runners: dict[str, Callable[[], object]] = {}
-    for b in batch_sizes:
-        lm = HFBatchedLM(target.model, target.vocab_size, b)
-        rows = [ids[r * BATCH_ROW_OFFSET : r * BATCH_ROW_OFFSET + context_length + max_tokens] for r in range(b)]
-        with turn():
-            lm.extend([row[:context_length] for row in rows], keep_last=1)
-
-        def batch_pass(t: int, lm=lm, rows=rows) -> Callable[[], None]:
-            def fn() -> None:
-                lm.extend([row[context_length : context_length + t] for row in rows])
-                lm.keep([context_length] * len(rows))
-
-            return fn
-
-        runners |= {f"batch {b} pass {t}": batch_pass(t) for t in range(1, max_tokens + 1)}
-    return runners
-
-
-def profile_names(drafters: Sequence[str], draft_vocabs: Sequence[int]) -> list[tuple[str, str, int]]:
-    """(name in the profile, drafter kind, draft vocabulary) for every drafter, and for each that scores the target's
-    LM head once more per draft vocabulary: "medusa@8192" is the same heads over the 8,192 most said tokens."""
-    from specviz.drafters.specs import drafter_spec
-
-    out = [(kind, kind, 0) for kind in drafters]
-    out += [(f"{kind}@{v}", kind, v) for kind in drafters if drafter_spec(kind).cuts_vocab for v in draft_vocabs if v]
-    return out
-
-
-def _draft_runners(
-    target: LoadedModel, context: list[int], drafters: Sequence[str], draft_k: int, turn: Turn = no_turn, heads_folder: str | None = None,
-    draft_vocabs: Sequence[int] = (), eagle_folder: str | None = None,
-) -> tuple[dict[str, Callable[[], object]], dict[str, int]]:
-    """name -> one proposal of draft_k tokens at the context (rolled back after), and the tokens one call drafts. Each
-    drafter is set up by a decoder's prefill of the context (what it reads of the target's passes handed over, as in
-    a run). heads_folder, eagle_folder: the Medusa heads and EAGLE head to time (None: the shipped ones); a drafter
-    whose heads or token counts are missing is skipped with a warning."""
-    import torch
-
-    from specviz.config import RunConfig
-    from specviz.runs import build_decoder
-
-    runners: dict[str, Callable[[], object]] = {}
-    drafted_per_call: dict[str, int] = {}
-    generator = torch.Generator().manual_seed(0)
-    for name, kind, vocab in profile_names(drafters, draft_vocabs):
-        if kind == "early-exit" and target.num_layers < 2:
-            log.info("skipping early exit: the target has one layer")
-            continue
-        # threshold 0: the n-gram drafter drafts all k where the context matches, so the cost is per drafted token
-        config = RunConfig(target=target.name, drafter=kind, num_draft_tokens=draft_k, ngram_threshold=0.0, medusa_heads=heads_folder,  # type: ignore[arg-type]
-                           eagle_head=eagle_folder, draft_vocab=vocab)  # fmt: skip
-        try:
-            with turn():  # the prefill (and early exit's own layers) run the target
-                decoder = build_decoder(config, target, context)
-                decoder.hand_over()
-                drafter = decoder.drafter
-                drafted_per_call[name] = max(1, len(drafter.propose(context, draft_k, generator).token_ids))
-                drafter.rollback(context)
-        except ValueError as exc:  # no heads (or no token counts) for this target: the other drafters are still measured
-            log.warning("skipping %s: %s", name, exc)
-            continue
-
-        def propose(drafter=drafter) -> None:
-            drafter.propose(context, draft_k, generator)
-            drafter.rollback(context)
-
-        runners[name] = propose
-    return runners, drafted_per_call
-
-
-def _time_rotating(
-    runners: dict[str, Callable[[], object]], repeats: int, number: int, threads: int, clock: Clock, turn: Turn, on_progress: ProgressFn | None
-) -> dict[str, list[float]]:
-    """name -> ms per call of each repeat, the order rotated every repeat so drift hits every runner alike; one model
-    turn per measurement."""
-    timers = {name: _timer(fn, threads, clock) for name, fn in runners.items()}
-    samples: dict[str, list[float]] = {name: [] for name in timers}
-    names = list(timers)
-    total, done = repeats * len(names), 0
-    for rep in range(repeats):
-        shift = rep % len(names)
-        for name in names[shift:] + names[:shift]:
-            with turn():
-                samples[name].append(timers[name].timeit(number).median * 1000.0)
-            done += 1
-            if on_progress:
-                on_progress(done, total, f"{name} (repeat {rep + 1}/{repeats})")
-    return samples
 
 
 def measure_profile(
@@ -383,21 +256,16 @@ def measure_profile(
     import torch
 
     _check_profile_args(target, max_tokens, context_length, repeats, number, clock, drafters, batch_sizes)
-    max_positions = int(getattr(target.model.config, "max_position_embeddings", None) or 1_000_000)
-    context_length = min(context_length, max_positions - max_tokens - draft_k - 1)
-    if context_length < 1:
-        raise ValueError(f"This model's context ({max_positions}) is too short to profile {max_tokens} tokens.")
+    context_length = fit_context(target, context_length, max_tokens, draft_k)
     threads = threads or torch.get_num_threads()
     load_before = load_average()
     batch_sizes = sorted(set(batch_sizes))
-    ids = _context_ids(target, context_length, BATCH_ROW_OFFSET * max(batch_sizes, default=0) + max_tokens)
+    ids = context_ids(target, context_length, BATCH_ROW_OFFSET * max(batch_sizes, default=0) + max_tokens)
     context, new = ids[:context_length], ids[context_length : context_length + max_tokens]
-    runners = _pass_runners(target, context, new, turn) | _batch_runners(target, ids, context_length, max_tokens, batch_sizes, turn)
-    draft_runners, drafted_per_call = _draft_runners(target, context, drafters, draft_k, turn, heads_folder, draft_vocabs, eagle_folder)
-    samples = _time_rotating(runners | draft_runners, repeats, number, threads, clock, turn, on_progress)
-    pass_ms = tuple(statistics.median(samples[f"pass {n}"]) for n in range(1, max_tokens + 1))
-    batch_ms = {str(b): tuple(statistics.median(samples[f"batch {b} pass {t}"]) for t in range(1, max_tokens + 1)) for b in batch_sizes}
-    draft_ms = {kind: statistics.median(samples[kind]) / drafted_per_call[kind] for kind in drafted_per_call}
+    runners = pass_runners(target, context, new, turn) | batch_runners(target, ids, context_length, max_tokens, batch_sizes, turn)
+    drafts, drafted_per_call = draft_runners(target, context, drafters, draft_k, turn, heads_folder, draft_vocabs, eagle_folder)
+    samples = time_rotating(runners | drafts, repeats, number, threads, clock, turn, on_progress)
+    pass_ms, batch_ms, draft_ms = medians(samples, max_tokens, batch_sizes, drafted_per_call)
     return CostProfile(
         target=target.name, device=str(target.device), device_name=device_name(target.device),
         dtype=target.precision, torch_version=torch.__version__, threads=threads, clock=clock,
@@ -405,6 +273,26 @@ def measure_profile(
         created=datetime.now(UTC).isoformat(timespec="seconds"), label=label,
         load_average=f"before {load_before}, after {load_average()}", batch_pass_ms=batch_ms,
     )
+
+
+def fit_context(target: LoadedModel, context_length: int, max_tokens: int, draft_k: int) -> int:
+    """context_length, shortened so the context, the longest pass and a drafter's proposal fit the model's positions."""
+    max_positions = int(getattr(target.model.config, "max_position_embeddings", None) or 1_000_000)
+    context_length = min(context_length, max_positions - max_tokens - draft_k - 1)
+    if context_length < 1:
+        raise ValueError(f"This model's context ({max_positions}) is too short to profile {max_tokens} tokens.")
+    return context_length
+
+
+def medians(
+    samples: dict[str, list[float]], max_tokens: int, batch_sizes: Sequence[int], drafted_per_call: dict[str, int]
+) -> tuple[tuple[float, ...], dict[str, tuple[float, ...]], dict[str, float]]:
+    """The profile's numbers from the timed repeats: (pass_ms for n = 1..max_tokens, batch B -> ms for t = 1..max_tokens,
+    drafter -> ms per drafted token), each the median over the repeats."""
+    pass_ms = tuple(statistics.median(samples[f"pass {n}"]) for n in range(1, max_tokens + 1))
+    batch_ms = {str(b): tuple(statistics.median(samples[f"batch {b} pass {t}"]) for t in range(1, max_tokens + 1)) for b in batch_sizes}
+    draft_ms = {kind: statistics.median(samples[kind]) / drafted_per_call[kind] for kind in drafted_per_call}
+    return pass_ms, batch_ms, draft_ms
 
 
 def load_average() -> str:

@@ -213,8 +213,8 @@ def greedy_side_by_side(
     config: RunConfig, target: LoadedModel, prompt: str, early_exit=None, turn: Turn = no_turn, heads=None, eagle=None
 ) -> GreedyResult:
     """Decode the prompt greedily twice, speculatively and plainly, from fresh runs (each in model turns of about a
-    second: specviz.experiments.bench.run_in_turns)."""
-    from specviz.experiments.bench import run_in_turns
+    second: specviz.experiments.timed_runs.run_in_turns)."""
+    from specviz.experiments.timed_runs import run_in_turns
     from specviz.models import encode_prompt
     from specviz.runs import build_decoder
 

@@ -78,7 +78,7 @@ def greedy_trace(
 ) -> GreedyTrace:
     """Greedy decoding with the engine: plain (one token per pass) or speculative (the given drafter, k drafts).
     turn: one model turn per round (the first one also holds the prefill)."""
-    from specviz.experiments.bench import run_in_turns
+    from specviz.experiments.timed_runs import run_in_turns
     from specviz.runs import build_decoder
 
     config = RunConfig(

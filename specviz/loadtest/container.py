@@ -41,7 +41,7 @@ from specviz.loadtest import REPO
 from specviz.loadtest.harness import cpu_model
 from specviz.loadtest.protocol import StSession
 from specviz.loadtest.server import healthy
-from specviz.workshop.room import free_port
+from specviz.workshop.processes import free_port
 
 PODMAN = "podman"
 LOCAL_BASE = "localhost/debian-py:bookworm"  # Debian's python3 (3.11 on bookworm), made here by mmdebstrap

@@ -20,9 +20,9 @@ from specviz.loadtest import harness as lp
 from specviz.loadtest.protocol import StSession
 from specviz.loadtest.server import healthy, stop_server
 from specviz.ui.common.timing import parse_line
-from specviz.workshop.room import free_port
+from specviz.workshop.processes import free_port
 
-STICKY_COOKIE = "SERVERID"  # HAProxy's stickiness cookie (specviz.workshop.room.haproxy_config)
+STICKY_COOKIE = "SERVERID"  # HAProxy's stickiness cookie (specviz.workshop.room.balancer.haproxy_config)
 ROOM_START_TIMEOUT_S = 180
 
 

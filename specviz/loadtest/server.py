@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from specviz.loadtest import REPO
-from specviz.workshop.room import free_port
+from specviz.workshop.processes import free_port
 
 LOOPBACK = ("127.0.0.1", "localhost", "::1", "[::1]")
 START_TIMEOUT_S = 120

@@ -15,8 +15,8 @@ import time
 import urllib.request
 from collections.abc import Callable, Sequence
 
+from specviz.workshop.processes import die_with_parent, stop_processes
 from specviz.workshop.race_room import Pair, RaceRoom
-from specviz.workshop.room import die_with_parent, stop_processes
 
 START_TIMEOUT_S = 300.0
 

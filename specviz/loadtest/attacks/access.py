@@ -36,7 +36,7 @@ from specviz.loadtest.attacks.harness import (
 from specviz.loadtest.protocol import StSession
 from specviz.loadtest.room import room
 from specviz.loadtest.server import healthy, stop_server
-from specviz.workshop.room import free_port
+from specviz.workshop.processes import free_port
 
 MODEL_LOAD = re.compile(r"Loading weights")  # transformers' progress bar in a replica's log: one line per model load
 LOG_RELAY_S = 2.0  # the room copies its replicas' output to its log every half second or so

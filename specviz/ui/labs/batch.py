@@ -11,8 +11,8 @@ import torch
 
 from specviz.config import RunConfig
 from specviz.experiments.batch import BatchPoint, BatchSetup, measure_batches, typical_overhead_ms_per_row
-from specviz.experiments.bench import DEFAULT_PROMPTS, load_prompts
 from specviz.experiments.cost_profile import device_name
+from specviz.experiments.prompts import DEFAULT_PROMPTS, load_prompts
 from specviz.runs import RunModels, run_positions
 from specviz.ui.common import access, budgets, turns
 from specviz.ui.common import models as ui_models

@@ -9,18 +9,8 @@ import pandas as pd
 
 from specviz.config import RunConfig
 from specviz.drafters.specs import SPECULATIVE_KINDS
-from specviz.experiments.bench import (
-    DEFAULT_PROMPTS,
-    BenchPrompt,
-    SweepSpec,
-    first_per_category,
-    load_prompts,
-    prompt_categories,
-    rows_to_frame,
-    run_sweep,
-    summary_table,
-    tree_vs_chain_table,
-)
+from specviz.experiments.bench import SweepSpec, rows_to_frame, run_sweep, summary_table, tree_vs_chain_table
+from specviz.experiments.prompts import DEFAULT_PROMPTS, BenchPrompt, first_per_category, load_prompts, prompt_categories
 from specviz.runs import RunModels, kv_tokens
 from specviz.ui.common import budgets, turns
 from specviz.ui.common.models import sweep_models

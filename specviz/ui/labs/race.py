@@ -21,8 +21,8 @@ import streamlit as st
 
 from specviz.config import validate_prompt
 from specviz.core.race import MAX_FILE_BYTES, RaceResult
-from specviz.experiments.bench import load_prompts
 from specviz.experiments.probe import CATEGORIES, ChunkCounter, ProbeResult, ProbeSpec, probe
+from specviz.experiments.prompts import load_prompts
 from specviz.experiments.race import run_race
 from specviz.runs import kv_tokens
 from specviz.ui.common import budgets, widgets

@@ -1,31 +1,10 @@
-"""A room bigger than one process: N Streamlit replicas on loopback ports, HAProxy in front, and a supervisor that
-starts a replica again when it exits.
-
-One Streamlit process runs every session's script under one GIL, so a big room needs several processes. HAProxy
-sends each browser to one replica and keeps it there with a cookie (``cookie SERVERID insert indirect nocache``: a
-room behind one NAT address shares one IP, so hashing the source would put everyone on one replica), passes
-Streamlit's websocket (``/_stcore/stream``) through with long tunnel timeouts, and checks ``/_stcore/health``. When
-a replica dies its browsers reconnect to another one (``option redispatch``) and restore their run from the shared
-run directory (specviz.workshop.saved_runs): the page keeps the run's token in its URL.
-
-Every request HAProxy passes on carries the browser's address (``option forwardfor``), and the replicas trust it
-(SPECVIZ_TRUST_PROXY=1, specviz.workshop.clients): per-client limits such as the presenter key's count real clients,
-not the balancer. With ``--tls-cert PEM`` HAProxy serves HTTPS only (``bind ... ssl crt PEM``), so the presenter key
-and the run tokens do not cross the room's network in clear text. Without a presenter key in the environment or the
-secrets file, the room makes a strong one and prints it once on its terminal (never into a log, the status file, a
-URL or a page).
-
-    python -m specviz room --replicas 4 --port 8500 [--bind 0.0.0.0] [--status-file room.json] [--tls-cert room.pem]
-    python -m specviz room --print-config --backend host1:8501 --backend host2:8501 --port 80   # replicas elsewhere
-
-Plain Python: no streamlit import (the replicas are separate processes); the command's options live in
-specviz/cli/room.py.
-"""
+"""The room's supervisor: N `streamlit run app.py` replicas on loopback ports, started warm, their output relayed with
+each line prefixed by its replica's id, each started again when it exits (after a back-off when it keeps dying);
+HAProxy started in front (specviz.workshop.room.balancer) and again if it dies; a status file; everything stopped on
+SIGINT/SIGTERM. The replicas always run in shared mode and share one run directory and one cookie secret."""
 
 from __future__ import annotations
 
-import contextlib
-import ctypes
 import json
 import logging
 import os
@@ -33,32 +12,27 @@ import secrets
 import selectors
 import shutil
 import signal
-import socket
-import ssl
 import subprocess
 import sys
 import tempfile
 import time
-import tomllib
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TextIO
 
 from specviz.workshop.clients import TRUST_PROXY_ENV
 from specviz.workshop.files import write_atomic
-from specviz.workshop.presenter_key import KEY_ENV, KEY_SECRET, generate_key, key_weakness, presenter_key
+from specviz.workshop.presenter_key import KEY_ENV, KEY_SECRET
+from specviz.workshop.processes import die_with_parent, free_port, stop_processes
+from specviz.workshop.room.balancer import Backend, RoomError, check_port_free, check_tls_cert, find_haproxy, haproxy_config
+from specviz.workshop.room.key import room_presenter_key, secrets_files, terminal
 from specviz.workshop.saved_runs import default_run_dir
 
 log = logging.getLogger(__name__)
 
-REPO = Path(__file__).resolve().parents[2]  # app.py lives here
-INSTALL_HINT = "Install it with: sudo apt-get install haproxy (Debian/Ubuntu), or name the binary in SPECVIZ_HAPROXY."
-TUNNEL_TIMEOUT = "1h"  # an open websocket (one browser tab) may sit quiet for long between clicks
-CHECK_INTERVAL = "2s"
+REPO = Path(__file__).resolve().parents[3]  # app.py lives here
 RESTART_BACKOFF_S = (0.5, 1, 2, 5, 10, 30)  # after consecutive quick exits
 QUICK_EXIT_S = 30.0  # a replica that lived shorter than this counts as a quick exit
-STOP_GRACE_S = 10.0
 
 
 # A replica is `streamlit run app.py`, started after importing the app's heavy libraries (torch, transformers, plotly,
@@ -66,179 +40,6 @@ STOP_GRACE_S = 10.0
 # the first session runs its script: a fresh replica's first participant waited seconds for them, and the replica
 # grew by about 450 MB at that moment, which read as memory a room's followers never gave back (docs/rooms.md).
 WARM_START = "import specviz.models, specviz.viz; from streamlit.web.cli import main; main(prog_name='streamlit')"
-
-
-class RoomError(RuntimeError):
-    """The room cannot start; the message says what to do."""
-
-
-@dataclass(frozen=True)
-class Backend:
-    """One replica HAProxy sends browsers to."""
-
-    id: str  # r1, r2, ... (also the stickiness cookie's value)
-    host: str
-    port: int
-
-
-def haproxy_config(bind: str, port: int, backends: Sequence[Backend], tls_cert: str | None = None) -> str:
-    """The HAProxy configuration for a room: sticky by cookie, websockets tunnelled, health-checked replicas, the
-    client's address passed on (X-Forwarded-For); HTTPS only when tls_cert names a PEM (certificate and key)."""
-    if not backends:
-        raise ValueError("A room needs at least one replica.")
-    address = f"[{bind}]" if ":" in bind else bind
-    tls = ""
-    if tls_cert is not None:
-        if any(c in tls_cert for c in '"\\\n\r') or not tls_cert.strip():
-            raise ValueError(f"--tls-cert {tls_cert!r}: a path with quotes, backslashes or line breaks cannot go into HAProxy's configuration.")
-        tls = f' ssl crt "{tls_cert}"'  # HTTPS only: a plain-HTTP request on this port gets no answer
-    servers = "\n".join(
-        f"    server {b.id} {b.host}:{b.port} cookie {b.id} check inter {CHECK_INTERVAL} fall 2 rise 1" for b in backends
-    )
-    return f"""# specviz room: generated by `python -m specviz room`; see docs/rooms.md
-global
-    maxconn 4096
-
-defaults
-    mode http
-    option redispatch          # a browser whose replica is down goes to another one (and gets a new cookie)
-    retries 3
-    timeout connect 5s
-    timeout client 1m
-    timeout server 1m
-    timeout tunnel {TUNNEL_TIMEOUT}        # websockets (/_stcore/stream) once upgraded
-    timeout client-fin 30s
-    timeout http-request 30s
-    option forwardfor          # X-Forwarded-For: the browser's address, for per-client limits (SPECVIZ_TRUST_PROXY)
-
-frontend room
-    bind {address}:{port}{tls}
-    default_backend replicas
-
-backend replicas
-    balance roundrobin
-    cookie SERVERID insert indirect nocache
-    option httpchk GET /_stcore/health
-    http-check expect status 200
-    default-server init-addr last,libc,none   # a host that does not resolve yet starts DOWN instead of failing the room
-{servers}
-"""
-
-
-def find_haproxy() -> str:
-    """The haproxy binary (SPECVIZ_HAPROXY, the PATH, then /usr/sbin where Debian puts it); RoomError if missing."""
-    named = os.environ.get("SPECVIZ_HAPROXY")
-    found = named if named is not None else (shutil.which("haproxy") or shutil.which("haproxy", path="/usr/sbin:/usr/local/sbin"))
-    if not found or not os.access(found, os.X_OK) or not os.path.isfile(found):
-        raise RoomError(f"HAProxy is not installed (a room puts it in front of the replicas). {INSTALL_HINT}")
-    return found
-
-
-def free_port(host: str = "127.0.0.1") -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((host, 0))
-        return s.getsockname()[1]
-
-
-def die_with_parent() -> None:
-    """In the child, before exec: get SIGTERM when the supervisor dies, even by SIGKILL (Linux), so nothing is orphaned."""
-    try:
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
-    except (OSError, AttributeError):
-        pass
-
-
-def _check_port_free(bind: str, port: int) -> None:
-    family = socket.AF_INET6 if ":" in bind else socket.AF_INET
-    with socket.socket(family, socket.SOCK_STREAM) as s:
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            s.bind((bind, port))
-        except OSError as exc:
-            raise RoomError(f"The room cannot listen on {bind}:{port} ({exc.strerror}): pick another --port or --bind.") from None
-
-
-def check_tls_cert(path: str) -> str:
-    """The absolute path of a PEM file HAProxy can serve HTTPS with: readable, holding a certificate and its
-    private key (unencrypted), which load together. RoomError saying what is wrong otherwise."""
-    full = Path(path).expanduser().resolve()
-    hint = "HAProxy needs one PEM file with the certificate (and its chain) and its unencrypted private key, e.g. `cat cert.pem key.pem > room.pem`"
-    try:
-        text = full.read_bytes()
-    except OSError as exc:
-        raise RoomError(f"--tls-cert {path}: cannot read it ({exc.strerror or exc}). {hint}.") from None
-    missing = [what for what, marker in (("certificate", b"-----BEGIN CERTIFICATE-----"), ("private key", b"PRIVATE KEY-----")) if marker not in text]
-    if missing:
-        raise RoomError(f"--tls-cert {path} holds no {' and no '.join(missing)}. {hint}.")
-    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-    try:
-        context.load_cert_chain(full, password=lambda: b"")  # an encrypted key fails here instead of asking for a passphrase
-    except (ssl.SSLError, OSError, ValueError) as exc:
-        raise RoomError(f"--tls-cert {path}: its certificate and private key do not load together ({exc}); an encrypted key is not supported. {hint}.") from None
-    return str(full)
-
-
-def secrets_files(repo: Path = REPO) -> list[Path]:
-    """The secrets files a replica's Streamlit reads (its default secrets.files: the user's, then the app's)."""
-    return [Path.home() / ".streamlit" / "secrets.toml", repo / ".streamlit" / "secrets.toml"]
-
-
-def secrets_table(files: Sequence[Path]) -> dict:
-    """The [specviz] tables of the secrets files merged (a later file wins); a missing or broken file adds nothing."""
-    table: dict = {}
-    for path in files:
-        try:
-            with open(path, "rb") as f:
-                found = tomllib.load(f).get("specviz", {})
-        except (OSError, tomllib.TOMLDecodeError):
-            continue
-        if isinstance(found, dict):
-            table.update(found)
-    return table
-
-
-def room_presenter_key(env: Mapping[str, str], files: Sequence[Path]) -> tuple[str | None, str]:
-    """(a key to give the replicas, or None; what to tell the owner): None with a warning when the owner's key is
-    too weak (presenting stays off), None and "" when the owner set a usable one, a new key when none is set."""
-    configured = presenter_key(env, secrets_table(files))
-    if configured is None:
-        return generate_key(), ""
-    weakness = key_weakness(configured)
-    if weakness is not None:
-        return None, f"warning: the presenter key set for this room is too weak, so presenting is off ({weakness}). Unset it and the room makes a strong one."
-    return None, ""
-
-
-@contextlib.contextmanager
-def _terminal() -> Iterator[TextIO | None]:
-    """This process's terminal (stderr when it is one, else /dev/tty), or None: a generated key is shown there only,
-    never in a file the output may be redirected to."""
-    if sys.stderr.isatty():
-        yield sys.stderr
-        return
-    try:
-        tty = open("/dev/tty", "w", encoding="utf-8")  # noqa: SIM115  (closed below)
-    except OSError:
-        yield None
-        return
-    try:
-        yield tty
-    finally:
-        tty.close()
-
-
-def stop_processes(procs: Sequence[subprocess.Popen], grace_s: float = STOP_GRACE_S) -> None:
-    """SIGTERM every process still running, wait up to grace_s for all of them together, SIGKILL what is left."""
-    running = [p for p in procs if p.poll() is None]
-    for p in running:
-        p.terminate()
-    deadline = time.monotonic() + grace_s
-    for p in running:
-        try:
-            p.wait(timeout=max(0.1, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            p.kill()
-            p.wait(timeout=5)
 
 
 def write_status(path: Path, status: dict) -> None:
@@ -268,7 +69,7 @@ class Room:
             raise RoomError(f"--replicas must be at least 1; got {replicas}.")
         self.haproxy = find_haproxy()  # before anything starts: a missing haproxy starts nothing
         self.tls_cert = check_tls_cert(tls_cert) if tls_cert is not None else None
-        _check_port_free(bind, port)
+        check_port_free(bind, port)
         self.port, self.bind = port, bind
         self.status_file = Path(status_file).resolve() if status_file else None
         self.streamlit_args = list(streamlit_args)
@@ -357,12 +158,12 @@ class Room:
     def _presenter_key(self) -> None:
         """Give the replicas a strong presenter key when the owner set none, shown once on the terminal; say so when
         the owner's key is too weak to use (room_presenter_key)."""
-        key, warning = room_presenter_key(self.env, secrets_files())
+        key, warning = room_presenter_key(self.env, secrets_files(REPO))
         if warning:
             print(warning, file=sys.stderr, flush=True)
         if key is None:
             return
-        with _terminal() as tty:
+        with terminal() as tty:
             if tty is None:
                 log.warning("no presenter key is set and this room has no terminal to show a new one on, so presenting is off: set %s", KEY_ENV)
                 return
@@ -438,10 +239,3 @@ def threads_per_replica(replicas: int, cores: int | None = None) -> int:
 def default_replicas() -> int:
     """Half the cores (a replica's model pass wants a second core), at least one."""
     return max(1, (os.cpu_count() or 2) // 2)
-
-
-def parse_backend(text: str, i: int) -> Backend:
-    host, sep, port = text.rpartition(":")
-    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
-        raise ValueError(f"--backend {text!r} is not HOST:PORT.")
-    return Backend(f"r{i + 1}", host.strip("[]"), int(port))
