@@ -7,7 +7,7 @@ import argparse
 import json
 from pathlib import Path
 
-from specviz.cli.options import DTYPE_HELP, batch_sizes_arg, set_threads
+from specviz.cli.options import DTYPE_HELP, add_model_access, batch_sizes_arg, model_access, set_threads
 from specviz.cli.terminal import emit, print_progress
 from specviz.config import EMBEDDED_TARGET, RunConfig
 
@@ -40,9 +40,7 @@ def add_parser(sub) -> None:
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
     p.add_argument("--json", action="store_true", help="print exactly one JSON object on stdout")
     p.add_argument("--out", default=None, help="also write the JSON here (the theory page reads assets/batch_cpu.json)")
-    p.add_argument("--trust-remote-code", action="store_true")
-    p.add_argument("--allow-download", action="store_true")
-    p.add_argument("--allow-pickle", action="store_true")
+    add_model_access(p)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -58,7 +56,7 @@ def run(args: argparse.Namespace) -> int:
     config = RunConfig(target=args.target, draft=args.draft, drafter=args.drafter, exit_layer=args.exit_layer,
                        num_draft_tokens=args.num_draft_tokens, temperature=args.temperature, seed=args.seed,
                        max_new_tokens=args.max_new_tokens, chat=not args.no_chat, device=args.device, dtype=args.dtype,
-                       trust_remote_code=args.trust_remote_code, allow_download=args.allow_download, allow_pickle=args.allow_pickle)  # fmt: skip
+                       **model_access(args))  # fmt: skip
     setup = BatchSetup(config, tuple(load_prompts(args.prompts, [args.category])), args.repeats, args.warmup)
     models = resolve_models(config, drafters=[args.drafter])
     target = models.target

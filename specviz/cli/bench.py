@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from specviz.cli.options import DTYPE_HELP, check_output_file, csv_list, set_threads
+from specviz.cli.options import DTYPE_HELP, add_model_access, check_output_file, csv_list, model_access, set_threads
 from specviz.cli.terminal import emit, print_progress
 from specviz.config import EMBEDDED_TARGET, RunConfig
 
@@ -45,9 +45,7 @@ def add_parser(sub) -> None:
     p.add_argument("--no-chat", action="store_true", help="feed prompts raw, without the chat template")
     p.add_argument("--device", default="auto")
     p.add_argument("--dtype", default="auto", help=DTYPE_HELP)
-    p.add_argument("--trust-remote-code", action="store_true")
-    p.add_argument("--allow-pickle", action="store_true", help="load .bin/.pt checkpoints (only if you trust them)")
-    p.add_argument("--allow-download", action="store_true")
+    add_model_access(p)
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice); 1 is steadier on a busy machine")
     p.add_argument("--out", default=None, help="write the results table here (.csv, or .json for a list of records)")
     p.add_argument("--append", action="store_true", help="add the rows to an existing --out CSV instead of replacing it")
@@ -79,8 +77,8 @@ def run(args: argparse.Namespace) -> int:
             if fh.readline().strip() != ",".join(COLUMNS):
                 raise ValueError(f"{out} has other columns than this benchmark writes; --append needs a CSV from the same version.")
     where = RunConfig(target=args.target, draft=args.draft, exit_layer=args.exit_layer, medusa_heads=args.medusa_heads, eagle_head=args.eagle_head,
-                      draft_vocab=args.draft_vocab, device=args.device, dtype=args.dtype, trust_remote_code=args.trust_remote_code,
-                      allow_download=args.allow_download, allow_pickle=args.allow_pickle)  # fmt: skip
+                      draft_vocab=args.draft_vocab, device=args.device, dtype=args.dtype,
+                      **model_access(args))  # fmt: skip
     models = resolve_models(where, drafters=[d for d in spec.drafters if d != "model" or args.draft])  # run_sweep names a missing draft
     target, draft = models.target, models.draft
     emit(

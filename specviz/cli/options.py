@@ -9,7 +9,10 @@ from pathlib import Path
 
 from specviz.config import DTYPE_HELP, RunConfig, settings_of
 
-__all__ = ["DTYPE_HELP", "add_run_options", "batch_sizes_arg", "check_output_file", "config_from_args", "csv_list", "set_threads"]
+__all__ = [
+    "DTYPE_HELP", "MODEL_ACCESS", "add_model_access", "add_run_options", "batch_sizes_arg", "check_output_file", "config_from_args",
+    "csv_list", "model_access", "set_threads",
+]  # fmt: skip
 
 
 def add_run_options(p: argparse.ArgumentParser, config_cls: type[RunConfig] = RunConfig) -> None:
@@ -35,6 +38,22 @@ def config_from_args(args: argparse.Namespace, config_cls: type[RunConfig] = Run
             value = getattr(args, s.flags[0].lstrip("-").replace("-", "_"))
             values[s.name] = (not value) if s.negated else value
     return config_cls(**values)
+
+
+MODEL_ACCESS = ("trust_remote_code", "allow_download", "allow_pickle")  # RunConfig fields every model-loading command takes
+
+
+def add_model_access(p: argparse.ArgumentParser) -> None:
+    """The model-access flags of a subcommand that loads models without a whole RunConfig (bench, batch, profile,
+    serve, train-heads): the same flags and help as `generate`'s, from their rows of the field table."""
+    rows = {s.name: s for s in settings_of(RunConfig)}
+    for name in MODEL_ACCESS:
+        p.add_argument(*rows[name].flags, action="store_true", help=rows[name].flag_help)
+
+
+def model_access(args: argparse.Namespace) -> dict[str, bool]:
+    """What add_model_access's flags said, as load_model's keyword arguments."""
+    return {name: getattr(args, name) for name in MODEL_ACCESS}
 
 
 def batch_sizes_arg(text: str) -> tuple[int, ...]:

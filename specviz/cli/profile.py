@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from specviz.cli.options import DTYPE_HELP, batch_sizes_arg, set_threads
+from specviz.cli.options import DTYPE_HELP, add_model_access, batch_sizes_arg, model_access, set_threads
 from specviz.cli.terminal import emit
 from specviz.config import EMBEDDED_TARGET
 
@@ -26,9 +26,7 @@ def add_parser(sub) -> None:
     p.add_argument("--batch", type=batch_sizes_arg, default=(), metavar="B,B,...",
                    help="also time passes over B rows at once (e.g. 1,2,4,8,16,32), kept as batch_pass_ms")
     p.add_argument("--out", default=None, help="write the profile here as JSON")
-    p.add_argument("--trust-remote-code", action="store_true")
-    p.add_argument("--allow-download", action="store_true")
-    p.add_argument("--allow-pickle", action="store_true")
+    add_model_access(p)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -36,8 +34,7 @@ def run(args: argparse.Namespace) -> int:
     from specviz.models import load_model
 
     set_threads(args.threads)
-    target = load_model(args.target, args.device, args.dtype, trust_remote_code=args.trust_remote_code,
-                        allow_download=args.allow_download, allow_pickle=args.allow_pickle)
+    target = load_model(args.target, args.device, args.dtype, **model_access(args))
     emit(f"profiling {target.name} on {target.device} ({target.precision}), context {args.context} tokens", err=True)
 
     def progress(done: int, total: int, message: str) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import argparse
 
-from specviz.cli.options import DTYPE_HELP, set_threads
+from specviz.cli.options import DTYPE_HELP, add_model_access, model_access, set_threads
 from specviz.cli.terminal import emit
 from specviz.config import DRAFTER_KINDS, EMBEDDED_TARGET, RunConfig
 
@@ -35,9 +35,7 @@ def add_service_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
     p.add_argument("--device", default="auto")
     p.add_argument("--dtype", default="auto", help=DTYPE_HELP)
-    p.add_argument("--trust-remote-code", action="store_true")
-    p.add_argument("--allow-download", action="store_true")
-    p.add_argument("--allow-pickle", action="store_true")
+    add_model_access(p)
 
 
 def add_parser(sub) -> None:
@@ -57,7 +55,7 @@ def service_config(args: argparse.Namespace, drafter: str, hide_truth: bool):
         target=args.target, draft=args.draft, drafter=drafter, num_draft_tokens=args.num_draft_tokens, tree_width=args.tree_width,
         exit_layer=args.exit_layer, medusa_heads=args.medusa_heads, ngram_max=args.ngram_max, ngram_threshold=args.ngram_threshold,
         temperature=args.temperature, seed=args.seed, max_new_tokens=args.max_tokens, device=args.device, dtype=args.dtype,
-        trust_remote_code=args.trust_remote_code, allow_download=args.allow_download, allow_pickle=args.allow_pickle,
+        **model_access(args),
     )  # fmt: skip
     return ServiceConfig(run, args.model_id or args.target, args.max_tokens, args.max_prompt_tokens, args.max_streams, args.chunks, not hide_truth)
 

@@ -8,7 +8,7 @@ import argparse
 import json
 from pathlib import Path
 
-from specviz.cli.options import set_threads
+from specviz.cli.options import add_model_access, model_access, set_threads
 from specviz.cli.terminal import emit
 from specviz.config import EMBEDDED_TARGET
 
@@ -56,9 +56,7 @@ def add_parser(sub) -> None:
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
     p.add_argument("--device", default="cpu", help="cpu (default) or cuda")
-    p.add_argument("--trust-remote-code", action="store_true")
-    p.add_argument("--allow-download", action="store_true")
-    p.add_argument("--allow-pickle", action="store_true")
+    add_model_access(p)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -81,7 +79,7 @@ def run(args: argparse.Namespace) -> int:
     config = dataclasses.replace(TINY if args.tiny else TrainConfig(), **chosen)
     # The data: the target at the app's precision (gen_dtype), whose hidden states the heads will read. The training:
     # the target in float32, whose LM head is a plain Linear with autograd (fp16-weights packs it).
-    options = dict(trust_remote_code=args.trust_remote_code, allow_download=args.allow_download, allow_pickle=args.allow_pickle)
+    options = model_access(args)
     target = load_model(args.target, args.device, "float32", **options)
     cache = Path(args.cache_dir).expanduser() if args.cache_dir else cache_root() / "medusa"
     emit(f"training {config.num_heads} Medusa heads for {target.name} on {target.device}; data cache {cache}", err=True)
@@ -117,7 +115,7 @@ def _load_for_training(args: argparse.Namespace, gen_dtype: str):
     from specviz.models import load_model
     from specviz.models.loading import cache_root
 
-    options = dict(trust_remote_code=args.trust_remote_code, allow_download=args.allow_download, allow_pickle=args.allow_pickle)
+    options = model_access(args)
     target = load_model(args.target, args.device, "float32", **options)
     generator = target if gen_dtype == "float32" else load_model(args.target, args.device, gen_dtype, **options)
     cache = Path(args.cache_dir).expanduser() if args.cache_dir else cache_root() / "medusa"

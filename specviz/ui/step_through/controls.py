@@ -86,16 +86,13 @@ def apply(stage: Stage, clicks: Clicks, progress: Callable[[object], None]) -> N
         stage.run_to_end(progress)
 
 
-class ReplayStage:
-    """A recording walked round by round."""
+class HeldStage:
+    """What every stage reads from the page's state: its session (None before the first round) and whether Play is on."""
 
-    read_only = False
-
-    def __init__(self, state: ReplayState) -> None:
-        self.state = state
+    state: ReplayState | PageState
 
     @property
-    def session(self) -> ReplaySession | None:
+    def session(self) -> ReplaySession | StepSession | None:
         return self.state.session
 
     @property
@@ -105,6 +102,15 @@ class ReplayStage:
     @playing.setter
     def playing(self, value: bool) -> None:
         self.state.playing = value
+
+
+class ReplayStage(HeldStage):
+    """A recording walked round by round."""
+
+    read_only = False
+
+    def __init__(self, state: ReplayState) -> None:
+        self.state = state
 
     def ready(self) -> bool:
         return self.state.session is not None
@@ -125,7 +131,7 @@ class ReplayStage:
         self.state.playing = False
 
 
-class LiveStage:
+class LiveStage(HeldStage):
     """Rounds of the model: the first Step (or Run to end, or Play) starts the session with the sidebar's settings.
     Each saved round also moves a presentation on (specviz.ui.room.present.after_round) and adds a fork's board point
     (specviz.ui.room.fork.after_round)."""
@@ -135,18 +141,6 @@ class LiveStage:
     def __init__(self, state: PageState, config: RunConfig | None, compare: RunConfig | None, prompt: str, unavailable: bool = False) -> None:
         self.state, self.config, self.compare, self.prompt = state, config, compare, prompt
         self.unavailable = unavailable  # the target could not be loaded (the page said why)
-
-    @property
-    def session(self) -> StepSession | None:
-        return self.state.session
-
-    @property
-    def playing(self) -> bool:
-        return self.state.playing
-
-    @playing.setter
-    def playing(self, value: bool) -> None:
-        self.state.playing = value
 
     def ready(self) -> bool:
         if self.state.session is not None:
