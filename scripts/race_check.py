@@ -30,11 +30,11 @@ import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from specviz.config import EMBEDDED_TARGET, RunConfig
+from specviz.workshop.processes import answers_ok
 
 if TYPE_CHECKING:
     from specviz.core.race import RaceResult
@@ -133,14 +133,11 @@ def serve(drafter: str, port: int, threads: int | None = None):
     proc = subprocess.Popen([sys.executable, "-m", "specviz", "serve", "--drafter", drafter, "--port", str(port), "--max-tokens", "512"],
                             cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env)  # fmt: skip
     deadline = time.monotonic() + 300
-    while True:
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2):
-                return proc, f"http://127.0.0.1:{port}/v1"
-        except OSError:
-            if proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"serve --drafter {drafter} did not start: {proc.stderr.read().decode(errors='replace')[-2000:]}") from None
-            time.sleep(0.5)
+    while not answers_ok(f"http://127.0.0.1:{port}/health"):
+        if proc.poll() is not None or time.monotonic() > deadline:
+            raise RuntimeError(f"serve --drafter {drafter} did not start: {proc.stderr.read().decode(errors='replace')[-2000:]}")
+        time.sleep(0.5)
+    return proc, f"http://127.0.0.1:{port}/v1"
 
 
 def stop(proc) -> None:

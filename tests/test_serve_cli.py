@@ -9,13 +9,13 @@ import signal
 import socket
 import subprocess
 import sys
-import urllib.request
 from pathlib import Path
 
 import openai
 import pytest
 
 from specviz.config import EMBEDDED_TARGET
+from specviz.workshop.processes import answers_ok
 from specviz.workshop.race_room import RaceRoom
 from tests.service_helpers import wait_until
 
@@ -39,11 +39,7 @@ def free_port_pair() -> int:
 
 
 def healthy(root: str) -> bool:
-    try:
-        with urllib.request.urlopen(f"{root}/health", timeout=2) as r:
-            return r.status == 200
-    except OSError:
-        return False
+    return answers_ok(f"{root}/health")
 
 
 def start(args: list[str], tmp_path: Path) -> subprocess.Popen:

@@ -10,13 +10,13 @@ import subprocess
 import sys
 import threading
 import time
-import urllib.request
 from pathlib import Path
 
 import pytest
 
 from specviz.workshop import jobs
 from specviz.workshop.jobs import JobRefused, LongJobs
+from specviz.workshop.processes import answers_ok
 
 REPO = Path(__file__).resolve().parents[1]
 EXIT_WITHIN_S = 5.0
@@ -37,12 +37,8 @@ def start_server(log_path: Path, env: dict[str, str] | None = None) -> tuple[sub
         proc = subprocess.Popen(cmd, cwd=REPO, env=full_env, stdout=log, stderr=subprocess.STDOUT)
     deadline = time.monotonic() + 90
     while True:
-        try:
-            with urllib.request.urlopen(f"{url}/_stcore/health", timeout=2) as resp:
-                if resp.status == 200:
-                    return proc, url
-        except OSError:
-            pass
+        if answers_ok(f"{url}/_stcore/health"):
+            return proc, url
         if proc.poll() is not None or time.monotonic() > deadline:
             proc.kill()
             pytest.fail(f"streamlit did not start:\n{log_path.read_text(errors='replace')[-3000:]}")

@@ -8,12 +8,11 @@ import subprocess
 import sys
 import threading
 import time
-import urllib.request
 from collections.abc import Sequence
 from pathlib import Path
 
 from specviz.loadtest import REPO
-from specviz.workshop.processes import free_port
+from specviz.workshop.processes import answers_ok, free_port
 
 LOOPBACK = ("127.0.0.1", "localhost", "::1", "[::1]")
 START_TIMEOUT_S = 120
@@ -21,11 +20,7 @@ START_TIMEOUT_S = 120
 
 def healthy(url: str) -> bool:
     """Streamlit's health endpoint answers 200."""
-    try:
-        with urllib.request.urlopen(f"{url}/_stcore/health", timeout=2) as resp:
-            return resp.status == 200
-    except OSError:
-        return False
+    return answers_ok(f"{url}/_stcore/health")
 
 
 def start_server(mode: str, log_path: Path, *, drop_env: tuple[str, ...] = ("STREAMLIT_",), args: Sequence[str] = (), timeout_s: float = START_TIMEOUT_S) -> tuple[subprocess.Popen, str]:

@@ -12,21 +12,12 @@ from __future__ import annotations
 import signal
 import subprocess
 import time
-import urllib.request
 from collections.abc import Callable, Sequence
 
-from specviz.workshop.processes import die_with_parent, stop_processes
+from specviz.workshop.processes import answers_ok, die_with_parent, stop_processes
 from specviz.workshop.race_room import Pair, RaceRoom
 
 START_TIMEOUT_S = 300.0
-
-
-def healthy(root: str) -> bool:
-    try:
-        with urllib.request.urlopen(f"{root}/health", timeout=2) as resp:
-            return resp.status == 200
-    except OSError:
-        return False
 
 
 def run_pair(commands: Sequence[Sequence[str]], roots: Sequence[str], pair: Pair, room: RaceRoom, say: Callable[..., None]) -> int:
@@ -42,7 +33,7 @@ def run_pair(commands: Sequence[Sequence[str]], roots: Sequence[str], pair: Pair
     procs = [subprocess.Popen(list(cmd), preexec_fn=die_with_parent) for cmd in commands]
     try:
         deadline = time.monotonic() + START_TIMEOUT_S
-        while not all(healthy(r) for r in roots):
+        while not all(answers_ok(f"{r}/health") for r in roots):
             if stopping:
                 return 0
             if any(p.poll() is not None for p in procs) or time.monotonic() > deadline:

@@ -1,5 +1,6 @@
 """Child processes a server starts (a room's replicas and balancer, the room exercise's two services, the load tools'
-servers): a free loopback port to give one, a child that dies with its parent, and stopping a group of them."""
+servers): a free loopback port to give one, whether one answers yet, a child that dies with its parent, and stopping a
+group of them."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import signal
 import socket
 import subprocess
 import time
+import urllib.request
 from collections.abc import Sequence
 
 STOP_GRACE_S = 10.0
@@ -17,6 +19,15 @@ def free_port(host: str = "127.0.0.1") -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind((host, 0))
         return s.getsockname()[1]
+
+
+def answers_ok(url: str, timeout_s: float = 2.0) -> bool:
+    """A GET of `url` answers 200: a child server's health check. Refused, timed out or any other status: False."""
+    try:
+        with urllib.request.urlopen(url, timeout=timeout_s) as resp:
+            return resp.status == 200
+    except OSError:  # URLError and HTTPError are OSErrors
+        return False
 
 
 def die_with_parent() -> None:
