@@ -5,6 +5,7 @@ model after one run, not after the sweep; in shared mode a participant's second 
 from __future__ import annotations
 
 import contextlib
+import importlib
 import json
 import threading
 import time
@@ -17,6 +18,11 @@ from specviz.config import RunConfig
 from specviz.experiments.bench import SweepSpec, run_sweep
 from specviz.experiments.prompts import load_prompts
 from specviz.workshop.serving import ModelQueue
+
+# Modules that bind get_model by name, imported before any test here patches specviz.ui.common.models.get_model: one
+# first imported while the patch is on would keep the stand-in for the rest of the process (and load a tiny model
+# for any name in later tests).
+KEEP_REAL_GET_MODEL = (importlib.import_module("specviz.ui.room.saved_runs"), importlib.import_module("specviz.ui.step_through.session"))
 
 PAGES = Path(__file__).resolve().parents[1] / "pages"
 PROMPTS = [{"category": "copy", "title": "cat", "prompt": "the cat sat on the mat and the dog sat on the log the cat sat on the"}]
