@@ -10,6 +10,7 @@ import torch
 
 from specviz.core.decoding import DecodeConfig, SpeculativeDecoder
 from specviz.core.sampling import SamplingConfig, warp
+from specviz.core.verify import residual
 from specviz.drafters import ModelDrafter, NoDrafter, PromptLookupDrafter
 from tests.toys import TABLE_V as V
 from tests.toys import TableLM, plain_greedy, pooled_pvalue
@@ -214,6 +215,33 @@ def test_first_two_sampled_tokens_follow_the_target_jointly():
     assert int((joint * n >= 5).sum()) >= 20
     assert pooled_pvalue(counts, joint) > 1e-3
     assert 0 < bonus < n
+
+
+def test_a_draft_identical_to_the_target_accepts_every_draft_when_sampling():
+    """The draft model warps with the run's temperature, top-k and top-p, as the target does: the same model then
+    drafts from exactly p_target, so p/q = 1 at every draft and the charted q is the target's p."""
+    sampling = SamplingConfig(temperature=0.8, top_k=6, top_p=0.9)
+    dec = run_checked(decoder("same", 4, sampling=sampling, seed=1, scale=0.3))  # flatter toys: warps that differ show
+    drafted = [r for r in dec.records if r.drafted]
+    assert drafted and dec.stats().acceptance_rate == 1.0
+    for r in drafted:
+        assert r.q_draft == pytest.approx(r.p_target, rel=1e-5) and r.accept_prob == pytest.approx((1.0,) * len(r.drafted))
+
+
+def test_a_resampled_token_comes_with_the_normalised_residual():
+    """Draft and target overlap, so p - q is not normalised by itself: every resampled round's record holds
+    residual(p, q) at that row (all of it: V < top_n), summing to 1, and next_residual is it at the emitted token."""
+    dec = run_checked(decoder("model", 4, sampling=SamplingConfig(temperature=1.0), seed=3, scale=0.3))
+    resampled = [r for r in dec.records if r.emitted_fates[-1] == "resampled"]
+    assert resampled
+    for r in resampled:
+        row = r.dists[-1]
+        p, q, res = (torch.zeros(V).index_put_((torch.tensor(row.token_ids),), torch.tensor(x, dtype=torch.float32))
+                     for x in (row.p_target, row.q_draft, row.residual))  # fmt: skip
+        assert float(torch.minimum(p, q).sum()) > 0.05  # they overlap
+        torch.testing.assert_close(res, residual(p, q), atol=1e-6, rtol=1e-5)
+        assert float(res.sum()) == pytest.approx(1.0, abs=1e-5)
+        assert r.next_residual == pytest.approx(float(res[r.emitted[-1]]), abs=1e-6)
 
 
 # -- the record and the stats --------------------------------------------------------------------------------

@@ -11,7 +11,8 @@ from specviz.core.decoding import DecodeConfig, SpeculativeDecoder, resume
 from specviz.core.records import RoundContext, RoundTimes, build_record
 from specviz.core.resume import RunState
 from specviz.core.rounds import ChainRound, Drafted, Verified
-from specviz.core.sampling import SamplingConfig
+from specviz.core.sampling import SamplingConfig, warp
+from specviz.core.tree import TreeDraft
 from specviz.core.tree_round import TreeRound
 from specviz.drafters import ModelDrafter, NoDrafter, PromptLookupDrafter
 from tests.toys import TableLM, TreeTableLM
@@ -85,6 +86,28 @@ def test_every_named_part_lands_in_its_field():
     first, second = record.dists
     assert first.token_ids[0] == 1 and first.p_target[0] == approx(0.6) and first.q_draft[0] == approx(0.7)
     assert second.token_ids[0] == 3 and second.residual[0] == approx(0.6)  # the rule's residual, not p - q again
+
+
+class IidDrafter:
+    """Proposes one i.i.d. child, token 5, drawn (say) from a uniform q: min(1, p(5) / .1) is its acceptance."""
+
+    name, can_branch = "iid stub", True
+
+    def propose_tree(self, context, k, width, generator) -> TreeDraft:
+        return TreeDraft((5,), (-1,), torch.full((1, 10), 0.1), "iid")
+
+
+def test_a_tree_round_scores_an_iid_child_with_the_drafters_q():
+    """The scheme travels from the drafter's tree through the round to the rule: an i.i.d. child is scored against
+    the q it was drawn from, not the one-hot q of distinct children (exact as well, but accepting p(x) / q(x) less)."""
+    target, sampling = TreeTableLM(0, scale=0.3), SAMPLED
+    tree_round = TreeRound(target, IidDrafter(), 2, sampling)
+    drafted = tree_round.draft(PROMPT, 4, torch.Generator())
+    assert drafted.scheme == "iid"
+    verified = tree_round.verify(PROMPT, drafted, torch.Generator().manual_seed(0))
+    p_x = float(warp(TableLM(0, scale=0.3).logits_after(PROMPT), sampling)[5])
+    assert 0.01 < p_x < 0.1  # so min(1, p/q) = 10 p(x), and a one-hot q's p(x) differs
+    assert verified.accept_prob.tolist() == pytest.approx([10 * p_x], rel=1e-5)
 
 
 @pytest.mark.parametrize("width", [1, 3])

@@ -58,6 +58,20 @@ def test_top_p_keeps_the_smallest_set_reaching_the_mass(top_p, expected):
     assert out.tolist() == pytest.approx(expected, abs=1e-5)
 
 
+@pytest.mark.parametrize(
+    "top_p, expected",
+    [
+        (0.5, [1.0, 0.0, 0.0, 0.0]),  # the top token's .5 reaches .5 exactly: the .25 token is not needed
+        (0.75, [2 / 3, 1 / 3, 0.0, 0.0]),  # .5 + .25 is exactly .75: two tokens, not three
+        (0.875, [4 / 7, 2 / 7, 1 / 7, 0.0]),
+    ],
+)
+def test_top_p_stops_where_the_mass_reaches_top_p_exactly(top_p, expected):
+    """Dyadic probabilities, so the running mass lands on top_p with no rounding: the set that reaches it is enough."""
+    out = warp(logits_of([0.5, 0.25, 0.125, 0.125]), SamplingConfig(temperature=1.0, top_p=top_p))
+    assert out.tolist() == pytest.approx(expected, abs=1e-6)
+
+
 def test_top_p_works_on_unsorted_logits():
     out = warp(logits_of([0.05, 0.3, 0.15, 0.5]), SamplingConfig(temperature=1.0, top_p=0.75))
     assert out.tolist() == pytest.approx([0.0, 0.375, 0.0, 0.625], abs=1e-5)

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from specviz.core.tree import TreeDraft, ancestors, decide_tree, tree_depths, tree_mask, tree_rule_q
-from tests.toys import pooled_pvalue
+from tests.toys import pooled_pvalue, zero_uniforms
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -146,6 +146,42 @@ def test_all_children_rejected_resamples_without_them():
             hits.add(d.next_token)
             assert d.next_dist.tolist() == [0.0, 1.0, 0.0]  # the rejected child is gone from p
     assert hits == {1}
+
+
+def one_node(x: int, p: torch.Tensor, q: torch.Tensor, scheme: str = "iid") -> tuple[TreeDraft, torch.Tensor]:
+    """A tree of one node x under the root, drafted from q; p_target is p at the root (and uniform after x)."""
+    tree = TreeDraft((x,), (-1,), q.view(1, -1), scheme)
+    return tree, torch.stack([p, torch.full_like(p, 1.0 / p.numel())])
+
+
+def test_an_iid_node_is_scored_with_the_drafters_q():
+    """An i.i.d. child is accepted with min(1, p(x) / q(x)) for the q it was drawn from; a one-hot q (the distinct
+    scheme's) would be exact too, but accept only with p(x): here .25 instead of .5."""
+    tree, p_target = one_node(1, dist(0.2, 0.25, 0.55), dist(0.3, 0.5, 0.2))
+    q_rule = tree_rule_q(tree, 3, "cpu")
+    torch.testing.assert_close(q_rule, tree.q_draft)
+    d = decide_tree(p_target, tree.token_ids, tree.parents, q_rule, torch.Generator().manual_seed(0))
+    assert d.accept_prob == pytest.approx((0.5,)) and d.p_current == pytest.approx((0.25,))
+    distinct = tree_rule_q(TreeDraft((1,), (-1,), tree.q_draft), 3, "cpu")
+    assert distinct.tolist() == [[0.0, 1.0, 0.0]]  # the other scheme, for contrast
+
+
+def test_a_node_the_target_forbids_is_rejected_even_at_u_zero(monkeypatch):
+    """Keep a child when u < min(1, p/q): never at p(x) = 0, even for u = 0, whichever q the scheme uses."""
+    zero_uniforms(monkeypatch)
+    for scheme in ("iid", "distinct"):
+        tree, p_target = one_node(2, dist(0.5, 0.5, 0.0), dist(0.2, 0.2, 0.6), scheme)
+        d = decide_tree(p_target, tree.token_ids, tree.parents, tree_rule_q(tree, 3, "cpu"), torch.Generator().manual_seed(0))
+        assert d.uniforms == (0.0,) and d.accept_prob == (0.0,), scheme
+        assert d.path == () and d.fates == ("rejected",) and d.next_token in (0, 1), scheme
+
+
+def test_an_iid_node_with_q_zero_is_rejected():
+    """Never drafted by a correct drafter; if it is, the guard rejects it rather than dividing by zero."""
+    tree, p_target = one_node(0, dist(0.6, 0.3, 0.1), dist(0.0, 0.5, 0.5))
+    for seed in range(20):
+        d = decide_tree(p_target, tree.token_ids, tree.parents, tree_rule_q(tree, 3, "cpu"), torch.Generator().manual_seed(seed))
+        assert d.accept_prob == (0.0,) and d.path == () and d.fates == ("rejected",)
 
 
 def test_tree_mask_sees_the_context_and_the_ancestors():

@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from specviz.core.verify import one_hot_q, residual
-from tests.toys import Verdict, pooled_pvalue, sample, verify
+from tests.toys import Verdict, pooled_pvalue, sample, verify, zero_uniforms
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -207,6 +207,38 @@ def test_residual_is_normalised_positive_part_and_falls_back_to_p():
     p_target, q_draft = dist(0.5, 0.3, 0.2, 0.0), dist(0.2, 0.4, 0.1, 0.3)
     assert residual(p_target, q_draft).tolist() == pytest.approx([0.75, 0.0, 0.25, 0.0], abs=1e-6)
     assert torch.allclose(residual(p_target, p_target), p_target)
+
+
+def test_the_decision_holds_the_normalised_residual_where_p_and_q_overlap():
+    """p and q share mass, so max(0, p - q) sums to .4, not 1: what the next token was drawn from (and what the
+    record and the inspector's chart show) must be residual(p, q) itself, summing to 1. (Disjoint p and q would
+    not tell: there p - q is normalised already.)"""
+    p_target = torch.stack([dist(0.5, 0.3, 0.2, 0.0), dist(0.25, 0.25, 0.25, 0.25)])
+    q_draft = dist(0.2, 0.4, 0.1, 0.3).view(1, -1)
+    v = verify(p_target, q_draft, torch.tensor([3]), torch.Generator().manual_seed(0))  # p(3) = 0: always rejected
+    assert v.num_accepted == 0 and v.next_token in (0, 2)
+    torch.testing.assert_close(v.residual, residual(p_target[0], q_draft[0]))
+    assert float(v.residual.sum()) == pytest.approx(1.0, abs=1e-6)
+
+
+def test_a_token_the_target_forbids_is_rejected_even_at_u_zero(monkeypatch):
+    """Keep x when u < min(1, p/q): at p(x) = 0 that is never, even for u = 0 (u <= 0 would keep it)."""
+    zero_uniforms(monkeypatch)
+    p_target = torch.stack([dist(0.5, 0.5, 0.0), dist(1, 1, 1)])
+    v = verify(p_target, dist(0.2, 0.2, 0.6).view(1, -1), torch.tensor([2]), torch.Generator().manual_seed(0))
+    assert v.uniforms.tolist() == [0.0] and v.accept_prob.tolist() == [0.0]
+    assert v.num_accepted == 0 and v.draft_fates == ("rejected",) and v.next_token in (0, 1)
+
+
+@pytest.mark.parametrize("u_zero", [False, True])
+def test_a_draft_with_q_zero_is_rejected(monkeypatch, u_zero):
+    """A correct drafter never proposes x with q(x) = 0; if one does, the guard rejects it (accept probability 0)
+    rather than dividing by zero, however much the target likes x."""
+    if u_zero:
+        zero_uniforms(monkeypatch)
+    p_target = torch.stack([dist(0.6, 0.3, 0.1), dist(1, 1, 1)])
+    v = verify(p_target, dist(0.0, 0.5, 0.5).view(1, -1), torch.tensor([0]), torch.Generator().manual_seed(0))
+    assert v.accept_prob.tolist() == [0.0] and v.num_accepted == 0 and v.draft_fates == ("rejected",)
 
 
 def test_wrong_shapes_raise_value_error():

@@ -32,6 +32,12 @@ def sample(probs: torch.Tensor, generator: torch.Generator) -> int:
     return int(draw(probs, generator).item())
 
 
+def zero_uniforms(monkeypatch) -> None:
+    """Every uniform the rules draw (torch.rand) is 0 for the rest of the test: the one draw where keeping x on
+    u < min(1, p/q) and on u <= min(1, p/q) differ, at p(x) = 0. No sampling test can reach it; a stub can."""
+    monkeypatch.setattr(torch, "rand", lambda *size, **kw: torch.zeros(*size, device=kw.get("device")))
+
+
 @dataclass(frozen=True)
 class Verdict:
     """What the rule decided for one round (all on the CPU)."""
