@@ -1,6 +1,7 @@
 """Token trees in plain torch: the tree rule is exact (chi-square of the first and the first two emitted
 tokens on a toy Markov target, both child schemes), its known-bad variants fail the same tests, greedy
-follows the argmax, and the tree mask sees exactly the ancestors."""
+follows the argmax, an i.i.d. child is scored with its own q, the u = 0 and q(x) = 0 edges reject, and the tree
+mask sees exactly the ancestors."""
 
 from __future__ import annotations
 

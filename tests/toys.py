@@ -8,6 +8,7 @@ distribution test (the rule's, the trees', the batch's, each drafter's, each pre
 ``first_two_tokens`` the one sampler the distribution tests of the drafters share. ``verify`` (the rule read back to
 the host in one call, as a ``Verdict``) and ``sample`` (one draw as a host int) are the tests' conveniences over
 specviz.core.verify.decide and specviz.core.sampling.draw; the engine never reads a round back token by token.
+``zero_uniforms`` makes every uniform the rules draw 0, the one draw no sampling test reaches.
 """
 
 from __future__ import annotations
