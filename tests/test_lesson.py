@@ -36,11 +36,31 @@ def live_presentation(root: Path) -> str:
 # --- one table, one doc ----------------------------------------------------------------------------------------
 
 
-def test_the_docs_task_headings_are_the_apps_table():
-    """The doc and the app must not drift: the doc's task headings, in order, are TASKS' titles."""
-    headings = re.findall(r"^### Task (\d+) of \d+: (.+?) \(", DOC.read_text(encoding="utf-8"), flags=re.M)
-    assert [(int(n), title) for n, title in headings] == [(t.number, t.title) for t in TASKS]
+def doc_tasks(text: str) -> list[tuple[int, str, str, int, list[str]]]:
+    """Each "### Task N of M: title (page, m min)" heading of the doc with the "- [ ] " steps under it."""
+    heads = list(re.finditer(r"^### Task (\d+) of (\d+): (.+) \((.+), (\d+) min\)$", text, flags=re.M))
+    out = []
+    for i, h in enumerate(heads):
+        body = text[h.end() : heads[i + 1].start() if i + 1 < len(heads) else len(text)].split("\n## ")[0]
+        assert int(h.group(2)) == len(TASKS)
+        out.append((int(h.group(1)), h.group(3), h.group(4), int(h.group(5)), re.findall(r"^- \[ \] (.+)$", body, flags=re.M)))
+    return out
+
+
+def test_the_docs_tasks_are_the_apps_table():
+    """The doc and the app must not drift: the doc's task headings (title, page, minutes) and checklists, in order,
+    are TASKS."""
+    titles = {spec.path: spec.title for spec in PAGE_SPECS}
+    expected = [(t.number, t.title, titles[t.page], t.minutes, list(t.steps)) for t in TASKS]
+    assert doc_tasks(DOC.read_text(encoding="utf-8")) == expected
     assert [t.number for t in TASKS] == list(range(1, len(TASKS) + 1)) and sum(t.minutes for t in TASKS) <= 45
+
+
+def test_the_drift_check_sees_a_changed_step():
+    """Known-bad control: a doc whose step differs from the table's by one word is caught."""
+    text = DOC.read_text(encoding="utf-8")
+    changed = text.replace(TASKS[2].steps[1], TASKS[2].steps[1].replace("too often", "too rarely"))
+    assert changed != text and doc_tasks(changed) != doc_tasks(text)
 
 
 def test_every_task_belongs_to_a_page_that_draws_its_checklist():

@@ -1,7 +1,7 @@
 """The 45-minute lesson (docs/lesson-45min.md): its five tasks, and the room's anonymous count of who finished each.
 
 TASKS is the one table of the tasks: the app's checklists (specviz.ui.room.lesson) draw it, and the doc's task headings
-repeat its titles (tests/test_lesson.py checks they match). A task belongs to one page (a path of
+and checklists repeat its titles and steps (tests/test_lesson.py checks they match). A task belongs to one page (a path of
 specviz.ui.common.navigation.PAGE_SPECS) and is finished when every one of its steps is ticked.
 
 The count is one small JSON file per presentation in the run directory the replicas share
@@ -44,7 +44,7 @@ class LessonTask:
     """One task of the lesson: a title, the page it is done on, and the steps a participant ticks."""
 
     number: int  # 1..len(TASKS), the order of the lesson
-    title: str  # the doc's heading says "Task <number>: <title>"
+    title: str  # the doc's heading: "Task <number> of 5: <title> (<page title>, <minutes> min)"
     page: str  # the page file, as in specviz.ui.common.navigation.PAGE_SPECS
     minutes: int  # its share of the 45 minutes
     steps: tuple[str, ...]  # what a participant does and answers, one tick each
@@ -52,30 +52,30 @@ class LessonTask:
 
 TASKS: tuple[LessonTask, ...] = (
     LessonTask(1, "Watch three rounds", "pages/step_through.py", 8, (
-        "Pick the copy example *repeat passage* and press **Step** three times.",
-        "Find one drafted token the target kept and, if there is one, a draft it threw away (struck through).",
-        "Write down tokens, target passes and tokens per target pass after three Steps.",
-        "Run to the end: how many target passes did the whole answer take, against one per token for plain decoding?",
+        "Keep the copy example *repeat passage* and the default drafter; press **Step** three times.",
+        "Find a draft the target kept and a draft it threw away (struck through): in which round, at which position?",
+        "After three Steps, read new tokens and target passes: how many passes would plain decoding have needed?",
+        "Press **Run to end**: tokens per target pass for the whole answer, and the measured speedup?",
     )),
     LessonTask(2, "Predict a speedup", "pages/theory.py", 7, (
-        "Set α = 0.8, k = 4, c = 0.05 with a constant verify cost of 1: read tokens per target pass and the expected speedup.",
-        "Read the best k at those settings, then set c = 0.5: what happens to the best k and the speedup?",
-        "Switch the verify cost to the measured CPU profile: why does the best k fall?",
+        "Set α = 0.8, k = 4, c = 0.05 and a constant verify cost of 1: read tokens per target pass and the expected speedup.",
+        "Read the best k there; then set c = 0.5: what happens to the speedup and the best k?",
+        "Back at c = 0.05, pick the shipped AMD EPYC profile as the verify cost: what does a 5-token pass cost, and what is left of the speedup?",
     )),
     LessonTask(3, "Break the rule", "pages/exactness.py", 8, (
         "Section 1, the exact rule, N = 10,000: read the TV distance and the chi-square p-value.",
-        "Switch to the bug *draw from p_target instead of the residual*: which tokens come out too often?",
-        "Section 3, **Run both** with prompt lookup on the reverse-words prompt: are the two texts identical?",
+        "Switch to the bug *draw from p_target instead of the residual*: which tokens come out too often, and why those?",
+        "Section 3: press **Run both**; if tokens per target pass is 1.00 nothing was drafted, so give it a prompt that copies and run again: still identical?",
     )),
-    LessonTask(4, "Measure it", "pages/benchmark.py", 8, (
-        "In the shipped table, find prompt lookup's speedup on copy and on prose at k = 4.",
-        "Run the default sweep (copy, prompt lookup, k = 2 and 4): compare your speedup with the shipped one.",
-        "Explain why tokens per target pass is steady while the speedup moves from run to run.",
+    LessonTask(4, "Measure it", "pages/benchmark.py", 7, (
+        "In the table measured earlier, find prompt lookup's speedup and tokens per pass on copy and on prose at k = 4.",
+        "One person per table runs the default sweep (copy, prompt lookup, k = 2 and 4): compare with the shipped numbers.",
+        "Say why tokens per pass stays put from run to run while the speedup moves.",
     )),
-    LessonTask(5, "Which service speculates?", "pages/race.py", 9, (
-        "Race the copy example: read the ratio of the two times and check *Identical text*.",
-        "Look at the gap histograms: which lane has near-zero gaps, and why?",
-        "Probe service A and service B (or compare the two lanes) and submit your guess.",
+    LessonTask(5, "Which service speculates?", "pages/race.py", 8, (
+        "Press **Start the race** on the copy example: how many times faster is the speculative lane, and does the page say *Identical text*?",
+        "In the gap histograms, which lane has gaps near zero, and what is a burst?",
+        "Probe service A and service B (copy prompts) and submit your guess; without `serve-pair`, say how a probe would tell them apart.",
     )),
 )  # fmt: skip
 
