@@ -23,6 +23,7 @@ from specviz.ui.labs.benchmark import (
     summary,
     trees_vs_chains,
 )
+from specviz.ui.room.lesson import checklist
 from specviz.viz.bench import SPEEDUP_METRICS, has_trees, speedup_vs_k_figure, theory_overlay_figure
 from specviz.viz.markdown import md_text
 
@@ -83,6 +84,7 @@ def show_results(frame: pd.DataFrame, name: str) -> None:
 policy = access.current_policy(report=True)
 st.title("Benchmark")
 st.caption("On code, prose, copying and Q&A, how fast is each drafter really, measured against plain decoding?")
+checklist(__file__)  # this page's lesson task, if any (docs/lesson-45min.md)
 
 try:
     all_prompts, all_categories = bench_prompts()

@@ -11,6 +11,7 @@ from specviz.experiments.lab import LAB_DRAFTERS, REAL_MODES, GreedyResult, Real
 from specviz.ui.common import access, widgets
 from specviz.ui.common.navigation import route_through_app
 from specviz.ui.labs.exactness import real_summary, run_greedy, run_real, sample_toy, toy_distributions
+from specviz.ui.room.lesson import checklist
 from specviz.viz.lab import convergence_figure, convergence_frame, histogram_figure, real_frame, real_histogram_figure, toy_frame
 from specviz.viz.markdown import md_text
 
@@ -51,6 +52,7 @@ def target_inputs(prefix: str) -> tuple[str, str]:
 policy = access.current_policy(report=True)
 st.title("Exactness lab")
 st.caption("Why is the output distribution unchanged, and what goes wrong with the tempting shortcuts?")
+checklist(__file__)  # this page's lesson task, if any (docs/lesson-45min.md)
 
 # ---------------------------------------------------------------------------------------------
 st.header("1 · A toy vocabulary")

@@ -5,6 +5,7 @@ import streamlit as st
 
 from specviz.ui.common.navigation import route_through_app
 from specviz.ui.labs import race
+from specviz.ui.room.lesson import checklist
 
 route_through_app()  # a fresh server's first request may land here without app.py
 
@@ -15,6 +16,7 @@ st.caption(
     "speculates. Race plain decoding against speculative decoding on your prompt, each alone on the model, then watch both "
     "answers arrive on one clock, at the speed each was measured."
 )
+checklist(__file__)  # this page's lesson task, if any (docs/lesson-45min.md)
 race.race_section(settings)
 race.probe_section(settings)
 race.exercise_section()

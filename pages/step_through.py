@@ -5,6 +5,7 @@ import streamlit as st
 from specviz.ui.common import timing
 from specviz.ui.common.navigation import route_through_app
 from specviz.ui.room import board, follow, fork, present
+from specviz.ui.room.lesson import checklist
 from specviz.ui.room.saved_runs import restore_run
 from specviz.ui.room.share import share_link
 from specviz.ui.step_through import controls, inspector, metrics_views, tree_views
@@ -33,6 +34,7 @@ st.caption(
     "with probability min(1, p_target/q_draft) until the first rejection, then adds one token of its own (resampled, or a bonus "
     "when every guess survived). The output is distributed exactly as the target alone would sample it."
 )
+checklist(__file__)  # this page's lesson task, if any (docs/lesson-45min.md)
 
 followed = follow.follow_section(presentation)  # the presenter's run while this page follows it
 recordings.controls(replay)

@@ -30,6 +30,7 @@ from specviz.ui.labs.theory import (
     verify_curves,
     worked_examples,
 )
+from specviz.ui.room.lesson import checklist
 from specviz.viz.markdown import md_text
 from specviz.viz.theory import batch_ratio_figure, batch_throughput_figure, speedup_vs_k_figure, verify_label
 
@@ -43,6 +44,7 @@ CONSTANT = "one constant (the slider)"
 
 st.title("Speedup theory")
 st.caption("For a given acceptance rate and draft cost, how much faster can speculative decoding be, and which k is best?")
+checklist(__file__)  # this page's lesson task, if any (docs/lesson-45min.md)
 
 with st.sidebar:
     st.subheader("Theory inputs")

@@ -6,6 +6,7 @@ replica reads it and no replica ever reads another participant's session:
     <run_dir>/room.presentation   {"id", "run", "started_at", "round", "selected_round", "version", "show_board",
                                    "holder", "heartbeat"}
     <run_dir>/board-<id>.jsonl    one anonymous point per line (BoardPoint), appended by the forks' Steps
+    <run_dir>/lesson-<id>.marks   who finished each lesson task, as anonymous counts (specviz.workshop.lesson)
 
 `run` is the presented run's token (its saved run is written after every Step by the saved-runs machinery), `round`
 its rounds, `selected_round` the round the presenter's inspector shows (None: the latest), `version` a counter bumped
@@ -50,6 +51,7 @@ from pathlib import Path
 
 from specviz.config import DRAFTER_KINDS
 from specviz.workshop.files import flocked, write_atomic
+from specviz.workshop.lesson import marks_path
 
 log = logging.getLogger(__name__)
 
@@ -172,8 +174,13 @@ class PresentationStore:
     def _end(self, p: Presentation, why: str) -> None:
         """Inside the lock: remove the presentation and its board."""
         self.path.unlink(missing_ok=True)
-        self.board_path(p.id).unlink(missing_ok=True)
+        self._remove_boards(p.id)
         log.info("room: the presentation %s", why)
+
+    def _remove_boards(self, presentation_id: str) -> None:
+        """The presentation's board and its lesson marks (specviz.workshop.lesson) go with it."""
+        self.board_path(presentation_id).unlink(missing_ok=True)
+        marks_path(self.root, presentation_id).unlink(missing_ok=True)
 
     def _read_file(self) -> Presentation | None:
         try:
@@ -212,7 +219,7 @@ class PresentationStore:
                 presentation = Presentation(new_id(), run_token, now, rounds, None, version, False, new_id(), now)
             self._write(presentation)
             if before is not None and presentation.id != before.id:
-                self.board_path(before.id).unlink(missing_ok=True)
+                self._remove_boards(before.id)
         log.info("room: a presentation %s", "started" if before is None else "was taken over" + (" with a new board" if new_board else ""))
         return presentation, before
 

@@ -10,6 +10,7 @@ import streamlit as st
 
 from specviz.drafters.specs import short_name
 from specviz.ui.common import widgets
+from specviz.ui.room.lesson import board_counts
 from specviz.ui.room.present import is_presenter, steps_in_flight, store
 from specviz.viz.board import board_figure, board_frame, board_table
 from specviz.workshop.presentation import BoardPoint, Presentation, PresentationStore
@@ -56,6 +57,7 @@ def _board(presentation_id: str) -> None:
     if room is None:
         return
     st.subheader("The room board")
+    board_counts(presentation_id)  # the lesson's tasks: how many finished each (docs/lesson-45min.md)
     points = _board_points(room, presentation_id)
     if not points:
         st.info("No forks yet: when participants press **Try it yourself from here** and Step, their results land here (anonymously).")
