@@ -121,6 +121,12 @@ def good() -> dict:
         (lambda d: d["lanes"]["plain"].update(rounds=[{"t": 0.1, "ids": [5]}] * 2049), "rounds"),
         (lambda d: d["token_text"].pop("7"), "no text"),
         (lambda d: d["token_text"].update({"x": "y"}), "token ids"),
+        (lambda d: d["token_text"].update({"9" * 5000: "y"}), "token ids"),  # past int()'s digit limit
+        (lambda d: d["token_text"].update({"\u00b2": "y"}), "token ids"),  # a digit str.isdigit knows and int() refuses
+        (lambda d: d["lanes"]["plain"]["rounds"][0].update(t=10**400), "number"),  # a float cannot hold it: not an OverflowError
+        (lambda d: d["lanes"]["plain"].update(prefill_s=-(10**400)), "number"),
+        (lambda d: d.update(created_at=10**4000), "created_at"),
+        (lambda d: d.update(seed=10**4000), "seed"),
         (lambda d: d["token_text"].update({"5": "z" * 300}), "text of 0 to 256"),
         (lambda d: d.update(drafter="<script>"), "drafter"),
         (lambda d: d.update(temperature=9), "temperature"),
