@@ -56,4 +56,6 @@ def test_keys_and_secrets_stay_out_of_the_image_and_the_repository():
     for env_file in ROOM["env_file"]:
         assert ignored(".dockerignore", env_file) and ignored(".gitignore", env_file), env_file
     assert ignored(".dockerignore", ".streamlit/secrets.toml") and ignored(".dockerignore", ".env")
+    for made_by_a_recipe in ("secrets.toml", ".streamlit/secrets.toml", "room.pem", "key.pem", "certs/cert.pem"):  # docs/deploy.md, docs/rooms.md
+        assert ignored(".dockerignore", made_by_a_recipe) and ignored(".gitignore", made_by_a_recipe), made_by_a_recipe
     assert not ignored(".dockerignore", "specviz/models/loading.py")  # a known-good path: the matcher is not vacuous
