@@ -24,7 +24,15 @@ from specviz.workshop.clients import TRUST_PROXY_ENV
 from specviz.workshop.files import write_atomic
 from specviz.workshop.presenter_key import KEY_ENV, KEY_SECRET
 from specviz.workshop.processes import die_with_parent, free_port, stop_processes
-from specviz.workshop.room.balancer import Backend, RoomError, check_port_free, check_tls_cert, find_haproxy, haproxy_config
+from specviz.workshop.room.balancer import (
+    Backend,
+    RoomError,
+    check_port_free,
+    check_tls_cert,
+    conn_per_source,
+    find_haproxy,
+    haproxy_config,
+)
 from specviz.workshop.room.key import room_presenter_key, secrets_files, terminal
 from specviz.workshop.saved_runs import default_run_dir
 
@@ -78,6 +86,7 @@ class Room:
         self.selector = selectors.DefaultSelector()
         self.stopping = False
         self.env = self._replica_env()
+        self.per_source = conn_per_source(self.env)  # a bad setting fails before anything starts
         self.config_dir = Path(tempfile.mkdtemp(prefix="specviz-room-"))
 
     @property
@@ -119,7 +128,7 @@ class Room:
     def _start_balancer(self) -> None:
         backends = [Backend(r.id, "127.0.0.1", r.port) for r in self.replicas]
         path = self.config_dir / "haproxy.cfg"
-        path.write_text(haproxy_config(self.bind, self.port, backends, self.tls_cert), encoding="utf-8")
+        path.write_text(haproxy_config(self.bind, self.port, backends, self.tls_cert, self.per_source), encoding="utf-8")
         check = subprocess.run([self.haproxy, "-c", "-q", "-f", str(path)], capture_output=True, text=True)
         if check.returncode != 0:
             raise RoomError(f"HAProxy refused the room's configuration: {(check.stderr or check.stdout).strip()[-800:]}")
