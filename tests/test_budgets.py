@@ -385,6 +385,8 @@ def test_with_memory_to_spare_a_client_may_pass_its_share():
     for i in range(4):
         budget.reserve((f"s{i}", "step-through"), 240, limit=1_000, client="one address")
     assert budget.by_client() == {"one address": 960}  # nobody waits: nothing is refused or freed
+    with pytest.raises(OverBudget, match="needs 100 tokens of KV cache and 40 of its 1,000 are free"):  # alone: no talk of shares
+        budget.reserve(("s4", "step-through"), 100, limit=1_000, client="one address")
 
 
 def test_the_cgroup_memory_limit(tmp_path):

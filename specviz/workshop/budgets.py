@@ -213,7 +213,8 @@ class KVBudget:
                 f"keeps), more than this server's memory budget of {limit:,} for everyone together. Shorten the "
                 "prompt, lower max new tokens, or turn off the side-by-side run."
             )
-        share = limit // len(set(held) | {client})
+        clients = set(held) | {client}
+        share = limit // len(clients)
         mine = held.get(client, 0)
         victims: list[int] = []
         if mine + tokens <= share:  # within its share: clients over theirs give idle runs back
@@ -231,7 +232,7 @@ class KVBudget:
         if others + tokens > limit:
             log.info("KV budget refused %s of %s: %d tokens, %d of %d held by others, its client holds %d (share %d)",
                      slot, client, tokens, others, limit, mine, share)  # fmt: skip
-            if mine + tokens > share and mine > 0:
+            if mine + tokens > share and mine > 0 and len(clients) > 1:  # alone, the plain message: nobody else waits
                 raise OverBudget(
                     f"This server's memory for runs is full, and your address already holds {mine:,} tokens of KV cache in "
                     f"other tabs or runs; with {what[0].lower() + what[1:]}'s {tokens:,} it would hold more than its fair "
