@@ -190,3 +190,36 @@ def test_medusa_heads_load_once_per_folder_and_target(monkeypatch, tiny_dir, tin
         click(at, "step")
         assert not errors(at) and at.session_state[STATE].session.runs[0].records[0].num_drafted
     assert reads == [str(tiny_heads)]
+
+
+def test_a_hogs_idle_run_is_freed_for_another_address_and_comes_back_from_its_file(shared, monkeypatch):
+    """Issue 42, item 5: three sessions of one address fill the budget; another address's Step frees the hog's oldest
+    idle run instead of being refused, and that run comes back from its saved file at the same round."""
+    import types
+
+    import specviz.ui.common.budgets
+    import specviz.workshop.budgets
+
+    per_session = (13 + 12 + 4 + 1) + (13 + 12 + 1)
+    monkeypatch.setenv("SPECVIZ_MAX_KV_TOKENS", str(3 * per_session))
+    monkeypatch.setattr(specviz.workshop.budgets, "IDLE_S", 0.0)  # every run not in a Step right now is idle
+    reset_kv_budget()
+    who = {"address": "198.51.100.1", "session": ""}  # AppTest has one session id and no address: say them here
+    monkeypatch.setattr(specviz.ui.common.budgets, "current_client", lambda: types.SimpleNamespace(address=who["address"]))
+    monkeypatch.setattr(specviz.ui.common.budgets, "session_id_now", lambda: who["session"])
+    hogs = []
+    for i in range(3):
+        who["session"] = f"hog-{i}"
+        hogs.append(click(step_page(), "step"))
+    assert kv_budget().in_use == 3 * per_session and all(h.session_state[STATE].session is not None for h in hogs)
+    who.update(address="198.51.100.2", session="victim")
+    victim = click(step_page(), "step")
+    assert not errors(victim) and victim.session_state[STATE].session.num_rounds == 1  # before: "memory for runs is full"
+    assert hogs[0].session_state[STATE].session is None and hogs[1].session_state[STATE].session is not None  # the oldest
+    assert kv_budget().by_client() == {"198.51.100.1": 2 * per_session, "198.51.100.2": per_session}
+    click(victim, "reset")
+    who.update(address="198.51.100.1", session="hog-0")
+    hogs[0].run()
+    restored = hogs[0].session_state[STATE].session
+    assert restored is not None and restored.num_rounds == 1, [i.value for i in hogs[0].info]  # from its file, at the same round
+    assert any("Restored this run at round 1" in i.value for i in hogs[0].info)

@@ -17,7 +17,7 @@ from specviz.core.protocols import pausable, pause_point, paused_s
 from specviz.drafters import NoDrafter
 from specviz.models import HFCachedLM
 from specviz.runs import RunModels, check_prompt_tokens, kv_tokens, prompt_ids, run_positions
-from specviz.workshop.budgets import KVBudget, OverBudget, default_kv_tokens
+from specviz.workshop.budgets import MEMORY_SHARE_ENV, KVBudget, OverBudget, default_kv_tokens, memory_limit, memory_share
 from specviz.workshop.policy import Policy, load_policy
 from specviz.workshop.serving import ModelQueue, SessionRegistry
 from tests.service_helpers import wait_until
@@ -311,6 +311,124 @@ def test_a_new_run_replaces_the_old_one_in_its_slot():
     assert budget.in_use == 950
     job = budget.reserve(("alice", "job"), 50, limit=1_000)
     assert budget.release_session("alice") == 2 and budget.in_use == 0 and not job.held and not new.held
+
+
+class Clock:
+    """A clock the test moves by hand."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def hog(budget: KVBudget, clock: Clock, runs: int, tokens: int, client: str = "hog") -> list:
+    """One client's sessions, each holding an evictable run; returns [(reservation, evicted flag list)]."""
+    out = []
+    for i in range(runs):
+        r = budget.reserve((f"{client}-{i}", "step-through"), tokens, limit=1_000, client=client)
+        freed: list[int] = []
+        r.evictable(lambda freed=freed: freed.append(1))
+        out.append((r, freed))
+        clock.now += 10  # each run a little older than the next
+    return out
+
+
+def test_one_client_with_many_sessions_cannot_keep_every_other_participant_out():
+    """Five sessions of one address hold the whole budget; another address's run frees the hogs' oldest idle run (its
+    page restores it from its file later) instead of being refused. Before: "memory for runs is full"."""
+    clock = Clock()
+    budget = KVBudget(clock=clock, idle_s=5)
+    runs = hog(budget, clock, 5, 200)
+    assert budget.in_use == 1_000
+    mine = budget.reserve(("victim", "step-through"), 300, limit=1_000, client="victim")
+    assert mine.held and budget.in_use <= 1_000
+    assert [bool(freed) for _, freed in runs] == [True, True, False, False, False]  # the oldest first, only as many as needed
+    assert [r.held for r, _ in runs] == [False, False, True, True, True]
+    assert budget.by_client() == {"hog": 600, "victim": 300} and budget.evicted == 2
+
+
+def test_a_run_in_use_and_a_job_are_never_freed_and_the_asker_past_its_share_is_refused():
+    clock = Clock()
+    budget = KVBudget(clock=clock, idle_s=5)
+    busy = budget.reserve(("hog-0", "step-through"), 500, limit=1_000, client="hog")
+    busy.evictable(lambda: None)
+    job = budget.reserve(("hog-1", "job"), 500, limit=1_000, client="hog")  # a job: no on_evict
+    clock.now += 10
+    busy.touch()  # a Step right now
+    with pytest.raises(OverBudget, match="memory for runs is full"):
+        budget.reserve(("victim", "step-through"), 300, limit=1_000, client="victim")
+    assert busy.held and job.held and budget.evicted == 0
+    clock.now += 10  # now idle
+    assert budget.reserve(("victim", "step-through"), 300, limit=1_000, client="victim").held and not busy.held and job.held
+    # the victim's address asking for more than its share (1,000 / 2) while memory is full: refused, nothing freed
+    with pytest.raises(OverBudget, match="fair share of 500"):
+        budget.reserve(("victim-2", "step-through"), 300, limit=1_000, client="victim")
+    assert job.held and budget.by_client() == {"hog": 500, "victim": 300}
+
+
+def test_the_heaviest_client_gives_first_and_only_what_is_needed():
+    clock = Clock()
+    budget = KVBudget(clock=clock, idle_s=0)
+    small = hog(budget, clock, 1, 300, client="small")  # 300
+    big = hog(budget, clock, 3, 200, client="big")  # 600: the heaviest
+    budget.reserve(("new", "step-through"), 300, limit=1_000, client="new")  # needs 200 freed: one run
+    assert [bool(f) for _, f in big] == [True, False, False] and not small[0][1]
+    budget.reserve(("newer", "step-through"), 200, limit=1_000, client="newer")  # a share is now 250
+    assert [bool(f) for _, f in big] == [True, True, False]  # big (400) before small (300), though small's run is older
+    assert not small[0][1] and budget.by_client() == {"small": 300, "big": 200, "new": 300, "newer": 200}
+
+
+def test_with_memory_to_spare_a_client_may_pass_its_share():
+    budget = KVBudget()
+    for i in range(4):
+        budget.reserve((f"s{i}", "step-through"), 240, limit=1_000, client="one address")
+    assert budget.by_client() == {"one address": 960}  # nobody waits: nothing is refused or freed
+    with pytest.raises(OverBudget, match="needs 100 tokens of KV cache and 40 of its 1,000 are free"):  # alone: no talk of shares
+        budget.reserve(("s4", "step-through"), 100, limit=1_000, client="one address")
+
+
+def test_the_cgroup_memory_limit(tmp_path):
+    root, own = tmp_path / "cgroup", tmp_path / "self-cgroup"
+    root.mkdir()
+    own.write_text("0::/\n")
+    assert memory_limit(root, own) is None  # no files: no limit
+    (root / "memory.max").write_text("max\n")
+    assert memory_limit(root, own) is None  # v2 without a limit
+    (root / "memory.max").write_text("6442450944\n")
+    assert memory_limit(root, own) == 6 * 2**30
+    group = root / "system.slice" / "room.scope"
+    group.mkdir(parents=True)
+    (group / "memory.max").write_text("2147483648\n")
+    own.write_text("0::/system.slice/room.scope\n")
+    assert memory_limit(root, own) == 2 * 2**30  # the process's own group: the smallest limit counts
+    v1 = tmp_path / "v1"
+    (v1 / "memory").mkdir(parents=True)
+    (v1 / "memory" / "memory.limit_in_bytes").write_text("9223372036854771712\n")  # v1's "no limit"
+    own.write_text("12:memory:/\n")
+    assert memory_limit(v1, own) is None
+    (v1 / "memory" / "memory.limit_in_bytes").write_text("1073741824\n")
+    assert memory_limit(v1, own) == 2**30
+    for damage in ("", "-1", "lots", "1" * 40):
+        (v1 / "memory" / "memory.limit_in_bytes").write_text(damage)
+        assert memory_limit(v1, own) is None, damage
+    own.write_text("0::/../../etc\n")
+    assert memory_limit(tmp_path / "none", own) is None and memory_limit(tmp_path / "none", tmp_path / "missing") is None
+
+
+def test_the_memory_share_setting_and_the_rooms_split():
+    from specviz.workshop.room.balancer import RoomError
+    from specviz.workshop.room.supervisor import replica_memory_share
+
+    assert memory_share({}) == 0.25 and memory_share({MEMORY_SHARE_ENV: "0.5"}) == 0.5
+    for bad in ("0", "-0.1", "1.5", "half", "nan"):
+        with pytest.raises(ValueError, match=MEMORY_SHARE_ENV):
+            memory_share({MEMORY_SHARE_ENV: bad})
+    assert float(replica_memory_share({}, 4)) == pytest.approx(0.0625)  # four replicas: a quarter between them
+    assert float(replica_memory_share({MEMORY_SHARE_ENV: "0.5"}, 2)) == pytest.approx(0.25)
+    with pytest.raises(RoomError):
+        replica_memory_share({MEMORY_SHARE_ENV: "2"}, 2)
 
 
 def test_the_accountant_never_passes_its_limit_under_concurrent_reservations():

@@ -56,4 +56,12 @@ def test_keys_and_secrets_stay_out_of_the_image_and_the_repository():
     for env_file in ROOM["env_file"]:
         assert ignored(".dockerignore", env_file) and ignored(".gitignore", env_file), env_file
     assert ignored(".dockerignore", ".streamlit/secrets.toml") and ignored(".dockerignore", ".env")
+    for made_by_a_recipe in ("secrets.toml", ".streamlit/secrets.toml", "room.pem", "key.pem", "certs/cert.pem"):  # docs/deploy.md, docs/rooms.md
+        assert ignored(".dockerignore", made_by_a_recipe) and ignored(".gitignore", made_by_a_recipe), made_by_a_recipe
     assert not ignored(".dockerignore", "specviz/models/loading.py")  # a known-good path: the matcher is not vacuous
+
+
+def test_the_container_has_a_memory_limit_the_budget_is_cut_from():
+    limit = str(ROOM.get("mem_limit", ""))
+    assert re.fullmatch(r"\d+[mg]", limit), "compose.yaml sets no memory limit: the replicas' budgets would be cut from the host's RAM"
+    assert int(limit[:-1]) * (2**10 if limit.endswith("g") else 1) >= 3 * 2**10  # room for two replicas and their models

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 import json
+import time
 
 import pytest
 
@@ -121,6 +122,12 @@ def good() -> dict:
         (lambda d: d["lanes"]["plain"].update(rounds=[{"t": 0.1, "ids": [5]}] * 2049), "rounds"),
         (lambda d: d["token_text"].pop("7"), "no text"),
         (lambda d: d["token_text"].update({"x": "y"}), "token ids"),
+        (lambda d: d["token_text"].update({"9" * 5000: "y"}), "token ids"),  # past int()'s digit limit
+        (lambda d: d["token_text"].update({"\u00b2": "y"}), "token ids"),  # a digit str.isdigit knows and int() refuses
+        (lambda d: d["lanes"]["plain"]["rounds"][0].update(t=10**400), "number"),  # a float cannot hold it: not an OverflowError
+        (lambda d: d["lanes"]["plain"].update(prefill_s=-(10**400)), "number"),
+        (lambda d: d.update(created_at=10**4000), "created_at"),
+        (lambda d: d.update(seed=10**4000), "seed"),
         (lambda d: d["token_text"].update({"5": "z" * 300}), "text of 0 to 256"),
         (lambda d: d.update(drafter="<script>"), "drafter"),
         (lambda d: d.update(temperature=9), "temperature"),
@@ -138,3 +145,73 @@ def test_a_damaged_race_is_refused_with_a_message(damage, message):
         RaceResult.from_json(data)
     with pytest.raises(ValueError):
         RaceResult.from_json([1, 2])
+
+
+def test_another_sessions_turn_runs_inside_a_lane_and_between_the_lanes(tiny_models, tiny_dir):
+    """Issue 42, item 6: a race gives the model back every few passes. Two other sessions ask for the model while the
+    race holds it (inside the plain lane, and as the plain lane ends); each runs before the race's next piece, not
+    after both decodes. Before: the race held one turn from its warm-up to its last round, so neither got in."""
+    import threading
+    from contextlib import contextmanager
+
+    from specviz.workshop.serving import ModelQueue
+
+    queue = ModelQueue("race-test")
+    calls = [0]
+    asked = {3: threading.Event(), 5: threading.Event()}  # the plain lane's 2nd piece, its last (24 rounds / 8 a turn)
+    ran: dict[int, int] = {}  # victim -> how many race turns had begun when it ran
+
+    @contextmanager
+    def race_turn():
+        with queue.turn(client="racer"):
+            calls[0] += 1
+            if calls[0] in asked:
+                asked[calls[0]].set()
+                deadline = time.monotonic() + 30
+                while queue.waiting < 1:  # hold this piece until the other session stands in line (a condition, not a sleep)
+                    assert time.monotonic() < deadline, "the other session never queued"
+                    time.sleep(0.005)
+            yield
+
+    def victim(at: int) -> None:
+        if asked[at].wait(60):
+            with queue.turn(client=f"victim-{at}"):
+                ran[at] = calls[0]
+
+    threads = [threading.Thread(target=victim, args=(at,), daemon=True) for at in asked]
+    for t in threads:
+        t.start()
+    target = tiny_models["llama"]
+    config = RunConfig(target=str(tiny_dir["llama"]), drafter="lookup", num_draft_tokens=4, max_new_tokens=24, chat=False)
+    ids = target.tokenizer(PROMPT)["input_ids"]
+    race = run_race(config, resolve_models(config, target=target), PROMPT, ids, str, turn=race_turn, passes_per_turn=8)
+    for t in threads:
+        t.join(10)
+    assert ran == {3: 3, 5: 5}  # each ran right after the piece it waited behind: the race's next turn came after it
+    assert calls[0] >= 7 and race.plain.num_tokens == 24 == race.speculative.num_tokens  # warm-up, 4 plain pieces, 2+ speculative
+
+
+def test_a_lanes_clock_stops_while_it_waits_for_the_model(tiny_models, tiny_dir):
+    """Another session holds the model for 2 s between two pieces of the plain lane: the lane's commits show no 2-s gap
+    (before: the wait counted as the lane's time, so a race on a busy server slowed whichever lane was waited on)."""
+    from contextlib import contextmanager
+
+    from specviz.runs import build_decoder
+
+    target = tiny_models["llama"]
+    config = RunConfig(target="tiny", drafter="none", max_new_tokens=12, chat=False)
+    decoder = build_decoder(config, target, target.tokenizer(PROMPT)["input_ids"], baseline=True)
+    calls, other_session_s = [0], 2.0
+
+    @contextmanager
+    def busy_turn():
+        calls[0] += 1
+        if calls[0] == 3:  # between two pieces, another participant's work holds the model
+            time.sleep(other_session_s)
+        yield
+
+    began = time.perf_counter()
+    lane = time_lane(lambda: decoder, "plain", busy_turn, passes_per_turn=4)
+    assert time.perf_counter() - began >= other_session_s and calls[0] == 4  # the prefill, then three pieces of 4 rounds
+    gaps = [b - a for a, b in zip((0.0, *lane.commit_s), lane.commit_s)]
+    assert max(gaps) < other_session_s and lane.last_s < time.perf_counter() - began - other_session_s + 0.5

@@ -8,7 +8,8 @@ import json
 import pytest
 
 from specviz.core.race import RaceResult, lane_of
-from specviz.workshop.race_room import GUESSES_FILE, RACE_FILE, TRUTH_FILE, Pair, RaceRoom, voter_id
+from specviz.workshop import race_room
+from specviz.workshop.race_room import RACE_FILE, TRUTH_FILE, Pair, RaceRoom, voter_id, votes_file
 
 URLS = ("http://127.0.0.1:8001/v1", "http://127.0.0.1:8002/v1")
 
@@ -48,12 +49,53 @@ def test_guesses_one_per_voter_the_last_counts(tmp_path):
     room.guess(pair.id, a, "A")
     room.guess(pair.id, a, "B")
     room.guess(pair.id, b, "A")
-    with (tmp_path / GUESSES_FILE).open("a") as fh:
-        fh.write("not json\n" + json.dumps({"pair": pair.id, "voter": "zz", "guess": "A"}) + "\n")  # junk and a bad voter: skipped
+    with (tmp_path / votes_file(pair.id)).open("a") as fh:
+        fh.write("not a vote\nzz A\n" + f"{b} C\n")  # junk, a bad voter, a bad vote: skipped
     assert room.tally(pair.id) == {"A": 1, "B": 1}
     assert room.tally(Pair.new(URLS, 0, "lookup").id) == {"A": 0, "B": 0}  # another exercise's guesses are its own
     with pytest.raises(ValueError):
         room.guess(pair.id, a, "C")
+
+
+def test_a_voter_holds_one_line_however_often_they_click(tmp_path):
+    room = RaceRoom(tmp_path)
+    pair = Pair.new(URLS, speculating=0, drafter="lookup")
+    a, b = voter_id("secret-a"), voter_id("secret-b")
+    room.guess(pair.id, a, "A")
+    room.guess(pair.id, b, "B")
+    size = sum(f.stat().st_size for f in tmp_path.iterdir())
+    for i in range(200):
+        room.guess(pair.id, a, "AB"[i % 2])
+    assert sum(f.stat().st_size for f in tmp_path.iterdir()) == size  # a later click replaces the vote, never adds one
+    assert room.guesses(pair.id) == {a: "B", b: "B"}
+
+
+def test_each_exercise_has_its_own_file_and_a_new_one_starts_empty(tmp_path):
+    room = RaceRoom(tmp_path)
+    first, second = Pair.new(URLS, 0, "lookup"), Pair.new(URLS, 1, "lookup")
+    room.start_pair(first)
+    room.guess(first.id, voter_id("a"), "A")
+    assert (tmp_path / votes_file(first.id)).is_file()
+    room.start_pair(second)
+    assert not (tmp_path / votes_file(first.id)).exists()  # the last exercise's votes go with it
+    assert room.tally(second.id) == {"A": 0, "B": 0}
+    room.guess(second.id, voter_id("a"), "B")
+    assert room.tally(second.id) == {"A": 0, "B": 1}
+
+
+def test_the_board_reads_the_votes_again_only_when_they_change(tmp_path, monkeypatch):
+    room = RaceRoom(tmp_path)
+    pair = Pair.new(URLS, 0, "lookup")
+    room.guess(pair.id, voter_id("a"), "A")
+    parses = []
+    real = race_room.parse_votes
+    monkeypatch.setattr(race_room, "parse_votes", lambda data: parses.append(len(data)) or real(data))
+    for _ in range(20):  # every page's board, every few seconds
+        assert room.tally(pair.id) == {"A": 1, "B": 0}
+    assert len(parses) <= 1
+    room.guess(pair.id, voter_id("b"), "B")
+    assert room.tally(pair.id) == {"A": 1, "B": 1}  # a change is seen at once
+    assert len(parses) <= 2
 
 
 def test_the_reveal_belongs_to_one_exercise_and_a_new_one_hides_it(tmp_path):

@@ -10,10 +10,12 @@ from __future__ import annotations
 import os
 import pty
 import shutil
+import socket
 import ssl
 import subprocess
 import sys
 import threading
+import time
 import urllib.request
 from pathlib import Path
 
@@ -22,7 +24,15 @@ import pytest
 from specviz.loadtest.protocol import StSession
 from specviz.workshop.presenter_key import key_weakness
 from specviz.workshop.processes import free_port
-from specviz.workshop.room.balancer import Backend, RoomError, check_tls_cert, haproxy_config
+from specviz.workshop.room.balancer import (
+    CONN_PER_SOURCE,
+    CONN_PER_SOURCE_ENV,
+    Backend,
+    RoomError,
+    check_tls_cert,
+    conn_per_source,
+    haproxy_config,
+)
 from specviz.workshop.room.key import room_presenter_key, secrets_table
 from tests.test_room_supervisor import HAPROXY, _alive, _status, needs_haproxy, wait_or_fail
 
@@ -210,3 +220,68 @@ def test_a_room_without_a_key_makes_a_strong_one_and_shows_it_on_its_terminal_on
     assert key not in out_log.read_text(errors="replace") and not status_file.exists()
     for path in (tmp_path / "runs").rglob("*"):
         assert not path.is_file() or key.encode() not in path.read_bytes(), path
+
+
+def _http_on(sock: socket.socket) -> bytes:
+    """One request on an open connection: the answer's first bytes, or b"" when the balancer closed it unanswered."""
+    try:
+        sock.sendall(b"GET /_stcore/health HTTP/1.1\r\nHost: room\r\n\r\n")
+        return sock.recv(64)
+    except (ConnectionResetError, BrokenPipeError):
+        return b""
+
+
+def _one_request(port: int) -> bytes:
+    """A new connection, one request, closed: the answer's first bytes, or b"" when refused."""
+    try:
+        sock = socket.create_connection(("127.0.0.1", port), timeout=5)
+    except ConnectionResetError:
+        return b""
+    with sock:
+        return _http_on(sock)
+
+
+@needs_haproxy
+def test_one_source_holds_at_most_its_share_of_the_balancers_connections(tmp_path):
+    """Three open connections from one address: a fourth is closed unanswered; once one closes, a new one is served."""
+    port = free_port()
+    config = haproxy_config("127.0.0.1", port, [Backend("r1", "127.0.0.1", free_port())], per_source=3)  # no replica: 503s
+    assert "sc0_conn_cur gt 3" in config and "sc0_conn_cur" not in haproxy_config("127.0.0.1", port, [Backend("r1", "127.0.0.1", 1)], per_source=0)
+    (tmp_path / "room.cfg").write_text(config)
+    proc = subprocess.Popen([HAPROXY, "-db", "-f", str(tmp_path / "room.cfg")], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    held: list[socket.socket] = []
+    try:
+        deadline = time.monotonic() + 20
+        while True:  # the balancer is up once it answers
+            try:
+                probe = socket.create_connection(("127.0.0.1", port), timeout=5)
+                break
+            except OSError:
+                assert time.monotonic() < deadline, "haproxy did not start"
+                time.sleep(0.1)
+        held.append(probe)
+        assert _http_on(probe).startswith(b"HTTP/1.1 503")  # kept alive: it stays open and counted
+        for _ in range(2):
+            held.append(socket.create_connection(("127.0.0.1", port), timeout=5))
+            assert _http_on(held[-1]).startswith(b"HTTP/1.1 503")
+        assert _one_request(port) == b""  # the fourth: refused
+        held.pop().close()
+        while True:  # the balancer counts the closed one out
+            answer = _one_request(port)
+            if answer:
+                break
+            assert time.monotonic() < deadline, "a closed connection was never counted out"
+            time.sleep(0.1)
+        assert answer.startswith(b"HTTP/1.1 503")
+    finally:
+        for s in held:
+            s.close()
+        proc.terminate()
+        proc.wait(timeout=10)
+
+
+def test_the_rooms_connection_limit_setting():
+    assert conn_per_source({}) == CONN_PER_SOURCE and conn_per_source({CONN_PER_SOURCE_ENV: "0"}) == 0
+    for bad in ("-1", "lots", "1e9", "99999999"):
+        with pytest.raises(RoomError, match=CONN_PER_SOURCE_ENV):
+            conn_per_source({CONN_PER_SOURCE_ENV: bad})

@@ -146,3 +146,24 @@ def test_a_room_supervises_its_replicas_and_stops_everything(tmp_path):
     assert not status_file.exists()
     for pid in pids:
         wait_or_fail(lambda pid=pid: not _alive(pid), 10, f"pid {pid} to end", log)
+
+
+@needs_haproxy
+def test_each_replica_gets_its_part_of_the_memory_share_and_the_room_logs_it(monkeypatch, caplog):
+    """Issue 42, item 5: N replicas on one machine each sized their KV budget from a quarter of its memory (N quarters
+    together); now each gets the room's share divided by N, and the room says at start what that is."""
+    import logging
+    import shutil
+
+    from specviz.workshop.budgets import MEMORY_SHARE_ENV
+
+    monkeypatch.delenv(MEMORY_SHARE_ENV, raising=False)
+    monkeypatch.delenv("SPECVIZ_MAX_KV_TOKENS", raising=False)
+    room = Room(4, free_port())
+    try:
+        assert float(room.env[MEMORY_SHARE_ENV]) == pytest.approx(0.25 / 4)
+        with caplog.at_level(logging.INFO, logger="specviz.workshop.room"):
+            room._log_budget()
+        assert "each of 4 replicas may hold 6.2% of" in caplog.text and "GiB" in caplog.text
+    finally:
+        shutil.rmtree(room.config_dir, ignore_errors=True)

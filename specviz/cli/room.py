@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 
 from specviz.cli.terminal import emit
-from specviz.workshop.room.balancer import Backend, RoomError, haproxy_config, parse_backend
+from specviz.workshop.room.balancer import Backend, RoomError, conn_per_source, haproxy_config, parse_backend
 from specviz.workshop.room.supervisor import Room, default_replicas
 
 
@@ -25,13 +26,14 @@ def add_parser(sub) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    if args.print_config:
-        backends = [parse_backend(b, i) for i, b in enumerate(args.backend)]
-        backends = backends or [Backend(f"r{i + 1}", "127.0.0.1", 8501 + i) for i in range(max(1, args.replicas))]
-        emit(haproxy_config(args.bind, args.port, backends, args.tls_cert).removesuffix("\n"))  # a ValueError: the CLI's "error: ..."
-        return 0
     logging.getLogger("specviz.workshop.room").setLevel(logging.INFO)
     try:
+        if args.print_config:
+            backends = [parse_backend(b, i) for i, b in enumerate(args.backend)]
+            backends = backends or [Backend(f"r{i + 1}", "127.0.0.1", 8501 + i) for i in range(max(1, args.replicas))]
+            config = haproxy_config(args.bind, args.port, backends, args.tls_cert, conn_per_source(dict(os.environ)))
+            emit(config.removesuffix("\n"))  # a ValueError: the CLI's "error: ..."
+            return 0
         return Room(args.replicas, args.port, args.bind, args.status_file, args.streamlit_args, args.tls_cert).run()
     except RoomError as exc:
         emit(f"error: {exc}", err=True)

@@ -169,7 +169,7 @@ class RaceResult:
             raise ValueError(f"token_text holds more than {2 * MAX_LANE_TOKENS} entries.")
         token_text: dict[int, str] = {}
         for key, value in texts.items():
-            if not isinstance(key, str) or not key.isdigit() or int(key) > MAX_TOKEN_ID:
+            if not isinstance(key, str) or not key.isascii() or not key.isdigit() or len(key) > 12 or int(key) > MAX_TOKEN_ID:
                 raise ValueError("token_text keys must be token ids.")
             token_text[int(key)] = _text(value, "a token's text", MAX_TOKEN_TEXT, empty=True)
         machine = _mapping(raw["machine"], "machine")
@@ -235,7 +235,8 @@ def _whole(value: object, what: str, low: int, high: int) -> int:
 
 
 def _real(value: object, what: str, low: float, high: float) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or not (low <= value <= high):
+    # bounds before isfinite: an int beyond a float's range (10**400) makes isfinite raise OverflowError
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not (low <= value <= high) or not math.isfinite(value):
         raise ValueError(f"{what} must be a number from {low:g} to {high:g}.")
     return float(value)
 

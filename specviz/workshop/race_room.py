@@ -5,11 +5,13 @@ store evicts those), each validated on read like any hostile input:
 
     <run_dir>/room.race             the presenter's race (specviz.core.race JSON), played back by every follower
     <run_dir>/race-pair.truth       written by `python -m specviz serve-pair`: which of services A and B speculates
-    <run_dir>/race-pair.guesses     one line per guess: {"pair", "voter", "guess"}; a voter's last guess counts
+    <run_dir>/race-pair-<id>.votes  one exercise's votes: one line "<voter> <A|B>" per voter; a later click replaces it
     <run_dir>/race-pair.revealed    the pair id, once the presenter revealed the truth
 
 Participants never read the truth file through the page until it is revealed; the voter is a hash of a random secret the
-session keeps (no name, no address). Writes are atomic (a temporary file, then os.replace); guesses are appended under an flock.
+session keeps (no name, no address). Writes are atomic (a temporary file, then os.replace); a vote rewrites its
+exercise's file under an flock (a new exercise starts a new file and deletes the old ones). Readers parse a votes file
+once per change: the board polls a file's (inode, size, mtime), not its text.
 Plain Python: no streamlit (specviz.ui.labs.race is the page's side).
 """
 
@@ -22,6 +24,7 @@ import logging
 import os
 import re
 import secrets
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,11 +37,11 @@ log = logging.getLogger(__name__)
 
 RACE_FILE = "room.race"
 TRUTH_FILE = "race-pair.truth"
-GUESSES_FILE = "race-pair.guesses"
+VOTES_PREFIX, VOTES_SUFFIX = "race-pair-", ".votes"
 REVEALED_FILE = "race-pair.revealed"
 LOCK_FILE = ".race-room.lock"
 MAX_SMALL_BYTES = 4096
-MAX_GUESS_BYTES = 2 * 2**20  # ~20,000 guesses; later ones are dropped
+MAX_VOTERS = 20_000  # one line of 19 bytes each: ~380 KB; a new voter past it is dropped (a changed vote still counts)
 NAMES = ("A", "B")
 _ID = re.compile(r"[A-Za-z0-9_-]{22}")
 _VOTER = re.compile(r"[0-9a-f]{16}")
@@ -93,6 +96,55 @@ class Pair:
         if not isinstance(raw["created_at"], (int, float)):
             raise ValueError("created_at is not a time")
         return cls(raw["id"], (out[0], out[1]), float(raw["created_at"]))
+
+
+def votes_file(pair_id: str) -> str:
+    """The file one exercise's votes live in (its pair id is 22 URL-safe characters)."""
+    if not _ID.fullmatch(pair_id):
+        raise ValueError("not a pair id")
+    return f"{VOTES_PREFIX}{pair_id}{VOTES_SUFFIX}"
+
+
+def parse_votes(data: bytes) -> dict[str, str]:
+    """voter -> vote from a votes file's text; malformed lines are skipped (the file is hostile until checked)."""
+    out: dict[str, str] = {}
+    for line in data.decode("ascii", "replace").splitlines():
+        voter, _, vote = line.partition(" ")
+        if vote in NAMES and _VOTER.fullmatch(voter):
+            out[voter] = vote
+    return out
+
+
+class _Parsed:
+    """The last parse of each votes file, keyed by what a stat says (inode, size, mtime): every page's board polls
+    every few seconds, and a file that did not change is not read again. Shared by the sessions of a process; it
+    holds what the file holds, nothing of a session's."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._seen: dict[str, tuple[tuple[int, int, int], dict[str, str]]] = {}
+
+    def votes(self, path: Path) -> dict[str, str]:
+        try:
+            with open(path, "rb") as fh:
+                st = os.fstat(fh.fileno())
+                stamp = (st.st_ino, st.st_size, st.st_mtime_ns)
+                with self._lock:
+                    seen = self._seen.get(str(path))
+                if seen is not None and seen[0] == stamp:
+                    return dict(seen[1])
+                data = fh.read(MAX_VOTERS * 20 + 1)
+        except OSError:
+            return {}
+        votes = parse_votes(data)
+        with self._lock:
+            if len(self._seen) > 16:  # old exercises' entries
+                self._seen.clear()
+            self._seen[str(path)] = (stamp, votes)
+        return dict(votes)
+
+
+_PARSED = _Parsed()
 
 
 def voter_id(secret: str) -> str:
@@ -159,6 +211,8 @@ class RaceRoom:
         with self._locked():
             self._write(TRUTH_FILE, pair.to_json().encode("utf-8"))
             (self.root / REVEALED_FILE).unlink(missing_ok=True)
+            for old in self.root.glob(f"{VOTES_PREFIX}*{VOTES_SUFFIX}"):  # the last exercises' votes
+                old.unlink(missing_ok=True)
 
     def pair(self) -> Pair | None:
         data = self._read(TRUTH_FILE, MAX_SMALL_BYTES)
@@ -171,30 +225,21 @@ class RaceRoom:
             return None
 
     def guess(self, pair_id: str, voter: str, guess: str) -> None:
-        """Record a guess (A or B); a voter's last guess is the one counted."""
+        """Record a vote (A or B): one per voter per exercise, a later one replaces it."""
         if guess not in NAMES or not _VOTER.fullmatch(voter) or not _ID.fullmatch(pair_id):
             raise ValueError("A guess is service A or service B.")
-        line = json.dumps({"pair": pair_id, "voter": voter, "guess": guess}) + "\n"
+        path = self.root / votes_file(pair_id)
         with self._locked():
-            path = self.root / GUESSES_FILE
-            if path.exists() and path.stat().st_size > MAX_GUESS_BYTES:
-                log.warning("the guesses file is full; a guess was dropped")
+            votes = _PARSED.votes(path)
+            if voter not in votes and len(votes) >= MAX_VOTERS:
+                log.warning("the exercise has %d voters, its limit; a new vote was dropped", len(votes))
                 return
-            with open(path, "a", encoding="utf-8") as fh:
-                fh.write(line)
+            votes[voter] = guess
+            self._write(path.name, "".join(f"{v} {g}\n" for v, g in votes.items()).encode("ascii"))
 
     def guesses(self, pair_id: str) -> dict[str, str]:
-        """voter -> their last guess, for this pair."""
-        data = self._read(GUESSES_FILE, MAX_GUESS_BYTES + MAX_SMALL_BYTES) or b""
-        out: dict[str, str] = {}
-        for raw in data.decode("utf-8", "replace").splitlines():
-            try:
-                item = json.loads(raw)
-            except json.JSONDecodeError:
-                continue
-            if isinstance(item, dict) and item.get("pair") == pair_id and item.get("guess") in NAMES and _VOTER.fullmatch(str(item.get("voter"))):
-                out[item["voter"]] = item["guess"]
-        return out
+        """voter -> their vote, for this exercise (read again only when its file changed)."""
+        return _PARSED.votes(self.root / votes_file(pair_id)) if _ID.fullmatch(pair_id) else {}
 
     def tally(self, pair_id: str) -> dict[str, int]:
         counts = dict.fromkeys(NAMES, 0)

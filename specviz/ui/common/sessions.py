@@ -5,6 +5,8 @@ connected, how to free one, the owner's grace and idle times."""
 
 from __future__ import annotations
 
+import asyncio
+
 import streamlit as st
 from streamlit.logger import get_logger
 
@@ -75,8 +77,40 @@ def _admit(session_id: str) -> str:
             f"Your address already has {cap:,} sessions open on this server, its limit. Close tabs of this app you no "
             "longer use, then reload this one."
         )
+        hang_up(session_id)
         st.stop()
     return address
+
+
+REFUSED_CLOSE_AFTER_S = 2.0  # long enough for the refusal's message to reach the browser first
+
+
+def hang_up(session_id: str, after_s: float = REFUSED_CLOSE_AFTER_S) -> bool:
+    """Close a refused session's websocket (code 1008, policy) and the session itself after_s from now, on the
+    server's event loop: a client over its cap holds no connection or session state (a raw client would otherwise
+    keep both until it leaves). Streamlit internals (the runtime's loop, the Starlette client's socket): where they
+    differ, nothing is closed, a warning says so, and False."""
+    rt = runtime()
+    try:
+        loop = rt._get_async_objs().eventloop
+        client = rt.get_client(session_id)
+        socket = client._websocket if client is not None else None
+    except Exception:
+        socket = None
+    if socket is None:
+        log.warning("could not close the websocket of refused session %s (this Streamlit's internals differ)", session_id[:8])
+        return False
+
+    async def close() -> None:
+        await asyncio.sleep(after_s)
+        try:
+            await socket.close(code=1008)
+        except Exception:  # the client left first
+            pass
+        rt.close_session(session_id)
+
+    asyncio.run_coroutine_threadsafe(close(), loop)
+    return True
 
 
 def free_session(session_id: str, state, whole: bool) -> None:

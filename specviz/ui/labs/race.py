@@ -1,8 +1,9 @@
 """The race page's side (pages/race.py): the race (two lanes, one clock), measuring a real service, and the room exercise.
 
 * The race: the sidebar's settings (the step-through sidebar, without compare mode and Play's pace) decoded plainly and
-  speculatively, each alone, in one model turn (specviz.experiments.race through turns.long_job, so a shared server's
-  participants take turns and one participant runs one job at a time). The result is a plain record kept in the
+  speculatively, each alone, in model turns of a few passes (specviz.experiments.race through turns.long_job, so a
+  shared server's participants' Steps get in between, the lanes' clocks leave those waits out, and one participant runs
+  one job at a time). The result is a plain record kept in the
   session; the playback (specviz.viz.playback) runs in the browser, so a saved race or the presenter's race plays with
   no model.
 * Measure a real service: the probe (specviz.experiments.probe) from this server. In shared mode only the owner's

@@ -37,6 +37,7 @@ from specviz.ui.step_through.session import (
     Run,
     StepSession,
     TokenTexts,
+    evict_when_idle,
     friendly_error,
     load_target,
     request_baseline,
@@ -134,6 +135,9 @@ def restore_run(state: PageState) -> None:
         st.session_state.pop(FAILED_KEY, None)
         return
     session = state.session
+    if session is None and state.freed_token is not None and state.freed_token == token:  # freed by the sweep or the budget: back from its file
+        st.session_state.pop(TRIED_KEY, None)
+    state.freed_token = None
     if (session is not None and session.run_token == token) or st.session_state.get(TRIED_KEY) == token:
         _offer_retry(token)
         return
@@ -157,6 +161,7 @@ def restore_run(state: PageState) -> None:
         _failed(token, f"The saved run could not be restored: {friendly_error(exc)}")
         return
     state.session, state.playing = restored, False
+    evict_when_idle(state, restored)
     if mine:  # its own file, unchanged: no write, only the URL (a token it forked before maps to that fork)
         restored.run_token = source
         own.remove(source)

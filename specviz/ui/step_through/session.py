@@ -175,14 +175,32 @@ class PageState:
     session: StepSession | None = None
     playing: bool = False
     freed: bool = False  # the runs were freed after the session sat idle (the page says so once)
+    freed_token: str | None = None  # the freed run's saved file: the page restores it on its next rerun
 
     def free(self) -> None:
-        """Drop the runs (the decoders and their caches): the session sat idle or its tab is gone. A baseline still
-        being measured for this session alone is then dropped by the worker too (it holds it weakly)."""
+        """Drop the runs (the decoders and their caches): the session sat idle, its tab is gone, or the server's
+        budget needed its share for another client. A baseline still being measured for this session alone is then
+        dropped by the worker too (it holds it weakly)."""
         if self.session is not None:
-            self.freed = True
+            self.freed, self.freed_token = True, self.session.run_token
             self.session.release()
         self.session, self.playing = None, False
+
+
+def evict_when_idle(state: PageState, session: StepSession) -> None:
+    """Let the server's KV budget free this run while it sits idle and its client holds more than its fair share
+    (specviz.workshop.budgets): the page drops it as the idle sweep does, and restores it from its saved file at the
+    same round on its next rerun (specviz.ui.room.saved_runs.restore_run). Weak references: nothing kept alive."""
+    if session.reservation is None:
+        return
+    state_ref, session_ref = weakref.ref(state), weakref.ref(session)
+
+    def evict() -> None:
+        page = state_ref()
+        if page is not None and page.session is not None and page.session is session_ref():
+            page.free()
+
+    session.reservation.evictable(evict)
 
 
 def page_state() -> PageState:
@@ -190,7 +208,10 @@ def page_state() -> PageState:
         st.session_state[STATE_KEY] = PageState()
     state = st.session_state[STATE_KEY]
     if getattr(state, "freed", False):
-        st.info("This session sat idle, so its runs were freed to make room for others. Press **Step** to start again.")
+        if getattr(state, "freed_token", None):
+            st.info("This session sat idle, so its runs were freed to make room for others; it comes back from its saved file.")
+        else:
+            st.info("This session sat idle, so its runs were freed to make room for others. Press **Step** to start again.")
         state.freed = False
     return state
 
@@ -274,6 +295,7 @@ def start_session(state: PageState, config: RunConfig, compare: RunConfig | None
     session = StepSession(prompt, config, compare, ids, TokenTexts(target.tokenizer), runs, baseline, target).hold(reservation)
     if state.session is not None:
         state.session.release()  # the new run replaces the old one
+    evict_when_idle(state, session)
     return session
 
 
@@ -287,6 +309,8 @@ def step_session(session: StepSession) -> bool:
     finished runs nothing and counts no round."""
     if session.done:
         return True
+    if session.reservation is not None:
+        session.reservation.touch()  # in use: not idle
     if session.target is None:
         with timing.round_clock():
             _round(session)

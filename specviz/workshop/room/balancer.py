@@ -13,6 +13,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 INSTALL_HINT = "Install it with: sudo apt-get install haproxy (Debian/Ubuntu), or name the binary in SPECVIZ_HAPROXY."
+# Connections one source address may hold open at once (each tab: one websocket and a few short requests). A room
+# behind one NAT shares an address, so this is a guard against one machine holding every connection (maxconn), not a
+# quota: twice the replicas' default cap of sessions per client (specviz.workshop.policy). 0: no limit.
+CONN_PER_SOURCE = 200
+CONN_PER_SOURCE_ENV = "SPECVIZ_ROOM_CONN_PER_SOURCE"
 TUNNEL_TIMEOUT = "1h"  # an open websocket (one browser tab) may sit quiet for long between clicks
 CHECK_INTERVAL = "2s"
 
@@ -30,11 +35,29 @@ class Backend:
     port: int
 
 
-def haproxy_config(bind: str, port: int, backends: Sequence[Backend], tls_cert: str | None = None) -> str:
+def conn_per_source(env: dict[str, str]) -> int:
+    """The room's per-source connection limit: SPECVIZ_ROOM_CONN_PER_SOURCE (0: none), else CONN_PER_SOURCE."""
+    text = env.get(CONN_PER_SOURCE_ENV, "").strip()
+    if not text:
+        return CONN_PER_SOURCE
+    if not text.isascii() or not text.isdigit() or len(text) > 7:
+        raise RoomError(f"{CONN_PER_SOURCE_ENV}={text[:20]!r}: give a whole number of connections per source address (0: no limit).")
+    return int(text)
+
+
+def haproxy_config(bind: str, port: int, backends: Sequence[Backend], tls_cert: str | None = None, per_source: int = CONN_PER_SOURCE) -> str:
     """The HAProxy configuration for a room: sticky by cookie, websockets tunnelled, health-checked replicas, the
-    client's address passed on (X-Forwarded-For); HTTPS only when tls_cert names a PEM (certificate and key)."""
+    client's address passed on (X-Forwarded-For), at most per_source open connections from one source address (a
+    stick table's conn_cur; 0: no limit); HTTPS only when tls_cert names a PEM (certificate and key)."""
     if not backends:
         raise ValueError("A room needs at least one replica.")
+    if per_source < 0:
+        raise ValueError("per_source is a number of connections (0: no limit).")
+    limit = "" if per_source == 0 else (
+        "    stick-table type ipv6 size 100k expire 10m store conn_cur   # open connections per source address\n"
+        "    tcp-request connection track-sc0 src\n"
+        f"    tcp-request connection reject if {{ sc0_conn_cur gt {per_source} }}\n"
+    )
     address = f"[{bind}]" if ":" in bind else bind
     tls = ""
     if tls_cert is not None:
@@ -62,7 +85,7 @@ defaults
 
 frontend room
     bind {address}:{port}{tls}
-    default_backend replicas
+{limit}    default_backend replicas
 
 backend replicas
     balance roundrobin

@@ -20,11 +20,20 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from specviz.workshop.budgets import MEMORY_SHARE_ENV, memory_limit, memory_share
 from specviz.workshop.clients import TRUST_PROXY_ENV
 from specviz.workshop.files import write_atomic
 from specviz.workshop.presenter_key import KEY_ENV, KEY_SECRET
 from specviz.workshop.processes import die_with_parent, free_port, stop_processes
-from specviz.workshop.room.balancer import Backend, RoomError, check_port_free, check_tls_cert, find_haproxy, haproxy_config
+from specviz.workshop.room.balancer import (
+    Backend,
+    RoomError,
+    check_port_free,
+    check_tls_cert,
+    conn_per_source,
+    find_haproxy,
+    haproxy_config,
+)
 from specviz.workshop.room.key import room_presenter_key, secrets_files, terminal
 from specviz.workshop.saved_runs import default_run_dir
 
@@ -40,6 +49,15 @@ QUICK_EXIT_S = 30.0  # a replica that lived shorter than this counts as a quick 
 # the first session runs its script: a fresh replica's first participant waited seconds for them, and the replica
 # grew by about 450 MB at that moment, which read as memory a room's followers never gave back (docs/rooms.md).
 WARM_START = "import specviz.models, specviz.viz; from streamlit.web.cli import main; main(prog_name='streamlit')"
+
+
+def replica_memory_share(env: dict[str, str], replicas: int) -> str:
+    """Each replica's share of memory for its KV caches (SPECVIZ_KV_MEMORY_SHARE): the room's share (the owner's, or
+    a quarter) divided between the replicas, so N replicas together stay within it instead of taking N quarters."""
+    try:
+        return f"{memory_share(env) / max(1, replicas):.6f}"
+    except ValueError as exc:
+        raise RoomError(str(exc)) from None
 
 
 def write_status(path: Path, status: dict) -> None:
@@ -78,6 +96,7 @@ class Room:
         self.selector = selectors.DefaultSelector()
         self.stopping = False
         self.env = self._replica_env()
+        self.per_source = conn_per_source(self.env)  # a bad setting fails before anything starts
         self.config_dir = Path(tempfile.mkdtemp(prefix="specviz-room-"))
 
     @property
@@ -101,7 +120,27 @@ class Room:
         env[TRUST_PROXY_ENV] = "1"
         if "OMP_NUM_THREADS" not in env:  # the owner's choice wins
             env["OMP_NUM_THREADS"] = env["MKL_NUM_THREADS"] = str(threads_per_replica(len(self.replicas)))
+        env[MEMORY_SHARE_ENV] = replica_memory_share(env, len(self.replicas))
         return env
+
+    def _log_budget(self) -> None:
+        """Say at start what memory each replica's KV-cache budget is cut from (each replica logs its budget in tokens
+        when its first run reserves: specviz.ui.common.budgets)."""
+        if self.env.get("SPECVIZ_MAX_KV_TOKENS", "").strip() not in ("", "0"):
+            log.info("KV-cache budget: SPECVIZ_MAX_KV_TOKENS=%s tokens per replica (%d replicas)", self.env["SPECVIZ_MAX_KV_TOKENS"][:20], len(self.replicas))
+            return
+        limit = memory_limit()
+        try:
+            import psutil
+
+            ram = int(psutil.virtual_memory().total)
+        except Exception:
+            ram = None
+        memory = min(m for m in (limit, ram) if m is not None) if (limit or ram) else None
+        share = float(self.env[MEMORY_SHARE_ENV])
+        where = "the container's limit" if limit is not None and (ram is None or limit <= ram) else "the machine's RAM"
+        shown = f"{memory / 2**30:.1f} GiB ({where})" if memory else "unknown memory"
+        log.info("KV-cache budget: each of %d replicas may hold %.1f%% of %s for runs' caches", len(self.replicas), 100 * share, shown)
 
     def _start_replica(self, r: Replica) -> None:
         cmd = [
@@ -119,7 +158,7 @@ class Room:
     def _start_balancer(self) -> None:
         backends = [Backend(r.id, "127.0.0.1", r.port) for r in self.replicas]
         path = self.config_dir / "haproxy.cfg"
-        path.write_text(haproxy_config(self.bind, self.port, backends, self.tls_cert), encoding="utf-8")
+        path.write_text(haproxy_config(self.bind, self.port, backends, self.tls_cert, self.per_source), encoding="utf-8")
         check = subprocess.run([self.haproxy, "-c", "-q", "-f", str(path)], capture_output=True, text=True)
         if check.returncode != 0:
             raise RoomError(f"HAProxy refused the room's configuration: {(check.stderr or check.stdout).strip()[-800:]}")
@@ -143,6 +182,7 @@ class Room:
             signal.signal(sig, self._ask_stop)
         try:
             self._presenter_key()
+            self._log_budget()
             for r in self.replicas:
                 self._start_replica(r)
             self._start_balancer()
