@@ -165,11 +165,12 @@ class _Backend(http.server.BaseHTTPRequestHandler):
         pass
 
 
-def _put(port: int, length: int, body: bytes = b"") -> int:
+def _put(port: int, length: int | None, body: bytes = b"") -> int:
+    """A PUT to the upload route with this Content-Length (None: chunked, no length), sending `body`."""
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
     try:
         conn.putrequest("PUT", "/_stcore/upload_file/session/file")
-        conn.putheader("Content-Length", str(length))
+        conn.putheader(*(("Content-Length", str(length)) if length is not None else ("Transfer-Encoding", "chunked")))
         conn.endheaders(body or None)
         return conn.getresponse().status
     finally:
@@ -197,6 +198,7 @@ def test_haproxy_refuses_an_upload_body_over_the_largest_upload_by_its_content_l
         assert status == 204 and _Backend.seen == [("/_stcore/upload_file/session/file", 3)]
         assert _put(port, MAX_UPLOAD_BODY + 1) == 413  # headers only: HAProxy answers without waiting for the body
         assert _put(port, 25 * 10**9) == 413
+        assert _put(port, None, b"3\r\nabc\r\n0\r\n\r\n") == 413  # no Content-Length: a browser always sends one
         assert len(_Backend.seen) == 1, "the replica never saw the oversized uploads"
     finally:
         proc.terminate()
