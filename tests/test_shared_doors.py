@@ -32,8 +32,8 @@ MB = 2**20
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path]]:
-    """The app in shared mode, started as a room's replica is; (its URL, its log)."""
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path, int]]:
+    """The app in shared mode, started as a room's replica is; (its URL, its log, its pid)."""
     tmp = tmp_path_factory.mktemp("doors")
     port, log = free_port(), tmp / "streamlit.log"
     env = {k: v for k, v in os.environ.items() if not k.startswith(("STREAMLIT_", "SPECVIZ_"))}
@@ -49,7 +49,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path
             if proc.poll() is not None or time.monotonic() > deadline:
                 pytest.fail(f"the server did not start:\n{log.read_text(errors='replace')[-3000:]}")
             time.sleep(0.25)
-        yield url, log
+        yield url, log, proc.pid
     finally:
         proc.terminate()
         try:
@@ -89,7 +89,7 @@ def health_s(url: str) -> float:
 
 
 def test_a_raw_client_reaches_streamlit_only_with_what_a_page_sends(server):
-    url, log = server
+    url, log, _ = server
     victim = StSession(url, timeout_s=RUN_TIMEOUT_S)
     victim.open()
     attacker = StSession(url, timeout_s=RUN_TIMEOUT_S)
@@ -125,7 +125,7 @@ def test_a_raw_client_reaches_streamlit_only_with_what_a_page_sends(server):
 
 
 def test_file_urls_requests_are_rate_limited_per_session(server):
-    url, _ = server
+    url, _, _ = server
     s = StSession(url, timeout_s=RUN_TIMEOUT_S)
     s.connect()
     answered = sum(bool(s.upload_urls([f"{i}.json"], timeout_s=2 if i >= URL_REQUESTS_PER_MIN else 10)) for i in range(URL_REQUESTS_PER_MIN + 2))
@@ -134,7 +134,7 @@ def test_file_urls_requests_are_rate_limited_per_session(server):
 
 
 def test_uploads_are_kept_only_under_issued_ids_and_within_the_caps(server):
-    url, _ = server
+    url, _, _ = server
     a, b = StSession(url, timeout_s=RUN_TIMEOUT_S), StSession(url, timeout_s=RUN_TIMEOUT_S)
     a.connect()
     b.connect()
@@ -153,10 +153,43 @@ def test_uploads_are_kept_only_under_issued_ids_and_within_the_caps(server):
 
 
 def test_an_uploader_cap_holds_before_the_body_is_read(server):
-    url, _ = server
+    url, _, _ = server
     s = StSession(url, timeout_s=RUN_TIMEOUT_S, page="race")
     s.open()  # the race page draws its uploader (4 MB): the URLs minted now take 4 MB
     (_, path), *_ = s.upload_urls(["race.json"])
     assert s.upload(path, b"", declared=10 * MB, timeout_s=15) == 413, "refused on its Content-Length, no body sent"
     assert s.upload(path, b'{"not": "a race"}') == 204
     s.close()
+
+
+def test_a_frame_over_the_cap_is_refused_as_it_arrives_not_read_into_memory(server):
+    """Streamlit gave uvicorn its 200 MB outbound cap as the inbound limit: a 100 MB frame was read whole (RSS up by
+    at least its size) before Streamlit closed the connection for its size."""
+    import threading
+
+    import psutil
+
+    url, _, pid = server
+    proc, peak, done = psutil.Process(pid), [0], threading.Event()
+    base = proc.memory_info().rss
+
+    def sample() -> None:
+        while not done.is_set():
+            peak[0] = max(peak[0], proc.memory_info().rss)
+            time.sleep(0.01)
+
+    s = StSession(url, timeout_s=RUN_TIMEOUT_S)
+    s.connect()
+    watcher = threading.Thread(target=sample, daemon=True)
+    watcher.start()
+    try:
+        with pytest.raises(Exception):  # noqa: B017 (the connection ends: a reset while sending, or 1009 after)
+            s.send(b"\x00" * (100 * MB))
+            s.upload_urls(["after.json"], timeout_s=30)
+        time.sleep(0.5)
+    finally:
+        done.set()
+        watcher.join(timeout=5)
+        s.close()
+    assert (peak[0] - base) / MB < 40, f"the server grew {(peak[0] - base) / MB:.0f} MB while a 100 MB frame arrived"
+    assert health_s(url) < HEALTH_WITHIN_S

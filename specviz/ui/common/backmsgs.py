@@ -9,14 +9,16 @@ session not in local mode (or whose mode cannot be told) only ALLOWED kinds pass
 per session and kind; a ``file_urls_request`` passes with at most MAX_NAMES names (every uploader in specviz takes one
 file) and URL_REQUESTS_PER_MIN per session; an upload is refused (4xx) unless its file id was minted for that session,
 its Content-Length fits that session's uploader (expect_upload), and the session's and the process's stored files
-stay within UPLOAD_CAPS. The owner in local mode keeps Streamlit's behaviour.
+stay within UPLOAD_CAPS. The owner in local mode keeps Streamlit's behaviour. For every client, a websocket frame
+over server.maxWidgetStateSize (1 MB: .streamlit/config.toml) is refused as it arrives, not read whole first.
 
 install() runs once per process. Run as a room's replica or the container (WARM_START in
 specviz.workshop.room.supervisor) it runs before the server starts; a plain ``streamlit run app.py`` runs no code of
 ours before a session's first script run, so there the guard starts then (specviz.ui.common.sessions), and the upload
-route's early Content-Length check is missing (the check before storing still holds). These are Streamlit internals
-(AppSession.handle_backmsg, the BackMsg oneofs, MemoryUploadedFileManager, the Starlette upload route), so
-``available()`` checks they are there; where they are not, nothing is installed and a warning says so.
+route's early Content-Length check and the frame cap at arrival are missing (the check before storing and
+Streamlit's own frame check still hold). These are Streamlit internals (AppSession.handle_backmsg, the BackMsg
+oneofs, MemoryUploadedFileManager, the Starlette upload route and uvicorn settings), so ``available()`` checks they
+are there; where they are not, nothing is installed and a warning says so.
 """
 
 from __future__ import annotations
@@ -212,6 +214,7 @@ def _install(is_local: Callable[[str], bool]) -> bool:
     _guard_messages(guard)
     _guard_uploads(guard)
     _guard_upload_route(guard)
+    _cap_inbound_frames()
     return True
 
 
@@ -313,4 +316,29 @@ def _guard_upload_route(guard: Doors) -> bool:
 
     create_upload_routes.__wrapped__ = create  # type: ignore[attr-defined]
     starlette_app.create_upload_routes = create_upload_routes
+    return True
+
+
+def _cap_inbound_frames() -> bool:
+    """Before the server starts: the websocket layer refuses a client's frame over server.maxWidgetStateSize as it
+    arrives. Streamlit gives uvicorn server.maxMessageSize (200 MB, its cap on what the server sends) as the inbound
+    limit too, so a frame up to 200 MB was read into memory before Streamlit closed the connection for its size. For
+    every client (no frame over the limit was ever handled). False where the server's settings are not as known."""
+    try:
+        from streamlit.runtime.runtime_util import get_max_widget_state_size_bytes
+        from streamlit.web.server.starlette import starlette_server
+    except ImportError:
+        return False
+    kwargs = getattr(starlette_server, "_get_uvicorn_config_kwargs", None)
+    if kwargs is None:
+        return False
+
+    def capped() -> dict:
+        out = kwargs()
+        if "ws_max_size" in out:
+            out["ws_max_size"] = min(out["ws_max_size"], get_max_widget_state_size_bytes())
+        return out
+
+    capped.__wrapped__ = kwargs  # type: ignore[attr-defined]
+    starlette_server._get_uvicorn_config_kwargs = capped
     return True
