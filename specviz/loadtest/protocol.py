@@ -14,7 +14,9 @@ trigger_value with every widget value this client has set.
 Cookies are kept per session (one jar each), so a balancer's stickiness holds (set_cookie pins a session to a
 replica before it opens). `page` names a page of a multipage app by its URL path ("exactness"), `headers` are sent
 with the page's GET and the websocket's upgrade request (a proxy's X-Forwarded-For). A few messages a browser's
-developer menu sends are here too (clear_cache), so a test can send what any client can. One session per thread.
+developer menu sends are here too (clear_cache), so a test can send what any client can: connect() opens a session
+without running the script, send() sends any BackMsg, upload_urls() asks for upload URLs as an uploader does and
+upload() PUTs a file (or only claims a Content-Length). One session per thread.
 """
 
 from __future__ import annotations
