@@ -69,13 +69,14 @@ def attack_backmsgs(h: Harness, cfg: Config) -> dict:
     crowd.file_urls_request.file_names.extend(["x"] * cfg.frame_names)
     out["frame_names"], out["frame_mb"] = cfg.frame_names, round(crowd.ByteSize() / 1e6, 1)
     t0 = time.perf_counter()
-    s.send(crowd)
-    out["health_s"] = replica_health_s(h)
     try:
+        s.send(crowd)
+        out["health_s"] = replica_health_s(h)
         urls = s.upload_urls(["after.json"], max(ANSWER_WITHIN_S, cfg.attack_s))  # answered in order: the crowd first
         out["frame_answered"], out["closed"] = urls is not None and len(urls) > 1, False
-    except Exception as exc:  # the server closed the websocket (1009: message too big)
+    except Exception as exc:  # the server closed the websocket (1009: message too big; or a reset while sending)
         out["frame_answered"], out["closed"] = False, f"{type(exc).__name__}: {str(exc)[:80]}"
+        out.setdefault("health_s", replica_health_s(h))
     out["frame_s"] = round(time.perf_counter() - t0, 2)
     s.close()
     time.sleep(2.0)  # the room relays its replicas' output about every half second
