@@ -245,19 +245,3 @@ def test_what_clear_cache_clears_leaves_the_models_and_the_watcher(monkeypatch, 
         assert streamlit_cached() is not control, "the control: st.cache_resource is cleared by the same calls"
     finally:
         ui_models._cached_model.clear()
-
-
-def test_shared_mode_drops_only_the_developer_messages():
-    from specviz.ui.common import backmsgs
-
-    assert backmsgs.available(), "this Streamlit's AppSession.handle_backmsg or BackMsg changed: update specviz/ui/common/backmsgs.py"
-    local, shared = (lambda sid: True), (lambda sid: False)
-
-    def broken(sid):
-        raise RuntimeError("no such session")
-
-    for kind in ("clear_cache", "load_git_info", "set_run_on_save"):
-        assert backmsgs.should_drop(kind, "s", shared) and backmsgs.should_drop(kind, "s", broken)
-        assert not backmsgs.should_drop(kind, "s", local)  # the owner keeps Streamlit's behaviour
-    for kind in ("rerun_script", "stop_script", "app_heartbeat", "file_urls_request", None):
-        assert not backmsgs.should_drop(kind, "s", shared)

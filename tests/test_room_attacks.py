@@ -103,6 +103,10 @@ def test_a_row_that_meets_every_goal_says_so_and_each_goal_is_caught():
         ("malformed", {"cases": [{"exceptions": 0, "internals": False, "recovered": True}]}, 0),
         ("memory", {"eleventh": {"ran": False, "message": "Over this server's memory budget", "exceptions": []}}, 0),
         ("memory", {"eleventh": {"ran": False, "message": None, "exceptions": ["torch.OutOfMemoryError: ..."]}}, 1),
+        ("backmsgs", {"one_name_answered": True, "two_names_answered": True, "frame_names": 1_000_000, "frame_answered": True, "health_s": 13.7}, 3),
+        ("backmsgs", {"one_name_answered": True, "two_names_answered": False, "frame_names": 1_000_000, "frame_answered": False, "health_s": 0.01, "closed": "1009"}, 0),
+        ("uploads", {"upload_mb": 10, "made_up": {204: 20}, "minted": {204: 20}, "over_largest": 413, "over_race_cap": -1}, 3),
+        ("uploads", {"upload_mb": 10, "made_up": {403: 20}, "minted": {204: 3, 413: 17}, "over_largest": 413, "over_race_cap": 413}, 0),
     ],
 )
 def test_each_attack_judges_its_own_outcome_and_describes_it(name, outcome, missed):

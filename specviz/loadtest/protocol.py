@@ -14,7 +14,9 @@ trigger_value with every widget value this client has set.
 Cookies are kept per session (one jar each), so a balancer's stickiness holds (set_cookie pins a session to a
 replica before it opens). `page` names a page of a multipage app by its URL path ("exactness"), `headers` are sent
 with the page's GET and the websocket's upgrade request (a proxy's X-Forwarded-For). A few messages a browser's
-developer menu sends are here too (clear_cache), so a test can send what any client can. One session per thread.
+developer menu sends are here too (clear_cache), so a test can send what any client can: connect() opens a session
+without running the script, send() sends any BackMsg, upload_urls() asks for upload URLs as an uploader does and
+upload() PUTs a file (or only claims a Content-Length). One session per thread.
 """
 
 from __future__ import annotations
@@ -113,6 +115,12 @@ class StSession:
 
     def open(self) -> RunResult:
         """GET the page (cookies), connect, run the script once; returns that first run."""
+        self.connect()
+        return self.rerun()
+
+    def connect(self) -> None:
+        """GET the page (cookies) and open the websocket, running no script: the server has a session for this
+        client, which has sent nothing yet (send() and upload_urls() can speak first, as a raw client may)."""
         from websockets.sync.client import connect
 
         opener = urllib.request.build_opener(urllib.request.HTTPCookieProcessor(self.cookies))
@@ -120,6 +128,8 @@ class StSession:
         request = urllib.request.Request(f"{page}?{self.query}" if self.query else page, headers=self.headers)
         with opener.open(request, timeout=self.timeout_s) as resp:
             resp.read()
+        with opener.open(urllib.request.Request(f"{self.base}/_stcore/health", headers=self.headers), timeout=self.timeout_s) as resp:
+            resp.read()  # as the frontend does first: Streamlit sets its XSRF cookie here (uploads send it back)
         parsed = urllib.parse.urlparse(self.base)
         scheme = "wss" if parsed.scheme == "https" else "ws"
         headers = {**self.headers, "Origin": f"{parsed.scheme}://{parsed.netloc}"}
@@ -130,7 +140,6 @@ class StSession:
         self._ws = connect(f"{scheme}://{parsed.netloc}{parsed.path}/_stcore/stream", subprotocols=["streamlit"], additional_headers=headers,
                            open_timeout=self.timeout_s, max_size=None, ping_interval=20, ping_timeout=None, **source)  # fmt: skip
         self._keep_cookies(self._ws.response.headers.get_all("Set-Cookie"))
-        return self.rerun()
 
     def close(self) -> None:
         if self._ws is not None:
@@ -188,6 +197,58 @@ class StSession:
         msg = BackMsg()
         msg.clear_cache = True
         self._ws.send(msg.SerializeToString())
+
+    def send(self, msg: BackMsg | bytes) -> None:
+        """Send any BackMsg (or any bytes) as one websocket frame, as any client can; nothing is read."""
+        self._ws.send(msg if isinstance(msg, bytes) else msg.SerializeToString())
+
+    def upload_urls(self, names: list[str], timeout_s: float = 10.0) -> list[tuple[str, str]] | None:
+        """Ask for upload URLs as an uploader does (file_urls_request); (file id, upload path) per URL the server
+        minted, or None when no answer came within timeout_s (the request was dropped). Other messages are skipped."""
+        import secrets
+
+        msg = BackMsg()
+        msg.file_urls_request.request_id = request_id = secrets.token_hex(8)
+        msg.file_urls_request.session_id = self.session_id or ""
+        msg.file_urls_request.file_names.extend(names)
+        self.send(msg)
+        deadline = time.perf_counter() + timeout_s
+        while True:
+            try:
+                raw = self._ws.recv(timeout=max(0.0, deadline - time.perf_counter()))
+            except TimeoutError:
+                return None
+            reply = ForwardMsg()
+            reply.ParseFromString(raw)
+            if reply.WhichOneof("type") == "new_session":
+                self.session_id = reply.new_session.initialize.session_id or self.session_id
+            if reply.WhichOneof("type") == "file_urls_response" and reply.file_urls_response.response_id == request_id:
+                return [(u.file_id, u.upload_url) for u in reply.file_urls_response.file_urls]
+
+    def upload(self, path: str, data: bytes, *, declared: int | None = None, name: str = "file.json", timeout_s: float = 30.0) -> int:
+        """PUT one file to an upload path (/_stcore/upload_file/<session>/<file id>) as the uploader does (multipart,
+        this client's XSRF cookie as the token); returns the HTTP status. declared: a Content-Length to claim instead
+        of the body's; then only the headers are sent and the reply read (a server that waits for the body times out:
+        -1)."""
+        import http.client
+
+        boundary = "specvizboundary7MA4YWxk"
+        body = (f'--{boundary}\r\nContent-Disposition: form-data; name="file"; filename="{name}"\r\nContent-Type: application/json\r\n\r\n').encode() + data + f"\r\n--{boundary}--\r\n".encode()
+        parsed = urllib.parse.urlparse(self.base)
+        token = next((c.value for c in self.cookies if c.name == "_streamlit_xsrf"), "")
+        headers = {**self.headers, "Content-Type": f"multipart/form-data; boundary={boundary}", "Content-Length": str(declared if declared is not None else len(body)),
+                   "X-Xsrftoken": token, "Cookie": self._cookie_header(), "Origin": f"{parsed.scheme}://{parsed.netloc}"}  # fmt: skip
+        conn = http.client.HTTPConnection(parsed.hostname, parsed.port, timeout=timeout_s)
+        try:
+            conn.putrequest("PUT", f"{parsed.path}{path}", skip_accept_encoding=True)
+            for k, v in headers.items():
+                conn.putheader(k, v)
+            conn.endheaders(None if declared is not None else body)
+            return conn.getresponse().status
+        except TimeoutError:
+            return -1
+        finally:
+            conn.close()
 
     def wait_for_run(self, timeout_s: float) -> RunResult | None:
         """A run the server started on its own (a browser just listens: the app's watcher reruns a follower's page),

@@ -6,6 +6,7 @@ docstring says what each attack does and what the report means). The modules, bo
   inputs      token-lab, token-step, memory, malformed: oversized or malformed input
   access      clear-cache, key-guess, owner: the presenter key, the cache, owner powers
   runs        run-flood, presenter-reload, adaptive-k, long-job: runs, forks and the presentation
+  doors       backmsgs, uploads (issue 42): every BackMsg kind and hostile sizes, uploads past every cap
   catalogue   Attack, ATTACKS (the issue's order), BY_NAME, parse_attacks, groups (attacks that share a room)
   table       describe, build_row, markdown_table: the report's rows and text
   run         the command line: parse_args, config_from, run_group, run_attack, main

@@ -4,7 +4,7 @@ the run directory, the presentation file)."""
 
 import re
 
-STEP_PAGE, LAB_PAGE, BENCH_PAGE = "", "exactness", "benchmark"  # URL paths (specviz/ui/common/navigation.py)
+STEP_PAGE, LAB_PAGE, BENCH_PAGE, RACE_PAGE = "", "exactness", "benchmark", "race"  # URL paths (specviz/ui/common/navigation.py)
 KEY_STEP, KEY_RESET, KEY_RUN_ALL = "step", "reset", "run_all"  # specviz/ui/step_through/controls.py
 KEY_PROMPT, KEY_COMPARE, KEY_MAX_NEW, KEY_ADAPTIVE_K = "prompt", "compare", "max_new_tokens", "adaptive_k"  # specviz/ui/step_through/sidebar.py
 KEY_FOLLOW, KEY_FORK = "follow", "fork"  # specviz/ui/room/follow.py, specviz/ui/room/fork.py

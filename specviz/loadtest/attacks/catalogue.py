@@ -1,5 +1,6 @@
-"""The attacks by name, in the issue's order: what each runs, how it is judged, the owner settings of its own (a
-room of its own) and whether the victim steps beside it; parse_attacks reads --attacks, groups shares rooms."""
+"""The attacks by name, in the issues' order (issue 32, then 42): what each runs, how it is judged, the owner settings
+of its own (a room of its own) and whether the victim steps beside it; parse_attacks reads --attacks, groups shares
+rooms."""
 
 from __future__ import annotations
 
@@ -7,9 +8,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from specviz.loadtest.attacks.access import attack_clear_cache, attack_key_guess, attack_owner
+from specviz.loadtest.attacks.doors import attack_backmsgs, attack_uploads
 from specviz.loadtest.attacks.goals import (
     Goals,
     judge_adaptive_k,
+    judge_backmsgs,
     judge_clear_cache,
     judge_key_guess,
     judge_long_job,
@@ -19,6 +22,7 @@ from specviz.loadtest.attacks.goals import (
     judge_presenter_reload,
     judge_run_flood,
     judge_token,
+    judge_uploads,
 )
 from specviz.loadtest.attacks.harness import Config, Harness
 from specviz.loadtest.attacks.inputs import attack_malformed, attack_memory, attack_token_lab, attack_token_step
@@ -48,6 +52,8 @@ ATTACKS: tuple[Attack, ...] = (
     Attack("6", "adaptive-k", attack_adaptive_k, judge_adaptive_k, env=(("SPECVIZ_MAX_DRAFT_TOKENS", "2"),), replicas=1, victim=False),
     Attack("6", "long-job", attack_long_job, judge_long_job),
     Attack("6", "malformed", attack_malformed, judge_malformed),
+    Attack("42.1", "backmsgs", attack_backmsgs, judge_backmsgs),  # issue 42's items from here
+    Attack("42.2", "uploads", attack_uploads, judge_uploads),
 )
 BY_NAME = {a.name: a for a in ATTACKS}
 

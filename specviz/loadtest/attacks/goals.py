@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 from specviz.loadtest import harness as lp
 from specviz.loadtest.attacks.app_facts import KEY_CHECKED, KEY_LIMITED, TRACEBACK
+from specviz.ui.common.backmsgs import UPLOAD_CAPS
 
 # --- the goals --------------------------------------------------------------------------------------------
 VICTIM_P95_S = 3.0
@@ -40,6 +41,8 @@ class Goals:
     rss_budget_mb: float = 0.0  # per replica; 0: no budget checked
     thread_slack: int = 2
     max_guesses_per_min: float = 10.0
+    health_s: float = 2.0  # a replica's health check while a client sends hostile frames (the balancer marks it down at 4 s)
+    session_files: int = UPLOAD_CAPS.session_files  # uploads one session may keep
 
 
 def victim_stats(samples: list[StepSample], t0: float, t1: float) -> dict:
@@ -182,6 +185,32 @@ def judge_malformed(o: dict, goals: Goals) -> list[str]:
     stuck = [c for c in cases if not c.get("recovered")]
     if stuck:
         missed.append(f"{len(stuck)} of {len(cases)} sessions did not recover")
+    return missed
+
+
+def judge_backmsgs(o: dict, goals: Goals) -> list[str]:
+    missed = []
+    if o.get("two_names_answered"):
+        missed.append("a two-name file_urls_request was answered")
+    if o.get("frame_answered"):
+        missed.append(f"a file_urls_request of {o.get('frame_names'):,} names was answered")
+    if (o.get("health_s") or 0) > goals.health_s:
+        missed.append(f"the replica's health answered after {o['health_s']:.1f} s (goal <= {goals.health_s:g} s)")
+    if o.get("one_name_answered") is False:
+        missed.append("a one-name file_urls_request (what an uploader sends) was not answered")
+    return missed
+
+
+def judge_uploads(o: dict, goals: Goals) -> list[str]:
+    missed = []
+    if o.get("made_up", {}).get(204):
+        missed.append(f"{o['made_up'][204]} uploads under made-up ids were kept")
+    kept = o.get("minted", {}).get(204, 0)
+    if kept > goals.session_files:
+        missed.append(f"{kept} uploads kept for one session (cap {goals.session_files})")
+    for field, what in (("over_largest", "a body over the largest upload"), ("over_race_cap", "a body over the race page's cap")):
+        if o.get(field) is not None and o.get(field) != 413:
+            missed.append(f"{what} was answered {o.get(field)}, not 413 before it was sent")
     return missed
 
 

@@ -62,6 +62,9 @@ class Config:
     spam_s: float = 20.0
     spam_per_s: float = 20.0
     k_rounds: int = 12
+    frame_names: int = 1_000_000  # names in the attackers' file_urls_request (issue 42: a 2 MB frame held a replica 14 s)
+    upload_puts: int = 20  # PUTs under made-up ids, and minted ones past the caps
+    upload_mb: int = 10  # each PUT's body
     sweep: dict = field(default_factory=lambda: {KEY_BENCH_PER_CATEGORY: 2, KEY_BENCH_REPEATS: 5, KEY_BENCH_NEW: 128})
 
     @classmethod
@@ -69,6 +72,7 @@ class Config:
         return cls(
             victim_every_s=1.0, attack_s=120.0, settle_s=60.0, baseline_s=3.0, lab_chars=100, step_chars=60, clears=2, followers=2, presenter_steps=2,
             think_s=1.5, guess_s=4.0, memory_sessions=2, memory_s=4.0, max_prompt_tokens=128, flood_s=3.0, spam_s=2.0, k_rounds=3,
+            frame_names=1000, upload_puts=2, upload_mb=1,
             sweep={KEY_BENCH_PER_CATEGORY: 1, KEY_BENCH_REPEATS: 1, KEY_BENCH_NEW: 8},
         )  # fmt: skip
 

@@ -39,6 +39,11 @@ as a hostile participant would (the sticky cookie is theirs to set); the present
   long-job          [6] a Benchmark sweep on r1 while the presenter Steps: the followers' redraw on r1 (and on r2)
   malformed         [6] malformed values for the Exactness lab's toy table from a raw client: a traceback or server
                         paths on the page, and does the session recover
+  backmsgs       [42.1] from a session that ran no script: every BackMsg kind (twice), a two-name and then a
+                        --frame-names file_urls_request: which were answered, the replica's health latency right
+                        after, refusals in its log (issue 42: a million names held a replica 14 s, +974 MB)
+  uploads        [42.2] PUTs of 10 MB under made-up ids, under minted ids past the session's caps, a body over the
+                        largest upload and one over the race page's cap (by Content-Length): each status
 
 Each attack is bounded (--attack-s, and its own size flags); after it, the script waits until the victim finished a
 Step it started after the attack ended (at most --settle-s): that Step counts for the attack. Per attack: the
@@ -164,6 +169,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--attack-s", type=float, default=None, help="the longest one attacker's click is waited for")
     parser.add_argument("--settle-s", type=float, default=None, help="the longest to wait after an attack for the victim's next Step")
     parser.add_argument("--spam-per-s", type=float, default=None, help="Steps a second on a finished run (run-flood)")
+    parser.add_argument("--frame-names", type=int, default=None, help="names in the backmsgs attack's file_urls_request")
     parser.add_argument("--keep-log", default=None, metavar="DIR", help="copy each room's log (the replicas' output) here")
     parser.add_argument("--timeout-s", type=float, default=4 * 3600, help="give up after this long")
     args = parser.parse_args(argv)
@@ -184,7 +190,7 @@ def _name_value(text: str) -> tuple[str, str]:
 
 def config_from(args) -> Config:
     cfg = Config.quick() if args.quick else Config()
-    for name in ("victim_every_s", "followers", "clears", "guess_s", "memory_sessions", "attack_s", "settle_s", "spam_per_s", "max_prompt_tokens"):
+    for name in ("victim_every_s", "followers", "clears", "guess_s", "memory_sessions", "attack_s", "settle_s", "spam_per_s", "max_prompt_tokens", "frame_names"):
         if getattr(args, name) is not None:
             setattr(cfg, name, getattr(args, name))
     return cfg

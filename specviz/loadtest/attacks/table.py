@@ -50,6 +50,15 @@ def describe(name: str, o: dict) -> str:
     if name == "malformed":
         cases = o.get("cases", [])
         return f"{sum(1 for c in cases if c.get('exceptions'))} of {len(cases)} bad values raised on the page ({sum(1 for c in cases if c.get('internals'))} with server internals); {sum(1 for c in cases if c.get('recovered'))} recovered"
+    if name == "backmsgs":
+        said = {True: "answered", False: "dropped", None: "?"}
+        closed = "the websocket closed" if o.get("closed") else "the websocket stayed open"
+        return (f"{g('kinds_sent')} kinds from a session that ran no script: one name {said[o.get('one_name_answered')]}, two names "
+                f"{said[o.get('two_names_answered')]}; {g('frame_names', ',')} names ({g('frame_mb')} MB) {said[o.get('frame_answered')]}, {closed}; "
+                f"health {g('health_s')} s; {g('refused_lines')} refusals logged")  # fmt: skip
+    if name == "uploads":
+        return (f"{g('upload_mb')} MB PUTs under made-up ids: {o.get('made_up', '?')}; under minted ids: {o.get('minted', '?')}; "
+                f"60 MB declared: {g('over_largest')}; 10 MB declared on the race page: {g('over_race_cap')}")  # fmt: skip
     return json.dumps(o)[:160]
 
 

@@ -188,7 +188,14 @@ def _sweep() -> None:
     hold_live_runs(sweeper().registry.states())
 
 
+def guard_server() -> bool:
+    """Once per process: shared sessions send only what a page needs, and upload only what the server asked for
+    (specviz.ui.common.backmsgs). Called before the server starts where specviz starts it (WARM_START: a room's
+    replicas, the container); at the first script run otherwise. False where Streamlit's internals differ."""
+    return backmsgs.install(session_is_local)
+
+
 def _start_sweeper() -> None:
-    backmsgs.install(session_is_local)  # once per process: shared mode drops Streamlit's developer messages
+    guard_server()  # a no-op where the launcher already did it before the server started
     if sweeper().start(_sweep):
         stop_at_exit(turns_in_flight)  # SIGTERM: no new model turn, and the ones in flight end before the process does

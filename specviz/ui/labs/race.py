@@ -26,7 +26,7 @@ from specviz.experiments.probe import CATEGORIES, ChunkCounter, ProbeResult, Pro
 from specviz.experiments.prompts import load_prompts
 from specviz.experiments.race import run_race
 from specviz.runs import kv_tokens
-from specviz.ui.common import budgets, widgets
+from specviz.ui.common import backmsgs, budgets, widgets
 from specviz.ui.common.access import current_policy
 from specviz.ui.common.models import run_models
 from specviz.ui.common.settings import presenter_key_setting
@@ -108,7 +108,9 @@ def _run(config_settings: Settings) -> None:
 
 
 def _open_saved() -> None:
-    upload = st.file_uploader("Open a saved race (.json)", type=["json"], key="race_file", help="A race downloaded from this page plays back without a model.")
+    backmsgs.expect_upload(MAX_FILE_BYTES)  # shared mode: a larger file is refused before Streamlit keeps it
+    upload = st.file_uploader("Open a saved race (.json)", type=["json"], key="race_file", max_upload_size=MAX_FILE_BYTES // 2**20,
+                              help="A race downloaded from this page plays back without a model.")  # fmt: skip
     if upload is None:
         return
     data = upload.getvalue()

@@ -17,7 +17,7 @@ from specviz.core.records import StepRecord
 from specviz.recording.build import build_recording, dumps, now_utc, recorded_run
 from specviz.recording.load import MAX_BYTES, load_recording, read_recording
 from specviz.recording.schema import RecordedRun, Recording
-from specviz.ui.common import widgets
+from specviz.ui.common import backmsgs, widgets
 from specviz.ui.step_through.session import StepSession, load_target
 from specviz.viz.figures import BASELINE_RUN
 from specviz.viz.markdown import md_text
@@ -283,6 +283,7 @@ def controls(state: ReplayState) -> None:
         format_func=lambda label: "— pick a recorded run —" if label == NO_EXAMPLE else example_title(label),
         on_change=_on_example,
     )
+    backmsgs.expect_upload(MAX_BYTES)  # shared mode: a larger file is refused before Streamlit keeps it
     upload.file_uploader(
         "Open a recording", type=["json"], key="recording", on_change=_on_upload, max_upload_size=MAX_UPLOAD_MB,
         help="A .json file saved with Save run or written by `python -m specviz generate --record FILE`.",

@@ -12,6 +12,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from specviz.recording.load import MAX_BYTES
+
 INSTALL_HINT = "Install it with: sudo apt-get install haproxy (Debian/Ubuntu), or name the binary in SPECVIZ_HAPROXY."
 # Connections one source address may hold open at once (each tab: one websocket and a few short requests). A room
 # behind one NAT shares an address, so this is a guard against one machine holding every connection (maxconn), not a
@@ -20,6 +22,8 @@ CONN_PER_SOURCE = 200
 CONN_PER_SOURCE_ENV = "SPECVIZ_ROOM_CONN_PER_SOURCE"
 TUNNEL_TIMEOUT = "1h"  # an open websocket (one browser tab) may sit quiet for long between clicks
 CHECK_INTERVAL = "2s"
+UPLOAD_PATH = "/_stcore/upload_file/"  # Streamlit's upload route: PUT /_stcore/upload_file/<session>/<file id>
+MAX_UPLOAD_BODY = MAX_BYTES + 64 * 1024  # the largest file the app takes (a recording) and its multipart framing
 
 
 class RoomError(RuntimeError):
@@ -85,7 +89,12 @@ defaults
 
 frontend room
     bind {address}:{port}{tls}
-{limit}    default_backend replicas
+{limit}    # an upload larger than the largest file the app takes is refused here, by its Content-Length, before a replica
+    # reads it; one without a Content-Length (chunked) too: a browser always sends it
+    http-request deny deny_status 413 if {{ path_beg {UPLOAD_PATH} }} {{ req.hdr_val(content-length) gt {MAX_UPLOAD_BODY} }}
+    http-request deny deny_status 413 if {{ path_beg {UPLOAD_PATH} }} {{ req.hdr(content-length) -m reg [0-9]{{10}} }}  # hdr_val is 32-bit
+    http-request deny deny_status 413 if {{ path_beg {UPLOAD_PATH} }} {{ method PUT }} !{{ req.hdr(content-length) -m found }}
+    default_backend replicas
 
 backend replicas
     balance roundrobin

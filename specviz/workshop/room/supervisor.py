@@ -48,7 +48,12 @@ QUICK_EXIT_S = 30.0  # a replica that lived shorter than this counts as a quick 
 # pandas, through specviz.models and specviz.viz, which import no streamlit). Streamlit imports an app's modules when
 # the first session runs its script: a fresh replica's first participant waited seconds for them, and the replica
 # grew by about 450 MB at that moment, which read as memory a room's followers never gave back (docs/rooms.md).
-WARM_START = "import specviz.models, specviz.viz; from streamlit.web.cli import main; main(prog_name='streamlit')"
+# The guard on what participants send (specviz.ui.common.backmsgs) is installed before the server starts, so a
+# restarted replica is never unguarded until its first session runs the script.
+WARM_START = (
+    "import specviz.models, specviz.viz; from specviz.ui.common.sessions import guard_server; guard_server(); "
+    "from streamlit.web.cli import main; main(prog_name='streamlit')"
+)
 
 
 def replica_memory_share(env: dict[str, str], replicas: int) -> str:

@@ -1,0 +1,111 @@
+"""The doors a raw client can knock on (issue 42, items 1 and 2): every BackMsg kind, with a file_urls_request that
+names a million files, sent before the session ran any script; and uploads under made-up file ids, over the
+session's caps, over the largest upload, and over the race page's own cap."""
+
+from __future__ import annotations
+
+import time
+import urllib.request
+from collections import Counter
+
+from specviz.loadtest import harness as lp
+from specviz.loadtest.attacks.app_facts import RACE_PAGE
+from specviz.loadtest.attacks.harness import REPLICA_A, Config, Harness
+from specviz.loadtest.room import STICKY_COOKIE
+
+ANSWER_WITHIN_S = 10.0  # a file_urls_request's answer is due at once; none by then: dropped
+MB = 2**20
+
+
+def replica_health_s(h: Harness, replica: str = REPLICA_A) -> float:
+    """Seconds until the replica's /_stcore/health answers through the balancer (pinned by the sticky cookie)."""
+    request = urllib.request.Request(f"{h.url}/_stcore/health", headers={"Cookie": f"{STICKY_COOKIE}={replica}"})
+    t0 = time.perf_counter()
+    with urllib.request.urlopen(request, timeout=600) as resp:
+        resp.read()
+    return round(time.perf_counter() - t0, 2)
+
+
+def _refused_lines(h: Harness, offset: int, replica: str = REPLICA_A) -> list[str]:
+    with open(h.handle.log_path, "rb") as f:
+        f.seek(offset)
+        text = f.read().decode("utf-8", errors="replace")
+    return [line for line in text.split("\n") if line.startswith(f"[{replica}]") and "refused" in line]
+
+
+def _hostile(kind: str):
+    from streamlit.proto.BackMsg_pb2 import BackMsg
+
+    msg = BackMsg()
+    field = BackMsg.DESCRIPTOR.fields_by_name[kind]
+    if kind == "backend_operation_request":
+        msg.backend_operation_request.request_id = "x" * 100_000
+        msg.backend_operation_request.install_skills.SetInParent()
+    elif kind == "file_urls_request":
+        msg.file_urls_request.file_names.extend(["f.json"] * 2)
+    elif field.message_type is not None:
+        getattr(msg, kind).SetInParent()
+    else:
+        setattr(msg, kind, True)
+    return msg
+
+
+def attack_backmsgs(h: Harness, cfg: Config) -> dict:
+    """Every BackMsg kind but a script run (twice each), then one file_urls_request of cfg.frame_names names, from a
+    session that ran no script: which got an answer, the replica's health latency after the big frame."""
+    from streamlit.proto.BackMsg_pb2 import BackMsg
+
+    offset = lp.log_size(h.handle.log_path)
+    s = h.session(replica=REPLICA_A)
+    s.connect()
+    out: dict = {"one_name_answered": bool(s.upload_urls(["one.json"], ANSWER_WITHIN_S))}
+    kinds = [f.name for f in BackMsg.DESCRIPTOR.oneofs_by_name["type"].fields if f.name not in ("rerun_script", "file_urls_request")]
+    out["two_names_answered"] = bool(s.upload_urls(["a.json", "b.json"], ANSWER_WITHIN_S))
+    for _ in range(2):
+        for kind in kinds:
+            s.send(_hostile(kind))
+    out["kinds_sent"] = len(kinds) + 1
+    crowd = BackMsg()
+    crowd.file_urls_request.file_names.extend(["x"] * cfg.frame_names)
+    out["frame_names"], out["frame_mb"] = cfg.frame_names, round(crowd.ByteSize() / 1e6, 1)
+    t0 = time.perf_counter()
+    try:
+        s.send(crowd)
+        out["health_s"] = replica_health_s(h)
+        urls = s.upload_urls(["after.json"], max(ANSWER_WITHIN_S, cfg.attack_s))  # answered in order: the crowd first
+        out["frame_answered"], out["closed"] = urls is not None and len(urls) > 1, False
+    except Exception as exc:  # the server closed the websocket (1009: message too big; or a reset while sending)
+        out["frame_answered"], out["closed"] = False, f"{type(exc).__name__}: {str(exc)[:80]}"
+        out.setdefault("health_s", replica_health_s(h))
+    out["frame_s"] = round(time.perf_counter() - t0, 2)
+    s.close()
+    time.sleep(2.0)  # the room relays its replicas' output about every half second
+    out["refused_lines"] = len(_refused_lines(h, offset))
+    return out
+
+
+def attack_uploads(h: Harness, cfg: Config) -> dict:
+    """PUTs of cfg.upload_mb MB under made-up ids, then minted ids past the session's caps, a body over the largest
+    upload (by its Content-Length), and one over the race page's own cap: the status of each."""
+    s = h.session(replica=REPLICA_A)
+    s.connect()
+    urls = s.upload_urls(["first.json"], ANSWER_WITHIN_S) or []
+    if not urls:
+        return {"error": "no upload URL was minted for one name"}
+    base = urls[0][1].rsplit("/", 1)[0]
+    body = b"0" * (cfg.upload_mb * MB)
+    out: dict = {"upload_mb": cfg.upload_mb}
+    out["made_up"] = dict(Counter(s.upload(f"{base}/made-up-{i}", body, timeout_s=cfg.attack_s) for i in range(cfg.upload_puts)))
+    minted = []
+    for i in range(cfg.upload_puts):
+        got = s.upload_urls([f"{i}.json"], ANSWER_WITHIN_S)
+        minted.append(s.upload(got[0][1], body, timeout_s=cfg.attack_s) if got else "no URL")
+    out["minted"] = dict(Counter(minted))
+    out["over_largest"] = s.upload(urls[0][1], b"", declared=60 * MB, timeout_s=30)
+    s.close()
+    race = h.session(replica=REPLICA_A, page=RACE_PAGE)
+    race.open()  # the race page draws its uploader: 4 MB
+    got = race.upload_urls(["race.json"], ANSWER_WITHIN_S)
+    out["over_race_cap"] = race.upload(got[0][1], b"", declared=10 * MB, timeout_s=30) if got else "no URL"
+    race.close()
+    return out
