@@ -262,3 +262,40 @@ def test_the_default_model_id_is_a_name_never_a_path(tmp_path, tiny_dir):
     assert KEY not in repr(ServiceConfig(config.run, "x", api_key=KEY))  # the key stays out of logs
     with pytest.raises(ValueError, match="api-key"):
         ServiceConfig(config.run, "x", api_key="short")
+
+
+def test_a_long_prefill_lets_a_waiting_stream_go_between_its_chunks(smollm):
+    """B streams; A sends a prompt of several prefill chunks. Between two chunks A's prefill hands the turn to B's
+    waiting round (run on the model thread, nested in A's pause) and queues again (before: the whole prefill was one
+    turn, and every stream waited for all of it). B leaves once A is answered."""
+    from specviz.config import EMBEDDED_TARGET
+
+    run = RunConfig(target=EMBEDDED_TARGET, drafter="lookup", num_draft_tokens=4, dtype="float32", device="cpu")
+    service = Service(ServiceConfig(run, "smol", max_prompt_tokens=2048, max_tokens=400), resolve_models(run, target=smollm))
+    b_started, a_done = threading.Event(), threading.Event()
+
+    def stream_b(root: str) -> None:
+        with openai.OpenAI(base_url=root + "/v1", api_key="t", max_retries=0, timeout=300) as c:
+            with c.chat.completions.create(model="smol", messages=[{"role": "user", "content": "Count from one to two hundred in words."}],
+                                           max_tokens=400, stream=True) as stream:  # fmt: skip
+                for chunk in stream:
+                    if chunk.choices and chunk.choices[0].delta.content:
+                        b_started.set()
+                    if a_done.is_set():
+                        break
+
+    with serving(service) as root:
+        b = threading.Thread(target=stream_b, args=(root,))
+        b.start()
+        try:
+            assert b_started.wait(120)
+            rounds_before = service.rounds_run
+            with openai.OpenAI(base_url=root + "/v1", api_key="t", max_retries=0, timeout=300) as c:
+                a = c.completions.create(model="smol", prompt="the cat sat on the mat. " * 110, max_tokens=1)  # over 3 chunks of 256
+            assert a.usage.prompt_tokens > 3 * 256
+        finally:
+            a_done.set()
+            b.join(300)
+        assert service.handed_on >= 1  # A's prefill gave its turn away at least once, with B waiting
+        assert service.rounds_run > rounds_before + 1  # B's rounds went on meanwhile (A's own round is one)
+        wait_until(lambda: service.active == 0, 60, "both slots coming back")

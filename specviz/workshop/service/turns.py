@@ -47,8 +47,12 @@ class ModelThread:
             self._thread.join(timeout_s)
 
     def _loop(self) -> None:
-        while (item := self._work.get()) is not _STOP:
+        while True:
+            item = self._work.get()
+            if item is _STOP:
+                return
             self._run(item)
+            del item  # a finished pass keeps nothing alive (its decoder, once its request is gone) while the queue is empty
 
     def _run(self, item: object) -> None:
         if item is _WAKE or item is _STOP:  # a wake-up that came after its run_until returned; a stop inside a pause
