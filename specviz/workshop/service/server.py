@@ -232,8 +232,9 @@ class Service:
 
     def _pause(self) -> float:
         """On the model thread, between two chunks of a long prefill: with requests waiting, give the turn to them and
-        run their passes here (nested: they never pause themselves) until this one's turn comes back at the back of the
-        queue; the seconds that took (not the prefill's own time)."""
+        run their passes here until this one's turn comes back at the back of the queue; the seconds that took (not
+        the prefill's own time). A pass run nested never pauses itself: it sits above the paused one on this thread's
+        stack, so it must end first (a second long prefill that starts while one is paused runs whole)."""
         if self._nested or not self.waiting or self._loop is None:
             return 0.0
         start = time.perf_counter()
