@@ -265,9 +265,10 @@ def test_the_default_model_id_is_a_name_never_a_path(tmp_path, tiny_dir):
 
 
 def test_a_long_prefill_lets_a_waiting_stream_go_between_its_chunks(smollm):
-    """B streams; A sends a prompt of several prefill chunks. Between two chunks A's prefill hands the turn to B's
-    waiting round (run on the model thread, nested in A's pause) and queues again (before: the whole prefill was one
-    turn, and every stream waited for all of it). B leaves once A is answered."""
+    """B streams; two clients send prompts of several prefill chunks at once. Between two chunks a prefill hands the turn
+    to the waiting passes (B's rounds run on the model thread, nested in its pause) and queues again; the other long
+    prefill, handed a turn there, queues again to start where it can pause too (before: each whole prefill was one
+    turn, and every stream waited for all of it). B leaves once both are answered."""
     from specviz.config import EMBEDDED_TARGET
 
     run = RunConfig(target=EMBEDDED_TARGET, drafter="lookup", num_draft_tokens=4, dtype="float32", device="cpu")
@@ -290,12 +291,22 @@ def test_a_long_prefill_lets_a_waiting_stream_go_between_its_chunks(smollm):
         try:
             assert b_started.wait(120)
             rounds_before = service.rounds_run
-            with openai.OpenAI(base_url=root + "/v1", api_key="t", max_retries=0, timeout=300) as c:
-                a = c.completions.create(model="smol", prompt="the cat sat on the mat. " * 110, max_tokens=1)  # over 3 chunks of 256
-            assert a.usage.prompt_tokens > 3 * 256
+            answers: list = []
+
+            def long_prompt(prompt: str) -> None:
+                with openai.OpenAI(base_url=root + "/v1", api_key="t", max_retries=0, timeout=300) as c:
+                    answers.append(c.completions.create(model="smol", prompt=prompt, max_tokens=1))  # over 3 chunks of 256
+
+            longs = [threading.Thread(target=long_prompt, args=(f"the {animal} sat on the mat. " * 110,)) for animal in ("cat", "dog")]
+            for t in longs:
+                t.start()
+            for t in longs:
+                t.join(300)
+            assert len(answers) == 2 and all(a.usage.prompt_tokens > 3 * 256 for a in answers)
         finally:
             a_done.set()
             b.join(300)
-        assert service.handed_on >= 1  # A's prefill gave its turn away at least once, with B waiting
-        assert service.rounds_run > rounds_before + 1  # B's rounds went on meanwhile (A's own round is one)
+        assert service.handed_on >= 1  # a long prefill gave its turn away at least once, with B waiting
+        assert service.deferred >= 1  # the other long prefill, handed a turn inside that pause, queued again (it would run whole)
+        assert service.rounds_run > rounds_before + 2  # B's rounds went on meanwhile (the long prompts' own rounds are two)
         wait_until(lambda: service.active == 0, 60, "both slots coming back")

@@ -43,6 +43,7 @@ import time
 import weakref
 from collections import deque
 from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
 import anyio
@@ -52,7 +53,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from specviz.core.decoding import SpeculativeDecoder
-from specviz.core.protocols import pausable
+from specviz.core.protocols import PREFILL_CHUNK_TOKENS, pausable
 from specviz.workshop.service.config import ServiceConfig
 from specviz.workshop.service.request import ApiError, Job, check_request, encode_job, read_json, server_error
 from specviz.workshop.service.response import (
@@ -73,6 +74,29 @@ if TYPE_CHECKING:  # specviz.runs (and the model layer with it) is imported when
     from specviz.runs import RunModels
 
 log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class LongPrefill:
+    """A turn's work that prefills more than one chunk: it pauses between chunks, so it must run at the top of the model
+    thread, never nested inside another prefill's pause (Service._pause)."""
+
+    build: Callable[[], Any]
+
+    def __call__(self) -> Any:
+        return self.build()
+
+
+class _Deferred(Exception):
+    """A LongPrefill whose turn came inside another's pause: it gives the turn back unstarted and queues again."""
+
+
+def _call_in(loop: asyncio.AbstractEventLoop, callback: Callable[[], Any]) -> None:
+    """callback in loop, from any thread; nothing once the loop is closed (the server stopped while a pass ran)."""
+    try:
+        loop.call_soon_threadsafe(callback)
+    except RuntimeError:
+        pass
 
 
 def new_model_thread() -> ModelThread:
@@ -102,6 +126,7 @@ class Service:
         self.waiting = 0  # requests waiting for a model turn
         self.rounds_run = 0  # every round this service decoded
         self.handed_on = 0  # times a long prefill let the waiting requests' passes run between two of its chunks
+        self.deferred = 0  # times a long prefill whose turn came inside another's pause queued again to start on top
         self.history: deque[Finished] = deque(maxlen=history)
         self.decoders: weakref.WeakSet[SpeculativeDecoder] = weakref.WeakSet()  # alive now (tests: nothing leaks)
         self._turn: asyncio.Lock | None = None  # made in the server's event loop
@@ -211,22 +236,28 @@ class Service:
         if self._turn is None:
             self._turn = asyncio.Lock()  # FIFO: a released lock wakes its longest waiter
             self._loop = asyncio.get_running_loop()
-        self.waiting += 1
-        try:
-            async with asyncio.timeout(self.config.queue_timeout_s):
-                await self._turn.acquire()
-        except TimeoutError:
-            raise ApiError(503, f"Waited {self.config.queue_timeout_s:.0f} s for the model without a turn: the server is busy. Try again in a minute.",
-                           code="queue_timeout", kind="server_error") from None  # fmt: skip
-        finally:
-            self.waiting -= 1
         loop, turn = self._loop, self._turn
-        future = self._model_thread.submit(lambda: self._in_turn(work))
-        future.add_done_callback(lambda _: loop.call_soon_threadsafe(turn.release))
-        return await asyncio.wrap_future(future)
+        while True:
+            self.waiting += 1
+            try:
+                async with asyncio.timeout(self.config.queue_timeout_s):
+                    await turn.acquire()
+            except TimeoutError:
+                raise ApiError(503, f"Waited {self.config.queue_timeout_s:.0f} s for the model without a turn: the server is busy. Try again in a minute.",
+                               code="queue_timeout", kind="server_error") from None  # fmt: skip
+            finally:
+                self.waiting -= 1
+            future = self._model_thread.submit(lambda: self._in_turn(work))
+            future.add_done_callback(lambda _: _call_in(loop, turn.release))
+            try:
+                return await asyncio.wrap_future(future)
+            except _Deferred:  # a long prefill handed a turn inside another's pause: queue again, to start where it can pause
+                self.deferred += 1
 
     def _in_turn(self, work: Callable[[], Any]) -> Any:
         """On the model thread: work, with a long prefill's pause points handing the turn on (_pause)."""
+        if self._nested and isinstance(work, LongPrefill):
+            raise _Deferred
         with pausable(self._pause):
             return work()
 
@@ -234,7 +265,7 @@ class Service:
         """On the model thread, between two chunks of a long prefill: with requests waiting, give the turn to them and
         run their passes here until this one's turn comes back at the back of the queue; the seconds that took (not
         the prefill's own time). A pass run nested never pauses itself: it sits above the paused one on this thread's
-        stack, so it must end first (a second long prefill that starts while one is paused runs whole)."""
+        stack, so it must end first; a long prefill is therefore never run nested (_Deferred) but queued again."""
         if self._nested or not self.waiting or self._loop is None:
             return 0.0
         start = time.perf_counter()
@@ -266,7 +297,10 @@ class Service:
         try:
             from specviz.runs import decoder_for
 
-            decoder: SpeculativeDecoder = await self._turn_for(lambda: decoder_for(job.run, self.models, job.prompt_ids, top_n=1))
+            def build() -> SpeculativeDecoder:
+                return decoder_for(job.run, self.models, job.prompt_ids, top_n=1)
+
+            decoder: SpeculativeDecoder = await self._turn_for(LongPrefill(build) if len(job.prompt_ids) > PREFILL_CHUNK_TOKENS else build)
             self.decoders.add(decoder)
             detok, stops = Detokenizer(self.tokenizer), StopText(job.stop)
             eos = set(self.models.target.eos_token_ids)
