@@ -10,11 +10,12 @@ from collections.abc import Iterator
 
 
 @contextlib.contextmanager
-def running(app, host: str = "127.0.0.1", timeout_s: float = 30.0) -> Iterator[str]:
-    """Serve app until the block ends; yields its root URL (http://127.0.0.1:PORT). Always stops the server."""
+def running(app, host: str = "127.0.0.1", timeout_s: float = 30.0, config=None) -> Iterator[str]:
+    """Serve app (or, given, a uvicorn config) until the block ends; yields its root URL (http://127.0.0.1:PORT).
+    Always stops the server."""
     import uvicorn
 
-    server = uvicorn.Server(uvicorn.Config(app, host=host, port=0, log_level="warning", lifespan="off"))
+    server = uvicorn.Server(config or uvicorn.Config(app, host=host, port=0, log_level="warning", lifespan="off"))
     thread = threading.Thread(target=server.run, name="test-uvicorn", daemon=True)
     thread.start()
     deadline = time.monotonic() + timeout_s
@@ -28,6 +29,13 @@ def running(app, host: str = "127.0.0.1", timeout_s: float = 30.0) -> Iterator[s
     finally:
         server.should_exit = True
         thread.join(15)
+
+
+def serving(service) -> contextlib.AbstractContextManager[str]:
+    """A specviz Service served as `specviz serve` serves it (its connection limits and deadlines); yields the root URL."""
+    from specviz.workshop.service.server import server_config
+
+    return running(None, config=server_config(service, "127.0.0.1", 0, lifespan="off"))
 
 
 def wait_until(condition, timeout_s: float = 60.0, what: str = "the condition") -> None:

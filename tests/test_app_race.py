@@ -146,3 +146,28 @@ def test_the_presenter_shows_a_race_that_followers_play_without_the_model(pair, 
     assert not follower.exception
     assert follower.radio(key="race_source").value == "the presenter's race"
     assert "Identical text" in texts(follower) and no_model == []
+
+
+def test_a_participant_runs_one_probe_at_a_time_within_a_deadline(room_env, monkeypatch):  # noqa: F811
+    """Issue 42: while one of a participant's probes runs, another is refused with a message; a participant's probe
+    ends by PROBE_DEADLINE_S (the probe's own limits: tests/test_probe_limits.py)."""
+    from specviz.ui.common.client import current_client
+
+    monkeypatch.setenv("SPECVIZ_PROBE_URLS", "http://127.0.0.1:8001/v1")
+    specs = []
+
+    def fake_probe(spec, *args, **kwargs):
+        specs.append(spec)
+        raise ValueError("the fake service is not there")
+
+    monkeypatch.setattr(race_ui, "probe", fake_probe)
+    at = page(probe_model="m")
+    submit = next(b for b in at.button if "Probe" in b.label)
+    with race_ui._probes.hold(current_client().address, "a probe"):  # the same participant's probe, still running
+        submit.click().run()
+    assert "already have a probe running" in texts(at) and specs == []
+    submit = next(b for b in at.button if "Probe" in b.label)
+    submit.click().run()
+    assert "the fake service is not there" in texts(at)
+    assert [s.deadline_s for s in specs] == [race_ui.PROBE_DEADLINE_S]
+    assert len(race_ui._probes) == 0  # given back when the probe ended, even with an error

@@ -93,3 +93,23 @@ def test_serve_pair_hides_which_one_speculates_and_stops_both(tmp_path):
     finally:
         assert stopped(proc) in (0, -signal.SIGTERM)
     wait_until(lambda: not any(healthy(r) for r in roots), 60, "both services stopping")
+
+
+def test_serve_asks_for_its_api_key_and_names_a_local_model_by_its_name(tmp_path, tiny_dir):
+    """The key from SPECVIZ_API_KEY (out of the process list), the served id the folder's name, not its path."""
+    port = free_port_pair()
+    key = "sk-cli-0123456789abcdef"
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "SPECVIZ_API_KEY": key}
+    proc = subprocess.Popen([sys.executable, "-m", "specviz", "serve", "--target", str(tiny_dir["llama"]), "--drafter", "none", "--port", str(port),
+                             "--max-tokens", "4", "--dtype", "float32"], cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)  # fmt: skip
+    root = f"http://127.0.0.1:{port}"
+    try:
+        wait_until(lambda: healthy(root) or proc.poll() is not None, 300, "serve answering")
+        assert proc.poll() is None, proc.stderr.read().decode(errors="replace")
+        with openai.OpenAI(base_url=root + "/v1", api_key=key, max_retries=0) as c:
+            assert [m.id for m in c.models.list().data] == ["llama"]
+            assert c.completions.create(model="llama", prompt="the cat", max_tokens=2).usage.completion_tokens <= 2
+        with openai.OpenAI(base_url=root + "/v1", api_key="wrong", max_retries=0) as c, pytest.raises(openai.AuthenticationError):
+            c.models.list()
+    finally:
+        assert stopped(proc) in (0, -signal.SIGTERM)

@@ -28,7 +28,8 @@ def add_parser(sub) -> None:
                    help="count tokens per chunk with this model's tokenizer (auto: --model when specviz can load it without a download; none: count chunks)")
     p.add_argument("--api-key", default=None, help="sent as the bearer token (default: OPENAI_API_KEY, else a placeholder)")
     p.add_argument("--prompts", default=str(DEFAULT_PROMPTS), help="JSON list of {category, title, prompt} (default: assets/prompts.json)")
-    p.add_argument("--timeout-s", type=float, default=s.timeout_s, help=f"per request (default {s.timeout_s:g})")
+    p.add_argument("--timeout-s", type=float, default=s.timeout_s, help=f"per request: to connect, and between two reads (default {s.timeout_s:g})")
+    p.add_argument("--deadline-s", type=float, default=s.deadline_s, help=f"the whole probe, every request together (default {s.deadline_s:g})")
     p.add_argument("--json", action="store_true", help="print exactly one JSON object on stdout")
 
 
@@ -36,7 +37,7 @@ def run(args: argparse.Namespace) -> int:
     from specviz.experiments.probe import ProbeSpec, probe, tokenizer_for
     from specviz.experiments.prompts import load_prompts
 
-    spec = ProbeSpec(args.base_url, args.model, args.category, args.n, args.max_tokens, args.temperature, args.endpoint, args.timeout_s)
+    spec = ProbeSpec(args.base_url, args.model, args.category, args.n, args.max_tokens, args.temperature, args.endpoint, args.timeout_s, args.deadline_s)
     prompts = [p.prompt for p in load_prompts(args.prompts, [args.category])]
     counter = tokenizer_for(args.tokenizer, args.model)
     api_key = args.api_key or os.environ.get("OPENAI_API_KEY") or "specviz-probe"

@@ -42,11 +42,12 @@ def run(args: argparse.Namespace) -> int:
     from specviz.workshop.pair import run_pair
     from specviz.workshop.race_room import Pair, RaceRoom
     from specviz.workshop.saved_runs import default_run_dir
+    from specviz.workshop.service.config import served_name
 
     service_config(args, args.drafter, True)  # every option checked before anything starts
     if not 1 <= args.port <= 65534:
         raise ValueError(f"--port must leave room for a second service on the next port; got {args.port}.")
-    model_id = args.model_id or args.target
+    model_id = args.model_id or served_name(args.target)
     speculating = secrets.randbelow(2)  # 0: service A speculates
     drafters = [args.drafter if i == speculating else "none" for i in range(2)]
     ports = [args.port, args.port + 1]

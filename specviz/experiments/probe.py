@@ -7,6 +7,11 @@ one). Redirects are not followed: an endpoint that answers 3xx is reported, not 
 must not carry the server's requests to an address nobody allowed). A caller can hand in ``guard``, called with the
 URL of every request before it is sent (the app's allow-list, specviz.workshop.probe_urls).
 
+What an endpoint can make the probe hold is bounded (ProbeTransport): the whole probe ends by ``deadline_s`` (a server
+that trickles a byte at a time, or goes silent, is cut off then), each response is read up to ``max_stream_bytes``,
+and no proxy is taken from the environment (HTTP_PROXY and friends would send a shared server's requests, and what
+they carry, wherever the variables of its process point).
+
 Tokens per chunk: with the target's tokenizer when the model is known (the whole answer tokenized once, each token
 given to the chunk its last character arrived in), otherwise each chunk counts as one token ("chunks"); the result
 says which. A service that sends several tokens per chunk is then undercounted, never its cadence.
@@ -17,7 +22,11 @@ prompts are the benchmark's (assets/prompts.json) for the category, cycled.
 
 from __future__ import annotations
 
+import functools
+import importlib
 import math
+import socket
+import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -29,6 +38,7 @@ from specviz.core.bursts import Arrivals, BurstReport, analyze
 CATEGORIES = ("copy", "code", "prose", "qa")
 MAX_REQUESTS = 50
 MAX_TOKENS = 4096
+MAX_STREAM_BYTES = 4 * 1024 * 1024  # default cap per response: 4,096 tokens at ~200 bytes a chunk is under 1 MB
 Guard = Callable[[str], None]  # raises ValueError for a URL that may not be requested
 ProgressFn = Callable[[int, int, str], None]
 
@@ -42,7 +52,9 @@ class ProbeSpec:
     max_tokens: int = 128
     temperature: float = 0.0
     endpoint: Literal["chat", "completions"] = "chat"
-    timeout_s: float = 120.0
+    timeout_s: float = 120.0  # per request: to connect, and between two reads
+    deadline_s: float = 600.0  # the whole probe, every request together
+    max_stream_bytes: int = MAX_STREAM_BYTES  # per response
 
     def __post_init__(self) -> None:
         if not isinstance(self.base_url, str) or not self.base_url.lower().startswith(("http://", "https://")) or len(self.base_url) > 2000:
@@ -61,6 +73,10 @@ class ProbeSpec:
             raise ValueError(f"The endpoint must be chat or completions; got {self.endpoint!r}.")
         if not 0 < self.timeout_s <= 3600 or not math.isfinite(self.timeout_s):
             raise ValueError("The timeout must be between 0 and 3600 seconds.")
+        if not 0 < self.deadline_s <= 24 * 3600 or not math.isfinite(self.deadline_s):
+            raise ValueError("The deadline must be between 0 and 86400 seconds.")
+        if not 1024 <= self.max_stream_bytes <= 1 << 30:
+            raise ValueError("The byte cap per response must be between 1 KiB and 1 GiB.")
 
 
 @dataclass(frozen=True)
@@ -175,7 +191,7 @@ def probe(
         raise ValueError(f"No {spec.category} prompts to send.")
     if guard is not None:
         guard(spec.base_url)
-    client = _client(spec, api_key, guard)
+    client = _client(spec, api_key, guard, time.monotonic() + spec.deadline_s)
     streams = []
     try:
         for i in range(spec.n):
@@ -190,15 +206,109 @@ def probe(
     return ProbeResult(spec, tuple(streams), counted_as, analyze([s.arrivals for s in streams]))
 
 
-def _client(spec: ProbeSpec, api_key: str, guard: Guard | None):
+def _client(spec: ProbeSpec, api_key: str, guard: Guard | None, deadline: float):
     import openai
 
     def check(request) -> None:  # every request, before it is sent
         if guard is not None:
             guard(str(request.url))
 
-    http = openai.DefaultHttpxClient(follow_redirects=False, event_hooks={"request": [check]}, timeout=spec.timeout_s)
+    transport = ProbeTransport(_http_library().HTTPTransport(trust_env=False), deadline, spec.deadline_s, spec.max_stream_bytes, spec.base_url)
+    http = openai.DefaultHttpxClient(follow_redirects=False, event_hooks={"request": [check]}, timeout=spec.timeout_s, trust_env=False, transport=transport)
     return openai.OpenAI(base_url=spec.base_url, api_key=api_key, max_retries=1, timeout=spec.timeout_s, http_client=http)
+
+
+def _http_library():
+    """The HTTP library under the openai client (its default client's base class's package)."""
+    import openai
+
+    base = next(c for c in openai.DefaultHttpxClient.__mro__ if not c.__module__.startswith("openai"))
+    return importlib.import_module(base.__module__.split(".")[0])
+
+
+class ProbeTransport:
+    """The client's HTTP transport with the probe's limits: no request starts after the deadline and none waits past it
+    (each request's timeouts shortened to the time left; the response's socket shut down when the deadline comes, so
+    a read blocked on a silent server ends too), and a response's body is read up to max_bytes. A limit reached raises
+    ValueError with a message."""
+
+    def __init__(self, inner, deadline: float, deadline_s: float, max_bytes: int, base_url: str) -> None:
+        self.inner, self.deadline, self.max_bytes, self.base_url = inner, deadline, max_bytes, base_url
+        self.late = f"{base_url} did not finish within the probe's deadline of {deadline_s:g} s."
+
+    def handle_request(self, request):
+        left = self.deadline - time.monotonic()
+        if left <= 0:
+            raise ValueError(self.late)
+        timeouts = request.extensions.get("timeout") or {}
+        request.extensions["timeout"] = {k: left if v is None else min(v, left) for k, v in timeouts.items()} or dict.fromkeys(("connect", "read", "write", "pool"), left)
+        response = self.inner.handle_request(request)
+        response.stream = _capped_body_class()(response.stream, self, _socket_of(response))
+        return response
+
+    def close(self) -> None:
+        self.inner.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+class _CappedBody:
+    """A response body read under ProbeTransport's limits."""
+
+    def __init__(self, inner, limits: ProbeTransport, sock: socket.socket | None) -> None:
+        self.inner, self.limits, self.sock = inner, limits, sock
+
+    def __iter__(self):
+        limits, read = self.limits, 0
+        watchdog = threading.Timer(max(0.0, limits.deadline - time.monotonic()), self._cut) if self.sock is not None else None
+        if watchdog is not None:
+            watchdog.daemon = True
+            watchdog.start()
+        try:
+            for chunk in self.inner:
+                read += len(chunk)
+                if read > limits.max_bytes:
+                    raise ValueError(f"The answer from {limits.base_url} was over {limits.max_bytes:,} bytes, the most the probe reads of one.")
+                if time.monotonic() > limits.deadline:
+                    raise ValueError(limits.late)
+                yield chunk
+        except ValueError:
+            raise
+        except Exception:
+            if time.monotonic() >= limits.deadline:  # the watchdog cut a read short
+                raise ValueError(limits.late) from None
+            raise
+        finally:
+            if watchdog is not None:
+                watchdog.cancel()
+
+    def _cut(self) -> None:
+        try:
+            self.sock.shutdown(socket.SHUT_RDWR)  # type: ignore[union-attr]
+        except OSError:
+            pass
+
+    def close(self) -> None:
+        self.inner.close()
+
+
+@functools.cache
+def _capped_body_class() -> type:
+    """_CappedBody as the HTTP library's SyncByteStream (its client checks a response's stream is one)."""
+    return type("CappedBody", (_CappedBody, _http_library().SyncByteStream), {})
+
+
+def _socket_of(response) -> socket.socket | None:
+    stream = response.extensions.get("network_stream")
+    try:
+        sock = stream.get_extra_info("socket") if stream is not None else None
+    except Exception:  # a transport without it: the shortened timeouts still bound the wait
+        return None
+    return sock if isinstance(sock, socket.socket) else None
 
 
 def _one(client, spec: ProbeSpec, prompt: str, counter) -> ProbedStream:

@@ -7,7 +7,8 @@
   session; the playback (specviz.viz.playback) runs in the browser, so a saved race or the presenter's race plays with
   no model.
 * Measure a real service: the probe (specviz.experiments.probe) from this server. In shared mode only the owner's
-  listed services can be probed (specviz.workshop.probe_urls), at most PROBE_MAX_N requests of at most max new tokens.
+  listed services can be probed (specviz.workshop.probe_urls), at most PROBE_MAX_N requests of at most max new tokens,
+  within PROBE_DEADLINE_S, and one probe at a time per participant (client address, as the model queue's rotation).
 * The room (specviz.workshop.race_room): with the presenter key, *Show this race to the room* makes every page play
   it; `serve-pair` starts the exercise *Which service speculates?*, whose guesses the room board counts and whose
   truth the presenter reveals.
@@ -15,6 +16,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import secrets
 
@@ -28,6 +30,7 @@ from specviz.experiments.race import run_race
 from specviz.runs import kv_tokens
 from specviz.ui.common import backmsgs, budgets, widgets
 from specviz.ui.common.access import current_policy
+from specviz.ui.common.client import current_client
 from specviz.ui.common.models import run_models
 from specviz.ui.common.settings import presenter_key_setting
 from specviz.ui.common.turns import long_job
@@ -38,16 +41,21 @@ from specviz.ui.step_through.sidebar import Settings, sidebar
 from specviz.viz.markdown import md_code, md_text
 from specviz.viz.playback import playback_html
 from specviz.viz.race import burst_size_figure, gap_histogram, gap_series, lane_frame
+from specviz.workshop.jobs import LongJobs
 from specviz.workshop.probe_urls import check_probe_url, guard_for
 from specviz.workshop.race_room import NAMES, RaceRoom, voter_id
 
 RACE_KEY = "specviz_race"  # this session's latest race (a RaceResult)
 PROBE_KEY = "specviz_probe"  # this session's latest probe (a ProbeResult)
 PROBE_MAX_N = 5  # requests per probe for a participant
+PROBE_DEADLINE_S = 120.0  # a participant's whole probe (the owner's: ProbeSpec's default)
 WATCH_EVERY_S = 3.0  # how often a page looks whether the presenter showed a race, or the exercise moved on
 SEEN_KEY = "specviz_race_room_seen"  # the room files' stamp this page last drew
 PLAYER_HEIGHT = 450
 LOCAL_URL = "http://127.0.0.1:8000/v1"
+
+
+_probes = LongJobs()  # client address -> the probe it runs (shared mode): one at a time per participant
 
 
 def settings() -> Settings:
@@ -253,14 +261,16 @@ def _probe(url: str, model: str, category: str, n: int, max_tokens: int, allowed
         url = check_probe_url(url, allowed)
         if allowed is not None:  # the normalised URL must still be one of the owner's, as written there (labels, reveal)
             url = next((a for a in allowed if check_probe_url(a, None) == url), url)
-        spec = ProbeSpec(url, model.strip(), category, n, max_tokens)
+        shared = current_policy().shared
+        spec = ProbeSpec(url, model.strip(), category, n, max_tokens, **({"deadline_s": PROBE_DEADLINE_S} if shared else {}))
         counter = None
         config = config_settings.config
         if config is not None and model.strip() == config.target:  # the model is known: count with its tokenizer
             target = load_target(config)
             counter = ChunkCounter(target.tokenizer, target.name)
         prompts = [p.prompt for p in load_prompts(categories=[category])]
-        with st.status(f"Probing {md_text(url)}: {n} requests, one after another…", expanded=False) as status:
+        hold = _probes.hold(current_client().address, "a probe") if shared else contextlib.nullcontext()
+        with hold, st.status(f"Probing {md_text(url)}: {n} requests, one after another…", expanded=False) as status:
             result = probe(spec, prompts, counter, guard=guard_for(allowed))
             status.update(label="Probed", state="complete")
     except ValueError as exc:

@@ -4,6 +4,8 @@
   text      committed tokens -> text: characters held back until whole (Detokenizer), stop sequences cut (StopText)
   response  what goes back: a completion's body, a stream's SSE chunks, usage and its truth, and the responses that
             end a request when its client goes away (EventStream, until_disconnect)
+  turns     ModelThread: the one thread every model pass runs on, and where a paused prefill lets others' passes run
+  connection  uvicorn with a service's connection limits: DeadlineH11 (a request head's and a stalled write's deadlines)
   server    Service (the Starlette app: endpoints, slots, the one model queue, the rounds), load_on_model_thread,
             run_server; its docstring says how it decodes
 Import each name from the module that defines it; this package re-exports nothing.

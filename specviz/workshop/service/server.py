@@ -8,13 +8,20 @@ How it decodes:
 
 * **One model turn at a time, first come first served.** Every model pass (a request's prefill, each round) waits in
   one FIFO queue (an asyncio lock: its waiters are served in order) and runs on one model thread; a stream takes one
-  turn per round, so concurrent streams interleave round by round and none starves the others.
+  turn per round, so concurrent streams interleave round by round and none starves the others. A long prefill runs in
+  chunks (specviz.core.protocols.PREFILL_CHUNK_TOKENS) and between two hands its turn to the requests waiting and
+  queues again at the back (Service._pause), so a stream waits for one chunk, never for a whole prefill.
 * **Each round's tokens are sent as soon as they are committed.** ``chunks="round"`` (the default) writes one SSE
   chunk per round carrying all its tokens, as vLLM does; ``chunks="token"`` writes one chunk per token, a round's
   chunks back to back. A probe sees the rounds in the chunk sizes with the first, in the gaps with the second.
 * **Caps** (the owner's flags): max_tokens per request, prompt tokens (counted with the target's tokenizer, after the
   chat template), and requests in flight (streams and not); over a cap the request is refused with OpenAI's error
   shape (``{"error": {"message", "type", "param", "code"}}``) and a message that says what to change.
+* **What a client can make it hold** is bounded before it costs anything: the body (application/json only, at most
+  request.MAX_BODY_BYTES, within the read deadline, parsed off the event loop), a slot taken before the prompt is
+  tokenized (off the event loop), connections (uvicorn's limit), a request head's and a stalled write's deadlines
+  (specviz.workshop.service.connection). With an API key, every /v1 request must send it (a Bearer token, compared in
+  constant time). An error's message says what to change, never what failed inside (the log has the traceback).
 * **The truth, for checking a probe**: ``usage.specviz`` = ``{"target_passes", "tokens_per_target_pass", "drafter",
   "num_draft_tokens"}`` (in a stream, in the usage chunk that ``stream_options.include_usage`` asks for), and the header
   ``x-specviz-tokens-per-target-pass`` on a whole response. ``report_truth=False`` leaves all of it out (the room
@@ -29,23 +36,26 @@ Exactness is the engine's: each request is a fresh decoder from specviz.runs, gr
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import contextlib
+import hmac
 import logging
 import time
 import weakref
 from collections import deque
 from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
+import anyio
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from specviz.core.decoding import SpeculativeDecoder
+from specviz.core.protocols import PREFILL_CHUNK_TOKENS, pausable
 from specviz.workshop.service.config import ServiceConfig
-from specviz.workshop.service.request import ApiError, Job, json_body, parse_job, server_error
+from specviz.workshop.service.request import ApiError, Job, check_request, encode_job, read_json, server_error
 from specviz.workshop.service.response import (
     DONE,
     EventStream,
@@ -58,6 +68,7 @@ from specviz.workshop.service.response import (
     usage,
 )
 from specviz.workshop.service.text import Detokenizer, StopText
+from specviz.workshop.service.turns import ModelThread
 
 if TYPE_CHECKING:  # specviz.runs (and the model layer with it) is imported when a request first decodes
     from specviz.runs import RunModels
@@ -65,8 +76,31 @@ if TYPE_CHECKING:  # specviz.runs (and the model layer with it) is imported when
 log = logging.getLogger(__name__)
 
 
-def new_model_thread() -> concurrent.futures.ThreadPoolExecutor:
-    return concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="specviz-model")
+@dataclass(frozen=True)
+class LongPrefill:
+    """A turn's work that prefills more than one chunk: it pauses between chunks, so it must run at the top of the model
+    thread, never nested inside another prefill's pause (Service._pause)."""
+
+    build: Callable[[], Any]
+
+    def __call__(self) -> Any:
+        return self.build()
+
+
+class _Deferred(Exception):
+    """A LongPrefill whose turn came inside another's pause: it gives the turn back unstarted and queues again."""
+
+
+def _call_in(loop: asyncio.AbstractEventLoop, callback: Callable[[], Any]) -> None:
+    """callback in loop, from any thread; nothing once the loop is closed (the server stopped while a pass ran)."""
+    try:
+        loop.call_soon_threadsafe(callback)
+    except RuntimeError:
+        pass
+
+
+def new_model_thread() -> ModelThread:
+    return ModelThread("specviz-model")
 
 
 def load_on_model_thread(config: ServiceConfig, load: Callable[[], RunModels], **options) -> Service:
@@ -83,7 +117,7 @@ class Service:
     """The API over one target and drafter. Per-request state lives in the request's coroutine; the models are only
     read. ``app`` is the Starlette application."""
 
-    def __init__(self, config: ServiceConfig, models: RunModels, *, history: int = 64, model_thread: concurrent.futures.ThreadPoolExecutor | None = None) -> None:
+    def __init__(self, config: ServiceConfig, models: RunModels, *, history: int = 64, model_thread: ModelThread | None = None) -> None:
         self.config = config
         self.models = models
         self.tokenizer = models.target.tokenizer
@@ -91,9 +125,14 @@ class Service:
         self.active = 0  # requests holding a slot
         self.waiting = 0  # requests waiting for a model turn
         self.rounds_run = 0  # every round this service decoded
+        self.handed_on = 0  # times a long prefill let the waiting requests' passes run between two of its chunks
+        self.deferred = 0  # times a long prefill whose turn came inside another's pause queued again to start on top
         self.history: deque[Finished] = deque(maxlen=history)
         self.decoders: weakref.WeakSet[SpeculativeDecoder] = weakref.WeakSet()  # alive now (tests: nothing leaks)
         self._turn: asyncio.Lock | None = None  # made in the server's event loop
+        self._loop: asyncio.AbstractEventLoop | None = None  # that loop
+        self._nested = 0  # passes running inside a paused prefill (model thread only): they never pause themselves
+        self._tokenizing = anyio.CapacityLimiter(1)  # one prompt tokenized at a time, off the event loop
         # every model pass on one thread: torch's OpenMP team belongs to the thread that calls it, so passes from a
         # pool of threads would each start their own team and oversubscribe the cores (docs/performance.md)
         self._model_thread = model_thread or new_model_thread()
@@ -104,12 +143,16 @@ class Service:
                 Route("/v1/completions", self.completions, methods=["POST"]),
                 Route("/health", self.health, methods=["GET"]),
             ],
-            exception_handlers={404: self._not_found, 405: self._not_allowed},
+            exception_handlers={404: self._not_found, 405: self._not_allowed, Exception: self._failed},
         )
 
     # --- endpoints ------------------------------------------------------------------------------------------
 
     async def list_models(self, request: Request) -> Response:
+        try:
+            self._authorize(request)
+        except ApiError as exc:
+            return exc.response()
         return JSONResponse({"object": "list", "data": [{"id": self.config.model_id, "object": "model", "created": self.created, "owned_by": "specviz"}]})
 
     async def health(self, request: Request) -> Response:
@@ -127,22 +170,45 @@ class Service:
     async def _not_allowed(self, request: Request, exc: Exception) -> Response:
         return ApiError(405, f"{request.method} is not allowed on {request.url.path}.", code="method_not_allowed").response()
 
+    async def _failed(self, request: Request, exc: Exception) -> Response:
+        log.error("request to %s failed", request.url.path, exc_info=exc)
+        return server_error().response()
+
+    def _authorize(self, request: Request) -> None:
+        """With an API key: the request's Bearer token must be it (compared in constant time); ApiError 401 if not."""
+        key = self.config.api_key
+        if key is None:
+            return
+        scheme, _, token = request.headers.get("authorization", "").partition(" ")
+        if scheme.lower() != "bearer" or not hmac.compare_digest(token.strip().encode(), key.encode()):
+            raise ApiError(401, "Incorrect or missing API key: send the key this server was started with as Authorization: Bearer <key>.",
+                           code="invalid_api_key")  # fmt: skip
+
     async def _handle(self, request: Request, kind: Literal["chat", "text"]) -> Response:
         try:
-            body = await json_body(request)
-            job = parse_job(body, kind, self.config, self.models.target)
-            self._reserve()
+            self._authorize(request)
+            checked = check_request(await read_json(request, self.config.read_timeout_s), kind, self.config)
+            self._reserve()  # before the prompt costs anything: a slot is what bounds the tokenizing too
         except ApiError as exc:
             return exc.response()
+        try:
+            job = await anyio.to_thread.run_sync(encode_job, checked, self.config, self.models.target, limiter=self._tokenizing)
+        except ApiError as exc:
+            self._release()
+            return exc.response()
+        except Exception:
+            self._release()
+            log.exception("encoding a prompt failed")
+            return server_error().response()
         if job.stream:
             return EventStream(self._events(job), self._release, truth_headers(self.config, None))
         try:
             result = await until_disconnect(request, self._complete(job))
         except ApiError as exc:
             return exc.response()
-        except Exception as exc:  # a failure inside the engine: the client gets OpenAI's shape, the log the traceback
+        except Exception:  # a failure inside the engine: the client gets OpenAI's shape, the log the traceback
             log.exception("request failed")
-            return server_error(exc).response()
+            return server_error().response()
         finally:
             self._release()
         if result is None:
@@ -164,24 +230,64 @@ class Service:
     # --- decoding -----------------------------------------------------------------------------------------------
 
     async def _turn_for(self, work: Callable[[], Any]) -> Any:
-        """Run work (one model pass) in a worker thread, in the queue's next turn."""
+        """Run work (one model pass) on the model thread, in the queue's next turn. The turn ends when the work does:
+        cancelled (the client left), a pass not yet started is dropped and one running finishes first (torch cannot be
+        interrupted), so passes never overlap."""
         if self._turn is None:
             self._turn = asyncio.Lock()  # FIFO: a released lock wakes its longest waiter
+            self._loop = asyncio.get_running_loop()
+        loop, turn = self._loop, self._turn
+        while True:
+            self.waiting += 1
+            try:
+                async with asyncio.timeout(self.config.queue_timeout_s):
+                    await turn.acquire()
+            except TimeoutError:
+                raise ApiError(503, f"Waited {self.config.queue_timeout_s:.0f} s for the model without a turn: the server is busy. Try again in a minute.",
+                               code="queue_timeout", kind="server_error") from None  # fmt: skip
+            finally:
+                self.waiting -= 1
+            future = self._model_thread.submit(lambda: self._in_turn(work))
+            future.add_done_callback(lambda _: _call_in(loop, turn.release))
+            try:
+                return await asyncio.wrap_future(future)
+            except _Deferred:  # a long prefill handed a turn inside another's pause: queue again, to start where it can pause
+                self.deferred += 1
+
+    def _in_turn(self, work: Callable[[], Any]) -> Any:
+        """On the model thread: work, with a long prefill's pause points handing the turn on (_pause)."""
+        if self._nested and isinstance(work, LongPrefill):
+            raise _Deferred
+        with pausable(self._pause):
+            return work()
+
+    def _pause(self) -> float:
+        """On the model thread, between two chunks of a long prefill: with requests waiting, give the turn to them and
+        run their passes here until this one's turn comes back at the back of the queue; the seconds that took (not
+        the prefill's own time). A pass run nested never pauses itself: it sits above the paused one on this thread's
+        stack, so it must end first; a long prefill is therefore never run nested (_Deferred) but queued again."""
+        if self._nested or not self.waiting or self._loop is None:
+            return 0.0
+        start = time.perf_counter()
+        back = asyncio.run_coroutine_threadsafe(self._hand_on(), self._loop)
+        self._nested += 1
+        try:
+            self._model_thread.run_until(back)
+        finally:
+            self._nested -= 1
+        back.result()
+        self.handed_on += 1
+        return time.perf_counter() - start
+
+    async def _hand_on(self) -> None:
+        """In the event loop, for a paused prefill: release its turn to the first waiter and queue for it again."""
+        assert self._turn is not None
+        self._turn.release()
         self.waiting += 1
         try:
-            async with asyncio.timeout(self.config.queue_timeout_s):
-                await self._turn.acquire()
-        except TimeoutError:
-            raise ApiError(503, f"Waited {self.config.queue_timeout_s:.0f} s for the model without a turn: the server is busy. Try again in a minute.",
-                           code="queue_timeout", kind="server_error") from None  # fmt: skip
+            await self._turn.acquire()
         finally:
             self.waiting -= 1
-        try:
-            # Cancelled (the client left), a pass not yet started is dropped and one running finishes on the model thread
-            # (torch cannot be interrupted) while the next turn's pass queues behind it: passes never overlap.
-            return await asyncio.wrap_future(self._model_thread.submit(work))
-        finally:
-            self._turn.release()
 
     async def _rounds(self, job: Job, outcome: list[Finished]) -> AsyncIterator[list[str]]:
         """Prefill, then one round per turn; yields each round's new text, one piece per token (stop sequences cut,
@@ -191,7 +297,10 @@ class Service:
         try:
             from specviz.runs import decoder_for
 
-            decoder: SpeculativeDecoder = await self._turn_for(lambda: decoder_for(job.run, self.models, job.prompt_ids, top_n=1))
+            def build() -> SpeculativeDecoder:
+                return decoder_for(job.run, self.models, job.prompt_ids, top_n=1)
+
+            decoder: SpeculativeDecoder = await self._turn_for(LongPrefill(build) if len(job.prompt_ids) > PREFILL_CHUNK_TOKENS else build)
             self.decoders.add(decoder)
             detok, stops = Detokenizer(self.tokenizer), StopText(job.stop)
             eos = set(self.models.target.eos_token_ids)
@@ -246,12 +355,20 @@ class Service:
             yield DONE
         except ApiError as exc:  # a queue timeout mid-stream: the stream ends with OpenAI's error event
             yield sse(exc.body())
-        except Exception as exc:  # a failure inside the engine, mid-stream: the same, and the traceback to the log
+        except Exception:  # a failure inside the engine, mid-stream: the same, and the traceback to the log
             log.exception("stream failed")
-            yield sse(server_error(exc).body())
+            yield sse(server_error().body())
+
+def server_config(service: Service, host: str, port: int, **options):
+    """The uvicorn config that serves service with its owner's connection limits (specviz.workshop.service.connection)."""
+    from specviz.workshop.service.connection import server_config as config_for
+
+    c = service.config
+    return config_for(service.app, host, port, c.max_connections, c.read_timeout_s, c.write_timeout_s, **options)
+
 
 def run_server(service: Service, host: str, port: int) -> None:
     """Serve until interrupted (uvicorn; Ctrl+C or SIGTERM stops it)."""
     import uvicorn
 
-    uvicorn.run(service.app, host=host, port=port, log_level="warning", timeout_graceful_shutdown=5)
+    uvicorn.Server(server_config(service, host, port)).run()
