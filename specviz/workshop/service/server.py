@@ -45,6 +45,7 @@ from starlette.routing import Route
 
 from specviz.core.decoding import SpeculativeDecoder
 from specviz.workshop.service.config import ServiceConfig
+from specviz.workshop.service.hosts import guard_hosts
 from specviz.workshop.service.request import ApiError, Job, json_body, parse_job, server_error
 from specviz.workshop.service.response import (
     DONE,
@@ -251,7 +252,8 @@ class Service:
             yield sse(server_error(exc).body())
 
 def run_server(service: Service, host: str, port: int) -> None:
-    """Serve until interrupted (uvicorn; Ctrl+C or SIGTERM stops it)."""
+    """Serve until interrupted (uvicorn; Ctrl+C or SIGTERM stops it). On loopback only requests naming loopback in
+    their Host are answered (specviz.workshop.service.hosts: DNS rebinding)."""
     import uvicorn
 
-    uvicorn.run(service.app, host=host, port=port, log_level="warning", timeout_graceful_shutdown=5)
+    uvicorn.run(guard_hosts(service.app, host), host=host, port=port, log_level="warning", timeout_graceful_shutdown=5)
