@@ -41,6 +41,7 @@ def test_a_foreign_host_is_never_the_owner(host):
     and the proxy headers alone made it the owner."""
     client = identify("127.0.0.1", [("Host", host), ("Origin", f"http://{host}")], {})
     assert not client.owner_possible and "localhost" in client.why
+    assert client.address == "loopback" != LOCAL  # counted like any participant: the owner's address is never capped
     assert not identify("127.0.0.1", [("Host", host)], {}).owner_possible
 
 

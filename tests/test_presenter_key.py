@@ -134,20 +134,20 @@ def test_during_a_room_lock_each_address_gets_a_few_spaced_guesses_an_hour_and_n
     """The price of letting clean clients in: an address is compared at most CLIENT_FREE_TRIES times while the room
     is locked, each wrong key locking it first (no faster than its own locks), then it is a suspect for
     FORGET_CLIENT_S. An oracle would be: a locked room that compares every try and answers the right one."""
-    for attacker in ("10.7.0.1", "2001:db8::1"):  # an IPv6 attacker gets no more for its /64's many addresses
+    for attacker in ("10.7.0.1", "2001:db8::1"):  # an IPv6 attacker gets no more for its /48's many addresses
         clock, root = Clock(), tmp_path / attacker.replace(":", "_")
         root.mkdir()
         _spend_the_rooms_budget(root, clock)
         verdicts = []
         for n in range(100):  # a try every 5 s for the rest of the room's lock
             clock.now += 5
-            address = attacker if "." in attacker else f"2001:db8::{n + 1:x}"
+            address = attacker if "." in attacker else f"2001:db8:0:{n + 1:x}::1"  # a new /64 each time
             verdicts.append(KeyGuard(root, clock).attempt("guess", KEY, address))
         wrong = [v for v in verdicts if v.outcome == "wrong"]
         assert len(wrong) == pk.CLIENT_FREE_TRIES and all(v.locked == "client" and v.wait_s >= pk.CLIENT_LOCK_S for v in wrong[:-1])
         assert wrong[-1].locked == "room"  # the last made it a suspect: the room's lock holds it now
         assert {v.outcome for v in verdicts} == {"wrong", "locked"}
-    assert pk.guard_key("2001:db8::1") == pk.guard_key("2001:db8::ffff") == "2001:db8::/64"
+    assert pk.guard_key("2001:db8::1") == pk.guard_key("2001:db8:0:ffff::1") == "2001:db8::/48" != pk.guard_key("2001:db8:1::1")
     assert pk.guard_key("10.7.0.1") == "10.7.0.1" and pk.guard_key("unknown") == "unknown"
 
     # known-bad control: a room lock that compares a locked client's key and answers the right one is an oracle:

@@ -42,7 +42,8 @@ log = logging.getLogger(__name__)
 TRUSTED_PROXIES_ENV = "SPECVIZ_TRUSTED_PROXIES"
 LOOPBACK_NETWORKS = (ipaddress.ip_network("127.0.0.0/8"), ipaddress.ip_network("::1/128"))  # always trusted
 PROXY_HEADERS = frozenset({"x-forwarded-for", "forwarded", "x-real-ip", "x-forwarded-host", "x-forwarded-proto", "cf-connecting-ip", "true-client-ip", "x-client-ip"})
-LOCAL = "local"  # the address of a loopback client with no proxy in between
+LOCAL = "local"  # the address of the owner: a loopback client with no proxy in between, naming loopback
+LOOPBACK = "loopback"  # the address of any other loopback client with no proxy header (a page at another name): counted, capped
 UNKNOWN = "unknown"
 MAX_ADDRESS_CHARS = 64
 MAX_HOPS = 32  # hops read from the right of a forwarding header; a longer chain is a client's invention
@@ -56,7 +57,7 @@ Address = ipaddress.IPv4Address | ipaddress.IPv6Address
 class Client:
     """One browser session's client: its address for limits, and whether it is this machine's owner at the keyboard."""
 
-    address: str  # an IP address, LOCAL, or UNKNOWN
+    address: str  # an IP address, LOCAL (the owner, never capped), LOOPBACK or UNKNOWN
     owner_possible: bool  # loopback peer, no proxy header, loopback Host and Origin: the only client local mode may trust
     why: str  # one line a page can show ("you connect from this machine", "through a proxy", ...)
 
@@ -198,7 +199,7 @@ def identify(peer: str | None, headers: Iterable[tuple[str, str]] | Mapping[str,
         why_not = _owner_check(pairs)
         if why_not is None:
             return Client(LOCAL, True, "you connect from this machine, with no proxy in between")
-        return Client(LOCAL, False, why_not)
+        return Client(LOOPBACK, False, why_not)
     networks = trusted_proxies(environ)
     if not _trusted(peer_ip, networks):  # whatever headers it sends, a client elsewhere cannot pick its address
         return Client(str(peer_ip), False, "you connect from another machine")

@@ -4,9 +4,9 @@ wrong keys that every replica of a room shares.
 A wrong key is counted twice, in one small file of the run directory the replicas share (KeyGuard):
 
 * **per client** (its address, specviz.workshop.clients: the TCP peer, or behind a trusted proxy the first untrusted
-  hop of X-Forwarded-For; an IPv6 address counts by its /64, which one machine can fill with addresses):
-  CLIENT_FREE_TRIES wrong keys, then a wait of CLIENT_LOCK_S that doubles with each further wrong key up to
-  CLIENT_MAX_LOCK_S. A new browser session, a reload or a cleared session state is the same client: the count is
+  hop of X-Forwarded-For; an IPv6 address by its /48, one site's allocation, whose /64s its holder has by the
+  thousand): CLIENT_FREE_TRIES wrong keys, then a wait of CLIENT_LOCK_S that doubles with each further wrong key up
+  to CLIENT_MAX_LOCK_S. A new browser session, a reload or a cleared session state is the same client: the count is
   not in the session.
 * **for the room**, whoever sends them: at most ROOM_MAX_WRONG wrong keys in any ROOM_WINDOW_S; past that the room
   is locked until the oldest of them is ROOM_WINDOW_S old.
@@ -21,10 +21,10 @@ during a room lock, the right key presents, and every wrong key it sends then lo
 doubling). Why this is not an oracle that speeds guessing up: while the room is locked each address gets at most
 CLIENT_FREE_TRIES compared guesses per FORGET_CLIENT_S, spaced by its own locks, and no more once the guard
 remembers MAX_CLIENTS clients (new clients then wait with the suspects: forgetting a client to make room would hand
-its address fresh tries). The bound while locked: 3 guesses an hour per address (IPv4, or IPv6 /64), at most
-3 x MAX_CLIENTS an hour whatever the attacker holds, besides the room's own ROOM_MAX_WRONG per ROOM_WINDOW_S. A key
-that passes key_weakness is out of reach at that rate for longer than any workshop lasts; a generated one (144 bits)
-for good. What a lock can still do: keep out the teacher's *own* address after three of its own wrong keys (a short
+its address fresh tries). The bound while locked: 3 guesses an hour per address (IPv4, or IPv6 /48), at most
+3 x MAX_CLIENTS an hour whatever the attacker holds, besides the room's own ROOM_MAX_WRONG per ROOM_WINDOW_S. A
+generated key (144 bits) or 16 random characters stays out of reach at that rate by many orders of magnitude; a
+phrase a person makes up is weaker, which is why the room makes the key. What a lock can still do: keep out the teacher's *own* address after three of its own wrong keys (a short
 wait), or an address the teacher shares with the attacker (one NAT): the owner then deletes ``room.keyguard``.
 
 The file holds counts, times and client addresses only: never the key, a hash of it or what was typed. Updates take
@@ -69,6 +69,7 @@ CLIENT_FREE_TRIES = 3  # one client's wrong keys before it waits
 CLIENT_LOCK_S = 30.0  # its first wait, doubling with each further wrong key
 CLIENT_MAX_LOCK_S = 900.0
 FORGET_CLIENT_S = 3600.0  # a client quiet (and not locked) this long starts again from nothing
+IPV6_PREFIX = 48  # IPv6 clients are counted by this network (guard_key)
 MAX_CLIENTS = 2000  # beyond this the longest-quiet clients are forgotten (the room's count still holds)
 
 Outcome = Literal["off", "weak", "empty", "locked", "wrong", "ok"]
@@ -229,13 +230,14 @@ class KeyGuard:
 
 
 def guard_key(address: str) -> str:
-    """The name a client is counted under: its address, an IPv6 address by its /64 (one machine's share)."""
+    """The name a client is counted under: its address, an IPv6 address by its /48 (one site's allocation: a free
+    tunnel broker hands out a /48, 65,536 /64s)."""
     try:
         ip = ipaddress.ip_address(address)
     except ValueError:
         return address[:64]  # "local", "unknown"
     if ip.version == 6:
-        return str(ipaddress.ip_network(f"{ip}/64", strict=False))
+        return str(ipaddress.ip_network(f"{ip}/{IPV6_PREFIX}", strict=False))
     return str(ip)
 
 
