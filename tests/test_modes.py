@@ -45,8 +45,11 @@ def test_the_mode_of_a_session(setting, address, owner_possible, mode):
 @pytest.mark.parametrize(
     ("peer", "headers", "owner_possible"),
     [
-        ("127.0.0.1", {}, True),
-        ("::1", {}, True),
+        ("127.0.0.1", {"Host": "localhost:8501"}, True),
+        ("::1", {"Host": "[::1]:8501", "Origin": "http://[::1]:8501"}, True),
+        ("127.0.0.1", {}, False),  # no Host: not a browser that typed a loopback address
+        ("127.0.0.1", {"Host": "evil.example:8501", "Origin": "http://evil.example:8501"}, False),  # DNS rebinding
+        ("127.0.0.1", {"Host": "localhost:8501", "Origin": "https://evil.example"}, False),  # another site's page
         ("192.0.2.2", {}, False),  # this machine's own LAN address is not loopback: a client of the room
         ("127.0.0.1", {"X-Forwarded-For": "192.0.2.9"}, False),  # a reverse proxy on this machine
         ("127.0.0.1", {"Forwarded": "for=192.0.2.9"}, False),

@@ -95,50 +95,101 @@ def test_wrong_keys_from_one_client_lock_it_out_across_sessions_and_replicas(tmp
     assert [SessionGate().attempt("guess") for _ in range(10)] == ["wrong"] * 10  # a fresh session each try: never locked
 
 
-def test_the_room_takes_a_few_wrong_keys_from_everyone_together_then_everyone_waits(tmp_path):
-    """Many addresses (one guess each) spend the room's budget; then no client's key is compared, the right one
-    included, until the oldest wrong key is ROOM_WINDOW_S old."""
-    clock = Clock()
-    for i in range(pk.ROOM_MAX_WRONG - 1):
+def _spend_the_rooms_budget(tmp_path, clock: Clock, suspect: str = "10.1.0.1") -> None:
+    """One suspect (CLIENT_FREE_TRIES wrong keys) and single wrong keys from other addresses, one second apart,
+    until the room has taken ROOM_MAX_WRONG: the room is locked for ROOM_WINDOW_S from the first."""
+    for _ in range(pk.CLIENT_FREE_TRIES):
         clock.now += 1
-        assert KeyGuard(tmp_path, clock).attempt("guess", KEY, f"10.1.0.{i}") == pk.Verdict("wrong")
-    first = clock.now - (pk.ROOM_MAX_WRONG - 2)
-    clock.now += 1
-    last = KeyGuard(tmp_path, clock).attempt("guess", KEY, "10.1.1.1")
-    assert last.outcome == "wrong" and last.locked == "room" and last.wait_s == pytest.approx(first + pk.ROOM_WINDOW_S - clock.now)
+        KeyGuard(tmp_path, clock).attempt("guess", KEY, suspect)
+    for i in range(pk.ROOM_MAX_WRONG - pk.CLIENT_FREE_TRIES):
+        clock.now += 1
+        assert KeyGuard(tmp_path, clock).attempt("guess", KEY, f"10.1.2.{i}").outcome == "wrong"
+
+
+def test_a_room_lock_holds_the_suspects_and_never_the_right_key_of_a_clean_client(tmp_path):
+    """Many addresses spend the room's budget: a suspect's key (the right one included) is not compared until the
+    oldest wrong key is ROOM_WINDOW_S old, but the teacher's right key from an address with no wrong keys presents.
+    Known-bad (the code before): the room lock held everyone, so any attacker with a few addresses kept the teacher
+    out for the whole workshop."""
+    clock = Clock()
+    first = clock.now + 1
+    _spend_the_rooms_budget(tmp_path, clock)
     compared = []
     real = pk.check_key
     try:
         pk.check_key = lambda given, configured: compared.append(given) or real(given, configured)
-        locked = KeyGuard(tmp_path, clock).attempt(KEY, KEY, "10.2.0.1")
+        clock.now += pk.CLIENT_LOCK_S + 1  # the suspect's own lock is over; the room's is not
+        locked = KeyGuard(tmp_path, clock).attempt(KEY, KEY, "10.1.0.1")
+        assert locked.outcome == "locked" and locked.locked == "room" and compared == []  # a lock-out never compares the key
+        assert locked.wait_s == pytest.approx(first + pk.ROOM_WINDOW_S - clock.now)
+        assert KeyGuard(tmp_path, clock).attempt(KEY, KEY, "10.9.0.1") == pk.Verdict("ok")  # the teacher, never seen before
+        assert KeyGuard(tmp_path, clock).attempt(KEY, KEY, "10.1.2.0") == pk.Verdict("ok")  # one wrong key of its own: not a suspect
     finally:
         pk.check_key = real
-    assert locked.outcome == "locked" and locked.locked == "room" and compared == []  # a lock-out never compares the key
-    clock.now = first + pk.ROOM_WINDOW_S + 0.5  # the oldest wrong key left the window: one more try for the room
-    assert KeyGuard(tmp_path, clock).attempt(KEY, KEY, "10.2.0.1").outcome == "ok"
-    assert KeyGuard(tmp_path, clock).attempt("guess", KEY, "10.2.0.2").locked == "room"
-    # the bound: at most ROOM_MAX_WRONG wrong keys are ever compared in any ROOM_WINDOW_S
-    assert pk.ROOM_MAX_WRONG / (pk.ROOM_WINDOW_S / 60) <= 1.0
+    clock.now = first + pk.ROOM_WINDOW_S + 0.5  # the oldest wrong key left the window: the suspect is compared again
+    assert KeyGuard(tmp_path, clock).attempt(KEY, KEY, "10.1.0.1").outcome == "ok"
 
 
-def test_replicas_trying_at_once_cannot_spend_more_than_the_rooms_budget(tmp_path):
-    """Threads with their own KeyGuard (replicas sharing the run directory) guess at once from many addresses: the
-    flock lets exactly ROOM_MAX_WRONG of them be compared."""
+def test_during_a_room_lock_each_address_gets_a_few_spaced_guesses_an_hour_and_no_more(tmp_path):
+    """The price of letting clean clients in: an address is compared at most CLIENT_FREE_TRIES times while the room
+    is locked, each wrong key locking it first (no faster than its own locks), then it is a suspect for
+    FORGET_CLIENT_S. An oracle would be: a locked room that compares every try and answers the right one."""
+    for attacker in ("10.7.0.1", "2001:db8::1"):  # an IPv6 attacker gets no more for its /48's many addresses
+        clock, root = Clock(), tmp_path / attacker.replace(":", "_")
+        root.mkdir()
+        _spend_the_rooms_budget(root, clock)
+        verdicts = []
+        for n in range(100):  # a try every 5 s for the rest of the room's lock
+            clock.now += 5
+            address = attacker if "." in attacker else f"2001:db8:0:{n + 1:x}::1"  # a new /64 each time
+            verdicts.append(KeyGuard(root, clock).attempt("guess", KEY, address))
+        wrong = [v for v in verdicts if v.outcome == "wrong"]
+        assert len(wrong) == pk.CLIENT_FREE_TRIES and all(v.locked == "client" and v.wait_s >= pk.CLIENT_LOCK_S for v in wrong[:-1])
+        assert wrong[-1].locked == "room"  # the last made it a suspect: the room's lock holds it now
+        assert {v.outcome for v in verdicts} == {"wrong", "locked"}
+    assert pk.guard_key("2001:db8::1") == pk.guard_key("2001:db8:0:ffff::1") == "2001:db8::/48" != pk.guard_key("2001:db8:1::1")
+    assert pk.guard_key("10.7.0.1") == "10.7.0.1" and pk.guard_key("unknown") == "unknown"
+
+    # known-bad control: a room lock that compares a locked client's key and answers the right one is an oracle:
+    # every try is checked, at the rate they arrive
+    def oracle(given: str) -> str:
+        return "ok" if check_key(given, KEY) else "locked"
+
+    answers = [oracle(f"guess {n}") for n in range(1000)] + [oracle(KEY)]
+    assert answers.count("locked") == 1000 and answers[-1] == "ok"  # 1,001 compared tries, the right one found
+
+
+def test_when_the_guard_is_full_new_clients_wait_with_the_suspects(tmp_path, monkeypatch):
+    """Forgetting a client to remember a new one would hand the forgotten address fresh tries: while the room is
+    locked and the guard remembers MAX_CLIENTS clients, a new client is not compared."""
+    monkeypatch.setattr(pk, "MAX_CLIENTS", pk.ROOM_MAX_WRONG - pk.CLIENT_FREE_TRIES + 1)
     clock = Clock()
-    verdicts, start = [], threading.Barrier(8)
+    _spend_the_rooms_budget(tmp_path, clock)
+    assert KeyGuard(tmp_path, clock).attempt(KEY, KEY, "10.8.0.1").locked == "room"
+    assert not (tmp_path / pk.GUARD_NAME).read_text().count("10.8.0.1")
+
+
+def test_replicas_trying_at_once_lose_no_count(tmp_path):
+    """Threads with their own KeyGuard (replicas sharing the run directory) guess at once, one address each: the
+    flock loses no update (the file's counts are the verdicts'), no address is compared more than CLIENT_FREE_TRIES
+    times, and the room's budget is spent."""
+    clock = Clock()
+    verdicts: dict[str, list[str]] = {}
+    start = threading.Barrier(8)
 
     def guess(n: int) -> None:
-        guard = KeyGuard(tmp_path, clock)
+        guard, address = KeyGuard(tmp_path, clock), f"10.3.{n}.1"
         start.wait()
-        for i in range(6):
-            verdicts.append(guard.attempt("guess", KEY, f"10.3.{n}.{i}").outcome)
+        verdicts[address] = [guard.attempt("guess", KEY, address).outcome for _ in range(6)]
 
     threads = [threading.Thread(target=guess, args=(n,)) for n in range(8)]
     for t in threads:
         t.start()
     for t in threads:
         t.join()
-    assert verdicts.count("wrong") == pk.ROOM_MAX_WRONG and verdicts.count("locked") == 48 - pk.ROOM_MAX_WRONG
+    data = json.loads((tmp_path / pk.GUARD_NAME).read_text())
+    assert all(data["clients"][a][0] == v.count("wrong") <= pk.CLIENT_FREE_TRIES for a, v in verdicts.items())
+    assert sum(v.count("wrong") for v in verdicts.values()) >= pk.ROOM_MAX_WRONG <= len(data["room"])
 
 
 def test_the_guard_file_holds_counts_times_and_addresses_only(tmp_path):

@@ -90,6 +90,8 @@ def test_a_row_that_meets_every_goal_says_so_and_each_goal_is_caught():
         ("key-guess", {"by_threads": {1: {"checked_per_min": 706.0, "limited": 0, "errors": 0, "sessions": 1}, 4: {"checked_per_min": 2280.0, "limited": 0, "errors": 0, "sessions": 4}}}, 2),
         ("key-guess", {"by_threads": {1: {"checked_per_min": 3.0, "limited": 400, "errors": 0, "sessions": 90}, 4: {"checked_per_min": 6.0, "limited": 900, "errors": 0, "sessions": 300}}}, 0),
         ("key-guess", {"by_threads": {1: {"checked_per_min": 3.0, "limited": 1, "errors": 0, "sessions": 1, "presenting": 1}}}, 1),
+        ("key-guess", {"by_threads": {}, "teacher_presented": False, "lockers_checked": 10, "lockers_limited": 0}, 1),  # issue 42, item 4
+        ("key-guess", {"by_threads": {}, "teacher_presented": True, "lockers_checked": 11, "lockers_limited": 0}, 0),
         ("owner", {"setups": [{"setup": "a", "participant": True, "owner_widgets": ["trust_remote_code"]}, {"setup": "owner", "participant": False, "owner_widgets": ["trust_remote_code"]}]}, 1),
         ("owner", {"setups": [{"setup": "a", "participant": True, "owner_widgets": []}, {"setup": "owner", "participant": False, "owner_widgets": ["trust_remote_code"]}]}, 0),
         ("run-flood", {"victim_run_kept": False, "presented_run_kept": False, "board_bytes_added": 3520}, 3),

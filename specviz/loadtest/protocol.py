@@ -22,6 +22,7 @@ upload() PUTs a file (or only claims a Content-Length). One session per thread.
 from __future__ import annotations
 
 import http.cookiejar
+import socket
 import time
 import urllib.parse
 import urllib.request
@@ -93,7 +94,8 @@ class StSession:
     """One browser-less session of a Streamlit app."""
 
     def __init__(self, url: str, query: dict[str, str] | str | None = None, timeout_s: float = 300.0, headers: dict[str, str] | None = None, source: str | None = None, page: str = "") -> None:
-        """headers: sent with the page's GET and the websocket's upgrade (a proxy's, say). source: the local address the
+        """headers: sent with the page's GET and the websocket's upgrade (a proxy's, say); a Host here is sent instead of
+        the URL's, with a matching Origin unless headers name one (a page at a DNS-rebinding name). source: the local address the
         websocket connects from (e.g. 127.0.0.7: on Linux every 127.x.y.z is this machine), so one test machine can be
         several clients to a server that counts per client address. page: a page's URL path ("exactness"); "" is the
         app's default page."""
@@ -132,12 +134,15 @@ class StSession:
             resp.read()  # as the frontend does first: Streamlit sets its XSRF cookie here (uploads send it back)
         parsed = urllib.parse.urlparse(self.base)
         scheme = "wss" if parsed.scheme == "https" else "ws"
-        headers = {**self.headers, "Origin": f"{parsed.scheme}://{parsed.netloc}"}
+        host = next((v for k, v in self.headers.items() if k.lower() == "host"), None)
+        headers = {"Origin": f"{parsed.scheme}://{host or parsed.netloc}", **{k: v for k, v in self.headers.items() if k.lower() != "host"}}
         cookie = self._cookie_header()
         if cookie:
             headers["Cookie"] = cookie
         source = {"source_address": (self.source, 0)} if self.source else {}
-        self._ws = connect(f"{scheme}://{parsed.netloc}{parsed.path}/_stcore/stream", subprotocols=["streamlit"], additional_headers=headers,
+        if host:  # the URI names the Host; the socket goes to the URL's address
+            source = {"sock": socket.create_connection((parsed.hostname, parsed.port or 80), timeout=self.timeout_s, source_address=(self.source, 0) if self.source else None)}
+        self._ws = connect(f"{scheme}://{host or parsed.netloc}{parsed.path}/_stcore/stream", subprotocols=["streamlit"], additional_headers=headers,
                            open_timeout=self.timeout_s, max_size=None, ping_interval=20, ping_timeout=None, **source)  # fmt: skip
         self._keep_cookies(self._ws.response.headers.get_all("Set-Cookie"))
 

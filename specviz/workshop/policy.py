@@ -6,8 +6,9 @@ device/dtype choices are hidden unless the owner allowed them, models come from 
 one click can ask for is capped. Which one a browser session gets (decide_mode):
 
 * shared when SPECVIZ_MODE=shared;
-* shared when the client cannot be the owner: its connection does not come from this machine's loopback, or it
-  carries a proxy header (specviz.workshop.clients), whatever the bind address or SPECVIZ_MODE says;
+* shared when the client cannot be the owner: its connection does not come from this machine's loopback, it
+  carries a proxy header, or its Host or Origin names another site than localhost (a page at a DNS-rebinding name:
+  specviz.workshop.clients), whatever the bind address or SPECVIZ_MODE says;
 * otherwise local when the server listens on a local address (localhost, 127.0.0.1, ::1, or none given) or
   SPECVIZ_MODE=local; shared when it listens on any other address (0.0.0.0: the owner runs it for a room).
 
@@ -272,12 +273,12 @@ def decide_mode(setting: str | None, server_address: str | None, owner_possible:
     """("local" | "shared", why) for one browser session (module docstring).
 
     setting: the owner's SPECVIZ_MODE / mode (None: auto); owner_possible: the session's client is this machine's
-    loopback with no proxy header (specviz.workshop.clients.Client.owner_possible). why completes "Local mode: ..." /
+    loopback with no proxy header, naming loopback in its Host and Origin (specviz.workshop.clients.Client.owner_possible). why completes "Local mode: ..." /
     "Shared mode: ..." (the client's own reason is said apart)."""
     if setting == "shared":
         return "shared", "the owner set SPECVIZ_MODE=shared"
     if not owner_possible:
-        return "shared", "only a client on this machine's loopback, with no proxy in between, can be its owner"
+        return "shared", "only a browser on this machine's loopback, at localhost or 127.0.0.1, with no proxy in between, can be its owner"
     if setting == "local":
         return "local", "you are this machine's owner, and SPECVIZ_MODE=local"
     if is_local_address(server_address):
@@ -289,7 +290,7 @@ def mode_rule(setting: str | None, server_address: str | None) -> str:
     """The mode rule of this server in one line (logged once at start)."""
     if setting == "shared":
         return "SPECVIZ_MODE=shared: every session is in shared mode"
-    owner = "a session from this machine's loopback with no proxy header is the owner (local mode)"
+    owner = "a session from this machine's loopback with no proxy header, a loopback Host and Origin is the owner (local mode)"
     if setting == "local":
         return f"SPECVIZ_MODE=local: {owner}; every other session is in shared mode"
     if is_local_address(server_address):

@@ -3,18 +3,29 @@ wrong keys that every replica of a room shares.
 
 A wrong key is counted twice, in one small file of the run directory the replicas share (KeyGuard):
 
-* **per client** (its address, specviz.workshop.clients: the TCP peer, or behind the room's HAProxy the address it
-  appended to X-Forwarded-For): CLIENT_FREE_TRIES wrong keys, then a wait of CLIENT_LOCK_S that doubles with each
-  further wrong key up to CLIENT_MAX_LOCK_S. A new browser session, a reload or a cleared session state is the same
-  client: the count is not in the session.
-* **for the room**, whoever sends them: at most ROOM_MAX_WRONG wrong keys in any ROOM_WINDOW_S; past that every
-  client waits until the oldest of them is ROOM_WINDOW_S old. This bounds the guess rate of an attacker with many
-  addresses (on average one guess a minute, ten at most in a burst).
+* **per client** (its address, specviz.workshop.clients: the TCP peer, or behind a trusted proxy the first untrusted
+  hop of X-Forwarded-For; an IPv6 address by its /48, one site's allocation, whose /64s its holder has by the
+  thousand): CLIENT_FREE_TRIES wrong keys, then a wait of CLIENT_LOCK_S that doubles with each further wrong key up
+  to CLIENT_MAX_LOCK_S. A new browser session, a reload or a cleared session state is the same client: the count is
+  not in the session.
+* **for the room**, whoever sends them: at most ROOM_MAX_WRONG wrong keys in any ROOM_WINDOW_S; past that the room
+  is locked until the oldest of them is ROOM_WINDOW_S old.
 
-A client or a room that must wait is told how long, and its key is **not compared** (nor counted). The trade-off: an
-attacker can delay presenting (every client waits while the room's budget is spent), not guess the key: at one
-guess a minute, a key that passes key_weakness() takes longer than any workshop lasts, by many orders of magnitude.
-The owner ends a lock-out early by deleting ``room.keyguard`` in the run directory.
+A client that must wait is told how long, and its key is **not compared** (nor counted): an answer that differs
+between the right key and a wrong one is an oracle, and an oracle answered at the rate requests arrive is no limit.
+
+**The right key always gets in; guessing stays slow.** A room lock that refused everyone would let anyone with a few
+addresses keep the teacher out for the whole workshop. So the room lock holds only *suspects*: clients with
+CLIENT_FREE_TRIES wrong keys on record (kept FORGET_CLIENT_S after the last). A client with fewer is still compared
+during a room lock, the right key presents, and every wrong key it sends then locks it at once (CLIENT_LOCK_S,
+doubling). Why this is not an oracle that speeds guessing up: while the room is locked each address gets at most
+CLIENT_FREE_TRIES compared guesses per FORGET_CLIENT_S, spaced by its own locks, and no more once the guard
+remembers MAX_CLIENTS clients (new clients then wait with the suspects: forgetting a client to make room would hand
+its address fresh tries). The bound while locked: 3 guesses an hour per address (IPv4, or IPv6 /48), at most
+3 x MAX_CLIENTS an hour whatever the attacker holds, besides the room's own ROOM_MAX_WRONG per ROOM_WINDOW_S. A
+generated key (144 bits) or 16 random characters stays out of reach at that rate by many orders of magnitude; a
+phrase a person makes up is weaker, which is why the room makes the key. What a lock can still do: keep out the teacher's *own* address after three of its own wrong keys (a short
+wait), or an address the teacher shares with the attacker (one NAT): the owner then deletes ``room.keyguard``.
 
 The file holds counts, times and client addresses only: never the key, a hash of it or what was typed. Updates take
 an flock (as specviz.workshop.presentation's store), so two replicas cannot both spend the room's last try.
@@ -26,6 +37,7 @@ from __future__ import annotations
 
 import contextlib
 import hmac
+import ipaddress
 import json
 import logging
 import math
@@ -57,6 +69,7 @@ CLIENT_FREE_TRIES = 3  # one client's wrong keys before it waits
 CLIENT_LOCK_S = 30.0  # its first wait, doubling with each further wrong key
 CLIENT_MAX_LOCK_S = 900.0
 FORGET_CLIENT_S = 3600.0  # a client quiet (and not locked) this long starts again from nothing
+IPV6_PREFIX = 48  # IPv6 clients are counted by this network (guard_key)
 MAX_CLIENTS = 2000  # beyond this the longest-quiet clients are forgotten (the room's count still holds)
 
 Outcome = Literal["off", "weak", "empty", "locked", "wrong", "ok"]
@@ -136,19 +149,23 @@ class KeyGuard:
 
     def attempt(self, given: object, configured: str | None, client: str) -> Verdict:
         """One try at the key by ``client`` (an address). 'off' (no key set), 'weak' (the key set is too weak: no
-        key works), 'locked' (wait: nothing compared, nothing counted), 'empty', 'wrong' or 'ok'."""
+        key works), 'locked' (wait: nothing compared, nothing counted), 'empty', 'wrong' or 'ok'. A room lock holds
+        suspects only (module docstring: the right key always gets in)."""
         if configured is None:
             return Verdict("off")
         if key_weakness(configured) is not None:
             return Verdict("weak")
+        client = guard_key(client)
         with self._locked():
             now = self._clock()
             room, clients = self._read(now)
             entry = clients.get(client, _Client())
             room_wait = self._room_wait(room, now)
             client_wait = max(0.0, entry.locked_until - now)
-            if room_wait > 0 or client_wait > 0:  # a lock-out never compares the key
-                return Verdict("locked", max(room_wait, client_wait), "room" if room_wait >= client_wait else "client")
+            suspect = entry.wrong >= CLIENT_FREE_TRIES or (client not in clients and len(clients) >= MAX_CLIENTS)
+            if client_wait > 0 or (room_wait > 0 and suspect):  # a lock-out never compares the key
+                wait = client_wait if room_wait <= 0 or not suspect else max(room_wait, client_wait)
+                return Verdict("locked", wait, "room" if room_wait > 0 and suspect and room_wait >= client_wait else "client")
             if not isinstance(given, str) or not given.strip():
                 return Verdict("empty")
             if check_key(given, configured):
@@ -158,12 +175,14 @@ class KeyGuard:
                 return Verdict("ok")
             room.append(now)
             entry.wrong, entry.last = entry.wrong + 1, now
-            if entry.wrong >= CLIENT_FREE_TRIES:
-                entry.locked_until = now + min(CLIENT_MAX_LOCK_S, CLIENT_LOCK_S * 2 ** (entry.wrong - CLIENT_FREE_TRIES))
+            if entry.wrong >= CLIENT_FREE_TRIES or room_wait > 0:  # during a room lock every compared wrong key locks its client
+                entry.locked_until = now + min(CLIENT_MAX_LOCK_S, CLIENT_LOCK_S * 2 ** max(0, entry.wrong - CLIENT_FREE_TRIES))
             clients[client] = entry
             self._write(room, clients)
         room_wait, client_wait = self._room_wait(room, now), max(0.0, entry.locked_until - now)
         log.warning("room: a wrong presenter key from %s (%d in the room's last %.0f min)", client, len(room), ROOM_WINDOW_S / 60)  # never the key
+        if entry.wrong < CLIENT_FREE_TRIES:
+            room_wait = 0.0  # not a suspect: the room's lock does not hold it (its own may)
         if room_wait <= 0 and client_wait <= 0:
             return Verdict("wrong")
         return Verdict("wrong", max(room_wait, client_wait), "room" if room_wait >= client_wait else "client")
@@ -208,6 +227,18 @@ class KeyGuard:
     def _write(self, room: list[float], clients: dict[str, _Client]) -> None:
         data = {"room": room, "clients": {a: [c.wrong, c.locked_until, c.last] for a, c in clients.items()}}
         write_atomic(self.path, json.dumps(data, separators=(",", ":")).encode("utf-8"))
+
+
+def guard_key(address: str) -> str:
+    """The name a client is counted under: its address, an IPv6 address by its /48 (one site's allocation: a free
+    tunnel broker hands out a /48, 65,536 /64s)."""
+    try:
+        ip = ipaddress.ip_address(address)
+    except ValueError:
+        return address[:64]  # "local", "unknown"
+    if ip.version == 6:
+        return str(ipaddress.ip_network(f"{ip}/{IPV6_PREFIX}", strict=False))
+    return str(ip)
 
 
 def _time(value: object) -> bool:

@@ -22,7 +22,7 @@ PER_SESSION = (PROMPT_TOKENS + MAX_NEW + K + 1) + (PROMPT_TOKENS + MAX_NEW + 1) 
 KV_BYTES = 46_080  # the embedded SmolLM2-135M in float32 (tests/test_budgets.py checks it)
 ALLOWANCE_MB = 10  # a session's own objects besides its KV cache (state, records, frames); ten grew the server < 30 MB here
 PER_ADDRESS = 2  # SPECVIZ_MAX_SESSIONS_PER_CLIENT here
-FORWARDED = {"X-Forwarded-For": "203.0.113.7"}  # as the room's balancer would say (SPECVIZ_TRUST_PROXY=1 trusts it from loopback)
+FORWARDED = {"X-Forwarded-For": "203.0.113.7"}  # as the room's balancer would say (a proxy on loopback is trusted)
 
 
 def prompt_at_the_budget(tokenizer) -> str:
@@ -52,7 +52,7 @@ def rss_mb(process: psutil.Process) -> float:
 def test_ten_sessions_at_the_budget_stay_within_it_and_the_eleventh_gets_the_message(tmp_path, smollm):
     env = {
         "SPECVIZ_MODE": "shared", "SPECVIZ_MAX_PROMPT_TOKENS": str(PROMPT_TOKENS), "SPECVIZ_MAX_KV_TOKENS": str(SESSIONS * PER_SESSION),
-        "SPECVIZ_RUN_DIR": str(tmp_path / "runs"), "SPECVIZ_MAX_SESSIONS_PER_CLIENT": str(PER_ADDRESS), "SPECVIZ_TRUST_PROXY": "1",
+        "SPECVIZ_RUN_DIR": str(tmp_path / "runs"), "SPECVIZ_MAX_SESSIONS_PER_CLIENT": str(PER_ADDRESS),
     }  # fmt: skip
     prompt = prompt_at_the_budget(smollm.tokenizer)
     query = {"drafter": "lookup", "num_draft_tokens": str(K), "max_new_tokens": str(MAX_NEW), "prompt": prompt}

@@ -1,5 +1,7 @@
-"""The access attacks: cleared caches beside a presentation (issue 32, item 2), guessed presenter keys (item 3), and
-owner powers reached through a proxy header or a server bound to every address (item 5)."""
+"""The access attacks: cleared caches beside a presentation (issue 32, item 2), guessed presenter keys (item 3) and
+a room locked by many addresses while the teacher presents (issue 42, item 4), and owner powers reached through a
+proxy header, a server bound to every address (issue 32, item 5), a page at a DNS-rebinding name or another site's
+page, or a proxy that adds no header (issue 42, item 3)."""
 
 from __future__ import annotations
 
@@ -31,16 +33,20 @@ from specviz.loadtest.attacks.harness import (
     Harness,
     Presenting,
     own_run,
+    present,
     sidebar_alerts,
 )
 from specviz.loadtest.protocol import StSession
 from specviz.loadtest.room import room
 from specviz.loadtest.server import healthy, stop_server
+from specviz.workshop import presenter_key as pk
 from specviz.workshop.processes import free_port
 
 MODEL_LOAD = re.compile(r"Loading weights")  # transformers' progress bar in a replica's log: one line per model load
 LOG_RELAY_S = 2.0  # the room copies its replicas' output to its log every half second or so
 FORWARDED = {"X-Forwarded-For": "203.0.113.7"}  # a documentation address: a client somewhere else, as a proxy says
+LOCKERS = "127.0.1.{}"  # the addresses that lock the room (each one wrong key), through the balancer's X-Forwarded-For
+TEACHER_SOURCE = "127.0.0.77"  # the teacher's address: no wrong key from it
 
 
 def _try_key(s: StSession, key: str) -> str:
@@ -158,7 +164,31 @@ def attack_key_guess(h: Harness, cfg: Config) -> dict:
             for k, v in g.said.items():
                 said.setdefault(k, v)
         by_threads[n] = {**total, "checked_per_min": round(total["checked"] / minutes, 1), "said": said}
-    return {"by_threads": by_threads, "presentation_after": h.presentations().read() is not None}
+    return {"by_threads": by_threads, "presentation_after": h.presentations().read() is not None, **_teacher_in_a_locked_room(h)}
+
+
+def _teacher_in_a_locked_room(h: Harness) -> dict:
+    """ROOM_MAX_WRONG addresses send one wrong key each (the room is locked), one of them tries again (checked, then
+    locked), then the teacher, from an address with no wrong key, Steps and presents with the right key."""
+    said = []
+    for i in range(pk.ROOM_MAX_WRONG + 1):
+        s = h.session(replica=None, source=LOCKERS.format(10 + min(i, pk.ROOM_MAX_WRONG - 1)))
+        try:
+            s.open()
+            said.append(_try_key(s, f"a wrong key {i}"))
+        finally:
+            s.close()
+    teacher = h.session(VICTIM_QUERY, replica=None, source=TEACHER_SOURCE)
+    try:
+        teacher.open()
+        own_run(teacher)
+        teacher.click(KEY_STEP)
+        made = present(h, teacher)
+    finally:
+        teacher.close()
+    if made is not None:
+        h.presentations().stop(made.id)
+    return {"lockers_checked": said.count("checked"), "lockers_limited": said.count("limited"), "teacher_presented": made is not None}
 
 
 def machine_address() -> str | None:
@@ -223,5 +253,10 @@ def attack_owner(h: Harness, cfg: Config) -> dict:
             if address:
                 setups.append(_probe(f'--server.address "" at {address}', f"http://{address}:{port}", True))
             setups.append(_probe('--server.address "" on loopback with X-Forwarded-For (a tunnel or proxy)', f"http://127.0.0.1:{port}", True, FORWARDED))
+            loopback = f"http://127.0.0.1:{port}"
+            setups.append(_probe("a page at a DNS-rebinding name (Host and Origin evil.example, on loopback)", loopback, True, {"Host": f"evil.example:{port}"}))
+            setups.append(_probe("another site's page (Host localhost, Origin evil.example)", loopback, True, {"Host": f"localhost:{port}", "Origin": "http://evil.example"}))
+            public = {"Host": "specviz.example.org", "Origin": "https://specviz.example.org"}
+            setups.append(_probe("a visitor through a proxy that adds no header (loopback, the public Host and Origin)", loopback, True, public))
             setups.append(_probe('--server.address "" on loopback, no proxy header (the owner: control)', f"http://127.0.0.1:{port}", False))
     return {"machine_address": address, "setups": setups}

@@ -125,6 +125,8 @@ def judge_key_guess(o: dict, goals: Goals) -> list[str]:
             missed.append(f"{r['checked_per_min']:.0f} keys checked a minute from {threads} thread(s) (goal <= {goals.max_guesses_per_min:g})")
         if r.get("presenting"):
             missed.append("a guessed key presented")
+    if o.get("teacher_presented") is False:
+        missed.append("the teacher's right key was refused in a room locked by others")
     return missed
 
 

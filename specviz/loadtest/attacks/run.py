@@ -21,14 +21,16 @@ as a hostile participant would (the sticky cookie is theirs to set); the present
                         was cleared), with a presenter and --followers followers: model loads in r1's log, pushes per
                         presenter Step before and after, and whether the sender's presenter-key back-off survives
   key-guess         [3] wrong presenter keys from 1 and from 4 client threads, --guess-s each, a fresh session
-                        whenever one is refused (as an attacker would): keys checked per minute, refusals, errors
+                        whenever one is refused (as an attacker would): keys checked per minute, refusals, errors;
+                        then ten addresses lock the room and the teacher, from another, presents (issue 42, item 4)
   memory            [4] --memory-sessions sessions at the token budget (prompt at --max-prompt-tokens, max new
                         tokens at the cap, compare with early exit) stepping, then one more: its message
   owner             [5] do participants get owner powers (trust remote code, downloads, pickle) through the room's
                         balancer with X-Forwarded-For, through a room started with SPECVIZ_MODE=local (bound to
                         0.0.0.0, reached at this machine's non-loopback address), and from `streamlit run app.py
-                        --server.address ""` (non-loopback address; loopback with a proxy header; loopback alone is
-                        the owner: the control)
+                        --server.address ""` (non-loopback address; loopback with a proxy header; a page at a
+                        DNS-rebinding name, another site's page, a visitor through a proxy that adds no header (issue
+                        42, item 3); loopback alone is the owner: the control)
   run-flood         [6] a 1 MB run directory: one session alternating ?run=A / ?run=B reruns, then Steps of a
                         finished fork at --spam-per-s a second: files written and evicted, whether the victim's and
                         the presented run survive, board bytes added

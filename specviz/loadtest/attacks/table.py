@@ -7,6 +7,7 @@ import json
 
 from specviz.loadtest.attacks.catalogue import Attack
 from specviz.loadtest.attacks.goals import Goals, verdict
+from specviz.workshop import presenter_key as pk
 
 
 def describe(name: str, o: dict) -> str:
@@ -22,6 +23,9 @@ def describe(name: str, o: dict) -> str:
                 f"{g('pushes_per_step_after')}; a wrong key after the clears was {g('backoff_after_clears')}")  # fmt: skip
     if name == "key-guess":
         parts = [f"{r['checked_per_min']:.0f}/min checked from {t} thread(s) ({r['limited']} refused unseen, {r['errors']} errors, {r['sessions']} sessions)" for t, r in sorted(o.get("by_threads", {}).items())]
+        if "teacher_presented" in o:
+            teacher = "presented" if o["teacher_presented"] else "was LOCKED OUT"
+            parts.append(f"{pk.ROOM_MAX_WRONG} addresses locked the room ({o.get('lockers_checked', '?')} checked, {o.get('lockers_limited', '?')} refused unseen); the teacher's right key from another address {teacher}")
         return "; ".join(parts) or "?"
     if name == "memory":
         e = o.get("eleventh") or {}

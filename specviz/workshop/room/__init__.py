@@ -8,8 +8,9 @@ Streamlit's websocket (``/_stcore/stream``) through with long tunnel timeouts, a
 a replica dies its browsers reconnect to another one (``option redispatch``) and restore their run from the shared
 run directory (specviz.workshop.saved_runs): the page keeps the run's token in its URL.
 
-Every request HAProxy passes on carries the browser's address (``option forwardfor``), and the replicas trust it
-(SPECVIZ_TRUST_PROXY=1, specviz.workshop.clients): per-client limits such as the presenter key's count real clients,
+Every request HAProxy passes on carries the browser's address (``option forwardfor``), and the replicas read it (a
+proxy on loopback is always trusted, specviz.workshop.clients; SPECVIZ_TRUSTED_PROXIES adds a proxy in front of the
+room): per-client limits such as the presenter key's count real clients,
 not the balancer. With ``--tls-cert PEM`` HAProxy serves HTTPS only (``bind ... ssl crt PEM``), so the presenter key
 and the run tokens do not cross the room's network in clear text. Without a presenter key in the environment or the
 secrets file, the room makes a strong one and prints it once on its terminal (never into a log, the status file, a

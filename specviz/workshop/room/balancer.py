@@ -85,7 +85,7 @@ defaults
     timeout tunnel {TUNNEL_TIMEOUT}        # websockets (/_stcore/stream) once upgraded
     timeout client-fin 30s
     timeout http-request 30s
-    option forwardfor          # X-Forwarded-For: the browser's address, for per-client limits (SPECVIZ_TRUST_PROXY)
+    option forwardfor          # X-Forwarded-For: the browser's address, for per-client limits (specviz.workshop.clients)
 
 frontend room
     bind {address}:{port}{tls}

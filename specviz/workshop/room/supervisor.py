@@ -21,7 +21,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from specviz.workshop.budgets import MEMORY_SHARE_ENV, memory_limit, memory_share
-from specviz.workshop.clients import TRUST_PROXY_ENV
 from specviz.workshop.files import write_atomic
 from specviz.workshop.presenter_key import KEY_ENV, KEY_SECRET
 from specviz.workshop.processes import die_with_parent, free_port, stop_processes
@@ -113,7 +112,7 @@ class Room:
         """Always shared mode: every browser reaches a replica through HAProxy on loopback, so none of them is the
         owner at the keyboard (a SPECVIZ_MODE=local inherited from the shell is overridden, and the log says so). One
         run directory and one cookie secret for all replicas (a browser moved to another replica stays valid), and the
-        balancer's X-Forwarded-For trusted (the replicas are reached through it)."""
+        balancer's X-Forwarded-For read (it is on loopback, which specviz.workshop.clients always trusts)."""
         env = dict(os.environ)
         inherited = env.get("SPECVIZ_MODE", "").strip()
         if inherited.lower() not in ("", "shared"):
@@ -122,7 +121,6 @@ class Room:
         env.setdefault("SPECVIZ_RUN_DIR", str(default_run_dir(env)))
         env.setdefault("STREAMLIT_SERVER_COOKIE_SECRET", secrets.token_hex(32))
         env.update(PYTHONUNBUFFERED="1", STREAMLIT_BROWSER_GATHER_USAGE_STATS="false")
-        env[TRUST_PROXY_ENV] = "1"
         if "OMP_NUM_THREADS" not in env:  # the owner's choice wins
             env["OMP_NUM_THREADS"] = env["MKL_NUM_THREADS"] = str(threads_per_replica(len(self.replicas)))
         env[MEMORY_SHARE_ENV] = replica_memory_share(env, len(self.replicas))

@@ -1,6 +1,7 @@
 """specviz serve: the engine behind an OpenAI-compatible API (docs/race.md). The modules, bottom up (no cycles):
   config    ServiceConfig: what the owner sets on the command line (read by every subcommand's parser: light)
   request   a request's JSON body -> a Job, or ApiError with OpenAI's error fields and a message that says what to change
+  hosts     on loopback, only requests whose Host names loopback (DNS rebinding)
   text      committed tokens -> text: characters held back until whole (Detokenizer), stop sequences cut (StopText)
   response  what goes back: a completion's body, a stream's SSE chunks, usage and its truth, and the responses that
             end a request when its client goes away (EventStream, until_disconnect)

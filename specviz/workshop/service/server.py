@@ -55,6 +55,7 @@ from starlette.routing import Route
 from specviz.core.decoding import SpeculativeDecoder
 from specviz.core.protocols import PREFILL_CHUNK_TOKENS, pausable
 from specviz.workshop.service.config import ServiceConfig
+from specviz.workshop.service.hosts import guard_hosts
 from specviz.workshop.service.request import ApiError, Job, check_request, encode_job, read_json, server_error
 from specviz.workshop.service.response import (
     DONE,
@@ -359,16 +360,19 @@ class Service:
             log.exception("stream failed")
             yield sse(server_error().body())
 
+
 def server_config(service: Service, host: str, port: int, **options):
-    """The uvicorn config that serves service with its owner's connection limits (specviz.workshop.service.connection)."""
+    """The uvicorn config that serves service with its owner's connection limits (specviz.workshop.service.connection),
+    answering on loopback only requests whose Host names loopback (specviz.workshop.service.hosts)."""
     from specviz.workshop.service.connection import server_config as config_for
 
     c = service.config
-    return config_for(service.app, host, port, c.max_connections, c.read_timeout_s, c.write_timeout_s, **options)
+    return config_for(guard_hosts(service.app, host), host, port, c.max_connections, c.read_timeout_s, c.write_timeout_s, **options)
 
 
 def run_server(service: Service, host: str, port: int) -> None:
-    """Serve until interrupted (uvicorn; Ctrl+C or SIGTERM stops it)."""
+    """Serve until interrupted (uvicorn; Ctrl+C or SIGTERM stops it). On loopback only requests naming loopback in
+    their Host are answered (specviz.workshop.service.hosts: DNS rebinding)."""
     import uvicorn
 
     uvicorn.Server(server_config(service, host, port)).run()
