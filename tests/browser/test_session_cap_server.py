@@ -32,7 +32,7 @@ def closed_code(session: StSession, within_s: float) -> int | None:
 def server(tmp_path, tiny_dir):
     env = {
         "SPECVIZ_MODE": "shared", "SPECVIZ_TARGETS": str(tiny_dir["llama"]), "SPECVIZ_RUN_DIR": str(tmp_path / "runs"),
-        "SPECVIZ_MAX_SESSIONS_PER_CLIENT": "1", "SPECVIZ_TRUST_PROXY": "1",
+        "SPECVIZ_MAX_SESSIONS_PER_CLIENT": "1",
     }  # fmt: skip
     with run_app(tmp_path / "server.log", env=env) as handle:
         yield handle
