@@ -1,7 +1,7 @@
 """`specviz serve` bound to loopback answers only requests naming loopback in their Host (DNS rebinding: a page at
 evil.example whose name now resolves to 127.0.0.1 sends Host: evil.example), with a 403 in OpenAI's error shape; bound
-to another address it keeps every Host. The app is the one run_server hands uvicorn (uvicorn.run is caught), served
-on a free loopback port; requests are written on a raw socket, so the Host is exactly what the test says."""
+to another address it keeps every Host. The app is the one run_server hands uvicorn (its server_config), served on a
+free loopback port; requests are written on a raw socket, so the Host is exactly what the test says."""
 
 from __future__ import annotations
 
@@ -23,15 +23,10 @@ pytestmark = pytest.mark.smollm
 
 
 def served_app(smollm, monkeypatch, bind: str):
-    """The ASGI app run_server would serve on ``bind``."""
-    import uvicorn
-
+    """The ASGI app run_server would serve on ``bind`` (the app of the uvicorn config it runs)."""
     run = RunConfig(target=EMBEDDED_TARGET, drafter="lookup", num_draft_tokens=4, dtype="float32", device="cpu")
     service = Service(ServiceConfig(run, EMBEDDED_TARGET, max_tokens=4), resolve_models(run, target=smollm))
-    seen = []
-    monkeypatch.setattr(uvicorn, "run", lambda app, **options: seen.append(app))
-    service_server.run_server(service, bind, 8000)
-    return seen[0]
+    return service_server.server_config(service, bind, 8000).app
 
 
 def raw_get(root: str, path: str, host_line: str | None) -> tuple[int, bytes]:
