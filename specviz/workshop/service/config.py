@@ -9,6 +9,7 @@ from typing import Literal
 from specviz.config import MAX_NEW_TOKENS, RunConfig
 
 ChunkMode = Literal["round", "token"]
+SpecDecodeMetrics = Literal["summary", "detailed", "off"]  # vLLM's --per-request-spec-decode-metrics, plus off
 
 
 @dataclass(frozen=True)
@@ -23,6 +24,7 @@ class ServiceConfig:
     chunks: ChunkMode = "round"
     report_truth: bool = True  # usage.specviz and the header; False hides what the service does
     queue_timeout_s: float = 120.0
+    spec_decode_metrics: SpecDecodeMetrics = "summary"  # metrics.speculative_decoding per response (detailed: per step too)
 
     def __post_init__(self) -> None:
         if not self.model_id.strip() or len(self.model_id) > 200:
@@ -33,5 +35,7 @@ class ServiceConfig:
                 raise ValueError(f"--{name.replace('_', '-')} must be between {low} and {high}; got {value}.")
         if self.chunks not in ("round", "token"):
             raise ValueError(f"--chunks must be 'round' or 'token'; got {self.chunks!r}.")
+        if self.spec_decode_metrics not in ("summary", "detailed", "off"):
+            raise ValueError(f"--spec-decode-metrics must be 'summary', 'detailed' or 'off'; got {self.spec_decode_metrics!r}.")
         if not self.queue_timeout_s > 0:
             raise ValueError("The queue timeout must be positive.")
