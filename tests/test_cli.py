@@ -51,6 +51,10 @@ def check_contract(out: dict, num_samples: int, max_new: int) -> None:
         rounds = [st for st in sample["steps"] if st["drafted"]]
         assert stats["drafting_rounds"] == len(rounds)
         assert stats["mean_acceptance_length"] == (pytest.approx(1 + accepted / len(rounds)) if rounds else None)
+        spec = stats["speculative_decoding"]  # vLLM's per-request object, under vLLM's names, from the same steps
+        assert spec["per_step_accepted"] == [s["num_accepted"] for s in rounds] and spec["per_step_drafted"] == [len(s["drafted"]) for s in rounds]
+        assert (spec["num_spec_steps"], spec["num_accepted_draft_tokens"], spec["num_draft_tokens"]) == (len(rounds), accepted, drafted)
+        assert sum(spec["acceptance_histogram"]) == len(rounds) and spec["mean_acceptance_length"] == stats["mean_acceptance_length"]
         positions = stats["position_acceptance"]
         assert [p["position"] for p in positions] == list(range(1, len(positions) + 1))
         assert sum(p["accepted"] for p in positions) == accepted

@@ -133,3 +133,38 @@ def test_tree_acceptance_is_by_depth_not_by_node_order():
     pos = position_acceptance([tree])
     assert [(p.position, p.reached, p.accepted) for p in pos] == [(1, 1, 1), (2, 1, 0)]
     assert run_metrics([tree]).mean_acceptance_length == pytest.approx(2.0)
+
+
+def test_vllm_spec_decode_object_by_hand():
+    """vLLM's per-request metrics.speculative_decoding from the same records: the drafting rounds are its verify steps
+    (accepted 4, 1, 0, 2 of 4 each; the round that drafted nothing is no step), the histogram counts them by drafts kept."""
+    from specviz.core.metrics import SpecDecodeSteps
+
+    steps = SpecDecodeSteps.of(RECORDS)
+    out = steps.to_json(detailed=True)
+    assert out == {
+        "mean_acceptance_length": pytest.approx(1 + 7 / 4), "draft_acceptance_rate": pytest.approx(7 / 16),
+        "acceptance_histogram": [1, 1, 1, 0, 1], "num_spec_steps": 4, "num_accepted_draft_tokens": 7, "num_draft_tokens": 16,
+        "num_spec_tokens": 4, "per_step_accepted": [4, 1, 0, 2], "per_step_drafted": [4, 4, 4, 4],
+    }  # fmt: skip
+    assert "per_step_accepted" not in steps.to_json() and set(steps.to_json()) < set(out)
+    hist = out["acceptance_histogram"]  # the checks aiperf makes before it keeps a request
+    assert sum(hist) == out["num_spec_steps"] and sum(j * h for j, h in enumerate(hist)) == out["num_accepted_draft_tokens"]
+    # the same numbers as the run's own metrics, and vLLM's per-position numerator is position acceptance's
+    m = run_metrics(RECORDS)
+    assert m.spec_decode == steps and m.to_json()["speculative_decoding"] == out
+    assert (m.mean_acceptance_length, m.acceptance_rate, m.drafting_rounds) == (out["mean_acceptance_length"], out["draft_acceptance_rate"], 4)
+    assert steps.accepted_by_position == tuple(p.accepted for p in position_acceptance(RECORDS)) == (3, 2, 1, 1)
+    # k comes from the service when no round drafted; the histogram always has k + 1 bins
+    assert SpecDecodeSteps.of([RECORDS[3]], 4).to_json()["acceptance_histogram"] == [0, 0, 0, 0, 0]
+    assert SpecDecodeSteps.of([], 3).to_json()["mean_acceptance_length"] is None
+
+
+def test_a_tree_step_counts_its_kept_path_as_accepted_and_its_nodes_as_drafted():
+    """Nodes 0 and 1 at depth 1, 2 under 0, 3 under 1, 4 under 2: the path 0 -> 2 kept, 4 rejected, 1 and 3 not reached."""
+    from specviz.core.metrics import SpecDecodeSteps
+
+    tree = replace(rec("adadr", 3), tree_parents=(-1, -1, 0, 1, 2), tree_width=2, accepted_path=(0, 2))
+    steps = SpecDecodeSteps.of([tree])
+    assert (steps.per_step_accepted, steps.per_step_drafted, steps.num_spec_tokens) == ((2,), (5,), 5)
+    assert steps.acceptance_histogram == (0, 0, 1, 0, 0, 0) and steps.accepted_by_position[:3] == (1, 1, 0)

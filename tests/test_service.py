@@ -63,7 +63,7 @@ def test_chat_completion_is_plain_greedy_text_with_the_truth_in_usage(client, sm
     assert r.choices[0].message.content == text  # speculative greedy == plain greedy, through the API
     assert r.choices[0].finish_reason in ("length", "stop") and r.usage.completion_tokens == len(ids)
     truth = r.usage.model_extra["specviz"]
-    assert truth["drafter"] == "lookup" and truth["num_draft_tokens"] == 4
+    assert truth["drafter"] == "lookup" and r.model_extra["metrics"]["speculative_decoding"]["num_spec_tokens"] == 4
     assert truth["tokens_per_target_pass"] == pytest.approx(r.usage.completion_tokens / truth["target_passes"])
     raw = client.chat.completions.with_raw_response.create(model=MODEL, messages=[{"role": "user", "content": COPY}], max_tokens=4)
     assert float(raw.headers["x-specviz-tokens-per-target-pass"]) > 0

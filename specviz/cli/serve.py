@@ -36,6 +36,8 @@ def add_service_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-streams", type=int, default=s.max_streams, help=f"requests decoded at once, streamed or not; more get 429 (default {s.max_streams})")
     p.add_argument("--max-connections", type=int, default=s.max_connections, help=f"open connections; more get 503 (default {s.max_connections})")
     p.add_argument("--chunks", choices=("round", "token"), default=s.chunks, help="one SSE chunk per round (default) or per token")
+    p.add_argument("--spec-decode-metrics", choices=("summary", "detailed", "off"), default=s.spec_decode_metrics,
+                   help="vLLM's metrics.speculative_decoding in each response: summary (default), detailed (per verify step too) or off")
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
     p.add_argument("--device", default="auto")
     p.add_argument("--dtype", default="auto", help=DTYPE_HELP)
@@ -65,7 +67,8 @@ def service_config(args: argparse.Namespace, drafter: str, hide_truth: bool, api
         **model_access(args),
     )  # fmt: skip
     return ServiceConfig(run, args.model_id or served_name(args.target), args.max_tokens, args.max_prompt_tokens, args.max_streams, args.chunks,
-                         not hide_truth, api_key=api_key, max_connections=args.max_connections)  # fmt: skip
+                         not hide_truth, api_key=api_key, max_connections=args.max_connections,
+                         spec_decode_metrics=args.spec_decode_metrics)  # fmt: skip
 
 
 def run(args: argparse.Namespace) -> int:

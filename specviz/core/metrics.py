@@ -8,6 +8,9 @@ agree. Here all of them come from the same StepRecords:
 * acceptance rate = accepted / drafted (vLLM's "Avg Draft acceptance rate", llama.cpp's "accept"):
   drafts discarded unexamined after a rejection count as drafted, so it falls as k grows.
 * mean acceptance length = 1 + accepted / drafting rounds (vLLM's "Mean acceptance length").
+* vLLM's per-request object (SpecDecodeSteps, ``metrics.speculative_decoding``): the same counts per verify step
+  (a round that drafted), and the acceptance histogram: index j = verify steps that kept exactly j drafts, j = 0..k.
+  A token tree's step counts the kept path's drafted tokens as accepted and every node it scored as drafted.
 * tokens per target pass = new tokens / target passes (EAGLE's average acceptance length tau,
   Spec-Bench's mean accepted tokens): every round counts, drafting or not, and EOS / length cuts too.
 * acceptance at draft position i, conditional: accepted at i / rounds that reached i (drafts 1..i-1
@@ -219,6 +222,72 @@ class Totals:
 
 
 @dataclass(frozen=True)
+class SpecDecodeSteps:
+    """vLLM's per-request speculative decoding metrics (``metrics.speculative_decoding``), one entry per verify step
+    (a round that drafted; vLLM's num_drafts), in order. Its counts are Totals' (drafting_rounds, accepted, drafted)
+    and its two rates Totals' formulas; the histogram is only here."""
+
+    num_spec_tokens: int  # k: the most drafts a step asked for
+    per_step_accepted: tuple[int, ...] = ()  # drafts kept (a tree: the kept path's drafted tokens)
+    per_step_drafted: tuple[int, ...] = ()  # drafts scored (a tree: its nodes)
+
+    @classmethod
+    def of(cls, records: Iterable[StepRecord], num_spec_tokens: int = 0) -> SpecDecodeSteps:
+        """From a run's records; num_spec_tokens: the configured k (raised to the largest k a round asked for)."""
+        steps = [r for r in records if r.num_drafted > 0]
+        k = max([num_spec_tokens, *(r.num_draft_tokens for r in steps)])
+        return cls(k, tuple(r.num_accepted for r in steps), tuple(r.num_drafted for r in steps))
+
+    @property
+    def totals(self) -> Totals:
+        return Totals(drafting_rounds=self.num_spec_steps, drafted=self.num_draft_tokens, accepted=self.num_accepted_draft_tokens)
+
+    @property
+    def num_spec_steps(self) -> int:
+        return len(self.per_step_accepted)
+
+    @property
+    def num_accepted_draft_tokens(self) -> int:
+        return sum(self.per_step_accepted)
+
+    @property
+    def num_draft_tokens(self) -> int:
+        """Drafted tokens in all (vLLM's name; not the k of specviz's configs, which is num_spec_tokens here)."""
+        return sum(self.per_step_drafted)
+
+    @property
+    def acceptance_histogram(self) -> tuple[int, ...]:
+        """Index j = verify steps that kept exactly j drafts, j = 0..k: sums to num_spec_steps, Σ j·h[j] = accepted."""
+        out = [0] * (max([self.num_spec_tokens, *self.per_step_accepted]) + 1)
+        for n in self.per_step_accepted:
+            out[n] += 1
+        return tuple(out)
+
+    @property
+    def accepted_by_position(self) -> tuple[int, ...]:
+        """Index i = verify steps that kept the draft at position i + 1 (a tree: depth i + 1), i = 0..k-1: vLLM's
+        num_accepted_tokens_per_pos, the histogram's tail sums."""
+        hist = self.acceptance_histogram
+        return tuple(sum(hist[i + 1 :]) for i in range(len(hist) - 1))
+
+    def to_json(self, detailed: bool = False) -> dict:
+        """vLLM's object, field for field (per_step_* only when detailed); rates None before any verify step."""
+        totals = self.totals
+        out = {
+            "mean_acceptance_length": totals.mean_acceptance_length,  # 1 + accepted / verify steps: the bonus token counted
+            "draft_acceptance_rate": totals.acceptance_rate,  # accepted / drafted
+            "acceptance_histogram": list(self.acceptance_histogram),
+            "num_spec_steps": self.num_spec_steps,
+            "num_accepted_draft_tokens": self.num_accepted_draft_tokens,
+            "num_draft_tokens": self.num_draft_tokens,
+            "num_spec_tokens": self.num_spec_tokens,
+        }
+        if detailed:
+            out |= {"per_step_accepted": list(self.per_step_accepted), "per_step_drafted": list(self.per_step_drafted)}
+        return out
+
+
+@dataclass(frozen=True)
 class RunMetrics(Totals):
     """The metrics of METRIC_INFO for one run (None where undefined, e.g. no drafts or no baseline): its totals after
     the last round, the acceptance by position, and the timing block (the prefill beside the rounds' decode_ms).
@@ -228,6 +297,7 @@ class RunMetrics(Totals):
     position_acceptance: tuple[PositionAcceptance, ...] = ()
     prefill_ms: float = 0.0  # the timing block: the prefill here, the rounds' decode_ms in the totals
     has_baseline: bool = False  # plain decoding's records were given: the speedup was asked for
+    spec_decode: SpecDecodeSteps = SpecDecodeSteps(0)  # vLLM's per-request object (to_json: "speculative_decoding")
 
     @property
     def target_passes(self) -> int:
@@ -261,6 +331,7 @@ class RunMetrics(Totals):
                 {"position": p.position, "reached": p.reached, "accepted": p.accepted, "rate": p.rate, "unconditional": p.unconditional}
                 for p in self.position_acceptance
             ],
+            "speculative_decoding": self.spec_decode.to_json(detailed=True),  # vLLM's names, per verify step
             **({"speedup": self.speedup, "speedup_disturbed": self.speedup_disturbed} if self.has_baseline else {}),
         }
 
@@ -407,4 +478,5 @@ def run_metrics(records: Sequence[StepRecord], baseline: Sequence[StepRecord] = 
         position_acceptance=position_acceptance(records),
         prefill_ms=prefill_ms,
         has_baseline=bool(baseline),
+        spec_decode=SpecDecodeSteps.of(records),
     )

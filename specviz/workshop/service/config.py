@@ -10,6 +10,7 @@ from typing import Literal
 from specviz.config import MAX_NEW_TOKENS, RunConfig
 
 ChunkMode = Literal["round", "token"]
+SpecDecodeMetrics = Literal["summary", "detailed", "off"]  # vLLM's --per-request-spec-decode-metrics, plus off
 
 
 @dataclass(frozen=True)
@@ -28,6 +29,7 @@ class ServiceConfig:
     max_connections: int = 64  # open connections (uvicorn's limit_concurrency); more are answered 503
     read_timeout_s: float = 30.0  # a request's head, and then its body, must arrive within this
     write_timeout_s: float = 30.0  # a response whose client stops reading for this long is dropped (its slot freed)
+    spec_decode_metrics: SpecDecodeMetrics = "summary"  # metrics.speculative_decoding per response (detailed: per step too)
 
     def __post_init__(self) -> None:
         if not self.model_id.strip() or len(self.model_id) > 200:
@@ -38,6 +40,8 @@ class ServiceConfig:
                 raise ValueError(f"--{name.replace('_', '-')} must be between {low} and {high}; got {value}.")
         if self.chunks not in ("round", "token"):
             raise ValueError(f"--chunks must be 'round' or 'token'; got {self.chunks!r}.")
+        if self.spec_decode_metrics not in ("summary", "detailed", "off"):
+            raise ValueError(f"--spec-decode-metrics must be 'summary', 'detailed' or 'off'; got {self.spec_decode_metrics!r}.")
         if not self.queue_timeout_s > 0:
             raise ValueError("The queue timeout must be positive.")
         key = self.api_key

@@ -18,6 +18,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
+from specviz.core.metrics import SpecDecodeSteps
 from specviz.workshop.service.config import ServiceConfig
 from specviz.workshop.service.request import Job
 
@@ -29,17 +30,32 @@ class Finished:
     rounds: int
     tokens: int
     reason: Literal["stop", "length", "disconnected", "error"]
+    steps: SpecDecodeSteps = SpecDecodeSteps(0)  # its verify steps, for metrics.speculative_decoding
+
+
+def speculating(config: ServiceConfig) -> bool:
+    """The server drafts and says so: what the speculative-decoding numbers (object and counters) need."""
+    return config.report_truth and config.run.drafter != "none"
+
+
+def response_metrics(finished: Finished, config: ServiceConfig) -> dict | None:
+    """vLLM's per-request ``metrics`` ({"speculative_decoding": ...}), or None: a plain server, a hidden truth, or off."""
+    if not speculating(config) or config.spec_decode_metrics == "off":
+        return None
+    return {"speculative_decoding": finished.steps.to_json(detailed=config.spec_decode_metrics == "detailed")}
 
 
 def usage(job: Job, finished: Finished, config: ServiceConfig) -> dict:
-    """OpenAI's usage, plus usage.specviz (target passes, tokens per pass, the drafter) when the owner reports it."""
+    """OpenAI's usage, plus usage.specviz when the owner reports it: what vLLM's object has no field for (target passes
+    counting rounds that drafted nothing, tokens per pass, the drafter and its k policy); its counts are in metrics."""
     out: dict[str, Any] = {"prompt_tokens": len(job.prompt_ids), "completion_tokens": finished.tokens,
                            "total_tokens": len(job.prompt_ids) + finished.tokens}  # fmt: skip
     if config.report_truth:
         run = config.run
         out["specviz"] = {
             "target_passes": finished.rounds, "tokens_per_target_pass": finished.tokens / finished.rounds if finished.rounds else None,
-            "drafter": run.drafter, "num_draft_tokens": 0 if run.drafter == "none" else run.num_draft_tokens,
+            "drafter": run.drafter, "k_policy": "none" if run.drafter == "none" else "adaptive" if run.adaptive_k else "fixed",
+            "tree_width": run.tree_width,
         }  # fmt: skip
     return out
 
@@ -57,8 +73,10 @@ def completion_body(job: Job, finished: Finished, content: str, config: ServiceC
         {"index": 0, "message": {"role": "assistant", "content": content}, "finish_reason": finished.reason, "logprobs": None}
         if job.kind == "chat" else {"index": 0, "text": content, "finish_reason": finished.reason, "logprobs": None}
     )  # fmt: skip
+    metrics = response_metrics(finished, config)
     return {"id": request_id(job.kind), "object": "chat.completion" if job.kind == "chat" else "text_completion",
-            "created": int(time.time()), "model": config.model_id, "choices": [choice], "usage": usage(job, finished, config)}  # fmt: skip
+            "created": int(time.time()), "model": config.model_id, "choices": [choice], "usage": usage(job, finished, config),
+            **({"metrics": metrics} if metrics else {})}  # fmt: skip
 
 
 class StreamChunks:
@@ -78,10 +96,10 @@ class StreamChunks:
             choice = {"index": 0, "text": text or "", "finish_reason": finish, "logprobs": None}
         return sse({"id": self.ident, "object": self.object, "created": self.created, "model": self.model_id, "choices": [choice]})
 
-    def usage(self, usage: dict) -> bytes:
-        """The usage chunk that stream_options.include_usage asks for: no choices."""
+    def usage(self, usage: dict, metrics: dict | None = None) -> bytes:
+        """The usage chunk that stream_options.include_usage asks for: no choices; the only chunk with metrics."""
         return sse({"id": self.ident, "object": self.object, "created": self.created, "model": self.model_id, "choices": [],
-                    "usage": usage})  # fmt: skip
+                    "usage": usage, **({"metrics": metrics} if metrics else {})})  # fmt: skip
 
 
 DONE = b"data: [DONE]\n\n"

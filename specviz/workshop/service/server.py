@@ -2,7 +2,7 @@
 `openai` package, curl, the probe) can stream from a speculating server and from a plain one and compare.
 
 Endpoints: ``GET /v1/models``, ``POST /v1/chat/completions``, ``POST /v1/completions`` (``stream`` true or false),
-``GET /health``. Starlette and uvicorn (the ASGI stack Streamlit itself runs on), not a hand-written HTTP server.
+``GET /health``, ``GET /metrics`` (Prometheus). Starlette and uvicorn (the ASGI stack Streamlit itself runs on), not a hand-written HTTP server.
 
 How it decodes:
 
@@ -23,9 +23,12 @@ How it decodes:
   (specviz.workshop.service.connection). With an API key, every /v1 request must send it (a Bearer token, compared in
   constant time). An error's message says what to change, never what failed inside (the log has the traceback).
 * **The truth, for checking a probe**: ``usage.specviz`` = ``{"target_passes", "tokens_per_target_pass", "drafter",
-  "num_draft_tokens"}`` (in a stream, in the usage chunk that ``stream_options.include_usage`` asks for), and the header
+  "k_policy", "tree_width"}`` (in a stream, in the usage chunk that ``stream_options.include_usage`` asks for), and the header
   ``x-specviz-tokens-per-target-pass`` on a whole response. ``report_truth=False`` leaves all of it out (the room
   exercise hides which service speculates).
+* **vLLM's per-request metrics**: ``metrics.speculative_decoding`` (SpecDecodeSteps, specviz.core.metrics) on a whole
+  response and on the stream's usage chunk only; ``spec_decode_metrics`` summary, detailed (per step too) or off.
+  Absent on a plain server and under a hidden truth. ``GET /metrics``: the counters (workshop/service/prometheus.py).
 * **A client that goes away ends its decode**: a watcher on the connection cancels the request at its next await (a
   round already running finishes on the model thread: torch cannot be interrupted), the decoder is dropped and the
   slot freed.
@@ -53,9 +56,11 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from specviz.core.decoding import SpeculativeDecoder
+from specviz.core.metrics import SpecDecodeSteps
 from specviz.core.protocols import PREFILL_CHUNK_TOKENS, pausable
 from specviz.workshop.service.config import ServiceConfig
 from specviz.workshop.service.hosts import guard_hosts
+from specviz.workshop.service.prometheus import ServiceMetrics
 from specviz.workshop.service.request import ApiError, Job, check_request, encode_job, read_json, server_error
 from specviz.workshop.service.response import (
     DONE,
@@ -63,6 +68,7 @@ from specviz.workshop.service.response import (
     Finished,
     StreamChunks,
     completion_body,
+    response_metrics,
     sse,
     truth_headers,
     until_disconnect,
@@ -130,6 +136,7 @@ class Service:
         self.deferred = 0  # times a long prefill whose turn came inside another's pause queued again to start on top
         self.history: deque[Finished] = deque(maxlen=history)
         self.decoders: weakref.WeakSet[SpeculativeDecoder] = weakref.WeakSet()  # alive now (tests: nothing leaks)
+        self.metrics = ServiceMetrics(config)  # GET /metrics: this server's own registry
         self._turn: asyncio.Lock | None = None  # made in the server's event loop
         self._loop: asyncio.AbstractEventLoop | None = None  # that loop
         self._nested = 0  # passes running inside a paused prefill (model thread only): they never pause themselves
@@ -143,6 +150,7 @@ class Service:
                 Route("/v1/chat/completions", self.chat_completions, methods=["POST"]),
                 Route("/v1/completions", self.completions, methods=["POST"]),
                 Route("/health", self.health, methods=["GET"]),
+                Route("/metrics", self.prometheus, methods=["GET"]),
             ],
             exception_handlers={404: self._not_found, 405: self._not_allowed, Exception: self._failed},
         )
@@ -158,6 +166,14 @@ class Service:
 
     async def health(self, request: Request) -> Response:
         return JSONResponse({"status": "ok", "active": self.active, "waiting": self.waiting, "max_streams": self.config.max_streams})
+
+    async def prometheus(self, request: Request) -> Response:
+        """The counters; with an API key, the scraper sends it too (Prometheus' ``authorization`` with a bearer token)."""
+        try:
+            self._authorize(request)
+        except ApiError as exc:
+            return exc.response()
+        return Response(self.metrics.scrape(), headers={"content-type": self.metrics.content_type})
 
     async def chat_completions(self, request: Request) -> Response:
         return await self._handle(request, "chat")
@@ -295,6 +311,8 @@ class Service:
         pieces of characters held back). Appends the request's Finished to outcome and to self.history, however it ends."""
         finished = Finished(0, 0, "error")
         rounds = tokens = 0
+        decoder: SpeculativeDecoder | None = None
+        start = last = time.perf_counter()
         try:
             from specviz.runs import decoder_for
 
@@ -308,6 +326,14 @@ class Service:
             reason: Literal["stop", "length"] = "length"
             while not decoder.done and not stops.stopped:
                 record = await self._turn_for(decoder.step)
+                now = time.perf_counter()
+                if record.emitted and not tokens:
+                    self.metrics.first_token(now - start)
+                gaps = [0.0] * max(len(record.emitted) - 1, 0)  # a round's tokens are committed together
+                if record.emitted and tokens:
+                    gaps.insert(0, now - last)  # its first token: the gap since the request's previous one
+                self.metrics.round(record, gaps)
+                last = now if record.emitted else last
                 rounds, tokens = rounds + 1, tokens + len(record.emitted)
                 self.rounds_run += 1
                 pieces = [stops.feed(detok.add(t)) for t in record.emitted]
@@ -316,14 +342,20 @@ class Service:
                 if decoder.done or stops.stopped:
                     pieces.append(stops.flush())
                 yield [p for p in pieces if p]
-            finished = Finished(rounds, tokens, "stop" if stops.stopped else reason)
+            finished = Finished(rounds, tokens, "stop" if stops.stopped else reason, self._steps(decoder, job))
         except (asyncio.CancelledError, GeneratorExit):
-            finished = Finished(rounds, tokens, "disconnected")
+            finished = Finished(rounds, tokens, "disconnected", self._steps(decoder, job))
             raise
         finally:
+            self.metrics.finished(job.kind, finished.reason)
             outcome.append(finished)
             self.history.append(finished)
             log.info("request done: %s", finished)
+
+    @staticmethod
+    def _steps(decoder: SpeculativeDecoder | None, job: Job) -> SpecDecodeSteps:
+        """The request's verify steps, from its decoder's records (none before its prefill)."""
+        return SpecDecodeSteps.of(decoder.records if decoder else (), 0 if job.run.drafter == "none" else job.run.num_draft_tokens)
 
     async def _complete(self, job: Job) -> tuple[dict, Finished]:
         text: list[str] = []
@@ -352,7 +384,7 @@ class Service:
             finished = outcome[0]
             yield chunks.text(None if job.kind == "chat" else "", finish=finished.reason)
             if job.include_usage:
-                yield chunks.usage(usage(job, finished, self.config))
+                yield chunks.usage(usage(job, finished, self.config), response_metrics(finished, self.config))
             yield DONE
         except ApiError as exc:  # a queue timeout mid-stream: the stream ends with OpenAI's error event
             yield sse(exc.body())
