@@ -182,7 +182,7 @@ def test_token_view_escapes_hostile_tokens(model_run):
     parser = _Tags()
     parser.feed(html)
     assert {tag for tag, _ in parser.tags} <= {"div", "span", "br"}
-    assert all(set(attrs) <= {"style", "title", "class"} for _, attrs in parser.tags)
+    assert all(set(attrs) <= {"style", "title", "class", "tabindex", "aria-label"} for _, attrs in parser.tags)  # no handler, no link
     shown = "".join(parser.text).replace("␣", " ")
     assert "<script>alert(1)</script>" in shown and "<img src=x onerror=alert(1)>" in shown  # text, not markup
 

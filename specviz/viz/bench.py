@@ -11,11 +11,12 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from specviz.core.theory import speedup
+from specviz.viz import style
 from specviz.viz.style import TEMPLATE
 from specviz.viz.theory import K_COLORS, MEASURED_COLUMNS, alpha_grid
 
 LAYOUT = dict(margin=dict(l=10, r=10, t=80, b=10), height=420, legend=dict(orientation="h", y=-0.25), modebar=dict(orientation="v"))
-DRAFTER_COLORS = ["#3b7dd8", "#e15759", "#59a14f", "#b07aa1", "#f28e2b"]
+DRAFTER_COLORS = style.SERIES
 TEMPERATURE_DASH = ["solid", "dash", "dot", "dashdot"]
 WIDTH_SYMBOLS = ["circle", "diamond", "square", "triangle-up"]  # token-tree widths 1 (a chain) to 4
 
@@ -97,7 +98,7 @@ def speedup_vs_k_figure(frame: pd.DataFrame, metric: str = "speedup") -> go.Figu
                         customdata=np.stack([part["speedup_low"], part["speedup_high"], part["prompts"]], axis=-1),
                         hovertemplate="k=%{x}: mean %{y:.2f}× (lowest %{customdata[0]:.2f}, highest %{customdata[1]:.2f} over repeats of %{customdata[2]} prompts)<extra></extra>",
                     )
-        fig.add_hline(y=1.0, line=dict(color="black", dash="dot"), row=1, col=col)
+        fig.add_hline(y=1.0, line=dict(color=style.INK, dash="dot"), row=1, col=col)
     fig.update_xaxes(title_text="k", dtick=2)
     fig.update_yaxes(title_text=f"speedup (×, {SPEEDUP_METRICS[metric]})", rangemode="tozero", row=1, col=1)
     fig.update_layout(title=f"measured speedup over plain decoding ({SPEEDUP_METRICS[metric]}), mean over prompts", **LAYOUT)
@@ -130,11 +131,11 @@ def theory_overlay_figure(frame: pd.DataFrame, metric: str = "speedup") -> go.Fi
             if not pts.empty:
                 fig.add_scatter(
                     x=pts["alpha_theory"], y=pts[metric], mode="markers", row=1, col=col,
-                    marker=dict(color=color, size=8, line=dict(color="black", width=1)), name=f"measured k={k}", legendgroup=f"k{k}",
+                    marker=dict(color=color, size=8, line=dict(color=style.INK, width=1)), name=f"measured k={k}", legendgroup=f"k{k}",
                     showlegend=col == 1, text=[html.escape(f"{r.category} · {r.prompt} · T={r.temperature:g}{width_label(getattr(r, 'tree_width', 1))}") for r in pts.itertuples()],
                     hovertemplate="%{text}<br>α=%{x:.2f}: %{y:.2f}×<extra></extra>",
                 )
-        fig.add_hline(y=1.0, line=dict(color="black", dash="dot"), row=1, col=col)
+        fig.add_hline(y=1.0, line=dict(color=style.INK, dash="dot"), row=1, col=col)
     fig.update_xaxes(title_text="α (Leviathan, or implied by accepted/drafted)", range=[-0.03, 1.03])
     fig.update_yaxes(title_text=f"speedup (×, {SPEEDUP_METRICS[metric]})", rangemode="tozero", row=1, col=1)
     fig.update_layout(title="the sweep on the theory curves (c and verify cost measured per drafter)", **LAYOUT)
