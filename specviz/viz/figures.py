@@ -95,7 +95,8 @@ def inspector_figure(position: pd.DataFrame, info: PositionInfo) -> go.Figure:
             type="scatter", x=gauge_x, y=[info.uniform], mode="markers", marker=dict(symbol="line-ew", size=46, line=dict(width=4, color=style.INK)),
             name="uniform draw u", showlegend=False, hovertemplate="u = %{y:.3f}<extra></extra>", xaxis="x2", yaxis="y2",
         ))  # fmt: skip
-        annotations.append(dict(x=gauge_x[0], y=info.uniform, xref="x2", yref="y2", text=f"u = {info.uniform:.2f}", showarrow=False, yshift=12, font=dict(size=11)))
+        annotations.append(dict(x=gauge_x[0], y=info.uniform, xref="x2", yref="y2", text=f"u = {info.uniform:.2f}", showarrow=False, yshift=14,
+                                font=dict(size=12, color=style.INK), bgcolor=style.PAPER, bordercolor=style.INK, borderwidth=1, borderpad=2))  # dark on white: reads on any bar
         layout["xaxis2"] = dict(anchor="y2", domain=[0.8344, 1.0])
         layout["yaxis2"] = dict(anchor="x2", domain=[0.0, 1.0], range=[0, 1.12], title=dict(text="kept: u < bar" if kept else "rejected: u ≥ bar"))
     return _figure(traces, {**layout, "annotations": annotations})

@@ -77,6 +77,7 @@ HIGHLIGHT = OKABE_ITO["yellow"]  # the best choice on a chart (best k), drawn wi
 THEME_INK = {"light": "#262730", "dark": "#FAFAFA"}  # Streamlit's own text colours, for HTML drawn in an iframe
 HAIRLINE = "rgba(128,128,128,.5)"  # borders that read on either theme
 FLASH = {"plain": "rgba(136,136,136,.55)", "speculative": "rgba(0,114,178,.45)"}  # a new token's flash: GREY, P_TARGET's blue
+COLOUR_NAMES = {P_TARGET: "blue", Q_DRAFT: "pink", RESIDUAL: "orange", ACCEPTED: "green", REJECTED: "red", BONUS: "light blue"}  # for captions
 SERIES = [OKABE_ITO[c] for c in ("blue", "orange", "bluish_green", "reddish_purple", "sky_blue", "vermillion", "yellow")]
 
 
