@@ -40,6 +40,7 @@ DEFAULT_VOCAB = pd.DataFrame(
     }
 )
 SAMPLE_SIZES = (100, 1_000, 10_000, 100_000, 1_000_000)
+GREEDY_PROMPT, GREEDY_DRAFTER = "Repeat exactly: one two three four, one two three four.", "lookup"
 REAL_KEY = "exactness_real_result"
 GREEDY_KEY = "exactness_greedy_result"
 
@@ -197,8 +198,10 @@ st.markdown(
     "argmax, and the output should be token for token what plain greedy decoding writes."
 )
 g1, g2, g3 = st.columns([3, 1, 1])
-greedy_prompt = widgets.on(g1).text_input("prompt (chat template)", value="Write a Python function that reverses a string.", key="lab_greedy_prompt")
-greedy_drafter = widgets.on(g2).selectbox("drafter", LAB_DRAFTERS, key="lab_greedy_drafter")
+# a default that drafts: prompt lookup on a prompt the answer repeats (2.0 tokens per target pass with the embedded
+# model); with a prose prompt the default drafters draft nothing and the check would compare two plain runs
+greedy_prompt = widgets.on(g1).text_input("prompt (chat template)", value=GREEDY_PROMPT, key="lab_greedy_prompt")
+greedy_drafter = widgets.on(g2).selectbox("drafter", LAB_DRAFTERS, index=LAB_DRAFTERS.index(GREEDY_DRAFTER), key="lab_greedy_drafter")
 access.refuse_above("lab_greedy_k", min(8, policy.max_draft_tokens), "k")
 access.refuse_above("lab_greedy_new", max(8, min(96, policy.max_new_tokens)), "max new tokens")
 greedy_k = widgets.on(g3).slider("k", 1, min(8, policy.max_draft_tokens), min(4, policy.max_draft_tokens), key="lab_greedy_k")
@@ -214,8 +217,16 @@ if st.button("Run both", key="lab_greedy_run", type="primary"):
 
 greedy = st.session_state.get(GREEDY_KEY)
 if isinstance(greedy, GreedyResult):
-    if greedy.identical:
-        st.success(f"Identical: {len(greedy.spec_ids)} tokens, token for token ({greedy.tokens_per_pass:.2f} tokens per target pass speculatively).")
+    if greedy.identical and greedy.drafted == 0:
+        st.warning(
+            f"Identical, but the {greedy.config.drafter} drafter proposed nothing on this prompt: both runs were plain decoding, "
+            "so this proves nothing about the rule. Try a prompt whose answer repeats it, or another drafter."
+        )
+    elif greedy.identical:
+        st.success(
+            f"Identical: {len(greedy.spec_ids)} tokens, token for token, though {greedy.drafted} tokens were drafted and "
+            f"{greedy.accepted} of them kept ({greedy.tokens_per_pass:.2f} tokens per target pass speculatively)."
+        )
     else:
         st.warning(
             f"The outputs differ from token {greedy.first_difference}. Greedy speculative decoding is exact in exact arithmetic; a batched "

@@ -48,6 +48,7 @@ def test_greedy_side_by_side(tiny_models):
     config = RunConfig(target="tiny", drafter="lookup", num_draft_tokens=3, temperature=0.0, max_new_tokens=8, chat=False)
     result = greedy_side_by_side(config, tiny_models["llama"], "the cat sat on the mat and the cat sat on the")
     assert result.identical and result.first_difference is None and len(result.spec_ids) == 8
+    assert 0 <= result.accepted <= result.drafted and result.drafted > 0  # the check compared a run that drafted, not two plain runs (issue 43)
     with pytest.raises(ValueError, match="greedy"):
         greedy_side_by_side(RunConfig(target="tiny", temperature=1.0, chat=False), tiny_models["llama"], "the cat")
     with pytest.raises(ValueError):

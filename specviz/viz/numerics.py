@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import html
+import math
 from collections.abc import Callable
 
 import pandas as pd
@@ -99,7 +100,8 @@ def invariance_figure(report) -> go.Figure:
             line=dict(color=K_COLORS[i % len(K_COLORS)]), marker=dict(size=6),
             hovertemplate=f"{name}, token " + "%{x}: logits move by up to %{y:.2g}<extra></extra>",
         )
-    fig.add_hline(y=INVARIANCE_LIMIT, line=dict(dash="dash", color=style.GREY), annotation_text="1e-3: fit to verify")
+    fig.add_hline(y=INVARIANCE_LIMIT, line=dict(dash="dash", color=style.GREY))  # its label by hand: on a log axis an annotation's y is log10
+    fig.add_annotation(text="1e-3: fit to verify", xref="x domain", x=1, yref="y", y=math.log10(INVARIANCE_LIMIT), showarrow=False, xanchor="right", yanchor="bottom")
     fig.update_layout(
         title=f"how far a position's logits move inside a {report.k + 1}-token pass",
         xaxis=dict(title="generated token (float32 plain greedy)"), yaxis=dict(title="max |Δ logit| (log scale)", type="log"), **LAYOUT,

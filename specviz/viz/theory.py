@@ -289,8 +289,13 @@ def batch_ratios(frame: pd.DataFrame) -> pd.DataFrame:
     return wide[["source", "batch_size", "plain", "speculative", "ratio"]]
 
 
-def _batch_axis() -> dict:
-    return dict(title="B (streams decoded at once)", type="log", dtick=math.log10(2))
+def _batch_axis(batch_sizes: Sequence[float], also: float | None = None) -> dict:
+    """A log B axis over the B's drawn, ticked at those B's. Plotly reads a log axis's range (and an annotation's x on
+    it) in log10 units: an annotation at x = B without the log stretched the axis to 10^B (2^34 at B ≈ 10)."""
+    sizes = sorted({int(b) for b in batch_sizes if b > 0}) or [1]
+    lo, hi = math.log10(min(sizes[0], also or sizes[0])), math.log10(max(sizes[-1], also or sizes[-1]))  # also: the crossover
+    pad = max(0.05, 0.04 * (hi - lo))
+    return dict(title="B (streams decoded at once)", type="log", range=[lo - pad, hi + pad], tickvals=sizes, ticktext=[str(b) for b in sizes])
 
 
 def batch_throughput_figure(frame: pd.DataFrame) -> go.Figure:
@@ -304,7 +309,7 @@ def batch_throughput_figure(frame: pd.DataFrame) -> go.Figure:
             line=dict(color=style.INK, width=0 if predicted else 1.5)),
             hovertemplate=f"{side} ({source}), " + "B=%{x}: %{y:.0f} tokens/s<extra></extra>",
         )  # fmt: skip
-    fig.update_layout(title="throughput, every stream together", xaxis=_batch_axis(), yaxis=dict(title="tokens/s", rangemode="tozero"), **LAYOUT)
+    fig.update_layout(title="throughput, every stream together", xaxis=_batch_axis(frame["batch_size"]), yaxis=dict(title="tokens/s", rangemode="tozero"), **LAYOUT)
     return fig
 
 
@@ -319,9 +324,10 @@ def batch_ratio_figure(ratios: pd.DataFrame, crossover: float | None = None) -> 
             hovertemplate=f"{source}, " + "B=%{x}: %{y:.2f}×<extra></extra>",
         )  # fmt: skip
     fig.add_hline(y=1.0, line=dict(color=style.INK, dash="dash"), annotation_text="break-even", annotation_position="top left")
-    if crossover is not None:
-        fig.add_vline(x=crossover, line=dict(color=style.REJECTED, width=2), annotation_text=f"B ≈ {crossover:.1f}", annotation_position="top right")
-    fig.update_layout(title="what speculation buys at batch B", xaxis=_batch_axis(), yaxis=dict(title="speculative ÷ plain", rangemode="tozero"), **LAYOUT)
+    if crossover is not None:  # the label placed by hand: on a log axis an annotation's x is log10(B)
+        fig.add_vline(x=crossover, line=dict(color=style.REJECTED, width=2))
+        fig.add_annotation(x=math.log10(crossover), xref="x", y=1, yref="y domain", text=f"B ≈ {crossover:.1f}", showarrow=False, xanchor="left", yanchor="top")
+    fig.update_layout(title="what speculation buys at batch B", xaxis=_batch_axis(ratios["batch_size"], crossover), yaxis=dict(title="speculative ÷ plain", rangemode="tozero"), **LAYOUT)
     return fig
 
 
