@@ -64,6 +64,9 @@ def convergence_figure(df: pd.DataFrame) -> go.Figure:
     fig.add_scatter(x=df["samples"], y=df["noise"], mode="lines", name="typical TV of an exact sampler", line=dict(color=style.GREY, dash="dash"), row=1, col=1)
     fig.add_scatter(x=df["samples"], y=df["pvalue"], mode="lines+markers", name="chi-square p-value", line=dict(color=P_COLOR), row=2, col=1)
     fig.add_hline(y=0.05, line=dict(color=style.REJECTED, dash="dot"), row=2, col=1)
+    fig.add_hrect(y0=0, y1=0.05, fillcolor=style.REJECTED, opacity=0.12, line_width=0, row=2, col=1)  # where an exact rule lands 5% of the time
+    fig.add_annotation(text="p < 0.05: 1 time in 20 for an exact rule", xref="x2 domain", x=0.0, yref="y2", y=0.05, showarrow=False,
+                       xanchor="left", yanchor="bottom", font=dict(size=11), row=2, col=1)  # fmt: skip
     fig.update_xaxes(type="log", dtick=1, row=1, col=1)
     fig.update_xaxes(type="log", dtick=1, title_text="samples drawn", row=2, col=1)
     fig.update_yaxes(type="log", dtick=1, title_text="TV distance", row=1, col=1)
