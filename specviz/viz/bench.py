@@ -47,6 +47,26 @@ def width_label(width) -> str:
     return f" W={w}" if w > 1 else ""
 
 
+# What each column of a benchmark table is called on the page: plain words, the CSV keeps its names.
+COLUMN_LABELS = {
+    "category": "category", "prompt": "prompt", "drafter": "drafter", "k": "k (drafts per round)", "temperature": "temperature",
+    "seed": "seed", "max_new_tokens": "max new tokens", "device": "device", "dtype": "precision", "repeats": "repeats",
+    "new_tokens": "new tokens", "target_passes": "target passes", "drafted": "drafted", "accepted": "accepted",
+    "alpha": "α (Σ min(p, q))", "acceptance_rate": "accepted / drafted", "alpha_implied": "α implied by accepted / drafted",
+    "tokens_per_pass": "tokens per target pass", "tokens_per_s": "tokens/s", "baseline_tokens_per_s": "plain decoding tokens/s",
+    "speedup": "speedup (wall clock)", "speedup_low": "speedup, lowest", "speedup_high": "speedup, highest",
+    "speedup_cpu": "speedup (CPU time)", "speedup_cpu_low": "speedup (CPU time), lowest", "speedup_cpu_high": "speedup (CPU time), highest",
+    "draft_cost": "draft cost c", "verify_cost": "verify cost", "predicted_speedup": "predicted speedup",
+    "same_as_baseline": "same text as plain decoding", "wall_s": "wall time (s)", "baseline_wall_s": "plain decoding wall time (s)",
+    "cpu_s": "CPU time (s)", "baseline_cpu_s": "plain decoding CPU time (s)", "tree_width": "tree width",
+}  # fmt: skip
+
+
+def column_label(column: str) -> str:
+    """A benchmark column's name on the page (COLUMN_LABELS; a column it does not know, with spaces for underscores)."""
+    return COLUMN_LABELS.get(column, column.replace("_", " "))
+
+
 SPEEDUP_METRICS = {"speedup": "wall clock", "speedup_cpu": "process CPU time"}
 
 
