@@ -54,7 +54,7 @@ def _help(text: str, key: str) -> str:
 def buttons(playing: bool, disabled: bool = False) -> tuple[Clicks, object]:
     """The row: Step, Run to end, Play/Pause, Reset, and a slot for Save run (the caller fills it after the round).
     disabled: drawn read-only (the stage's notices say why). Step, Play and Reset have keyboard shortcuts (SHORTCUTS)."""
-    cols = st.columns([1, 1, 1, 1, 1.3, 2.7])
+    cols = st.columns([1, 1.1, 1, 1.5, 1.3, 2.1])  # Reset wide enough for its shortcut label (Shift + X)
     clicks = Clicks(
         step=cols[0].button("Step", key="step", type="primary", disabled=disabled, shortcut=SHORTCUTS["step"],
                             help=_help("One round: draft, verify in one target pass, commit.", "step")),
