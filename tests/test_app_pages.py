@@ -11,9 +11,9 @@ from streamlit.testing.v1 import AppTest
 from specviz.core.theory import best_k, expected_tokens, speedup
 from specviz.experiments.bench import COLUMNS
 from specviz.ui.common.keys import BENCH_RESULTS_KEY
-SHIPPED_TABLE = Path(__file__).resolve().parents[1] / "assets" / "bench_cpu.csv"
 
 PAGES = Path(__file__).resolve().parent.parent / "pages"
+SHIPPED_TABLE = PAGES.parent / "assets" / "bench_cpu.csv"
 TIMEOUT = 180
 
 
