@@ -206,7 +206,7 @@ if isinstance(real, RealResult):
     title = f"first token after {real.prompt!r} · {real.config.drafter} · T={real.config.temperature:g}{rule} · N={len(real.spec_tokens):,} each"
     st.plotly_chart(real_histogram_figure(df, title), width="stretch")
     st.caption(
-        "Both empirical histograms should scatter around the blue p_target, whatever the orange q_draft looks like; "
+        "Both empirical histograms should scatter around the blue p_target, whatever the pink q_draft looks like; "
         "the chi-square p-value says whether a gap is more than chance. The last bar pools every token outside the top ten."
     )
     if real.mode == "engine":

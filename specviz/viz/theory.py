@@ -101,8 +101,10 @@ def heatmap_base(c: float, verify_cost: VerifyCost, measured: pd.DataFrame | Non
             line=dict(width=2.5), hoverinfo="skip",
         )
     alphas = alpha_grid(0.01)
+    best = [best_k(a, c, verify_cost, k_max) for a in alphas]
+    fig.add_scatter(x=alphas, y=best, mode="lines", line=dict(color=style.INK, width=6, shape="hv"), hoverinfo="skip", showlegend=False)  # an outline: yellow alone fades on white
     fig.add_scatter(
-        x=alphas, y=[best_k(a, c, verify_cost, k_max) for a in alphas], mode="lines", line=dict(color=style.HIGHLIGHT, width=3, shape="hv"),
+        x=alphas, y=best, mode="lines", line=dict(color=style.HIGHLIGHT, width=3, shape="hv"),
         name="best k for each α", hovertemplate="α=%{x:.2f}: best k=%{y}<extra></extra>",
     )
     if measured is not None and not measured.empty:
@@ -126,8 +128,8 @@ def choice_marker(alpha: float, k: int, c: float, verify_cost: VerifyCost) -> di
 
 
 def alpha_line(alpha: float) -> dict:
-    """The curves' gold line at the chosen α as a plain shape dict (what add_vline draws)."""
-    return dict(type="line", xref="x", yref="y domain", x0=alpha, x1=alpha, y0=0, y1=1, line=dict(color=style.HIGHLIGHT, width=2))
+    """The curves' dotted black line at the chosen α as a plain shape dict (what add_vline draws)."""
+    return dict(type="line", xref="x", yref="y domain", x0=alpha, x1=alpha, y0=0, y1=1, line=dict(color=style.INK, width=2, dash="dot"))
 
 
 def curves_figure(c: float, verify_cost: VerifyCost, ks: Sequence[int], alpha: float | None = None, measured: pd.DataFrame | None = None) -> go.Figure:
@@ -165,7 +167,7 @@ def speedup_vs_k_figure(alpha: float, c: float, verify_cost: VerifyCost, k: int,
     df = speedup_vs_k_frame(alpha, c, verify_cost, k_max)
     best = best_k(alpha, c, verify_cost, k_max)
     colors = [style.HIGHLIGHT if kk == best else (style.P_TARGET if kk == k else style.LIGHT_GREY) for kk in df["k"]]
-    fig = go.Figure(go.Bar(x=df["k"], y=df["speedup"], marker_color=colors, hovertemplate="k=%{x}: %{y:.2f}×<extra></extra>", name="speedup"), layout=dict(template=TEMPLATE))
+    fig = go.Figure(go.Bar(x=df["k"], y=df["speedup"], marker=dict(color=colors, line=dict(color=style.INK, width=1)), hovertemplate="k=%{x}: %{y:.2f}×<extra></extra>", name="speedup"), layout=dict(template=TEMPLATE))
     fig.add_hline(y=1.0, line=dict(color=style.INK, dash="dash"))
     fig.update_layout(title=f"speedup by k at α = {alpha:.2f}", xaxis=dict(title="k", dtick=1), yaxis_title="speedup (×)", **LAYOUT)
     return fig
