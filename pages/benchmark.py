@@ -24,7 +24,7 @@ from specviz.ui.labs.benchmark import (
     trees_vs_chains,
 )
 from specviz.ui.room.lesson import checklist
-from specviz.viz.bench import SPEEDUP_METRICS, has_trees, speedup_vs_k_figure, theory_overlay_figure
+from specviz.viz.bench import SPEEDUP_METRICS, column_label, has_trees, speedup_vs_k_figure, theory_overlay_figure
 from specviz.viz.markdown import md_text
 
 route_through_app()  # a fresh server's first request may land here without app.py
@@ -37,6 +37,14 @@ NUMBER_FORMATS = {
     "speedup_cpu_low": "%.2f×", "speedup_cpu_high": "%.2f×", "cpu_s": "%.2f", "baseline_cpu_s": "%.2f", "draft_cost": "%.2f", "verify_cost": "%.2f", "predicted_speedup": "%.2f×",
     "wall_s": "%.2f", "baseline_wall_s": "%.2f",
 }
+
+
+def columns(frame: pd.DataFrame) -> dict:
+    """Plain-word headers for a results table, with each number's format."""
+    return {
+        c: st.column_config.NumberColumn(column_label(c), format=NUMBER_FORMATS[c]) if c in NUMBER_FORMATS else st.column_config.Column(column_label(c))
+        for c in frame.columns
+    }  # fmt: skip
 
 
 def plural(n: int, word: str) -> str:
@@ -55,14 +63,16 @@ def show_results(frame: pd.DataFrame, name: str) -> None:
         "Each speedup is the median over repeats of a run's tokens/s divided by the baseline's in the same rotation; "
         "low and high are the smallest and largest of those ratios. A verify cost near or above 1 is expected: a pass over k+1 tokens is never cheaper than one over 1."
     )
-    st.dataframe(summary(frame), hide_index=True, column_config={c: st.column_config.NumberColumn(format=f) for c, f in NUMBER_FORMATS.items()})
+    table = summary(frame)
+    st.dataframe(table, hide_index=True, column_config=columns(table))
     if has_trees(frame):
         st.subheader("Token trees against chains at the same node budget k")
         st.caption(
             "W is the tree width (children per node; 1 = a chain). Look at tokens per pass: a tree survives a miss on the first "
             "guess, so it should rise with W; whether the speedup follows depends on what the wider verify pass costs (verify cost)."
         )
-        st.dataframe(trees_vs_chains(frame), hide_index=True, column_config={c: st.column_config.NumberColumn(format=f) for c, f in NUMBER_FORMATS.items()})
+        trees = trees_vs_chains(frame)
+        st.dataframe(trees, hide_index=True, column_config=columns(trees))
     st.plotly_chart(speedup_vs_k_figure(frame, metric), width="stretch")
     st.caption(
         "Above the dotted line speculation pays. Whiskers span the lowest and highest ratio over repeats and prompts; "
@@ -75,7 +85,7 @@ def show_results(frame: pd.DataFrame, name: str) -> None:
     )
     with st.expander(f"Every run ({len(frame)} rows)"):
         shown = frame if has_trees(frame) else frame.drop(columns=["tree_width"], errors="ignore")
-        st.dataframe(shown, hide_index=True, column_config={c: st.column_config.NumberColumn(format=f) for c, f in NUMBER_FORMATS.items()})
+        st.dataframe(shown, hide_index=True, column_config=columns(shown))
     d1, d2 = st.columns(2)
     d1.download_button("Download CSV", frame.to_csv(index=False), file_name=f"{name}.csv", mime="text/csv", key=f"{name}_csv")
     d2.download_button("Download JSON", frame.to_json(orient="records", indent=1), file_name=f"{name}.json", mime="application/json", key=f"{name}_json")
@@ -159,19 +169,29 @@ if spec is not None:
         except ValueError as exc:
             st.error(md_text(exc))
 
-results = st.session_state.get(BENCH_RESULTS_KEY)
-if isinstance(results, pd.DataFrame) and not results.empty:
-    st.header("This session's results")
-    st.caption("Other processes on the machine share the CPU, so tokens/s are noisy: run a sweep twice before trusting a 10% difference.")
-    show_results(results, "specviz_bench")
-    st.caption("These runs also appear on the Speedup theory page, drawn on the curves.")
-elif SHIPPED_TABLE.is_file():
-    st.header("Measured earlier on a 2-core CPU")
+def shipped() -> None:
+    """The table measured earlier and shipped with specviz: always shown, beside this session's sweep when there is one."""
     st.caption(
         "The table shipped in assets/bench_cpu.csv, from `python -m specviz bench` with the embedded SmolLM2-135M target: "
-        "medians of 3 interleaved repeats after a discarded warm-up, on one thread. Run a sweep to replace it with your own."
+        "medians of 3 interleaved repeats after a discarded warm-up, on one thread. A sweep you run here goes in its own tab beside it."
     )
     try:
         show_results(pd.read_csv(SHIPPED_TABLE), "bench_cpu")
     except (ValueError, KeyError) as exc:
         st.error(f"Could not read {SHIPPED_TABLE.name}: {md_text(exc)}")
+
+
+results = st.session_state.get(BENCH_RESULTS_KEY)
+mine = isinstance(results, pd.DataFrame) and not results.empty
+if mine:
+    tabs = st.tabs(["This session's sweep", "Measured earlier on a 2-core CPU"] if SHIPPED_TABLE.is_file() else ["This session's sweep"])
+    with tabs[0]:
+        st.caption("Other processes on the machine share the CPU, so tokens/s are noisy: run a sweep twice before trusting a 10% difference.")
+        show_results(results, "specviz_bench")
+        st.caption("These runs also appear on the Speedup theory page, drawn on the curves.")
+    if len(tabs) > 1:
+        with tabs[1]:
+            shipped()
+elif SHIPPED_TABLE.is_file():
+    st.header("Measured earlier on a 2-core CPU")
+    shipped()

@@ -10,7 +10,16 @@ from specviz.core.toy import POSTERIOR_ALPHA, POSTERIOR_THRESHOLD, TOY_VARIANTS
 from specviz.experiments.lab import LAB_DRAFTERS, REAL_MODES, GreedyResult, RealResult
 from specviz.ui.common import access, widgets
 from specviz.ui.common.navigation import route_through_app
-from specviz.ui.labs.exactness import real_summary, run_greedy, run_real, sample_toy, toy_distributions
+from specviz.ui.labs.exactness import (
+    SEED_CHECK,
+    SEED_CHECK_MAX_N,
+    pvalues_over_seeds,
+    real_summary,
+    run_greedy,
+    run_real,
+    sample_toy,
+    toy_distributions,
+)
 from specviz.ui.room.lesson import checklist
 from specviz.viz.lab import convergence_figure, convergence_frame, histogram_figure, real_frame, real_histogram_figure, toy_frame
 from specviz.viz.markdown import md_text
@@ -41,6 +50,7 @@ DEFAULT_VOCAB = pd.DataFrame(
     }
 )
 SAMPLE_SIZES = (100, 1_000, 10_000, 100_000, 1_000_000)
+GREEDY_PROMPT, GREEDY_DRAFTER = "Repeat exactly: one two three four, one two three four.", "lookup"
 REAL_KEY = "exactness_real_result"
 GREEDY_KEY = "exactness_greedy_result"
 
@@ -95,10 +105,21 @@ else:
     with st.container():
         m = st.columns(3)
         m[0].metric("TV from p_target", f"{tv:.4f}", help="½ Σ |empirical − p_target|")
-        m[1].metric("chi-square p-value", f"{pvalue:.3g}", help="Small (< 0.01) means these samples are very unlikely under p_target.")
+        m[1].metric(
+            "chi-square p-value", f"{pvalue:.3g}",
+            help="How surprising these samples would be if they came from p_target. For an exact rule it is uniform between 0 and 1: "
+            "below 0.05 one run in 20, by chance. Small (< 0.01) again and again means the samples are not from p_target.",
+        )  # fmt: skip
         m[2].metric("Σ min(p, q)", f"{toy.overlap:.2f}", help="Leviathan's β: the chance the draft is kept")
         verdict = "consistent with p_target" if pvalue >= 0.01 else "NOT distributed as p_target"
         (st.success if pvalue >= 0.01 else st.error)(f"{int(num_samples):,} samples: {verdict}.")
+        seeds = pvalues_over_seeds(tuple(p_target.tolist()), tuple(q_draft.tolist()), int(num_samples), variant)
+        low = sum(p < 0.05 for p in seeds)
+        st.caption(
+            f"One p-value is one roll of a die. The same table with {SEED_CHECK} seeds at N = {min(int(num_samples), SEED_CHECK_MAX_N):,}: "
+            f"p < 0.05 in **{low} of {SEED_CHECK}** (median p = {sorted(seeds)[SEED_CHECK // 2]:.2f}). An exact rule lands there about "
+            f"1 time in 20 by chance; a biased rule nearly every time once N is large."
+        )
     df = toy_frame(names, p_target.tolist(), q_draft.tolist(), toy.counts[-1].tolist(), toy.limit.tolist())
     chart_left, chart_right = st.columns(2)
     chart_left.plotly_chart(histogram_figure(df, f"{int(num_samples):,} emitted tokens · {variant}"), width="stretch")
@@ -106,8 +127,9 @@ else:
     convergence = convergence_frame(toy.checkpoints, toy.tv.tolist(), toy.pvalues.tolist(), toy.noise.tolist())
     chart_right.plotly_chart(convergence_figure(convergence), width="stretch")
     chart_right.caption(
-        "An exact sampler's distance falls like 1/√N along the dashed line and its p-value wanders, dipping below 0.05 only now and then; "
-        "a biased one levels off at a fixed distance while its p-value collapses to 0."
+        "An exact sampler's distance falls like 1/√N along the dashed line. Its p-value wanders anywhere between 0 and 1 as N "
+        "grows, and dips into the shaded band below 0.05 now and then (about 5% of the time, by design of the test): a dip is "
+        "not a failure. A biased rule's distance levels off at a fixed value while its p-value falls to 0 and stays there."
     )
     with st.expander("Why the two shortcuts and typical acceptance fail"):
         st.markdown(
@@ -186,7 +208,7 @@ if isinstance(real, RealResult):
     title = f"first token after {real.prompt!r} · {real.config.drafter} · T={real.config.temperature:g}{rule} · N={len(real.spec_tokens):,} each"
     st.plotly_chart(real_histogram_figure(df, title), width="stretch")
     st.caption(
-        "Both empirical histograms should scatter around the blue p_target, whatever the orange q_draft looks like; "
+        "Both empirical histograms should scatter around the blue p_target, whatever the pink q_draft looks like; "
         "the chi-square p-value says whether a gap is more than chance. The last bar pools every token outside the top ten."
     )
     if real.mode == "engine":
@@ -199,8 +221,10 @@ st.markdown(
     "argmax, and the output should be token for token what plain greedy decoding writes."
 )
 g1, g2, g3 = st.columns([3, 1, 1])
-greedy_prompt = widgets.on(g1).text_input("prompt (chat template)", value="Write a Python function that reverses a string.", key="lab_greedy_prompt")
-greedy_drafter = widgets.on(g2).selectbox("drafter", LAB_DRAFTERS, key="lab_greedy_drafter")
+# a default that drafts: prompt lookup on a prompt the answer repeats (2.0 tokens per target pass with the embedded
+# model); with a prose prompt the default drafters draft nothing and the check would compare two plain runs
+greedy_prompt = widgets.on(g1).text_input("prompt (chat template)", value=GREEDY_PROMPT, key="lab_greedy_prompt")
+greedy_drafter = widgets.on(g2).selectbox("drafter", LAB_DRAFTERS, index=LAB_DRAFTERS.index(GREEDY_DRAFTER), key="lab_greedy_drafter")
 access.refuse_above("lab_greedy_k", min(8, policy.max_draft_tokens), "k")
 access.refuse_above("lab_greedy_new", max(8, min(96, policy.max_new_tokens)), "max new tokens")
 greedy_k = widgets.on(g3).slider("k", 1, min(8, policy.max_draft_tokens), min(4, policy.max_draft_tokens), key="lab_greedy_k")
@@ -216,8 +240,16 @@ if st.button("Run both", key="lab_greedy_run", type="primary"):
 
 greedy = st.session_state.get(GREEDY_KEY)
 if isinstance(greedy, GreedyResult):
-    if greedy.identical:
-        st.success(f"Identical: {len(greedy.spec_ids)} tokens, token for token ({greedy.tokens_per_pass:.2f} tokens per target pass speculatively).")
+    if greedy.identical and greedy.drafted == 0:
+        st.warning(
+            f"Identical, but the {greedy.config.drafter} drafter proposed nothing on this prompt: both runs were plain decoding, "
+            "so this proves nothing about the rule. Try a prompt whose answer repeats it, or another drafter."
+        )
+    elif greedy.identical:
+        st.success(
+            f"Identical: {len(greedy.spec_ids)} tokens, token for token, though {greedy.drafted} tokens were drafted and "
+            f"{greedy.accepted} of them kept ({greedy.tokens_per_pass:.2f} tokens per target pass speculatively)."
+        )
     else:
         st.warning(
             f"The outputs differ from token {greedy.first_difference}. Greedy speculative decoding is exact in exact arithmetic; a batched "

@@ -96,7 +96,7 @@ measured = overlay_points(show_measured)
 
 st.plotly_chart(heatmap(c, verify_cost, alpha, k, measured), width="stretch")
 st.caption(
-    "Blue beats plain decoding, red loses to it; the black line is break-even and the gold steps are the best k for "
+    "Blue beats plain decoding, red loses to it; the black line is break-even and the yellow steps (outlined) are the best k for "
     "each α. Measured runs sit at their (α, k); compare their own speedup (hover) with the colour underneath."
 )
 
@@ -107,7 +107,7 @@ with left:
     st.caption(f"Each curve is one k at your c and verify cost ({verify_label(verify_cost)}); white markers are measured speedups at their α.")
 with right:
     st.plotly_chart(speedup_vs_k_figure(alpha, c, verify_cost, k), width="stretch")
-    st.caption("Gold: the best k; blue: yours. More drafts pay only while the next one is still likely to survive.")
+    st.caption("Yellow: the best k; blue: yours. More drafts pay only while the next one is still likely to survive.")
 
 if not measured.empty:
     with st.expander(f"Measured runs drawn above ({len(measured)})"):

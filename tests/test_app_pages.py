@@ -13,6 +13,7 @@ from specviz.experiments.bench import COLUMNS
 from specviz.ui.common.keys import BENCH_RESULTS_KEY
 
 PAGES = Path(__file__).resolve().parent.parent / "pages"
+SHIPPED_TABLE = PAGES.parent / "assets" / "bench_cpu.csv"
 TIMEOUT = 180
 
 
@@ -187,6 +188,12 @@ def test_benchmark_page_runs_a_sweep(tiny_target):
     assert (frame["speedup_low"] <= frame["speedup"]).all() and (frame["speedup"] <= frame["speedup_high"]).all()
     assert frame.loc[frame["temperature"] == 0, "same_as_baseline"].all()
     assert any(b.label == "Download CSV" for b in at.get("download_button"))
+    # issue 43: the shipped table stays, in a tab beside this session's sweep, and headers are plain words
+    assert [t.label for t in at.tabs] == ["This session's sweep", "Measured earlier on a 2-core CPU"]
+    shipped_rows = len(pd.read_csv(SHIPPED_TABLE))
+    assert shipped_rows == 48 and any(len(d.value) == shipped_rows for d in at.dataframe)
+    configs = " ".join(d.proto.columns for d in at.dataframe)
+    assert "tokens per target pass" in configs and "accepted / drafted" in configs
 
 
 def test_benchmark_page_sweeps_tree_widths(tiny_target):

@@ -85,7 +85,7 @@ def test_stream_document_is_standalone_and_escaped(model_run, lookup_run):
     assert tags <= {"html", "head", "meta", "title", "body", "h1", "h2", "p", "div", "span", "br"}  # no script, img, svg, link, style
     for tag, attrs in parser.tags:
         assert not any(name.startswith("on") for name in attrs), (tag, attrs)  # no attribute breakout made a handler
-        assert set(attrs) <= {"style", "title", "class", "lang", "charset", "http-equiv", "content", "name"}
+        assert set(attrs) <= {"style", "title", "class", "lang", "charset", "http-equiv", "content", "name", "tabindex", "aria-label"}
     csp = next(a["content"] for t, a in parser.tags if t == "meta" and a.get("http-equiv") == "Content-Security-Policy")
     assert csp == CSP and "default-src 'none'" in csp
     assert "<script" not in doc.lower() and "<img" not in doc.lower() and "<svg" not in doc.lower()

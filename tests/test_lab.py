@@ -48,7 +48,24 @@ def test_greedy_side_by_side(tiny_models):
     config = RunConfig(target="tiny", drafter="lookup", num_draft_tokens=3, temperature=0.0, max_new_tokens=8, chat=False)
     result = greedy_side_by_side(config, tiny_models["llama"], "the cat sat on the mat and the cat sat on the")
     assert result.identical and result.first_difference is None and len(result.spec_ids) == 8
+    assert 0 <= result.accepted <= result.drafted and result.drafted > 0  # the check compared a run that drafted, not two plain runs (issue 43)
     with pytest.raises(ValueError, match="greedy"):
         greedy_side_by_side(RunConfig(target="tiny", temperature=1.0, chat=False), tiny_models["llama"], "the cat")
     with pytest.raises(ValueError):
         greedy_side_by_side(config, tiny_models["llama"], "")
+
+
+def test_the_p_value_check_over_seeds_tells_an_exact_rule_from_a_biased_one():
+    """Issue 43: one chi-square p-value under 0.05 is what an exact rule shows 1 time in 20; the lab shows twenty
+    seeds beside it, and the convergence chart shades that band."""
+    from specviz.ui.labs.exactness import SEED_CHECK, pvalues_over_seeds
+    from specviz.viz.lab import convergence_figure, convergence_frame
+
+    p, q = (30.0, 20.0, 20.0, 15.0, 10.0, 5.0), (10.0, 35.0, 10.0, 25.0, 10.0, 10.0)  # the page's default table
+    exact = pvalues_over_seeds(p, q, 10_000, "exact")
+    biased = pvalues_over_seeds(p, q, 10_000, "resample_from_target")
+    assert len(exact) == SEED_CHECK and sum(x < 0.05 for x in exact) <= 4  # about 1 in 20 (binomial: <= 4 with 98% chance)
+    assert sum(x < 0.05 for x in biased) == SEED_CHECK
+    fig = convergence_figure(convergence_frame([10, 100], [0.1, 0.01], [0.5, 0.03], [0.1, 0.01]))
+    assert any(s.type == "rect" and s.y1 == 0.05 for s in fig.layout.shapes)
+    assert any("1 time in 20" in a.text for a in fig.layout.annotations)

@@ -241,3 +241,19 @@ def test_a_long_prompt_pasted_in_shared_mode_is_cut_at_the_default_cap(dtype_mod
     at = _lab_page(dtype_models, monkeypatch)
     at.text_area(key="num_prompt").set_value("x" * 4_000).run()
     assert not at.exception and len(at.text_area(key="num_prompt").value) == Policy().max_prompt_chars == 2_000
+
+
+def test_the_invariance_limit_label_sits_on_its_line():
+    """A log axis reads an annotation's y in log10 units: the 1e-3 label placed at y = 1e-3 sat at 10^0.001 ≈ 1 and
+    stretched the axis up to 1 (issue 43, labels that read as errors)."""
+    import math
+    from types import SimpleNamespace
+
+    import pandas as pd
+
+    from specviz.viz.numerics import invariance_figure
+
+    diffs = pd.DataFrame({"dtype": ["bfloat16"] * 3, "position": [0, 1, 2], "max_abs_diff": [1e-6, 2e-6, 5e-7]})
+    fig = invariance_figure(SimpleNamespace(pass_diffs=diffs, k=4))
+    (label,) = [a for a in fig.layout.annotations if "fit to verify" in a.text]
+    assert label.y == pytest.approx(math.log10(1e-3)) and label.yref == "y"

@@ -123,3 +123,18 @@ def test_the_lesson_charges_the_measured_overhead_to_both_sides(tmp_path, monkey
     assert predicted.loc[b, "tokens_per_s"] == pytest.approx(b * 1000 / (BATCHES[b][0] + 2.0 * b))
     monkeypatch.setattr(ui_theory.batch_results, "load_batch_points", lambda: ({"plain_overhead_ms_per_row": 1.5}, []))
     assert ui_theory._measured_points()[2] == 1.5
+
+
+def test_the_batch_axis_spans_the_bs_drawn_and_the_crossover_label_sits_on_it():
+    """Issue 43: the crossover's label was placed at x = B on a log axis, which plotly reads as log10(B), so the
+    axis ran to 10^B (17,179,869,184 at B ≈ 10) with ~30 overlapping power-of-two ticks."""
+    ratios = batch_ratios(batch_frame(BATCHES, 0.7, 4, 0.0))
+    crossover = 10.24
+    fig = batch_ratio_figure(ratios, crossover)
+    lo, hi = fig.layout.xaxis.range
+    assert 10**lo <= min(BATCHES) and max(BATCHES, default=0) <= 10**hi < 2 * max(max(BATCHES), crossover)
+    assert list(fig.layout.xaxis.tickvals) == sorted(BATCHES) and len(fig.layout.xaxis.tickvals) <= 12
+    (label,) = [a for a in fig.layout.annotations if a.text.startswith("B ≈")]
+    assert lo <= label.x <= hi and label.x == pytest.approx(math.log10(crossover))
+    throughput = batch_throughput_figure(batch_frame(BATCHES, 0.7, 4, 0.0)).layout.xaxis
+    assert list(throughput.tickvals) == sorted(BATCHES)

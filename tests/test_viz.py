@@ -182,7 +182,7 @@ def test_token_view_escapes_hostile_tokens(model_run):
     parser = _Tags()
     parser.feed(html)
     assert {tag for tag, _ in parser.tags} <= {"div", "span", "br"}
-    assert all(set(attrs) <= {"style", "title", "class"} for _, attrs in parser.tags)
+    assert all(set(attrs) <= {"style", "title", "class", "tabindex", "aria-label"} for _, attrs in parser.tags)  # no handler, no link
     shown = "".join(parser.text).replace("␣", " ")
     assert "<script>alert(1)</script>" in shown and "<img src=x onerror=alert(1)>" in shown  # text, not markup
 
@@ -240,3 +240,44 @@ def test_viz_never_imports_streamlit():
     code = "import sys, specviz.viz, specviz.viz.figures; print('streamlit' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+def test_no_residual_is_drawn_where_p_never_exceeds_q():
+    """Greedy with the target as its own drafter: p_target = q_draft (one-hot) at every drafted position, so the rule
+    can never reject and verify.residual falls back to p_target; the record holds that fallback as "the residual".
+    The inspector draws no residual bar there (the old one drew p_target's bar at 1.0 and called it the residual)."""
+    same = run(ModelDrafter(BigramLM(0), SamplingConfig(temperature=0.0)), temperature=0.0, max_new=12)
+    record = next(r for r in same.records if r.num_drafted)
+    info = position_info(record, 0)
+    assert info.fate == "accepted" and info.residual_needed is False
+    assert record.dists[0].residual is not None and max(record.dists[0].residual) == pytest.approx(1.0)  # the fallback
+    df = position_frame(record, 0, TEXTS.__getitem__)
+    assert df["residual"].isna().all()
+    names = [t.name for t in figures.inspector_figure(df, info).data]
+    assert not any(n and n.startswith("residual") for n in names)
+
+
+def test_a_residual_with_mass_is_still_drawn(model_run):
+    record = next(r for r in model_run.records if "rejected" in r.draft_fates)
+    pos = record.draft_fates.index("rejected")
+    assert position_info(record, pos).residual_needed is True
+
+
+def test_the_inspector_opens_on_the_latest_round_that_drafted_and_finds_the_last_rejection():
+    from types import SimpleNamespace as R
+
+    from specviz.viz.frames import last_rejection_round, latest_drafting_round
+
+    records = [R(num_drafted=3, draft_fates=("accepted", "rejected", "discarded")), R(num_drafted=2, draft_fates=("accepted",) * 2), R(num_drafted=0, draft_fates=())]
+    assert latest_drafting_round(records) == 1 and last_rejection_round(records) == 0
+    assert latest_drafting_round(records[2:]) == 0 and last_rejection_round(records[1:]) is None
+
+
+def test_the_u_label_is_dark_on_white(model_run):
+    from specviz.viz import style
+
+    record = next(r for r in model_run.records if "accepted" in r.draft_fates)
+    pos = record.draft_fates.index("accepted")
+    fig = figures.inspector_figure(position_frame(record, pos, TEXTS.__getitem__), position_info(record, pos))
+    (u,) = [a for a in fig.layout.annotations if a.text.startswith("u = ")]
+    assert (u.font.color, u.bgcolor) == (style.INK, style.PAPER)

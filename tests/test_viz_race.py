@@ -3,6 +3,7 @@ puts zero gaps in the first bin; the player carries hostile token text as data o
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 
@@ -53,3 +54,13 @@ def test_the_lane_table_has_one_row_per_lane():
     frame = lane_frame(race())
     assert list(frame["tokens"]) == [4, 4] and list(frame["tokens per pass"]) == [1.0, 2.0]
     assert frame["gaps < 1 ms"].iloc[1] == 2 / 3
+
+
+def test_the_player_takes_its_colours_from_the_palette_and_leaves_the_data_alone():
+    from specviz.viz import style
+
+    r = race()
+    html = playback_html(dataclasses.replace(r, token_text={**r.token_text, 7: "__SPEC__ __CURSOR__"}))
+    style_part = html.split("</style>")[0]
+    assert not re.search(r"__[A-Z_]+__", style_part) and style.SERIES[0] in style_part and style.REJECTED in style_part
+    assert "__SPEC__ __CURSOR__" in html  # a token's text is data: the palette is filled in before it goes in

@@ -74,6 +74,8 @@ class GreedyResult:
     spec_text: str
     plain_text: str
     tokens_per_pass: float
+    drafted: int = 0  # tokens the drafter proposed over the speculative run: 0 means the check compared two plain runs
+    accepted: int = 0  # of those, kept by the rule
 
     @property
     def identical(self) -> bool:
@@ -230,4 +232,5 @@ def greedy_side_by_side(
         spec_text=target.tokenizer.decode(spec.generated, skip_special_tokens=True),
         plain_text=target.tokenizer.decode(plain.generated, skip_special_tokens=True),
         tokens_per_pass=spec.stats().tokens_per_target_pass,
+        drafted=sum(r.num_drafted for r in spec.records), accepted=sum(r.num_accepted for r in spec.records),
     )

@@ -11,11 +11,12 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from specviz.core.theory import speedup
+from specviz.viz import style
 from specviz.viz.style import TEMPLATE
 from specviz.viz.theory import K_COLORS, MEASURED_COLUMNS, alpha_grid
 
 LAYOUT = dict(margin=dict(l=10, r=10, t=80, b=10), height=420, legend=dict(orientation="h", y=-0.25), modebar=dict(orientation="v"))
-DRAFTER_COLORS = ["#3b7dd8", "#e15759", "#59a14f", "#b07aa1", "#f28e2b"]
+DRAFTER_COLORS = style.SERIES
 TEMPERATURE_DASH = ["solid", "dash", "dot", "dashdot"]
 WIDTH_SYMBOLS = ["circle", "diamond", "square", "triangle-up"]  # token-tree widths 1 (a chain) to 4
 
@@ -44,6 +45,26 @@ def width_label(width) -> str:
     except (TypeError, ValueError):
         return ""
     return f" W={w}" if w > 1 else ""
+
+
+# What each column of a benchmark table is called on the page: plain words, the CSV keeps its names.
+COLUMN_LABELS = {
+    "category": "category", "prompt": "prompt", "drafter": "drafter", "k": "k (drafts per round)", "temperature": "temperature",
+    "seed": "seed", "max_new_tokens": "max new tokens", "device": "device", "dtype": "precision", "repeats": "repeats",
+    "new_tokens": "new tokens", "target_passes": "target passes", "drafted": "drafted", "accepted": "accepted",
+    "alpha": "α (Σ min(p, q))", "acceptance_rate": "accepted / drafted", "alpha_implied": "α implied by accepted / drafted",
+    "tokens_per_pass": "tokens per target pass", "tokens_per_s": "tokens/s", "baseline_tokens_per_s": "plain decoding tokens/s",
+    "speedup": "speedup (wall clock)", "speedup_low": "speedup, lowest", "speedup_high": "speedup, highest",
+    "speedup_cpu": "speedup (CPU time)", "speedup_cpu_low": "speedup (CPU time), lowest", "speedup_cpu_high": "speedup (CPU time), highest",
+    "draft_cost": "draft cost c", "verify_cost": "verify cost", "predicted_speedup": "predicted speedup",
+    "same_as_baseline": "same text as plain decoding", "wall_s": "wall time (s)", "baseline_wall_s": "plain decoding wall time (s)",
+    "cpu_s": "CPU time (s)", "baseline_cpu_s": "plain decoding CPU time (s)", "tree_width": "tree width",
+}  # fmt: skip
+
+
+def column_label(column: str) -> str:
+    """A benchmark column's name on the page (COLUMN_LABELS; a column it does not know, with spaces for underscores)."""
+    return COLUMN_LABELS.get(column, column.replace("_", " "))
 
 
 SPEEDUP_METRICS = {"speedup": "wall clock", "speedup_cpu": "process CPU time"}
@@ -97,7 +118,7 @@ def speedup_vs_k_figure(frame: pd.DataFrame, metric: str = "speedup") -> go.Figu
                         customdata=np.stack([part["speedup_low"], part["speedup_high"], part["prompts"]], axis=-1),
                         hovertemplate="k=%{x}: mean %{y:.2f}× (lowest %{customdata[0]:.2f}, highest %{customdata[1]:.2f} over repeats of %{customdata[2]} prompts)<extra></extra>",
                     )
-        fig.add_hline(y=1.0, line=dict(color="black", dash="dot"), row=1, col=col)
+        fig.add_hline(y=1.0, line=dict(color=style.INK, dash="dot"), row=1, col=col)
     fig.update_xaxes(title_text="k", dtick=2)
     fig.update_yaxes(title_text=f"speedup (×, {SPEEDUP_METRICS[metric]})", rangemode="tozero", row=1, col=1)
     fig.update_layout(title=f"measured speedup over plain decoding ({SPEEDUP_METRICS[metric]}), mean over prompts", **LAYOUT)
@@ -130,11 +151,11 @@ def theory_overlay_figure(frame: pd.DataFrame, metric: str = "speedup") -> go.Fi
             if not pts.empty:
                 fig.add_scatter(
                     x=pts["alpha_theory"], y=pts[metric], mode="markers", row=1, col=col,
-                    marker=dict(color=color, size=8, line=dict(color="black", width=1)), name=f"measured k={k}", legendgroup=f"k{k}",
+                    marker=dict(color=color, size=8, line=dict(color=style.INK, width=1)), name=f"measured k={k}", legendgroup=f"k{k}",
                     showlegend=col == 1, text=[html.escape(f"{r.category} · {r.prompt} · T={r.temperature:g}{width_label(getattr(r, 'tree_width', 1))}") for r in pts.itertuples()],
                     hovertemplate="%{text}<br>α=%{x:.2f}: %{y:.2f}×<extra></extra>",
                 )
-        fig.add_hline(y=1.0, line=dict(color="black", dash="dot"), row=1, col=col)
+        fig.add_hline(y=1.0, line=dict(color=style.INK, dash="dot"), row=1, col=col)
     fig.update_xaxes(title_text="α (Leviathan, or implied by accepted/drafted)", range=[-0.03, 1.03])
     fig.update_yaxes(title_text=f"speedup (×, {SPEEDUP_METRICS[metric]})", rangemode="tozero", row=1, col=1)
     fig.update_layout(title="the sweep on the theory curves (c and verify cost measured per drafter)", **LAYOUT)

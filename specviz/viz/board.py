@@ -17,11 +17,12 @@ import pandas as pd
 import plotly.graph_objects as go
 
 from specviz.core.theory import speedup
+from specviz.viz import style
 from specviz.viz.style import TEMPLATE
 from specviz.viz.theory import K_COLORS, LAYOUT, alpha_grid
 
 BOARD_COLUMNS: tuple[str, ...] = ("drafter", "k", "temperature", "rounds", "alpha", "tokens_per_pass", "speedup")
-TEMPERATURE_COLORS = {"greedy (T = 0)": "#3b7dd8", "0 < T < 1": "#59a14f", "T = 1": "#e15759", "T > 1": "#b07aa1"}
+TEMPERATURE_COLORS = dict(zip(("greedy (T = 0)", "0 < T < 1", "T = 1", "T > 1"), style.SERIES))
 
 
 class Point(Protocol):
@@ -89,6 +90,6 @@ def board_figure(df: pd.DataFrame, color_by: str = "band") -> go.Figure:
             for d, k, t, a, tp, s, r in zip(part["drafter_name"], part["k"], part["temperature"], part["alpha"], part["tokens_per_pass"], part["speedup"], part["rounds"])
         ]  # fmt: skip
         color = colors.get(group, K_COLORS[groups.index(group) % len(K_COLORS)])
-        fig.add_trace(go.Scatter(x=part["alpha"], y=part["speedup"], mode="markers", name=html.escape(str(group)), marker=dict(size=11, color=color, line=dict(width=1, color="white")), hovertext=hover, hoverinfo="text"))
+        fig.add_trace(go.Scatter(x=part["alpha"], y=part["speedup"], mode="markers", name=html.escape(str(group)), marker=dict(size=11, color=color, line=dict(width=1, color=style.PAPER)), hovertext=hover, hoverinfo="text"))
     fig.update_layout(**LAYOUT, title=dict(text="The room's forks: α against measured speedup", x=0.0), xaxis=dict(title="α (acceptance per drafted position)", range=[0, 1.02]), yaxis=dict(title="measured speedup (×)", rangemode="tozero"))
     return fig

@@ -15,6 +15,7 @@ import pandas as pd
 
 from specviz.core.records import StepRecord
 from specviz.viz.frames import rounds_frame
+from specviz.viz.style import INK, MUTED_INK, PAPER
 from specviz.viz.tokens import legend_html, token_stream_html
 
 TokenText = Callable[[int], str]
@@ -28,10 +29,10 @@ ROUND_COLUMNS: tuple[str, ...] = (
     "drafted_tokens", "draft_fates", "emitted_tokens", "emitted_fates",
 )  # fmt: skip
 CSP = "default-src 'none'; style-src 'unsafe-inline'; img-src data:"  # no script, no fetch: a file for slides
-PAGE_STYLE = "margin:2rem auto;max-width:62rem;padding:0 1rem;background:#fff;color:#1f2328;font-family:system-ui,-apple-system,'Segoe UI',sans-serif;"
+PAGE_STYLE = f"margin:2rem auto;max-width:62rem;padding:0 1rem;background:{PAPER};color:{INK};font-family:system-ui,-apple-system,'Segoe UI',sans-serif;"
 H1_STYLE = "font-size:1.4rem;margin:0 0 .4rem 0;"
 H2_STYLE = "font-size:1.1rem;margin:1.4rem 0 .2rem 0;"
-NOTE_STYLE = "margin:.1rem 0;color:#57606a;font-size:.9rem;"
+NOTE_STYLE = f"margin:.1rem 0;color:{MUTED_INK};font-size:.9rem;"
 
 
 def stream_document(

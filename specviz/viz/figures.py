@@ -7,12 +7,13 @@ import html
 import pandas as pd
 import plotly.graph_objects as go
 
+from specviz.viz import style
 from specviz.viz.frames import PositionInfo
 from specviz.viz.style import TEMPLATE
 
-P_COLOR, Q_COLOR, RES_COLOR = "#3b7dd8", "#f28e2b", "#59a14f"
-RUN_COLORS = ["#3b7dd8", "#e15759", "#59a14f", "#b07aa1", "#9c755f"]
-BASELINE_COLOR = "#888888"
+P_COLOR, Q_COLOR, RES_COLOR = style.P_TARGET, style.Q_DRAFT, style.RESIDUAL
+RUN_COLORS = style.SERIES
+BASELINE_COLOR = style.GREY
 BASELINE_RUN = "baseline (plain decoding)"  # the run name the page gives the measured baseline; drawn grey
 LAYOUT = dict(template=TEMPLATE, margin=dict(l=10, r=10, t=40, b=10), height=320, legend=dict(orientation="h", yanchor="top", y=-0.28))
 
@@ -89,12 +90,13 @@ def inspector_figure(position: pd.DataFrame, info: PositionInfo) -> go.Figure:
     if has_gauge:
         kept = info.fate == "accepted"
         gauge_x = [f"min(1, p/q) = {info.accept_prob:.2f}"]
-        traces.append(dict(type="bar", x=gauge_x, y=[info.accept_prob], marker_color=RES_COLOR if kept else "#d23c3c", name="min(1, p/q)", showlegend=False, xaxis="x2", yaxis="y2"))
+        traces.append(dict(type="bar", x=gauge_x, y=[info.accept_prob], marker_color=style.ACCEPTED if kept else style.REJECTED, name="min(1, p/q)", showlegend=False, xaxis="x2", yaxis="y2"))
         traces.append(dict(
-            type="scatter", x=gauge_x, y=[info.uniform], mode="markers", marker=dict(symbol="line-ew", size=46, line=dict(width=4, color="#222")),
+            type="scatter", x=gauge_x, y=[info.uniform], mode="markers", marker=dict(symbol="line-ew", size=46, line=dict(width=4, color=style.INK)),
             name="uniform draw u", showlegend=False, hovertemplate="u = %{y:.3f}<extra></extra>", xaxis="x2", yaxis="y2",
         ))  # fmt: skip
-        annotations.append(dict(x=gauge_x[0], y=info.uniform, xref="x2", yref="y2", text=f"u = {info.uniform:.2f}", showarrow=False, yshift=12, font=dict(size=11)))
+        annotations.append(dict(x=gauge_x[0], y=info.uniform, xref="x2", yref="y2", text=f"u = {info.uniform:.2f}", showarrow=False, yshift=14,
+                                font=dict(size=12, color=style.INK), bgcolor=style.PAPER, bordercolor=style.INK, borderwidth=1, borderpad=2))  # dark on white: reads on any bar
         layout["xaxis2"] = dict(anchor="y2", domain=[0.8344, 1.0])
         layout["yaxis2"] = dict(anchor="x2", domain=[0.0, 1.0], range=[0, 1.12], title=dict(text="kept: u < bar" if kept else "rejected: u ≥ bar"))
     return _figure(traces, {**layout, "annotations": annotations})
@@ -107,9 +109,9 @@ def accepted_figure(rounds: pd.DataFrame) -> go.Figure:
     if len(runs) == 1:
         _, df, _ = runs[0]
         traces = [
-            dict(type="bar", x=df["round"], y=df["drafted"], name="drafted", marker_color="rgba(128,128,128,.35)"),
-            dict(type="bar", x=df["round"], y=df["accepted"], name="accepted", marker_color="rgba(46,160,67,.85)"),
-            dict(type="scatter", x=df["round"], y=df["k"], name="k asked", mode="lines", line=dict(dash="dot", color="#555", shape="hv")),
+            dict(type="bar", x=df["round"], y=df["drafted"], name="drafted", marker_color=style.LIGHT_GREY),
+            dict(type="bar", x=df["round"], y=df["accepted"], name="accepted", marker_color=style.ACCEPTED),
+            dict(type="scatter", x=df["round"], y=df["k"], name="k asked", mode="lines", line=dict(dash="dot", color=style.MUTED_INK, shape="hv")),
         ]
         layout["barmode"] = "overlay"
     else:

@@ -181,6 +181,7 @@ class PositionInfo:
     next_token: int | None  # the resampled / bonus / plain-target token emitted here
     next_fate: str | None
     node: int | None = None  # the drafted token's index in the record (a chain's position, a tree's node)
+    residual_needed: bool | None = None  # max(0, p_target - q_draft) has mass here (None: no q_draft, or a tree)
 
 
 def num_positions(record: StepRecord) -> int:
@@ -200,10 +201,35 @@ def position_info(record: StepRecord, position: int) -> PositionInfo:
         i = position
         return PositionInfo(
             i, "draft", record.drafted[i], record.draft_fates[i], record.p_target[i], record.q_draft[i],
-            record.accept_prob[i], record.uniforms[i], next_token, next_fate, node=i,
+            record.accept_prob[i], record.uniforms[i], next_token, next_fate, node=i, residual_needed=residual_has_mass(record, i),
         )
     kind = "bonus" if record.num_drafted else "target"
     return PositionInfo(position, kind, None, None, None, None, None, None, next_token, next_fate)
+
+
+RESIDUAL_EPS = 1e-6  # p_target above q_draft by less than this counts as equal (float noise of one softmax)
+
+
+def residual_has_mass(record: StepRecord, position: int) -> bool | None:
+    """Whether max(0, p_target - q_draft) has mass at a chain round's drafted position. Where p <= q everywhere the
+    rule never resamples there (the draft is always kept), and specviz.core.verify.residual falls back to p_target:
+    the record then holds p_target as "the residual", which a chart must not draw as one. The record keeps the top
+    ids of p, q and the residual, so a residual with mass shows where p > q at one of them. None without a q_draft."""
+    dist = record.dists[position]
+    if record.tree_parents or dist.q_draft is None or dist.residual is None:
+        return None
+    return any(p - q > RESIDUAL_EPS for p, q in zip(dist.p_target, dist.q_draft))
+
+
+def latest_drafting_round(records: Sequence[StepRecord]) -> int:
+    """The newest round that drafted something (the inspector's default: a round with nothing drafted has no rule to
+    show); the newest round when none did."""
+    return next((r for r in range(len(records) - 1, -1, -1) if records[r].num_drafted), len(records) - 1)
+
+
+def last_rejection_round(records: Sequence[StepRecord]) -> int | None:
+    """The newest round in which the rule rejected a draft, or None."""
+    return next((r for r in range(len(records) - 1, -1, -1) if "rejected" in records[r].draft_fates), None)
 
 
 def position_frame(record: StepRecord, position: int, token_text: TokenText, top: int = 12, min_prob: float = 1e-3) -> pd.DataFrame:
@@ -216,9 +242,9 @@ def position_frame(record: StepRecord, position: int, token_text: TokenText, top
             "token_id": list(dist.token_ids),
             "p_target": list(dist.p_target),
             "q_draft": list(dist.q_draft) if dist.q_draft is not None else np.nan,
-            "residual": list(dist.residual) if dist.residual is not None else np.nan,
+            "residual": list(dist.residual) if dist.residual is not None and info.residual_needed is not False else np.nan,
         }
-    )
+    )  # no residual drawn where p <= q everywhere: the record's "residual" there is p_target itself
     df["role"] = ""
     if info.drafted is not None:
         df.loc[df["token_id"] == info.drafted, "role"] = "drafted"

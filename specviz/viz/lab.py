@@ -10,9 +10,10 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+from specviz.viz import style
 from specviz.viz.style import TEMPLATE
 
-P_COLOR, Q_COLOR, EMP_COLOR, ALT_COLOR = "#3b7dd8", "#f28e2b", "#59a14f", "#9c755f"
+P_COLOR, Q_COLOR, EMP_COLOR, ALT_COLOR = style.P_TARGET, style.Q_DRAFT, style.OKABE_ITO["bluish_green"], style.OKABE_ITO["orange"]
 LAYOUT = dict(margin=dict(l=10, r=10, t=40, b=10), height=400, legend=dict(orientation="h", y=-0.2), modebar=dict(orientation="v"))
 
 
@@ -45,7 +46,7 @@ def histogram_figure(df: pd.DataFrame, title: str) -> go.Figure:
     fig.add_bar(x=x, y=df["q_draft"], name="q_draft (what the drafter proposes)", marker_color=Q_COLOR)
     fig.add_bar(x=x, y=df["empirical"], name="emitted tokens (empirical)", marker_color=EMP_COLOR)
     if "limit" in df:
-        fig.add_scatter(x=x, y=df["limit"], mode="markers", name="where this variant converges", marker=dict(symbol="diamond", size=11, color="black"))
+        fig.add_scatter(x=x, y=df["limit"], mode="markers", name="where this variant converges", marker=dict(symbol="diamond", size=11, color=style.INK))
     fig.update_layout(title=html.escape(title), barmode="group", yaxis=dict(title="probability", rangemode="tozero"), **LAYOUT)
     return fig
 
@@ -60,9 +61,12 @@ def convergence_figure(df: pd.DataFrame) -> go.Figure:
     fig = make_subplots(rows=2, cols=1, shared_xaxes=True, vertical_spacing=0.08)
     fig.update_layout(template=TEMPLATE)
     fig.add_scatter(x=df["samples"], y=df["tv"], mode="lines+markers", name="TV(empirical, p_target)", line=dict(color=EMP_COLOR), row=1, col=1)
-    fig.add_scatter(x=df["samples"], y=df["noise"], mode="lines", name="typical TV of an exact sampler", line=dict(color="grey", dash="dash"), row=1, col=1)
+    fig.add_scatter(x=df["samples"], y=df["noise"], mode="lines", name="typical TV of an exact sampler", line=dict(color=style.GREY, dash="dash"), row=1, col=1)
     fig.add_scatter(x=df["samples"], y=df["pvalue"], mode="lines+markers", name="chi-square p-value", line=dict(color=P_COLOR), row=2, col=1)
-    fig.add_hline(y=0.05, line=dict(color="#e15759", dash="dot"), row=2, col=1)
+    fig.add_hline(y=0.05, line=dict(color=style.REJECTED, dash="dot"), row=2, col=1)
+    fig.add_hrect(y0=0, y1=0.05, fillcolor=style.REJECTED, opacity=0.12, line_width=0, row=2, col=1)  # where an exact rule lands 5% of the time
+    fig.add_annotation(text="p < 0.05: 1 time in 20 for an exact rule", xref="x2 domain", x=0.0, yref="y2", y=0.05, showarrow=False,
+                       xanchor="left", yanchor="bottom", font=dict(size=11), row=2, col=1)  # fmt: skip
     fig.update_xaxes(type="log", dtick=1, row=1, col=1)
     fig.update_xaxes(type="log", dtick=1, title_text="samples drawn", row=2, col=1)
     fig.update_yaxes(type="log", dtick=1, title_text="TV distance", row=1, col=1)

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import html
+import math
 from collections.abc import Callable
 
 import pandas as pd
 import plotly.graph_objects as go
 
+from specviz.viz import style
 from specviz.viz.style import TEMPLATE
 from specviz.viz.theory import K_COLORS, LAYOUT
 from specviz.viz.tokens import visible_plain
@@ -74,7 +76,7 @@ def pass_diff_figure(report) -> go.Figure:
         if len(flips):
             fig.add_scatter(
                 x=flips["position"] + 1, y=flips["max_abs_diff"].clip(lower=1e-9), mode="markers", name=f"{name}: argmax flipped",
-                marker=dict(symbol="x", size=14, color="black"), hovertemplate=f"{name}, token " + "%{x}: the argmax flips<extra></extra>",
+                marker=dict(symbol="x", size=14, color=style.INK), hovertemplate=f"{name}, token " + "%{x}: the argmax flips<extra></extra>",
             )
     fig.update_layout(
         title=f"the same positions scored by 1-token passes and by {report.k + 1}-token passes",
@@ -98,7 +100,8 @@ def invariance_figure(report) -> go.Figure:
             line=dict(color=K_COLORS[i % len(K_COLORS)]), marker=dict(size=6),
             hovertemplate=f"{name}, token " + "%{x}: logits move by up to %{y:.2g}<extra></extra>",
         )
-    fig.add_hline(y=INVARIANCE_LIMIT, line=dict(dash="dash", color="grey"), annotation_text="1e-3: fit to verify")
+    fig.add_hline(y=INVARIANCE_LIMIT, line=dict(dash="dash", color=style.GREY))  # its label by hand: on a log axis an annotation's y is log10
+    fig.add_annotation(text="1e-3: fit to verify", xref="x domain", x=1, yref="y", y=math.log10(INVARIANCE_LIMIT), showarrow=False, xanchor="right", yanchor="bottom")
     fig.update_layout(
         title=f"how far a position's logits move inside a {report.k + 1}-token pass",
         xaxis=dict(title="generated token (float32 plain greedy)"), yaxis=dict(title="max |Δ logit| (log scale)", type="log"), **LAYOUT,

@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 
 from specviz.core.race import RaceResult
+from specviz.viz import style
 
 SPEEDS = ((1.0, "1×"), (0.5, "½×"), (0.25, "¼×"), (0.1, "⅒×"))
 
@@ -41,34 +42,35 @@ def script_json(data: object) -> str:
 def playback_html(race: RaceResult, autoplay: bool = True) -> str:
     """The whole player as one HTML page."""
     options = "".join(f'<option value="{v}">{label}</option>' for v, label in SPEEDS)
-    return (
-        PAGE.replace("__OPTIONS__", options)
-        .replace("__AUTOPLAY__", "true" if autoplay else "false")
-        .replace("__DATA__", script_json(playback_data(race)))
+    page = (  # the palette first: the data, which holds model text, goes in last so nothing in it is replaced
+        PAGE.replace("__INK_LIGHT__", style.THEME_INK["light"]).replace("__INK_DARK__", style.THEME_INK["dark"])
+        .replace("__HAIRLINE__", style.HAIRLINE).replace("__FLASH_PLAIN__", style.FLASH["plain"]).replace("__FLASH_SPEC__", style.FLASH["speculative"])
+        .replace("__PLAIN__", style.GREY).replace("__SPEC__", style.SERIES[0]).replace("__CURSOR__", style.REJECTED)
     )
+    return page.replace("__OPTIONS__", options).replace("__AUTOPLAY__", "true" if autoplay else "false").replace("__DATA__", script_json(playback_data(race)))
 
 
 PAGE = """<!doctype html>
 <html><head><meta charset="utf-8"><style>
-body{font-family:"Source Sans Pro",system-ui,sans-serif;margin:0;padding:4px 2px;color:#262730;font-size:15px}
-@media (prefers-color-scheme: dark){body{color:#fafafa}}
+body{font-family:"Source Sans Pro",system-ui,sans-serif;margin:0;padding:4px 2px;color:__INK_LIGHT__;font-size:15px}
+@media (prefers-color-scheme: dark){body{color:__INK_DARK__}}
 .bar{display:flex;gap:10px;align-items:center;margin-bottom:8px;flex-wrap:wrap}
-button,select{font:inherit;padding:3px 10px;border-radius:6px;border:1px solid rgba(128,128,128,.5);background:transparent;color:inherit;cursor:pointer}
+button,select{font:inherit;padding:3px 10px;border-radius:6px;border:1px solid __HAIRLINE__;background:transparent;color:inherit;cursor:pointer}
 .clock{font-variant-numeric:tabular-nums;min-width:8em}
 .lane{margin:6px 0 12px 0}
 .head{display:flex;justify-content:space-between;font-weight:600;margin-bottom:3px}
 .stat{font-weight:400;opacity:.8;font-variant-numeric:tabular-nums}
 .text{font-family:ui-monospace,SFMono-Regular,Menlo,Consolas,monospace;font-size:13px;line-height:1.7;white-space:pre-wrap;
- word-break:break-word;height:8.5em;overflow-y:auto;border:1px solid rgba(128,128,128,.3);border-radius:6px;padding:4px 6px}
+ word-break:break-word;height:8.5em;overflow-y:auto;border:1px solid __HAIRLINE__;border-radius:6px;padding:4px 6px}
 .text span{border-radius:3px}
 .text span.fresh{animation:flash 0.6s ease-out}
 .speculative .text span.fresh{animation:flashb 0.6s ease-out}
-@keyframes flash{from{background:rgba(136,136,136,.55)}to{background:transparent}}
-@keyframes flashb{from{background:rgba(59,125,216,.55)}to{background:transparent}}
-.rug{position:relative;height:22px;border-bottom:1px solid rgba(128,128,128,.5);margin-top:3px}
-.tick{position:absolute;bottom:0;width:2px;background:#888}
-.speculative .tick{background:#3b7dd8}
-.cursor{position:absolute;top:-2px;bottom:-2px;width:2px;background:#e15759;left:0}
+@keyframes flash{from{background:__FLASH_PLAIN__}to{background:transparent}}
+@keyframes flashb{from{background:__FLASH_SPEC__}to{background:transparent}}
+.rug{position:relative;height:22px;border-bottom:1px solid __HAIRLINE__;margin-top:3px}
+.tick{position:absolute;bottom:0;width:2px;background:__PLAIN__}
+.speculative .tick{background:__SPEC__}
+.cursor{position:absolute;top:-2px;bottom:-2px;width:2px;background:__CURSOR__;left:0}
 .axis{display:flex;justify-content:space-between;font-size:12px;opacity:.7}
 </style></head>
 <body data-state="idle">

@@ -14,6 +14,7 @@ import plotly.graph_objects as go
 
 from specviz.core.bursts import FLOOR_S, log_gaps
 from specviz.core.race import RaceResult
+from specviz.viz import style
 from specviz.viz.figures import BASELINE_COLOR, RUN_COLORS
 from specviz.viz.style import TEMPLATE
 
@@ -60,7 +61,7 @@ def gap_histogram(series: Sequence[tuple[str, Sequence[float] | np.ndarray, str]
     )  # fmt: skip
     if threshold_s:
         x = float(np.log10(max(threshold_s, FLOOR_S)))
-        layout["shapes"] = [dict(type="line", x0=x, x1=x, yref="y domain", y0=0, y1=1, line=dict(color="#333", dash="dash", width=1))]
+        layout["shapes"] = [dict(type="line", x0=x, x1=x, yref="y domain", y0=0, y1=1, line=dict(color=style.INK, dash="dash", width=1))]
         layout["annotations"] = [dict(x=x, yref="y domain", y=1, text=f"burst threshold {_seconds(threshold_s)}", showarrow=False, xanchor="left", yanchor="top")]
     return go.Figure({"data": traces, "layout": layout})
 

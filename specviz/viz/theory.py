@@ -30,12 +30,13 @@ from specviz.core.theory import (
     speedup,
     verify_cost_at,
 )
+from specviz.viz import style
 from specviz.viz.style import TEMPLATE
 
 MEASURED_COLUMNS: tuple[str, ...] = ("source", "label", "alpha", "k", "speedup")
 LAYOUT = dict(margin=dict(l=10, r=10, t=40, b=10), height=380, legend=dict(orientation="h", y=-0.2), modebar=dict(orientation="v"))
 SOURCE_SYMBOLS = {"benchmark": "circle", "step-through": "diamond"}
-K_COLORS = ["#3b7dd8", "#e15759", "#59a14f", "#b07aa1", "#f28e2b", "#9c755f", "#76b7b2", "#edc948"]
+K_COLORS = style.SERIES
 
 
 def alpha_grid(step: float = 0.01) -> np.ndarray:
@@ -65,7 +66,7 @@ def _measured_traces(fig: go.Figure, measured: pd.DataFrame | None, y: str) -> N
     for source, part in measured.dropna(subset=["alpha", y]).groupby("source", sort=False):
         fig.add_scatter(
             x=part["alpha"], y=part[y], mode="markers", name=f"measured · {html.escape(str(source))}",
-            marker=dict(symbol=SOURCE_SYMBOLS.get(str(source), "circle"), size=9, color="white", line=dict(color="black", width=1.5)),
+            marker=dict(symbol=SOURCE_SYMBOLS.get(str(source), "circle"), size=9, color=style.PAPER, line=dict(color=style.INK, width=1.5)),
             text=[html.escape(str(t)) for t in part["label"]], hovertemplate="%{text}<br>α=%{x:.2f}<br>" + y + "=%{y:.2f}<extra></extra>",
         )
 
@@ -96,12 +97,14 @@ def heatmap_base(c: float, verify_cost: VerifyCost, measured: pd.DataFrame | Non
     if (speedups > 1).any() and (speedups < 1).any():
         fig.add_contour(
             x=table.columns, y=table.index, z=speedups, showscale=False, name="break-even (speedup = 1)", showlegend=True,
-            contours=dict(start=1.0, end=1.0, size=1.0, coloring="lines"), colorscale=[[0, "black"], [1, "black"]],
+            contours=dict(start=1.0, end=1.0, size=1.0, coloring="lines"), colorscale=[[0, style.INK], [1, style.INK]],
             line=dict(width=2.5), hoverinfo="skip",
         )
     alphas = alpha_grid(0.01)
+    best = [best_k(a, c, verify_cost, k_max) for a in alphas]
+    fig.add_scatter(x=alphas, y=best, mode="lines", line=dict(color=style.INK, width=6, shape="hv"), hoverinfo="skip", showlegend=False)  # an outline: yellow alone fades on white
     fig.add_scatter(
-        x=alphas, y=[best_k(a, c, verify_cost, k_max) for a in alphas], mode="lines", line=dict(color="gold", width=3, shape="hv"),
+        x=alphas, y=best, mode="lines", line=dict(color=style.HIGHLIGHT, width=3, shape="hv"),
         name="best k for each α", hovertemplate="α=%{x:.2f}: best k=%{y}<extra></extra>",
     )
     if measured is not None and not measured.empty:
@@ -119,14 +122,14 @@ def choice_marker(alpha: float, k: int, c: float, verify_cost: VerifyCost) -> di
     """The heatmap's chosen (α, k) as a plain trace dict: added to a cached figure without rebuilding it."""
     return dict(
         type="scatter", x=[alpha], y=[k], mode="markers", name="your α and k",
-        marker=dict(symbol="star", size=16, color="gold", line=dict(color="black", width=1)),
+        marker=dict(symbol="star", size=16, color=style.HIGHLIGHT, line=dict(color=style.INK, width=1)),
         hovertemplate=f"α={alpha:.2f}, k={k}: {speedup(alpha, k, c, verify_cost):.2f}×<extra></extra>",
     )  # fmt: skip
 
 
 def alpha_line(alpha: float) -> dict:
-    """The curves' gold line at the chosen α as a plain shape dict (what add_vline draws)."""
-    return dict(type="line", xref="x", yref="y domain", x0=alpha, x1=alpha, y0=0, y1=1, line=dict(color="gold", width=2))
+    """The curves' dotted black line at the chosen α as a plain shape dict (what add_vline draws)."""
+    return dict(type="line", xref="x", yref="y domain", x0=alpha, x1=alpha, y0=0, y1=1, line=dict(color=style.INK, width=2, dash="dot"))
 
 
 def curves_figure(c: float, verify_cost: VerifyCost, ks: Sequence[int], alpha: float | None = None, measured: pd.DataFrame | None = None) -> go.Figure:
@@ -138,7 +141,7 @@ def curves_figure(c: float, verify_cost: VerifyCost, ks: Sequence[int], alpha: f
             x=alphas, y=[speedup(a, k, c, verify_cost) for a in alphas], mode="lines", name=f"k = {k}",
             line=dict(color=K_COLORS[i % len(K_COLORS)]), hovertemplate=f"k={k}, " + "α=%{x:.2f}: %{y:.2f}×<extra></extra>",
         )
-    fig.add_hline(y=1.0, line=dict(color="black", dash="dash"), annotation_text="break-even", annotation_position="top left")
+    fig.add_hline(y=1.0, line=dict(color=style.INK, dash="dash"), annotation_text="break-even", annotation_position="top left")
     if alpha is not None:
         fig.add_shape(alpha_line(alpha))
     _measured_traces(fig, measured, "speedup")
@@ -163,9 +166,9 @@ def speedup_vs_k_figure(alpha: float, c: float, verify_cost: VerifyCost, k: int,
     """Bars of speedup for every k at one alpha: the chosen k and the best k are highlighted."""
     df = speedup_vs_k_frame(alpha, c, verify_cost, k_max)
     best = best_k(alpha, c, verify_cost, k_max)
-    colors = ["gold" if kk == best else ("#3b7dd8" if kk == k else "#b8c7e0") for kk in df["k"]]
-    fig = go.Figure(go.Bar(x=df["k"], y=df["speedup"], marker_color=colors, hovertemplate="k=%{x}: %{y:.2f}×<extra></extra>", name="speedup"), layout=dict(template=TEMPLATE))
-    fig.add_hline(y=1.0, line=dict(color="black", dash="dash"))
+    colors = [style.HIGHLIGHT if kk == best else (style.P_TARGET if kk == k else style.LIGHT_GREY) for kk in df["k"]]
+    fig = go.Figure(go.Bar(x=df["k"], y=df["speedup"], marker=dict(color=colors, line=dict(color=style.INK, width=1)), hovertemplate="k=%{x}: %{y:.2f}×<extra></extra>", name="speedup"), layout=dict(template=TEMPLATE))
+    fig.add_hline(y=1.0, line=dict(color=style.INK, dash="dash"))
     fig.update_layout(title=f"speedup by k at α = {alpha:.2f}", xaxis=dict(title="k", dtick=1), yaxis_title="speedup (×)", **LAYOUT)
     return fig
 
@@ -191,8 +194,8 @@ def verify_curve_figure(curves: dict[str, VerifyCurve], constant: float | None =
             hovertemplate=f"{label}<br>" + "k=%{x}: a pass over k+1 tokens costs %{y:.2f}× a 1-token pass<extra></extra>",
         )
     if constant is not None:
-        fig.add_hline(y=constant, line=dict(color="black", dash="dot"), annotation_text=f"constant {constant:g}", annotation_position="top left")
-    fig.add_hline(y=1.0, line=dict(color="grey", dash="dash"))
+        fig.add_hline(y=constant, line=dict(color=style.INK, dash="dot"), annotation_text=f"constant {constant:g}", annotation_position="top left")
+    fig.add_hline(y=1.0, line=dict(color=style.GREY, dash="dash"))
     fig.update_layout(
         title="verify cost c_verify(k): a (k+1)-token target pass ÷ a 1-token pass",
         xaxis=dict(title="k (tokens drafted; the pass feeds k + 1)", dtick=1 if k_max <= 16 else None),
@@ -262,7 +265,7 @@ def worked_examples(scenarios: Sequence[Scenario] = WORKED_EXAMPLES) -> pd.DataF
 # --- B streams at once -------------------------------------------------------------------------------
 
 BATCH_COLUMNS: tuple[str, ...] = ("batch_size", "side", "source", "tokens_per_s")
-SIDE_COLORS = {"plain": "#7f7f7f", "speculative": "#3b7dd8"}
+SIDE_COLORS = {"plain": style.GREY, "speculative": style.SERIES[0]}
 
 
 def batch_frame(
@@ -288,8 +291,13 @@ def batch_ratios(frame: pd.DataFrame) -> pd.DataFrame:
     return wide[["source", "batch_size", "plain", "speculative", "ratio"]]
 
 
-def _batch_axis() -> dict:
-    return dict(title="B (streams decoded at once)", type="log", dtick=math.log10(2))
+def _batch_axis(batch_sizes: Sequence[float], also: float | None = None) -> dict:
+    """A log B axis over the B's drawn, ticked at those B's. Plotly reads a log axis's range (and an annotation's x on
+    it) in log10 units: an annotation at x = B without the log stretched the axis to 10^B (2^34 at B ≈ 10)."""
+    sizes = sorted({int(b) for b in batch_sizes if b > 0}) or [1]
+    lo, hi = math.log10(min(sizes[0], also or sizes[0])), math.log10(max(sizes[-1], also or sizes[-1]))  # also: the crossover
+    pad = max(0.05, 0.04 * (hi - lo))
+    return dict(title="B (streams decoded at once)", type="log", range=[lo - pad, hi + pad], tickvals=sizes, ticktext=[str(b) for b in sizes])
 
 
 def batch_throughput_figure(frame: pd.DataFrame) -> go.Figure:
@@ -300,10 +308,10 @@ def batch_throughput_figure(frame: pd.DataFrame) -> go.Figure:
         fig.add_scatter(
             x=part["batch_size"], y=part["tokens_per_s"], name=f"{side} · {source}", mode="lines+markers" if predicted else "markers",
             line=dict(color=SIDE_COLORS[str(side)], width=3), marker=dict(size=8 if predicted else 12, symbol="circle" if predicted else "diamond",
-            line=dict(color="black", width=0 if predicted else 1.5)),
+            line=dict(color=style.INK, width=0 if predicted else 1.5)),
             hovertemplate=f"{side} ({source}), " + "B=%{x}: %{y:.0f} tokens/s<extra></extra>",
         )  # fmt: skip
-    fig.update_layout(title="throughput, every stream together", xaxis=_batch_axis(), yaxis=dict(title="tokens/s", rangemode="tozero"), **LAYOUT)
+    fig.update_layout(title="throughput, every stream together", xaxis=_batch_axis(frame["batch_size"]), yaxis=dict(title="tokens/s", rangemode="tozero"), **LAYOUT)
     return fig
 
 
@@ -317,10 +325,11 @@ def batch_ratio_figure(ratios: pd.DataFrame, crossover: float | None = None) -> 
             line=dict(color=SIDE_COLORS["speculative"], width=3), marker=dict(size=8 if predicted else 12, symbol="circle" if predicted else "diamond"),
             hovertemplate=f"{source}, " + "B=%{x}: %{y:.2f}×<extra></extra>",
         )  # fmt: skip
-    fig.add_hline(y=1.0, line=dict(color="black", dash="dash"), annotation_text="break-even", annotation_position="top left")
-    if crossover is not None:
-        fig.add_vline(x=crossover, line=dict(color="#e15759", width=2), annotation_text=f"B ≈ {crossover:.1f}", annotation_position="top right")
-    fig.update_layout(title="what speculation buys at batch B", xaxis=_batch_axis(), yaxis=dict(title="speculative ÷ plain", rangemode="tozero"), **LAYOUT)
+    fig.add_hline(y=1.0, line=dict(color=style.INK, dash="dash"), annotation_text="break-even", annotation_position="top left")
+    if crossover is not None:  # the label placed by hand: on a log axis an annotation's x is log10(B)
+        fig.add_vline(x=crossover, line=dict(color=style.REJECTED, width=2))
+        fig.add_annotation(x=math.log10(crossover), xref="x", y=1, yref="y domain", text=f"B ≈ {crossover:.1f}", showarrow=False, xanchor="left", yanchor="top")
+    fig.update_layout(title="what speculation buys at batch B", xaxis=_batch_axis(ratios["batch_size"], crossover), yaxis=dict(title="speculative ÷ plain", rangemode="tozero"), **LAYOUT)
     return fig
 
 
@@ -346,6 +355,6 @@ def drafting_cost_figure(frame: pd.DataFrame) -> go.Figure:
             line=dict(color=K_COLORS[i % len(K_COLORS)], width=2), customdata=part["best_k"],
             hovertemplate="α %{x:.2f}: %{y:.2f}× at k = %{customdata}<extra></extra>",
         ))  # fmt: skip
-    fig.add_hline(y=1.0, line=dict(color="black", dash="dash", width=1))
+    fig.add_hline(y=1.0, line=dict(color=style.INK, dash="dash", width=1))
     fig.update_layout(template=TEMPLATE, title="drafting cost: speedup at the best k", xaxis_title="α", yaxis_title="speedup", **LAYOUT)
     return fig

@@ -15,22 +15,31 @@ from collections.abc import Callable, Sequence
 
 import pandas as pd
 
+from specviz.viz.style import ACCEPTED, BONUS, INK, LIGHT_GREY, MUTED_INK, PAPER, REJECT_INK, RESAMPLED, TARGET_STEP
+
 WHITESPACE_MARKS = {" ": "␣", "\n": "↵", "\t": "⇥", "\r": "␍"}
 
-# kind -> (legend label, what it means, inline style). Colours are translucent so both themes read them.
-FATES: dict[str, tuple[str, str, str]] = {
-    "accepted": ("accepted draft", "drafted and kept: u < min(1, p/q)", "background:rgba(46,160,67,.30);"),
-    "resampled": ("resampled", "drawn from the residual max(0, p - q) after a rejection", "background:rgba(230,140,20,.40);"),
-    "bonus": ("bonus", "free extra token from p_target after every draft was kept", "background:rgba(40,120,220,.32);"),
-    "target": ("target step", "plain target sample: nothing was drafted this round", "background:rgba(128,128,128,.16);"),
-    "rejected": ("rejected draft", "the first draft the rule turned down (u >= min(1, p/q))", "color:#d23c3c;text-decoration:line-through;text-decoration-thickness:2px;"),
-    "discarded": ("discarded draft", "drafted after a rejection (or after the text ended inside the round): never checked, thrown away", "color:rgba(210,60,60,.55);text-decoration:line-through;"),
-}
-PROMPT_STYLE = "color:rgba(128,128,128,.85);"
+# kind -> (legend label, what it means, the cue that is not colour, inline style). Each kept fate has a fill from
+# the palette (specviz.viz.style) and an outline or underline of its own; each thrown-away draft is struck through.
+# The stream sits on its own PAPER with INK text in either theme, so every contrast is known (tests/test_palette.py).
+_FILL = "background:{};color:" + INK + ";"
+FATES: dict[str, tuple[str, str, str, str]] = {
+    "accepted": ("accepted draft", "drafted and kept: u < min(1, p/q)", "solid underline", _FILL.format(ACCEPTED) + f"border-bottom:3px solid {INK};"),
+    "resampled": ("resampled", "drawn from the residual max(0, p - q) after a rejection", "double underline", _FILL.format(RESAMPLED) + f"border-bottom:4px double {INK};"),
+    "bonus": ("bonus", "free extra token from p_target after every draft was kept", "boxed", _FILL.format(BONUS) + f"border:2px solid {INK};"),
+    "target": ("target step", "plain target sample: nothing was drafted this round", "dotted underline", _FILL.format(TARGET_STEP) + f"border-bottom:3px dotted {INK};"),
+    "rejected": ("rejected draft", "the first draft the rule turned down (u >= min(1, p/q))", "thick strike-through, bold", f"color:{REJECT_INK};font-weight:600;text-decoration:line-through;text-decoration-thickness:2px;"),
+    "discarded": ("discarded draft", "drafted after a rejection (or after the text ended inside the round): never checked, thrown away", "thin strike-through", f"color:{REJECT_INK};text-decoration:line-through;text-decoration-thickness:1px;"),
+}  # fmt: skip
+PROMPT_STYLE = f"color:{MUTED_INK};"
 TOKEN_STYLE = "border-radius:3px;padding:1px 1px;margin:0 1px 0 0;white-space:pre-wrap;"
-ROUND_START_STYLE = "box-shadow:-2px 0 0 rgba(128,128,128,.55);margin-left:3px;"
-MARK_STYLE = "opacity:.45;"
-BOX_STYLE = "font-family:ui-monospace,SFMono-Regular,Menlo,Consolas,monospace;font-size:0.92rem;line-height:2.0;word-break:break-word;"
+ROUND_START_STYLE = f"box-shadow:-2px 0 0 {MUTED_INK};margin-left:3px;"
+MARK_STYLE = "font-size:.8em;"  # whitespace markers: smaller, never fainter (a faded marker fails contrast)
+BOX_STYLE = (
+    "font-family:ui-monospace,SFMono-Regular,Menlo,Consolas,monospace;font-size:0.92rem;line-height:2.0;word-break:break-word;"
+    f"background:{PAPER};color:{INK};border:1px solid {LIGHT_GREY};border-radius:6px;padding:.2rem .5rem;"
+)
+TOKEN_CLASS = "specviz-tok"  # a generated token: focusable, its details in its accessible name (PAGE_CSS shows them on focus)
 
 
 PIECE = re.compile(r"⟨([0-9A-F]{2}(?: [0-9A-F]{2})*)⟩")
@@ -173,8 +182,13 @@ def token_tooltip(row: pd.Series | dict) -> str:
     return "\n".join(lines)
 
 
-def token_span(text: str, style: str, title: str | None = None, mark_whitespace: bool = True) -> str:
+def token_span(text: str, style: str, title: str | None = None, mark_whitespace: bool = True, focusable: bool = False) -> str:
+    """One token's <span>. focusable: reachable with Tab and by a tap, named for assistive technology by its title
+    (its fate and numbers), so the details never need a hover."""
     title_attr = f' title="{html.escape(title, quote=True)}"' if title else ""
+    if focusable and title:
+        name = html.escape(title.replace("\n", "; "), quote=True)
+        title_attr += f' class="{TOKEN_CLASS}" tabindex="0" aria-label="{name}"'
     body = visible_html(text) if mark_whitespace else html.escape(text)
     return f'<span style="{TOKEN_STYLE}{style}"{title_attr}>{body}</span>'
 
@@ -203,18 +217,19 @@ def token_stream_html(prompt_texts: Sequence[str], stream: pd.DataFrame, *, show
                 j += 1
         for start, end, text in join_pieces([r["text"] for r in rows[i:j]]):
             first = rows[i + start]
-            style = FATES[first["kind"]][2] + (ROUND_START_STYLE if first["first_in_round"] else "")
+            style = FATES[first["kind"]][3] + (ROUND_START_STYLE if first["first_in_round"] else "")
             title = token_tooltip(first) if end == start + 1 else _joined_title([token_tooltip(r) for r in rows[i + start : i + end]])
-            parts.append(token_span(text, style, title))
+            parts.append(token_span(text, style, title, focusable=True))
         i = j
     parts.append("</div>")
     return "".join(parts)
 
 
 def legend_html(kinds: Sequence[str] = tuple(FATES)) -> str:
-    """One swatch per fate, each with its meaning on hover; plus the prompt and the round marker."""
+    """One swatch per fate, named with its cue beyond colour (underline, box, strike-through) and its meaning on
+    hover and focus; plus the prompt and the round marker."""
     items = [token_span("prompt", PROMPT_STYLE, "the prompt (context, not generated)", False)]
-    items += [token_span(FATES[k][0], FATES[k][2], FATES[k][1], False) for k in kinds]
+    items += [token_span(FATES[k][0], FATES[k][3], f"{FATES[k][0]} ({FATES[k][2]}): {FATES[k][1]}", False) for k in kinds]
     items.append(token_span("new round", ROUND_START_STYLE, "a thin bar marks where each round's tokens start", False))
     items.append(token_span("␣ space ↵ newline", MARK_STYLE, "whitespace is drawn so token boundaries show", False))
     return f'<div class="specviz-legend" style="{BOX_STYLE}font-size:0.85rem;">' + " ".join(items) + "</div>"

@@ -12,11 +12,12 @@ import plotly.graph_objects as go
 
 from specviz.core.records import StepRecord
 from specviz.core.tree import tree_depths, tree_mask
+from specviz.viz import style
 from specviz.viz.frames import TokenText
 from specviz.viz.style import TEMPLATE
 from specviz.viz.tokens import visible_plain
 
-FATE_COLOURS = {"accepted": "#2ca02c", "rejected": "#d62728", "discarded": "#bbbbbb", "root": "#1f77b4", "next": "#ff7f0e"}
+FATE_COLOURS = {"accepted": style.ACCEPTED, "rejected": style.REJECTED, "discarded": style.LIGHT_GREY, "root": style.P_TARGET, "next": style.RESAMPLED}
 TREE_COLUMNS = ["node", "parent", "depth", "slot", "token_id", "token", "p_target", "q_draft", "p_current", "accept_prob", "uniform", "fate", "on_path", "head"]
 
 
@@ -92,7 +93,7 @@ def tree_figure(record: StepRecord, token_text: TokenText, root_text: str = "con
         (x0, y0), (x1, y1) = pos[int(row["parent"])], pos[int(row["node"])]
         fig.add_trace(go.Scatter(
             x=[x0, x1], y=[y0, y1], mode="lines", hoverinfo="skip", showlegend=False,
-            line=dict(color=FATE_COLOURS["accepted"] if row["on_path"] else "#cccccc", width=5 if row["on_path"] else 1.5),
+            line=dict(color=FATE_COLOURS["accepted"] if row["on_path"] else style.LIGHT_GREY, width=5 if row["on_path"] else 1.5),
         ))  # fmt: skip
     end = record.accepted_path[-1] if record.accepted_path else -1
     emitted_next = len(record.emitted) > len(record.accepted_path)
@@ -119,7 +120,7 @@ def tree_figure(record: StepRecord, token_text: TokenText, root_text: str = "con
         fig.add_trace(go.Scatter(
             x=[p[0] for p in xy], y=[p[1] for p in xy], mode="markers+text", name=fate,
             text=[html.escape(visible_plain(t)) for t in part["token"]], textposition="top center",
-            marker=dict(size=14, color=FATE_COLOURS[fate], line=dict(width=2, color="black")),
+            marker=dict(size=14, color=FATE_COLOURS[fate], line=dict(width=2, color=style.INK)),
             hovertext=[_hover(row) for _, row in part.iterrows()], hoverinfo="text",
         ))  # fmt: skip
     depth_axis = dict(title="depth (tokens after the committed context)", dtick=1, zeroline=False)
@@ -153,7 +154,7 @@ def mask_figure(record: StepRecord, token_text: TokenText) -> go.Figure:
     z = frame["sees"].to_numpy(dtype=float).reshape(len(labels), len(labels))
     shown = [html.escape(s) for s in labels]
     fig = go.Figure(go.Heatmap(
-        z=z, x=shown, y=shown, colorscale=[[0, "#f4f4f4"], [1, "#1f77b4"]], showscale=False, xgap=1, ygap=1,
+        z=z, x=shown, y=shown, colorscale=[[0, style.PAPER], [1, style.P_TARGET]], showscale=False, xgap=1, ygap=1,
         hovertemplate="%{y} sees %{x}: %{z}<extra></extra>",
     ), layout=dict(template=TEMPLATE))  # fmt: skip
     fig.update_layout(

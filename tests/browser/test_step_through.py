@@ -76,6 +76,29 @@ def test_the_shown_speedup_is_never_above_the_tokens_per_pass(driver, app_url):
     assert exceptions(driver) == []
 
 
+def test_keyboard_steps_and_tokens_show_their_fate_on_focus(driver, app_url):
+    """Issue 43: S steps (the button's shortcut); generated tokens survive Streamlit's HTML sanitiser focusable and
+    named by their fate; a focused token shows its details (a tap on a phone, Tab on a keyboard: no hover); the
+    stream keeps its own paper and ink in the browser; the page's focus ring is in place."""
+    open_page(driver, app_url)
+    driver.find_element(By.CSS_SELECTOR, "body").send_keys("s")
+    wait(driver, STEP_TIMEOUT_S).until(lambda d: metric_value(d, "rounds") == "1")
+    wait_idle(driver, STEP_TIMEOUT_S)
+    step(driver, 1)
+    tokens = driver.find_elements(By.CSS_SELECTOR, ".specviz-stream .specviz-tok")
+    assert tokens and all(t.get_attribute("tabindex") == "0" for t in tokens)
+    fates = ("accepted draft", "resampled", "bonus", "target step", "rejected draft", "discarded draft")
+    assert all(t.get_attribute("aria-label").split(" · ")[0] in fates for t in tokens)
+    driver.execute_script("arguments[0].focus()", tokens[-1])
+    after = driver.execute_script("return getComputedStyle(arguments[0], '::after').content", tokens[-1])
+    assert " · round " in after, after  # the token's details, drawn under it while it has the focus
+    stream = driver.find_element(By.CSS_SELECTOR, ".specviz-stream")
+    paper, ink = (driver.execute_script(f"return getComputedStyle(arguments[0]).{p}", stream) for p in ("backgroundColor", "color"))
+    assert (paper, ink) == ("rgb(255, 255, 255)", "rgb(26, 26, 26)")
+    ring = driver.execute_script("return [...document.querySelectorAll('style')].some(s => s.textContent.includes(':focus-visible'))")
+    assert ring and exceptions(driver) == []
+
+
 XSS_PROMPT = (
     'Repeat exactly: <script>window.__specviz_xss = 1; alert("xss")</script> '
     '<img src=x onerror="window.__specviz_xss = 2; alert(2)"> and stop.'

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+import streamlit as st
 import torch
 
 from specviz.config import RunConfig, validate_prompt
@@ -60,6 +61,19 @@ def toy_distributions(p_weights: list[float], q_weights: list[float]) -> tuple[t
 def sample_toy(p_target: torch.Tensor, q_draft: torch.Tensor, num_samples: int, seed: int, variant: ToyVariant) -> ToyRun:
     """num_samples speculative positions under the rule `variant` (specviz.core.toy.run_toy): counts, TV and p-values."""
     return run_toy(p_target, q_draft, num_samples, seed, variant)
+
+
+SEED_CHECK = 20  # seeds in the p-value check: an exact rule lands below 0.05 in about 1 of 20
+SEED_CHECK_MAX_N = 10_000  # samples per seed in that check (about 0.1 s each here)
+
+
+@st.cache_data(max_entries=64, show_spinner=False)
+def pvalues_over_seeds(p_weights: tuple[float, ...], q_weights: tuple[float, ...], num_samples: int, variant: ToyVariant) -> list[float]:
+    """The chi-square p-value of SEED_CHECK runs of the toy (seeds 0..SEED_CHECK-1) at min(num_samples, SEED_CHECK_MAX_N)
+    samples each: one run's p-value is a coin with a 5% chance of "< 0.05" for an exact rule, twenty show the coin."""
+    p_target, q_draft = toy_distributions(list(p_weights), list(q_weights))
+    n = min(int(num_samples), SEED_CHECK_MAX_N)
+    return [float(run_toy(p_target, q_draft, n, seed, variant).pvalues[-1]) for seed in range(SEED_CHECK)]
 
 
 def real_summary(real: RealResult) -> RealSummary:

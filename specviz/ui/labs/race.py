@@ -38,6 +38,7 @@ from specviz.ui.room import present
 from specviz.ui.room.saved_runs import run_store
 from specviz.ui.step_through.session import TokenTexts, friendly_error, load_target
 from specviz.ui.step_through.sidebar import Settings, sidebar
+from specviz.viz.figures import RUN_COLORS
 from specviz.viz.markdown import md_code, md_text
 from specviz.viz.playback import playback_html
 from specviz.viz.race import burst_size_figure, gap_histogram, gap_series, lane_frame
@@ -293,7 +294,7 @@ def show_probe(result: ProbeResult, label: str | None = None) -> None:
     st.caption(f"{len(result.streams)} requests, {report.tokens} tokens in {report.chunks} chunks; tokens counted as {md_text(result.counted_as)}.")
     cols = st.columns([3, 2])
     with cols[0]:
-        st.plotly_chart(gap_histogram([("this service", report.gaps_s, "#3b7dd8")], report.threshold.seconds, "Gaps between tokens"), key="probe_gaps")
+        st.plotly_chart(gap_histogram([("this service", report.gaps_s, RUN_COLORS[0])], report.threshold.seconds, "Gaps between tokens"), key="probe_gaps")
         st.caption("Bimodal (a hump near zero and one at about a target pass) means bursts; one hump means an even cadence.")
     with cols[1]:
         st.plotly_chart(burst_size_figure(report.sizes), key="probe_sizes")

@@ -44,16 +44,26 @@ class Clicks:
     reset: bool = False
 
 
+SHORTCUTS = {"step": "S", "play": "P", "reset": "Shift+X"}  # Streamlit reserves C and R; a key typed into a field is not a shortcut
+
+
+def _help(text: str, key: str) -> str:
+    return f"{text} Keyboard: {SHORTCUTS[key]}."
+
+
 def buttons(playing: bool, disabled: bool = False) -> tuple[Clicks, object]:
     """The row: Step, Run to end, Play/Pause, Reset, and a slot for Save run (the caller fills it after the round).
-    disabled: drawn read-only (the stage's notices say why)."""
-    cols = st.columns([1, 1, 1, 1, 1.3, 2.7])
+    disabled: drawn read-only (the stage's notices say why). Step, Play and Reset have keyboard shortcuts (SHORTCUTS)."""
+    cols = st.columns([1, 1.1, 1, 1.5, 1.3, 2.1])  # Reset wide enough for its shortcut label (Shift + X)
     clicks = Clicks(
-        step=cols[0].button("Step", key="step", type="primary", disabled=disabled, help="One round: draft, verify in one target pass, commit."),
+        step=cols[0].button("Step", key="step", type="primary", disabled=disabled, shortcut=SHORTCUTS["step"],
+                            help=_help("One round: draft, verify in one target pass, commit.", "step")),
         run_all=cols[1].button("Run to end", key="run_all", disabled=disabled, help="Step until EOS or max new tokens, updating as it goes."),
-        play=cols[2].button("Pause" if playing else "Play", key="play", disabled=disabled, help="Step automatically at the pace set in the sidebar."),
-        reset=cols[3].button("Reset", key="reset", disabled=disabled, help="Throw the run away and start again with the current settings."),
-    )
+        play=cols[2].button("Pause" if playing else "Play", key="play", disabled=disabled, shortcut=SHORTCUTS["play"],
+                            help=_help("Step automatically at the pace set in the sidebar.", "play")),
+        reset=cols[3].button("Reset", key="reset", disabled=disabled, shortcut=SHORTCUTS["reset"],
+                             help=_help("Throw the run away and start again with the current settings.", "reset")),
+    )  # fmt: skip
     return clicks, cols[4].empty()
 
 

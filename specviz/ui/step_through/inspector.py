@@ -21,9 +21,10 @@ from specviz.viz import (
     num_positions,
     position_frame,
     position_info,
+    style,
     visible_plain,
 )
-from specviz.viz.frames import head_drafts_frame, table_entries_frame
+from specviz.viz.frames import PositionInfo, head_drafts_frame, last_rejection_round, latest_drafting_round, table_entries_frame
 from specviz.viz.markdown import md_code, md_text
 from specviz.viz.style import freeze
 
@@ -67,19 +68,27 @@ def inspector(session: ViewSource) -> None:
         label = widgets.radio("run", [r.label for r in runs], horizontal=True, key="inspect_run", format_func=md_text)
         run = next(r for r in runs if r.label == label)
     n = len(run.records)
+    shown = latest_drafting_round(run.records)  # following: the newest round with a rule to show, not a plain step
+    rejection = last_rejection_round(run.records)
     left, right = st.columns([1, 3])
     with left:
         # Defaults go into the session state, not value=: a follower's page sets these keys (specviz.ui.room.follow),
         # and Streamlit warns about a widget given both.
         st.session_state.setdefault("inspect_follow", True)
-        follow = widgets.toggle("follow the latest round", key="inspect_follow")
+        follow = widgets.toggle("follow the latest round that drafted", key="inspect_follow")
+        st.button(
+            "last rejection", key="inspect_last_rejection", on_click=_hold_round, args=(rejection,), disabled=rejection is None,
+            help="Jump to the newest round where the rule turned a draft down: the clearest view of the rule."
+            if rejection is not None else "No draft has been rejected yet.",
+        )  # fmt: skip
         if follow or n == 1:
-            round_index = n - 1
-            st.caption(f"showing round {round_index}, the latest (rounds count from 0)")
+            round_index = shown
+            why = "the latest that drafted" if shown == n - 1 else f"the latest that drafted (round {n - 1} drafted nothing)"
+            st.caption(f"showing round {round_index}, {why} (rounds count from 0)")
         else:
             held = st.session_state.get("inspect_round")
             if not isinstance(held, int) or isinstance(held, bool) or not (0 <= held <= n - 1):
-                st.session_state["inspect_round"] = n - 1
+                st.session_state["inspect_round"] = shown
             round_index = widgets.slider("round", 0, n - 1, key="inspect_round")
         record = run.records[round_index]
         heads = draft_heads(record) if by_head(run.config) else ()
@@ -101,11 +110,18 @@ def inspector(session: ViewSource) -> None:
         st.markdown(_position_story(info, session, heads))
     with right:
         st.plotly_chart(figure, width="stretch", key="inspector_chart")
-        st.caption(_inspector_caption(info, record.has_q))
+        st.caption(_inspector_caption(info, record.has_q, run.config.temperature))
     if heads:
         head_drafts(record, session, heads)
     if by_table(run.config) and record.num_drafted:
         table_drafts(record, session, _newest_text(session, run.records, round_index))
+
+
+def _hold_round(round_index: int | None) -> None:
+    """The "last rejection" button: stop following and hold the inspector on that round (before the widgets draw)."""
+    if round_index is not None:
+        st.session_state["inspect_follow"] = False
+        st.session_state["inspect_round"] = round_index
 
 
 def _newest_text(session: ViewSource, records: Sequence[StepRecord], round_index: int) -> str:
@@ -147,21 +163,30 @@ def head_drafts(record: StepRecord, session: ViewSource, heads: Sequence[int]) -
     )
 
 
-def _inspector_caption(info, has_q: bool) -> str:
+def _inspector_caption(info: PositionInfo, has_q: bool, temperature: float) -> str:
+    """What to look at in the chart, in the chart's own colours and this run's temperature."""
+    p_name, q_name, r_name = (style.COLOUR_NAMES[c] for c in (style.P_TARGET, style.Q_DRAFT, style.RESIDUAL))
+    greedy = temperature == 0
     if info.kind != "draft":
         return (
             "Only p_target here: nothing was drafted at this position, so the target's own distribution picks the token "
-            "(after every draft was kept, this is the free bonus token). At temperature 0 it is one-hot on the argmax."
+            "(after every draft was kept, this is the free bonus token). "
+            + ("At temperature 0 it is one-hot on the argmax." if greedy else f"At temperature {temperature:g} it is drawn from the bars.")
         )
     if has_q:
-        return (
-            "Blue p_target, orange q_draft, green the residual: p_target − q_draft where the target wants more, renormalised. "
-            "A draft is kept when u falls below min(1, p/q) (the side gauge); after a rejection the replacement is drawn from "
-            "the green bars, so it lands where the draft under-proposed."
+        residual = (
+            f"{r_name.capitalize()} bars: the residual, p_target − q_draft where the target wants more, renormalised; after a "
+            f"rejection the replacement is drawn from them, so it lands where the draft under-proposed."
+            if info.residual_needed is not False
+            else "No residual bars: p_target ≤ q_draft at every token here, so this draft could not be rejected and the "
+            "residual was never needed this round."
         )
+        one_hot = " At temperature 0 both are one-hot: a draft is kept exactly when it is the target's argmax." if greedy else ""
+        return f"{p_name.capitalize()} p_target, {q_name} q_draft. A draft is kept when u falls below min(1, p/q) (the side gauge). {residual}{one_hot}"
     return (
         "This drafter gives no distribution, so q_draft is one-hot on its guess: the guess is kept with probability "
-        "p_target(guess), and a rejection resamples from p_target with the guess removed. At temperature 0 p_target is one-hot too."
+        "p_target(guess), and a rejection resamples from p_target with the guess removed."
+        + (" At temperature 0 p_target is one-hot too." if greedy else "")
     )
 
 
