@@ -75,7 +75,7 @@ def inspector(session: ViewSource) -> None:
         follow = widgets.toggle("follow the latest round", key="inspect_follow")
         if follow or n == 1:
             round_index = n - 1
-            st.caption(f"showing round {round_index}, the latest (rounds count from 0)")
+            st.caption(f"showing round {round_index + 1}, the latest")
         else:
             held = st.session_state.get("inspect_round")
             if not isinstance(held, int) or isinstance(held, bool) or not (0 <= held <= n - 1):
@@ -100,7 +100,7 @@ def inspector(session: ViewSource) -> None:
     with left:
         st.markdown(_position_story(info, session, heads))
     with right:
-        st.plotly_chart(figure, width="stretch", key="inspector_chart")
+        st.plotly_chart(figure, width="stretch", key="inspector_chart", config={"displayModeBar": False})
         st.caption(_inspector_caption(info, record.has_q))
     if heads:
         head_drafts(record, session, heads)
