@@ -44,17 +44,19 @@ class Clicks:
     reset: bool = False
 
 
-def buttons(playing: bool, disabled: bool = False) -> tuple[Clicks, object]:
-    """The row: Step, Run to end, Play/Pause, Reset, and a slot for Save run (the caller fills it after the round).
-    disabled: drawn read-only (the stage's notices say why)."""
-    cols = st.columns([1, 1, 1, 1, 1.3, 2.7])
-    clicks = Clicks(
-        step=cols[0].button("Step", key="step", type="primary", disabled=disabled, help="One round: draft, verify in one target pass, commit."),
-        run_all=cols[1].button("Run to end", key="run_all", disabled=disabled, help="Step until EOS or max new tokens, updating as it goes."),
-        play=cols[2].button("Pause" if playing else "Play", key="play", disabled=disabled, help="Step automatically at the pace set in the sidebar."),
-        reset=cols[3].button("Reset", key="reset", disabled=disabled, help="Throw the run away and start again with the current settings."),
-    )
-    return clicks, cols[4].empty()
+def buttons(playing: bool, disabled: bool = False, extra: Callable[[], None] | None = None) -> tuple[Clicks, object]:
+    """The row: Step, Run to end, Play/Pause, Reset, what extra draws (the page's glossary), and a slot for Save run
+    (the caller fills it after the round). disabled: drawn read-only (the stage's notices say why)."""
+    with st.container(horizontal=True, gap="small", key="step_controls"):  # one row, also on a phone (columns would stack)
+        clicks = Clicks(
+            step=st.button("Step", key="step", type="primary", disabled=disabled, help="One round: draft, verify in one target pass, commit."),
+            run_all=st.button("Run to end", key="run_all", disabled=disabled, help="Step until EOS or max new tokens, updating as it goes."),
+            play=st.button("Pause" if playing else "Play", key="play", disabled=disabled, help="Step automatically at the pace set in the sidebar."),
+            reset=st.button("Reset", key="reset", disabled=disabled, help="Throw the run away and start again with the current settings."),
+        )
+        if extra is not None:
+            extra()
+        return clicks, st.empty()
 
 
 def apply(stage: Stage, clicks: Clicks, progress: Callable[[object], None]) -> None:

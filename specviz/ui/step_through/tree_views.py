@@ -35,7 +35,7 @@ def tree_rounds(session: ViewSource) -> None:
     left, right = st.columns([3, 2])
     with left:
         figure = memo(session, f"tree:{run.label}", (record.index,), lambda: tree_figure(record, session.token_text, heads=heads))
-        st.plotly_chart(figure, width="stretch", key="tree_chart")
+        st.plotly_chart(figure, width="stretch", key="tree_chart", config={"displayModeBar": False})
         if heads:
             st.caption(
                 "Medusa's tree: level d holds head d's top guesses for the token d places ahead, each hung under the "
@@ -51,7 +51,7 @@ def tree_rounds(session: ViewSource) -> None:
         )
     with right:
         mask = memo(session, f"mask:{run.label}", (record.index,), lambda: mask_figure(record, session.token_text))
-        st.plotly_chart(mask, width="stretch", key="tree_mask_chart")
+        st.plotly_chart(mask, width="stretch", key="tree_mask_chart", config={"displayModeBar": False})
         st.caption(
             "One target pass scored every node: row = node, filled cell = a token it may attend to. Each node sees "
             "only its ancestors (and the whole committed context), at position = its depth, so its logits equal "
