@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 from selenium.webdriver.common.by import By
 
-from specviz.loadtest.browser import click_button, exceptions, metric_value, open_page, wait, wait_idle
+from specviz.loadtest.browser import exceptions, metric_value, open_page, wait, wait_idle
 
 STEP_TIMEOUT_S = 180  # the first round of a fresh server loads SmolLM2
 GENERATED = '.specviz-stream span[title]:not([title="prompt"])'  # every generated / drafted token carries a hover title
@@ -18,6 +18,13 @@ def emulate(driver, width: int, height: int, mobile: bool) -> None:
     """The viewport of a laptop or a phone (Chromium's device emulation: exact CSS pixels, touch on a phone)."""
     driver.execute_cdp_cmd("Emulation.setDeviceMetricsOverride", {"width": width, "height": height, "deviceScaleFactor": 1, "mobile": mobile})
     driver.execute_cdp_cmd("Emulation.setTouchEmulationEnabled", {"enabled": mobile, "maxTouchPoints": 5 if mobile else 1})
+
+
+def press(driver, key: str) -> None:
+    """Press a keyed button as a tap would: a DOM click, no scrolling (under Chromium's phone emulation a WebDriver
+    click misses the emulated viewport and reports the button not interactable)."""
+    wait(driver, 60).until(lambda d: d.find_elements(By.CSS_SELECTOR, f".st-key-{key} button:not([disabled])"))
+    driver.execute_script("arguments[0].click();", driver.find_element(By.CSS_SELECTOR, f".st-key-{key} button"))
 
 
 def newest_token_box(driver) -> dict:
@@ -44,7 +51,7 @@ def test_each_step_shows_its_newest_token_without_scrolling(screen_driver, app_u
     driver = screen_driver
     open_page(driver, app_url)
     for n in range(3):
-        click_button(driver, "step")
+        press(driver, "step")
         wait(driver, STEP_TIMEOUT_S).until(lambda d, want=str(n + 1): metric_value(d, "rounds") == want)
         wait_idle(driver, STEP_TIMEOUT_S)
         box = newest_token_box(driver)
@@ -63,7 +70,7 @@ def test_the_phone_layout_is_compact(make_driver, app_url):
     emulate(driver, *SCREENS["phone"])
     if True:
         open_page(driver, app_url)
-        click_button(driver, "step")
+        press(driver, "step")
         wait(driver, STEP_TIMEOUT_S).until(lambda d: metric_value(d, "rounds") == "1")
         wait_idle(driver, STEP_TIMEOUT_S)
         tops = {key: driver.find_element(By.CSS_SELECTOR, f".st-key-{key} button").rect["y"] for key in ("step", "run_all", "play", "reset")}
