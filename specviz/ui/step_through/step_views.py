@@ -188,7 +188,7 @@ def nothing_drafted_reason(run: ViewRun, record: StepRecord) -> str | None:
         why = "the text was one token from its length limit, so there was no room for a guess"
     else:
         why = NOTHING_DRAFTED.get(run.config.drafter, "the drafter proposed nothing")
-    return f"Round {record.index + 1} drafted nothing: {why}. The target wrote one token on its own (grey), as plain decoding would."
+    return f"Round {record.index + 1} drafted nothing: {why}. The target wrote one token on its own (a target step), as plain decoding would."
 
 
 def quiet_machine_note(run: ViewRun) -> str:
