@@ -28,13 +28,9 @@ present.sidebar_section(presentation)
 fork.make_pending_fork(state)  # Try it yourself from here: the presenter's run as this session's own
 replay = recordings.replay_state()
 
+st.html(views.COMPACT_CSS)
 st.title("Step through speculative decoding")
-st.caption(
-    "Each round the drafter guesses up to k tokens; the target scores all of them in one pass; the rule keeps each guess "
-    "with probability min(1, p_target/q_draft) until the first rejection, then adds one token of its own (resampled, or a bonus "
-    "when every guess survived). The output is distributed exactly as the target alone would sample it."
-)
-checklist(__file__)  # this page's lesson task, if any (docs/lesson-45min.md)
+st.markdown(views.INTRO)
 
 followed = follow.follow_section(presentation)  # the presenter's run while this page follows it
 recordings.controls(replay)
@@ -43,26 +39,35 @@ recordings.controls(replay)
 def show(session) -> None:
     """The run's views: the cheap ones first (numbers, the stream), then a placeholder where the charts land."""
     views.divergence_notes(session)  # a greedy run that left plain greedy decoding (bf16 near-ties) says where
+    inspect_here = None
     if len(session.runs) == 1:
         run = session.runs[0]
-        views.metrics(session, run)
-        views.token_stream(session, run)
+        text, inspect_here = st.columns([3, 2]) if session.num_rounds else (st.container(), None)  # stacked on a phone
+        with text:
+            views.headline(session, run)
+            views.token_stream(session, run)
+            views.metrics(session, run)
     else:
         st.html(legend_html())
         for col, run in zip(st.columns(len(session.runs)), session.runs):
             with col:
                 st.subheader(md_text(run.label))
-                views.metrics(session, run, columns=3)
+                views.headline(session, run)
                 views.token_stream(session, run, legend=False)
+                views.metrics(session, run, columns=3)
     if not session.num_rounds:
         st.info("Press **Step** to run the first round.")
         return
+    if inspect_here is not None:
+        with inspect_here:
+            inspector.inspector(session)  # beside the text on a wide screen, right under it on a phone
     late = st.empty()
     if views.first_charts(session):  # the skeleton, the first time only: later Steps keep the old charts until replaced
-        late.caption("Drawing the round inspector and the curves…")
+        late.caption("Drawing the curves…")
     with late.container():
         tree_views.tree_rounds(session)  # token-tree runs only
-        inspector.inspector(session)
+        if inspect_here is None:
+            inspector.inspector(session)
         views.curves(session)
         metrics_views.panel(session)
 
@@ -95,7 +100,7 @@ def live_stage() -> controls.LiveStage:
 def stage_view(stage) -> None:
     """The controls and the run: a fragment, so a Step, an inspector click or a Play tick reruns only this."""
     with timing.rerun("step-through", fragment=True), follow.one_at_a_time(stage):  # followers take turns
-        clicks, save_slot = controls.buttons(stage.playing, disabled=stage.read_only)
+        clicks, save_slot = controls.buttons(stage.playing, disabled=stage.read_only, extra=views.glossary)
         controls.apply(stage, clicks, views.live_progress)
         stage.notices()
         session = stage.session
@@ -112,5 +117,8 @@ if followed is not None:
 else:
     stage = controls.ReplayStage(replay) if replay.session is not None else live_stage()
 st.fragment(stage_view, run_every=settings.play_every_s if stage.playing else None)(stage)
+st.divider()
+checklist(__file__)  # this page's lesson task (docs/lesson-45min.md): below the run, so the Step's result stays in view
+recordings.pickers(replay)  # below the run: the first screen is the Step and its result
 board.board_section(presentation)  # the room's forks, for the presenter (and the room once shown)
 follow.watch()  # reruns the page when the presentation moves on, starts or stops

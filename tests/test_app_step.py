@@ -109,7 +109,7 @@ def test_script_in_the_prompt_renders_as_text():
     assert "<script" not in html and "<img" not in html
     parser = _Parser()
     parser.feed(html)
-    assert parser.tags <= {"div", "span", "br"}
+    assert parser.tags <= {"div", "span", "br", "details", "summary", "style"}  # details: the folded prompt; style: the page's own CSS
     shown = "".join(parser.text).replace("␣", " ")
     assert '<script>alert("x")</script> <img src=x onerror=alert(1)>' in shown  # the prompt, drawn as text
 
@@ -160,3 +160,33 @@ def test_play_pause_and_an_error_mid_run_keeps_the_rounds(monkeypatch):
     assert any("Out of memory" in e.value and "Reset" in e.value for e in at.error), [e.value for e in at.error]
     assert metric(at, "rounds") == rounds  # the earlier rounds are still shown
     assert any("specviz-stream" in h.value for h in at.html)
+
+
+def test_the_token_counter_leads_and_an_empty_round_says_why():
+    """The load-free counter comes first (tokens against target passes); a round that drafted nothing says why in
+    words; rounds count from 1."""
+    at = click(page(max_new_tokens=12), "step")
+    run = session(at).runs[0]
+    tokens, passes = sum(len(r.emitted) for r in run.records), len(run.records)
+    assert f"**{tokens} tokens in {passes} target passes**; plain decoding needs {tokens}." in [m.value for m in at.markdown]
+    if run.records[-1].num_drafted == 0:  # the short prompt's first round: prompt lookup has nothing to copy yet
+        assert any(c.value.startswith("Round 1 drafted nothing: prompt lookup found no earlier place") for c in at.caption), [c.value for c in at.caption]
+    assert "rounds count from 0" not in " ".join(c.value for c in at.caption)
+
+
+def test_a_disturbed_clock_is_said_in_a_sentence_with_the_quiet_machine_figure(monkeypatch):
+    """When the measured speedup is no result (the clocks were disturbed), the headline shows no bare word: a
+    sentence says why and gives the shipped benchmark's quiet-machine figure for the drafter."""
+    from specviz.core.metrics import RunMetrics
+    from specviz.experiments.bench import shipped_speedup
+    from specviz.ui.step_through import step_views
+
+    monkeypatch.setattr(RunMetrics, "disturbance", lambda self: "the clocks were disturbed")
+    monkeypatch.setattr(step_views, "measuring", lambda session, run: False)
+    at = click(page(max_new_tokens=4, num_draft_tokens=8), "step")
+    assert metric(at, "speedup") == "–"
+    quiet, k, _ = shipped_speedup("lookup", 8)
+    notes = [c.value for c in at.caption if c.value.startswith("No speedup is shown: the machine was busy")]
+    assert len(notes) == 1, [c.value for c in at.caption]
+    assert f"On a quiet machine the shipped benchmark measured {quiet:.2f}× for this drafter at k = {k}" in notes[0]
+    assert not any(m.value == "disturbed" for m in at.metric)

@@ -127,7 +127,7 @@ def test_rounds_csv_columns_and_rows(model_run, lookup_run, baseline_run):
     assert [r["run"] for r in rows] == ["draft model"] * len(model_run.records) + ["lookup"] * len(lookup_run.records)
     first = rows[0]
     record = model_run.records[0]
-    assert int(first["round"]) == 0 and int(first["drafted"]) == record.num_drafted and int(first["accepted"]) == record.num_accepted
+    assert int(first["round"]) == 1 and int(first["drafted"]) == record.num_drafted and int(first["accepted"]) == record.num_accepted
     assert json.loads(first["drafted_tokens"]) == [text(t) for t in record.drafted]
     assert json.loads(first["emitted_tokens"]) == [text(t) for t in record.emitted]
     assert json.loads(first["emitted_fates"]) == list(record.emitted_fates)

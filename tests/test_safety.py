@@ -211,3 +211,6 @@ def test_token_stream_renders_model_output_as_text():
     for payload in PAYLOADS:
         assert payload in shown
     assert any("<script>" in title for title in parsed.titles)  # the hover text keeps the literal token
+    folded = _parse(token_stream_html([text_of(i) for i in decoder.tokens[: decoder.prompt_length]], stream, prompt_summary=" ".join(PAYLOADS)))
+    assert folded.tags <= {"div", "span", "br", "details", "summary"} and folded.handlers == []  # the prompt's one line is text too
+    assert all(payload.split()[0] in "".join(folded.text) for payload in PAYLOADS if payload.split())

@@ -75,3 +75,15 @@ def test_greedy_speculative_equals_generate(smollm_at, prompt_ids, reference, dr
     stats = dec.stats()
     assert stats.drafted > 0 and stats.target_passes < MAX_NEW  # it drafted, and some drafts saved a pass
     assert stats.alpha is not None and 0 < stats.alpha <= 1  # prompt lookup's: the mean p_target of its checked drafts
+
+
+def test_the_default_example_speculates_from_the_first_round(smollm: LoadedModel):
+    """The page's first example with the default settings (issue 43): the first Step already drafts and keeps, so a
+    newcomer's first round commits more than one token for its one target pass."""
+    from specviz.ui.common.prompts import load_examples
+
+    config = RunConfig()
+    example = load_examples()[0]
+    dec = build_decoder(config, smollm, encode_prompt(smollm.tokenizer, example.prompt, chat=config.chat))
+    first = dec.step()
+    assert first.num_drafted >= 1 and first.num_accepted >= 1 and len(first.emitted) > 1, (first.num_drafted, first.num_accepted, first.emitted)

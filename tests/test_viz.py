@@ -81,7 +81,7 @@ def test_stream_frame_reads_the_committed_tokens_in_order(model_run):
     thrown = df[df["kind"].isin(["rejected", "discarded"])]
     assert len(thrown) == sum(r.num_drafted - r.num_accepted for r in model_run.records)
     for r in model_run.records:  # thrown-away drafts sit between the kept ones and the resampled token
-        kinds = df[df["round"] == r.index]["kind"].tolist()
+        kinds = df[df["round"] == r.index + 1]["kind"].tolist()
         if "resampled" in kinds:
             assert kinds == ["accepted"] * r.num_accepted + list(r.draft_fates[r.num_accepted :]) + ["resampled"]
     assert df.groupby("round")["first_in_round"].sum().eq(1).all()

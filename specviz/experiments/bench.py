@@ -25,9 +25,11 @@ baseline_wall_s, cpu_s, baseline_cpu_s (medians).
 
 from __future__ import annotations
 
+import csv
 import statistics
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, fields, replace
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from specviz.config import RunConfig, field_named
@@ -47,6 +49,7 @@ if TYPE_CHECKING:
     from specviz.models import LoadedModel
 
 BENCH_DRAFTERS = SPECULATIVE_KINDS  # every drafter but plain decoding, the baseline
+SHIPPED_BENCH = Path(__file__).resolve().parents[2] / "assets" / "bench_cpu.csv"  # measured on a quiet 2-core CPU (docs/benchmarks.md)
 MAX_REPEATS = 50
 
 
@@ -365,3 +368,19 @@ def tree_vs_chain_table(frame: pd.DataFrame) -> pd.DataFrame:
     keys = ["drafter", "k", "temperature", "tree_width"]
     cols = ["acceptance_rate", "tokens_per_pass", "verify_cost", "speedup", "speedup_cpu"]
     return frame.groupby(keys, sort=True)[cols].mean().reset_index()
+
+
+def shipped_speedup(drafter: str, k: int, path: Path = SHIPPED_BENCH) -> tuple[float, int, int] | None:
+    """The quiet-machine figure for a drafter from the shipped table: (median speedup over its greedy chain rows at
+    the k nearest to k, that k, how many rows); None when the table has no such row (or cannot be read)."""
+    try:
+        with open(path, encoding="utf-8", newline="") as fh:
+            rows = [r for r in csv.DictReader(fh) if r["drafter"] == drafter and float(r["temperature"]) == 0 and r.get("tree_width", "1") in ("1", "")]
+        ks = sorted({int(r["k"]) for r in rows})
+    except (OSError, KeyError, ValueError):
+        return None
+    if not ks:
+        return None
+    near = min(ks, key=lambda x: (abs(x - k), x))
+    values = [float(r["speedup"]) for r in rows if int(r["k"]) == near and r["speedup"]]
+    return (statistics.median(values), near, len(values)) if values else None

@@ -39,9 +39,9 @@ def _figure(traces: list[dict], layout: dict) -> go.Figure:
 
 
 def _round_axis(rounds: pd.DataFrame) -> dict:
-    """Whole-number round ticks."""
-    n = int(rounds["round"].max()) + 1 if len(rounds) else 1
-    return dict(title=dict(text="round"), tick0=0, dtick=max(1, -(-n // 12)))
+    """Whole-number round ticks, counted from 1 (the frames' round)."""
+    n = int(rounds["round"].max()) if len(rounds) else 1
+    return dict(title=dict(text="round"), tick0=1, dtick=max(1, -(-n // 12)))
 
 
 def _hline(y: float, text: str) -> dict:

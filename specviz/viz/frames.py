@@ -34,9 +34,9 @@ def rounds_frame(records: Sequence[StepRecord], run: str = "speculative", baseli
     specviz.core.metrics.running_totals (nothing is derived here; None is NaN). With baseline records (plain decoding
     of the same target and prompt) the measured speedup and c, by core.metrics' one baseline rule; then the theory:
     the tokens per pass and the speedup Leviathan's formulas predict at those numbers."""
-    rows = [
+    rows = [  # "round" counts from 1 here and in every frame, as the page says it (a record's index counts from 0)
         {
-            "run": run, "round": r.index, "k": r.num_draft_tokens, "drafted": r.num_drafted, "accepted": r.num_accepted,
+            "run": run, "round": r.index + 1, "k": r.num_draft_tokens, "drafted": r.num_drafted, "accepted": r.num_accepted,
             "emitted": len(r.emitted), "bonus": int("bonus" in r.emitted_fates), "has_q": r.has_q,
             "draft_ms": r.draft_ms, "verify_ms": r.verify_ms, "round_ms": r.round_ms,
             "passes": t.rounds, "tokens": t.new_tokens, "decode_ms": t.decode_ms,
@@ -74,7 +74,7 @@ def drafts_frame(records: Sequence[StepRecord], token_text: TokenText | None = N
         for i, tok in enumerate(r.drafted):
             rows.append(
                 {
-                    "round": r.index,
+                    "round": r.index + 1,
                     "position": i,
                     "token_id": tok,
                     "token": token_text(tok) if token_text else str(tok),
@@ -133,7 +133,7 @@ def stream_frame(records: Sequence[StepRecord], token_text: TokenText) -> pd.Dat
         def draft_row(i: int, kind: str, r: StepRecord = r) -> dict:
             tok = r.drafted[i]
             return {
-                "round": r.index, "kind": kind, "token_id": tok, "text": token_text(tok),
+                "round": r.index + 1, "kind": kind, "token_id": tok, "text": token_text(tok),
                 "p_target": r.p_target[i], "q_draft": r.q_draft[i], "accept_prob": r.accept_prob[i],
                 "uniform": r.uniforms[i], "residual": np.nan, "has_q": r.has_q,
             }
@@ -148,7 +148,7 @@ def stream_frame(records: Sequence[StepRecord], token_text: TokenText) -> pd.Dat
             thrown = []
             rows.append(
                 {
-                    "round": r.index, "kind": fate, "token_id": tok, "text": token_text(tok),
+                    "round": r.index + 1, "kind": fate, "token_id": tok, "text": token_text(tok),
                     "p_target": r.next_p_target, "q_draft": np.nan, "accept_prob": np.nan, "uniform": np.nan,
                     "residual": r.next_residual if r.next_residual is not None else np.nan, "has_q": r.has_q,
                 }

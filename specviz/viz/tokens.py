@@ -40,6 +40,8 @@ BOX_STYLE = (
     f"background:{PAPER};color:{INK};border:1px solid {LIGHT_GREY};border-radius:6px;padding:.2rem .5rem;"
 )
 TOKEN_CLASS = "specviz-tok"  # a generated token: focusable, its details in its accessible name (PAGE_CSS shows them on focus)
+# The folded prompt: one line (the user's text, cut with an ellipsis), the whole prompt a click away.
+SUMMARY_STYLE = "cursor:pointer;white-space:nowrap;overflow:hidden;text-overflow:ellipsis;line-height:1.6;font-size:0.85rem;"
 
 
 PIECE = re.compile(r"⟨([0-9A-F]{2}(?: [0-9A-F]{2})*)⟩")
@@ -200,14 +202,23 @@ def _joined_title(titles: Sequence[str]) -> str:
     return f"{len(titles)} tokens make this text together:\n\n" + "\n\n".join(titles)
 
 
-def token_stream_html(prompt_texts: Sequence[str], stream: pd.DataFrame, *, show_prompt: bool = True) -> str:
+def token_stream_html(prompt_texts: Sequence[str], stream: pd.DataFrame, *, show_prompt: bool = True, prompt_summary: str | None = None) -> str:
     """prompt_texts: the prompt's token strings; stream: specviz.viz.frames.stream_frame. Returns one <div>.
-    Consecutive pieces of a character (in the prompt, or among committed tokens) are drawn as the character."""
+    Consecutive pieces of a character (in the prompt, or among committed tokens) are drawn as the character.
+    prompt_summary: fold the prompt to one line showing this text (the user's prompt); a click unfolds every token."""
     parts = [f'<div class="specviz-stream" style="{BOX_STYLE}">']
     if show_prompt:
+        if prompt_summary is not None:
+            one_line = html.escape(" ".join(prompt_summary.split()))
+            parts.append(
+                f'<details class="specviz-prompt"><summary style="{SUMMARY_STYLE}{PROMPT_STYLE}">'
+                f"prompt ({len(prompt_texts)} tokens with the chat template): {one_line}</summary>"
+            )
         for start, end, text in join_pieces(list(prompt_texts)):
             title = "prompt" if end == start + 1 else _joined_title([f"prompt token {t!r}" for t in prompt_texts[start:end]])
             parts.append(token_span(text, PROMPT_STYLE, title))
+        if prompt_summary is not None:
+            parts.append("</details>")
     rows = stream.to_dict("records")
     i = 0
     while i < len(rows):

@@ -128,7 +128,7 @@ def tree_figure(record: StepRecord, token_text: TokenText, root_text: str = "con
         ticks = sorted({int(d) for d in frame["depth"]})
         depth_axis = dict(title="Medusa head (depth d: head d's guesses)", tickvals=[0, *ticks], ticktext=["context", *(f"head {d}" for d in ticks)], zeroline=False)
     fig.update_layout(
-        title=f"Round {record.index}: a tree of {record.num_drafted} nodes, {len(record.accepted_path)} accepted",
+        title=f"Round {record.index + 1}: a tree of {record.num_drafted} nodes, {len(record.accepted_path)} accepted",
         xaxis=depth_axis,
         yaxis=dict(visible=False), height=380, margin=dict(l=30, r=20, t=50, b=40), legend=dict(orientation="h", y=-0.3),
     )  # fmt: skip

@@ -10,14 +10,17 @@ from pathlib import Path
 log = logging.getLogger(__name__)
 
 PROMPTS_FILE = Path(__file__).resolve().parents[3] / "assets" / "prompts.json"
-# Shown first: which example best makes each point on this page, by category.
+# What each category does with the default drafter (the n-gram model), measured over whole runs at the defaults:
+# copy 1.6-6 tokens per target pass, code 1.1-2.1, prose and short answers 1.0-1.1 (they rarely draft at all).
+# The categories are listed in this order; the first example is the page's default prompt, which drafts from the first Step.
 CATEGORY_NOTES = {
-    "copy": "copies its input: prompt lookup shines",
-    "code": "code: predictable stretches",
-    "prose": "open-ended: drafts often fail",
-    "qa": "short answer",
+    "copy": "copies its input: long runs drafted and kept",
+    "code": "code: drafts where names and lines repeat",
+    "prose": "open-ended: little to copy, rarely drafts",
+    "qa": "short answer: little to copy, rarely drafts",
 }
 FALLBACK = [
+    {"category": "copy", "title": "repeat after an example", "prompt": "Repeat each passage word for word, as in the example.\n\nuser\nThe cat sat on the mat.\nassistant\nThe cat sat on the mat.\nuser\nThe river rose slowly through the night. By morning the lower fields were under water, and the farmers stood on the bridge, watching the current carry fence posts and straw toward the sea."},
     {"category": "copy", "title": "repeat passage", "prompt": "Repeat the following passage exactly, word for word:\n\nThe river rose slowly through the night. By morning the lower fields were under water, and the farmers stood on the bridge, watching the current carry fence posts and straw toward the sea."},
     {"category": "code", "title": "reverse words", "prompt": "Write a Python function reverse_words(text) that reverses the order of the words in a sentence. Include a docstring."},
     {"category": "prose", "title": "lighthouse", "prompt": "Write the opening paragraph of a short story about a lighthouse keeper who finds a message in a bottle."},
@@ -37,7 +40,8 @@ class ExamplePrompt:
 
 
 def load_examples(path: Path = PROMPTS_FILE) -> list[ExamplePrompt]:
-    """The shared prompt set, copy-heavy first (the default drafter's best case), then code, prose, the rest."""
+    """The shared prompt set, copy-heavy first (the default drafter's best case), then code, prose, the rest; the
+    first is the page's default prompt (assets/prompts.json lists it first among the copy prompts)."""
     try:
         raw = json.loads(path.read_text(encoding="utf-8"))
         examples = [ExamplePrompt(str(e["category"]), str(e["title"]), str(e["prompt"])) for e in raw]

@@ -51,20 +51,23 @@ def _help(text: str, key: str) -> str:
     return f"{text} Keyboard: {SHORTCUTS[key]}."
 
 
-def buttons(playing: bool, disabled: bool = False) -> tuple[Clicks, object]:
-    """The row: Step, Run to end, Play/Pause, Reset, and a slot for Save run (the caller fills it after the round).
-    disabled: drawn read-only (the stage's notices say why). Step, Play and Reset have keyboard shortcuts (SHORTCUTS)."""
-    cols = st.columns([1, 1.1, 1, 1.5, 1.3, 2.1])  # Reset wide enough for its shortcut label (Shift + X)
-    clicks = Clicks(
-        step=cols[0].button("Step", key="step", type="primary", disabled=disabled, shortcut=SHORTCUTS["step"],
-                            help=_help("One round: draft, verify in one target pass, commit.", "step")),
-        run_all=cols[1].button("Run to end", key="run_all", disabled=disabled, help="Step until EOS or max new tokens, updating as it goes."),
-        play=cols[2].button("Pause" if playing else "Play", key="play", disabled=disabled, shortcut=SHORTCUTS["play"],
-                            help=_help("Step automatically at the pace set in the sidebar.", "play")),
-        reset=cols[3].button("Reset", key="reset", disabled=disabled, shortcut=SHORTCUTS["reset"],
-                             help=_help("Throw the run away and start again with the current settings.", "reset")),
-    )  # fmt: skip
-    return clicks, cols[4].empty()
+def buttons(playing: bool, disabled: bool = False, extra: Callable[[], None] | None = None) -> tuple[Clicks, object]:
+    """The row: Step, Run to end, Play/Pause, Reset, what extra draws (the page's glossary), and a slot for Save run
+    (the caller fills it after the round). disabled: drawn read-only (the stage's notices say why). Step, Play and
+    Reset have keyboard shortcuts (SHORTCUTS)."""
+    with st.container(horizontal=True, gap="small", key="step_controls"):  # one row, also on a phone (columns would stack)
+        clicks = Clicks(
+            step=st.button("Step", key="step", type="primary", disabled=disabled, shortcut=SHORTCUTS["step"],
+                           help=_help("One round: draft, verify in one target pass, commit.", "step")),
+            run_all=st.button("Run to end", key="run_all", disabled=disabled, help="Step until EOS or max new tokens, updating as it goes."),
+            play=st.button("Pause" if playing else "Play", key="play", disabled=disabled, shortcut=SHORTCUTS["play"],
+                           help=_help("Step automatically at the pace set in the sidebar.", "play")),
+            reset=st.button("Reset", key="reset", disabled=disabled, shortcut=SHORTCUTS["reset"],
+                            help=_help("Throw the run away and start again with the current settings.", "reset")),
+        )  # fmt: skip
+        if extra is not None:
+            extra()
+        return clicks, st.empty()
 
 
 def apply(stage: Stage, clicks: Clicks, progress: Callable[[object], None]) -> None:

@@ -57,6 +57,11 @@ def _position_label(record, position: int, token_text, heads: Sequence[int] = ()
     return f"{position + 1}: {info.kind}"
 
 
+def _from_one(index: int) -> str:
+    """A round's index as the page counts rounds (from 1)."""
+    return str(index + 1)
+
+
 def inspector(session: ViewSource) -> None:
     """Pick a round and a position; chart p_target, q_draft and the residual there."""
     st.subheader("Round inspector")
@@ -83,13 +88,13 @@ def inspector(session: ViewSource) -> None:
         )  # fmt: skip
         if follow or n == 1:
             round_index = shown
-            why = "the latest that drafted" if shown == n - 1 else f"the latest that drafted (round {n - 1} drafted nothing)"
-            st.caption(f"showing round {round_index}, {why} (rounds count from 0)")
+            why = "the latest that drafted" if shown == n - 1 else f"the latest that drafted (round {n} drafted nothing)"
+            st.caption(f"showing round {round_index + 1}, {why}")
         else:
             held = st.session_state.get("inspect_round")
             if not isinstance(held, int) or isinstance(held, bool) or not (0 <= held <= n - 1):
                 st.session_state["inspect_round"] = shown
-            round_index = widgets.slider("round", 0, n - 1, key="inspect_round")
+            round_index = widgets.select_slider("round", range(n), key="inspect_round", format_func=_from_one)  # an index; shown from 1
         record = run.records[round_index]
         heads = draft_heads(record) if by_head(run.config) else ()
         positions = list(range(num_positions(record)))
@@ -109,7 +114,7 @@ def inspector(session: ViewSource) -> None:
     with left:
         st.markdown(_position_story(info, session, heads))
     with right:
-        st.plotly_chart(figure, width="stretch", key="inspector_chart")
+        st.plotly_chart(figure, width="stretch", key="inspector_chart", config={"displayModeBar": False})
         st.caption(_inspector_caption(info, record.has_q, run.config.temperature))
     if heads:
         head_drafts(record, session, heads)

@@ -87,14 +87,14 @@ def panel(session: ViewSource) -> None:
     )
     if heads is None:
         st.subheader("Acceptance by draft position")
-        st.plotly_chart(positions, width="stretch", key="fig_positions")
+        st.plotly_chart(positions, width="stretch", key="fig_positions", config={"displayModeBar": False})
         st.caption(POSITION_CAPTION)
     else:
         st.subheader("Acceptance by draft position and by head")
         left, right = st.columns(2)
-        left.plotly_chart(positions, width="stretch", key="fig_positions")
+        left.plotly_chart(positions, width="stretch", key="fig_positions", config={"displayModeBar": False})
         left.caption(POSITION_CAPTION)
-        right.plotly_chart(heads, width="stretch", key="fig_heads")
+        right.plotly_chart(heads, width="stretch", key="fig_heads", config={"displayModeBar": False})
         right.caption(HEAD_CAPTION)
         st.caption(WHY_HEADS)
     for note in notes:

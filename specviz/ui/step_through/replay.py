@@ -272,8 +272,18 @@ def _on_leave() -> None:
 
 
 def controls(state: ReplayState) -> None:
-    """The recordings row: example menu and Open a recording; in replay mode, the banner and a way back. (Save run
-    sits with the Step buttons, which rerun on their own: see specviz.ui.step_through.controls.)"""
+    """In replay mode, the banner and a way back; a recording that failed to open, why. (The pickers sit under the
+    run, pickers(); Save run sits with the Step buttons, which rerun on their own: see specviz.ui.step_through.controls.)"""
+    if state.error:
+        st.error(md_text(state.error))
+    if state.session is not None:
+        st.info(state.session.banner())
+        st.button("Back to live mode", key="live_mode", on_click=_on_leave)
+
+
+def pickers(state: ReplayState) -> None:
+    """The recordings row: example menu and Open a recording (their callbacks open the recording before the next
+    run of the page, so they may be drawn below the run)."""
     st.session_state.setdefault("example_recording", NO_EXAMPLE)
     menu, upload = st.columns([3, 3], vertical_alignment="bottom")
     widgets.on(menu).selectbox(
@@ -288,11 +298,6 @@ def controls(state: ReplayState) -> None:
         "Open a recording", type=["json"], key="recording", on_change=_on_upload, max_upload_size=MAX_UPLOAD_MB,
         help="A .json file saved with Save run or written by `python -m specviz generate --record FILE`.",
     )  # fmt: skip
-    if state.error:
-        st.error(md_text(state.error))
-    if state.session is not None:
-        st.info(state.session.banner())
-        st.button("Back to live mode", key="live_mode", on_click=_on_leave)
 
 
 def save_button(slot, session: StepSession | ReplaySession | None) -> None:

@@ -19,6 +19,7 @@ from specviz.core.divergence import Divergence, emitted_margins, first_divergenc
 from specviz.core.metrics import RunMetrics, run_metrics
 from specviz.core.records import StepRecord
 from specviz.core.theory import speedup as theory_speedup
+from specviz.experiments.bench import shipped_speedup
 from specviz.ui.common.memo import baseline_state, memo, round_key
 from specviz.ui.step_through.session import baseline_key
 from specviz.viz import (
@@ -33,7 +34,6 @@ from specviz.viz import (
 )
 from specviz.viz.figures import BASELINE_RUN
 from specviz.viz.markdown import md_text
-from specviz.viz.metrics import DISTURBED
 from specviz.viz.style import freeze
 
 log = logging.getLogger(__name__)
@@ -101,6 +101,21 @@ def _last(df: pd.DataFrame, column: str) -> float | None:
 
 MEASURING = "measuring…"
 
+INTRO = (
+    "A small, fast **drafter** guesses the next tokens; the big **target** model checks all the guesses in one pass and "
+    "keeps those its rule accepts. Every kept guess saves the target a pass of its own. The rule makes the text exactly "
+    "what the target alone would write.\n\n"
+    "**What to look at:** press **Step**, then read the tokens under the buttons: shaded ones were guessed and kept, "
+    "struck-through ones turned down; the count above them is what the answer cost in target passes."
+)
+# Less empty space above the title; on a phone a smaller title and tighter buttons (one row), so a Step's result
+# shows on the first screen.
+COMPACT_CSS = (
+    "<style>[data-testid='stMainBlockContainer']{padding-top:3rem;}"
+    "@media (max-width:640px){[data-testid='stMainBlockContainer'] h1{font-size:1.5rem;}"
+    ".st-key-step_controls{gap:0.35rem;} .st-key-step_controls button{padding:0.2rem 0.55rem;min-height:2.25rem;}}</style>"
+)
+
 
 def run_frame(session: ViewSource, run: ViewRun) -> pd.DataFrame:
     """The run's rounds frame (with the measured speedup as far as the baseline reaches), built once per round."""
@@ -120,37 +135,124 @@ def measuring(session: ViewSource, run: ViewRun) -> bool:
 
 
 def speedup_text(session: ViewSource, run: ViewRun) -> str:
+    """The measured speedup, "measuring…", or "–" when the clocks were disturbed (clock_note says so in words)."""
     if measuring(session, run):
         return MEASURING
     m = metrics_of(session, run)
     note = m.disturbance()
     if note is not None:
         memo(session, f"disturbed:{run.label}", (m.rounds,), lambda: log.warning("%s: %s", run.label, note))  # logged once per round
-        return DISTURBED
+        return "–"
     return fmt(m.speedup, ".2f", "×")
 
 
+GLOSSARY = """**Words on this page**
+
+- **round**: the drafter guesses, the target checks every guess in one pass, the rule keeps some. Rounds count from 1.
+- **target pass**: one forward pass of the big model. Plain decoding needs one per token; a round needs one whatever it keeps.
+- **drafted / kept**: the drafter's guesses, and those the rule accepted.
+- **p_target, q_draft**: the probability the target and the drafter give a token.
+- **the rule**: keep a guess with probability min(1, p_target / q_draft); at the first rejection draw a replacement from
+  the leftover max(0, p_target − q_draft); when every guess is kept, a bonus token comes free.
+- **α**: the chance a guess survives, read off the two distributions: E[Σ min(p_target, q_draft)].
+- **k**: the most tokens the drafter may guess per round.
+- **speedup**: wall-clock time of plain decoding ÷ this run's, for as many tokens. It depends on how busy the machine is;
+  the counts above it do not."""
+
+
+def glossary() -> None:
+    """The words and symbols of the page, one click away (drawn in the control row)."""
+    with st.popover("?", help="The words and symbols on this page"):
+        st.markdown(GLOSSARY)
+
+
+def counter_sentence(tokens: int, passes: int) -> str:
+    """The load-free headline: tokens committed, target passes used, and what plain decoding would need."""
+    return f"**{tokens} tokens in {passes} target passes**; plain decoding needs {tokens}."
+
+
+# Why a drafter can propose nothing, by kind (the rest always propose k tokens while the text has room).
+NOTHING_DRAFTED = {
+    "ngram": "the n-gram drafter had not seen the last words often enough to guess what follows (it drafts only on evidence from the text so far)",
+    "lookup": "prompt lookup found no earlier place in the text where the last words were followed by one clear continuation",
+    "recycle": "token recycling had no candidates yet for the newest token",
+    "none": "this run is plain decoding: it never drafts",
+}
+
+
+def nothing_drafted_reason(run: ViewRun, record: StepRecord) -> str | None:
+    """Why this round drafted nothing, in words; None when it drafted."""
+    if record.num_drafted:
+        return None
+    if record.num_draft_tokens == 0:
+        why = "the text was one token from its length limit, so there was no room for a guess"
+    else:
+        why = NOTHING_DRAFTED.get(run.config.drafter, "the drafter proposed nothing")
+    return f"Round {record.index + 1} drafted nothing: {why}. The target wrote one token on its own (a target step), as plain decoding would."
+
+
+def quiet_machine_note(run: ViewRun) -> str:
+    """The shipped benchmark's speedup for this drafter on a quiet machine, as a clause ('' when it has none)."""
+    found = shipped_speedup(run.config.drafter, run.config.num_draft_tokens)
+    if found is None:
+        return ""
+    speedup, k, rows = found
+    return f" On a quiet machine the shipped benchmark measured {speedup:.2f}× for this drafter at k = {k} (median of {rows} prompts, docs/benchmarks.md)."
+
+
+def clock_note(session: ViewSource, run: ViewRun) -> str | None:
+    """A plain sentence when the clocks were disturbed (the measured speedup is no result), else None."""
+    if measuring(session, run) or metrics_of(session, run).disturbance() is None:
+        return None
+    return (
+        "No speedup is shown: the machine was busy while this run or plain decoding was timed, so the two clocks disagree "
+        "with the physics (no speedup can exceed the tokens per target pass). The token counts do not depend on the clock."
+        + quiet_machine_note(run)
+    )
+
+
+def headline(session: ViewSource, run: ViewRun) -> None:
+    """What a round bought, without a clock: tokens against target passes; then why the latest round drafted
+    nothing (if it did not). The clock's numbers come after the text (metrics)."""
+    records = run.records
+    st.markdown(counter_sentence(num_generated(run), len(records)))
+    if records and (why := nothing_drafted_reason(run, records[-1])) is not None:
+        st.caption(why)
+
+
 def metrics(session: ViewSource, run: ViewRun, columns: int = 6) -> None:
-    """The run's headline numbers so far; theory in the small print under each."""
+    """The run's headline numbers so far, in a grid that wraps (two or three a row on a phone); the clock-free ones
+    first. One acceptance number here (drafts kept); α and the others are in the metrics panel."""
     df = run_frame(session, run)
     k = int(df["k_mean"].iloc[-1]) if len(df) else run.config.num_draft_tokens
     cells = [
         ("rounds", f"{len(df)}", "One target pass each."),
-        ("tokens", f"{num_generated(run)} / {run.config.max_new_tokens}", None),
-        ("α", fmt(_last(df, "alpha")), "Leviathan's α = E[Σ_v min(p_target, q_draft)] over the positions the rule checked."),
-        ("accepted / drafted", fmt(_last(df, "acceptance_rate")), "Kept drafts over all drafts (discarded ones included), as vLLM and llama.cpp report it."),
-        ("tokens / target pass", fmt(_last(df, "tokens_per_pass")), f"Theory at this α and k={k}: (1−α^(k+1))/(1−α) = {fmt(_last(df, 'theory_tokens_per_pass'))}."),
-        ("speedup", speedup_text(session, run), f"Wall clock, measured, against plain decoding of the same prompt. Predicted (1−α^(k+1))/((1−α)(1+kc)): {fmt(_last(df, 'predicted_speedup'), '.2f', '×')}."),
+        ("tokens", f"{num_generated(run)} / {run.config.max_new_tokens}", "Committed so far / the most this run will write."),
+        ("tokens / target pass", fmt(_last(df, "tokens_per_pass")), f"Plain decoding gets 1. Theory at this α and k={k}: (1−α^(k+1))/(1−α) = {fmt(_last(df, 'theory_tokens_per_pass'))}."),
+        ("drafts kept", fmt(_last(df, "acceptance_rate")), "Kept drafts over all drafts (discarded ones included), as vLLM and llama.cpp report it. α, the rule's own rate, is in the metrics panel below."),
+        ("speedup", speedup_text(session, run), f"Wall clock, measured, against plain decoding of the same prompt; it depends on the machine's load. Predicted (1−α^(k+1))/((1−α)(1+kc)): {fmt(_last(df, 'predicted_speedup'), '.2f', '×')}."),
     ]
-    cols = st.columns(columns)
-    for i, (label, value, help_text) in enumerate(cells):
-        cols[i % columns].metric(label, value, help=help_text)
+    if (note := clock_note(session, run)) is not None:
+        st.caption(note)  # why the speedup cell is empty, in words
+    width = 150 if columns >= 5 else 120
+    with st.container(horizontal=True, gap="small"):
+        for label, value, help_text in cells:
+            st.metric(label, value, help=help_text, width=width)
+
+
+# The stream scrolls inside its own box, which starts at its end (column-reverse): the newest round stays in view.
+STREAM_BOX = '<div style="display:flex;flex-direction:column-reverse;max-height:55vh;overflow-y:auto;">{}</div>'
 
 
 def token_stream(session: ViewSource, run: ViewRun, legend: bool = True) -> None:
+    """The prompt folded to one line, then the generated tokens by fate; the legend under them."""
+    stream = memo(
+        session, f"stream:{run.label}", (len(run.records),),
+        lambda: token_stream_html(session.prompt_texts, stream_frame(run.records, session.token_text), prompt_summary=session.prompt),
+    )  # fmt: skip
+    st.html(STREAM_BOX.format(stream))
     if legend:
         st.html(legend_html())
-    st.html(memo(session, f"stream:{run.label}", (len(run.records),), lambda: token_stream_html(session.prompt_texts, stream_frame(run.records, session.token_text))))
     if run.error:
         st.error(md_text(run.error))
     elif run.done:
@@ -212,32 +314,32 @@ def curves(session: ViewSource) -> None:
     st.subheader("Curves")
     a, b = st.columns(2)
     with a:
-        st.plotly_chart(figs["accepted"], width="stretch", key="fig_accepted")
+        st.plotly_chart(figs["accepted"], width="stretch", key="fig_accepted", config={"displayModeBar": False})
         if len(runs) == 1:
             st.caption("Grey: drafted this round; green: kept. A fully green bar also earns a bonus token; a short one means a rejection and a resample.")
         else:
             st.caption("Drafts kept per round by each run: the higher line gets more from each target pass.")
     with b:
-        st.plotly_chart(figs["alpha"], width="stretch", key="fig_alpha")
+        st.plotly_chart(figs["alpha"], width="stretch", key="fig_alpha", config={"displayModeBar": False})
         st.caption(
             "α is Leviathan's E[Σ min(p_target, q_draft)]: the chance a draft survives, read off the distributions. "
             "accepted/drafted counts what happened (discarded drafts count as drafted, so it sits lower). With a one-hot q, Σ min(p, q) = p_target(draft)."
         )
     c, d = st.columns(2)
     with c:
-        st.plotly_chart(figs["tpp"], width="stretch", key="fig_tpp")
+        st.plotly_chart(figs["tpp"], width="stretch", key="fig_tpp", config={"displayModeBar": False})
         st.caption("Measured tokens per target pass against (1 − α^(k+1))/(1 − α) at the running α. Rounds where the drafter had nothing to propose pull the measurement below theory.")
     with d:
         if any(measuring(session, r) for r in runs):
             st.caption(f"Speedup: {MEASURING} plain decoding of the same prompt is timed in the background, after every waiting round; the measured line grows as it catches up.")
-        st.plotly_chart(figs["speedup"], width="stretch", key="fig_speedup")
+        st.plotly_chart(figs["speedup"], width="stretch", key="fig_speedup", config={"displayModeBar": False})
         st.caption(speedup_note(session, runs))
     e, f = st.columns(2)
     with e:
-        st.plotly_chart(figs["latency"], width="stretch", key="fig_latency")
+        st.plotly_chart(figs["latency"], width="stretch", key="fig_latency", config={"displayModeBar": False})
         st.caption("Speculative tokens arrive in bursts: a round's tokens come together (gaps near 0 ms), then a long wait for the next round. Plain decoding pays one pass per token, evenly.")
     with f:
-        st.plotly_chart(figs["progress"], width="stretch", key="fig_progress")
+        st.plotly_chart(figs["progress"], width="stretch", key="fig_progress", config={"displayModeBar": False})
         st.caption("Tokens committed against decode time: the steeper line is the faster decoder.")
 
 

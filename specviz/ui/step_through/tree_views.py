@@ -13,6 +13,11 @@ from specviz.viz.markdown import md_text
 from specviz.viz.tree import mask_figure, tree_figure
 
 
+def _from_one(index: int) -> str:
+    """A round's index as the page counts rounds (from 1)."""
+    return str(index + 1)
+
+
 def tree_rounds(session: ViewSource) -> None:
     """For each run that drafted token trees: pick a tree round (the latest by default), draw its tree and mask.
     Draws nothing for chain runs, so the page can call it unconditionally."""
@@ -29,13 +34,13 @@ def tree_rounds(session: ViewSource) -> None:
         record = trees[0]
     else:
         # the key names the count, so a new tree round resets the slider to the latest one
-        index = widgets.select_slider("tree round", [r.index for r in trees], value=trees[-1].index, key=f"tree_round_{run.label}_{len(trees)}")
+        index = widgets.select_slider("tree round", [r.index for r in trees], value=trees[-1].index, key=f"tree_round_{run.label}_{len(trees)}", format_func=_from_one)
         record = next(r for r in trees if r.index == index)
     heads = draft_heads(record) if by_head(run.config) else ()
     left, right = st.columns([3, 2])
     with left:
         figure = memo(session, f"tree:{run.label}", (record.index,), lambda: tree_figure(record, session.token_text, heads=heads))
-        st.plotly_chart(figure, width="stretch", key="tree_chart")
+        st.plotly_chart(figure, width="stretch", key="tree_chart", config={"displayModeBar": False})
         if heads:
             st.caption(
                 "Medusa's tree: level d holds head d's top guesses for the token d places ahead, each hung under the "
@@ -51,7 +56,7 @@ def tree_rounds(session: ViewSource) -> None:
         )
     with right:
         mask = memo(session, f"mask:{run.label}", (record.index,), lambda: mask_figure(record, session.token_text))
-        st.plotly_chart(mask, width="stretch", key="tree_mask_chart")
+        st.plotly_chart(mask, width="stretch", key="tree_mask_chart", config={"displayModeBar": False})
         st.caption(
             "One target pass scored every node: row = node, filled cell = a token it may attend to. Each node sees "
             "only its ancestors (and the whole committed context), at position = its depth, so its logits equal "
