@@ -258,7 +258,9 @@ def test_the_idle_sweeper_spares_a_live_presenters_run():
     """The sweeper frees an idle session's runs (SPECVIZ_IDLE_MINUTES); a presenter's run is what the room
     follows, however long the presenter talks. Known-bad control: the same session state without the presenting
     mark is freed. (A presenter whose page is gone is freed whole after the disconnect grace, as any session.)"""
-    class Session:  # a StepSession's part the sweeper touches: it gives its KV-cache share back
+    class Session:  # a StepSession's part the sweeper touches: its saved file's token, and its KV-cache share back
+        run_token = None
+
         def release(self) -> None:
             pass
 
