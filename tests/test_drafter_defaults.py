@@ -103,3 +103,21 @@ def test_a_linked_value_is_not_replaced(local):  # noqa: F811
     """A share link (or a fork) puts the drafter and k into session state together: no menu change, so k stays."""
     at = step_page(local, drafter="medusa", num_draft_tokens=4, draft_vocab=0)
     assert (at.slider(key="num_draft_tokens").value, at.selectbox(key="draft_vocab").value) == (4, 0)
+
+
+def test_serve_and_batch_start_each_drafter_at_its_measured_best():
+    from specviz.cli.serve import service_config
+
+    for argv, expected in ((["--drafter", "medusa"], (2, 1, 8192)), (["--drafter", "medusa", "-k", "3", "--tree-width", "2"], (3, 2, 8192))):
+        args = build_parser().parse_args(["serve", *argv])
+        assert tuned(service_config(args, args.drafter, False).run) == expected
+    assert build_parser().parse_args(["batch"]).num_draft_tokens is None  # the drafter's best, filled in by run()
+
+
+def test_the_docs_table_says_what_the_code_does():
+    text = (ROOT / "docs" / "benchmarks.md").read_text(encoding="utf-8").split("## Each drafter's defaults", 1)[1].split("\n## ", 1)[0]
+    rows = {cells[0]: cells[1:4] for line in text.splitlines() if line.startswith("| ") and not line.startswith("| drafter")
+            for cells in [[c.strip() for c in line.strip("|").split("|")]]}  # fmt: skip
+    expected = {drafter_spec(kind).short_name: [str(t.num_draft_tokens), str(t.tree_width), f"{t.draft_vocab:,}" if t.draft_vocab else "full"]
+                for kind, t in MEASURED_BEST.items()}  # fmt: skip
+    assert rows == expected

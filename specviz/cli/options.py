@@ -12,7 +12,7 @@ from specviz.drafters.specs import TUNED_FIELDS, drafter_spec
 
 __all__ = [
     "DTYPE_HELP", "MODEL_ACCESS", "add_model_access", "add_run_options", "batch_sizes_arg", "check_output_file", "config_from_args",
-    "csv_list", "model_access", "set_threads",
+    "csv_list", "model_access", "set_threads", "tuned_values",
 ]  # fmt: skip
 
 
@@ -45,11 +45,15 @@ def config_from_args(args: argparse.Namespace, config_cls: type[RunConfig] = Run
         if s.flags:
             value = getattr(args, s.flags[0].lstrip("-").replace("-", "_"))
             values[s.name] = (not value) if s.negated else value
-    tuned = drafter_spec(values.get("drafter", config_cls.drafter)).defaults  # an unknown drafter: validate's message
-    for name in TUNED_FIELDS:
-        if values.get(name, 0) is None:
-            values[name] = getattr(tuned, name)
+    values |= tuned_values(values.get("drafter", config_cls.drafter), **{n: values[n] for n in TUNED_FIELDS if n in values})
     return config_cls(**values)
+
+
+def tuned_values(drafter: str, **given: int | None) -> dict[str, int]:
+    """k, tree width and draft vocabulary for a drafter: each value given (not None) as it is, the rest the drafter's
+    measured best (specviz.drafters.specs.MEASURED_BEST)."""
+    best = drafter_spec(drafter).defaults
+    return {name: getattr(best, name) if given.get(name) is None else given[name] for name in TUNED_FIELDS}
 
 
 MODEL_ACCESS = ("trust_remote_code", "allow_download", "allow_pickle")  # RunConfig fields every model-loading command takes
