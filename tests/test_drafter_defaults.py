@@ -121,3 +121,21 @@ def test_the_docs_table_says_what_the_code_does():
     expected = {drafter_spec(kind).short_name: [str(t.num_draft_tokens), str(t.tree_width), f"{t.draft_vocab:,}" if t.draft_vocab else "full"]
                 for kind, t in MEASURED_BEST.items()}  # fmt: skip
     assert rows == expected
+
+
+def test_a_share_link_leaves_out_the_drafters_best_and_opens_at_it(local):  # noqa: F811
+    from streamlit.testing.v1 import AppTest
+
+    from specviz.ui.room.share import link_for
+    from tests.test_app_compare_tree import PAGES
+
+    assert link_for(RunConfig(drafter="medusa", num_draft_tokens=2, draft_vocab=8192), "p", "p").query == {"drafter": "medusa"}
+    assert link_for(RunConfig(drafter="medusa", num_draft_tokens=4), "p", "p").query == {"drafter": "medusa", "num_draft_tokens": "4"}
+    for query, k in (({"drafter": "medusa"}, 2), ({"drafter": "medusa", "num_draft_tokens": "4"}, 4)):
+        at = AppTest.from_file(str(PAGES / "step_through.py"), default_timeout=120)
+        at.session_state["target"] = local
+        for key, value in query.items():
+            at.query_params[key] = value
+        at.run()
+        assert not at.exception, [e.value for e in at.exception]
+        assert (at.slider(key="num_draft_tokens").value, at.selectbox(key="draft_vocab").value) == (k, 8192)

@@ -185,6 +185,16 @@ def _apply_drafter_defaults(policy: Policy) -> None:
             state[key] = tuned_value(name, new, policy)
 
 
+def _start_linked_drafter(linked: dict, policy: Policy) -> None:
+    """A share link named a drafter: what it left out of k, tree width and draft vocabulary starts at that drafter's
+    measured best (a link leaves out a value equal to it, specviz.ui.room.share.link_for)."""
+    spec = drafter_spec(linked["drafter"])
+    for name in TUNED_FIELDS:
+        key = field_named(name).widget_key
+        if key not in linked:
+            st.session_state[key] = tuned_value(name, spec, policy)
+
+
 def best_note(spec: DrafterSpec, fields: dict) -> str | None:
     """The caption under k: this drafter's measured best, and whether the run uses it (None: never measured)."""
     if not spec.measured or spec.baseline:
@@ -320,8 +330,10 @@ def _model_widgets(policy: Policy) -> dict:
 def sidebar(*, with_compare: bool = True, with_play: bool = True) -> Settings:
     """Draw the sidebar and return the settings it describes. The race page leaves out compare mode and Play's pace
     (with_compare, with_play False); everything else, and the policy's checks, are the same path."""
-    restore_from_query()  # a share link's settings (specviz/ui/room/share.py), before any widget exists
+    restored = restore_from_query()  # a share link's settings (specviz/ui/room/share.py), before any widget exists
     policy = current_policy(report=True)
+    if restored is not None and restored.values.get("drafter") in allowed_drafters(policy):
+        _start_linked_drafter(restored.values, policy)
     _seed_defaults(policy)
     refuse_forced(policy)
     examples = _seed_defaults(policy)  # again: what refuse_forced dropped starts at its default
