@@ -19,6 +19,7 @@ from specviz.ui.labs.benchmark import (
     bench_prompts,
     check_draft_model,
     chosen_prompts,
+    drafter_defaults,
     run_benchmark,
     summary,
     trees_vs_chains,
@@ -179,6 +180,13 @@ def shipped() -> None:
         show_results(pd.read_csv(SHIPPED_TABLE), "bench_cpu")
     except (ValueError, KeyError) as exc:
         st.error(f"Could not read {SHIPPED_TABLE.name}: {md_text(exc)}")
+    st.subheader("Each drafter's defaults: its measured best here")
+    st.dataframe(drafter_defaults(), hide_index=True)
+    st.caption(
+        "What the sidebar and `generate` start each drafter at, unless you set the value: the setting with the best worst "
+        "speedup on open text (prose) in these tables and the drafting table (assets/drafting_cpu.json), derived by "
+        "scripts/drafter_defaults.py (docs/benchmarks.md, *Each drafter's defaults*)."
+    )
 
 
 results = st.session_state.get(BENCH_RESULTS_KEY)

@@ -17,7 +17,7 @@ from typing import Any, Literal
 from specviz.core.decoding import MAX_DRAFT_TOKENS, DecodeConfig
 from specviz.core.sampling import SamplingConfig
 from specviz.core.tree import MAX_TREE_WIDTH
-from specviz.drafters.specs import DRAFTER_KINDS, TREE_KINDS, drafter_spec, short_name
+from specviz.drafters.specs import DRAFTER_KINDS, DRAFTERS, TREE_KINDS, drafter_spec, short_name
 
 __all__ = [
     "DRAFTER_KINDS", "EMBEDDED_TARGET", "FIELDS", "MAX_NEW_TOKENS", "MAX_PROMPT_CHARS", "MAX_PROMPT_TOKENS", "DrafterKind", "RunConfig",
@@ -38,6 +38,7 @@ DTYPE_HELP = (
     "auto (CPU: fp16-weights where fbgemm runs, else float32; CUDA: bfloat16), float32, fp16-weights "
     "(float16 weights, float32 math), bfloat16 or float16"
 )
+START = DRAFTERS[0].defaults  # the default drafter's measured best: the k, tree width and draft vocabulary a run starts at
 NGRAM_RANGE = "Need {low} <= ngram_min <= ngram_max <= {high}; got {config.ngram_min} and {config.ngram_max}."
 Widget = Literal["slider", "number", "toggle", "checkbox", "select", "text"]
 Section = Literal["drafter", "sampling", "models"]  # the sidebar's sections, in the order they are drawn
@@ -164,8 +165,8 @@ class RunConfig:
         flags=("--eagle-head",), metavar="PATH", flag_help="EAGLE head folder (default: the head shipped for the embedded target)",
     )  # fmt: skip
     draft_vocab: int = setting(  # Medusa and EAGLE: score only the V' tokens the target says most often (0: the full vocabulary)
-        0, low=0, high=MAX_DRAFT_VOCAB, message="The draft vocabulary is 0 (the full vocabulary) or up to {high:,} tokens; got {value}.",
-        widget="select", section="drafter", menu=DRAFT_VOCAB_CHOICES, label="draft vocabulary (Medusa, EAGLE)", carry="fork",
+        START.draft_vocab, low=0, high=MAX_DRAFT_VOCAB, message="The draft vocabulary is 0 (the full vocabulary) or up to {high:,} tokens; got {value}.",
+        widget="select", section="drafter", menu=DRAFT_VOCAB_CHOICES, label="draft vocabulary (Medusa, EAGLE)", seeded=True, carry="fork",
         help="Score only the V' tokens the target emits most often (the heads' token counts): the LM-head read, most of a drafting step, shrinks with V'; q stays a real distribution, zero outside V', so the output is still the target's.",
         flags=("--draft-vocab",), metavar="N",
         flag_help="Medusa and EAGLE: score only the N tokens the target says most often (the heads' token counts; 0 = the full vocabulary)",
@@ -180,8 +181,8 @@ class RunConfig:
         widget="slider", section="drafter", step=0.05, label="n-gram: stop drafting when its confidence falls below", carry="fork",
         flags=("--ngram-threshold",), flag_help="n-gram drafter: stop drafting when its top probability falls below this (default %(default)s)",
     )  # fmt: skip
-    num_draft_tokens: int = setting(  # k: a cap; the n-gram drafter stops earlier when its evidence runs out (scripts/vs_transformers.py)
-        8, low=1, high=MAX_DRAFT_TOKENS, what="Number of draft tokens k", speculative_only=True, drafter_only=True,
+    num_draft_tokens: int = setting(  # k: a cap; the n-gram drafter stops earlier when its evidence runs out (scripts/drafter_defaults.py)
+        START.num_draft_tokens, low=1, high=MAX_DRAFT_TOKENS, what="Number of draft tokens k", speculative_only=True, drafter_only=True,
         widget="slider", section="drafter", label="k: tokens drafted per round", seeded=True, carry="link", flags=("--num-draft-tokens", "-k"),
         cap="max_draft_tokens", cap_message="k is limited to {limit} tokens per round on this server (asked for {value}).", short="k",
     )  # fmt: skip
@@ -194,8 +195,8 @@ class RunConfig:
         MAX_DRAFT_TOKENS, low=1, high=MAX_DRAFT_TOKENS, what="The ceiling for adaptive k", drafter_only=True, cap="max_draft_tokens",
     )  # fmt: skip
     tree_width: int = setting(  # children per node of a token tree (n-gram, model, early-exit drafters); 1 = a chain, k = node budget
-        1, low=1, high=MAX_TREE_WIDTH, message="The tree width must be between {low} (a chain) and {high}; got {value}.", drafter_only=True,
-        widget="slider", section="drafter", label="tree width: children per node (1 = a chain)", carry="fork",
+        START.tree_width, low=1, high=MAX_TREE_WIDTH, message="The tree width must be between {low} (a chain) and {high}; got {value}.", drafter_only=True,
+        widget="slider", section="drafter", label="tree width: children per node (1 = a chain)", seeded=True, carry="fork",
         help=f"Draft a token tree of at most k nodes ({', '.join(map(short_name, TREE_KINDS))}) and verify every node in one pass.",
         flags=("--tree-width",), flag_help="children per node of a token tree (1 = a chain; k is then the node budget)",
     )  # fmt: skip

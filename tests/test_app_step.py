@@ -43,6 +43,8 @@ def page(max_new_tokens: int = 6, **widgets) -> AppTest:
     at.run()
     at.number_input(key="max_new_tokens").set_value(max_new_tokens)
     widgets = {"prompt": SHORT_PROMPT, "drafter": "lookup", "num_draft_tokens": 4, **widgets}
+    _widget(at, "drafter").set_value(widgets.pop("drafter"))  # first, on its own: choosing a drafter sets its measured best k
+    at.run()
     for key, value in widgets.items():
         _widget(at, key).set_value(value)
     at.run()

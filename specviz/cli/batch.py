@@ -7,7 +7,7 @@ import argparse
 import json
 from pathlib import Path
 
-from specviz.cli.options import DTYPE_HELP, add_model_access, batch_sizes_arg, model_access, set_threads
+from specviz.cli.options import DTYPE_HELP, TUNED_HELP, add_model_access, batch_sizes_arg, model_access, set_threads, tuned_values
 from specviz.cli.terminal import emit, print_progress
 from specviz.config import EMBEDDED_TARGET, RunConfig
 
@@ -24,7 +24,7 @@ def add_parser(sub) -> None:
     p.add_argument("--drafter", choices=SPECULATIVE_KINDS, default="lookup", help="default: lookup")
     p.add_argument("--category", default="copy", help="the benchmark prompts' category (copy, code, prose, qa; default copy)")
     p.add_argument("--prompts", default=str(DEFAULT_PROMPTS), help="JSON list of {category, title, prompt} (default: assets/prompts.json)")
-    p.add_argument("--num-draft-tokens", "-k", type=int, default=d.num_draft_tokens)
+    p.add_argument("--num-draft-tokens", "-k", type=int, default=None, help=f"tokens drafted per round; {TUNED_HELP}")
     p.add_argument("--max-new-tokens", type=int, default=s.max_new_tokens, help=f"new tokens per row (default {s.max_new_tokens})")
     p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default), where rows are checked against plain")
     p.add_argument("--seed", type=int, default=d.seed)
@@ -54,13 +54,13 @@ def run(args: argparse.Namespace) -> int:
 
     set_threads(args.threads)
     config = RunConfig(target=args.target, draft=args.draft, drafter=args.drafter, exit_layer=args.exit_layer,
-                       num_draft_tokens=args.num_draft_tokens, temperature=args.temperature, seed=args.seed,
+                       num_draft_tokens=tuned_values(args.drafter, num_draft_tokens=args.num_draft_tokens)["num_draft_tokens"], temperature=args.temperature, seed=args.seed,
                        max_new_tokens=args.max_new_tokens, chat=not args.no_chat, device=args.device, dtype=args.dtype,
                        **model_access(args))  # fmt: skip
     setup = BatchSetup(config, tuple(load_prompts(args.prompts, [args.category])), args.repeats, args.warmup)
     models = resolve_models(config, drafters=[args.drafter])
     target = models.target
-    emit(f"batch: {args.drafter}, k={args.num_draft_tokens}, {len(setup.prompts)} {args.category} prompts (cycled) on "
+    emit(f"batch: {args.drafter}, k={config.num_draft_tokens}, {len(setup.prompts)} {args.category} prompts (cycled) on "
           f"{target.name} ({target.device}, {target.precision}), B = {','.join(map(str, args.batch))}", err=True)  # fmt: skip
     points = measure_batches(models, setup, args.batch, on_progress=print_progress)
     machine = {"device": str(target.device), "device_name": device_name(target.device), "dtype": target.precision,

@@ -8,21 +8,28 @@ import argparse
 from pathlib import Path
 
 from specviz.config import DTYPE_HELP, RunConfig, settings_of
+from specviz.drafters.specs import TUNED_FIELDS, drafter_spec
 
 __all__ = [
     "DTYPE_HELP", "MODEL_ACCESS", "add_model_access", "add_run_options", "batch_sizes_arg", "check_output_file", "config_from_args",
-    "csv_list", "model_access", "set_threads",
+    "csv_list", "model_access", "set_threads", "tuned_values",
 ]  # fmt: skip
 
 
+TUNED_HELP = "default: the drafter's measured best, docs/benchmarks.md#each-drafters-defaults"
+
+
 def add_run_options(p: argparse.ArgumentParser, config_cls: type[RunConfig] = RunConfig) -> None:
-    """One flag per field of the config's table that has one (specviz.config.FIELDS), with its default and help."""
+    """One flag per field of the config's table that has one (specviz.config.FIELDS), with its default and help. The
+    fields a drafter's defaults set (k, tree width, draft vocabulary) default to None: the drafter's measured best."""
     for s in settings_of(config_cls):
         if not s.flags:
             continue
         options: dict = {"help": s.flag_help}
         if s.type is bool:
             options["action"] = "store_true"
+        elif s.name in TUNED_FIELDS:
+            options.update(default=None, metavar=s.metavar, type=s.type, help=f"{s.flag_help}; {TUNED_HELP}" if s.flag_help else TUNED_HELP)
         else:
             options.update(default=s.default, metavar=s.metavar, choices=s.choices)
             if s.type is not str:
@@ -31,13 +38,22 @@ def add_run_options(p: argparse.ArgumentParser, config_cls: type[RunConfig] = Ru
 
 
 def config_from_args(args: argparse.Namespace, config_cls: type[RunConfig] = RunConfig) -> RunConfig:
-    """The config the run options say (a field without a flag keeps its default)."""
+    """The config the run options say (a field without a flag keeps its default; k, tree width and draft vocabulary
+    not given take the drafter's measured best)."""
     values = {}
     for s in settings_of(config_cls):
         if s.flags:
             value = getattr(args, s.flags[0].lstrip("-").replace("-", "_"))
             values[s.name] = (not value) if s.negated else value
+    values |= tuned_values(values.get("drafter", config_cls.drafter), **{n: values[n] for n in TUNED_FIELDS if n in values})
     return config_cls(**values)
+
+
+def tuned_values(drafter: str, **given: int | None) -> dict[str, int]:
+    """k, tree width and draft vocabulary for a drafter: each value given (not None) as it is, the rest the drafter's
+    measured best (specviz.drafters.specs.MEASURED_BEST)."""
+    best = drafter_spec(drafter).defaults
+    return {name: getattr(best, name) if given.get(name) is None else given[name] for name in TUNED_FIELDS}
 
 
 MODEL_ACCESS = ("trust_remote_code", "allow_download", "allow_pickle")  # RunConfig fields every model-loading command takes

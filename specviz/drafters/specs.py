@@ -6,12 +6,16 @@ where they are declared, so the table cannot drift from the code. ``build`` make
 settings, the vocabulary and what the drafter drafts with, which the caller resolved (specviz.runs): for the two
 kinds that draft with a language model that model (a CachedLM), for Medusa its heads (a HeadsSource), for EAGLE its
 layer over the target's features (a FeatureHead), for Token Recycling the device of the target whose passes it reads.
+
+Each drafter's defaults (k, tree width, draft vocabulary) are its measured best on a 2-core CPU: MEASURED_BEST, written
+by scripts/drafter_defaults.py from the shipped benchmark tables (docs/benchmarks.md#each-drafters-defaults), never by
+hand; the sidebar and the CLI apply them when a drafter is chosen, unless the user set the value.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Literal, Protocol
 
 import torch
@@ -48,6 +52,30 @@ Build = Callable[[DrafterSettings, int, DraftSource, str], Drafter]
 
 
 @dataclass(frozen=True)
+class Tuning:
+    """A drafter's default settings; each name is a RunConfig field."""
+
+    num_draft_tokens: int  # k: tokens drafted per round (a tree's node budget)
+    tree_width: int = 1  # children per node (1 = a chain)
+    draft_vocab: int = 0  # V' of a draft vocabulary (0: the full vocabulary)
+
+
+TUNED_FIELDS: tuple[str, ...] = tuple(f.name for f in fields(Tuning))  # the RunConfig fields a drafter's defaults set
+UNMEASURED = Tuning(8)  # a drafter the shipped benchmark has not measured (a second model's cost is the user's own)
+
+# BEGIN MEASURED_BEST: written by `python scripts/drafter_defaults.py --write`; tests/test_drafter_defaults.py checks it
+MEASURED_BEST: dict[str, Tuning] = {
+    "ngram": Tuning(4, 1, 0),  # bench_cpu.csv: worst on open text 0.89x, mean 1.39x
+    "lookup": Tuning(8, 1, 0),  # bench_cpu.csv: worst on open text 0.79x, mean 1.41x
+    "early-exit": Tuning(4, 1, 0),  # bench_cpu.csv: worst on open text 0.37x, mean 0.40x
+    "medusa": Tuning(2, 1, 8192),  # drafting_cpu.json: worst on open text 1.03x, mean 1.16x
+    "eagle": Tuning(8, 3, 8192),  # drafting_cpu.json: worst on open text 0.85x, mean 1.01x
+    "recycle": Tuning(4, 1, 0),  # drafting_cpu.json: worst on open text 0.93x, mean 1.06x
+}
+# END MEASURED_BEST
+
+
+@dataclass(frozen=True)
 class DrafterSpec:
     kind: str  # the config's and the CLI's name
     label: str  # the sidebar menu's line
@@ -56,6 +84,16 @@ class DrafterSpec:
     build: Build  # (settings, vocab size, what it drafts with or None, display name) -> the drafter
     lm: DraftLM | None = None  # what it drafts with: "draft" needs a second model loaded, "heads" Medusa heads, "eagle" an EAGLE head
     baseline: bool = False  # plain decoding: the baseline every speedup divides by
+
+    @property
+    def measured(self) -> bool:
+        """The shipped benchmark measured this drafter, so its defaults are its measured best."""
+        return self.kind in MEASURED_BEST
+
+    @property
+    def defaults(self) -> Tuning:
+        """k, tree width and draft vocabulary this drafter starts at: its measured best, else UNMEASURED."""
+        return MEASURED_BEST.get(self.kind, UNMEASURED)
 
     @property
     def needs_model(self) -> bool:

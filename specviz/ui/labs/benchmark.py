@@ -8,7 +8,7 @@ from collections.abc import Callable, Sequence
 import pandas as pd
 
 from specviz.config import RunConfig
-from specviz.drafters.specs import SPECULATIVE_KINDS
+from specviz.drafters.specs import DRAFTERS, SPECULATIVE_KINDS
 from specviz.experiments.bench import SweepSpec, rows_to_frame, run_sweep, summary_table, tree_vs_chain_table
 from specviz.experiments.prompts import DEFAULT_PROMPTS, BenchPrompt, first_per_category, load_prompts, prompt_categories
 from specviz.runs import RunModels, kv_tokens
@@ -16,6 +16,15 @@ from specviz.ui.common import budgets, turns
 from specviz.ui.common.models import sweep_models
 
 BENCH_DRAFTERS = SPECULATIVE_KINDS  # every drafter but plain decoding, which is the baseline
+
+
+def drafter_defaults() -> pd.DataFrame:
+    """Each measured drafter's defaults (specviz.drafters.specs.MEASURED_BEST, from scripts/drafter_defaults.py): one
+    row per drafter, the settings the sidebar and the CLI start it at."""
+    rows = [dict(drafter=d.short_name, k=d.defaults.num_draft_tokens, tree_width=d.defaults.tree_width,
+                 draft_vocabulary=f"{d.defaults.draft_vocab:,}" if d.defaults.draft_vocab else "full")
+            for d in DRAFTERS if d.measured]  # fmt: skip
+    return pd.DataFrame(rows, columns=["drafter", "k", "tree_width", "draft_vocabulary"])
 
 
 def check_draft_model(drafters: Sequence[str], draft: str) -> None:

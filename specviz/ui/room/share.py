@@ -23,7 +23,7 @@ from urllib.parse import quote, urlencode
 import streamlit as st
 
 from specviz.config import EMBEDDED_TARGET, FIELDS, SECTIONS, RunConfig, Setting, settings_of, validate_prompt
-from specviz.drafters.specs import drafter_spec
+from specviz.drafters.specs import TUNED_FIELDS, drafter_spec
 from specviz.ui.common import widgets
 from specviz.ui.common.presets import CUSTOM, MODEL_PAIRS
 from specviz.viz.markdown import md_text
@@ -199,12 +199,14 @@ def _as_text(value: object) -> str:
 
 
 def link_for(config: RunConfig, prompt: str, default_prompt: str, defaults: RunConfig = RunConfig()) -> Link:  # noqa: B008
-    """The query for a setup: each shared setting that differs from its default, the prompt only if it is short."""
+    """The query for a setup: each shared setting that differs from its default (k: from the drafter's measured best,
+    which the page that opens the link starts the drafter at), the prompt only if it is short."""
     query: dict[str, str] = {}
     left_out = None
+    tuned = drafter_spec(config.drafter).defaults
     for setting in link_settings():
         value = getattr(config, setting.name)
-        if value != getattr(defaults, setting.name):
+        if value != getattr(tuned if setting.name in TUNED_FIELDS else defaults, setting.name):
             query[setting.widget_key] = _as_text(setting.to_widget(value))
     if prompt != default_prompt:
         if len(quote(prompt)) <= MAX_LINK_PROMPT_CHARS:

@@ -26,7 +26,7 @@ from specviz.config import (
     field_named,
 )
 from specviz.core.tree import MAX_TREE_WIDTH
-from specviz.drafters.specs import TREE_KINDS, branches, drafter_label, drafter_spec, short_name
+from specviz.drafters.specs import TREE_KINDS, TUNED_FIELDS, DrafterSpec, branches, drafter_label, drafter_spec, short_name
 from specviz.ui.common import widgets
 from specviz.ui.common.access import current_policy, replica_footer
 from specviz.ui.common.presets import CUSTOM, MODEL_PAIRS
@@ -46,6 +46,8 @@ from specviz.workshop.policy import Policy
 
 CUSTOM_PROMPT = "custom"  # the Example prompt menu when the prompt is none of the examples (typed, or from a link)
 COMPARE_OFF = "off"
+TUNED_FOR = "tuned_for"  # session key: the drafter the last run drew, whose defaults k, tree width and draft vocabulary follow
+BEST_LINK = "benchmark"  # the Benchmark page, which shows each drafter's measured defaults (docs/benchmarks.md)
 PLAY_PACES = (0.25, 0.5, 1.0, 2.0)  # seconds between auto-steps
 
 
@@ -122,7 +124,7 @@ def _default(key: str, value) -> None:
         st.session_state[key] = value
 
 
-def _apply_pair() -> None:
+def _apply_pair(policy: Policy) -> None:
     pair = MODEL_PAIRS.get(st.session_state["model_pair"])
     if pair is None:
         return
@@ -131,6 +133,7 @@ def _apply_pair() -> None:
         st.session_state["drafter"] = "model"
     elif st.session_state.get("drafter") == "model":
         st.session_state["drafter"] = DEFAULTS.drafter if DEFAULTS.drafter != "model" else "lookup"
+    _apply_drafter_defaults(policy)  # the drafter may have changed with the pair
 
 
 def example_for(prompt: object, examples) -> str:
@@ -163,6 +166,51 @@ def _seed_defaults(policy: Policy) -> list:
     return examples
 
 
+def tuned_value(name: str, spec: DrafterSpec, policy: Policy) -> Any:
+    """The value a tuned field's widget (k, tree width, draft vocabulary) starts at for this drafter: its measured
+    best, within the owner's limit."""
+    s = field_named(name)
+    value = s.to_widget(getattr(spec.defaults, name))
+    return min(value, widget_high(s, policy)) if s.cap else value
+
+
+def _apply_drafter_defaults(policy: Policy) -> None:
+    """The drafter menu changed: each of k, tree width and draft vocabulary still at the outgoing drafter's default
+    takes the new drafter's measured best; a value the user (or a share link, or a fork) set stays as it is."""
+    state = st.session_state
+    old, new = drafter_spec(state.get(TUNED_FOR, DEFAULTS.drafter)), drafter_spec(state["drafter"])
+    for name in TUNED_FIELDS:
+        key = field_named(name).widget_key
+        if state.get(key, tuned_value(name, old, policy)) == tuned_value(name, old, policy):
+            state[key] = tuned_value(name, new, policy)
+
+
+def _start_linked_drafter(linked: dict, policy: Policy) -> None:
+    """A share link named a drafter: what it left out of k, tree width and draft vocabulary starts at that drafter's
+    measured best (a link leaves out a value equal to it, specviz.ui.room.share.link_for)."""
+    spec = drafter_spec(linked["drafter"])
+    for name in TUNED_FIELDS:
+        key = field_named(name).widget_key
+        if key not in linked:
+            st.session_state[key] = tuned_value(name, spec, policy)
+
+
+def best_note(spec: DrafterSpec, fields: dict) -> str | None:
+    """The caption under k: this drafter's measured best, and whether the run uses it (None: never measured)."""
+    if not spec.measured or spec.baseline:
+        return None
+    best = spec.defaults
+    parts = [f"k = {best.num_draft_tokens}"]
+    if best.tree_width > 1:
+        parts.append(f"tree width {best.tree_width}")
+    if best.draft_vocab:
+        parts.append(f"draft vocabulary {best.draft_vocab:,}")
+    link = f"[the measured table]({BEST_LINK}), docs/benchmarks.md"
+    if all(fields.get(name, getattr(best, name)) == getattr(best, name) for name in TUNED_FIELDS):
+        return f"{', '.join(parts)}: this drafter's measured best here ({link})."
+    return f"This drafter's measured best here: {', '.join(parts)} ({link}); you changed it."
+
+
 DRAFTER_PLACED = {"drafter", "num_draft_tokens", "tree_width", "adaptive_k", "ngram_max", "ngram_threshold", "exit_layer", "medusa_heads", "eagle_head", "draft_vocab"}
 
 
@@ -171,7 +219,8 @@ def _drafter_widgets(policy: Policy, with_compare: bool = True) -> tuple[dict, s
     menu (a page that runs one drafter), compare off. A field the section does not use keeps its default."""
     st.subheader("Drafter")
     kinds = allowed_drafters(policy)
-    drafter = draw("drafter", policy, options=kinds, format_func=drafter_label)
+    drafter = draw("drafter", policy, options=kinds, format_func=drafter_label, on_change=_apply_drafter_defaults, args=(policy,))
+    st.session_state[TUNED_FOR] = drafter
     spec = drafter_spec(drafter)
     fields: dict[str, Any] = dict(drafter=drafter, num_draft_tokens=draw("num_draft_tokens", policy, disabled=spec.baseline))
     fields["tree_width"] = draw("tree_width", policy, disabled=not spec.can_branch)
@@ -205,6 +254,9 @@ def _drafter_widgets(policy: Policy, with_compare: bool = True) -> tuple[dict, s
         fields["eagle_head"] = _heads_widget(policy, "eagle_head")
     if any(s.cuts_vocab for s in specs):
         fields["draft_vocab"] = draw("draft_vocab", policy, format_func=lambda v: f"the {v:,} tokens the target says most" if v else "the full vocabulary")
+    note = best_note(spec, fields)
+    if note:
+        st.caption(note)
     return fields | draw_rest("drafter", DRAFTER_PLACED, policy), compare, int(compare_width)
 
 
@@ -238,7 +290,7 @@ def _sampling_widgets(policy: Policy, with_play: bool = True) -> tuple[dict, flo
 def _model_choice(policy: Policy) -> tuple[str, str]:
     """(target, draft) as typed (the owner allows custom models) or picked from the owner's lists."""
     if policy.allow_custom_models:
-        widgets.selectbox("Model pair", list(MODEL_PAIRS) + [CUSTOM], key="model_pair", on_change=_apply_pair)
+        widgets.selectbox("Model pair", list(MODEL_PAIRS) + [CUSTOM], key="model_pair", on_change=_apply_pair, args=(policy,))
         target_s, draft_s = field_named("target"), field_named("draft")
         target = widgets.text_input(target_s.label, key=target_s.widget_key, reset=policy.default_target)
         draft = widgets.text_input(draft_s.label, key=draft_s.widget_key, reset=NO_DRAFT, help=draft_s.help)
@@ -278,8 +330,10 @@ def _model_widgets(policy: Policy) -> dict:
 def sidebar(*, with_compare: bool = True, with_play: bool = True) -> Settings:
     """Draw the sidebar and return the settings it describes. The race page leaves out compare mode and Play's pace
     (with_compare, with_play False); everything else, and the policy's checks, are the same path."""
-    restore_from_query()  # a share link's settings (specviz/ui/room/share.py), before any widget exists
+    restored = restore_from_query()  # a share link's settings (specviz/ui/room/share.py), before any widget exists
     policy = current_policy(report=True)
+    if restored is not None and restored.values.get("drafter") in allowed_drafters(policy):
+        _start_linked_drafter(restored.values, policy)
     _seed_defaults(policy)
     refuse_forced(policy)
     examples = _seed_defaults(policy)  # again: what refuse_forced dropped starts at its default
