@@ -264,6 +264,12 @@ class SpecDecodeSteps:
         return tuple(out)
 
     @property
+    def acceptance_shares(self) -> tuple[float, ...]:
+        """The histogram as shares of the verify steps (each 0..1, summing to 1; empty before any verify step)."""
+        n = self.num_spec_steps
+        return tuple(h / n for h in self.acceptance_histogram) if n else ()
+
+    @property
     def accepted_by_position(self) -> tuple[int, ...]:
         """Index i = verify steps that kept the draft at position i + 1 (a tree: depth i + 1), i = 0..k-1: vLLM's
         num_accepted_tokens_per_pos, the histogram's tail sums."""
