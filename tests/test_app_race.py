@@ -58,6 +58,10 @@ def test_a_greedy_race_runs_and_says_identical_text(room_env):  # noqa: F811
     assert "Identical text" in texts(at)
     labels = {m.label for m in at.metric}
     assert {"faster (time to last token)", "tokens per target pass"} <= labels
+    # the speculative lane's acceptance histogram (vLLM's names), its bars the lane's own verify steps
+    charts = [json.loads(c.proto.spec) for c in at.get("plotly_chart") if "acceptance_histogram" in c.proto.spec]
+    assert len(charts) == 1 and [int(t[2:]) for t in charts[0]["data"][0]["text"]] == list(race.speculative.spec_decode.acceptance_histogram)
+    assert "a tall bar at 0 is drafting wasted" in texts(at)
     assert "Gaps between" in " ".join(c.value for c in at.caption) or at.get("plotly_chart")
 
 

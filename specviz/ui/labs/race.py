@@ -40,6 +40,7 @@ from specviz.ui.step_through.session import TokenTexts, friendly_error, load_tar
 from specviz.ui.step_through.sidebar import Settings, sidebar
 from specviz.viz.figures import RUN_COLORS
 from specviz.viz.markdown import md_code, md_text
+from specviz.viz.metrics import HISTOGRAM_CAPTION, histogram_figure, histogram_frame
 from specviz.viz.playback import playback_html
 from specviz.viz.race import burst_size_figure, gap_histogram, gap_series, lane_frame
 from specviz.workshop.jobs import LongJobs
@@ -166,6 +167,9 @@ def show_race(race: RaceResult) -> None:
         "at 1 µs) and about one round apart. That bimodal shape is what speculation looks like from outside; the dashed line is "
         f"the burst threshold the analysis took from the data. Reading the speculative lane alone: {md_text(report.summary)}"
     )
+    if spec.spec_decode is not None and spec.spec_decode.num_spec_steps:  # a race saved before lanes carried their steps has none
+        st.plotly_chart(histogram_figure(histogram_frame({spec.label: spec.spec_decode})), key="race_acceptance_histogram")
+        st.caption(f"The speculative lane. {HISTOGRAM_CAPTION}")
     machine = race.machine
     st.caption(
         f"{md_text(race.target)} ({md_text(race.precision)}) on {md_text(machine.get('device', '?'))}, {md_text(machine.get('threads', '?'))} "
