@@ -187,12 +187,16 @@ def test_acceptance_histogram_frame_and_figure():
 
     steps = SpecDecodeSteps.of(RECORDS)
     assert steps.acceptance_shares == pytest.approx((0.25, 0.25, 0.25, 0.0, 0.25)) and SpecDecodeSteps(3).acceptance_shares == ()
-    df = histogram_frame({"lookup": steps, "plain": SpecDecodeSteps.of([RECORDS[3]], 4)})
+    df = histogram_frame({"lookup": steps.acceptance_histogram, "plain": SpecDecodeSteps.of([RECORDS[3]], 4).acceptance_histogram})
     assert list(df.columns) == HISTOGRAM_COLUMNS and set(df["run"]) == {"lookup"}
     assert list(df["accepted"]) == [0, 1, 2, 3, 4] and list(df["steps"]) == [1, 1, 1, 0, 1]
     assert df["share"].sum() == pytest.approx(1.0) and set(df["num_spec_steps"]) == {4} and set(df["num_spec_tokens"]) == {4}
     fig = histogram_figure(df)
     assert len(fig.data) == 1 and list(fig.data[0].y) == pytest.approx([0.25, 0.25, 0.25, 0.0, 0.25])
     assert "acceptance_histogram" in fig.layout.title.text and "acceptance length" in fig.layout.xaxis.title.text
-    two = histogram_figure(histogram_frame({"a": steps, "b": SpecDecodeSteps.of(RECORDS[:2])}))
+    two = histogram_figure(histogram_frame({"a": steps.acceptance_histogram, "b": SpecDecodeSteps.of(RECORDS[:2]).acceptance_histogram}))
     assert [t.marker.color for t in two.data][0] != two.data[1].marker.color  # one palette colour per run
+    # several runs pooled bin by bin (a category's prompts), a smaller k's histogram padded
+    from specviz.core.metrics import pooled_histogram
+
+    assert pooled_histogram([(1, 1, 1, 0, 1), (2, 0, 1), ()]) == (3, 1, 2, 0, 1) and pooled_histogram([]) == ()

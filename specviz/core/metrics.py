@@ -265,9 +265,8 @@ class SpecDecodeSteps:
 
     @property
     def acceptance_shares(self) -> tuple[float, ...]:
-        """The histogram as shares of the verify steps (each 0..1, summing to 1; empty before any verify step)."""
-        n = self.num_spec_steps
-        return tuple(h / n for h in self.acceptance_histogram) if n else ()
+        """The histogram as shares of the verify steps (histogram_shares)."""
+        return histogram_shares(self.acceptance_histogram)
 
     @property
     def accepted_by_position(self) -> tuple[int, ...]:
@@ -291,6 +290,22 @@ class SpecDecodeSteps:
         if detailed:
             out |= {"per_step_accepted": list(self.per_step_accepted), "per_step_drafted": list(self.per_step_drafted)}
         return out
+
+
+def histogram_shares(histogram: Sequence[int]) -> tuple[float, ...]:
+    """An acceptance histogram as shares of its verify steps (each 0..1, summing to 1; empty before any verify step)."""
+    n = sum(histogram)
+    return tuple(h / n for h in histogram) if n else ()
+
+
+def pooled_histogram(histograms: Iterable[Sequence[int]]) -> tuple[int, ...]:
+    """Several runs' acceptance histograms summed bin by bin (the longest one's bins; a shorter one had a smaller k)."""
+    out: list[int] = []
+    for h in histograms:
+        out += [0] * (len(h) - len(out))
+        for j, n in enumerate(h):
+            out[j] += n
+    return tuple(out)
 
 
 @dataclass(frozen=True)

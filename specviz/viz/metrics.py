@@ -7,13 +7,13 @@ assumes, and decay_note says in words what the difference does to the best k."""
 from __future__ import annotations
 
 import html
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 
-from specviz.core.metrics import METRIC_INFO, HeadAcceptance, RunMetrics, SpecDecodeSteps
+from specviz.core.metrics import METRIC_INFO, HeadAcceptance, RunMetrics, histogram_shares
 from specviz.core.theory import MAX_K, VerifyCost, best_k, best_k_by_position, expected_tokens, expected_tokens_by_position
 from specviz.viz.style import TEMPLATE
 from specviz.viz.theory import K_COLORS, LAYOUT
@@ -111,13 +111,14 @@ def position_figure(df: pd.DataFrame) -> go.Figure:
     return fig
 
 
-def histogram_frame(runs: Mapping[str, SpecDecodeSteps]) -> pd.DataFrame:
-    """One row per (run, j = drafts kept in a verify step, 0..k): the steps that kept j (vLLM's acceptance_histogram[j])
-    and their share; a run with no verify step has no rows."""
+def histogram_frame(runs: Mapping[str, Sequence[int]]) -> pd.DataFrame:
+    """One row per (run, j = drafts kept in a verify step, 0..k) from each run's acceptance histogram (vLLM's
+    acceptance_histogram: SpecDecodeSteps', or pooled_histogram's): the steps that kept j and their share; a run with
+    no verify step has no rows."""
     rows = [
-        {"run": label, "accepted": j, "steps": n, "share": share, "num_spec_steps": s.num_spec_steps, "num_spec_tokens": s.num_spec_tokens}
-        for label, s in runs.items()
-        for j, (n, share) in enumerate(zip(s.acceptance_histogram, s.acceptance_shares))
+        {"run": label, "accepted": j, "steps": n, "share": share, "num_spec_steps": sum(hist), "num_spec_tokens": len(hist) - 1}
+        for label, hist in runs.items()
+        for j, (n, share) in enumerate(zip(hist, histogram_shares(hist)))
     ]
     return pd.DataFrame(rows, columns=HISTOGRAM_COLUMNS)
 

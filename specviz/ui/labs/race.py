@@ -168,7 +168,7 @@ def show_race(race: RaceResult) -> None:
         f"the burst threshold the analysis took from the data. Reading the speculative lane alone: {md_text(report.summary)}"
     )
     if spec.spec_decode is not None and spec.spec_decode.num_spec_steps:  # a race saved before lanes carried their steps has none
-        st.plotly_chart(histogram_figure(histogram_frame({spec.label: spec.spec_decode})), key="race_acceptance_histogram")
+        st.plotly_chart(histogram_figure(histogram_frame({spec.label: spec.spec_decode.acceptance_histogram})), key="race_acceptance_histogram")
         st.caption(f"The speculative lane. {HISTOGRAM_CAPTION}")
     machine = race.machine
     st.caption(

@@ -119,5 +119,5 @@ def _panel_parts(session: ViewSource, runs: list[ViewRun]) -> tuple[dict[str, Ru
     heads = {r.label: head_acceptance(r.records) for r in runs if by_head(r.config)}
     head_chart = freeze(head_figure(heads_frame(heads))) if heads else None
     notes = [f"**{md_text(r.label)}.** " + decay_note(metrics[r.label], *_costs(session, r)) for r in runs]
-    histogram = freeze(histogram_figure(histogram_frame({label: m.spec_decode for label, m in metrics.items()})))
+    histogram = freeze(histogram_figure(histogram_frame({label: m.spec_decode.acceptance_histogram for label, m in metrics.items()})))
     return metrics, metrics_frame(metrics), freeze(position_figure(positions_frame(metrics))), histogram, head_chart, notes
