@@ -78,6 +78,8 @@ def test_the_probe_reads_each_servers_own_numbers_from_a_stream(extra, where, so
     assert out["requests"][0]["server_reported"]["source"] == source
     if source.startswith("vLLM"):
         assert out["requests"][0]["server_reported"]["acceptance_histogram"] == [1, 0, 1, 2, 0]
+    if source.startswith("specviz"):  # its steps are target passes, and say so
+        assert out["requests"][0]["server_reported"]["target_passes"] == 4 and "num_spec_steps" not in out["requests"][0]["server_reported"]
 
 
 def test_without_a_report_the_bursts_stand_alone():

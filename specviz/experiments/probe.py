@@ -94,14 +94,15 @@ class ServerReport:
     source: str  # where it was read: "vLLM metrics.speculative_decoding", "SGLang meta_info", "llama.cpp timings", "specviz usage.specviz"
     acceptance_length: float | None = None
     acceptance_rate: float | None = None  # accepted / drafted
-    verify_steps: int | None = None
+    verify_steps: int | None = None  # the steps the length is per (usage.specviz: target passes, drafting or not)
     accepted: int | None = None
     drafted: int | None = None
     histogram: tuple[int, ...] = ()  # vLLM's acceptance_histogram
 
     def to_json(self) -> dict:
         return {"source": self.source, "mean_acceptance_length": self.acceptance_length, "draft_acceptance_rate": self.acceptance_rate,
-                "num_spec_steps": self.verify_steps, "num_accepted_draft_tokens": self.accepted, "num_draft_tokens": self.drafted,
+                "target_passes" if self.source.startswith("specviz") else "num_spec_steps": self.verify_steps,
+                "num_accepted_draft_tokens": self.accepted, "num_draft_tokens": self.drafted,
                 "acceptance_histogram": list(self.histogram) or None}  # fmt: skip
 
 
@@ -205,7 +206,9 @@ class ProbeResult:
 
     @property
     def acceptance_length(self) -> dict:
-        """Reported (the server's) beside inferred (tokens per burst) and their difference, inferred − reported."""
+        """Reported (the server's) beside inferred (tokens per burst) and their difference, inferred − reported. The bursts
+        count every target pass; vLLM's length only the passes that drafted, so a drafter that often has nothing (prompt
+        lookup before the text repeats) puts the inferred τ below it, near the server's tokens per target pass."""
         reported, inferred = self.reported_acceptance_length, self.report.tau
         sources = sorted({s.server_report.source for s in self.streams if s.server_report is not None})
         return {"reported": reported, "inferred": inferred, "difference": inferred - reported if reported is not None and inferred is not None else None,

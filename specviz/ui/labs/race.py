@@ -325,7 +325,9 @@ def _reported_note(result: ProbeResult) -> str:
         details.append(f"tokens per target pass {result.server_tau:.2f}")
     text = f"The server reported its own numbers ({md_text(length['source'])})" + (": " + ", ".join(details) if details else "") + "."
     if length["difference"] is not None:
-        text += " The difference from the τ estimate is the timing's error: a server that batches or buffers its stream blurs the bursts."
+        text += (" The τ estimate counts every target pass, the acceptance length only the passes that drafted (a verify step): "
+                 "where the drafter often has nothing to offer, τ sits lower, near the tokens per target pass. Past that, a "
+                 "difference is the stream's timing: a server or proxy that buffers, or a client that merges chunks.")  # fmt: skip
     return text
 
 
