@@ -200,3 +200,30 @@ def test_acceptance_histogram_frame_and_figure():
     from specviz.core.metrics import pooled_histogram
 
     assert pooled_histogram([(1, 1, 1, 0, 1), (2, 0, 1), ()]) == (3, 1, 2, 0, 1) and pooled_histogram([]) == ()
+
+
+def test_the_acceptance_histogram_follows_each_step(tiny_models, monkeypatch):
+    """Live: after each Step the histogram beside acceptance by position holds every verify step so far."""
+    import json
+    from pathlib import Path
+
+    from streamlit.testing.v1 import AppTest
+
+    import specviz.ui.step_through.session as ui_session
+
+    monkeypatch.setattr(ui_session, "get_model", lambda *args, **kwargs: tiny_models["llama"])
+    at = AppTest.from_file(str(Path(__file__).resolve().parents[1] / "pages" / "step_through.py"), default_timeout=180)
+    at.run()
+    at.text_area(key="prompt").set_value("the cat sat on the mat and the cat sat on the mat and the cat sat on the")
+    at.selectbox(key="drafter").set_value("lookup")
+    at.number_input(key="max_new_tokens").set_value(16)
+    at.run()
+    for steps in (1, 2, 3):
+        at.button(key="step").click().run()
+        assert not at.exception, at.exception
+        records = at.session_state["specviz_step_through"].session.runs[0].records
+        assert len(records) == steps
+        charts = [json.loads(el.proto.spec) for el in at.get("plotly_chart") if "acceptance_histogram" in el.proto.spec]
+        expected = run_metrics(records).spec_decode
+        assert expected.num_spec_steps >= 1  # the prompt repeats itself: lookup drafts from the first round
+        assert len(charts) == 1 and sum(int(t[2:]) for t in charts[0]["data"][0]["text"]) == expected.num_spec_steps
