@@ -16,6 +16,7 @@ from specviz.ui.common.keys import BENCH_RESULTS_KEY
 from specviz.ui.common.navigation import route_through_app
 from specviz.ui.labs.benchmark import (
     BENCH_DRAFTERS,
+    acceptance_histograms,
     bench_prompts,
     check_draft_model,
     chosen_prompts,
@@ -84,6 +85,7 @@ def show_results(frame: pd.DataFrame, name: str) -> None:
         "Lines: the formula at each drafter's measured draft cost c and verify cost; dots: measured runs. Dots below their "
         "line lose time the formula ignores (prefill, bookkeeping, rounds that draft fewer than k)."
     )
+    acceptance_histograms(frame, name)
     with st.expander(f"Every run ({len(frame)} rows)"):
         shown = frame if has_trees(frame) else frame.drop(columns=["tree_width"], errors="ignore")
         st.dataframe(shown, hide_index=True, column_config=columns(shown))

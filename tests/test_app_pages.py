@@ -194,6 +194,12 @@ def test_benchmark_page_runs_a_sweep(tiny_target):
     assert shipped_rows == 48 and any(len(d.value) == shipped_rows for d in at.dataframe)
     configs = " ".join(d.proto.columns for d in at.dataframe)
     assert "tokens per target pass" in configs and "accepted / drafted" in configs
+    # issue 45: this sweep's acceptance histogram per setting (the copy prompt's), and the shipped table, written before
+    # bench carried the column, says so
+    charts = [c.proto.spec for c in at.get("plotly_chart") if "acceptance_histogram" in c.proto.spec]
+    assert len(charts) == 1 and "lookup k=2 T=0" in charts[0] and "early-exit k=2 T=1" in charts[0]
+    assert any("a tall bar at 0 is drafting wasted" in c.value for c in at.caption)
+    assert any("before `bench` wrote vLLM's acceptance_histogram" in i.value for i in at.info)
 
 
 def test_benchmark_page_sweeps_tree_widths(tiny_target):

@@ -58,6 +58,10 @@ def test_a_greedy_race_runs_and_says_identical_text(room_env):  # noqa: F811
     assert "Identical text" in texts(at)
     labels = {m.label for m in at.metric}
     assert {"faster (time to last token)", "tokens per target pass"} <= labels
+    # the speculative lane's acceptance histogram (vLLM's names), its bars the lane's own verify steps
+    charts = [json.loads(c.proto.spec) for c in at.get("plotly_chart") if "acceptance_histogram" in c.proto.spec]
+    assert len(charts) == 1 and [int(t[2:]) for t in charts[0]["data"][0]["text"]] == list(race.speculative.spec_decode.acceptance_histogram)
+    assert "a tall bar at 0 is drafting wasted" in texts(at)
     assert "Gaps between" in " ".join(c.value for c in at.caption) or at.get("plotly_chart")
 
 
@@ -171,3 +175,25 @@ def test_a_participant_runs_one_probe_at_a_time_within_a_deadline(room_env, monk
     assert "the fake service is not there" in texts(at)
     assert [s.deadline_s for s in specs] == [race_ui.PROBE_DEADLINE_S]
     assert len(race_ui._probes) == 0  # given back when the probe ended, even with an error
+
+
+def test_a_probe_shows_the_servers_acceptance_length_beside_the_bursts(monkeypatch, tiny_dir, tmp_path):
+    """Issue 45: a server that reports vLLM's metrics.speculative_decoding (a canned stream) gets its acceptance length
+    on the page beside the τ the bursts inferred, with the difference and where it was read."""
+    from tests.service_helpers import running
+    from tests.test_probe_reports import VLLM, endpoint
+
+    monkeypatch.setenv("SPECVIZ_MODE", "local")
+    monkeypatch.setenv("SPECVIZ_RUN_DIR", str(tmp_path))
+    at = page(target=str(tiny_dir["llama"]))
+    with running(endpoint(VLLM, "usage")) as root:
+        at.text_input(key="probe_url").set_value(root + "/v1")
+        at.text_input(key="probe_model").set_value("m")
+        next(b for b in at.button if "Probe" in str(b.label)).click().run()
+    assert not at.exception, at.exception
+    result = at.session_state[race_ui.PROBE_KEY]
+    shown = next(m for m in at.metric if m.label == "the server's acceptance length")
+    assert shown.value == "2.50" and result.acceptance_length["reported"] == 2.5
+    if result.report.tau is not None:
+        assert shown.delta == f"{result.report.tau - 2.5:+.2f} bursts − server"
+    assert "vLLM metrics.speculative_decoding" in texts(at) and "draft acceptance rate 0.38" in texts(at)

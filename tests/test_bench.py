@@ -234,3 +234,31 @@ def test_compare_to_baseline_uses_paired_medians():
     assert row.draft_cost == pytest.approx(0.1)  # 8 ms / 8 drafted tokens / 10 ms
     assert (row.repeats, row.device, row.dtype, row.same_as_baseline) == (3, "cpu", "float32", True)
     assert (row.tokens_per_s, row.baseline_tokens_per_s) == (15.0, 10.0)
+
+
+def test_the_csv_carries_vllms_histogram_and_appends_to_an_older_csv(tiny_dir, prompts_file, tmp_path):
+    """Issue 45: every row carries vLLM's num_spec_steps, mean_acceptance_length and acceptance_histogram, consistent as
+    aiperf checks them; --append onto a CSV written before those columns rewrites it with them (old rows' cells empty)."""
+    from specviz.experiments.bench import histogram_of, histograms_by_setting
+
+    out = tmp_path / "r.csv"
+    args = ["bench", "--target", str(tiny_dir["llama"]), "--prompts", str(prompts_file), "--drafters", "lookup", "--k", "3",
+            "--temperatures", "0", "--max-new-tokens", "8", "--repeats", "1", "--warmup", "0", "--device", "cpu", "--out", str(out),
+            "--categories", "copy"]  # fmt: skip
+    assert main(args) == 0
+    new = pd.read_csv(out)
+    old_columns = [c for c in COLUMNS if c not in ("num_spec_steps", "mean_acceptance_length", "acceptance_histogram")]
+    assert list(COLUMNS[: len(old_columns)]) == old_columns  # the new columns are last
+    new[old_columns].to_csv(out, index=False)  # as an earlier version wrote it
+    assert main(args + ["--append"]) == 0
+    frame = pd.read_csv(out, dtype={"acceptance_histogram": str})
+    assert tuple(frame.columns) == COLUMNS and len(frame) == 2
+    assert histogram_of(frame["acceptance_histogram"][0]) == () and pd.isna(frame["num_spec_steps"][0])
+    row = frame.iloc[1]
+    hist = histogram_of(row["acceptance_histogram"])
+    assert len(hist) == 3 + 1 and sum(hist) == row["num_spec_steps"] and sum(j * n for j, n in enumerate(hist)) == row["accepted"]
+    assert row["mean_acceptance_length"] == pytest.approx(1 + row["accepted"] / row["num_spec_steps"], rel=1e-3)
+    assert histograms_by_setting(frame, "copy") == {"lookup k=3 T=0": hist}  # the older row has none to pool
+    assert histograms_by_setting(frame[old_columns], "copy") == {}  # an older table: no histograms
+    with pytest.raises(ValueError, match="JSON list of counts"):
+        histogram_of("[1, -2]")

@@ -313,7 +313,7 @@ def views(recording, rounds: set[int] = frozenset()) -> None:
                     mask_figure(r, session.token_text)
         step_views._curve_figures(session, runs)
         step_views.speedup_note(session, runs)
-        metrics, _, _, _, _ = metrics_views._panel_parts(session, runs)
+        metrics, *_ = metrics_views._panel_parts(session, runs)
         for run in runs:
             c, verify, label = metrics_views._costs(session, run)
             from specviz.viz.metrics import decay_note

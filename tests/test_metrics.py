@@ -117,6 +117,15 @@ def test_step_through_shows_the_metrics_table(tiny_models, monkeypatch):
     assert list(table["metric"]) == [i.name for i in METRIC_INFO]
     assert {"definition", "printed by"} <= set(table.columns)
     assert any("Acceptance by draft position" in h.value for h in at.subheader)
+    # beside it, vLLM's acceptance histogram of the same run: its bars are the run's own counts, as shares
+    import json
+
+    charts = [json.loads(el.proto.spec) for el in at.get("plotly_chart") if "acceptance_histogram" in el.proto.spec]
+    assert len(charts) == 1
+    steps = run_metrics(at.session_state["specviz_step_through"].session.runs[0].records).spec_decode
+    bars = charts[0]["data"]
+    assert steps.num_spec_steps and len(bars) == 1 and [int(t[2:]) for t in bars[0]["text"]] == list(steps.acceptance_histogram)
+    assert any("a tall bar at 0 is drafting wasted" in c.value for c in at.caption)
     assert any("best k" in m.value or "Too few rounds" in m.value for m in at.markdown)
 
 
@@ -168,3 +177,53 @@ def test_a_tree_step_counts_its_kept_path_as_accepted_and_its_nodes_as_drafted()
     steps = SpecDecodeSteps.of([tree])
     assert (steps.per_step_accepted, steps.per_step_drafted, steps.num_spec_tokens) == ((2,), (5,), 5)
     assert steps.acceptance_histogram == (0, 0, 1, 0, 0, 0) and steps.accepted_by_position[:3] == (1, 1, 0)
+
+
+def test_acceptance_histogram_frame_and_figure():
+    """The histogram's frame and figure carry SpecDecodeSteps' counts as they are (shares of the verify steps), one bar
+    group per run; a run with no verify step draws nothing."""
+    from specviz.core.metrics import SpecDecodeSteps
+    from specviz.viz.metrics import HISTOGRAM_COLUMNS, histogram_figure, histogram_frame
+
+    steps = SpecDecodeSteps.of(RECORDS)
+    assert steps.acceptance_shares == pytest.approx((0.25, 0.25, 0.25, 0.0, 0.25)) and SpecDecodeSteps(3).acceptance_shares == ()
+    df = histogram_frame({"lookup": steps.acceptance_histogram, "plain": SpecDecodeSteps.of([RECORDS[3]], 4).acceptance_histogram})
+    assert list(df.columns) == HISTOGRAM_COLUMNS and set(df["run"]) == {"lookup"}
+    assert list(df["accepted"]) == [0, 1, 2, 3, 4] and list(df["steps"]) == [1, 1, 1, 0, 1]
+    assert df["share"].sum() == pytest.approx(1.0) and set(df["num_spec_steps"]) == {4} and set(df["num_spec_tokens"]) == {4}
+    fig = histogram_figure(df)
+    assert len(fig.data) == 1 and list(fig.data[0].y) == pytest.approx([0.25, 0.25, 0.25, 0.0, 0.25])
+    assert "acceptance_histogram" in fig.layout.title.text and "acceptance length" in fig.layout.xaxis.title.text
+    two = histogram_figure(histogram_frame({"a": steps.acceptance_histogram, "b": SpecDecodeSteps.of(RECORDS[:2]).acceptance_histogram}))
+    assert [t.marker.color for t in two.data][0] != two.data[1].marker.color  # one palette colour per run
+    # several runs pooled bin by bin (a category's prompts), a smaller k's histogram padded
+    from specviz.core.metrics import pooled_histogram
+
+    assert pooled_histogram([(1, 1, 1, 0, 1), (2, 0, 1), ()]) == (3, 1, 2, 0, 1) and pooled_histogram([]) == ()
+
+
+def test_the_acceptance_histogram_follows_each_step(tiny_models, monkeypatch):
+    """Live: after each Step the histogram beside acceptance by position holds every verify step so far."""
+    import json
+    from pathlib import Path
+
+    from streamlit.testing.v1 import AppTest
+
+    import specviz.ui.step_through.session as ui_session
+
+    monkeypatch.setattr(ui_session, "get_model", lambda *args, **kwargs: tiny_models["llama"])
+    at = AppTest.from_file(str(Path(__file__).resolve().parents[1] / "pages" / "step_through.py"), default_timeout=180)
+    at.run()
+    at.text_area(key="prompt").set_value("the cat sat on the mat and the cat sat on the mat and the cat sat on the")
+    at.selectbox(key="drafter").set_value("lookup")
+    at.number_input(key="max_new_tokens").set_value(16)
+    at.run()
+    for steps in (1, 2, 3):
+        at.button(key="step").click().run()
+        assert not at.exception, at.exception
+        records = at.session_state["specviz_step_through"].session.runs[0].records
+        assert len(records) == steps
+        charts = [json.loads(el.proto.spec) for el in at.get("plotly_chart") if "acceptance_histogram" in el.proto.spec]
+        expected = run_metrics(records).spec_decode
+        assert expected.num_spec_steps >= 1  # the prompt repeats itself: lookup drafts from the first round
+        assert len(charts) == 1 and sum(int(t[2:]) for t in charts[0]["data"][0]["text"]) == expected.num_spec_steps

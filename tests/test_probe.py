@@ -38,6 +38,15 @@ def test_the_probe_reads_chunks_tokens_and_the_servers_truth(lookup_url, smollm)
     data = result.to_json()
     assert data["server_tokens_per_target_pass"] == result.server_tau and data["analysis"]["verdict"] == result.report.verdict
     assert len(data["requests"][0]["chunk_times_s"]) == len(data["requests"][0]["chunk_tokens"])
+    # the server's own acceptance length (vLLM's object on the usage chunk) beside the one the bursts inferred
+    reports = [s.server_report for s in result.streams]
+    assert all(r.source == "vLLM metrics.speculative_decoding" and r.verify_steps and sum(r.histogram) == r.verify_steps for r in reports)
+    steps = sum(r.verify_steps for r in reports)
+    assert result.reported_acceptance_length == pytest.approx(1 + sum(r.accepted for r in reports) / steps)
+    length = data["acceptance_length"]
+    assert length["reported"] == result.reported_acceptance_length and length["inferred"] == result.report.tau
+    assert length["difference"] == pytest.approx(result.report.tau - length["reported"])
+    assert length["reported"] >= 1.0  # near τ only where every pass drafted: docs/race.md, What the server says of itself
 
 
 def test_counting_chunks_when_the_model_is_unknown(lookup_url):
@@ -62,6 +71,8 @@ def test_the_command_line_prints_one_json_object(lookup_url, capsys):
     out = json.loads(capsys.readouterr().out)
     assert out["category"] == "copy" and out["counted_as"] == "chunks" and len(out["requests"]) == 1
     assert out["analysis"]["verdict"] in ("too-little", "even", "speculating", "regular", "long-runs")
+    assert out["acceptance_length"]["source"] == "vLLM metrics.speculative_decoding" and out["acceptance_length"]["reported"] >= 1.0
+    assert out["requests"][0]["server_reported"]["num_spec_steps"] >= 1
 
 
 def test_chunk_counter_gives_each_token_to_the_chunk_of_its_last_character(smollm):

@@ -10,6 +10,7 @@ import time
 import pytest
 
 from specviz.config import RunConfig
+from specviz.core.metrics import SpecDecodeSteps
 from specviz.core.race import RaceResult, lane_of
 from specviz.experiments.race import lane_label, run_race, time_lane
 from specviz.runs import resolve_models
@@ -58,6 +59,22 @@ def test_the_race_round_trips_through_json(greedy_race):
     assert again.text(again.speculative) == greedy_race.text(greedy_race.plain)
 
 
+def test_the_speculative_lane_carries_its_verify_steps(greedy_race):
+    """Issue 45: the speculative lane holds vLLM's per-step counts (its acceptance histogram), plain decoding none; a race
+    saved before lanes carried them still loads."""
+    spec = greedy_race.speculative
+    steps = spec.spec_decode
+    assert greedy_race.plain.spec_decode is None and steps is not None and steps.num_spec_tokens == 4
+    assert steps.num_spec_steps <= spec.target_passes and sum(steps.acceptance_histogram) == steps.num_spec_steps
+    # every round that drafted commits its kept drafts plus one token of the target's own
+    assert steps.num_accepted_draft_tokens + spec.target_passes == spec.num_tokens
+    lanes = greedy_race.to_json()["lanes"]
+    assert "speculative_decoding" not in lanes["plain"] and lanes["speculative"]["speculative_decoding"]["acceptance_histogram"]
+    old = json.loads(json.dumps(greedy_race.to_json()))
+    del old["lanes"]["speculative"]["speculative_decoding"]
+    assert RaceResult.from_json(old).speculative.spec_decode is None
+
+
 def test_a_sampled_race_runs_and_says_it_is_sampled(tiny_models, tiny_dir, one_thread):
     race = race_on(tiny_models, tiny_dir, temperature=1.0, seed=5)
     assert not race.greedy and race.plain.num_tokens == 24 == race.speculative.num_tokens
@@ -101,7 +118,7 @@ def test_lane_label_names_the_tree():
 
 def good() -> dict:
     plain = lane_of("plain decoding", [0.1, 0.2, 0.3], [[5], [6], [7]], 0.05)
-    spec = lane_of("prompt lookup, k=4", [0.1, 0.15], [[5], [6, 7]], 0.05)
+    spec = lane_of("prompt lookup, k=4", [0.1, 0.15], [[5], [6, 7]], 0.05, SpecDecodeSteps(4, (1,), (2,)))
     race = RaceResult("p", (1, 2), "tiny", "float32", "lookup", "prompt lookup, k=4", 4, 0.0, 0, 3, plain, spec, {5: "a", 6: "<b>", 7: "c"})
     return race.to_json()
 
@@ -135,6 +152,11 @@ def good() -> dict:
         (lambda d: d.update(machine={str(i): "x" for i in range(20)}), "machine"),
         (lambda d: d.update(lanes=[]), "lanes must be"),
         (lambda d: d.update(prompt="x" * 20_001), "prompt"),
+        (lambda d: d["lanes"]["speculative"].update(speculative_decoding=[]), "speculative_decoding must be"),
+        (lambda d: d["lanes"]["speculative"]["speculative_decoding"].update(per_step_accepted=[3]), "accepted ≤ drafted"),
+        (lambda d: d["lanes"]["speculative"]["speculative_decoding"].update(per_step_accepted=[1, 1, 1]), "per_step_accepted"),
+        (lambda d: d["lanes"]["speculative"]["speculative_decoding"].update(num_spec_tokens=-1), "num_spec_tokens"),
+        (lambda d: d["lanes"]["speculative"].update(other=1), "wrong fields"),
     ],
 )
 def test_a_damaged_race_is_refused_with_a_message(damage, message):

@@ -53,7 +53,7 @@ def add_parser(sub) -> None:
 
 def run(args: argparse.Namespace) -> int:
 
-    from specviz.experiments.bench import COLUMNS, SweepSpec, rows_to_frame, run_sweep
+    from specviz.experiments.bench import COLUMNS, SweepSpec, append_csv, rows_to_frame, run_sweep
     from specviz.experiments.prompts import first_per_category, load_prompts
     from specviz.runs import resolve_models
 
@@ -74,8 +74,9 @@ def run(args: argparse.Namespace) -> int:
         check_output_file(args.out, "--out")  # before the sweep runs
     if args.append and out.is_file() and out.stat().st_size > 0:
         with out.open(encoding="utf-8") as fh:
-            if fh.readline().strip() != ",".join(COLUMNS):
-                raise ValueError(f"{out} has other columns than this benchmark writes; --append needs a CSV from the same version.")
+            header = fh.readline().strip().split(",")
+        if header != list(COLUMNS[: len(header)]):  # this version's columns, or an earlier version's (append_csv adds the new ones)
+            raise ValueError(f"{out} has other columns than this benchmark writes; --append needs a CSV from this version or an earlier one.")
     where = RunConfig(target=args.target, draft=args.draft, exit_layer=args.exit_layer, medusa_heads=args.medusa_heads, eagle_head=args.eagle_head,
                       draft_vocab=args.draft_vocab, device=args.device, dtype=args.dtype,
                       **model_access(args))  # fmt: skip
@@ -93,8 +94,10 @@ def run(args: argparse.Namespace) -> int:
         if out.suffix.lower() == ".json":
             out.write_text(frame.to_json(orient="records", indent=1), encoding="utf-8")
         else:
-            append = args.append and out.is_file() and out.stat().st_size > 0
-            frame.to_csv(out, index=False, float_format="%.4g", mode="a" if append else "w", header=not append)
+            if args.append and out.is_file() and out.stat().st_size > 0:
+                append_csv(frame, out)
+            else:
+                frame.to_csv(out, index=False, float_format="%.4g")
         emit(f"wrote {len(frame)} rows to {out}", err=True)
     show = ["category", "prompt", "drafter", "k", "temperature", "alpha", "acceptance_rate", "tokens_per_pass",
             "baseline_tokens_per_s", "speedup", "speedup_low", "speedup_high", "speedup_cpu", "verify_cost"]

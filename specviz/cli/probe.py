@@ -61,6 +61,13 @@ def run(args: argparse.Namespace) -> int:
     emit(f"bursts {len(report.sizes)}, tokens per burst (τ estimate) {_num(report.tau)}, sizes {report.to_json()['burst_sizes']}")
     if result.server_tau is not None:
         emit(f"the server's own tokens per target pass: {result.server_tau:.2f}")
+    length = result.acceptance_length
+    if length["reported"] is not None:
+        emit(f"acceptance length: the server reports {length['reported']:.2f} ({length['source']}), the bursts infer {_num(length['inferred'])}"
+             + ("" if length["difference"] is None else f", inferred − reported {length['difference']:+.2f}"))  # fmt: skip
+    elif length["source"]:
+        rates = [s.server_report.acceptance_rate for s in result.streams if s.server_report and s.server_report.acceptance_rate is not None]
+        emit(f"the server ({length['source']}) gives no acceptance length" + (f"; its draft acceptance rate {sum(rates) / len(rates):.2f}" if rates else ""))
     emit(f"verdict: {report.summary}")
     for caveat in report.caveats:
         emit(f"  - {caveat}")

@@ -264,6 +264,11 @@ class SpecDecodeSteps:
         return tuple(out)
 
     @property
+    def acceptance_shares(self) -> tuple[float, ...]:
+        """The histogram as shares of the verify steps (histogram_shares)."""
+        return histogram_shares(self.acceptance_histogram)
+
+    @property
     def accepted_by_position(self) -> tuple[int, ...]:
         """Index i = verify steps that kept the draft at position i + 1 (a tree: depth i + 1), i = 0..k-1: vLLM's
         num_accepted_tokens_per_pos, the histogram's tail sums."""
@@ -285,6 +290,22 @@ class SpecDecodeSteps:
         if detailed:
             out |= {"per_step_accepted": list(self.per_step_accepted), "per_step_drafted": list(self.per_step_drafted)}
         return out
+
+
+def histogram_shares(histogram: Sequence[int]) -> tuple[float, ...]:
+    """An acceptance histogram as shares of its verify steps (each 0..1, summing to 1; empty before any verify step)."""
+    n = sum(histogram)
+    return tuple(h / n for h in histogram) if n else ()
+
+
+def pooled_histogram(histograms: Iterable[Sequence[int]]) -> tuple[int, ...]:
+    """Several runs' acceptance histograms summed bin by bin (the longest one's bins; a shorter one had a smaller k)."""
+    out: list[int] = []
+    for h in histograms:
+        out += [0] * (len(h) - len(out))
+        for j, n in enumerate(h):
+            out[j] += n
+    return tuple(out)
 
 
 @dataclass(frozen=True)

@@ -10,8 +10,10 @@ JSON (format "specviz-race", version 1):
     {"format", "version", "prompt", "prompt_ids", "target", "precision", "drafter", "drafter_label",
      "num_draft_tokens", "temperature", "seed", "max_new_tokens", "created_at", "machine": {name: text},
      "token_text": {"<id>": text}, "lanes": {"plain": LANE, "speculative": LANE}}
-    LANE = {"label", "prefill_s", "rounds": [{"t": seconds, "ids": [token ids]}, ...]}
-Plain Python: nothing of specviz but the burst analysis.
+    LANE = {"label", "prefill_s", "rounds": [{"t": seconds, "ids": [token ids]}, ...]
+            (optional, the speculative lane) "speculative_decoding": vLLM's object, detailed (SpecDecodeSteps)}
+Plain Python: nothing of specviz but the burst analysis and the metrics (a race saved before the lane carried its
+verify steps has no "speculative_decoding"; it still plays).
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from specviz.core.bursts import Arrivals, BurstReport, analyze
+from specviz.core.metrics import SpecDecodeSteps
 
 RACE_FORMAT = "specviz-race"
 RACE_VERSION = 1
@@ -46,6 +49,7 @@ class RaceLane:
     commit_s: tuple[float, ...]  # per round: seconds from the request to the round's commit
     ids: tuple[tuple[int, ...], ...]  # per round: the token ids it committed
     prefill_s: float = 0.0  # of which the prompt's prefill (inside the time to first token)
+    spec_decode: SpecDecodeSteps | None = None  # the speculative lane's verify steps (vLLM's counts), None for plain decoding
 
     @property
     def tokens(self) -> list[int]:
@@ -88,7 +92,10 @@ class RaceLane:
         return analyze([self.arrivals()])
 
     def to_json(self) -> dict:
-        return {"label": self.label, "prefill_s": self.prefill_s, "rounds": [{"t": t, "ids": list(r)} for t, r in zip(self.commit_s, self.ids)]}
+        out = {"label": self.label, "prefill_s": self.prefill_s, "rounds": [{"t": t, "ids": list(r)} for t, r in zip(self.commit_s, self.ids)]}
+        if self.spec_decode is not None:
+            out["speculative_decoding"] = self.spec_decode.to_json(detailed=True)
+        return out
 
 
 @dataclass(frozen=True)
@@ -193,7 +200,7 @@ class RaceResult:
 
 
 def _lane(data: object, name: str) -> RaceLane:
-    raw = _mapping(data, f"the {name} lane", {"label", "prefill_s", "rounds"})
+    raw = _mapping(data, f"the {name} lane", {"label", "prefill_s", "rounds"}, optional={"speculative_decoding"})
     rounds = raw["rounds"]
     if not isinstance(rounds, list) or not rounds or len(rounds) > MAX_LANE_TOKENS:
         raise ValueError(f"The {name} lane needs 1 to {MAX_LANE_TOKENS} rounds.")
@@ -210,14 +217,27 @@ def _lane(data: object, name: str) -> RaceLane:
     if sum(len(r) for r in ids) > MAX_LANE_TOKENS:
         raise ValueError(f"The {name} lane commits more than {MAX_LANE_TOKENS} tokens.")
     prefill = _real(raw["prefill_s"], f"the {name} lane's prefill_s", 0.0, MAX_SECONDS)
-    return RaceLane(_text(raw["label"], f"the {name} lane's label", MAX_LABEL), tuple(times), tuple(ids), prefill)
+    steps = _steps(raw["speculative_decoding"], name, len(ids)) if "speculative_decoding" in raw else None
+    return RaceLane(_text(raw["label"], f"the {name} lane's label", MAX_LABEL), tuple(times), tuple(ids), prefill, steps)
 
 
-def _mapping(data: object, what: str, keys: set[str] | None = None) -> Mapping:
+def _steps(data: object, name: str, rounds: int) -> SpecDecodeSteps:
+    """A lane's verify steps from vLLM's detailed object: the per-step counts are read, every other field derived."""
+    what = f"the {name} lane's speculative_decoding"
+    raw = _mapping(data, what)
+    k = _whole(raw.get("num_spec_tokens"), f"num_spec_tokens in {what}", 0, MAX_LANE_TOKENS)
+    accepted = _ids(raw.get("per_step_accepted"), f"per_step_accepted in {what}", rounds)
+    drafted = _ids(raw.get("per_step_drafted"), f"per_step_drafted in {what}", rounds)
+    if len(accepted) != len(drafted) or any(a > d for a, d in zip(accepted, drafted)) or any(a > k for a in accepted):
+        raise ValueError(f"{what}: per_step_accepted and per_step_drafted must pair up, with accepted ≤ drafted and ≤ num_spec_tokens.")
+    return SpecDecodeSteps(k, accepted, drafted)
+
+
+def _mapping(data: object, what: str, keys: set[str] | None = None, optional: set[str] = frozenset()) -> Mapping:
     if not isinstance(data, Mapping):
         raise ValueError(f"{what} must be a JSON object.")
-    if keys is not None and set(data) != keys:
-        wrong = sorted(set(data) ^ keys)
+    if keys is not None and not keys <= set(data) <= keys | optional:
+        wrong = sorted((set(data) ^ keys) - optional)
         raise ValueError(f"{what} has the wrong fields ({', '.join(map(str, wrong[:5]))}).")
     return data
 
@@ -247,6 +267,8 @@ def _ids(value: object, what: str, limit: int) -> tuple[int, ...]:
     return tuple(_whole(v, f"a token id in {what}", 0, MAX_TOKEN_ID) for v in value)
 
 
-def lane_of(label: str, commit_s: Sequence[float], ids: Sequence[Sequence[int]], prefill_s: float = 0.0) -> RaceLane:
+def lane_of(
+    label: str, commit_s: Sequence[float], ids: Sequence[Sequence[int]], prefill_s: float = 0.0, spec_decode: SpecDecodeSteps | None = None
+) -> RaceLane:
     """A lane from plain sequences (tests, the runner)."""
-    return RaceLane(label, tuple(float(t) for t in commit_s), tuple(tuple(int(i) for i in r) for r in ids), float(prefill_s))
+    return RaceLane(label, tuple(float(t) for t in commit_s), tuple(tuple(int(i) for i in r) for r in ids), float(prefill_s), spec_decode)

@@ -26,6 +26,7 @@ baseline_wall_s, cpu_s, baseline_cpu_s (medians).
 from __future__ import annotations
 
 import csv
+import json
 import statistics
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, fields, replace
@@ -34,7 +35,7 @@ from typing import TYPE_CHECKING, Any
 
 from specviz.config import RunConfig, field_named
 from specviz.core.decoding import SpeculativeDecoder
-from specviz.core.metrics import RunMetrics
+from specviz.core.metrics import RunMetrics, pooled_histogram
 from specviz.core.protocols import Turn
 from specviz.core.theory import alpha_from_acceptance_rate, speedup
 from specviz.core.tree import MAX_TREE_WIDTH
@@ -149,6 +150,11 @@ class BenchRow:
     cpu_s: float  # median process CPU time of building the run (prefill) and running it
     baseline_cpu_s: float
     tree_width: int = 1  # children per node of the token tree; 1 = a chain
+    # vLLM's per-request names (metrics.speculative_decoding; drafted and accepted above are its num_draft_tokens and
+    # num_accepted_draft_tokens): last in the row, so a CSV written before them still takes --append (append_csv)
+    num_spec_steps: int | None = None  # verify steps: rounds that drafted
+    mean_acceptance_length: float | None = None  # 1 + accepted / verify steps
+    acceptance_histogram: str = ""  # JSON list: index j = verify steps that kept exactly j drafts, j = 0..k
 
 
 COLUMNS: tuple[str, ...] = tuple(f.name for f in fields(BenchRow))
@@ -206,6 +212,7 @@ def compare_to_baseline(
     speed_cpu = paired_ratio([r.tokens_per_cpu_s for r in runs], [b.tokens_per_cpu_s for b in bases])
     draft_cost, verify_cost = relative_costs(runs, bases)
     alpha_implied, predicted = prediction(s, k, draft_cost, verify_cost)
+    steps = replace(s.spec_decode, num_spec_tokens=max(k, s.spec_decode.num_spec_tokens))  # k + 1 bins, even if no round drafted k
     return BenchRow(
         category=prompt.category, prompt=prompt.title, drafter=drafter, k=k, temperature=temperature, seed=spec.seed,
         max_new_tokens=spec.max_new_tokens, device=device, dtype=dtype, repeats=len(runs),
@@ -221,7 +228,8 @@ def compare_to_baseline(
         baseline_wall_s=Spread.of([b.stats.wall_s for b in bases]).median,
         cpu_s=Spread.of([r.cpu_s for r in runs]).median,
         baseline_cpu_s=Spread.of([b.cpu_s for b in bases]).median,
-        tree_width=tree_width,
+        tree_width=tree_width, num_spec_steps=steps.num_spec_steps, mean_acceptance_length=s.mean_acceptance_length,
+        acceptance_histogram=json.dumps(list(steps.acceptance_histogram)),
     )  # fmt: skip
 
 
@@ -360,6 +368,51 @@ def summary_table(frame: pd.DataFrame) -> pd.DataFrame:
         if c in frame:
             agg[c] = (c, "max")
     return frame.groupby(keys, sort=False).agg(**agg).reset_index()
+
+
+def histogram_of(cell: object) -> tuple[int, ...]:
+    """A row's acceptance_histogram cell (JSON list) as counts; () for an empty cell (a table from before the column)."""
+    if not isinstance(cell, str) or not cell.strip():
+        return ()
+    counts = json.loads(cell)
+    if not isinstance(counts, list) or not all(isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in counts):
+        raise ValueError(f"acceptance_histogram must be a JSON list of counts; got {cell[:80]!r}.")
+    return tuple(counts)
+
+
+def histograms_by_setting(frame: pd.DataFrame, category: str) -> dict[str, tuple[int, ...]]:
+    """One category's acceptance histograms, pooled over its prompts (pooled_histogram), per setting ("lookup k=4 T=0",
+    with W when a tree): empty when the table has no histograms (written before bench carried them)."""
+    if "acceptance_histogram" not in frame or "category" not in frame:
+        return {}
+    part = frame[frame["category"] == category]
+    out: dict[str, tuple[int, ...]] = {}
+    for _, row in part.iterrows():
+        hist = histogram_of(row["acceptance_histogram"])
+        if hist:
+            width = int(row["tree_width"]) if "tree_width" in row and row["tree_width"] == row["tree_width"] else 1
+            name = f"{setting_name(str(row['drafter']), int(row['k']), width)} T={_fmt_t(float(row['temperature']))}"
+            out[name] = pooled_histogram([out.get(name, ()), hist])
+    return out
+
+
+def append_csv(frame: pd.DataFrame, out: Path) -> None:
+    """Add frame's rows to the CSV at out. A CSV from before the newest columns (its header a prefix of COLUMNS) is
+    rewritten with every column, its rows' new cells empty; any other header is refused with a message."""
+    import pandas as pd
+
+    with out.open(encoding="utf-8") as fh:
+        header = fh.readline().strip().split(",")
+    if header == list(COLUMNS):
+        frame.to_csv(out, index=False, float_format="%.4g", mode="a", header=False)
+        return
+    if header != list(COLUMNS[: len(header)]):
+        raise ValueError(f"{out} has other columns than this benchmark writes; --append needs a CSV from this version or an earlier one.")
+    older = pd.read_csv(out, dtype={"acceptance_histogram": str}).reindex(columns=list(COLUMNS))
+    both = pd.concat([older, frame], ignore_index=True) if len(older) else frame
+    tmp = out.with_name(out.name + ".tmp")
+    both.to_csv(tmp, index=False, float_format="%.4g")
+    tmp.replace(out)
 
 
 def tree_vs_chain_table(frame: pd.DataFrame) -> pd.DataFrame:

@@ -16,6 +16,12 @@ Tokens per chunk: with the target's tokenizer when the model is known (the whole
 given to the chunk its last character arrived in), otherwise each chunk counts as one token ("chunks"); the result
 says which. A service that sends several tokens per chunk is then undercounted, never its cadence.
 
+What the server says of itself (ServerReport), when it says it: vLLM's ``metrics.speculative_decoding`` (on the
+usage chunk), SGLang's ``meta_info`` (``spec_accept_length``, ``spec_accept_rate``, ``spec_verify_ct``, ...), llama.cpp's
+``timings`` (``draft_n``, ``draft_n_accepted``: a rate, no step count, so no acceptance length), specviz's own
+``usage.specviz`` (tokens per target pass). The result sets the server's acceptance length beside the one the bursts
+inferred, and their difference; without any of them, the bursts alone.
+
 Requests go one after another (never at once: the probe measures one user's view, not the server under load); the
 prompts are the benchmark's (assets/prompts.json) for the category, cycled.
 """
@@ -80,6 +86,82 @@ class ProbeSpec:
 
 
 @dataclass(frozen=True)
+class ServerReport:
+    """What one response said of its own speculation, in vLLM's terms (None where the server gave no such number).
+    acceptance_length: tokens per verify step, the bonus token counted (vLLM's mean_acceptance_length; specviz's
+    tokens per target pass when that is all a server sent)."""
+
+    source: str  # where it was read: "vLLM metrics.speculative_decoding", "SGLang meta_info", "llama.cpp timings", "specviz usage.specviz"
+    acceptance_length: float | None = None
+    acceptance_rate: float | None = None  # accepted / drafted
+    verify_steps: int | None = None  # the steps the length is per (usage.specviz: target passes, drafting or not)
+    accepted: int | None = None
+    drafted: int | None = None
+    histogram: tuple[int, ...] = ()  # vLLM's acceptance_histogram
+
+    def to_json(self) -> dict:
+        return {"source": self.source, "mean_acceptance_length": self.acceptance_length, "draft_acceptance_rate": self.acceptance_rate,
+                "target_passes" if self.source.startswith("specviz") else "num_spec_steps": self.verify_steps,
+                "num_accepted_draft_tokens": self.accepted, "num_draft_tokens": self.drafted,
+                "acceptance_histogram": list(self.histogram) or None}  # fmt: skip
+
+
+def _num(x) -> float | None:
+    return float(x) if isinstance(x, int | float) and not isinstance(x, bool) and math.isfinite(x) else None
+
+
+def _count(x) -> int | None:
+    return x if isinstance(x, int) and not isinstance(x, bool) and x >= 0 else None
+
+
+def _ratio(a: int | None, b: int | None) -> float | None:
+    return a / b if a is not None and b else None
+
+
+def server_report(fields: dict, completion_tokens: int | None = None) -> ServerReport | None:
+    """The server's own numbers from a response's fields (a whole response, or every chunk's top-level fields merged,
+    with "meta_info" also looked for in usage), the first shape found: vLLM's, SGLang's, llama.cpp's, specviz's."""
+    vllm = (fields.get("metrics") or {}).get("speculative_decoding") if isinstance(fields.get("metrics"), dict) else None
+    if isinstance(vllm, dict):
+        hist = vllm.get("acceptance_histogram")
+        return ServerReport(
+            "vLLM metrics.speculative_decoding", _num(vllm.get("mean_acceptance_length")), _num(vllm.get("draft_acceptance_rate")),
+            _count(vllm.get("num_spec_steps")), _count(vllm.get("num_accepted_draft_tokens")), _count(vllm.get("num_draft_tokens")),
+            tuple(h for h in hist if _count(h) is not None) if isinstance(hist, list) else (),
+        )  # fmt: skip
+    usage = fields.get("usage") if isinstance(fields.get("usage"), dict) else {}
+    shapes = (fields.get("meta_info"), usage.get("meta_info"), usage)
+    meta = next((m for m in shapes if isinstance(m, dict) and ("spec_accept_length" in m or "spec_verify_ct" in m)), None)
+    if meta is not None:
+        steps, accepted, drafted = _count(meta.get("spec_verify_ct")), _count(meta.get("spec_accept_token_num")), _count(meta.get("spec_draft_token_num"))
+        tokens = _count(meta.get("completion_tokens")) or completion_tokens
+        length = _num(meta.get("spec_accept_length"))
+        return ServerReport("SGLang meta_info", length if length is not None else _ratio(tokens, steps),
+                            _num(meta.get("spec_accept_rate")) if _num(meta.get("spec_accept_rate")) is not None else _ratio(accepted, drafted),
+                            steps, accepted, drafted)  # fmt: skip
+    timings = fields.get("timings")
+    if isinstance(timings, dict) and "draft_n" in timings:
+        drafted, accepted = _count(timings.get("draft_n")), _count(timings.get("draft_n_accepted"))
+        return ServerReport("llama.cpp timings", None, _ratio(accepted, drafted), None, accepted, drafted)
+    own = usage.get("specviz")
+    if isinstance(own, dict) and _count(own.get("target_passes")):
+        return ServerReport("specviz usage.specviz", _ratio(completion_tokens or _count(usage.get("completion_tokens")), own["target_passes"]),
+                            verify_steps=own["target_passes"])  # fmt: skip
+    return None
+
+
+def pooled_acceptance_length(reports: Sequence[ServerReport | None]) -> float | None:
+    """The server's acceptance length over every request: weighted by verify steps where every request gave its steps,
+    else the plain mean of the lengths given; None when no request gave one."""
+    lengths = [r for r in reports if r is not None and r.acceptance_length is not None]
+    if not lengths:
+        return None
+    if all(r.verify_steps for r in lengths):
+        return sum(r.acceptance_length * r.verify_steps for r in lengths) / sum(r.verify_steps for r in lengths)  # type: ignore[operator]
+    return sum(r.acceptance_length for r in lengths) / len(lengths)  # type: ignore[misc]
+
+
+@dataclass(frozen=True)
 class ProbedStream:
     """One streamed answer as the probe saw it."""
 
@@ -88,6 +170,7 @@ class ProbedStream:
     finish_reason: str | None
     server_tokens: int | None  # usage.completion_tokens, when the server sent usage
     server_passes: int | None  # usage.specviz.target_passes, when the server reports its own (specviz serve)
+    server_report: ServerReport | None = None  # what the server said of its speculation, in any shape it is read in
 
     @property
     def server_tokens_per_pass(self) -> float | None:
@@ -97,7 +180,8 @@ class ProbedStream:
         a = self.arrivals
         return {"chunk_times_s": list(a.times_s), "chunk_tokens": list(a.tokens), "tokens": a.num_tokens, "characters": self.characters,
                 "ttft_s": a.ttft_s, "tokens_per_s": a.decode_tokens_per_s(), "finish_reason": self.finish_reason,
-                "server_completion_tokens": self.server_tokens, "server_target_passes": self.server_passes}  # fmt: skip
+                "server_completion_tokens": self.server_tokens, "server_target_passes": self.server_passes,
+                "server_reported": self.server_report.to_json() if self.server_report else None}  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -115,12 +199,27 @@ class ProbeResult:
         passes = sum(s.server_passes or 0 for s in self.streams)
         return sum(s.server_tokens or 0 for s in self.streams) / passes if passes else None
 
+    @property
+    def reported_acceptance_length(self) -> float | None:
+        """The server's own acceptance length over every request (pooled_acceptance_length), None if it gave none."""
+        return pooled_acceptance_length([s.server_report for s in self.streams])
+
+    @property
+    def acceptance_length(self) -> dict:
+        """Reported (the server's) beside inferred (tokens per burst) and their difference, inferred − reported. The bursts
+        count every target pass; vLLM's length only the passes that drafted, so a drafter that often has nothing (prompt
+        lookup before the text repeats) puts the inferred τ below it, near the server's tokens per target pass."""
+        reported, inferred = self.reported_acceptance_length, self.report.tau
+        sources = sorted({s.server_report.source for s in self.streams if s.server_report is not None})
+        return {"reported": reported, "inferred": inferred, "difference": inferred - reported if reported is not None and inferred is not None else None,
+                "source": ", ".join(sources) or None}  # fmt: skip
+
     def to_json(self) -> dict:
         s = self.spec
         return {
             "base_url": s.base_url, "model": s.model, "category": s.category, "n": s.n, "max_tokens": s.max_tokens,
             "temperature": s.temperature, "endpoint": s.endpoint, "counted_as": self.counted_as,
-            "analysis": self.report.to_json(), "server_tokens_per_target_pass": self.server_tau,
+            "analysis": self.report.to_json(), "server_tokens_per_target_pass": self.server_tau, "acceptance_length": self.acceptance_length,
             "requests": [st.to_json() for st in self.streams],
         }  # fmt: skip
 
@@ -319,6 +418,7 @@ def _one(client, spec: ProbeSpec, prompt: str, counter) -> ProbedStream:
     texts: list[str] = []
     finish = None
     usage = None
+    fields: dict = {}  # every chunk's top-level fields beyond the standard's, merged (metrics, timings, meta_info)
     try:
         start = time.perf_counter()
         if spec.endpoint == "chat":
@@ -336,7 +436,9 @@ def _one(client, spec: ProbeSpec, prompt: str, counter) -> ProbedStream:
                 now = time.perf_counter() - start
                 if getattr(chunk, "usage", None) is not None:
                     usage = chunk.usage
+                fields.update(chunk.model_extra or {})
                 for choice in chunk.choices or ():
+                    fields.update({k: v for k, v in (choice.model_extra or {}).items() if k == "meta_info"})
                     text = choice.delta.content if spec.endpoint == "chat" else choice.text
                     if text:
                         times.append(now)
@@ -361,7 +463,9 @@ def _one(client, spec: ProbeSpec, prompt: str, counter) -> ProbedStream:
         extra = (getattr(usage, "model_extra", None) or {}).get("specviz")
         if isinstance(extra, dict) and isinstance(extra.get("target_passes"), int):
             server_passes = extra["target_passes"]
-    return ProbedStream(Arrivals.of(times, counts), sum(len(t) for t in texts), finish, server_tokens, server_passes)
+        fields["usage"] = usage.model_dump()
+    report = server_report(fields, server_tokens)
+    return ProbedStream(Arrivals.of(times, counts), sum(len(t) for t in texts), finish, server_tokens, server_passes, report)
 
 
 def _message(exc) -> str:

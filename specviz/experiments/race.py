@@ -27,6 +27,7 @@ import torch
 
 from specviz.config import RunConfig
 from specviz.core.decoding import SpeculativeDecoder
+from specviz.core.metrics import SpecDecodeSteps
 from specviz.core.protocols import Turn, no_turn, paused_s
 from specviz.core.race import RaceLane, RaceResult, lane_of
 from specviz.drafters.specs import branches, drafter_spec, short_name
@@ -44,9 +45,13 @@ def lane_label(config: RunConfig) -> str:
     return f"{short_name(config.drafter)}{f', tree W={width}' if width > 1 else ''}, k={config.num_draft_tokens}"
 
 
-def time_lane(make_decoder: Callable[[], SpeculativeDecoder], label: str, turn: Turn = no_turn, passes_per_turn: int = PASSES_PER_TURN) -> RaceLane:
+def time_lane(
+    make_decoder: Callable[[], SpeculativeDecoder], label: str, turn: Turn = no_turn, passes_per_turn: int = PASSES_PER_TURN,
+    *, speculative: bool = False,
+) -> RaceLane:
     """Build a decoder (its prefill) and step it to the end, reading the clock at every round's commit: the prefill
-    in one turn, then passes_per_turn rounds a turn; the waits between turns and a prefill's pauses are not its time."""
+    in one turn, then passes_per_turn rounds a turn; the waits between turns and a prefill's pauses are not its time.
+    speculative: the lane carries its verify steps (SpecDecodeSteps, read from the records after the clock stopped)."""
     if passes_per_turn < 1:
         raise ValueError(f"passes_per_turn must be at least 1; got {passes_per_turn}.")
     start: float | None = None
@@ -79,7 +84,8 @@ def time_lane(make_decoder: Callable[[], SpeculativeDecoder], label: str, turn: 
                         commits.append(now - start - waited - (paused_s() - paused_before) - charts_s)
                         ids.append(tuple(record.emitted))
             waited += paused_s() - paused_before
-    return lane_of(label, commits, ids, prefill_s)
+    steps = SpecDecodeSteps.of(decoder.records, decoder.config.num_draft_tokens) if speculative else None
+    return lane_of(label, commits, ids, prefill_s, steps)
 
 
 def _load_average() -> str:
@@ -114,7 +120,7 @@ def run_race(
                     warm.step()
             del warm
     plain = time_lane(lambda: decoder_for(config, models, ids, baseline=True, top_n=1), "plain decoding", turn, passes_per_turn)
-    speculative = time_lane(lambda: decoder_for(config, models, ids, top_n=1), lane_label(config), turn, passes_per_turn)
+    speculative = time_lane(lambda: decoder_for(config, models, ids, top_n=1), lane_label(config), turn, passes_per_turn, speculative=True)
     target = models.target
     machine = {
         "device": device_name(target.device), "threads": str(torch.get_num_threads()), "torch": torch.__version__,

@@ -7,19 +7,26 @@ assumes, and decay_note says in words what the difference does to the best k."""
 from __future__ import annotations
 
 import html
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 
-from specviz.core.metrics import METRIC_INFO, HeadAcceptance, RunMetrics
+from specviz.core.metrics import METRIC_INFO, HeadAcceptance, RunMetrics, histogram_shares
 from specviz.core.theory import MAX_K, VerifyCost, best_k, best_k_by_position, expected_tokens, expected_tokens_by_position
 from specviz.viz.style import TEMPLATE
 from specviz.viz.theory import K_COLORS, LAYOUT
 
 MIN_COUNT = 5  # a position's rate is drawn solid, and used for best k, only when reached at least this often
 POSITION_COLUMNS = ["run", "position", "reached", "accepted", "rate", "unconditional", "alpha"]
+HISTOGRAM_COLUMNS = ["run", "accepted", "steps", "share", "num_spec_steps", "num_spec_tokens"]
+HISTOGRAM_CAPTION = (
+    "vLLM's acceptance_histogram (aiperf prints it too): bar j is the share of verify steps (rounds that drafted) that kept "
+    "exactly j drafts, so acceptance length j + 1 with the bonus token; n on top is the count. Look at the ends: a tall bar "
+    "at 0 is drafting wasted (the target threw every guess away); a tall bar at k says k could grow (the drafter was still "
+    "right when the round ran out of drafts)."
+)
 HEAD_COLUMNS = ["run", "head", "reached", "accepted", "rate", "unconditional", "tokens_tried", "mean_q", "mean_p"]
 
 
@@ -100,6 +107,38 @@ def position_figure(df: pd.DataFrame) -> go.Figure:
     fig.update_layout(
         title="acceptance by draft position, against one constant α", barmode="group",
         xaxis=dict(title="draft position i in a round", dtick=1), yaxis=dict(title="P(kept at i | reached i)", range=[0, 1.15]), **LAYOUT,
+    )
+    return fig
+
+
+def histogram_frame(runs: Mapping[str, Sequence[int]]) -> pd.DataFrame:
+    """One row per (run, j = drafts kept in a verify step, 0..k) from each run's acceptance histogram (vLLM's
+    acceptance_histogram: SpecDecodeSteps', or pooled_histogram's): the steps that kept j and their share; a run with
+    no verify step has no rows."""
+    rows = [
+        {"run": label, "accepted": j, "steps": n, "share": share, "num_spec_steps": sum(hist), "num_spec_tokens": len(hist) - 1}
+        for label, hist in runs.items()
+        for j, (n, share) in enumerate(zip(hist, histogram_shares(hist)))
+    ]
+    return pd.DataFrame(rows, columns=HISTOGRAM_COLUMNS)
+
+
+def histogram_figure(df: pd.DataFrame) -> go.Figure:
+    """The acceptance histogram as shares of each run's verify steps (bars, the count on top), one colour per run."""
+    fig = go.Figure(layout=dict(template=TEMPLATE))
+    for i, (run, part) in enumerate(df.groupby("run", sort=False)):
+        name = html.escape(str(run))
+        fig.add_bar(
+            x=part["accepted"], y=part["share"], name=f"{name}: {int(part['num_spec_steps'].iloc[0])} verify steps, k = {int(part['num_spec_tokens'].iloc[0])}",
+            marker=dict(color=K_COLORS[i % len(K_COLORS)]), text=[f"n={n}" for n in part["steps"]], textposition="outside",
+            customdata=np.stack([part["steps"], part["num_spec_steps"], part["accepted"] + 1], axis=-1),
+            hovertemplate=f"{name}<br>" + "kept %{x} drafts (acceptance length %{customdata[2]}): %{customdata[0]} of %{customdata[1]} "
+            "verify steps = %{y:.0%}<extra></extra>",
+        )  # fmt: skip
+    fig.update_layout(
+        title="acceptance_histogram: how many drafts each verify step kept", barmode="group",
+        xaxis=dict(title="drafts kept in a verify step (j); acceptance length = j + 1", dtick=1),
+        yaxis=dict(title="share of verify steps", range=[0, 1.15], tickformat=".0%"), **LAYOUT,
     )
     return fig
 

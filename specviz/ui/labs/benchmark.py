@@ -6,14 +6,24 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 import pandas as pd
+import streamlit as st
 
 from specviz.config import RunConfig
 from specviz.drafters.specs import DRAFTERS, SPECULATIVE_KINDS
-from specviz.experiments.bench import SweepSpec, rows_to_frame, run_sweep, summary_table, tree_vs_chain_table
+from specviz.experiments.bench import (
+    SweepSpec,
+    histograms_by_setting,
+    rows_to_frame,
+    run_sweep,
+    summary_table,
+    tree_vs_chain_table,
+)
 from specviz.experiments.prompts import DEFAULT_PROMPTS, BenchPrompt, first_per_category, load_prompts, prompt_categories
 from specviz.runs import RunModels, kv_tokens
-from specviz.ui.common import budgets, turns
+from specviz.ui.common import budgets, turns, widgets
 from specviz.ui.common.models import sweep_models
+from specviz.viz.markdown import md_text
+from specviz.viz.metrics import HISTOGRAM_CAPTION, histogram_figure, histogram_frame
 
 BENCH_DRAFTERS = SPECULATIVE_KINDS  # every drafter but plain decoding, which is the baseline
 
@@ -79,3 +89,18 @@ def summary(frame: pd.DataFrame) -> pd.DataFrame:
 def trees_vs_chains(frame: pd.DataFrame) -> pd.DataFrame:
     """Token trees beside chains at the same node budget k (a frame with trees: viz.bench.has_trees)."""
     return tree_vs_chain_table(frame)
+
+
+def acceptance_histograms(frame: pd.DataFrame, name: str) -> None:
+    """vLLM's acceptance histogram per setting, pooled over one category's prompts (the category picked when there are
+    several); a table written before bench carried the histogram says so instead."""
+    categories = [str(c) for c in dict.fromkeys(frame["category"])] if "category" in frame else []
+    st.subheader("Drafts kept per verify step (acceptance_histogram)")
+    if not any(histograms_by_setting(frame, c) for c in categories):
+        st.info("This table was measured before `bench` wrote vLLM's acceptance_histogram column; a sweep run here (or a new "
+                "`python -m specviz bench`) shows it.")  # fmt: skip
+        return
+    category = categories[0] if len(categories) == 1 else widgets.selectbox("category", categories, key=f"{name}_histogram_category")
+    hists = histograms_by_setting(frame, str(category))
+    st.plotly_chart(histogram_figure(histogram_frame(hists)), width="stretch", key=f"{name}_acceptance_histogram")
+    st.caption(f"One bar group per setting, its {md_text(category)} prompts pooled. {HISTOGRAM_CAPTION}")

@@ -40,6 +40,7 @@ from specviz.ui.step_through.session import TokenTexts, friendly_error, load_tar
 from specviz.ui.step_through.sidebar import Settings, sidebar
 from specviz.viz.figures import RUN_COLORS
 from specviz.viz.markdown import md_code, md_text
+from specviz.viz.metrics import HISTOGRAM_CAPTION, histogram_figure, histogram_frame
 from specviz.viz.playback import playback_html
 from specviz.viz.race import burst_size_figure, gap_histogram, gap_series, lane_frame
 from specviz.workshop.jobs import LongJobs
@@ -166,6 +167,9 @@ def show_race(race: RaceResult) -> None:
         "at 1 µs) and about one round apart. That bimodal shape is what speculation looks like from outside; the dashed line is "
         f"the burst threshold the analysis took from the data. Reading the speculative lane alone: {md_text(report.summary)}"
     )
+    if spec.spec_decode is not None and spec.spec_decode.num_spec_steps:  # a race saved before lanes carried their steps has none
+        st.plotly_chart(histogram_figure(histogram_frame({spec.label: spec.spec_decode.acceptance_histogram})), key="race_acceptance_histogram")
+        st.caption(f"The speculative lane. {HISTOGRAM_CAPTION}")
     machine = race.machine
     st.caption(
         f"{md_text(race.target)} ({md_text(race.precision)}) on {md_text(machine.get('device', '?'))}, {md_text(machine.get('threads', '?'))} "
@@ -287,11 +291,15 @@ def show_probe(result: ProbeResult, label: str | None = None) -> None:
     box(f"**{md_text(name)}**: {md_text(report.summary)}")
     cols = st.columns(4)
     cols[0].metric("τ estimate (tokens per burst)", f"{report.tau:.2f}" if report.tau else "n/a")
-    server = result.server_tau
-    cols[1].metric("the server's own τ", f"{server:.2f}" if server else "not reported", help="specviz serve reports its tokens per target pass in usage (not when hidden).")
+    length = result.acceptance_length  # the server's own, beside the bursts' (specviz.experiments.probe.ServerReport)
+    cols[1].metric("the server's acceptance length", f"{length['reported']:.2f}" if length["reported"] is not None else "not reported",
+                   delta=None if length["difference"] is None else f"{length['difference']:+.2f} bursts − server", delta_color="off",
+                   help="Tokens per verify step, the bonus token counted, as the server reports it: vLLM's metrics.speculative_decoding, "
+                        "SGLang's spec_accept_length, specviz serve's own. llama.cpp reports a draft acceptance rate only.")  # fmt: skip
     cols[2].metric("tokens/s", f"{report.tokens_per_s:.1f}" if report.tokens_per_s else "n/a", help="After the first chunk, median over the requests.")
     cols[3].metric("time to first token", f"{report.ttft_s:.2f} s" if report.ttft_s else "n/a")
     st.caption(f"{len(result.streams)} requests, {report.tokens} tokens in {report.chunks} chunks; tokens counted as {md_text(result.counted_as)}.")
+    st.caption(_reported_note(result))
     cols = st.columns([3, 2])
     with cols[0]:
         st.plotly_chart(gap_histogram([("this service", report.gaps_s, RUN_COLORS[0])], report.threshold.seconds, "Gaps between tokens"), key="probe_gaps")
@@ -303,6 +311,24 @@ def show_probe(result: ProbeResult, label: str | None = None) -> None:
         for caveat in report.caveats:
             st.markdown(f"- {md_text(caveat)}")
     st.download_button("⬇ Download the probe (.json)", json.dumps(result.to_json()), file_name="probe.json", mime="application/json", key="probe_download")
+
+
+def _reported_note(result: ProbeResult) -> str:
+    """What the server said of itself, in words: where it was read, the draft acceptance rate, the tokens per target pass."""
+    length = result.acceptance_length
+    if length["source"] is None:
+        return ("The server reported no speculation numbers (vLLM's metrics.speculative_decoding, SGLang's meta_info, llama.cpp's "
+                "timings, specviz's usage.specviz), so the bursts are all there is to go on.")  # fmt: skip
+    rates = [s.server_report.acceptance_rate for s in result.streams if s.server_report and s.server_report.acceptance_rate is not None]
+    details = [f"draft acceptance rate {sum(rates) / len(rates):.2f}"] if rates else []
+    if result.server_tau is not None:
+        details.append(f"tokens per target pass {result.server_tau:.2f}")
+    text = f"The server reported its own numbers ({md_text(length['source'])})" + (": " + ", ".join(details) if details else "") + "."
+    if length["difference"] is not None:
+        text += (" The τ estimate counts every target pass, the acceptance length only the passes that drafted (a verify step): "
+                 "where the drafter often has nothing to offer, τ sits lower, near the tokens per target pass. Past that, a "
+                 "difference is the stream's timing: a server or proxy that buffers, or a client that merges chunks.")  # fmt: skip
+    return text
 
 
 # --- the room exercise -------------------------------------------------------------------------------------------------

@@ -1,4 +1,5 @@
-"""The step-through page's metrics panel: every metric by its name, and acceptance by draft position.
+"""The step-through page's metrics panel: every metric by its name, acceptance by draft position and, beside it, vLLM's
+acceptance histogram (how many drafts each verify step kept).
 
 Computed from the session's records on every rerun (specviz.core.metrics); nothing is stored."""
 
@@ -14,7 +15,17 @@ from specviz.ui.step_through.inspector import by_head
 from specviz.ui.step_through.step_views import MEASURING, ViewRun, ViewSource, measuring, metrics_of, run_frame
 from specviz.viz import verify_cost_ratio
 from specviz.viz.markdown import md_text
-from specviz.viz.metrics import decay_note, head_figure, heads_frame, metrics_frame, position_figure, positions_frame
+from specviz.viz.metrics import (
+    HISTOGRAM_CAPTION,
+    decay_note,
+    head_figure,
+    heads_frame,
+    histogram_figure,
+    histogram_frame,
+    metrics_frame,
+    position_figure,
+    positions_frame,
+)
 from specviz.viz.style import freeze
 from specviz.workshop.resources import cached
 
@@ -75,7 +86,7 @@ def panel(session: ViewSource) -> None:
     runs = [r for r in session.runs if r.records]
     if not runs:
         return
-    metrics, table, positions, heads, notes = memo(session, "metrics_panel", round_key(session), lambda: _panel_parts(session, runs))
+    metrics, table, positions, histogram, heads, notes = memo(session, "metrics_panel", round_key(session), lambda: _panel_parts(session, runs))
     st.subheader("Every metric by its name")
     st.dataframe(table, hide_index=True, width="stretch", key="metrics_table")
     if any(measuring(session, r) for r in runs):
@@ -85,27 +96,28 @@ def panel(session: ViewSource) -> None:
         "after a rejection, mean acceptance length skips rounds that drafted nothing, tokens per target pass counts every pass. "
         "Compare a tool's number with the row of the same name, not with α."
     )
-    if heads is None:
-        st.subheader("Acceptance by draft position")
-        st.plotly_chart(positions, width="stretch", key="fig_positions", config={"displayModeBar": False})
-        st.caption(POSITION_CAPTION)
-    else:
-        st.subheader("Acceptance by draft position and by head")
-        left, right = st.columns(2)
-        left.plotly_chart(positions, width="stretch", key="fig_positions", config={"displayModeBar": False})
-        left.caption(POSITION_CAPTION)
-        right.plotly_chart(heads, width="stretch", key="fig_heads", config={"displayModeBar": False})
-        right.caption(HEAD_CAPTION)
+    st.subheader("Acceptance by draft position, and drafts kept per verify step")
+    left, right = st.columns(2)
+    left.plotly_chart(positions, width="stretch", key="fig_positions", config={"displayModeBar": False})
+    left.caption(POSITION_CAPTION)
+    right.plotly_chart(histogram, width="stretch", key="fig_acceptance_histogram", config={"displayModeBar": False})
+    right.caption(HISTOGRAM_CAPTION)
+    if heads is not None:
+        st.subheader("Acceptance by head")
+        st.plotly_chart(heads, width="stretch", key="fig_heads", config={"displayModeBar": False})
+        st.caption(HEAD_CAPTION)
         st.caption(WHY_HEADS)
     for note in notes:
         st.markdown(note)
 
 
-def _panel_parts(session: ViewSource, runs: list[ViewRun]) -> tuple[dict[str, RunMetrics], object, object, object | None, list[str]]:
-    """The metrics (the numbers the headline cells and the curves show), the table, the position chart, the head
+def _panel_parts(session: ViewSource, runs: list[ViewRun]) -> tuple[dict[str, RunMetrics], object, object, object, object | None, list[str]]:
+    """The metrics (the numbers the headline cells and the curves show), the table, the position chart, the acceptance
+    histogram (each run's RunMetrics.spec_decode), the head
     chart when a run drafts with Medusa heads (else None), and each run's note on how its acceptance decays with k."""
     metrics: dict[str, RunMetrics] = {r.label: metrics_of(session, r) for r in runs}
     heads = {r.label: head_acceptance(r.records) for r in runs if by_head(r.config)}
     head_chart = freeze(head_figure(heads_frame(heads))) if heads else None
     notes = [f"**{md_text(r.label)}.** " + decay_note(metrics[r.label], *_costs(session, r)) for r in runs]
-    return metrics, metrics_frame(metrics), freeze(position_figure(positions_frame(metrics))), head_chart, notes
+    histogram = freeze(histogram_figure(histogram_frame({label: m.spec_decode.acceptance_histogram for label, m in metrics.items()})))
+    return metrics, metrics_frame(metrics), freeze(position_figure(positions_frame(metrics))), histogram, head_chart, notes
