@@ -52,7 +52,7 @@ class LessonTask:
 
 TASKS: tuple[LessonTask, ...] = (
     LessonTask(1, "Watch three rounds", "pages/step_through.py", 8, (
-        "Keep the copy example *repeat passage* and the default drafter; press **Step** three times.",
+        "Keep the first example *repeat after an example* and the default drafter; press **Step** three times.",
         "Find a draft the target kept and a draft it threw away (struck through): in which round, at which position?",
         "After three Steps, read new tokens and target passes: how many passes would plain decoding have needed?",
         "Press **Run to end**: tokens per target pass for the whole answer, and the measured speedup?",
