@@ -102,7 +102,7 @@ def first_step(driver, app_url: str) -> None:
 
 
 @pytest.mark.parametrize("screen_driver", list(SCREENS), indirect=True)
-def test_the_inspector_reads_well(screen_driver, app_url, screenshot_dir, request):
+def test_the_inspector_reads_well(screen_driver, app_url, tmp_path, request):
     """Beside the text on a laptop, under it on a phone: no label cut off, and the chart as wide as the inspector
     (its story above the chart, not squeezed into a column beside it)."""
     from tests.browser.st_browser import save_section_screenshot
@@ -120,7 +120,7 @@ def test_the_inspector_reads_well(screen_driver, app_url, screenshot_dir, reques
     )
     print(f"{request.node.callspec.id}: inspector chart {chart['width']:.0f} px wide in a {column:.0f} px column")
     assert chart["width"] >= 0.9 * column - 40, f"the chart is squeezed: {chart['width']:.0f} px of {column:.0f}"
-    save_section_screenshot(driver, "Round inspector", screenshot_dir / f"inspector_{request.node.callspec.id}.png")
+    save_section_screenshot(driver, "Round inspector", tmp_path / f"inspector_{request.node.callspec.id}.png")  # to look at
     assert exceptions(driver) == []
 
 
