@@ -147,6 +147,11 @@ def test_the_controls_stay_in_view_when_scrolled(screen_driver, app_url, request
     header = driver.execute_script("return document.querySelector('[data-testid=\"stHeader\"]')?.getBoundingClientRect().bottom ?? 0;")
     print(f"{request.node.callspec.id}: scrolled; Step at y = {step['top']:.0f}..{step['bottom']:.0f} px (header ends at {header:.0f})")
     assert step["inside"] and step["top"] >= header - 1, f"Step scrolled out of view: {step}, header ends at {header}"
+    widths = driver.execute_script(
+        "const bar = document.querySelector('.st-key-step_controls').parentElement.getBoundingClientRect().width;"
+        "return [bar, document.querySelector('.st-key-step_controls').closest('[data-testid=\"stVerticalBlock\"]').getBoundingClientRect().width];"
+    )
+    assert widths[0] >= widths[1] - 1, f"the bar's background covers {widths[0]:.0f} of {widths[1]:.0f} px: text beside it shows through"
     driver.execute_script(
         "[...document.querySelectorAll('[data-testid=\"stMain\"] h3')].find(h => h.textContent.includes('Curves')).scrollIntoView({block: 'start'});"
     )  # as an anchor link does
