@@ -60,7 +60,7 @@ def show(session) -> None:
         return
     if inspect_here is not None:
         with inspect_here:
-            inspector.inspector(session)  # beside the text on a wide screen, right under it on a phone
+            inspector.inspector(session, narrow=True)  # beside the text on a wide screen, right under it on a phone
     late = st.empty()
     if views.first_charts(session):  # the skeleton, the first time only: later Steps keep the old charts until replaced
         late.caption("Drawing the curves…")

@@ -71,6 +71,13 @@ def _measured_traces(fig: go.Figure, measured: pd.DataFrame | None, y: str) -> N
         )
 
 
+def k_ticks(k_max: int, low: int = 1) -> list[int]:
+    """Tick values for a k axis from low to k_max: every k up to k_max = 8, beyond that low and four more (1, 4, 8, 12,
+    16), so the labels stay apart on the heatmap's short k axis on a phone (issue 43: no overlapping labels)."""
+    step = 1 if k_max <= 8 else -(-k_max // 4)
+    return [k for k in range(low, k_max + 1) if k == low or k % step == 0]
+
+
 def heatmap_figure(
     c: float, verify_cost: VerifyCost, alpha: float, k: int, measured: pd.DataFrame | None = None, k_max: int = MAX_K
 ) -> go.Figure:
@@ -112,7 +119,7 @@ def heatmap_base(c: float, verify_cost: VerifyCost, measured: pd.DataFrame | Non
     fig.update_layout(
         title=f"expected speedup (c = {c:g}, verify cost {verify_label(verify_cost)})",
         xaxis=dict(title="α (probability a drafted token is accepted)", range=[0, 1]),
-        yaxis=dict(title="k (tokens drafted per round)", range=[0.5, k_max + 0.5], dtick=1 if k_max <= 16 else None),
+        yaxis=dict(title="k (tokens drafted per round)", range=[0.5, k_max + 0.5], tickvals=k_ticks(k_max)),
         **LAYOUT,
     )
     return fig
@@ -169,7 +176,7 @@ def speedup_vs_k_figure(alpha: float, c: float, verify_cost: VerifyCost, k: int,
     colors = [style.HIGHLIGHT if kk == best else (style.P_TARGET if kk == k else style.LIGHT_GREY) for kk in df["k"]]
     fig = go.Figure(go.Bar(x=df["k"], y=df["speedup"], marker=dict(color=colors, line=dict(color=style.INK, width=1)), hovertemplate="k=%{x}: %{y:.2f}×<extra></extra>", name="speedup"), layout=dict(template=TEMPLATE))
     fig.add_hline(y=1.0, line=dict(color=style.INK, dash="dash"))
-    fig.update_layout(title=f"speedup by k at α = {alpha:.2f}", xaxis=dict(title="k", dtick=1), yaxis_title="speedup (×)", **LAYOUT)
+    fig.update_layout(title=f"speedup by k at α = {alpha:.2f}", xaxis=dict(title="k", tickvals=k_ticks(k_max)), yaxis_title="speedup (×)", **LAYOUT)
     return fig
 
 
@@ -198,7 +205,7 @@ def verify_curve_figure(curves: dict[str, VerifyCurve], constant: float | None =
     fig.add_hline(y=1.0, line=dict(color=style.GREY, dash="dash"))
     fig.update_layout(
         title="verify cost c_verify(k): a (k+1)-token target pass ÷ a 1-token pass",
-        xaxis=dict(title="k (tokens drafted; the pass feeds k + 1)", dtick=1 if k_max <= 16 else None),
+        xaxis=dict(title="k (tokens drafted; the pass feeds k + 1)", tickvals=k_ticks(k_max, low=0)),
         yaxis=dict(title="cost (1-token passes)", rangemode="tozero"), **LAYOUT,
     )
     return fig

@@ -79,3 +79,112 @@ def test_the_phone_layout_is_compact(make_driver, app_url):
         metrics = driver.find_elements(By.CSS_SELECTOR, '[data-testid="stMetric"]')
         assert len(metric_rows) < len(metrics), f"{len(metrics)} metrics in {len(metric_rows)} rows"
         assert driver.find_elements(By.CSS_SELECTOR, ".modebar-container .modebar") == [], "plotly's mode bar is drawn"
+
+
+def clipped_text(driver, key: str) -> list[str]:
+    """Texts inside a keyed element that a box cuts off (Streamlit's ellipsis: overflow hidden, scrollWidth beyond
+    clientWidth). Fails if the key is not on the page."""
+    found = driver.execute_script(
+        "const root = document.querySelector(`.st-key-${arguments[0]}`); if (!root) return null;"
+        "return [root, ...root.querySelectorAll('*')].filter(e => e.textContent.trim()"
+        " && getComputedStyle(e).overflow !== 'visible' && e.scrollWidth > e.clientWidth + 1).map(e => e.textContent.trim());",
+        key,
+    )
+    assert found is not None, f"no .st-key-{key} on the page"
+    return found
+
+
+def first_step(driver, app_url: str) -> None:
+    open_page(driver, app_url)
+    press(driver, "step")
+    wait(driver, STEP_TIMEOUT_S).until(lambda d: metric_value(d, "rounds") == "1")
+    wait_idle(driver, STEP_TIMEOUT_S)
+
+
+@pytest.mark.parametrize("screen_driver", list(SCREENS), indirect=True)
+def test_the_inspector_reads_well(screen_driver, app_url, tmp_path, request):
+    """Beside the text on a laptop, under it on a phone: no label cut off, and the chart as wide as the inspector
+    (its story above the chart, not squeezed into a column beside it)."""
+    from tests.browser.st_browser import save_section_screenshot
+
+    driver = screen_driver
+    first_step(driver, app_url)
+    for key in ("inspect_follow", "inspect_last_rejection"):
+        assert clipped_text(driver, key) == [], f"{key}: label cut off"
+    chart = driver.find_element(By.CSS_SELECTOR, ".st-key-inspector_chart").rect
+    column = driver.execute_script(
+        "let box = document.querySelector('[data-testid=\"stMainBlockContainer\"]'), e = arguments[0];"
+        "while ((e = e.parentElement?.closest('[data-testid=\"stColumn\"]'))) box = e;"  # the outermost column
+        "return box.getBoundingClientRect().width;",
+        driver.find_element(By.CSS_SELECTOR, ".st-key-inspector_chart"),
+    )
+    print(f"{request.node.callspec.id}: inspector chart {chart['width']:.0f} px wide in a {column:.0f} px column")
+    assert chart["width"] >= 0.9 * column - 40, f"the chart is squeezed: {chart['width']:.0f} px of {column:.0f}"
+    save_section_screenshot(driver, "Round inspector", tmp_path / f"inspector_{request.node.callspec.id}.png")  # to look at
+    assert exceptions(driver) == []
+
+
+def in_view(driver, css: str) -> dict:
+    """The first drawn match's box in the viewport and whether all of it is inside the window (on a touch screen
+    Streamlit keeps a hidden copy of a button with a tooltip: skip boxes of no height)."""
+    return driver.execute_script(
+        "const r = [...document.querySelectorAll(arguments[0])].map(e => e.getBoundingClientRect()).find(b => b.height > 0);"
+        "return {top: r.top, bottom: r.bottom, height: window.innerHeight, inside: r.top >= 0 && r.bottom <= window.innerHeight};",
+        css,
+    )
+
+
+@pytest.mark.parametrize("screen_driver", list(SCREENS), indirect=True)
+def test_the_controls_stay_in_view_when_scrolled(screen_driver, app_url, request):
+    """Scrolled down to the curves, the control bar is still on screen: Step is in the viewport (not under the header)."""
+    driver = screen_driver
+    first_step(driver, app_url)
+    driver.execute_script("[...document.querySelectorAll('[data-testid=\"stMain\"] h3')].pop().scrollIntoView({block: 'end'});")
+    wait_idle(driver)
+    title = in_view(driver, "h1")
+    assert title["bottom"] < 0, f"the page did not scroll: {title}"
+    step = in_view(driver, ".st-key-step button")
+    header = driver.execute_script("return document.querySelector('[data-testid=\"stHeader\"]')?.getBoundingClientRect().bottom ?? 0;")
+    print(f"{request.node.callspec.id}: scrolled; Step at y = {step['top']:.0f}..{step['bottom']:.0f} px (header ends at {header:.0f})")
+    assert step["inside"] and step["top"] >= header - 1, f"Step scrolled out of view: {step}, header ends at {header}"
+    widths = driver.execute_script(
+        "const bar = document.querySelector('.st-key-step_controls').parentElement.getBoundingClientRect().width;"
+        "return [bar, document.querySelector('.st-key-step_controls').closest('[data-testid=\"stVerticalBlock\"]').getBoundingClientRect().width];"
+    )
+    assert widths[0] >= widths[1] - 1, f"the bar's background covers {widths[0]:.0f} of {widths[1]:.0f} px: text beside it shows through"
+    driver.execute_script(
+        "[...document.querySelectorAll('[data-testid=\"stMain\"] h3')].find(h => h.textContent.includes('Curves')).scrollIntoView({block: 'start'});"
+    )  # as an anchor link does
+    wait_idle(driver)
+    bar = driver.execute_script("return document.querySelector('.st-key-step_controls').getBoundingClientRect().bottom;")
+    heading = driver.execute_script(
+        "return [...document.querySelectorAll('[data-testid=\"stMain\"] h3')].find(h => h.textContent.includes('Curves')).getBoundingClientRect().top;"
+    )
+    assert heading >= bar, f"a heading scrolled to hides under the control bar: heading at {heading:.0f}, bar ends at {bar:.0f}"
+
+
+def test_the_keyboard_reaches_step(make_driver, app_url):
+    """From page load one keystroke (S) takes a Step; Tab reaches the Step button too, and its focus ring shows."""
+    from selenium.webdriver.common.action_chains import ActionChains
+    from selenium.webdriver.common.keys import Keys
+
+    driver = make_driver()
+    emulate(driver, *SCREENS["laptop"])
+    open_page(driver, app_url)
+    wait(driver, 60).until(lambda d: d.find_elements(By.CSS_SELECTOR, ".st-key-step button:not([disabled])"))
+    ActionChains(driver).send_keys("s").perform()  # keystroke 1, with nothing focused
+    wait(driver, STEP_TIMEOUT_S).until(lambda d: metric_value(d, "rounds") == "1")
+    wait_idle(driver, STEP_TIMEOUT_S)
+    driver.execute_script("document.activeElement && document.activeElement.blur(); window.scrollTo(0, 0);")
+    is_step = "return document.activeElement?.tagName === 'BUTTON' && !!document.activeElement.closest('.st-key-step');"
+    tabs = 0
+    while not driver.execute_script(is_step) and tabs < 80:
+        ActionChains(driver).send_keys(Keys.TAB).perform()
+        tabs += 1
+    print(f"Tab presses from the top of the page to Step: {tabs}")
+    assert driver.execute_script(is_step), "Tab never reaches the Step button"
+    ring = driver.execute_script(
+        "const s = getComputedStyle(document.activeElement); return {style: s.outlineStyle, width: parseFloat(s.outlineWidth)};"
+    )
+    assert ring["style"] != "none" and ring["width"] >= 2, f"no visible focus ring on Step: {ring}"
+    assert exceptions(driver) == []

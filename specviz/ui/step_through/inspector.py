@@ -62,8 +62,10 @@ def _from_one(index: int) -> str:
     return str(index + 1)
 
 
-def inspector(session: ViewSource) -> None:
-    """Pick a round and a position; chart p_target, q_draft and the residual there."""
+def inspector(session: ViewSource, narrow: bool = False) -> None:
+    """Pick a round and a position; chart p_target, q_draft and the residual there. narrow: the inspector sits in a
+    column beside the text, so its parts stack (controls, story, then the chart at the column's full width) instead
+    of a controls column beside the chart."""
     st.subheader("Round inspector")
     runs = [r for r in session.runs if r.records]
     if not runs:
@@ -75,17 +77,18 @@ def inspector(session: ViewSource) -> None:
     n = len(run.records)
     shown = latest_drafting_round(run.records)  # following: the newest round with a rule to show, not a plain step
     rejection = last_rejection_round(run.records)
-    left, right = st.columns([1, 3])
+    left, right = (st.container(), st.container()) if narrow else st.columns([1, 3])
     with left:
         # Defaults go into the session state, not value=: a follower's page sets these keys (specviz.ui.room.follow),
         # and Streamlit warns about a widget given both.
         st.session_state.setdefault("inspect_follow", True)
-        follow = widgets.toggle("follow the latest round that drafted", key="inspect_follow")
-        st.button(
-            "last rejection", key="inspect_last_rejection", on_click=_hold_round, args=(rejection,), disabled=rejection is None,
-            help="Jump to the newest round where the rule turned a draft down: the clearest view of the rule."
-            if rejection is not None else "No draft has been rejected yet.",
-        )  # fmt: skip
+        with st.container(horizontal=True, gap="small", vertical_alignment="center"):  # wraps where it must
+            follow = widgets.toggle("follow latest", key="inspect_follow", help="Show the latest round that drafted, after every Step.")
+            st.button(
+                "last rejection", key="inspect_last_rejection", on_click=_hold_round, args=(rejection,), disabled=rejection is None,
+                help="Jump to the newest round where the rule turned a draft down: the clearest view of the rule."
+                if rejection is not None else "No draft has been rejected yet.",
+            )  # fmt: skip
         if follow or n == 1:
             round_index = shown
             why = "the latest that drafted" if shown == n - 1 else f"the latest that drafted (round {n} drafted nothing)"
@@ -105,6 +108,7 @@ def inspector(session: ViewSource) -> None:
             "position in the round",
             positions,
             index=default,
+            horizontal=narrow,  # a row of short labels, wrapping, in a narrow column
             format_func=labels.__getitem__,  # plain strings: Streamlit keeps a widget's format_func after the run, and a
             key=f"inspect_pos_{run.label}_{round_index}",  # closure over the session would keep its KV caches alive too
         )

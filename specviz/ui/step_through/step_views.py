@@ -109,9 +109,15 @@ INTRO = (
     "struck-through ones turned down; the count above them is what the answer cost in target passes."
 )
 # Less empty space above the title; on a phone a smaller title and tighter buttons (one row), so a Step's result
-# shows on the first screen.
+# shows on the first screen. The control bar sticks under Streamlit's header (3.75rem) while the page scrolls, on the
+# light theme's background (.streamlit/config.toml fixes base = "light") so text scrolling under it does not show;
+# the rule goes on the bar's layout wrapper, its own height, as a sticky box's parent must be taller than it. A
+# heading scrolled to (an anchor link) stops below the bar, not under it.
 COMPACT_CSS = (
     "<style>[data-testid='stMainBlockContainer']{padding-top:3rem;}"
+    "[data-testid='stLayoutWrapper']:has(> .st-key-step_controls){position:sticky;top:3.75rem;z-index:100;"
+    "background:#fff;padding:0.4rem 0;}"
+    "[data-testid='stMain'] :is(h1,h2,h3){scroll-margin-top:10rem;}"
     "@media (max-width:640px){[data-testid='stMainBlockContainer'] h1{font-size:1.5rem;}"
     ".st-key-step_controls{gap:0.35rem;} .st-key-step_controls button{padding:0.2rem 0.55rem;min-height:2.25rem;}}</style>"
 )
