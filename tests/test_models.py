@@ -105,7 +105,7 @@ def test_the_tiny_drafts_are_sometimes_accepted(tiny_models):
     for target_name, drafter in [("llama", "model"), ("llama", "early-exit"), ("gpt2", "lookup")]:
         target = tiny_models[target_name]
         draft = tiny_models["llama_draft"] if drafter == "model" else None
-        config = RunConfig(target="t", drafter=drafter, draft="d" if draft else None, exit_layer=1, max_new_tokens=MAX_NEW)
+        config = RunConfig(target="t", drafter=drafter, draft="d" if draft else None, exit_layer=1, num_draft_tokens=8, max_new_tokens=MAX_NEW)
         rates[target_name, drafter] = build_decoder(config, target, prompt_ids(target), draft)
         rates[target_name, drafter].run()
     for key, dec in rates.items():

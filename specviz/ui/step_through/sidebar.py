@@ -47,7 +47,6 @@ from specviz.workshop.policy import Policy
 CUSTOM_PROMPT = "custom"  # the Example prompt menu when the prompt is none of the examples (typed, or from a link)
 COMPARE_OFF = "off"
 TUNED_FOR = "tuned_for"  # session key: the drafter the last run drew, whose defaults k, tree width and draft vocabulary follow
-BEST_LINK = "benchmark"  # the Benchmark page, which shows each drafter's measured defaults (docs/benchmarks.md)
 PLAY_PACES = (0.25, 0.5, 1.0, 2.0)  # seconds between auto-steps
 
 
@@ -205,7 +204,7 @@ def best_note(spec: DrafterSpec, fields: dict) -> str | None:
         parts.append(f"tree width {best.tree_width}")
     if best.draft_vocab:
         parts.append(f"draft vocabulary {best.draft_vocab:,}")
-    link = f"[the measured table]({BEST_LINK}), docs/benchmarks.md"
+    link = "the Benchmark page's table of defaults, docs/benchmarks.md"  # words, not a link: captions here carry no links
     if all(fields.get(name, getattr(best, name)) == getattr(best, name) for name in TUNED_FIELDS):
         return f"{', '.join(parts)}: this drafter's measured best here ({link})."
     return f"This drafter's measured best here: {', '.join(parts)} ({link}); you changed it."

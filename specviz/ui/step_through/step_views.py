@@ -34,7 +34,7 @@ from specviz.viz import (
 )
 from specviz.viz.figures import BASELINE_RUN
 from specviz.viz.markdown import md_text
-from specviz.viz.style import freeze
+from specviz.viz.style import PAPER, freeze
 
 log = logging.getLogger(__name__)
 
@@ -116,7 +116,7 @@ INTRO = (
 COMPACT_CSS = (
     "<style>[data-testid='stMainBlockContainer']{padding-top:3rem;}"
     "[data-testid='stLayoutWrapper']:has(> .st-key-step_controls){position:sticky;top:3.75rem;z-index:100;"
-    "background:#fff;padding:0.4rem 0;}"
+    f"background:{PAPER};padding:0.4rem 0;}}"
     "[data-testid='stMain'] :is(h1,h2,h3){scroll-margin-top:10rem;}"
     "@media (max-width:640px){[data-testid='stMainBlockContainer'] h1{font-size:1.5rem;}"
     ".st-key-step_controls{gap:0.35rem;} .st-key-step_controls button{padding:0.2rem 0.55rem;min-height:2.25rem;}}</style>"
