@@ -74,30 +74,9 @@ def inspector(session: ViewSource, narrow: bool = False) -> None:
     if len(runs) > 1:
         label = widgets.radio("run", [r.label for r in runs], horizontal=True, key="inspect_run", format_func=md_text)
         run = next(r for r in runs if r.label == label)
-    n = len(run.records)
-    shown = latest_drafting_round(run.records)  # following: the newest round with a rule to show, not a plain step
-    rejection = last_rejection_round(run.records)
     left, right = (st.container(), st.container()) if narrow else st.columns([1, 3])
     with left:
-        # Defaults go into the session state, not value=: a follower's page sets these keys (specviz.ui.room.follow),
-        # and Streamlit warns about a widget given both.
-        st.session_state.setdefault("inspect_follow", True)
-        with st.container(horizontal=True, gap="small", vertical_alignment="center"):  # wraps where it must
-            follow = widgets.toggle("follow latest", key="inspect_follow", help="Show the latest round that drafted, after every Step.")
-            st.button(
-                "last rejection", key="inspect_last_rejection", on_click=_hold_round, args=(rejection,), disabled=rejection is None,
-                help="Jump to the newest round where the rule turned a draft down: the clearest view of the rule."
-                if rejection is not None else "No draft has been rejected yet.",
-            )  # fmt: skip
-        if follow or n == 1:
-            round_index = shown
-            why = "the latest that drafted" if shown == n - 1 else f"the latest that drafted (round {n} drafted nothing)"
-            st.caption(f"showing round {round_index + 1}, {why}")
-        else:
-            held = st.session_state.get("inspect_round")
-            if not isinstance(held, int) or isinstance(held, bool) or not (0 <= held <= n - 1):
-                st.session_state["inspect_round"] = shown
-            round_index = widgets.select_slider("round", range(n), key="inspect_round", format_func=_from_one)  # an index; shown from 1
+        round_index = _pick_round(run.records)
         record = run.records[round_index]
         heads = draft_heads(record) if by_head(run.config) else ()
         positions = list(range(num_positions(record)))
@@ -124,6 +103,34 @@ def inspector(session: ViewSource, narrow: bool = False) -> None:
         head_drafts(record, session, heads)
     if by_table(run.config) and record.num_drafted:
         table_drafts(record, session, _newest_text(session, run.records, round_index))
+
+
+def _pick_round(records: Sequence[StepRecord]) -> int:
+    """The round to inspect: the latest that drafted while following, else the round the reader holds (the "last
+    rejection" button holds the newest rejection)."""
+    n = len(records)
+    shown = latest_drafting_round(records)  # following: the newest round with a rule to show, not a plain step
+    rejection = last_rejection_round(records)
+    # Defaults go into the session state, not value=: a follower's page sets these keys (specviz.ui.room.follow),
+    # and Streamlit warns about a widget given both.
+    st.session_state.setdefault("inspect_follow", True)
+    with st.container(horizontal=True, gap="small", vertical_alignment="center"):  # wraps where it must
+        follow = widgets.toggle("follow latest", key="inspect_follow", help="Show the latest round that drafted, after every Step.")
+        st.button(
+            "last rejection", key="inspect_last_rejection", on_click=_hold_round, args=(rejection,), disabled=rejection is None,
+            help="Jump to the newest round where the rule turned a draft down: the clearest view of the rule."
+            if rejection is not None else "No draft has been rejected yet.",
+        )  # fmt: skip
+    if follow or n == 1:
+        round_index = shown
+        why = "the latest that drafted" if shown == n - 1 else f"the latest that drafted (round {n} drafted nothing)"
+        st.caption(f"showing round {round_index + 1}, {why}")
+    else:
+        held = st.session_state.get("inspect_round")
+        if not isinstance(held, int) or isinstance(held, bool) or not (0 <= held <= n - 1):
+            st.session_state["inspect_round"] = shown
+        round_index = widgets.select_slider("round", range(n), key="inspect_round", format_func=_from_one)  # an index; shown from 1
+    return round_index
 
 
 def _hold_round(round_index: int | None) -> None:
