@@ -6,17 +6,18 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import sys
 from collections.abc import Sequence
 
 from specviz import __version__
-from specviz.cli import batch, bench, generate, info, probe, profile, replay, room, serve, serve_pair, train_heads
+from specviz.cli import app, batch, bench, generate, info, probe, profile, replay, room, serve, serve_pair, train_heads
 from specviz.cli.terminal import EscapingFormatter, emit
 
 # Each module registers its subcommand (add_parser) and runs it (run); help lists them in this order. A module's
 # add_parser imports only what its defaults need (never transformers: `replay` loads no model).
 COMMANDS = {
     "generate": generate, "replay": replay, "info": info, "bench": bench, "profile": profile, "batch": batch,
-    "train-heads": train_heads, "room": room, "serve": serve, "serve-pair": serve_pair, "probe": probe,
+    "train-heads": train_heads, "app": app, "room": room, "serve": serve, "serve-pair": serve_pair, "probe": probe,
 }  # fmt: skip
 
 
@@ -34,7 +35,11 @@ def main(argv: Sequence[str] | None = None, prog: str = "python -m specviz") -> 
     handler.setFormatter(EscapingFormatter(logging.BASIC_FORMAT))
     logging.basicConfig(level=os.environ.get("SPECVIZ_LOG", "WARNING"), handlers=[handler])
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    args = build_parser(prog).parse_args(argv)
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["app"] and argv[1:2] not in (["-h"], ["--help"]):  # `app` passes every flag after it on to streamlit
+        args = argparse.Namespace(command="app", streamlit_args=argv[1:])
+    else:
+        args = build_parser(prog).parse_args(argv)
     try:
         return COMMANDS[args.command].run(args)
     except (ValueError, OSError) as exc:

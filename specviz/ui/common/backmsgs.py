@@ -12,11 +12,11 @@ its Content-Length fits that session's uploader (expect_upload), and the session
 stay within UPLOAD_CAPS. The owner in local mode keeps Streamlit's behaviour. For every client, a websocket frame
 over server.maxWidgetStateSize (1 MB: .streamlit/config.toml) is refused as it arrives, not read whole first.
 
-install() runs once per process. Run as a room's replica or the container (WARM_START in
+install() runs once per process. Run as a room's replica, the container or ``python -m specviz app`` (WARM_START in
 specviz.workshop.room.supervisor) it runs before the server starts; a plain ``streamlit run app.py`` runs no code of
-ours before a session's first script run, so there the guard starts then (specviz.ui.common.sessions), and the upload
-route's early Content-Length check and the frame cap at arrival are missing (the check before storing and
-Streamlit's own frame check still hold). These are Streamlit internals (AppSession.handle_backmsg, the BackMsg
+ours before a session's first script run, so there the guard starts then (specviz.ui.common.sessions; the log warns),
+and the upload route's early Content-Length check and the frame cap at arrival are missing (the check before storing
+and Streamlit's own frame check still hold). These are Streamlit internals (AppSession.handle_backmsg, the BackMsg
 oneofs, MemoryUploadedFileManager, the Starlette upload route and uvicorn settings), so ``available()`` checks they
 are there; where they are not, nothing is installed and a warning says so.
 """
@@ -209,6 +209,10 @@ def _install(is_local: Callable[[str], bool]) -> bool:
     if not available():
         log.warning("this Streamlit's BackMsgs or upload manager are not as specviz knows them: participants' messages and uploads are not filtered")
         return False
+    from streamlit.runtime import Runtime
+
+    if Runtime.exists():  # a plain `streamlit run`: the server ran before this, its sessions' first messages unfiltered
+        log.warning("the guard on participants' messages starts now, at the first script run, not with the server: open it to a room with `python -m specviz app` (docs/workshop.md)")
     guard = Doors(is_local)
     singleton("client-doors-holder", dict)["doors"] = guard
     _guard_messages(guard)
