@@ -1,13 +1,15 @@
 """The room attacks' report (scripts/room_attacks.py) on made-up samples and outcomes, no server: which Steps and
 readings fall in an attack's window, each goal of issue 32 caught (and a run that meets them passes), the key replies
-classified by outcome, the table's cells, the exit code."""
+classified by outcome, the table's cells, the exit code; issue 42's attacks (items 5-8) each judged on a good and a
+bad outcome, and the help that says how to run them all for docs/workshop-safety.md's table."""
 
 from __future__ import annotations
 
 import pytest
 
-from specviz.loadtest.attacks.catalogue import ATTACKS, BY_NAME, groups, parse_attacks
+from specviz.loadtest.attacks.catalogue import ATTACKS, BY_NAME, KV_HOG_BUDGET, groups, parse_attacks
 from specviz.loadtest.attacks.goals import (
+    SERVE_DEADLINE_S,
     Goals,
     ProcSample,
     StepSample,
@@ -17,6 +19,7 @@ from specviz.loadtest.attacks.goals import (
     verdict,
     victim_stats,
 )
+from specviz.loadtest.attacks.harness import Config
 from specviz.loadtest.attacks.run import config_from, exit_code, parse_args
 from specviz.loadtest.attacks.table import build_row, describe, markdown_table
 
@@ -109,6 +112,22 @@ def test_a_row_that_meets_every_goal_says_so_and_each_goal_is_caught():
         ("backmsgs", {"one_name_answered": True, "two_names_answered": False, "frame_names": 1_000_000, "frame_answered": False, "health_s": 0.01, "closed": "1009"}, 0),
         ("uploads", {"upload_mb": 10, "made_up": {204: 20}, "minted": {204: 20}, "over_largest": 413, "over_race_cap": -1}, 3),
         ("uploads", {"upload_mb": 10, "made_up": {403: 20}, "minted": {204: 3, 413: 17}, "over_largest": 413, "over_race_cap": 413}, 0),
+        # issue 42, items 5-8
+        ("kv-hog", {"budget": 2600, "hog_sessions": 8, "hog_refused": None, "newcomer": {"ran": False, "message": "This server's memory for runs is full"},
+                    "extra": {"ran": True}, "hogs_stepped_again": 8, "exceptions": 1}, 4),
+        ("kv-hog", {"budget": 2600, "hog_sessions": 3, "hog_refused": "This server's memory for runs is full, and your address already holds",
+                    "newcomer": {"ran": True, "message": None}, "extra": {"ran": False, "message": "... more than its fair share ..."}, "hogs_stepped_again": 3, "exceptions": 0}, 0),
+        ("race", {"races": 0, "new_tokens": 256, "race_s": [], "said": ["This server's memory for runs is full"], "exceptions": 1}, 2),
+        ("race", {"races": 3, "new_tokens": 256, "race_s": [14.2, 13.9, 15.0], "said": [], "exceptions": 0}, 0),
+        ("serve", {"no_key": 200, "wrong_key": 401, "huge_body": 500, "form_post": 200, "huge_integer": 500, "health_s": 9.0, "hold_s": 40.0, "slow_conns": 48,
+                   "slow_held": 48, "stalled_reader": "still open", "victim": {"requests": 30, "p95": 8.0, "failures": 2, "errors": ["503"]}, "rss_peak_mb": 9000.0}, 10),
+        ("serve", {"no_key": 401, "wrong_key": 401, "huge_body": 413, "form_post": 415, "huge_integer": 400, "health_s": 0.01, "hold_s": 40.0, "slow_conns": 48,
+                   "slow_held": 0, "slow_closed": 48, "stalled_reader": "dropped by the server", "victim": {"requests": 40, "p95": 0.4, "failures": 0}, "rss_peak_mb": 700.0}, 0),
+        ("serve", {"no_key": 401, "hold_s": 3.0, "slow_held": 4, "stalled_reader": "still open", "victim": {"requests": 3, "p95": 0.4, "failures": 0}}, 0),  # --quick: held under the deadlines
+        ("conn-flood", {"limit": 200, "connections": 210, "answered": 210, "refused": 0}, 1),
+        ("conn-flood", {"limit": 200, "connections": 210, "answered": 200, "refused": 10}, 0),
+        ("guesses", {"clicks": 200, "seconds": 40.0, "exceptions": 0, "lines": 200, "bytes": 9200, "voters": 1, "new_exercise_own_file": False}, 2),
+        ("guesses", {"clicks": 200, "seconds": 40.0, "exceptions": 0, "lines": 1, "bytes": 46, "voters": 1, "new_exercise_own_file": True}, 0),
     ],
 )
 def test_each_attack_judges_its_own_outcome_and_describes_it(name, outcome, missed):
@@ -148,6 +167,30 @@ def test_the_table_has_one_row_per_attack_under_the_conditions_line():
     assert "| 2 clear-cache |" in lines[4] and "0.9 / 1.4 / 2.0 s (0 failed)" in lines[4] and "r1 1,100 → 1,300" in lines[4] and "misses: 8 model loads" in lines[4]
     assert "| 5 owner |" in lines[5] and "| n/a |" in lines[5] and "meets the goals" in lines[5]
     assert all(line.count(" | ") == 6 for line in lines[4:])  # no cell breaks the table (a '|' in a message is escaped)
+
+
+def test_issue_42s_attacks_are_in_the_script_with_their_items_and_rooms():
+    numbers = {a.name: a.number for a in ATTACKS}
+    assert {numbers[n] for n in ("backmsgs", "uploads", "kv-hog", "race", "serve", "conn-flood", "guesses")} == {"42.1", "42.2", "42.5", "42.6", "42.7", "42.8"}
+    rooms = groups(parse_attacks("kv-hog,race,serve,conn-flood,guesses"))
+    assert [[a.name for a in members] for _, _, members in rooms][0] == ["race", "serve", "conn-flood", "guesses"]  # the plain room
+    assert rooms[1][0] == (("SPECVIZ_MAX_KV_TOKENS", KV_HOG_BUDGET),) and rooms[1][1] == 1  # the hog's budget: a room of its own
+    assert not BY_NAME["serve"].victim  # the service has a victim of its own
+    text = markdown_table([build_row(BY_NAME[n], {}, None, {}, None, GOALS) for n in ("kv-hog", "race", "serve", "conn-flood", "guesses")], {})
+    assert all(f"| {n} " in text for n in ("42.5 kv-hog", "42.6 race", "42.7 serve", "42.8 conn-flood", "42.8 guesses"))
+    args = parse_args(["--quick", "--hog-sessions", "5", "--races", "2", "--race-new-tokens", "32", "--serve-slow-conns", "6", "--serve-hold-s", "35", "--guess-clicks", "9"])
+    cfg = config_from(args)
+    assert (cfg.hog_sessions, cfg.races, cfg.race_new_tokens, cfg.serve_slow_conns, cfg.serve_hold_s, cfg.guess_clicks) == (5, 2, 32, 6, 35.0, 9)
+    assert Config.quick().serve_hold_s < SERVE_DEADLINE_S < Config().serve_hold_s  # a full run holds past the service's deadlines
+
+
+def test_the_help_says_how_to_run_every_attack_and_write_the_table(capsys):
+    with pytest.raises(SystemExit):
+        parse_args(["--help"])
+    text = capsys.readouterr().out
+    assert "docs/workshop-safety.md" in text and "--json attacks.json" in text
+    for attack in ATTACKS:
+        assert f"  {attack.name} " in text, attack.name  # each attack described under its name
 
 
 def test_attacks_are_chosen_by_name_and_grouped_by_the_owner_settings_they_need():

@@ -10,6 +10,7 @@ KEY_PROMPT, KEY_COMPARE, KEY_MAX_NEW, KEY_ADAPTIVE_K = "prompt", "compare", "max
 KEY_FOLLOW, KEY_FORK = "follow", "fork"  # specviz/ui/room/follow.py, specviz/ui/room/fork.py
 KEY_PRESENT_KEY, KEY_PRESENT, KEY_STOP_PRESENT = "present_key", "present", "stop_present"
 KEY_LAB_MODE, KEY_LAB_PROMPT, KEY_LAB_RUN, KEY_TOY_TABLE = "lab_real_mode", "lab_real_prompt", "lab_real_run", "lab_vocab"  # pages/exactness.py
+KEY_RACE_START, KEY_GUESS, KEY_GUESS_SUBMIT = "race_start", "race_guess", "race_guess_submit"  # specviz/ui/labs/race.py
 KEY_BENCH_RUN, KEY_BENCH_PER_CATEGORY, KEY_BENCH_REPEATS, KEY_BENCH_NEW = "bench_run", "bench_per_category", "bench_repeats", "bench_max_new_tokens"  # pages/benchmark.py
 OWNER_WIDGETS = ("trust_remote_code", "allow_download", "allow_pickle")  # the sidebar's Models expander, owner only
 ROUNDS_METRIC = "rounds"  # the step-through page's metric

@@ -8,25 +8,34 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from specviz.loadtest.attacks.access import attack_clear_cache, attack_key_guess, attack_owner
-from specviz.loadtest.attacks.doors import attack_backmsgs, attack_uploads
+from specviz.loadtest.attacks.doors import attack_backmsgs, attack_conn_flood, attack_guesses, attack_uploads
 from specviz.loadtest.attacks.goals import (
     Goals,
     judge_adaptive_k,
     judge_backmsgs,
     judge_clear_cache,
+    judge_conn_flood,
+    judge_guesses,
     judge_key_guess,
+    judge_kv_hog,
     judge_long_job,
     judge_malformed,
     judge_memory,
     judge_owner,
     judge_presenter_reload,
+    judge_race,
     judge_run_flood,
+    judge_serve,
     judge_token,
     judge_uploads,
 )
 from specviz.loadtest.attacks.harness import Config, Harness
 from specviz.loadtest.attacks.inputs import attack_malformed, attack_memory, attack_token_lab, attack_token_step
 from specviz.loadtest.attacks.runs import attack_adaptive_k, attack_long_job, attack_presenter_reload, attack_run_flood
+from specviz.loadtest.attacks.service import attack_serve
+from specviz.loadtest.attacks.shares import attack_kv_hog, attack_race
+
+KV_HOG_BUDGET = "2600"  # KV tokens: about four of the hog's runs (shares.HOG_QUERY) and the victim's; the owner's setting for kv-hog's room
 
 
 @dataclass(frozen=True)
@@ -54,6 +63,11 @@ ATTACKS: tuple[Attack, ...] = (
     Attack("6", "malformed", attack_malformed, judge_malformed),
     Attack("42.1", "backmsgs", attack_backmsgs, judge_backmsgs),  # issue 42's items from here
     Attack("42.2", "uploads", attack_uploads, judge_uploads),
+    Attack("42.5", "kv-hog", attack_kv_hog, judge_kv_hog, env=(("SPECVIZ_MAX_KV_TOKENS", KV_HOG_BUDGET),), replicas=1),
+    Attack("42.6", "race", attack_race, judge_race),
+    Attack("42.7", "serve", attack_serve, judge_serve, victim=False),  # a `specviz serve` of its own, with its own victim
+    Attack("42.8", "conn-flood", attack_conn_flood, judge_conn_flood),
+    Attack("42.8", "guesses", attack_guesses, judge_guesses),
 )
 BY_NAME = {a.name: a for a in ATTACKS}
 

@@ -1,17 +1,23 @@
-"""The doors a raw client can knock on (issue 42, items 1 and 2): every BackMsg kind, with a file_urls_request that
-names a million files, sent before the session ran any script; and uploads under made-up file ids, over the
-session's caps, over the largest upload, and over the race page's own cap."""
+"""The doors a raw client can knock on (issue 42, items 1, 2 and 8): every BackMsg kind, with a file_urls_request
+that names a million files, sent before the session ran any script; uploads under made-up file ids, over the
+session's caps, over the largest upload, and over the race page's own cap; and more open connections from one
+address than the room's balancer allows a source; one session submitting its guess in the room exercise over and
+over."""
 
 from __future__ import annotations
 
+import contextlib
+import socket
 import time
+import urllib.parse
 import urllib.request
 from collections import Counter
 
 from specviz.loadtest import harness as lp
-from specviz.loadtest.attacks.app_facts import RACE_PAGE
-from specviz.loadtest.attacks.harness import REPLICA_A, Config, Harness
+from specviz.loadtest.attacks.app_facts import KEY_GUESS, KEY_GUESS_SUBMIT, RACE_PAGE
+from specviz.loadtest.attacks.harness import ATTACKER_SOURCE, REPLICA_A, Config, Harness
 from specviz.loadtest.room import STICKY_COOKIE
+from specviz.workshop.room.balancer import conn_per_source
 
 ANSWER_WITHIN_S = 10.0  # a file_urls_request's answer is due at once; none by then: dropped
 MB = 2**20
@@ -109,3 +115,68 @@ def attack_uploads(h: Harness, cfg: Config) -> dict:
     out["over_race_cap"] = race.upload(got[0][1], b"", declared=10 * MB, timeout_s=30) if got else "no URL"
     race.close()
     return out
+
+
+def _answered(sock: socket.socket, host: str) -> bool:
+    """A health check on an open connection: answered (an HTTP status line), or closed unanswered."""
+    try:
+        sock.sendall(f"GET /_stcore/health HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n".encode())
+        return sock.recv(64).startswith(b"HTTP/")
+    except OSError:
+        return False
+
+
+def attack_conn_flood(h: Harness, cfg: Config) -> dict:
+    """The room's per-source limit plus cfg.conn_over connections from the attacker's address, all held open, then a
+    health check on each: how many were answered (at most the limit) and how many closed unanswered."""
+    limit = conn_per_source(h.env)
+    url = urllib.parse.urlsplit(h.url)
+    opened: list[socket.socket] = []
+    failed = 0
+    try:
+        for _ in range(limit + cfg.conn_over):
+            try:
+                s = socket.create_connection((url.hostname, url.port), timeout=10, source_address=(ATTACKER_SOURCE, 0))
+                opened.append(s)
+            except OSError:
+                failed += 1
+        time.sleep(1.0)  # the balancer has taken (or refused) every one
+        answered = sum(_answered(s, url.netloc) for s in opened)
+        return {"limit": limit, "connections": limit + cfg.conn_over, "answered": answered, "refused": len(opened) - answered + failed}
+    finally:
+        for s in opened:
+            with contextlib.suppress(OSError):
+                s.close()
+
+
+def attack_guesses(h: Harness, cfg: Config) -> dict:
+    """An exercise (a pair's truth file, as `serve-pair` writes it; no services needed to guess), one session on the
+    race page submitting its guess cfg.guess_clicks times, A and B in turn: the lines and bytes of the exercise's votes
+    file, and whether a new exercise starts a file of its own."""
+    from specviz.workshop.race_room import TRUTH_FILE, Pair, RaceRoom, votes_file
+
+    room = RaceRoom(h.run_dir)
+    pair = Pair.new(("http://127.0.0.1:8001/v1", "http://127.0.0.1:8002/v1"), 0, "lookup")
+    room.start_pair(pair)
+    s = h.session(page=RACE_PAGE, timeout_s=cfg.attack_s)
+    try:
+        s.open()
+        if not s.has_widget(KEY_GUESS_SUBMIT, ("button",)):
+            return {"error": "the race page drew no guess button for the exercise"}
+        t0 = time.monotonic()
+        for i in range(cfg.guess_clicks):
+            s.stage(KEY_GUESS, f"service {'AB'[i % 2]}")
+            s.click(KEY_GUESS_SUBMIT)
+        out: dict = {"clicks": cfg.guess_clicks, "seconds": round(time.monotonic() - t0, 1), "exceptions": len(s.exceptions())}
+        path = h.run_dir / votes_file(pair.id)
+        data = path.read_bytes() if path.exists() else b""
+        out.update(lines=data.count(b"\n"), bytes=len(data), voters=len(room.guesses(pair.id)))
+        second = Pair.new(tuple(sv.url for sv in pair.services), 1, "lookup")
+        room.start_pair(second)
+        s.rerun()
+        s.click(KEY_GUESS_SUBMIT)
+        out["new_exercise_own_file"] = (h.run_dir / votes_file(second.id)).exists() and path.read_bytes() == data
+        return out
+    finally:
+        s.close()
+        (h.run_dir / TRUTH_FILE).unlink(missing_ok=True)  # the exercise ends: the next attack's race page draws none

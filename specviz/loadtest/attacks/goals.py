@@ -216,6 +216,70 @@ def judge_uploads(o: dict, goals: Goals) -> list[str]:
     return missed
 
 
+def judge_kv_hog(o: dict, goals: Goals) -> list[str]:
+    missed = []
+    if o.get("hog_sessions") is not None and o.get("hog_refused") is None:
+        missed.append(f"the budget never refused the hog ({o['hog_sessions']} sessions): the room's budget is too big for the attack")
+    if (o.get("newcomer") or {}).get("ran") is False:
+        missed.append(f"another address's run was refused while one address held the budget: {(o['newcomer'].get('message') or '')[:80]}")
+    if (o.get("extra") or {}).get("ran"):
+        missed.append("the hog's address got more than its fair share while others waited")
+    if o.get("exceptions"):
+        missed.append(f"{o['exceptions']} exception(s) on the pages")
+    return missed
+
+
+def judge_race(o: dict, goals: Goals) -> list[str]:
+    missed = []
+    if o.get("races") is not None and (not o["races"] or o.get("said")):
+        missed.append(f"a race did not run: {(o.get('said') or ['no race'])[0][:80]}")
+    if o.get("exceptions"):
+        missed.append(f"{o['exceptions']} exception(s) on the race page")
+    return missed
+
+
+SERVE_EXPECTED = {"no_key": 401, "wrong_key": 401, "huge_body": 413, "form_post": 415, "huge_integer": 400}  # docs/workshop-safety.md
+SERVE_DEADLINE_S = 30.0  # the service's read and write deadlines (specviz.workshop.service.config)
+
+
+def judge_serve(o: dict, goals: Goals) -> list[str]:
+    missed = [f"{what} was answered {o[what]}, not {status}" for what, status in SERVE_EXPECTED.items() if what in o and o[what] != status]
+    if (o.get("health_s") or 0) > goals.health_s:
+        missed.append(f"/health answered after {o['health_s']:.1f} s beside the slow connections (goal <= {goals.health_s:g} s)")
+    if (o.get("hold_s") or 0) > SERVE_DEADLINE_S + 5:  # held past the deadlines: the server must have let them go
+        if o.get("slow_held"):
+            missed.append(f"{o['slow_held']} slowloris connections still open after {o['hold_s']:g} s")
+        if o.get("stalled_reader") == "still open":
+            missed.append(f"a stream nobody read was still open after {o['hold_s']:g} s")
+    v = o.get("victim") or {}
+    if v.get("requests") == 0:
+        missed.append("the service's victim made no request")
+    if v.get("p95") is not None and v["p95"] > goals.victim_p95_s:
+        missed.append(f"the service's victim p95 {v['p95']:.2f} s > {goals.victim_p95_s:g} s")
+    if v.get("failures"):
+        missed.append(f"{v['failures']} of the service victim's requests failed ({', '.join(v.get('errors', []))})")
+    if goals.rss_budget_mb and (o.get("rss_peak_mb") or 0) > goals.rss_budget_mb:
+        missed.append(f"the service's RSS {o['rss_peak_mb']:,.0f} MB > {goals.rss_budget_mb:,.0f} MB")
+    return missed
+
+
+def judge_conn_flood(o: dict, goals: Goals) -> list[str]:
+    if o.get("answered") is not None and o.get("limit") and o["answered"] > o["limit"]:
+        return [f"{o['answered']} of {o['connections']} connections from one address were answered (limit {o['limit']})"]
+    return []
+
+
+def judge_guesses(o: dict, goals: Goals) -> list[str]:
+    missed = []
+    if (o.get("lines") or 0) > 1:
+        missed.append(f"one session's {o.get('clicks')} guesses left {o['lines']} lines ({o.get('bytes', 0):,} bytes) in the votes file")
+    if o.get("new_exercise_own_file") is False:
+        missed.append("a new exercise's guesses went to the old exercise's file")
+    if o.get("exceptions"):
+        missed.append(f"{o['exceptions']} exception(s) on the race page")
+    return missed
+
+
 def verdict(row: dict, goals: Goals) -> list[str]:
     """The goals a row missed: the issue's four (victim, memory, threads, followers) and the attack's own."""
     missed = []

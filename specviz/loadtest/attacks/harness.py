@@ -33,6 +33,7 @@ from specviz.loadtest.room import RoomHandle, pin_replica
 
 ATTACKER_SOURCE = "127.0.0.66"  # every 127.x.y.z is this machine (Linux): two addresses, two clients
 VICTIM_SOURCE = "127.0.0.10"
+NEWCOMER_SOURCE = "127.0.0.77"  # a third participant: asks for memory the attacker holds (kv-hog)
 VICTIM_QUERY = {"prompt": "Write a Python function that reverses a string.", "drafter": "ngram", "seed": "7", "max_new_tokens": "64"}
 REPLICA_A, REPLICA_B = "r1", "r2"  # the victim's and attackers' replica; the presenter's
 VICTIM_TIMEOUT_S = 300.0  # a Step still unanswered after this counts as failed (the server gives up at 120 s)
@@ -65,6 +66,13 @@ class Config:
     frame_names: int = 1_000_000  # names in the attackers' file_urls_request (issue 42: a 2 MB frame held a replica 14 s)
     upload_puts: int = 20  # PUTs under made-up ids, and minted ones past the caps
     upload_mb: int = 10  # each PUT's body
+    hog_sessions: int = 8  # the most sessions the kv-hog opens (it stops at the first the budget refuses)
+    races: int = 3  # races back to back
+    race_new_tokens: int = 256  # each race's max new tokens (the shared default)
+    serve_slow_conns: int = 48  # slowloris connections to `specviz serve` (its cap: 64 connections)
+    serve_hold_s: float = 40.0  # how long they, and a stream nobody reads, are held (the server's deadlines: 30 s)
+    conn_over: int = 10  # connections over the room's per-source limit
+    guess_clicks: int = 200  # one session's guesses in the room exercise
     sweep: dict = field(default_factory=lambda: {KEY_BENCH_PER_CATEGORY: 2, KEY_BENCH_REPEATS: 5, KEY_BENCH_NEW: 128})
 
     @classmethod
@@ -72,7 +80,7 @@ class Config:
         return cls(
             victim_every_s=1.0, attack_s=120.0, settle_s=60.0, baseline_s=3.0, lab_chars=100, step_chars=60, clears=2, followers=2, presenter_steps=2,
             think_s=1.5, guess_s=4.0, memory_sessions=2, memory_s=4.0, max_prompt_tokens=128, flood_s=3.0, spam_s=2.0, k_rounds=3,
-            frame_names=1000, upload_puts=2, upload_mb=1,
+            frame_names=1000, upload_puts=2, upload_mb=1, races=1, race_new_tokens=16, serve_slow_conns=4, serve_hold_s=3.0, guess_clicks=6,
             sweep={KEY_BENCH_PER_CATEGORY: 1, KEY_BENCH_REPEATS: 1, KEY_BENCH_NEW: 8},
         )  # fmt: skip
 

@@ -1,9 +1,22 @@
-"""Issue 32's attacks, one at a time, against `python -m specviz room --replicas 2`, with a victim stepping beside them:
-what each attack does to another participant, to the replicas' memory and threads, and to the presenter's followers.
+"""Issues 32 and 42's attacks, one at a time, against `python -m specviz room --replicas 2`, with a victim stepping
+beside them: what each attack does to another participant, to the replicas' memory and threads, and to the
+presenter's followers; and `specviz serve` as anyone on the network reaches it.
 
-    python scripts/room_attacks.py --json attacks.json          # every attack (about 30 minutes on a quiet 2-core machine)
+    python scripts/room_attacks.py --json attacks.json          # every attack (about 15 minutes on a quiet 2-core machine)
     python scripts/room_attacks.py --attacks clear-cache,key-guess
     python scripts/room_attacks.py --quick                      # each attack tiny: checks the script, measures nothing
+
+The table in docs/workshop-safety.md ("Attacks on a room: what happens now") is this script's output on a quiet
+machine (nothing else running; check `uptime` first), pasted as printed: the conditions line, then one row per
+attack, issue 42's rows (42.1 backmsgs ... 42.8 conn-flood) among them:
+
+    python scripts/room_attacks.py --json attacks.json --rss-budget-mb 3500 --owner-env SPECVIZ_MAX_KV_TOKENS=40000
+    python scripts/room_attacks.py --attacks backmsgs,uploads,kv-hog,race,serve,conn-flood,guesses --json attacks-42.json \\
+        --rss-budget-mb 3500 --owner-env SPECVIZ_MAX_KV_TOKENS=40000          # issue 42's rows only
+
+Replace the rows of the attacks you ran (their first cell: item and name) and the conditions line above them; say in
+the text when the machine was loaded. Rows the script does not produce (42.8's session-cap, race-file and secrets:
+tests, not attacks) stay as written.
 
 The room starts in shared mode (the room's own default) with a random presenter key in its environment, a fresh
 SPECVIZ_RUN_DIR, SPECVIZ_MAX_PROMPT_TOKENS from --max-prompt-tokens and any further owner setting from --owner-env
@@ -46,6 +59,21 @@ as a hostile participant would (the sticky cookie is theirs to set); the present
                         after, refusals in its log (issue 42: a million names held a replica 14 s, +974 MB)
   uploads        [42.2] PUTs of 10 MB under made-up ids, under minted ids past the session's caps, a body over the
                         largest upload and one over the race page's cap (by Content-Length): each status
+  kv-hog         [42.5] a room of its own (one replica, SPECVIZ_MAX_KV_TOKENS=catalogue.KV_HOG_BUDGET): one address
+                        opens sessions of a 256-token run (at most --hog-sessions) until the budget refuses one, waits
+                        until they are idle, then another address asks for the same run (is a hog's idle run freed
+                        for it?), the hog asks once more (over its fair share: refused?), and its sessions Step again
+  race           [42.6] --races races of --race-new-tokens on the race page, back to back, beside the victim
+  serve          [42.7] a `specviz serve` of its own (loopback, an API key) and a client of its own asking for 8
+                        tokens about every --victim-every-s: a request without the key and with a wrong one, 100 MB
+                        declared, a form post, a 5,000-digit number, --serve-slow-conns slowloris connections and a
+                        stream nobody reads, held --serve-hold-s (past the service's 30 s deadlines): each status,
+                        /health's latency, the client's latency and failures, the service's RSS
+  conn-flood     [42.8] the room's per-source connection limit plus 10 connections from one address, held open,
+                        then a health check on each: how many were answered
+  guesses        [42.8] an exercise (its truth file, as serve-pair writes it) and one session submitting its guess
+                        --guess-clicks times, A and B in turn: lines and bytes in the votes file; a new exercise's
+                        guess goes to a file of its own
 
 Each attack is bounded (--attack-s, and its own size flags); after it, the script waits until the victim finished a
 Step it started after the attack ended (at most --settle-s): that Step counts for the attack. Per attack: the
@@ -153,7 +181,7 @@ def run_attack(h: Harness, attack: Attack, cfg: Config, goals: Goals) -> dict:
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(prog="python scripts/room_attacks.py", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--attacks", default="", help=f"comma-separated, all by default: {', '.join(BY_NAME)}")
     parser.add_argument("--replicas", type=int, default=2)
     parser.add_argument("--quick", action="store_true", help="each attack tiny (seconds): checks the script, measures nothing")
@@ -172,6 +200,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--settle-s", type=float, default=None, help="the longest to wait after an attack for the victim's next Step")
     parser.add_argument("--spam-per-s", type=float, default=None, help="Steps a second on a finished run (run-flood)")
     parser.add_argument("--frame-names", type=int, default=None, help="names in the backmsgs attack's file_urls_request")
+    parser.add_argument("--hog-sessions", type=int, default=None, help="the most sessions the kv-hog opens")
+    parser.add_argument("--races", type=int, default=None, help="races back to back (race)")
+    parser.add_argument("--race-new-tokens", type=int, default=None, help="each race's max new tokens")
+    parser.add_argument("--serve-slow-conns", type=int, default=None, help="slowloris connections to the service (serve)")
+    parser.add_argument("--guess-clicks", type=int, default=None, help="one session's guesses in the exercise (guesses)")
+    parser.add_argument("--serve-hold-s", type=float, default=None, help="how long serve's slow connections and unread stream are held")
     parser.add_argument("--keep-log", default=None, metavar="DIR", help="copy each room's log (the replicas' output) here")
     parser.add_argument("--timeout-s", type=float, default=4 * 3600, help="give up after this long")
     args = parser.parse_args(argv)
@@ -192,7 +226,8 @@ def _name_value(text: str) -> tuple[str, str]:
 
 def config_from(args) -> Config:
     cfg = Config.quick() if args.quick else Config()
-    for name in ("victim_every_s", "followers", "clears", "guess_s", "memory_sessions", "attack_s", "settle_s", "spam_per_s", "max_prompt_tokens", "frame_names"):
+    for name in ("victim_every_s", "followers", "clears", "guess_s", "memory_sessions", "attack_s", "settle_s", "spam_per_s", "max_prompt_tokens", "frame_names",
+                 "hog_sessions", "races", "race_new_tokens", "serve_slow_conns", "serve_hold_s", "guess_clicks"):
         if getattr(args, name) is not None:
             setattr(cfg, name, getattr(args, name))
     return cfg

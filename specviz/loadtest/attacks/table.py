@@ -63,6 +63,29 @@ def describe(name: str, o: dict) -> str:
     if name == "uploads":
         return (f"{g('upload_mb')} MB PUTs under made-up ids: {o.get('made_up', '?')}; under minted ids: {o.get('minted', '?')}; "
                 f"60 MB declared: {g('over_largest')}; 10 MB declared on the race page: {g('over_race_cap')}")  # fmt: skip
+    if name == "kv-hog":
+        new, extra = o.get("newcomer") or {}, o.get("extra") or {}
+
+        def said(got: dict, ran: str) -> str:  # a refusal's first clause says which rule refused it
+            return "?" if not got else ran if got.get("ran") else "was refused: " + str(got.get("message")).split(";")[0][:160]
+
+        return (f"one address: {g('hog_sessions')} sessions until the budget ({g('budget', ',')} KV tokens) refused one; another address's run "
+                f"{said(new, 'ran')}; the hog's next {said(extra, 'ran (over its share)')}; {g('hogs_stepped_again')} of its sessions stepped again "
+                f"(said: {(o.get('hog_said_after') or ['nothing'])[0].split(';')[0][:120]})")  # fmt: skip
+    if name == "race":
+        return f"{g('races')} races of {g('new_tokens')} new tokens back to back on r1 (seconds each: {o.get('race_s', '?')}); the page said: {(o.get('said') or ['nothing'])[0][:100]}"
+    if name == "serve":
+        v = o.get("victim") or {}
+        return (f"no key {g('no_key')}, wrong key {g('wrong_key')}, 100 MB declared {g('huge_body')}, a form post {g('form_post')}, 5,000 digits "
+                f"{g('huge_integer')}; {g('slow_conns')} slowloris connections for {g('hold_s')} s: {g('slow_closed')} closed by the server "
+                f"(last after {g('slow_closed_after_s')} s), {g('slow_held')} still open; a stream nobody reads: {g('stalled_reader')}; /health "
+                f"{g('health_s')} s; the service's victim p50 / p95 / max {v.get('p50')} / {v.get('p95')} / {v.get('max')} s ({v.get('failures')} failed); "
+                f"RSS {g('rss_before_mb', ',.0f')} → {g('rss_peak_mb', ',.0f')} MB")  # fmt: skip
+    if name == "conn-flood":
+        return f"{g('connections')} connections held open from one address (limit {g('limit')}): {g('answered')} answered, {g('refused')} closed unanswered"
+    if name == "guesses":
+        own = {True: "a file of its own", False: "the OLD file", None: "?"}[o.get("new_exercise_own_file")]
+        return f"one session submitted its guess {g('clicks')} times (A, B, A, ...) in {g('seconds')} s: {g('lines')} line(s), {g('bytes')} bytes in the exercise's votes file; a new exercise's guess went to {own}"
     return json.dumps(o)[:160]
 
 
