@@ -85,20 +85,20 @@ class ServiceVictim:
 
 
 def _trickle(port: int, hold_s: float, stop: threading.Event, out: dict) -> None:
-    """A slowloris connection: a head one byte every few seconds, never finished; when did the server close it."""
+    """A slowloris connection: a head one byte every 2 s, never finished. out (this connection's own): "held" when it
+    was still open after hold_s, else "closed_after_s" (the server let it go)."""
     t0 = time.monotonic()
     try:
         with socket.create_connection(("127.0.0.1", port), timeout=5) as s:
             for byte in b"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Slow: " + b"a" * 10_000:
                 if stop.is_set() or time.monotonic() - t0 > hold_s:
-                    out["held"] = out.get("held", 0) + 1
+                    out["held"] = True
                     return
                 s.sendall(bytes([byte]))
                 stop.wait(2.0)
     except OSError:
         pass
-    out["closed_by_server"] = out.get("closed_by_server", 0) + 1
-    out.setdefault("closed_after_s", []).append(round(time.monotonic() - t0, 1))
+    out["closed_after_s"] = round(time.monotonic() - t0, 1)
 
 
 def _stalled_reader(port: int, key: str, hold_s: float) -> str:
@@ -176,9 +176,9 @@ def _attack(port: int, key: str, pid: int, cfg: Config) -> dict:
         "form_post": exchange(port, _head("POST", "/v1/chat/completions", b"a=1", ("Content-Type: application/x-www-form-urlencoded", auth))),
         "huge_integer": exchange(port, _head("POST", "/v1/chat/completions", b'{"model": "x", "max_tokens": ' + b"9" * 5000 + b"}", (json_type, auth))),
     }  # fmt: skip
-    slow: dict = {}
+    slow: list[dict] = [{} for _ in range(cfg.serve_slow_conns)]
     stop = threading.Event()
-    trickles = [threading.Thread(target=_trickle, args=(port, cfg.serve_hold_s, stop, slow), daemon=True) for _ in range(cfg.serve_slow_conns)]
+    trickles = [threading.Thread(target=_trickle, args=(port, cfg.serve_hold_s, stop, mine), daemon=True) for mine in slow]
     for t in trickles:
         t.start()
     stalled: dict = {}
@@ -197,8 +197,8 @@ def _attack(port: int, key: str, pid: int, cfg: Config) -> dict:
     stop_rss.set()
     sampler.join(timeout=5)
     out.update(
-        slow_conns=cfg.serve_slow_conns, hold_s=cfg.serve_hold_s, slow_closed=slow.get("closed_by_server", 0), slow_held=slow.get("held", 0),
-        slow_closed_after_s=max(slow.get("closed_after_s", [0.0])), stalled_reader=stalled.get("result"), victim=victim.stats(),
+        slow_conns=cfg.serve_slow_conns, hold_s=cfg.serve_hold_s, slow_closed=sum("closed_after_s" in x for x in slow), slow_held=sum(bool(x.get("held")) for x in slow),
+        slow_closed_after_s=max((x["closed_after_s"] for x in slow if "closed_after_s" in x), default=None), stalled_reader=stalled.get("result"), victim=victim.stats(),
         rss_before_mb=round(rss[0], 1) if rss else None, rss_peak_mb=round(max(rss), 1) if rss else None,
     )  # fmt: skip
     return out
