@@ -2,7 +2,7 @@
 beside them: what each attack does to another participant, to the replicas' memory and threads, and to the
 presenter's followers; and `specviz serve` as anyone on the network reaches it.
 
-    python scripts/room_attacks.py --json attacks.json          # every attack (about 15 minutes on a quiet 2-core machine)
+    python scripts/room_attacks.py --json attacks.json          # every attack (15-20 minutes on a quiet 2-core machine)
     python scripts/room_attacks.py --attacks clear-cache,key-guess
     python scripts/room_attacks.py --quick                      # each attack tiny: checks the script, measures nothing
 
@@ -12,7 +12,7 @@ attack, issue 42's rows (42.1 backmsgs ... 42.8 conn-flood) among them:
 
     python scripts/room_attacks.py --json attacks.json --rss-budget-mb 3500 --owner-env SPECVIZ_MAX_KV_TOKENS=40000
     python scripts/room_attacks.py --attacks backmsgs,uploads,kv-hog,race,serve,conn-flood,guesses --json attacks-42.json \\
-        --rss-budget-mb 3500 --owner-env SPECVIZ_MAX_KV_TOKENS=40000          # issue 42's rows only
+        --rss-budget-mb 3500 --owner-env SPECVIZ_MAX_KV_TOKENS=40000          # issue 42's rows only (about 10 minutes)
 
 Replace the rows of the attacks you ran (their first cell: item and name) and the conditions line above them; say in
 the text when the machine was loaded. Rows the script does not produce (42.8's session-cap, race-file and secrets:

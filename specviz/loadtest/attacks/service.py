@@ -102,7 +102,8 @@ def _trickle(port: int, hold_s: float, stop: threading.Event, out: dict) -> None
 
 
 def _stalled_reader(port: int, key: str, hold_s: float) -> str:
-    """A long stream whose client never reads: still open after hold_s, or dropped by the server."""
+    """A long stream whose client never reads (a 2 KB receive buffer), read only after hold_s: "still open" (its slot
+    held), "dropped by the server" (the write deadline), or "finished" (the buffers held the whole stream)."""
     s = socket.socket()
     s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 2048)
     s.settimeout(5)
@@ -112,10 +113,11 @@ def _stalled_reader(port: int, key: str, hold_s: float) -> str:
         s.sendall(_head("POST", "/v1/completions", body, ("Content-Type: application/json", f"Authorization: Bearer {key}")))
         time.sleep(hold_s)
         s.setblocking(False)
-        try:  # read what the buffers hold; a dropped connection ends in EOF or a reset
-            while True:
-                if not s.recv(1 << 20):
-                    return "dropped by the server"
+        got = b""
+        try:  # read what the buffers hold; a connection the server ended reads as EOF, or a reset when it aborted it
+            while chunk := s.recv(1 << 20):
+                got += chunk
+            return "finished" if b"[DONE]" in got else "dropped by the server"
         except BlockingIOError:
             return "still open"
         except OSError:

@@ -12,8 +12,9 @@ from specviz.loadtest.attacks.harness import ATTACKER_SOURCE, NEWCOMER_SOURCE, C
 from specviz.loadtest.protocol import StSession
 from specviz.workshop.budgets import IDLE_S
 
-# A hog's run: a short prompt at 256 new tokens, about 2 x 300 KV tokens with the session's plain baseline; the
-# kv-hog room's budget (catalogue.KV_HOG_BUDGET) holds about four of them and the victim's run: one address fills it.
+# A hog's run: a short prompt at 256 new tokens, about 400 KV tokens with the session's plain baseline (three held
+# 1,196 in a --quick run); the kv-hog room's budget (catalogue.KV_HOG_BUDGET) holds a few of them beside the victim's
+# runs, so one address fills it, while a newcomer's run stays within a third of it (its fair share).
 HOG_QUERY = {"prompt": "Write a Python function that reverses a string.", "drafter": "ngram", "seed": "7", "max_new_tokens": "256"}
 
 
