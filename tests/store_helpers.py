@@ -71,6 +71,8 @@ class RedisServer:
                     s.recv(16)
             except OSError:
                 pass
+        else:
+            self.process.terminate()  # no save points: it exits without writing
         try:
             self.process.wait(timeout=5)
         except subprocess.TimeoutExpired:
@@ -128,3 +130,27 @@ def room_store(store_env):
     from specviz.workshop.store import open_store
 
     return open_store(store_env)
+
+
+def backdate(store, name: str, seconds: float) -> None:
+    """Make a blob's mtime `seconds` ago, on either backend (a test's way to age a saved run)."""
+    from specviz.workshop.store.directory import DirectoryStore
+
+    stamp = time.time() - seconds
+    if isinstance(store, DirectoryStore):
+        os.utime(store.root / name, (stamp, stamp))
+    else:
+        assert store.client.zadd(f"{store.prefix}index", {name: stamp}, xx=True, ch=True) == 1
+
+
+def stems(store, suffix: str = ".json") -> set[str]:
+    """The names in the store ending in suffix, without it (saved runs' tokens)."""
+    return {e.name[: -len(suffix)] for e in store.entries(suffix=suffix)}
+
+
+def present(store, token: str) -> None:
+    """The room presents this run (a presentation written into the store as PresentationStore writes it)."""
+    from specviz.workshop.presentation import FILE_NAME, Presentation, new_id
+
+    now = time.time()
+    store.put(FILE_NAME, Presentation(id=new_id(), run=token, started_at=now, holder=new_id(), heartbeat=now).to_json().encode())

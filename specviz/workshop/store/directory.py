@@ -68,6 +68,13 @@ class DirectoryStore:
             return False
         return True
 
+    def stat(self, name: str) -> Entry | None:
+        try:
+            info = self._path(name).stat()
+        except FileNotFoundError:
+            return None
+        return Entry(name, info.st_size, info.st_mtime)
+
     def entries(self, prefix: str = "", suffix: str = "") -> list[Entry]:
         """Files named prefix*suffix, oldest first. A temporary file no longer being written (a writer that died
         mid-write) is garbage: it goes here."""

@@ -40,7 +40,7 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Protocol
 
-_NAME = re.compile(r"\.?[A-Za-z0-9][A-Za-z0-9._-]{0,159}")
+_NAME = re.compile(r"\.?[A-Za-z0-9_-][A-Za-z0-9._-]{0,159}")
 LOCK_TIMEOUT_S = 10.0  # how long lock() waits for another holder before it gives up (StoreUnavailable)
 
 
@@ -86,6 +86,10 @@ class Store(Protocol):
 
     def touch(self, name: str, ttl_s: float | None = None) -> bool:
         """Mark a blob as used now (its mtime; its TTL restarts); False when there is none."""
+        ...
+
+    def stat(self, name: str) -> Entry | None:
+        """One blob's entry (its size and mtime), or None when there is none."""
         ...
 
     def entries(self, prefix: str = "", suffix: str = "") -> list[Entry]:

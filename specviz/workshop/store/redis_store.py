@@ -149,6 +149,16 @@ class RedisStore:
         with self._reachable():
             return bool(self._touch(keys=[self._key("b", name), f"{self.prefix}index"], args=[time.time(), name, _ms(ttl_s) if ttl_s else 0]))
 
+    def stat(self, name: str) -> Entry | None:
+        key = self._key("b", name)
+        with self._reachable():
+            pipe = self.client.pipeline(transaction=True)
+            pipe.exists(key)
+            pipe.strlen(key)
+            pipe.zscore(f"{self.prefix}index", name)
+            exists, size, mtime = pipe.execute()
+        return Entry(name, int(size), float(mtime or 0.0)) if exists else None
+
     def entries(self, prefix: str = "", suffix: str = "") -> list[Entry]:
         with self._reachable():
             flat = self._entries(keys=[f"{self.prefix}index"], args=[prefix, suffix, f"{self.prefix}b:"])
