@@ -203,3 +203,41 @@ def test_a_dead_writers_temporary_file_is_cleared_and_a_live_one_is_left(tmp_pat
     os.utime(stale, (old, old))
     assert [e.name for e in s.entries(suffix=".json")] == ["a.json"]  # never listed as a blob
     assert not stale.exists() and fresh.exists()  # another replica's write in progress stays
+
+
+def test_a_watch_wakes_on_each_change_and_is_closed(room_store):
+    s = room_store
+    watch = s.watch(["room.presentation", "room.race"])
+    try:
+        stamp = watch.wait(s.stamp("room.presentation", "room.race"), 0.05)  # nothing yet: the same stamp back
+        assert stamp == s.stamp("room.presentation", "room.race")
+        for name in ("room.presentation", "room.race"):
+            waiting, woke = threading.Event(), []
+
+            def follower(since=stamp, waiting=waiting, woke=woke):
+                waiting.set()
+                woke.append(watch.wait(since, 10))
+
+            thread = threading.Thread(target=follower)
+            thread.start()
+            waiting.wait(5)
+            s.put(name, b"new")
+            thread.join(10)
+            assert woke and woke[0] != stamp
+            stamp = woke[0]
+    finally:
+        watch.close()
+
+
+@needs_redis
+def test_a_watch_that_lost_redis_says_so_and_subscribes_again(redis_server):
+    s = open_store({"SPECVIZ_STORE": redis_server.url})
+    watch = s.watch(["room.presentation"])
+    since = watch.wait(None, 0.05)
+    redis_server.stop()
+    with pytest.raises(StoreUnavailable):
+        watch.wait(since, 0.2)
+    redis_server.start()
+    s.put("room.presentation", b"back")
+    assert watch.wait(since, 5) != since
+    watch.close()
