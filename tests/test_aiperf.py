@@ -71,7 +71,7 @@ def test_aiperf_reads_the_acceptance_length_and_histogram_specviz_records(aiperf
     assert s["spec_decode_token_weighted_acceptance_length"]["avg"] == pytest.approx(1 + accepted / steps)
     assert s["spec_decode_draft_acceptance_rate"]["avg"] == pytest.approx(100 * sum(t.acceptance_rate for t in totals) / len(totals))
     assert s["spec_decode_overall_draft_acceptance_rate"]["avg"] == pytest.approx(100 * accepted / drafted)
-    assert s["total_spec_decode_steps"]["avg"] == steps
+    assert (s["total_spec_decode_steps"]["avg"], s["total_accepted_draft_tokens"]["avg"], s["total_draft_tokens"]["avg"]) == (steps, accepted, drafted)
     pooled = pooled_histogram(m.acceptance_histogram for m in mine)
     assert result.pooled_histogram == {j: n for j, n in enumerate(pooled) if n}
     assert "Spec Decode" in result.console and "Acceptance Length" in result.console
