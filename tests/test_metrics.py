@@ -166,7 +166,12 @@ def test_vllm_spec_decode_object_by_hand():
     assert steps.accepted_by_position == tuple(p.accepted for p in position_acceptance(RECORDS)) == (3, 2, 1, 1)
     # k comes from the service when no round drafted; the histogram always has k + 1 bins
     assert SpecDecodeSteps.of([RECORDS[3]], 4).to_json()["acceptance_histogram"] == [0, 0, 0, 0, 0]
-    assert SpecDecodeSteps.of([], 3).to_json()["mean_acceptance_length"] is None
+    # no verify step: vLLM's wire values 1.0 and 0.0 beside an all-zero histogram, never null (aiperf 0.13.0 drops a
+    # null as malformed; its adapter's own test takes this shape from vLLM PR #48915); the run's metrics stay undefined
+    empty = SpecDecodeSteps.of([], 3)
+    assert empty.to_json() == {"mean_acceptance_length": 1.0, "draft_acceptance_rate": 0.0, "acceptance_histogram": [0, 0, 0, 0],
+                               "num_spec_steps": 0, "num_accepted_draft_tokens": 0, "num_draft_tokens": 0, "num_spec_tokens": 3}  # fmt: skip
+    assert empty.totals.mean_acceptance_length is None and empty.totals.acceptance_rate is None
 
 
 def test_a_tree_step_counts_its_kept_path_as_accepted_and_its_nodes_as_drafted():

@@ -95,6 +95,11 @@ def test_server_report_shapes_and_pooling():
     assert (sglang.acceptance_length, sglang.acceptance_rate, sglang.verify_steps) == (2.5, 0.5, 4)  # derived from its counts
     bad = server_report({"metrics": {"speculative_decoding": {"mean_acceptance_length": "2", "num_spec_steps": -1, "acceptance_histogram": [1, "x"]}}})
     assert bad.acceptance_length is None and bad.verify_steps is None and bad.histogram == (1,)
+    idle = {"mean_acceptance_length": 1.0, "draft_acceptance_rate": 0.0, "acceptance_histogram": [0, 0, 0], "num_spec_steps": 0,
+            "num_accepted_draft_tokens": 0, "num_draft_tokens": 0, "num_spec_tokens": 2}  # fmt: skip
+    idle = server_report({"metrics": {"speculative_decoding": idle}})  # no verify step: vLLM's 1.0 and 0.0 measure nothing
+    assert (idle.acceptance_length, idle.acceptance_rate, idle.verify_steps) == (None, None, 0)
+    assert pooled_acceptance_length([idle, ServerReport("s", 3.0, verify_steps=2)]) == pytest.approx(3.0)
     a, b = ServerReport("s", 2.0, verify_steps=1), ServerReport("s", 4.0, verify_steps=3)
     assert pooled_acceptance_length([a, b]) == pytest.approx(3.5)  # weighted by verify steps
     assert pooled_acceptance_length([a, ServerReport("s", 4.0), None]) == pytest.approx(3.0)  # a plain mean without them

@@ -276,11 +276,12 @@ class SpecDecodeSteps:
         return tuple(sum(hist[i + 1 :]) for i in range(len(hist) - 1))
 
     def to_json(self, detailed: bool = False) -> dict:
-        """vLLM's object, field for field (per_step_* only when detailed); rates None before any verify step."""
-        totals = self.totals
+        """vLLM's object, field for field (per_step_* only when detailed). Before any verify step vLLM sends 1.0 and 0.0
+        (nothing accepted), never null: aiperf drops a null as a malformed payload. Totals' own rates stay None there."""
+        totals, stepped = self.totals, self.num_spec_steps > 0
         out = {
-            "mean_acceptance_length": totals.mean_acceptance_length,  # 1 + accepted / verify steps: the bonus token counted
-            "draft_acceptance_rate": totals.acceptance_rate,  # accepted / drafted
+            "mean_acceptance_length": totals.mean_acceptance_length if stepped else 1.0,  # 1 + accepted / verify steps: the bonus token counted
+            "draft_acceptance_rate": totals.acceptance_rate if stepped else 0.0,  # accepted / drafted
             "acceptance_histogram": list(self.acceptance_histogram),
             "num_spec_steps": self.num_spec_steps,
             "num_accepted_draft_tokens": self.num_accepted_draft_tokens,

@@ -123,10 +123,12 @@ def server_report(fields: dict, completion_tokens: int | None = None) -> ServerR
     with "meta_info" also looked for in usage), the first shape found: vLLM's, SGLang's, llama.cpp's, specviz's."""
     vllm = (fields.get("metrics") or {}).get("speculative_decoding") if isinstance(fields.get("metrics"), dict) else None
     if isinstance(vllm, dict):
-        hist = vllm.get("acceptance_histogram")
+        hist, steps = vllm.get("acceptance_histogram"), _count(vllm.get("num_spec_steps"))
+        measured = steps != 0  # no verify step: vLLM's 1.0 and 0.0 are placeholders, not a measured length and rate
         return ServerReport(
-            "vLLM metrics.speculative_decoding", _num(vllm.get("mean_acceptance_length")), _num(vllm.get("draft_acceptance_rate")),
-            _count(vllm.get("num_spec_steps")), _count(vllm.get("num_accepted_draft_tokens")), _count(vllm.get("num_draft_tokens")),
+            "vLLM metrics.speculative_decoding", _num(vllm.get("mean_acceptance_length")) if measured else None,
+            _num(vllm.get("draft_acceptance_rate")) if measured else None,
+            steps, _count(vllm.get("num_accepted_draft_tokens")), _count(vllm.get("num_draft_tokens")),
             tuple(h for h in hist if _count(h) is not None) if isinstance(hist, list) else (),
         )  # fmt: skip
     usage = fields.get("usage") if isinstance(fields.get("usage"), dict) else {}
