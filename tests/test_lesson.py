@@ -1,6 +1,6 @@
 """The 45-minute lesson: the task table and the doc agree, every task's page draws its checklist, the room's counting
 store (one mark per session per task, unticking takes it back, bounded, hostile files read as empty, gone with the
-presentation; on both backends of the room's store: tests/room_backends.py), ticking a task in the app (AppTest on
+presentation; on both backends of the room's store: tests/store_helpers.py), ticking a task in the app (AppTest on
 the theory page, shared mode, a live presentation), and the board's counts."""
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ def live_presentation(root) -> str:
 
 
 def marks_of(marks: LessonMarks, pid: str) -> bytes | None:
-    return marks.files.get(marks_name(pid), 10 * lesson.MAX_FILE_BYTES)
+    return marks.store.get(marks_name(pid), 10 * lesson.MAX_FILE_BYTES)
 
 
 # --- one table, one doc ----------------------------------------------------------------------------------------
@@ -77,8 +77,8 @@ def test_every_task_belongs_to_a_page_that_draws_its_checklist():
 # --- the counting store ------------------------------------------------------------------------------------------
 
 
-def test_one_mark_per_session_per_task_and_unticking_takes_it_back(room_where):
-    marks, pid = LessonMarks(room_where), live_presentation(room_where)
+def test_one_mark_per_session_per_task_and_unticking_takes_it_back(room_store):
+    marks, pid = LessonMarks(room_store), live_presentation(room_store)
     alice, bob = digest(), digest()
     for _ in range(5):  # the same session again and again: still one
         assert marks.record(pid, alice, {1, 2})
@@ -90,8 +90,8 @@ def test_one_mark_per_session_per_task_and_unticking_takes_it_back(room_where):
     assert alice.encode() in marks_of(marks, pid) and b"secret" not in marks_of(marks, pid)
 
 
-def test_what_a_session_can_write_is_checked(room_where):
-    marks, pid = LessonMarks(room_where), live_presentation(room_where)
+def test_what_a_session_can_write_is_checked(room_store):
+    marks, pid = LessonMarks(room_store), live_presentation(room_store)
     with pytest.raises(ValueError):
         marks.record(pid, "not a digest", {1})
     with pytest.raises(ValueError):
@@ -100,9 +100,9 @@ def test_what_a_session_can_write_is_checked(room_where):
         marks.record("../../etc/passwd", digest(), {1})
 
 
-def test_the_marks_are_bounded_however_many_sessions_come(room_where, monkeypatch):
+def test_the_marks_are_bounded_however_many_sessions_come(room_store, monkeypatch):
     monkeypatch.setattr(lesson, "MAX_MARKS_PER_TASK", 3)
-    marks, pid = LessonMarks(room_where), live_presentation(room_where)
+    marks, pid = LessonMarks(room_store), live_presentation(room_store)
     fitted = [marks.record(pid, digest(), {1, 2, 3, 4, 5}) for _ in range(10)]
     assert fitted == [True] * 3 + [False] * 7
     assert set(marks.counts(pid).values()) == {3}
@@ -131,24 +131,24 @@ def test_a_full_file_fits_the_read_limit():
         b'{"1": []}' + b" " * (lesson.MAX_FILE_BYTES + 1),  # too large
     ],
 )
-def test_a_damaged_or_hostile_file_reads_as_empty_and_is_replaced(room_where, content, caplog):
-    marks, pid = LessonMarks(room_where), live_presentation(room_where)
-    marks.files.put(marks_name(pid), content)
+def test_a_damaged_or_hostile_file_reads_as_empty_and_is_replaced(room_store, content, caplog):
+    marks, pid = LessonMarks(room_store), live_presentation(room_store)
+    marks.store.put(marks_name(pid), content)
     assert set(marks.counts(pid).values()) == {0}
     assert "damaged" in caplog.text or "too large" in caplog.text
     marks.record(pid, digest(), {4})
     assert marks.counts(pid)[4] == 1 and len(marks_of(marks, pid)) < 100
 
 
-def test_the_marks_go_with_the_presentation(room_where):
-    room = PresentationStore(room_where)
+def test_the_marks_go_with_the_presentation(room_store):
+    room = PresentationStore(room_store)
     first, _ = room.start(secrets.token_urlsafe(16), 1)
-    LessonMarks(room_where).record(first.id, digest(), {1})
+    LessonMarks(room_store).record(first.id, digest(), {1})
     second, _ = room.start(secrets.token_urlsafe(16), 1, new_board=True)  # a new board: the old marks go
-    assert marks_of(LessonMarks(room_where), first.id) is None
-    LessonMarks(room_where).record(second.id, digest(), {1})
+    assert marks_of(LessonMarks(room_store), first.id) is None
+    LessonMarks(room_store).record(second.id, digest(), {1})
     assert room.stop(second.id)
-    assert marks_of(LessonMarks(room_where), second.id) is None
+    assert marks_of(LessonMarks(room_store), second.id) is None
 
 
 # --- in the app ---------------------------------------------------------------------------------------------------

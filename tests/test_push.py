@@ -126,12 +126,13 @@ def test_outside_a_streamlit_server_there_is_no_push():
 
 
 @pytest.mark.parametrize("version", [1, 5])
-def test_the_stamp_changes_with_every_write(tmp_path, version):
+def test_the_stamp_changes_with_every_write(room_store, version):
     from specviz.workshop.presentation import PresentationStore
 
-    store = PresentationStore(tmp_path)
-    assert store.stamp() is None
+    store = PresentationStore(room_store)
+    none = store.stamp()
     p, _ = store.start("A" * 22, rounds=1)
+    assert store.stamp() != none
     first = store.stamp()
     for _ in range(version):
         store.update(p.id, p.holder, round=store.read().round + 1)

@@ -66,7 +66,7 @@ def settings() -> Settings:
 
 def room() -> RaceRoom | None:
     runs = run_store()
-    return None if runs is None else RaceRoom(runs.root)
+    return None if runs is None else RaceRoom(runs.store)
 
 
 # --- the race ------------------------------------------------------------------------------------------------

@@ -45,6 +45,7 @@ from specviz.viz.markdown import md_text
 from specviz.workshop.presentation import Presentation, PresentationStore
 from specviz.workshop.resources import cached, singleton
 from specviz.workshop.saved_runs import SavedRun, SavedRunError
+from specviz.workshop.store import Store
 
 log = logging.getLogger(__name__)
 
@@ -237,16 +238,16 @@ def watch() -> None:
     st.fragment(_tick, run_every=every)()
 
 
-def _process_watcher(root: str) -> push.PresentationWatcher:
-    """The one watcher of this process's run directory (specviz.ui.room.push): made once per process, its thread started
+def _process_watcher(store: Store) -> push.PresentationWatcher:
+    """The one watcher of this process's room store (specviz.ui.room.push): made once per process, its thread started
     once, never again (a process singleton, which no client message can clear). It waits for Steps only."""
 
     def build() -> push.PresentationWatcher:
-        room = PresentationStore(root)
-        changes = room.changes()  # pub/sub on Redis, a poll of the file's stamp on a run directory
-        return push.PresentationWatcher(changes.stamp, room.read, page_key, steps_in_flight, wait=changes.wait)
+        room = PresentationStore(store)
+        wait = room.wait if room.announced else None  # Redis: woken by pub/sub; a run directory: a poll of the stamp
+        return push.PresentationWatcher(room.stamp, room.read, page_key, steps_in_flight, wait=wait)
 
-    return singleton(("presentation-watcher", root), build)
+    return singleton(("presentation-watcher", store.description), build)
 
 
 def _watcher() -> push.PresentationWatcher | None:
@@ -254,7 +255,7 @@ def _watcher() -> push.PresentationWatcher | None:
     runs = run_store()
     if runs is None or not push.available():
         return None
-    return _process_watcher(str(runs.root))
+    return _process_watcher(runs.store)
 
 
 def _register(p: Presentation) -> bool:
