@@ -9,7 +9,7 @@ import pytest
 
 from specviz.workshop.store import StoreUnavailable, check_name, open_store
 from specviz.workshop.store.directory import DirectoryStore
-from tests.store_helpers import needs_redis
+from tests.store_helpers import RedisServer, needs_redis
 
 
 def test_blobs_put_get_delete_and_list(room_store):
@@ -157,3 +157,35 @@ def test_an_unreachable_redis_says_so_without_its_password(redis_server):
     text = str(err.value)
     assert "unreachable" in text and f"127.0.0.1:{redis_server.port}/0" in text and "hunter2" not in text
     assert isinstance(err.value, OSError)
+
+
+@needs_redis
+def test_a_password_in_the_url_is_used_and_never_shown(tmp_path):
+    server = RedisServer(tmp_path / "redis", password="s3cret-pass")
+    server.start()
+    try:
+        assert "s3cret-pass" in server.url
+        good = open_store({"SPECVIZ_STORE": server.url})
+        good.put("a.json", b"1")
+        assert good.get("a.json", 10) == b"1" and "s3cret-pass" not in good.description
+        wrong = open_store({"SPECVIZ_STORE": server.url.replace("s3cret-pass", "guess")})
+        with pytest.raises(OSError) as err:
+            wrong.get("a.json", 10)
+        assert "guess" not in str(err.value) and "s3cret-pass" not in str(err.value) and "Redis at 127.0.0.1" in str(err.value)
+    finally:
+        server.stop(save=False)
+
+
+@needs_redis
+def test_a_full_redis_says_the_store_is_full(tmp_path):
+    server = RedisServer(tmp_path / "redis", args=("--maxmemory", "2mb", "--maxmemory-policy", "noeviction"))
+    server.start()
+    try:
+        store = open_store({"SPECVIZ_STORE": server.url})
+        with pytest.raises(OSError, match="is full: Redis reached its maxmemory") as err:
+            for i in range(100):
+                store.put(f"run-{i}.json", b"x" * 100_000)
+        assert not isinstance(err.value, StoreUnavailable) and err.value.errno is None
+        assert store.get("run-0.json", 10) == b"x" * 11  # reads still work
+    finally:
+        server.stop(save=False)

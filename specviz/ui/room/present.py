@@ -172,7 +172,12 @@ def key_given(widget: str = "present_key", say: Callable[[str, str], None] | Non
     if runs is None:
         say("error", "Presenting needs this server's run directory, and it is not set up.")
         return False
-    verdict = KeyGuard(runs.root).attempt(given, presenter_key_setting(), current_client().address)
+    try:
+        verdict = KeyGuard(runs.store).attempt(given, presenter_key_setting(), current_client().address)
+    except OSError as exc:  # the room's store is away: the limits cannot be kept, so no key is checked
+        log.warning("room: the presenter key could not be checked: %s", exc)
+        say("error", f"The presenter key cannot be checked right now ({write_problem(exc)}). Try again in a moment.")
+        return False
     if verdict.outcome == "ok":
         return True
     if verdict.outcome == "locked":

@@ -13,7 +13,9 @@ Keys, under the prefix ``specviz:`` (one room per Redis database; the URL's /N p
 
 Writes to one name are one MULTI/EXEC or one Lua script: a reader sees a write whole or not at all. mtimes are this
 host's time.time(), as the callers compare them with (keep the hosts' clocks in step: NTP). Connection errors and
-timeouts become StoreUnavailable naming the store (host, port, database: never the password).
+timeouts become StoreUnavailable naming the store (host, port, database: never the password); a Redis at its
+maxmemory (run it with ``maxmemory-policy noeviction``: specviz evicts, Redis must not drop keys by itself) refuses
+writes, an OSError that says the store is full.
 """
 
 from __future__ import annotations
@@ -111,6 +113,11 @@ class RedisStore:
             yield
         except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError) as exc:
             raise StoreUnavailable(f"the room's store ({self.description}) is unreachable ({_reason(exc)}); specviz tries again") from None
+        except redis.exceptions.ResponseError as exc:
+            said = str(exc).rpartition("caused error: ")[2]  # a pipeline's error names the command and its key: not shown
+            if "maxmemory" in said or said.startswith("OOM"):  # noeviction at maxmemory: writes refused, reads work
+                raise OSError(f"the room's store ({self.description}) is full: Redis reached its maxmemory (tell the person running it)") from None
+            raise OSError(f"the room's store ({self.description}) refused the operation ({_reason(said)})") from None
 
     def _changed(self, pipe: redis.client.Pipeline, name: str) -> None:
         """Queue the name's stamp bump and its notice."""
@@ -284,6 +291,6 @@ def _ms(seconds: float) -> int:
     return max(1, int(seconds * 1000))
 
 
-def _reason(exc: BaseException) -> str:
+def _reason(exc: BaseException | str) -> str:
     """The client's words, cut short (they can name the host, never the password)."""
     return (str(exc) or type(exc).__name__).splitlines()[0][:160]
