@@ -17,7 +17,7 @@ from specviz.ui.common.navigation import PAGE_SPECS
 from specviz.workshop import lesson
 from specviz.workshop.lesson import TASKS, LessonMarks, marks_name, session_digest
 from specviz.workshop.presentation import PresentationStore
-from tests.test_app_saved_runs import room_env  # noqa: F401  (a fixture: shared mode, a run directory)
+from tests.test_app_saved_runs import room_runs  # noqa: F401  (a fixture: shared mode, the room's store on each backend)
 from tests.test_app_shared import PAGES
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -169,31 +169,33 @@ def tick_task(at: AppTest, number: int, steps: range | None = None) -> AppTest:
     return at
 
 
-def test_ticking_a_task_counts_the_session_once_and_unticking_takes_it_back(room_env):  # noqa: F811
-    pid = live_presentation(room_env)
+def test_ticking_a_task_counts_the_session_once_and_unticking_takes_it_back(room_runs):  # noqa: F811
+    room = room_runs.store
+    pid = live_presentation(room)
     at = theory_page()
     assert any(e.label.startswith("📋 Lesson task 2 of 5: Predict a speedup") for e in at.expander)
     tick_task(at, 2, range(len(TASKS[1].steps) - 1))
-    assert LessonMarks(room_env).counts(pid)[2] == 0  # not every step yet
+    assert LessonMarks(room).counts(pid)[2] == 0  # not every step yet
     tick_task(at, 2, range(len(TASKS[1].steps) - 1, len(TASKS[1].steps)))
-    assert LessonMarks(room_env).counts(pid)[2] == 1
+    assert LessonMarks(room).counts(pid)[2] == 1
     assert any("The room board counts you" in c.value for c in at.caption)
     for _ in range(3):  # reruns, and the same ticks sent again, never count twice
         at.run()
         tick_task(at, 2)
-    assert LessonMarks(room_env).counts(pid) == {1: 0, 2: 1, 3: 0, 4: 0, 5: 0}
+    assert LessonMarks(room).counts(pid) == {1: 0, 2: 1, 3: 0, 4: 0, 5: 0}
     other = tick_task(theory_page(), 2)  # another session counts once more
-    assert LessonMarks(room_env).counts(pid)[2] == 2
+    assert LessonMarks(room).counts(pid)[2] == 2
     other.checkbox(key="lesson_task2_step0").uncheck().run()
-    assert LessonMarks(room_env).counts(pid)[2] == 1
+    assert LessonMarks(room).counts(pid)[2] == 1
 
 
-def test_ticks_made_before_the_presentation_count_once_it_starts(room_env):  # noqa: F811
+def test_ticks_made_before_the_presentation_count_once_it_starts(room_runs):  # noqa: F811
+    room = room_runs.store
     at = tick_task(theory_page(), 2)
-    assert not list(room_env.glob("lesson-*.marks"))  # no presentation: nothing written
-    pid = live_presentation(room_env)
+    assert not room.entries("lesson-", ".marks")  # no presentation: nothing written
+    pid = live_presentation(room)
     at.run()
-    assert LessonMarks(room_env).counts(pid)[2] == 1
+    assert LessonMarks(room).counts(pid)[2] == 1
 
 
 def _board_script(presentation_id: str) -> None:
@@ -202,11 +204,12 @@ def _board_script(presentation_id: str) -> None:
     board._board(presentation_id)
 
 
-def test_the_board_shows_how_many_finished_each_task(room_env):  # noqa: F811
-    pid = live_presentation(room_env)
+def test_the_board_shows_how_many_finished_each_task(room_runs):  # noqa: F811
+    room = room_runs.store
+    pid = live_presentation(room)
     at = AppTest.from_function(_board_script, args=(pid,), default_timeout=60).run()
     assert not at.exception and any("nobody has ticked every step" in c.value for c in at.caption)
-    marks = LessonMarks(room_env)
+    marks = LessonMarks(room)
     for finished in ({1, 2}, {1}, {1, 3}):
         marks.record(pid, digest(), finished)
     at.run()
