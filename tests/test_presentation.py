@@ -10,16 +10,21 @@ from __future__ import annotations
 import errno
 import json
 import os
+import threading
+import time
 from pathlib import Path
 
 import pytest
 
 from specviz.viz.board import board_figure, board_frame, board_table, temperature_band
 from specviz.workshop import presentation as pres
+from specviz.workshop.lesson import LessonMarks, session_digest
 from specviz.workshop.policy import Policy, load_policy
 from specviz.workshop.presentation import FILE_NAME, BoardPoint, Presentation, PresentationStore, heartbeat_every_s, new_id
+from specviz.workshop.race_room import Pair, RaceRoom, voter_id
 from specviz.workshop.saved_runs import RunStore, new_token, write_problem
-from specviz.workshop.store import directory
+from specviz.workshop.store import StoreUnavailable, directory
+from specviz.workshop.store import redis_store as redis_backend
 
 
 def point(fork: str | None = None, **changes) -> BoardPoint:
@@ -242,3 +247,61 @@ def test_the_board_frame_and_figure(tmp_path):
     assert {t.name for t in fig.data if t.mode == "lines"} == {"ceiling, k = 2", "ceiling, k = 4"}
     assert len(board_table(df)) == 3 and temperature_band(1.5) == "T > 1"
     assert len(board_figure(board_frame([])).data) == 0
+
+
+# --- Redis: announced changes, and a store that goes away ----------------------------------------------------------
+
+
+def _subscribed(store, name: str) -> bool:
+    """Whether a client listens for announcements of name's changes (Redis' PUBSUB NUMSUB)."""
+    return dict(store.client.pubsub_numsub(f"{store.prefix}ch:{name}")).get(f"{store.prefix}ch:{name}".encode(), 0) > 0
+
+
+def test_on_redis_a_change_wakes_the_watcher_by_pub_sub_not_by_a_poll(redis_server, monkeypatch):
+    """Followers are told by pub/sub: with the fallback poll pushed out to a minute, a change made by another replica
+    still wakes a waiting watcher at once. Known-bad control: without the announcement the wait would sit out its 30 s."""
+    monkeypatch.setattr(redis_backend, "POLL_S", 60.0)
+    room = PresentationStore(redis_backend.redis_store(redis_server.url))
+    assert room.announced and not PresentationStore(directory.DirectoryStore("/nonexistent")).announced
+    p, _ = room.start(new_token(), 1)
+    since, woke = room.stamp(), {}
+    waiter = threading.Thread(target=lambda: woke.setdefault("stamp", room.wait(since, 30.0)), daemon=True)
+    waiter.start()
+    deadline = time.monotonic() + 10
+    while not _subscribed(room.store, FILE_NAME):  # the watcher listens now (gated, not slept)
+        assert time.monotonic() < deadline and waiter.is_alive(), "the waiter never subscribed"
+        time.sleep(0.01)
+    assert "stamp" not in woke  # nothing changed yet, and the poll is a minute away
+    PresentationStore(redis_backend.redis_store(redis_server.url)).update(p.id, p.holder, round=2)  # another replica moves on
+    waiter.join(10)
+    assert not waiter.is_alive() and woke["stamp"] != since and room.read().round == 2
+
+
+def test_an_unreachable_store_is_said_never_read_as_none_and_nothing_is_lost(redis_server):
+    """Redis goes away mid-room: every read and write of the presentation, the board, the lesson's marks and the
+    exercise raises StoreUnavailable, whose words say the store is unreachable (a page shows them and keeps what it
+    drew; known-bad: a read that took "unreachable" for "no presentation" ended every follower's view). When Redis is
+    back (with its data, as a Redis with persistence), everything done before is there and writes work again."""
+    store = redis_backend.redis_store(redis_server.url)
+    room, marks, race = PresentationStore(store, idle_s=900.0), LessonMarks(store), RaceRoom(store)
+    p, _ = room.start(new_token(), 1)
+    fork = point()
+    room.add_point(p.id, fork)
+    me = session_digest("a secret")
+    marks.record(p.id, me, {1})
+    pair = Pair.new(("http://127.0.0.1:8001/v1", "http://127.0.0.1:8002/v1"), speculating=0, drafter="lookup")
+    race.start_pair(pair)
+    race.guess(pair.id, voter_id("a"), "A")
+    redis_server.stop()
+    calls = [room.read, room.stamp, lambda: room.update(p.id, p.holder, round=2), lambda: room.heartbeat(p.id, p.holder),
+             lambda: room.start(new_token(), 0), lambda: room.stop(p.id), lambda: room.add_point(p.id, point()),
+             lambda: room.points(p.id), lambda: marks.counts(p.id), lambda: marks.record(p.id, me, {1, 2}), race.pair,
+             lambda: race.tally(pair.id), lambda: race.guess(pair.id, voter_id("b"), "B"), lambda: race.reveal(pair.id), race.stamp]  # fmt: skip
+    for call in calls:
+        with pytest.raises(StoreUnavailable) as caught:
+            call()
+        assert "unreachable" in write_problem(caught.value)
+    redis_server.start()
+    assert room.read() == p and [q.fork for q in room.points(p.id)] == [fork.fork]
+    assert marks.counts(p.id)[1] == 1 and race.pair() == pair and race.tally(pair.id) == {"A": 1, "B": 0}
+    assert room.update(p.id, p.holder, round=2).round == 2 and marks.record(p.id, me, {1, 2})
