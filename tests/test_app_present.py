@@ -4,7 +4,8 @@ sessions it opens, never through the URL or session state), following (the prese
 round, read-only controls), fork from here (continues exactly as the presenter's run), the board's point, an
 evicted presented run, a takeover that keeps the board (a new one only when asked), a presenter who reloaded and
 reclaims the presentation, an orphan stopped with the key, a presentation that ends by itself when its presenter's
-page is gone (and a presenter's page that keeps it going), and the idle sweeper that spares a presenter's run. The
+page is gone (and a presenter's page that keeps it going), the idle sweeper that spares a presenter's run, and Redis
+going away mid-room (the presenter presents on, followers keep their view, the room catches up when it is back). The
 room's tests run on both backends of its store (a run directory and a real redis-server: tests/store_helpers.py)."""
 
 from __future__ import annotations
@@ -28,6 +29,14 @@ from tests.test_app_saved_runs import generated, page, room_env, room_runs, toke
 from tests.test_app_shared import PAGES, STATE, click
 
 KEY = "correct horse battery staple"
+
+
+@pytest.fixture()
+def redis_room(redis_server, room_env, monkeypatch):  # noqa: F811
+    """A room on a redis-server of the test's own (stopped and started again mid-test)."""
+    monkeypatch.setenv("SPECVIZ_PRESENTER_KEY", KEY)
+    monkeypatch.setenv("SPECVIZ_STORE", redis_server.url)
+    return redis_server
 
 
 @pytest.fixture()
@@ -276,3 +285,25 @@ def test_the_idle_sweeper_spares_a_live_presenters_run():
     registry.sweep(lambda sid: True, sessions.free_session, gone_after_s=30, idle_after_s=20 * 60)
     assert presenter_state[STEP_THROUGH_KEY].session is not None and not presenter_state[STEP_THROUGH_KEY].freed
     assert other_state[STEP_THROUGH_KEY].session is None and other_state[STEP_THROUGH_KEY].freed
+
+
+def test_while_the_rooms_store_is_away_the_presenter_presents_on_and_followers_keep_their_view(redis_room):
+    """Known-bad before: an unreachable store read as "no presentation", so the presenter was told the presentation
+    ended and every follower dropped to their own run. Now the presenter keeps stepping (the room does not see it yet,
+    and the page says why), a follower keeps the round it drew and says why, and when Redis is back the presenter's
+    poll saves the missed Step and moves the room on to it."""
+    teacher = presenter(steps=2)
+    follower = page()
+    assert shown_rounds(follower) == 2
+    redis_room.stop()
+    click(teacher, "step")  # the Step runs in this replica; the room's store is away
+    assert "unreachable" in texts(teacher) and PRESENTING_KEY in teacher.session_state
+    assert "Your presentation ended" not in texts(teacher)
+    follower.run()
+    assert shown_rounds(follower) == 2 and "you see the presenter's run as it was" in texts(follower)
+    assert "The presenter stopped presenting" not in texts(follower)
+    redis_room.start()
+    teacher.run()  # its poll sends what the store missed
+    assert PresentationStore(RunStore.from_env().store).read().round == 3 and present_ui.PENDING_KEY not in teacher.session_state
+    follower.run()
+    assert shown_rounds(follower) == 3 and "unreachable" not in texts(follower)

@@ -28,6 +28,7 @@ from specviz.ui.common.sessions import session_id_now
 from specviz.ui.room import push
 from specviz.ui.room.fork import VIEW_KEY, on_fork
 from specviz.ui.room.present import (
+    PENDING_KEY,
     SEEN_KEY,
     is_presenter,
     live,
@@ -39,8 +40,9 @@ from specviz.ui.room.present import (
     unreachable,
     unreachable_notice,
 )
-from specviz.ui.room.saved_runs import run_store
+from specviz.ui.room.saved_runs import run_store, save_run
 from specviz.ui.step_through.replay import ReplaySession
+from specviz.ui.step_through.session import page_state
 from specviz.viz.markdown import md_text
 from specviz.workshop.presentation import Presentation, PresentationStore
 from specviz.workshop.resources import cached, singleton
@@ -286,6 +288,9 @@ def _tick() -> None:
     if verdict == "same" and seen[0] == "presenting" and p is not None and mine is not None:
         room = store()
         if room is not None:
+            session = page_state().session
+            if st.session_state.get(PENDING_KEY) and session is not None:
+                save_run(session)  # the Steps the store missed, saved before the room is moved on to them
             move(room, mine, selected_round=selected_round())  # the presenter's inspector (and any move not yet taken)
             try:
                 room.heartbeat(*mine)  # written only when due (presentation.heartbeat_every_s)
