@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 
 import pytest
 
 from specviz.workshop.store import StoreUnavailable, check_name, open_store
-from specviz.workshop.store.directory import DirectoryStore
+from specviz.workshop.store.directory import TMP_GRACE_S, DirectoryStore
 from tests.store_helpers import RedisServer, needs_redis
 
 
@@ -27,6 +28,7 @@ def test_blobs_put_get_delete_and_list(room_store):
     assert s.touch("a.json") and not s.touch("none.json")
     assert [e.name for e in s.entries(suffix=".json")] == ["b.json", "a.json"]  # touched: now the newest
     assert s.size("b.json") == 6 and s.size("none.json") == 0
+    assert s.stat("b.json").size == 6 and abs(s.stat("b.json").mtime - time.time()) < 60 and s.stat("none.json") is None
     assert s.delete("a.json") and not s.delete("a.json")
     assert s.get("a.json", 100) is None
     assert [e.name for e in s.entries(suffix=".json")] == ["b.json"]
@@ -189,3 +191,53 @@ def test_a_full_redis_says_the_store_is_full(tmp_path):
         assert store.get("run-0.json", 10) == b"x" * 11  # reads still work
     finally:
         server.stop(save=False)
+
+
+def test_a_dead_writers_temporary_file_is_cleared_and_a_live_one_is_left(tmp_path):
+    s = DirectoryStore(tmp_path)
+    s.put("a.json", b"{}")
+    stale, fresh = tmp_path / ".tmp-dead.json", tmp_path / ".tmp-busy.json"
+    stale.write_bytes(b"x" * 100)
+    fresh.write_bytes(b"y")
+    old = time.time() - 2 * TMP_GRACE_S
+    os.utime(stale, (old, old))
+    assert [e.name for e in s.entries(suffix=".json")] == ["a.json"]  # never listed as a blob
+    assert not stale.exists() and fresh.exists()  # another replica's write in progress stays
+
+
+def test_a_watch_wakes_on_each_change_and_is_closed(room_store):
+    s = room_store
+    watch = s.watch(["room.presentation", "room.race"])
+    try:
+        stamp = watch.wait(s.stamp("room.presentation", "room.race"), 0.05)  # nothing yet: the same stamp back
+        assert stamp == s.stamp("room.presentation", "room.race")
+        for name in ("room.presentation", "room.race"):
+            waiting, woke = threading.Event(), []
+
+            def follower(since=stamp, waiting=waiting, woke=woke):
+                waiting.set()
+                woke.append(watch.wait(since, 10))
+
+            thread = threading.Thread(target=follower)
+            thread.start()
+            waiting.wait(5)
+            s.put(name, b"new")
+            thread.join(10)
+            assert woke and woke[0] != stamp
+            stamp = woke[0]
+    finally:
+        watch.close()
+
+
+@needs_redis
+def test_a_watch_that_lost_redis_says_so_and_subscribes_again(redis_server):
+    s = open_store({"SPECVIZ_STORE": redis_server.url})
+    watch = s.watch(["room.presentation"])
+    since = watch.wait(None, 0.05)
+    redis_server.stop()
+    with pytest.raises(StoreUnavailable):
+        watch.wait(since, 0.2)
+    redis_server.start()
+    s.put("room.presentation", b"back")
+    assert watch.wait(since, 5) != since
+    watch.close()

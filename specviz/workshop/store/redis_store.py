@@ -252,22 +252,14 @@ class RedisStore:
             return tuple(self.client.mget([self._key("v", n) for n in names]))
 
     def wait(self, names: Iterable[str], since: Hashable, timeout_s: float) -> Hashable:
-        """Subscribe first, then compare the stamp (a change between the caller's stamp and the subscription is not
-        missed), then sleep on the channels; a poll of the stamp every POLL_S is the fallback."""
-        names = tuple(names)
-        deadline = time.monotonic() + timeout_s
-        with self._reachable():
-            pubsub = self.client.pubsub(ignore_subscribe_messages=True)
-            try:
-                pubsub.subscribe(*[self._key("ch", n) for n in names])
-                while True:
-                    now = self.stamp(*names)
-                    left = deadline - time.monotonic()
-                    if now != since or left <= 0:
-                        return now
-                    pubsub.get_message(timeout=min(POLL_S, left))
-            finally:
-                pubsub.close()
+        watch = self.watch(names)
+        try:
+            return watch.wait(since, timeout_s)
+        finally:
+            watch.close()
+
+    def watch(self, names: Iterable[str]) -> _RedisWatch:
+        return _RedisWatch(self, tuple(names))
 
     # --- replicas ------------------------------------------------------------------------------------------------
 
@@ -285,6 +277,41 @@ class RedisStore:
     def ping(self) -> None:
         with self._reachable():
             self.client.ping()
+
+
+class _RedisWatch:
+    """One subscription to the names' channels, kept between waits. Each wait subscribes first (when it has no
+    subscription), then compares the stamp, so a change between the caller's stamp and the subscription is not
+    missed; then it sleeps on the channels, reading the stamp again at least every POLL_S (the fallback)."""
+
+    def __init__(self, store: RedisStore, names: tuple[str, ...]) -> None:
+        self.store, self.names = store, names
+        self._pubsub: redis.client.PubSub | None = None
+
+    def wait(self, since: Hashable, timeout_s: float) -> Hashable:
+        deadline = time.monotonic() + timeout_s
+        try:
+            with self.store._reachable():
+                if self._pubsub is None:
+                    self._pubsub = self.store.client.pubsub(ignore_subscribe_messages=True)
+                    self._pubsub.subscribe(*[self.store._key("ch", n) for n in self.names])
+                while True:
+                    now = self.store.stamp(*self.names)
+                    left = deadline - time.monotonic()
+                    if now != since or left <= 0:
+                        return now
+                    if self._pubsub.get_message(timeout=min(POLL_S, left)) is not None:
+                        while self._pubsub.get_message(timeout=0) is not None:
+                            pass  # several notices waiting: one read of the stamp for all of them
+        except OSError:
+            self.close()  # subscribe again next time
+            raise
+
+    def close(self) -> None:
+        if self._pubsub is not None:
+            with contextlib.suppress(redis.exceptions.RedisError, OSError):
+                self._pubsub.close()
+            self._pubsub = None
 
 
 def _ms(seconds: float) -> int:
