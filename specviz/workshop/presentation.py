@@ -53,7 +53,7 @@ from dataclasses import asdict, dataclass, field, replace
 
 from specviz.config import DRAFTER_KINDS
 from specviz.workshop.lesson import marks_name
-from specviz.workshop.store import Store, StoreUnavailable
+from specviz.workshop.store import Store, StoreUnavailable, Watch
 from specviz.workshop.store.directory import DirectoryStore
 
 log = logging.getLogger(__name__)
@@ -160,8 +160,13 @@ class PresentationStore:
 
     def wait(self, since: Hashable, timeout_s: float) -> Hashable:
         """Block until the presentation's stamp differs from since (a change announced on Redis, with a poll as the
-        fallback) or timeout_s passed; returns the stamp now. For one process's watcher (specviz.ui.room.push)."""
+        fallback) or timeout_s passed; returns the stamp now."""
         return self.store.wait([FILE_NAME], since, timeout_s)
+
+    def watch(self) -> Watch:
+        """wait(), long-lived, for one process's watcher thread (specviz.ui.room.push): on Redis one subscription kept
+        between waits, not one per wait."""
+        return self.store.watch([FILE_NAME])
 
     def read(self) -> Presentation | None:
         """The live presentation, or None (none, one that ended by itself, or a file that is not one: logged,

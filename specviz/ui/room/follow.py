@@ -246,7 +246,7 @@ def _process_watcher(store: Store) -> push.PresentationWatcher:
 
     def build() -> push.PresentationWatcher:
         room = PresentationStore(store)
-        wait = room.wait if room.announced else None  # Redis: woken by pub/sub; a run directory: a poll of the stamp
+        wait = room.watch().wait if room.announced else None  # Redis: woken by pub/sub; a run directory: a poll of the stamp
         return push.PresentationWatcher(room.stamp, room.read, page_key, steps_in_flight, wait=wait)
 
     return singleton(("presentation-watcher", store.description), build)
