@@ -83,7 +83,7 @@ def test_a_forks_board_gets_one_point_per_round_it_ran(room):
     click(follower, "fork")
     click(follower, "run_all")
     assert follower.session_state[STATE].session.done
-    board = PresentationStore(room).board_path(PresentationStore(room).read().id)
+    board = room / PresentationStore.board_name(PresentationStore(room).read().id)
     lines = board.read_bytes().count(b"\n")
     rounds = follower.session_state[STATE].session.num_rounds - 1  # the rounds the fork ran itself
     assert lines == rounds
