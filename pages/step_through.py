@@ -54,7 +54,7 @@ def show(session) -> None:
                 st.subheader(md_text(run.label))
                 views.headline(session, run)
                 views.token_stream(session, run, legend=False)
-                views.metrics(session, run, columns=3)
+                views.metrics(session, run)
     if not session.num_rounds:
         st.info("Press **Step** to run the first round.")
         return
