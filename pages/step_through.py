@@ -28,7 +28,7 @@ present.sidebar_section(presentation)
 fork.make_pending_fork(state)  # Try it yourself from here: the presenter's run as this session's own
 replay = recordings.replay_state()
 
-st.html(views.COMPACT_CSS)
+st.html(views.COMPACT_CSS + controls.BAR_CSS)
 st.title("Step through speculative decoding")
 st.markdown(views.INTRO)
 

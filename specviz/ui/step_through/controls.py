@@ -45,6 +45,18 @@ class Clicks:
 
 
 SHORTCUTS = {"step": "S", "play": "P", "reset": "Shift+X"}  # Streamlit reserves C and R; a key typed into a field is not a shortcut
+ICONS = {"step": ":material/skip_next:", "run_all": ":material/fast_forward:", "play": ":material/play_arrow:", "pause": ":material/pause:",
+         "reset": ":material/restart_alt:"}  # fmt: skip; Save run's is replay.SAVE_ICON
+ICON_ONLY_ON_PHONE = ("run_all", "play", "reset", "save_run")  # Step keeps its word; the others' words stay for screen readers
+# On a phone the row is one row (~44 px, not two): no shortcut hints (no keyboard), the popover's chevron dropped,
+# and the buttons but Step show their icon only; the word is clipped out of sight, not removed, so it stays the
+# button's accessible name, and each button's help still says what it does.
+BAR_CSS = (
+    "<style>@media (max-width:640px){.st-key-step_controls kbd{display:none;}"
+    ".st-key-step_controls [data-testid='stPopoverButton'] div[aria-hidden='true']{display:none;}"
+    + ",".join(f".st-key-{key} button [data-testid='stMarkdownContainer']" for key in ICON_ONLY_ON_PHONE)
+    + "{position:absolute;width:1px;height:1px;overflow:hidden;clip-path:inset(50%);white-space:nowrap;}}</style>"
+)
 
 
 def _help(text: str, key: str) -> str:
@@ -57,13 +69,15 @@ def buttons(playing: bool, disabled: bool = False, extra: Callable[[], None] | N
     Reset have keyboard shortcuts (SHORTCUTS)."""
     with st.container(horizontal=True, gap="small", key="step_controls"):  # one row, also on a phone (columns would stack)
         clicks = Clicks(
-            step=st.button("Step", key="step", type="primary", disabled=disabled, shortcut=SHORTCUTS["step"],
+            step=st.button("Step", key="step", type="primary", disabled=disabled, shortcut=SHORTCUTS["step"], icon=ICONS["step"],
                            help=_help("One round: draft, verify in one target pass, commit.", "step")),
-            run_all=st.button("Run to end", key="run_all", disabled=disabled, help="Step until EOS or max new tokens, updating as it goes."),
+            run_all=st.button("Run to end", key="run_all", disabled=disabled, icon=ICONS["run_all"],
+                              help="Run to end: step until EOS or max new tokens, updating as it goes."),
             play=st.button("Pause" if playing else "Play", key="play", disabled=disabled, shortcut=SHORTCUTS["play"],
-                           help=_help("Step automatically at the pace set in the sidebar.", "play")),
-            reset=st.button("Reset", key="reset", disabled=disabled, shortcut=SHORTCUTS["reset"],
-                            help=_help("Throw the run away and start again with the current settings.", "reset")),
+                           icon=ICONS["pause" if playing else "play"],
+                           help=_help(("Pause: stop" if playing else "Play: step") + " automatically at the pace set in the sidebar.", "play")),
+            reset=st.button("Reset", key="reset", disabled=disabled, shortcut=SHORTCUTS["reset"], icon=ICONS["reset"],
+                            help=_help("Reset: throw the run away and start again with the current settings.", "reset")),
         )  # fmt: skip
         if extra is not None:
             extra()
