@@ -29,7 +29,7 @@ fork.make_pending_fork(state)  # Try it yourself from here: the presenter's run 
 replay = recordings.replay_state()
 
 st.html(views.COMPACT_CSS + controls.BAR_CSS)
-st.title("Step through speculative decoding")
+st.title("Step through speculative decoding", anchor=False)  # no heading link: one Tab fewer between Skip to main content and Step
 st.markdown(views.INTRO)
 
 followed = follow.follow_section(presentation)  # the presenter's run while this page follows it
