@@ -64,23 +64,25 @@ def test_each_step_shows_its_newest_token_without_scrolling(screen_driver, app_u
     assert exceptions(driver) == []
 
 
-BAR_MAX_HEIGHT_PX = 56  # one row of buttons (36 px on a phone) and the bar's padding; two rows were ~90
+BAR_MAX_HEIGHT_PX = 56  # one row of buttons (36-40 px) and the bar's padding; two rows were ~90
 BAR_BUTTONS = {"step": "Step", "run_all": "Run to end", "play": "Play", "reset": "Reset", "save_run": "Save run"}  # key: accessible name
+BAR_SCREENS = {**SCREENS, "small laptop": (1024, 768, False)}  # a 1024 px window leaves the row ~550 px with the sidebar open
 
 
-def test_the_phone_layout_is_compact(make_driver, app_url):
-    """On a phone the control bar is one row (every button, the glossary's too), Step is in view and answers a tap
-    at its centre, every button keeps its word as its accessible name (the icon-only ones too), and the metrics sit
-    in a grid, not one per row."""
+@pytest.mark.parametrize("screen", list(BAR_SCREENS))
+def test_the_control_bar_is_one_row(make_driver, app_url, screen):
+    """The control bar is one row (every button, the glossary's too) on a laptop, a small laptop and a phone; Step
+    is in view and answers a tap at its centre, shows its word, and every button keeps its word as its accessible
+    name (on a phone the others show icons only)."""
     driver = make_driver()
-    emulate(driver, *SCREENS["phone"])
+    emulate(driver, *BAR_SCREENS[screen])
     first_step(driver, app_url)
     bar = driver.execute_script(
         "const bar = document.querySelector('[data-testid=\"stLayoutWrapper\"]:has(> .st-key-step_controls)').getBoundingClientRect();"
         "const tops = [...document.querySelectorAll('.st-key-step_controls button')].map(b => b.getBoundingClientRect()).filter(r => r.height > 0).map(r => Math.round(r.top));"
         "return {height: bar.height, tops: tops};"  # a touch screen's hidden copies of the buttons have no height
     )
-    print(f"phone: control bar {bar['height']:.0f} px tall, buttons at y = {sorted(set(bar['tops']))}")
+    print(f"{screen}: control bar {bar['height']:.0f} px tall, buttons at y = {sorted(set(bar['tops']))}")
     assert len(bar["tops"]) >= len(BAR_BUTTONS) + 1 and max(bar["tops"]) - min(bar["tops"]) < 10, f"the controls are not one row: {bar}"
     assert bar["height"] <= BAR_MAX_HEIGHT_PX, f"the control bar is {bar['height']:.0f} px tall"
     step = in_view(driver, ".st-key-step button")
@@ -95,6 +97,14 @@ def test_the_phone_layout_is_compact(make_driver, app_url):
         assert button.accessible_name.startswith(word), f"{key}: a screen reader hears {button.accessible_name!r}"
         if key == "step":
             assert button.find_element(By.CSS_SELECTOR, "p").rect["width"] > 10, "Step lost its visible word"
+    assert exceptions(driver) == []
+
+
+def test_the_phone_layout_is_compact(make_driver, app_url):
+    """On a phone the metrics sit in a grid, not one per row, and plotly draws no mode bar."""
+    driver = make_driver()
+    emulate(driver, *SCREENS["phone"])
+    first_step(driver, app_url)
     metric_rows = {round(m.rect["y"]) for m in driver.find_elements(By.CSS_SELECTOR, '[data-testid="stMetric"]')}
     metrics = driver.find_elements(By.CSS_SELECTOR, '[data-testid="stMetric"]')
     assert len(metric_rows) < len(metrics), f"{len(metrics)} metrics in {len(metric_rows)} rows"

@@ -48,12 +48,16 @@ SHORTCUTS = {"step": "S", "play": "P", "reset": "Shift+X"}  # Streamlit reserves
 ICONS = {"step": ":material/skip_next:", "run_all": ":material/fast_forward:", "play": ":material/play_arrow:", "pause": ":material/pause:",
          "reset": ":material/restart_alt:"}  # fmt: skip; Save run's is replay.SAVE_ICON
 ICON_ONLY_ON_PHONE = ("run_all", "play", "reset", "save_run")  # Step keeps its word; the others' words stay for screen readers
-# On a phone the row is one row (~44 px, not two): no shortcut hints (no keyboard), the popover's chevron dropped,
-# and the buttons but Step show their icon only; the word is clipped out of sight, not removed, so it stays the
-# button's accessible name, and each button's help still says what it does.
+NARROW_PX, PHONE_PX = 1100, 640  # window widths: a small laptop's (1024) column, a phone's
+# The row stays one row at every width. Wide: icon, word and shortcut hint. Narrow (a small laptop, whose column is
+# ~550 px with the sidebar open): words only, no icons, no hints (each button's help names its key). A phone: Step's
+# icon and word, the others' icons only (their words clipped out of sight, not removed, so each stays the button's
+# accessible name), no popover chevron.
+_ROW = ".st-key-step_controls"
 BAR_CSS = (
-    "<style>@media (max-width:640px){.st-key-step_controls kbd{display:none;}"
-    ".st-key-step_controls [data-testid='stPopoverButton'] div[aria-hidden='true']{display:none;}"
+    f"<style>@media (max-width:{NARROW_PX}px){{{_ROW} kbd{{display:none;}}}}"
+    f"@media (min-width:{PHONE_PX + 1}px) and (max-width:{NARROW_PX}px){{{_ROW} button span:has(> [data-testid='stIconMaterial']){{display:none;}}}}"
+    f"@media (max-width:{PHONE_PX}px){{{_ROW} [data-testid='stPopoverButton'] div[aria-hidden='true']{{display:none;}}"
     + ",".join(f".st-key-{key} button [data-testid='stMarkdownContainer']" for key in ICON_ONLY_ON_PHONE)
     + "{position:absolute;width:1px;height:1px;overflow:hidden;clip-path:inset(50%);white-space:nowrap;}}</style>"
 )
