@@ -119,7 +119,8 @@ COMPACT_CSS = (
     "[data-testid='stLayoutWrapper']:has(> .st-key-step_controls){position:sticky;top:3.75rem;z-index:100;"
     f"background:{PAPER};padding:0.4rem 0;}}"
     "[data-testid='stMain'] :is(h1,h2,h3){scroll-margin-top:10rem;}"
-    f"[data-testid='stElementContainer']:has(> [data-testid='stMetric']){{min-width:{METRIC_MIN_WIDTH};}}"
+    # the run's metrics only (a horizontal container's items); metrics in st.columns (the board's lesson counts) keep their column's width
+    f"[data-testid='stHorizontalBlock'] > [data-testid='stElementContainer']:has(> [data-testid='stMetric']){{min-width:{METRIC_MIN_WIDTH};}}"
     "@media (max-width:640px){[data-testid='stMainBlockContainer'] h1{font-size:1.5rem;}"
     ".st-key-step_controls{gap:0.35rem;} .st-key-step_controls button{padding:0.2rem 0.55rem;min-height:2.25rem;}}</style>"
 )
