@@ -28,8 +28,8 @@ present.sidebar_section(presentation)
 fork.make_pending_fork(state)  # Try it yourself from here: the presenter's run as this session's own
 replay = recordings.replay_state()
 
-st.html(views.COMPACT_CSS)
-st.title("Step through speculative decoding")
+st.html(views.COMPACT_CSS + controls.BAR_CSS)
+st.title("Step through speculative decoding", anchor=False)  # no heading link: one Tab fewer between Skip to main content and Step
 st.markdown(views.INTRO)
 
 followed = follow.follow_section(presentation)  # the presenter's run while this page follows it
@@ -54,7 +54,7 @@ def show(session) -> None:
                 st.subheader(md_text(run.label))
                 views.headline(session, run)
                 views.token_stream(session, run, legend=False)
-                views.metrics(session, run, columns=3)
+                views.metrics(session, run)
     if not session.num_rounds:
         st.info("Press **Step** to run the first round.")
         return

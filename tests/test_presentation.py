@@ -246,6 +246,7 @@ def test_the_board_frame_and_figure(tmp_path):
     assert [len(t.x) for t in markers if "measuring" in t.name] == [1]  # hollow, at its tokens per pass
     assert {t.name for t in fig.data if t.mode == "lines"} == {"ceiling, k = 2", "ceiling, k = 4"}
     assert len(board_table(df)) == 3 and temperature_band(1.5) == "T > 1"
+    assert list(board_table(df)["measured speedup"]) == ["1.60×", "1.10×", "measuring…"]  # not a bare "None" for the third
     assert len(board_figure(board_frame([])).data) == 0
 
 

@@ -281,3 +281,40 @@ def test_the_u_label_is_dark_on_white(model_run):
     fig = figures.inspector_figure(position_frame(record, pos, TEXTS.__getitem__), position_info(record, pos))
     (u,) = [a for a in fig.layout.annotations if a.text.startswith("u = ")]
     assert (u.font.color, u.bgcolor) == (style.INK, style.PAPER)
+
+
+def role_boxes(fig, spacing: float) -> list[tuple[str, float, float, float, float]]:
+    """Each drafted / emitted name's box (left, right, top, bottom) in pixels around the point it marks, with the bars
+    `spacing` px apart: centred at the arrow's tail (ax, ay from the bar), sized conservatively (every character as
+    wide as 0.65 of the font size, a line 1.5 font sizes tall, plus the border)."""
+    x_labels = list(fig.data[0].x)
+    boxes = []
+    for a in fig.layout.annotations:
+        if a.xref != "x" or not a.showarrow:
+            continue
+        size = a.font.size or 12
+        plain = a.text.replace("<b>", "").replace("</b>", "")
+        half_w, half_h = (len(plain) * 0.65 * size + 6) / 2, (1.5 * size + 6) / 2
+        cx, cy = x_labels.index(a.x) * spacing + a.ax, a.ay
+        boxes.append((plain, cx - half_w, cx + half_w, cy - half_h, cy + half_h))
+    return boxes
+
+
+@pytest.mark.parametrize("emitted_first", [True, False], ids=["resampled left of drafted", "drafted left of resampled"])
+def test_the_drafted_and_resampled_names_never_overlap(emitted_first):
+    """Adjacent bars (the resampled token right beside the drafted one, on either side) at any bar spacing a chart
+    can have: the two names' boxes do not meet (they once sat at one height, leaning into each other)."""
+    from specviz.viz.frames import PositionInfo
+
+    roles = ["resampled", "drafted", "", ""] if emitted_first else ["", "drafted", "resampled", ""]
+    position = pd.DataFrame({
+        "token_id": [0, 1, 2, 3], "token": ["␣river", "␣cat", "␣dog", "␣mat"], "p_target": [0.6, 0.1, 0.2, 0.1],
+        "q_draft": [0.1, 0.8, 0.05, 0.05], "residual": [0.8, 0.0, 0.15, 0.05], "role": roles,
+    })  # fmt: skip
+    info = PositionInfo(1, "draft", 1, "rejected", 0.1, 0.8, 0.125, 0.6, 0 if emitted_first else 2, "resampled")
+    fig = figures.inspector_figure(position, info)
+    for spacing in range(0, 201, 5):  # px between neighbouring bars' centres: a phone's crowded chart to a wide one
+        boxes = role_boxes(fig, spacing)
+        (name1, l1, r1, t1, b1), (name2, l2, r2, t2, b2) = boxes
+        assert {name1, name2} == {"drafted", "resampled"}
+        assert min(r1, r2) <= max(l1, l2) or min(b1, b2) <= max(t1, t2), f"the names overlap with bars {spacing} px apart: {boxes}"

@@ -56,11 +56,15 @@ def board_frame(points: Iterable[Point], drafter_name: Callable[[str], str] = st
     return df
 
 
+STILL_MEASURING = "measuring…"  # the table's speedup while plain decoding is still being timed (not a bare "None")
+
+
 def board_table(df: pd.DataFrame) -> pd.DataFrame:
-    """The board as the page's table: readable names, rounded numbers."""
+    """The board as the page's table: readable names, rounded numbers; a speedup still being measured says so."""
+    speedups = [STILL_MEASURING if pd.isna(s) else f"{s:.2f}×" for s in df["speedup"]]
     out = pd.DataFrame({
         "drafter": df["drafter_name"], "k": df["k"], "temperature": df["temperature"], "rounds": df["rounds"],
-        "α": df["alpha"].round(3), "tokens / pass": df["tokens_per_pass"].round(2), "measured speedup": df["speedup"].round(2),
+        "α": df["alpha"].round(3), "tokens / pass": df["tokens_per_pass"].round(2), "measured speedup": pd.Series(speedups, index=df.index, dtype=object),
     })  # fmt: skip
     return out.reset_index(drop=True)
 

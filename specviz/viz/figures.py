@@ -65,6 +65,26 @@ def _measured_and_theory(rounds: pd.DataFrame, measured: str, theory: str, names
     return traces
 
 
+ROLE_FONT_PX = 12  # the drafted / emitted names over their bars
+ROLE_RISE_PX = (30, 58)  # how far above the bars the lower and the higher name sit (a name's box is ~18 px tall)
+ROLE_LEAN_PX = 30  # how far the left name leans left and the right one right of its bar
+
+
+def role_annotations(labels: list[str], roles: list[str], y: float) -> list[dict]:
+    """The drafted and the emitted token named over their bars, with an arrow down to each. Two names never meet,
+    however close the bars: the drafted one sits low, the emitted one a row higher, and the left of the two leans
+    left, the right one right, so the arrows part and neither crosses the other's name. One token that is both
+    (drafted + accepted) gets one name, straight above."""
+    marked = [(label, role) for label, role in zip(labels, roles) if role]
+    out = []
+    for n, (label, role) in enumerate(marked):
+        lean = 0 if len(marked) == 1 else (-ROLE_LEAN_PX if n == 0 else ROLE_LEAN_PX)
+        rise = ROLE_RISE_PX[0] if len(marked) == 1 or role == "drafted" else ROLE_RISE_PX[1]
+        text = f"<b>{role.replace('+', ' + ')}</b>"
+        out.append(dict(x=label, y=y, xref="x", yref="y", text=text, showarrow=True, arrowhead=2, ax=lean, ay=-rise, font=dict(size=ROLE_FONT_PX)))
+    return out
+
+
 def inspector_figure(position: pd.DataFrame, info: PositionInfo) -> go.Figure:
     """Bars of p_target, q_draft and the normalised residual at one position; the drafted and the emitted
     token are marked; a side gauge puts min(1, p/q) against the uniform draw u."""
@@ -76,11 +96,7 @@ def inspector_figure(position: pd.DataFrame, info: PositionInfo) -> go.Figure:
     if position["residual"].notna().any():
         traces.append(dict(type="bar", x=labels, y=position["residual"], name="residual max(0, p−q), normalised", marker_color=RES_COLOR))
     top = float(position[["p_target", "q_draft", "residual"]].max().max() or 1.0)
-    annotations = []
-    for label, role in zip(labels, position["role"]):
-        if role:  # the drafted token leans left, the emitted one right, so neighbours don't collide
-            ax = -30 if role == "drafted" else (30 if "drafted" not in role else 0)
-            annotations.append(dict(x=label, y=top * 1.02, xref="x", yref="y", text=f"<b>{role.replace('+', ' + ')}</b>", showarrow=True, arrowhead=2, ax=ax, ay=-30))
+    annotations = role_annotations(labels, list(position["role"]), top * 1.02)
     # the axes' domains are those make_subplots gives two columns 0.82 : 0.18 apart by 0.08
     layout = dict(
         barmode="group", height=360, margin=dict(l=10, r=10, t=50, b=10),

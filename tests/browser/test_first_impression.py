@@ -64,21 +64,51 @@ def test_each_step_shows_its_newest_token_without_scrolling(screen_driver, app_u
     assert exceptions(driver) == []
 
 
+BAR_MAX_HEIGHT_PX = 56  # one row of buttons (36-40 px) and the bar's padding; two rows were ~90
+BAR_BUTTONS = {"step": "Step", "run_all": "Run to end", "play": "Play", "reset": "Reset", "save_run": "Save run"}  # key: accessible name
+BAR_SCREENS = {**SCREENS, "small laptop": (1024, 768, False)}  # a 1024 px window leaves the row ~550 px with the sidebar open
+
+
+@pytest.mark.parametrize("screen", list(BAR_SCREENS))
+def test_the_control_bar_is_one_row(make_driver, app_url, screen):
+    """The control bar is one row (every button, the glossary's too) on a laptop, a small laptop and a phone; Step
+    is in view and answers a tap at its centre, shows its word, and every button keeps its word as its accessible
+    name (on a phone the others show icons only)."""
+    driver = make_driver()
+    emulate(driver, *BAR_SCREENS[screen])
+    first_step(driver, app_url)
+    bar = driver.execute_script(
+        "const bar = document.querySelector('[data-testid=\"stLayoutWrapper\"]:has(> .st-key-step_controls)').getBoundingClientRect();"
+        "const tops = [...document.querySelectorAll('.st-key-step_controls button')].map(b => b.getBoundingClientRect()).filter(r => r.height > 0).map(r => Math.round(r.top));"
+        "return {height: bar.height, tops: tops};"  # a touch screen's hidden copies of the buttons have no height
+    )
+    print(f"{screen}: control bar {bar['height']:.0f} px tall, buttons at y = {sorted(set(bar['tops']))}")
+    assert len(bar["tops"]) >= len(BAR_BUTTONS) + 1 and max(bar["tops"]) - min(bar["tops"]) < 10, f"the controls are not one row: {bar}"
+    assert bar["height"] <= BAR_MAX_HEIGHT_PX, f"the control bar is {bar['height']:.0f} px tall"
+    step = in_view(driver, ".st-key-step button")
+    assert step["inside"], f"Step is out of view: {step}"
+    hit = driver.execute_script(
+        "const b = [...document.querySelectorAll('.st-key-step button')].find(e => e.getBoundingClientRect().height > 0), r = b.getBoundingClientRect();"
+        "return b.contains(document.elementFromPoint(r.left + r.width / 2, r.top + r.height / 2));"
+    )
+    assert hit, "something covers the Step button's centre"
+    for key, word in BAR_BUTTONS.items():
+        button = next(b for b in driver.find_elements(By.CSS_SELECTOR, f".st-key-{key} button") if b.rect["height"] > 0)
+        assert button.accessible_name.startswith(word), f"{key}: a screen reader hears {button.accessible_name!r}"
+        if key == "step":
+            assert button.find_element(By.CSS_SELECTOR, "p").rect["width"] > 10, "Step lost its visible word"
+    assert exceptions(driver) == []
+
+
 def test_the_phone_layout_is_compact(make_driver, app_url):
-    """On a phone the control buttons share one row and the metrics sit in a grid, not one per row."""
+    """On a phone the metrics sit in a grid, not one per row, and plotly draws no mode bar."""
     driver = make_driver()
     emulate(driver, *SCREENS["phone"])
-    if True:
-        open_page(driver, app_url)
-        press(driver, "step")
-        wait(driver, STEP_TIMEOUT_S).until(lambda d: metric_value(d, "rounds") == "1")
-        wait_idle(driver, STEP_TIMEOUT_S)
-        tops = {key: driver.find_element(By.CSS_SELECTOR, f".st-key-{key} button").rect["y"] for key in ("step", "run_all", "play", "reset")}
-        assert max(tops.values()) - min(tops.values()) < 10, f"the controls are not one row: {tops}"
-        metric_rows = {round(m.rect["y"]) for m in driver.find_elements(By.CSS_SELECTOR, '[data-testid="stMetric"]')}
-        metrics = driver.find_elements(By.CSS_SELECTOR, '[data-testid="stMetric"]')
-        assert len(metric_rows) < len(metrics), f"{len(metrics)} metrics in {len(metric_rows)} rows"
-        assert driver.find_elements(By.CSS_SELECTOR, ".modebar-container .modebar") == [], "plotly's mode bar is drawn"
+    first_step(driver, app_url)
+    metric_rows = {round(m.rect["y"]) for m in driver.find_elements(By.CSS_SELECTOR, '[data-testid="stMetric"]')}
+    metrics = driver.find_elements(By.CSS_SELECTOR, '[data-testid="stMetric"]')
+    assert len(metric_rows) < len(metrics), f"{len(metrics)} metrics in {len(metric_rows)} rows"
+    assert driver.find_elements(By.CSS_SELECTOR, ".modebar-container .modebar") == [], "plotly's mode bar is drawn"
 
 
 def clipped_text(driver, key: str) -> list[str]:
@@ -163,8 +193,15 @@ def test_the_controls_stay_in_view_when_scrolled(screen_driver, app_url, request
     assert heading >= bar, f"a heading scrolled to hides under the control bar: heading at {heading:.0f}, bar ends at {bar:.0f}"
 
 
+# the next Tab starts from the top of the page again (a blur alone leaves Chromium's starting point at the old focus)
+FOCUS_TOP = "const a = document.createElement('button'); document.body.prepend(a); a.focus(); a.remove(); window.scrollTo(0, 0);"
+SKIP_TABS_TO_STEP = 2  # after Skip to main content: the model's load status (in a session's first full run), then Step
+
+
 def test_the_keyboard_reaches_step(make_driver, app_url):
-    """From page load one keystroke (S) takes a Step; Tab reaches the Step button too, and its focus ring shows."""
+    """From page load one keystroke (S) takes a Step; Tab reaches the Step button too, and its focus ring shows; by
+    Streamlit's Skip to main content link (the first Tab stop) Step is at most four keystrokes away (Tab, Enter,
+    Tab past the load status, Tab), not 35 Tabs through the sidebar."""
     from selenium.webdriver.common.action_chains import ActionChains
     from selenium.webdriver.common.keys import Keys
 
@@ -183,6 +220,16 @@ def test_the_keyboard_reaches_step(make_driver, app_url):
         tabs += 1
     print(f"Tab presses from the top of the page to Step: {tabs}")
     assert driver.execute_script(is_step), "Tab never reaches the Step button"
+    driver.execute_script(FOCUS_TOP)
+    ActionChains(driver).send_keys(Keys.TAB).perform()  # Streamlit's first stop: Skip to main content
+    assert "Skip to main content" in driver.execute_script("return document.activeElement.innerText;")
+    ActionChains(driver).send_keys(Keys.ENTER).perform()
+    skip_tabs = 0
+    while not driver.execute_script(is_step) and skip_tabs < 10:
+        ActionChains(driver).send_keys(Keys.TAB).perform()
+        skip_tabs += 1
+    print(f"Tab, Enter (Skip to main content), then {skip_tabs} Tabs to Step")
+    assert driver.execute_script(is_step) and skip_tabs <= SKIP_TABS_TO_STEP, f"{skip_tabs} Tabs from the main content to Step"
     ring = driver.execute_script(
         "const s = getComputedStyle(document.activeElement); return {style: s.outlineStyle, width: parseFloat(s.outlineWidth)};"
     )

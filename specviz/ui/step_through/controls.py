@@ -45,6 +45,22 @@ class Clicks:
 
 
 SHORTCUTS = {"step": "S", "play": "P", "reset": "Shift+X"}  # Streamlit reserves C and R; a key typed into a field is not a shortcut
+ICONS = {"step": ":material/skip_next:", "run_all": ":material/fast_forward:", "play": ":material/play_arrow:", "pause": ":material/pause:",
+         "reset": ":material/restart_alt:"}  # fmt: skip; Save run's is replay.SAVE_ICON
+ICON_ONLY_ON_PHONE = ("run_all", "play", "reset", "save_run")  # Step keeps its word; the others' words stay for screen readers
+NARROW_PX, PHONE_PX = 1100, 640  # window widths: a small laptop's (1024) column, a phone's
+# The row stays one row at every width. Wide: icon, word and shortcut hint. Narrow (a small laptop, whose column is
+# ~550 px with the sidebar open): words only, no icons, no hints (each button's help names its key). A phone: Step's
+# icon and word, the others' icons only (their words clipped out of sight, not removed, so each stays the button's
+# accessible name), no popover chevron.
+_ROW = ".st-key-step_controls"
+BAR_CSS = (
+    f"<style>@media (max-width:{NARROW_PX}px){{{_ROW} kbd{{display:none;}}}}"
+    f"@media (min-width:{PHONE_PX + 1}px) and (max-width:{NARROW_PX}px){{{_ROW} button span:has(> [data-testid='stIconMaterial']){{display:none;}}}}"
+    f"@media (max-width:{PHONE_PX}px){{{_ROW} [data-testid='stPopoverButton'] div[aria-hidden='true']{{display:none;}}"
+    + ",".join(f".st-key-{key} button [data-testid='stMarkdownContainer']" for key in ICON_ONLY_ON_PHONE)
+    + "{position:absolute;width:1px;height:1px;overflow:hidden;clip-path:inset(50%);white-space:nowrap;}}</style>"
+)
 
 
 def _help(text: str, key: str) -> str:
@@ -57,13 +73,15 @@ def buttons(playing: bool, disabled: bool = False, extra: Callable[[], None] | N
     Reset have keyboard shortcuts (SHORTCUTS)."""
     with st.container(horizontal=True, gap="small", key="step_controls"):  # one row, also on a phone (columns would stack)
         clicks = Clicks(
-            step=st.button("Step", key="step", type="primary", disabled=disabled, shortcut=SHORTCUTS["step"],
+            step=st.button("Step", key="step", type="primary", disabled=disabled, shortcut=SHORTCUTS["step"], icon=ICONS["step"],
                            help=_help("One round: draft, verify in one target pass, commit.", "step")),
-            run_all=st.button("Run to end", key="run_all", disabled=disabled, help="Step until EOS or max new tokens, updating as it goes."),
+            run_all=st.button("Run to end", key="run_all", disabled=disabled, icon=ICONS["run_all"],
+                              help="Run to end: step until EOS or max new tokens, updating as it goes."),
             play=st.button("Pause" if playing else "Play", key="play", disabled=disabled, shortcut=SHORTCUTS["play"],
-                           help=_help("Step automatically at the pace set in the sidebar.", "play")),
-            reset=st.button("Reset", key="reset", disabled=disabled, shortcut=SHORTCUTS["reset"],
-                            help=_help("Throw the run away and start again with the current settings.", "reset")),
+                           icon=ICONS["pause" if playing else "play"],
+                           help=_help(("Pause: stop" if playing else "Play: step") + " automatically at the pace set in the sidebar.", "play")),
+            reset=st.button("Reset", key="reset", disabled=disabled, shortcut=SHORTCUTS["reset"], icon=ICONS["reset"],
+                            help=_help("Reset: throw the run away and start again with the current settings.", "reset")),
         )  # fmt: skip
         if extra is not None:
             extra()

@@ -29,6 +29,7 @@ REPLAY_KEY = "specviz_replay"
 EXAMPLES_DIR = Path(__file__).resolve().parents[3] / "assets" / "recordings"
 NO_EXAMPLE = "—"
 MAX_UPLOAD_MB = MAX_BYTES // 2**20
+SAVE_ICON = ":material/download:"  # Save run, in the control row (icon only on a phone: controls.BAR_CSS)
 
 
 @dataclass
@@ -311,8 +312,8 @@ def save_button(slot, session: StepSession | ReplaySession | None) -> None:
         if download is not None:
             name, data = download
             st.download_button(
-                "Save run", data=data, file_name=name, mime="application/json", key="save_run", on_click="ignore",
-                help="Download this run as a recording: it replays anywhere, without a model.",
+                "Save run", data=data, file_name=name, mime="application/json", key="save_run", on_click="ignore", icon=SAVE_ICON,
+                help="Save run: download this run as a recording; it replays anywhere, without a model.",
             )  # fmt: skip
         else:
-            st.download_button("Save run", data=b"", key="save_run", disabled=True, help="Step a run (or open a recording) first.")
+            st.download_button("Save run", data=b"", key="save_run", disabled=True, icon=SAVE_ICON, help="Save run: step a run (or open a recording) first.")

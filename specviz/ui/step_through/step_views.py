@@ -108,6 +108,7 @@ INTRO = (
     "**What to look at:** press **Step**, then read the tokens under the buttons: shaded ones were guessed and kept, "
     "struck-through ones turned down; the count above them is what the answer cost in target passes."
 )
+METRIC_MIN_WIDTH = "9rem"  # a metric cell's narrowest: equal cells for short values, two a row on a phone
 # Less empty space above the title; on a phone a smaller title and tighter buttons (one row), so a Step's result
 # shows on the first screen. The control bar sticks under Streamlit's header (3.75rem) while the page scrolls, on the
 # light theme's background (.streamlit/config.toml fixes base = "light") so text scrolling under it does not show;
@@ -118,6 +119,8 @@ COMPACT_CSS = (
     "[data-testid='stLayoutWrapper']:has(> .st-key-step_controls){position:sticky;top:3.75rem;z-index:100;"
     f"background:{PAPER};padding:0.4rem 0;}}"
     "[data-testid='stMain'] :is(h1,h2,h3){scroll-margin-top:10rem;}"
+    # the run's metrics only (a horizontal container's items); metrics in st.columns (the board's lesson counts) keep their column's width
+    f"[data-testid='stHorizontalBlock'] > [data-testid='stElementContainer']:has(> [data-testid='stMetric']){{min-width:{METRIC_MIN_WIDTH};}}"
     "@media (max-width:640px){[data-testid='stMainBlockContainer'] h1{font-size:1.5rem;}"
     ".st-key-step_controls{gap:0.35rem;} .st-key-step_controls button{padding:0.2rem 0.55rem;min-height:2.25rem;}}</style>"
 )
@@ -226,9 +229,10 @@ def headline(session: ViewSource, run: ViewRun) -> None:
         st.caption(why)
 
 
-def metrics(session: ViewSource, run: ViewRun, columns: int = 6) -> None:
-    """The run's headline numbers so far, in a grid that wraps (two or three a row on a phone); the clock-free ones
-    first. One acceptance number here (drafts kept); α and the others are in the metrics panel."""
+def metrics(session: ViewSource, run: ViewRun) -> None:
+    """The run's headline numbers so far, in a row that wraps (two a row on a phone); the clock-free ones first. One
+    acceptance number here (drafts kept); α and the others are in the metrics panel. Each cell is as wide as its
+    label and value, at least METRIC_MIN_WIDTH (COMPACT_CSS), so neither is ever cut ("measuring…" was)."""
     df = run_frame(session, run)
     k = int(df["k_mean"].iloc[-1]) if len(df) else run.config.num_draft_tokens
     cells = [
@@ -240,10 +244,9 @@ def metrics(session: ViewSource, run: ViewRun, columns: int = 6) -> None:
     ]
     if (note := clock_note(session, run)) is not None:
         st.caption(note)  # why the speedup cell is empty, in words
-    width = 150 if columns >= 5 else 120
     with st.container(horizontal=True, gap="small"):
         for label, value, help_text in cells:
-            st.metric(label, value, help=help_text, width=width)
+            st.metric(label, value, help=help_text, width="content")
 
 
 # The stream scrolls inside its own box, which starts at its end (column-reverse): the newest round stays in view.
