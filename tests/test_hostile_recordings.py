@@ -311,7 +311,8 @@ def views(recording, rounds: set[int] = frozenset()) -> None:
                 if r.is_tree:
                     tree_figure(r, session.token_text)
                     mask_figure(r, session.token_text)
-        step_views._curve_figures(session, runs)
+        if runs:  # the page draws no curves before a run has a round (step_views.curves returns first)
+            step_views._curve_figures(session, runs)
         step_views.speedup_note(session, runs)
         metrics, *_ = metrics_views._panel_parts(session, runs)
         for run in runs:
