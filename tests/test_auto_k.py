@@ -1,0 +1,126 @@
+"""k: auto (specviz.core.auto_k): the policy on toy costs and acceptance (k = 0 when drafting cannot pay, a larger k on
+high acceptance, a probe after N plain rounds), its reason on every record, and exactness with auto on: greedy equals
+plain greedy, and sampled first tokens follow the target (with a known-bad control that picks k from the round's own
+outcome)."""
+
+from __future__ import annotations
+
+import pytest
+
+from specviz.core.auto_k import AutoCosts, Evidence, choose_k, observe
+from specviz.core.decoding import DecodeConfig, SpeculativeDecoder
+from specviz.core.sampling import SamplingConfig
+from specviz.core.theory import VerifyCurve
+from specviz.drafters import ModelDrafter, NGramDrafter, PromptLookupDrafter
+from tests.toys import BigramLM, TableLM, assert_first_two, first_two_tokens, plain_greedy
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+CPU_LIKE = VerifyCurve((1.0, 1.19, 1.18, 1.44, 1.49, 1.71, 1.76, 1.91, 1.95))  # the shape of assets/profile_cpu.json
+PROMPT = [1, 2, 3, 4, 1, 2, 3]
+
+
+def evidence_of(rounds: list[tuple[int, int]], costs: AutoCosts) -> Evidence:
+    """Evidence after chain rounds of (drafted, accepted)."""
+    ev = Evidence()
+    for drafted, accepted in rounds:
+        ev = observe(costs, ev, drafted, accepted, drafted)
+    return ev
+
+
+def test_k_is_zero_when_drafting_cannot_pay():
+    costly = AutoCosts(verify=CPU_LIKE, draft_cost=0.9, prior=(0.6,))  # a draft step nearly as dear as a target pass
+    choice = choose_k(costly, Evidence(), 1, 8)
+    assert choice.k == 0 and choice.tokens_per_pass == 1.0 and choice.next_tokens_per_pass < 1.0
+    hopeless = AutoCosts(verify=CPU_LIKE, draft_cost=0.0, prior=(0.6,))
+    assert choose_k(hopeless, evidence_of([(4, 0)] * 10, hopeless), 1, 8).k == 0  # free drafts that are never kept
+    assert choose_k(hopeless, Evidence(), 1, 8).k > 0  # known-bad control: the prior alone says drafting pays
+
+
+def test_k_grows_with_acceptance():
+    costs = AutoCosts(verify=CPU_LIKE, draft_cost=0.02, prior=(0.5,))
+    low = choose_k(costs, evidence_of([(4, 1)] * 10, costs), 1, 16)
+    high = choose_k(costs, evidence_of([(4, 4)] * 10, costs), 1, 16)
+    assert 0 < low.k < high.k
+    assert high.acceptance[0] > 0.85 and low.acceptance[1] < 0.2
+    assert high.tokens_per_pass >= high.next_tokens_per_pass  # the chosen k beats the runner-up
+
+
+def test_evidence_by_position_counts_only_positions_reached():
+    costs = AutoCosts(verify=1.0, draft_cost=0.0, decay=1.0)
+    ev = observe(costs, Evidence(), 4, 1, 4)  # position 1 kept, position 2 rejected, 3 and 4 never tried
+    assert ev.reached == (1, 1, 0, 0) and ev.accepted == (1, 0, 0, 0)
+    assert observe(costs, ev, 0, 0, 0).plain_streak == 1
+
+
+def test_a_probe_after_n_plain_rounds():
+    costs = AutoCosts(verify=CPU_LIKE, draft_cost=0.05, prior=(0.7,), probe_every=5)
+    ev = evidence_of([(4, 0)] * 10, costs)
+    assert choose_k(costs, ev, 1, 8).k == 0
+    for _ in range(4):
+        ev = observe(costs, ev, 0, 0, 0)
+        assert choose_k(costs, ev, 1, 8).k == 0
+    ev = observe(costs, ev, 0, 0, 0)  # the fifth plain round
+    probe = choose_k(costs, ev, 1, 8)
+    assert probe.k > 0 and probe.probe and "probe" in probe.sentence()
+    after = observe(costs, ev, probe.k, probe.k, probe.k)  # the text turned copyable: every draft kept
+    assert choose_k(costs, after, 1, 8).k > 0 and after.plain_streak == 0
+
+
+def test_the_reason_reads_as_one_sentence():
+    costs = AutoCosts(verify=CPU_LIKE, draft_cost=0.05, prior=(0.81, 0.62, 0.44, 0.3))
+    choice = choose_k(costs, Evidence(), 1, 8)
+    text = choice.sentence()
+    assert text.startswith(f"k = {choice.k}: acceptance by position 0.81 / 0.62")
+    assert f"verify of {choice.k + 1} costs" in text and "drafting 0.05 a token" in text and f"k = {choice.next_k} would give" in text
+    assert choose_k(AutoCosts(verify=2.0, draft_cost=1.0), Evidence(), 1, 4).sentence().startswith("k = 0 (a plain pass)")
+
+
+def test_the_decoder_records_why_and_respects_the_ceiling_and_the_length_limit():
+    costs = AutoCosts(verify=1.1, draft_cost=0.0, prior=(0.9,))
+    config = DecodeConfig(max_new_tokens=30, max_draft_tokens=5, auto=costs)
+    dec = SpeculativeDecoder(BigramLM(), NGramDrafter(10, threshold=0.0), [1, 2, 3, 4, 1, 2, 3, 4, 1, 2], config)
+    dec.run()
+    for r in dec.records:
+        assert r.k_choice is not None and r.k_choice.k == r.num_draft_tokens <= 5
+    assert sum(len(r.emitted) for r in dec.records) == 30
+    fixed = SpeculativeDecoder(BigramLM(), NGramDrafter(10), [1, 2, 3], DecodeConfig(max_new_tokens=5))
+    assert all(r.k_choice is None for r in fixed.run())  # fixed k: no reason to record
+    with pytest.raises(ValueError, match="auto k or adaptive k"):
+        DecodeConfig(adaptive_k=True, auto=costs)
+
+
+@pytest.mark.parametrize("draft_cost", [0.0, 0.05, 0.4, 3.0])
+@pytest.mark.parametrize("make", [lambda: NGramDrafter(10, threshold=0.0), lambda: PromptLookupDrafter()])
+def test_greedy_with_auto_equals_plain_greedy(draft_cost, make):
+    prompt, lm = [1, 2, 3, 4, 1, 2, 3, 4, 1, 2, 3, 5, 1, 2], BigramLM()
+    config = DecodeConfig(max_new_tokens=60, auto=AutoCosts(verify=CPU_LIKE, draft_cost=draft_cost, probe_every=3))
+    dec = SpeculativeDecoder(lm, make(), prompt, config)
+    dec.run()
+    assert dec.generated == plain_greedy(BigramLM(), prompt, 60)
+    if draft_cost == 3.0:
+        assert {r.num_draft_tokens for r in dec.records} == {0, 1}  # plain passes and probes
+    if draft_cost == 0.0:
+        assert len({r.num_draft_tokens for r in dec.records}) > 1  # k moved with the evidence
+
+
+def _sampling_run(seed: int, peek: bool) -> SpeculativeDecoder:
+    sampling = SamplingConfig(temperature=1.0)
+    costs = AutoCosts(verify=1.0, draft_cost=0.05, prior=(0.6,), probe_every=1)
+    config = DecodeConfig(sampling=sampling, seed=seed, max_new_tokens=3, max_draft_tokens=3, auto=None if peek else costs, num_draft_tokens=2)
+    dec = SpeculativeDecoder(TableLM(0, scale=0.3), ModelDrafter(TableLM(0, noise=2.0, scale=0.3), sampling), PROMPT, config)
+    while not dec.done:
+        saved = dec.state()
+        record = dec.step()
+        if peek and "rejected" in record.draft_fates:  # known-bad: k chosen from the round's own outcome
+            dec.restore(saved)
+            dec.k = 0
+            dec.step()
+            dec.k = 2
+    return dec
+
+
+@pytest.mark.parametrize("peek", [False, True])
+def test_sampled_tokens_with_auto_follow_the_target(peek):
+    result = first_two_tokens(TableLM(0, scale=0.3), PROMPT, 1.0, 1_500, lambda seed: _sampling_run(seed, peek))
+    assert_first_two(result, exact=not peek)
