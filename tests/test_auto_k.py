@@ -124,3 +124,73 @@ def _sampling_run(seed: int, peek: bool) -> SpeculativeDecoder:
 def test_sampled_tokens_with_auto_follow_the_target(peek):
     result = first_two_tokens(TableLM(0, scale=0.3), PROMPT, 1.0, 1_500, lambda seed: _sampling_run(seed, peek))
     assert_first_two(result, exact=not peek)
+
+
+# --- the field, the flag, the costs a run is priced with, and a real model ------------------------------------------
+
+
+def test_auto_is_the_default_and_fixed_and_adaptive_stay_selectable():
+    from specviz.cli import build_parser
+    from specviz.cli.options import config_from_args
+    from specviz.config import RunConfig
+
+    def cli(*argv: str) -> RunConfig:
+        return config_from_args(build_parser().parse_args(["generate", "--prompt", "hi", *argv]))
+
+    assert RunConfig().k_policy == cli().k_policy == "auto" and cli().k_words == "k: auto"
+    assert cli("--fixed-k", "-k", "3").k_policy == "fixed" and cli("--fixed-k", "-k", "3").k_words == "k = 3"
+    assert cli("--adaptive-k").k_policy == "adaptive"  # the adaptive rule takes auto's place when asked for
+    assert RunConfig(drafter="none").k_policy == "none"
+    assert RunConfig(num_draft_tokens=4, max_draft_tokens=8).k_ceiling == 8 and RunConfig(num_draft_tokens=4, auto_k=False).k_ceiling == 4
+    serve = build_parser().parse_args(["serve", "--fixed-k"])
+    assert serve.fixed_k and not build_parser().parse_args(["serve"]).fixed_k
+
+
+def test_a_run_is_priced_with_the_machines_profile_and_the_drafters_prior(tiny_models, tmp_path, monkeypatch):
+    import json
+
+    from specviz.config import RunConfig
+    from specviz.core.profile import load_profile
+    from specviz.drafters.specs import PRIOR_ACCEPTANCE
+    from specviz.runs import ASSETS, PROFILE_ENV, auto_costs, build_decoder
+
+    target = tiny_models["llama"]  # float32 on the CPU
+    monkeypatch.delenv(PROFILE_ENV, raising=False)
+    costs = auto_costs(RunConfig(drafter="lookup"), target)
+    shipped = load_profile(ASSETS / "profile_cpu_float32.json")
+    assert costs.draft_cost == shipped.draft_cost["lookup"] and costs.prior == (PRIOR_ACCEPTANCE["lookup"],)
+    assert "shipped" in costs.source and all(b >= a for a, b in zip(costs.verify.costs, costs.verify.costs[1:]))  # no dip to chase
+    mine = json.loads((ASSETS / "profile_cpu.json").read_text())
+    mine["draft_ms_per_token"]["lookup"] = mine["pass_ms"][0] * 0.5
+    (tmp_path / "here.json").write_text(json.dumps(mine))
+    monkeypatch.setenv(PROFILE_ENV, str(tmp_path / "here.json"))
+    measured = auto_costs(RunConfig(drafter="lookup"), target)
+    assert measured.draft_cost == 0.5 and "measured here" in measured.source
+    medusa = auto_costs(RunConfig(drafter="medusa", draft_vocab=8192), target)
+    assert medusa.draft_cost == load_profile(tmp_path / "here.json").draft_cost["medusa@8192"]  # the draft vocabulary's cost
+    assert build_decoder(RunConfig(drafter="lookup", auto_k=False), target, [1, 2, 3]).config.auto is None
+    assert build_decoder(RunConfig(drafter="lookup"), target, [1, 2, 3], baseline=True).config.auto is None
+
+
+def test_greedy_with_auto_through_build_decoder_equals_plain_on_a_tiny_model(tiny_models):
+    from specviz.config import RunConfig
+    from specviz.runs import build_decoder
+
+    target = tiny_models["llama"]
+    prompt_ids = target.tokenizer("one two three four one two three four one two three")["input_ids"]
+    config = RunConfig(target="tiny", drafter="ngram", ngram_threshold=0.0, max_new_tokens=30, chat=False)
+    decoder = build_decoder(config, target, prompt_ids)
+    decoder.run()
+    assert decoder.config.auto is not None and all(r.k_choice is not None for r in decoder.records)
+    baseline = build_decoder(config, target, prompt_ids, baseline=True)
+    baseline.run()
+    assert decoder.generated == baseline.generated
+
+
+def test_the_inspector_says_why_in_one_escaped_sentence():
+    from specviz.ui.step_through.inspector import k_note
+
+    dec = SpeculativeDecoder(BigramLM(), NGramDrafter(10), [1, 2, 3, 1, 2], DecodeConfig(max_new_tokens=6, auto=AutoCosts(verify=1.1, draft_cost=0.0)))
+    record = dec.step()
+    assert k_note(record).startswith(f"k = {record.num_draft_tokens}") and "tokens per pass" in k_note(record)
+    assert k_note(SpeculativeDecoder(BigramLM(), NGramDrafter(10), [1, 2, 3], DecodeConfig(max_new_tokens=3)).step()) is None
