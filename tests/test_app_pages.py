@@ -72,7 +72,7 @@ def test_theory_page_overlays_step_through_runs(tiny_models):
 
     target = tiny_models["llama"]
     ids = target.tokenizer("the cat sat on the mat and the cat sat on the")["input_ids"]
-    config = RunConfig(target="tiny", drafter="lookup", num_draft_tokens=3, max_new_tokens=8, chat=False)
+    config = RunConfig(target="tiny", drafter="lookup", num_draft_tokens=3, auto_k=False, max_new_tokens=8, chat=False)
     spec, plain = build_decoder(config, target, ids), build_decoder(config, target, ids, baseline=True)
     fake_clock(spec, 1.0), fake_clock(plain, 0.8)  # a plain pass 0.8 of a round: a speedup the physics allows, on any machine
     spec.run(), plain.run()
