@@ -194,3 +194,15 @@ def test_the_inspector_says_why_in_one_escaped_sentence():
     record = dec.step()
     assert k_note(record).startswith(f"k = {record.num_draft_tokens}") and "tokens per pass" in k_note(record)
     assert k_note(SpeculativeDecoder(BigramLM(), NGramDrafter(10), [1, 2, 3], DecodeConfig(max_new_tokens=3)).step()) is None
+
+
+def test_a_recording_from_before_auto_k_reads_as_the_k_it_drafted():
+    from pathlib import Path
+
+    from specviz.recording.load import read_recording
+
+    shipped = Path(__file__).resolve().parents[1] / "assets" / "recordings"
+    adaptive = read_recording(shipped / "code-lookup-adaptive-k.json").runs[0]
+    fixed = read_recording(shipped / "copy-ngram-greedy.json").runs[0]
+    assert adaptive.config.k_policy == "adaptive" and fixed.config.k_policy == "fixed"
+    assert all(r.k_choice is None for r in fixed.records)
