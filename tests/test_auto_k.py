@@ -12,6 +12,7 @@ from specviz.core.decoding import DecodeConfig, SpeculativeDecoder
 from specviz.core.sampling import SamplingConfig
 from specviz.core.theory import VerifyCurve
 from specviz.drafters import ModelDrafter, NGramDrafter, PromptLookupDrafter
+from tests.test_app_compare_tree import local  # noqa: F401  (a fixture)
 from tests.toys import BigramLM, TableLM, assert_first_two, first_two_tokens, plain_greedy
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -206,3 +207,20 @@ def test_a_recording_from_before_auto_k_reads_as_the_k_it_drafted():
     fixed = read_recording(shipped / "copy-ngram-greedy.json").runs[0]
     assert adaptive.config.k_policy == "adaptive" and fixed.config.k_policy == "fixed"
     assert all(r.k_choice is None for r in fixed.records)
+
+
+def test_the_page_runs_auto_by_default_and_the_inspector_says_why(local):  # noqa: F811
+    from tests.test_app_compare_tree import STATE, click, step_page
+
+    at = step_page(local, drafter="lookup")
+    assert at.toggle(key="auto_k").value is True
+    click(at, "step")
+    run = at.session_state[STATE].session.runs[0]
+    assert run.config.k_policy == "auto" and run.records[0].k_choice is not None
+    assert any("tokens per pass-equivalent" in c.value for c in at.caption), [c.value for c in at.caption]
+    at.toggle(key="auto_k").set_value(False).run()
+    assert any("auto_k: True → False" in w.value for w in at.warning), [w.value for w in at.warning]  # offered a reset
+    click(at, "reset")
+    click(at, "step")  # a new run at the slider's k
+    fixed = at.session_state[STATE].session.runs[0]
+    assert fixed.config.k_policy == "fixed" and all(r.k_choice is None for r in fixed.records)
