@@ -224,3 +224,12 @@ def test_the_page_runs_auto_by_default_and_the_inspector_says_why(local):  # noq
     click(at, "step")  # a new run at the slider's k
     fixed = at.session_state[STATE].session.runs[0]
     assert fixed.config.k_policy == "fixed" and all(r.k_choice is None for r in fixed.records)
+
+
+@pytest.mark.parametrize("bad, message", [
+    (dict(verify=0.0, draft_cost=0.1), "verify cost"), (dict(verify=1.0, draft_cost=float("nan")), "drafting cost"),
+    (dict(verify=1.0, draft_cost=0.1, prior=(1.5,)), "prior acceptance"), (dict(verify=1.0, draft_cost=0.1, decay=0.0), "decay"),
+])  # fmt: skip
+def test_bad_costs_are_clear_errors(bad, message):
+    with pytest.raises(ValueError, match=message):
+        AutoCosts(**bad)

@@ -23,7 +23,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from specviz.core.theory import VerifyCost, expected_tokens_by_position, verify_cost_at
+from specviz.core.theory import VerifyCost, VerifyCurve, expected_tokens_by_position, verify_cost_at
 
 MAX_AUTO_K = 16
 
@@ -41,6 +41,8 @@ class AutoCosts:
     source: str = ""  # where the costs come from, for the record's sentence ("profile_cpu (shipped)")
 
     def __post_init__(self) -> None:
+        if not isinstance(self.verify, VerifyCurve) and not (math.isfinite(self.verify) and self.verify > 0):
+            raise ValueError(f"auto k: the verify cost must be a number > 0 (or a measured curve); got {self.verify}.")
         if not (math.isfinite(self.draft_cost) and self.draft_cost >= 0):
             raise ValueError(f"auto k: the drafting cost must be a number >= 0; got {self.draft_cost}.")
         if not self.prior or not all(0.0 <= a <= 1.0 for a in self.prior):
