@@ -26,9 +26,10 @@ rank first), which is the lesson of the theory page's drafting-cost chart. A tar
 for them is skipped with a warning. Every drafter is set up by a decoder's prefill of the context, as in a run.
 
 The measurement imports torch and specviz.models (transformers); the CostProfile record and its JSON
-loader do not, so pages can read shipped profiles cheaply.
+loader do not: they live in specviz.core.profile, so pages read shipped profiles cheaply and k: auto
+(specviz.runs.auto_costs) prices a run's rounds with one.
 
-Here: the CostProfile record, its JSON and the shipped profiles, the CLI's tables, and measure_profile, which
+Here: the shipped profiles, the CLI's tables, and measure_profile, which
 sets the measurement up and keeps the medians; what it times (the context, the runners, the rotation) is
 specviz.experiments.profile_runners.
 """
