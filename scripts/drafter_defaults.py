@@ -2,7 +2,8 @@
 
 Reads `specviz bench` CSVs (assets/bench_cpu.csv, assets/bench_trees_cpu.csv) and the drafting table of
 scripts/medusa_check.py (assets/drafting_cpu.json: Medusa, EAGLE and token recycling with draft vocabularies), and
-prints specviz.drafters.specs.MEASURED_BEST; --write puts it into specs.py. tests/test_drafter_defaults.py checks
+prints specviz.drafters.specs.MEASURED_BEST (and PRIOR_ACCEPTANCE, the acceptance per draft position those runs imply,
+auto k's prior); --write puts it into specs.py. tests/test_drafter_defaults.py checks
 that the table there is what this script derives from the shipped files.
 
 The rule, per drafter: use the first table given that compares two or more of its settings, so every setting
@@ -27,6 +28,8 @@ from pathlib import Path
 
 import pandas as pd
 
+from specviz.core.auto_k import depth
+from specviz.core.theory import expected_tokens
 from specviz.drafters.specs import DRAFTER_KINDS, Tuning
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -35,6 +38,7 @@ SHIPPED = (ROOT / "assets" / "bench_cpu.csv", ROOT / "assets" / "drafting_cpu.js
 SPECS = ROOT / "specviz" / "drafters" / "specs.py"
 OPEN_TEXT = ("prose", "paragraph")  # the categories where a drafter is judged by its worst cell
 SETTING = ["drafter", "k", "tree_width", "draft_vocab"]
+MEASURES = ["temperature", "category", "speedup", "tau", "alpha"]  # tau: tokens per target pass; alpha: from accepted/drafted
 KIND_OF = {"n-gram": "ngram"}  # medusa_check's setup names -> drafter kinds (the rest are the kinds)
 SETUP = re.compile(r"^(?P<drafter>[\w-]+) (?:chain |tree W=(?P<width>\d+) )?k=(?P<k>\d+)(?: V'=(?P<vocab>\d+)k)?$")
 log = logging.getLogger("drafter_defaults")
@@ -48,6 +52,7 @@ class Best:
     source: str
     worst: float
     mean: float
+    alpha: float = 0.5  # acceptance per draft position its runs imply (accepted/drafted, else tokens per pass): auto k's prior
 
 
 def read_table(path: Path) -> pd.DataFrame:
@@ -60,15 +65,17 @@ def read_table(path: Path) -> pd.DataFrame:
                 continue
             rows.append(dict(drafter=KIND_OF.get(m["drafter"], m["drafter"]), k=int(m["k"]), tree_width=int(m["width"] or 1),
                              draft_vocab=int(m["vocab"] or 0) * 1024, temperature=float(r["T"]), category=r["category"],
-                             speedup=float(r["speedup"])))  # fmt: skip
-        return pd.DataFrame(rows, columns=SETTING + ["temperature", "category", "speedup"])
+                             speedup=float(r["speedup"]), tau=float(r["tau"]), alpha=float("nan")))  # fmt: skip
+        return pd.DataFrame(rows, columns=SETTING + MEASURES)
     frame = pd.read_csv(path)
     for column in ("tree_width", "draft_vocab"):  # older sweeps: chains over the full vocabulary
         if column not in frame:
             frame[column] = 1 if column == "tree_width" else 0
     frame["tree_width"] = frame["tree_width"].fillna(1).astype(int)
     frame["draft_vocab"] = frame["draft_vocab"].fillna(0).astype(int)
-    return frame[SETTING + ["temperature", "category", "speedup"]].dropna(subset=["speedup"])
+    frame["tau"] = frame["tokens_per_pass"] if "tokens_per_pass" in frame else float("nan")
+    frame["alpha"] = frame["alpha_implied"] if "alpha_implied" in frame else float("nan")
+    return frame[SETTING + MEASURES].dropna(subset=["speedup"])
 
 
 def best_settings(paths: list[Path]) -> dict[str, Best]:
@@ -83,8 +90,22 @@ def best_settings(paths: list[Path]) -> dict[str, Best]:
         worst = open_text.groupby(SETTING[1:])["speedup"].min()
         mean = cells.groupby(SETTING[1:])["speedup"].mean()
         k, width, vocab = max(worst.index, key=lambda s: (worst[s], mean[s], -s[0]))
-        found[drafter] = Best(Tuning(int(k), int(width), int(vocab)), source, float(worst[(k, width, vocab)]), float(mean[(k, width, vocab)]))
+        runs = table[(table["drafter"] == drafter) & (table["k"] == k) & (table["tree_width"] == width) & (table["draft_vocab"] == vocab)]
+        alpha = runs["alpha"].median()  # from accepted/drafted (a round that drafted nothing is no evidence), else from tau
+        alpha = round(float(alpha), 2) if alpha == alpha else implied_alpha(float(runs["tau"].median()), depth(int(k), int(width)))
+        found[drafter] = Best(Tuning(int(k), int(width), int(vocab)), source, float(worst[(k, width, vocab)]), float(mean[(k, width, vocab)]), alpha)
     return found
+
+
+def implied_alpha(tau: float, levels: int) -> float:
+    """The per-position acceptance alpha with expected_tokens(alpha, levels) = tau (bisection); 0.5 when tau is unknown."""
+    if not tau == tau or levels < 1:  # NaN: a table without tokens per pass
+        return 0.5
+    lo, hi = 0.0, 1.0
+    for _ in range(50):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if expected_tokens(mid, levels) < tau else (lo, mid)
+    return round((lo + hi) / 2, 2)
 
 
 def render(best: dict[str, Best]) -> str:
@@ -95,6 +116,8 @@ def render(best: dict[str, Best]) -> str:
         t = b.tuning
         lines.append(f'    "{kind}": Tuning({t.num_draft_tokens}, {t.tree_width}, {t.draft_vocab}),  '
                      f"# {b.source}: worst on open text {b.worst:.2f}x, mean {b.mean:.2f}x")  # fmt: skip
+    lines += ["}", "PRIOR_ACCEPTANCE: dict[str, float] = {  # per draft position, implied by the same runs (auto k's prior)"]
+    lines += [f'    "{kind}": {b.alpha},' for kind, b in best.items()]
     lines += ["}", "# END MEASURED_BEST"]
     return "\n".join(lines)
 

@@ -87,7 +87,7 @@ def embedded_session(args: argparse.Namespace) -> tuple[Session, int, str]:
 
     target = load_model(device="cpu", dtype="float32")
     config = RunConfig(
-        drafter=args.drafter, num_draft_tokens=args.k, temperature=args.temperature, seed=args.seed,
+        drafter=args.drafter, num_draft_tokens=args.k, auto_k=False, temperature=args.temperature, seed=args.seed,
         max_new_tokens=args.max_new_tokens,
     )  # fmt: skip
     prompt_ids = encode_prompt(target.tokenizer, PROMPT)

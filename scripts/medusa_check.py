@@ -115,7 +115,7 @@ def measure_prompt(models, prompt: BenchPrompt, temperature: float, setups: dict
     from specviz.runs import decoder_for
 
     ids = encode_prompt(models.target.tokenizer, prompt.prompt, True)
-    base = RunConfig(temperature=temperature, max_new_tokens=args.max_new_tokens, seed=args.seed, medusa_heads=args.medusa_heads,
+    base = RunConfig(auto_k=False, temperature=temperature, max_new_tokens=args.max_new_tokens, seed=args.seed, medusa_heads=args.medusa_heads,
                      eagle_head=args.eagle_head)  # fmt: skip
     configs = {name: replace(base, **change) for name, change in setups.items()}
 

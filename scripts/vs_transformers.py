@@ -99,7 +99,7 @@ def contenders(target, prompt_ids: list[int], args, fp32=None) -> dict[str, Call
         calls[HF_FP32] = hf(None, fp32.model)
     for k in args.k:
         calls[hf_lookup(k)] = hf(k)
-        calls[sv_lookup(k)] = sv(RunConfig(drafter="lookup", num_draft_tokens=k, adaptive_k=False, temperature=0.0, max_new_tokens=args.max_new_tokens))
+        calls[sv_lookup(k)] = sv(RunConfig(drafter="lookup", num_draft_tokens=k, auto_k=False, temperature=0.0, max_new_tokens=args.max_new_tokens))
         if args.adaptive:
             calls[sv_lookup(k, True)] = sv(RunConfig(drafter="lookup", num_draft_tokens=k, adaptive_k=True, temperature=0.0, max_new_tokens=args.max_new_tokens))
     calls[SV_DEFAULT] = sv(RunConfig(max_new_tokens=args.max_new_tokens))  # the default drafter and its defaults, greedy

@@ -20,10 +20,11 @@ from specviz.core.tree import MAX_TREE_WIDTH
 from specviz.drafters.specs import DRAFTER_KINDS, DRAFTERS, TREE_KINDS, drafter_spec, short_name
 
 __all__ = [
-    "DRAFTER_KINDS", "EMBEDDED_TARGET", "FIELDS", "MAX_NEW_TOKENS", "MAX_PROMPT_CHARS", "MAX_PROMPT_TOKENS", "DrafterKind", "RunConfig",
+    "DRAFTER_KINDS", "EMBEDDED_TARGET", "FIELDS", "MAX_NEW_TOKENS", "MAX_PROMPT_CHARS", "MAX_PROMPT_TOKENS", "DrafterKind", "KPolicy", "RunConfig",
     "Setting", "field_named", "settings_of", "validate_prompt",
 ]  # fmt: skip
 
+KPolicy = Literal["auto", "adaptive", "fixed", "none"]  # RunConfig.k_policy
 DrafterKind = Literal["model", "lookup", "ngram", "early-exit", "medusa", "eagle", "recycle", "none"]  # the kinds of specviz.drafters.specs.DRAFTERS
 EMBEDDED_TARGET = "embedded:SmolLM2-135M-Instruct"  # same string as specviz.models.EMBEDDED_TARGET
 MAX_PROMPT_CHARS = 20_000  # a cheap check before the tokenizer sees the text (a character is at most 4 byte-level tokens)
@@ -186,13 +187,19 @@ class RunConfig:
         widget="slider", section="drafter", label="k: tokens drafted per round", seeded=True, carry="link", flags=("--num-draft-tokens", "-k"),
         cap="max_draft_tokens", cap_message="k is limited to {limit} tokens per round on this server (asked for {value}).", short="k",
     )  # fmt: skip
+    auto_k: bool = setting(  # k: auto (specviz.core.auto_k); the adaptive rule, when on, takes its place
+        True, drafter_only=True, widget="toggle", section="drafter", label="k: auto (from this machine's costs)", carry="fork",
+        help="Choose each round's k (a tree's node budget) before the round, from this machine's cost profile and this run's "
+        "acceptance by position: 0, a plain pass, when no k pays. Off: the slider's k every round (or the adaptive rule).",
+        flags=("--fixed-k",), negated=True, flag_help="draft the same k every round (or follow --adaptive-k) instead of k: auto",
+    )  # fmt: skip
     adaptive_k: bool = setting(
         False, drafter_only=True, widget="toggle", section="drafter", label="adaptive k", carry="fork",
-        help="Grow k by 2 after a round where every draft was kept, shrink by 1 after a rejection.",
+        help="Grow k by 2 after a round where every draft was kept, shrink by 1 after a rejection (in place of k: auto).",
         flags=("--adaptive-k",), flag_help="grow k after fully accepted rounds, shrink after rejections",
     )  # fmt: skip
-    max_draft_tokens: int = setting(  # adaptive k's ceiling; a shared server's policy lowers it to the owner's k cap (quietly)
-        MAX_DRAFT_TOKENS, low=1, high=MAX_DRAFT_TOKENS, what="The ceiling for adaptive k", drafter_only=True, cap="max_draft_tokens",
+    max_draft_tokens: int = setting(  # adaptive and auto k's ceiling; a shared server's policy lowers it to the owner's k cap (quietly)
+        MAX_DRAFT_TOKENS, low=1, high=MAX_DRAFT_TOKENS, what="The ceiling for adaptive and auto k", drafter_only=True, cap="max_draft_tokens",
     )  # fmt: skip
     tree_width: int = setting(  # children per node of a token tree (n-gram, model, early-exit drafters); 1 = a chain, k = node budget
         START.tree_width, low=1, high=MAX_TREE_WIDTH, message="The tree width must be between {low} (a chain) and {high}; got {value}.", drafter_only=True,
@@ -261,6 +268,26 @@ class RunConfig:
         _ = self.sampling  # temperature >= 0, top-k, top-p: SamplingConfig checks them
 
     @property
+    def k_policy(self) -> KPolicy:
+        """How a round's k is chosen: "auto" (specviz.core.auto_k), "adaptive" (the adaptive rule, which takes auto's
+        place when on), "fixed", or "none" for plain decoding."""
+        if drafter_spec(self.drafter).baseline:
+            return "none"
+        return "adaptive" if self.adaptive_k else "auto" if self.auto_k else "fixed"
+
+    @property
+    def k_words(self) -> str:
+        """The k policy as a caption says it: "k: auto", "k = 4", "k = 4 (adaptive)", "no drafts"."""
+        policy = self.k_policy
+        return {"auto": "k: auto", "fixed": f"k = {self.num_draft_tokens}", "adaptive": f"k = {self.num_draft_tokens} (adaptive)"}.get(policy, "no drafts")
+
+    @property
+    def k_ceiling(self) -> int:
+        """The most tokens any round of this run may draft: k when fixed, else the ceiling adaptive or auto k grows to."""
+        policy = self.k_policy
+        return 0 if policy == "none" else self.num_draft_tokens if policy == "fixed" else max(self.num_draft_tokens, self.max_draft_tokens)
+
+    @property
     def needs_draft_model(self) -> bool:
         """Its drafter drafts with a second model (validate() has checked one is named)."""
         return drafter_spec(self.drafter).needs_model
@@ -276,7 +303,7 @@ class RunConfig:
             seed=self.seed if seed is None else seed,
             max_new_tokens=self.max_new_tokens,
             eos_token_ids=eos_token_ids,
-            adaptive_k=self.adaptive_k,
+            adaptive_k=self.k_policy == "adaptive",
             max_draft_tokens=self.max_draft_tokens,
             tree_width=self.tree_width,
         )

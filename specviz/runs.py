@@ -14,15 +14,21 @@ KV cache, what a shared server reserves for it (specviz.workshop.budgets)."""
 
 from __future__ import annotations
 
+import itertools
+import logging
+import os
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from specviz.config import RunConfig, validate_prompt
+from specviz.core.auto_k import AutoCosts
 from specviz.core.decoding import DecodeConfig, SpeculativeDecoder, resume
+from specviz.core.profile import CostProfile, load_profile
 from specviz.core.records import StepRecord
 from specviz.core.resume import RunState
+from specviz.core.theory import VerifyCurve
 from specviz.drafters import NoDrafter
 from specviz.drafters.base import Drafter
 from specviz.drafters.eagle import FeatureHead
@@ -41,6 +47,10 @@ HeadsOf = Callable[[str | None, LoadedModel], MedusaHeads]  # (heads folder or N
 EagleOf = Callable[[str | None, LoadedModel], EagleHead]  # (head folder or None, target) -> the head on its device
 SHIPPED_HEADS = Path(__file__).resolve().parents[1] / "assets" / "medusa_smollm2_135m"  # for the embedded target
 SHIPPED_EAGLE = Path(__file__).resolve().parents[1] / "assets" / "eagle_smollm2_135m"  # for the embedded target
+ASSETS = Path(__file__).resolve().parents[1] / "assets"
+PROFILE_ENV = "SPECVIZ_PROFILE"  # a profile measured here (`python -m specviz profile --out PATH`), for k: auto
+UNKNOWN_DRAFT_COST = 0.2  # k: auto's drafting cost per token for a drafter the profile does not time (a second model)
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -103,7 +113,7 @@ def kv_tokens(config: RunConfig, models: RunModels, num_prompt_tokens: int, *, b
     """A run's worst-case KV cache, in tokens of its target's cache: run_positions() for the target, plus as many for
     the drafter's own cache scaled by its bytes per token (a draft model's; an early exit's, its first layers of the
     target). Prompt lookup, the n-gram model and Medusa heads keep no cache."""
-    k = 0 if baseline else config.num_draft_tokens
+    k = 0 if baseline else config.k_ceiling  # adaptive and auto k may grow to their ceiling
     positions = run_positions(num_prompt_tokens, config.max_new_tokens, k)
     target = models.target
     own = target.kv_bytes_per_token
@@ -292,7 +302,38 @@ def _parts(config: RunConfig, target: LoadedModel, draft, early_exit, heads, eag
 
 def _decode_config(config: RunConfig, target: LoadedModel, seed: int | None, baseline: bool) -> DecodeConfig:
     decode = config.decode_config(target.eos_token_ids, seed)
-    return replace(decode, num_draft_tokens=0, adaptive_k=False) if baseline else decode
+    if baseline:
+        return replace(decode, num_draft_tokens=0, adaptive_k=False)
+    return replace(decode, auto=auto_costs(config, target)) if config.k_policy == "auto" else decode
+
+
+def machine_profile(device_type: str, precision: str, measured: str = "") -> tuple[CostProfile | None, str]:
+    """(the cost profile k: auto prices rounds with, where it comes from): the file at $SPECVIZ_PROFILE when set
+    (measured here), else the one shipped for this class of machine (assets/profile_cpu*.json, by precision); none
+    for a GPU (shipped profiles are CPUs')."""
+    if measured:
+        try:
+            return load_profile(measured), f"{Path(measured).name} (measured here)"
+        except ValueError as exc:
+            log.warning("k: auto ignores %s=%s: %s", PROFILE_ENV, measured, exc)
+    if device_type != "cpu":
+        return None, "no GPU profile shipped: a flat verify cost"
+    name = "profile_cpu_float32.json" if precision == "float32" else "profile_cpu.json"
+    return load_profile(ASSETS / name), f"{name} (shipped for a 2-core CPU)"
+
+
+def auto_costs(config: RunConfig, target: LoadedModel) -> AutoCosts:
+    """What k: auto weighs for this run: the machine's verify curve and the drafter's cost per token from its profile
+    (the draft vocabulary's where it cuts one), and the drafter's benchmark acceptance as the prior. Without a
+    profile (a GPU): a flat verify cost, a pass being bound by reading the weights, and the CPU's drafting costs."""
+    profile, source = machine_profile(target.device.type, target.precision, os.environ.get(PROFILE_ENV, ""))
+    spec = drafter_spec(config.drafter)
+    costs = (profile or load_profile(ASSETS / "profile_cpu.json")).draft_cost
+    key = f"{config.drafter}@{config.draft_vocab}"
+    c = costs.get(key if spec.cuts_vocab and key in costs else config.drafter)
+    verify = VerifyCurve(tuple(itertools.accumulate(profile.curve.costs, max))) if profile is not None else VerifyCurve((1.0, 1.0))  # a
+    # wider pass costs at least as much as a narrower one: the measured curve's noise (a dip at one k) is not a reason to pick that k
+    return AutoCosts(verify=verify, draft_cost=UNKNOWN_DRAFT_COST if c is None else c, prior=(spec.prior_acceptance,), source=source)
 
 
 def resume_decoder(

@@ -187,7 +187,7 @@ def tree_compare(tiny_models, tiny_dir):
     target = tiny_models["llama"]
     config = RunConfig(
         target=str(tiny_dir["llama"]), drafter="early-exit", exit_layer=1, temperature=1.0, num_draft_tokens=6,
-        tree_width=3, max_new_tokens=16, chat=False, seed=3,
+        tree_width=3, auto_k=False, max_new_tokens=16, chat=False, seed=3,
     )  # fmt: skip
     return stepped_compare(target, config, replace(config, tree_width=1), ("A: tree", "B: chain"))
 

@@ -51,7 +51,7 @@ def no_turns(monkeypatch):
 
 def step_page(run: str | None = None, **state) -> AppTest:
     at = AppTest.from_file(str(PAGES / "step_through.py"), default_timeout=120)
-    for key, value in {"prompt": PROMPT, "drafter": "lookup", "max_new_tokens": 12, "num_draft_tokens": 4, **state}.items():
+    for key, value in {"prompt": PROMPT, "drafter": "lookup", "max_new_tokens": 12, "num_draft_tokens": 4, "auto_k": False, **state}.items():
         at.session_state[key] = value
     if run is not None:
         at.query_params["run"] = run

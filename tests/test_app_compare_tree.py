@@ -78,3 +78,29 @@ def test_a_compare_run_that_cannot_be_is_a_message(local, state, message):
     assert any(message in e.value for e in at.error), [e.value for e in at.error]
     click(at, "step")
     assert len(at.session_state[STATE].session.runs) == 1  # run A alone; nothing crashed
+
+
+def test_run_b_of_another_drafter_takes_its_own_measured_best(local):
+    """Compare mode used to hand run B run A's k: each run now gets its own drafter's settings."""
+    from specviz.drafters.specs import MEASURED_BEST
+
+    at = step_page(local, num_draft_tokens=3, compare="lookup")
+    click(at, "step")
+    a, b = at.session_state[STATE].session.runs
+    assert (a.config.drafter, a.config.num_draft_tokens) == ("ngram", 3)
+    assert (b.config.drafter, b.config.num_draft_tokens) == ("lookup", MEASURED_BEST["lookup"].num_draft_tokens) != (b.config.drafter, 3)
+
+
+def test_compare_config_gives_each_drafter_its_own_settings():
+    from specviz.config import RunConfig
+    from specviz.drafters.specs import MEASURED_BEST
+    from specviz.ui.step_through.sidebar import Settings
+    from specviz.workshop.policy import Policy
+
+    a = RunConfig(drafter="lookup", num_draft_tokens=5)
+    medusa = Settings(a, "p", "medusa", 1.0).compare_config()
+    assert (medusa.num_draft_tokens, medusa.draft_vocab) == (MEASURED_BEST["medusa"].num_draft_tokens, MEASURED_BEST["medusa"].draft_vocab)
+    capped = Settings(a, "p", "ngram", 1.0, policy=Policy(max_draft_tokens=2)).compare_config()
+    assert capped.num_draft_tokens == 2  # within the owner's k cap
+    same = Settings(RunConfig(drafter="ngram", num_draft_tokens=5), "p", "ngram", 1.0, compare_tree_width=2).compare_config()
+    assert (same.num_draft_tokens, same.tree_width) == (5, 2)  # the same drafter keeps run A's k

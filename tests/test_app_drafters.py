@@ -52,7 +52,7 @@ def test_a_forced_draft_vocabulary_outside_the_menu_is_refused(local):  # noqa: 
 def test_the_lab_runs_both_new_drafters(tiny_models, eagle_dir):  # noqa: F811
     target = tiny_models["llama"]
     for drafter, extra in (("recycle", {}), ("eagle", {"eagle_head": str(eagle_dir)})):
-        config = RunConfig(target="tiny", drafter=drafter, num_draft_tokens=1, temperature=1.0, max_new_tokens=2, chat=False, **extra)
+        config = RunConfig(target="tiny", drafter=drafter, num_draft_tokens=1, auto_k=False, temperature=1.0, max_new_tokens=2, chat=False, **extra)
         fast = sample_real(config, target, "the cat sat on the mat and the cat sat on the", "fast", 2_000)
         assert len(fast.spec_tokens) == 2_000
         greedy = greedy_side_by_side(RunConfig(**(config.to_dict() | {"temperature": 0.0, "max_new_tokens": 12})), target, "the quick brown fox")

@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 from streamlit.testing.v1 import AppTest
 
+from specviz.core.profile import SCHEMA, CostProfile
 from specviz.core.theory import batch_plain_tokens_per_s, batch_speculative_tokens_per_s, crossover_batch
-from specviz.experiments.cost_profile import SCHEMA, CostProfile
 from tests.test_app_pages import PAGES, TIMEOUT
 
 # A CPU-like profile: a pass over B rows of t tokens costs 10 ms + 1 ms per row-token, so speculation pays at

@@ -166,7 +166,7 @@ def test_measure_setups_repeats_interleaves_and_keeps_pairs(tiny_models):
 
     target = tiny_models["llama"]
     ids = target.tokenizer("the cat sat on the mat and the cat sat on the")["input_ids"]
-    config = RunConfig(target="tiny", drafter="lookup", num_draft_tokens=3, max_new_tokens=6, chat=False)
+    config = RunConfig(target="tiny", drafter="lookup", num_draft_tokens=3, auto_k=False, max_new_tokens=6, chat=False)
     built: list[str] = []
 
     def factory(name: str, baseline: bool):

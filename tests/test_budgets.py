@@ -5,6 +5,7 @@ sessions-per-address count. The pages' messages are tests/test_app_budgets.py; a
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import time
 
@@ -190,7 +191,7 @@ def test_a_step_gets_in_between_two_chunks_of_another_sessions_prefill(tiny_mode
     from specviz.runs import build_decoder
 
     target = tiny_models["llama"]
-    config = RunConfig(target=target.name, drafter="lookup", num_draft_tokens=2, max_new_tokens=4, chat=False)
+    config = RunConfig(target=target.name, drafter="lookup", num_draft_tokens=2, auto_k=False, max_new_tokens=4, chat=False)
     ids = [4 + i % (target.vocab_size - 4) for i in range(200)]
 
     def race(chunk: int) -> list[str]:
@@ -473,13 +474,15 @@ def test_a_runs_worst_case_counts_its_drafters_own_cache(tiny_models):
     target, draft = tiny_models["llama"], tiny_models["llama_draft"]
     assert target.kv_bytes_per_token == 2 * 2 * 2 * 16 * 4  # layers x (k, v) x KV heads x head dim x float32
     assert tiny_models["gpt2"].kv_bytes_per_token == 2 * 2 * 2 * 16 * 4
-    base = RunConfig(target=target.name, num_draft_tokens=4, max_new_tokens=30)
+    base = RunConfig(target=target.name, num_draft_tokens=4, auto_k=False, max_new_tokens=30)
     positions = run_positions(20, 30, 4)
     assert kv_tokens(base, RunModels(target), 20) == positions == 55  # the n-gram model keeps no cache
+    auto = RunConfig(target=target.name, num_draft_tokens=4, max_draft_tokens=6, max_new_tokens=30)  # k: auto may draft up to its ceiling
+    assert kv_tokens(auto, RunModels(target), 20) == run_positions(20, 30, 6) == kv_tokens(dataclasses.replace(auto, auto_k=False, adaptive_k=True), RunModels(target), 20)
     assert kv_tokens(base, RunModels(target), 20, baseline=True) == 20 + 30 + 1
-    early = RunConfig(target=target.name, drafter="early-exit", exit_layer=1, num_draft_tokens=4, max_new_tokens=30)
+    early = RunConfig(target=target.name, drafter="early-exit", exit_layer=1, num_draft_tokens=4, auto_k=False, max_new_tokens=30)
     assert kv_tokens(early, RunModels(target), 20) == positions + -(-positions // 2)  # 1 of 2 layers
-    model = RunConfig(target=target.name, draft=draft.name, drafter="model", num_draft_tokens=4, max_new_tokens=30)
+    model = RunConfig(target=target.name, draft=draft.name, drafter="model", num_draft_tokens=4, auto_k=False, max_new_tokens=30)
     assert kv_tokens(model, RunModels(target, draft), 20) == 2 * positions
 
 
@@ -496,7 +499,7 @@ def test_the_labs_fast_mode_runs_the_lm_head_on_the_last_position_only(tiny_mode
     hook = target.model.get_output_embeddings().register_forward_hook(lambda module, args, out: rows.append(args[0].shape[-2]))
     try:
         prompt = words(60)
-        config = RunConfig(target=target.name, drafter="lookup", num_draft_tokens=1, temperature=1.0, max_new_tokens=2, chat=False)
+        config = RunConfig(target=target.name, drafter="lookup", num_draft_tokens=1, auto_k=False, temperature=1.0, max_new_tokens=2, chat=False)
         sample_real(config, target, prompt, "fast", 100)
         assert rows and len(rows) <= 2 and set(rows) == {1}, rows  # a run's prefill keeps one row, the pass over the last token one
         rows.clear()

@@ -44,7 +44,7 @@ def cuda_models(tiny_dir):
 def decoder(models, kind: str, k: int, temperature: float = 0.0, baseline: bool = False, max_new: int = 24):
     target = models["llama"]
     options = dict(DRAFTERS[kind], draft=str(models["llama_draft"].name)) if kind == "model" else DRAFTERS[kind]
-    config = RunConfig(target=str(target.name), num_draft_tokens=k, temperature=temperature, max_new_tokens=max_new, **options)
+    config = RunConfig(target=str(target.name), num_draft_tokens=k, auto_k=False, temperature=temperature, max_new_tokens=max_new, **options)
     ids = encode_prompt(target.tokenizer, PROMPT, chat=False)
     draft = models["llama_draft"] if kind == "model" else None
     return build_decoder(config, target, ids, draft, seed=3, baseline=baseline)
@@ -163,7 +163,7 @@ def test_eagle_on_cuda_is_plain_greedy_and_its_chain_never_syncs_per_token(cuda_
     ids = encode_prompt(target.tokenizer, PROMPT, chat=False)
 
     def run(k: int, baseline: bool = False):
-        config = RunConfig(target=str(target.name), drafter="eagle", eagle_head=str(tmp_path / "eagle"), num_draft_tokens=k,
+        config = RunConfig(target=str(target.name), drafter="eagle", eagle_head=str(tmp_path / "eagle"), num_draft_tokens=k, auto_k=False,
                            tree_width=width, max_new_tokens=24)  # fmt: skip
         return build_decoder(config, target, ids, seed=3, baseline=baseline)
 

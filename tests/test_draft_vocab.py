@@ -100,7 +100,7 @@ def counted_heads(tiny_models, tiny_heads, tmp_path_factory):
 @pytest.mark.parametrize("width", [1, 2])
 def test_greedy_medusa_over_a_draft_vocabulary_is_plain_greedy(tiny_models_at, counted_heads, precision, width):
     target = tiny_models_at(precision, "llama")
-    config = RunConfig(target="llama", drafter="medusa", medusa_heads=str(counted_heads), draft_vocab=20, num_draft_tokens=3,
+    config = RunConfig(target="llama", drafter="medusa", medusa_heads=str(counted_heads), draft_vocab=20, num_draft_tokens=3, auto_k=False,
                        tree_width=width, max_new_tokens=24, chat=False)  # fmt: skip
     drafted = 0
     for p in TINY_PROMPTS:
@@ -237,7 +237,7 @@ def test_the_shipped_heads_over_a_draft_vocabulary_are_plain_greedy_on_smollm(sm
     plain = build_decoder(RunConfig(max_new_tokens=24), smollm, ids, baseline=True)
     plain.run()
     for width in (1, 2):
-        config = RunConfig(drafter="medusa", medusa_heads=str(folder), draft_vocab=4096, num_draft_tokens=3, tree_width=width, max_new_tokens=24)
+        config = RunConfig(drafter="medusa", medusa_heads=str(folder), draft_vocab=4096, num_draft_tokens=3, auto_k=False, tree_width=width, max_new_tokens=24)
         spec = build_decoder(config, smollm, ids)
         spec.run()
         assert spec.generated == plain.generated, width

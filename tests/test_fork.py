@@ -36,7 +36,7 @@ def _presented(target, config: RunConfig, tmp_path) -> tuple[object, SavedRun]:
 
 
 def _config(temperature: float) -> RunConfig:
-    return RunConfig(target="llama", drafter="ngram", temperature=temperature, seed=11, max_new_tokens=32, num_draft_tokens=3, ngram_threshold=0.0)
+    return RunConfig(target="llama", drafter="ngram", temperature=temperature, seed=11, max_new_tokens=32, num_draft_tokens=3, auto_k=False, ngram_threshold=0.0)
 
 
 @pytest.mark.parametrize("temperature", [0.0, 1.0])

@@ -350,7 +350,7 @@ def toy_tree_recording() -> str:
 
     sampling, prompt, runs = SamplingConfig(temperature=1.0), [1, 2, 3, 4, 1, 2, 3], []
     for label, width, drafter in (("tree", 3, "model"), ("chain", 1, "model"), ("baseline (plain decoding)", 1, "none")):
-        config = RunConfig(target="toy", draft="toy draft", drafter=drafter, tree_width=width, temperature=1.0, num_draft_tokens=5, max_new_tokens=20)
+        config = RunConfig(target="toy", draft="toy draft", drafter=drafter, tree_width=width, temperature=1.0, num_draft_tokens=5, auto_k=False, max_new_tokens=20)
         draft = NoDrafter() if drafter == "none" else ModelDrafter(TableLM(0, noise=2.0), sampling)
         decode = DecodeConfig(num_draft_tokens=0 if drafter == "none" else 5, sampling=sampling, seed=1, max_new_tokens=20, tree_width=width)
         decoder = SpeculativeDecoder(TreeTableLM(0), draft, prompt, decode)

@@ -22,7 +22,7 @@ def test_run_toy_exact_and_biased():
 
 def test_sample_real_fast_and_engine(tiny_models):
     target = tiny_models["llama"]
-    config = RunConfig(target="tiny", drafter="early-exit", exit_layer=1, num_draft_tokens=1, temperature=1.0, max_new_tokens=2, chat=False)
+    config = RunConfig(target="tiny", drafter="early-exit", exit_layer=1, num_draft_tokens=1, auto_k=False, temperature=1.0, max_new_tokens=2, chat=False)
     fast = sample_real(config, target, "the quick brown fox", "fast", 5_000)
     s = summarize_real(fast)
     assert len(fast.spec_tokens) == len(fast.target_tokens) == 5_000 and fast.drafted_runs == 5_000
@@ -39,13 +39,13 @@ def test_sample_real_fast_and_engine(tiny_models):
     [("slow", 10, "exact", "Unknown mode"), ("fast", 0, "exact", "between 1"), ("engine", 10_000, "exact", "between 1"), ("fast", 10, "bogus", "Unknown rule")],
 )
 def test_sample_real_rejects_bad_arguments(tiny_models, mode, n, variant, message):
-    config = RunConfig(target="tiny", drafter="lookup", num_draft_tokens=1, temperature=1.0, max_new_tokens=2, chat=False)
+    config = RunConfig(target="tiny", drafter="lookup", num_draft_tokens=1, auto_k=False, temperature=1.0, max_new_tokens=2, chat=False)
     with pytest.raises(ValueError, match=message):
         sample_real(config, tiny_models["llama"], "the cat", mode, n, variant)
 
 
 def test_greedy_side_by_side(tiny_models):
-    config = RunConfig(target="tiny", drafter="lookup", num_draft_tokens=3, temperature=0.0, max_new_tokens=8, chat=False)
+    config = RunConfig(target="tiny", drafter="lookup", num_draft_tokens=3, auto_k=False, temperature=0.0, max_new_tokens=8, chat=False)
     result = greedy_side_by_side(config, tiny_models["llama"], "the cat sat on the mat and the cat sat on the")
     assert result.identical and result.first_difference is None and len(result.spec_ids) == 8
     assert 0 <= result.accepted <= result.drafted and result.drafted > 0  # the check compared a run that drafted, not two plain runs (issue 43)

@@ -89,7 +89,7 @@ def _plain_decoder(target, prompt: str, max_new_tokens: int):
     from specviz.models import encode_prompt
     from specviz.runs import build_decoder
 
-    config = RunConfig(target=target.name, drafter="lookup", num_draft_tokens=2, temperature=0.0, max_new_tokens=max_new_tokens, chat=False)
+    config = RunConfig(target=target.name, drafter="lookup", num_draft_tokens=2, auto_k=False, temperature=0.0, max_new_tokens=max_new_tokens, chat=False)
     return build_decoder(config, target, encode_prompt(target.tokenizer, prompt, False))
 
 
@@ -122,7 +122,7 @@ def test_lab_profile_and_numerics_take_many_turns(tiny_models):
 
     target = tiny_models["llama"]
     turn = CountingTurn()
-    config = RunConfig(target=target.name, drafter="lookup", num_draft_tokens=1, temperature=1.0, max_new_tokens=2, chat=False)
+    config = RunConfig(target=target.name, drafter="lookup", num_draft_tokens=1, auto_k=False, temperature=1.0, max_new_tokens=2, chat=False)
     sample_real(config, target, "the cat sat on the cat sat on", "engine", 4, turn=turn)
     assert turn.count == 4  # one per pair of runs
     turn.count = 0

@@ -92,7 +92,7 @@ def test_greedy_speculative_equals_generate(tiny_models_at, reference, target_na
     target = tiny_models_at(precision, target_name)
     draft = tiny_models_at(precision, DRAFTS[target_name]) if drafter == "model" else None
     config = RunConfig(
-        target=target_name, drafter=drafter, draft="d" if draft else None, exit_layer=1, num_draft_tokens=k, max_new_tokens=MAX_NEW
+        target=target_name, drafter=drafter, draft="d" if draft else None, exit_layer=1, num_draft_tokens=k, auto_k=False, max_new_tokens=MAX_NEW
     )
     dec = run_checked(build_decoder(config, target, prompt_ids(target), draft))
     assert dec.generated == reference(precision, target_name)
@@ -105,7 +105,7 @@ def test_the_tiny_drafts_are_sometimes_accepted(tiny_models):
     for target_name, drafter in [("llama", "model"), ("llama", "early-exit"), ("gpt2", "lookup")]:
         target = tiny_models[target_name]
         draft = tiny_models["llama_draft"] if drafter == "model" else None
-        config = RunConfig(target="t", drafter=drafter, draft="d" if draft else None, exit_layer=1, num_draft_tokens=8, max_new_tokens=MAX_NEW)
+        config = RunConfig(target="t", drafter=drafter, draft="d" if draft else None, exit_layer=1, num_draft_tokens=8, auto_k=False, max_new_tokens=MAX_NEW)
         rates[target_name, drafter] = build_decoder(config, target, prompt_ids(target), draft)
         rates[target_name, drafter].run()
     for key, dec in rates.items():
@@ -119,7 +119,7 @@ def test_logits_wider_than_the_vocabulary_are_aligned(tiny_models, draft_name, t
     target, draft = tiny_models[target_name], tiny_models[draft_name]
     assert target.model.get_output_embeddings().weight.shape[0] != draft.model.get_output_embeddings().weight.shape[0]
     ids = prompt_ids(target)
-    config = RunConfig(target="t", drafter="model", draft="d", num_draft_tokens=3, max_new_tokens=12)
+    config = RunConfig(target="t", drafter="model", draft="d", num_draft_tokens=3, auto_k=False, max_new_tokens=12)
     dec = run_checked(build_decoder(config, target, ids, draft))
     # not generate(): it may pick a padding column, which the engine never emits
     baseline = build_decoder(config, target, ids, baseline=True)

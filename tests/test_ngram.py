@@ -290,7 +290,7 @@ def test_ngram_drafter_on_a_tiny_transformers_model(tiny_models):
     target = tiny_models["llama"]
     tok = target.tokenizer
     prompt_ids = tok("the cat sat on the mat and the dog sat on the log the cat sat on the")["input_ids"]
-    config = RunConfig(target="tiny", drafter="ngram", max_new_tokens=24, num_draft_tokens=4, chat=False)
+    config = RunConfig(target="tiny", drafter="ngram", max_new_tokens=24, num_draft_tokens=4, auto_k=False, chat=False)
     drafter = make_drafter(config, target)
     assert isinstance(drafter, NGramDrafter) and drafter.vocab_size == target.vocab_size
     spec = build_decoder(config, target, prompt_ids)

@@ -169,7 +169,7 @@ def test_first_sampled_token_follows_the_target_at_each_precision(loud, precisio
     lm = HFCachedLM(target.model, target.vocab_size)
     lm.extend(prompt[:-1])
     p_target = torch.softmax(lm.extend(prompt[-1:])[-1], dim=-1)  # (V,): what plain decoding samples from
-    config = RunConfig(target="loud", drafter="early-exit", exit_layer=1, num_draft_tokens=2, temperature=1.0, top_k=0, top_p=1.0, max_new_tokens=3, chat=False)
+    config = RunConfig(target="loud", drafter="early-exit", exit_layer=1, num_draft_tokens=2, auto_k=False, temperature=1.0, top_k=0, top_p=1.0, max_new_tokens=3, chat=False)
     early_exit = early_exit_view(target.model, 1)
     counts = torch.zeros_like(p_target)
     for seed in range(n):

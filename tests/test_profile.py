@@ -7,8 +7,9 @@ import json
 import pytest
 
 from specviz import cli
+from specviz.core.profile import SCHEMA, CostProfile, load_profile
 from specviz.core.theory import VerifyCurve
-from specviz.experiments.cost_profile import SCHEMA, CostProfile, load_profile, measure_profile, shipped_profiles
+from specviz.experiments.cost_profile import measure_profile, shipped_profiles
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

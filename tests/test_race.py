@@ -20,7 +20,7 @@ PROMPT = "the cat sat on the mat and the dog sat on the log the cat sat on the"
 
 def race_on(tiny_models, tiny_dir, **fields):
     target = tiny_models["llama"]
-    config = RunConfig(target=str(tiny_dir["llama"]), drafter="lookup", num_draft_tokens=4, max_new_tokens=24, chat=False, **fields)
+    config = RunConfig(target=str(tiny_dir["llama"]), drafter="lookup", num_draft_tokens=4, max_new_tokens=24, chat=False, **{"auto_k": False, **fields})
     models = resolve_models(config, target=target)
     ids = target.tokenizer(PROMPT)["input_ids"]
     return run_race(config, models, PROMPT, ids, lambda t: target.tokenizer.decode([t]))
@@ -113,7 +113,8 @@ def test_time_lane_takes_record_building_out(tiny_models, tiny_dir):
 
 
 def test_lane_label_names_the_tree():
-    assert lane_label(RunConfig(drafter="ngram", tree_width=2, num_draft_tokens=6)) == "n-gram model, tree W=2, k=6"
+    assert lane_label(RunConfig(drafter="ngram", tree_width=2, num_draft_tokens=6, auto_k=False)) == "n-gram model, tree W=2, k=6"
+    assert lane_label(RunConfig(drafter="lookup")) == "prompt lookup, k: auto"  # the default: k chosen each round
 
 
 def good() -> dict:
@@ -204,7 +205,7 @@ def test_another_sessions_turn_runs_inside_a_lane_and_between_the_lanes(tiny_mod
     for t in threads:
         t.start()
     target = tiny_models["llama"]
-    config = RunConfig(target=str(tiny_dir["llama"]), drafter="lookup", num_draft_tokens=4, max_new_tokens=24, chat=False)
+    config = RunConfig(target=str(tiny_dir["llama"]), drafter="lookup", num_draft_tokens=4, auto_k=False, max_new_tokens=24, chat=False)
     ids = target.tokenizer(PROMPT)["input_ids"]
     race = run_race(config, resolve_models(config, target=target), PROMPT, ids, str, turn=race_turn, passes_per_turn=8)
     for t in threads:

@@ -83,7 +83,7 @@ def live(tiny_models, tiny_dir):
     """A compare-mode session on the tiny llama (early exit at T=1 beside prompt lookup), stepped like the page,
     with the views after every round, and its recording."""
     target = tiny_models["llama"]
-    config = RunConfig(target=str(tiny_dir["llama"]), drafter="early-exit", exit_layer=1, temperature=1.0, num_draft_tokens=3, max_new_tokens=14, chat=False, seed=3)
+    config = RunConfig(target=str(tiny_dir["llama"]), drafter="early-exit", exit_layer=1, temperature=1.0, num_draft_tokens=3, auto_k=False, max_new_tokens=14, chat=False, seed=3)
     return stepped_compare(target, config, replace(config, drafter="lookup"), ("A: early exit", "B: prompt lookup"))
 
 

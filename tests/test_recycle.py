@@ -25,7 +25,7 @@ PROMPT = [1, 2, 3, 4, 1, 2, 3]  # repeats itself, so the prefill fills the rows 
 
 
 def recycle_config(**kw) -> RunConfig:
-    return RunConfig(**(dict(target="llama", drafter="recycle", num_draft_tokens=6, max_new_tokens=24, chat=False) | kw))
+    return RunConfig(**(dict(target="llama", drafter="recycle", num_draft_tokens=6, auto_k=False, max_new_tokens=24, chat=False) | kw))
 
 
 # -- the table ---------------------------------------------------------------------------------------------------------

@@ -5,6 +5,7 @@ prometheus_client's own parser, whose counters equal the responses' objects."""
 
 from __future__ import annotations
 
+import itertools
 import urllib.request
 
 import openai
@@ -78,7 +79,7 @@ def test_whole_and_streamed_responses_carry_vllms_object_once_and_it_adds_up(smo
         truth = whole.usage.model_extra["specviz"]
         check_counts(spec, whole.usage.completion_tokens, truth["target_passes"])
         assert spec["num_accepted_draft_tokens"] > 0  # lookup keeps guesses on a copying prompt
-        assert truth["drafter"] == "lookup" and truth["k_policy"] == "fixed" and "num_draft_tokens" not in truth  # k is num_spec_tokens
+        assert truth["drafter"] == "lookup" and truth["k_policy"] == "auto" and "num_draft_tokens" not in truth  # k is num_spec_tokens
         # greedy output unchanged: the plain server's text is the same, and it reports no speculative decoding
         plain_whole = p.chat.completions.create(model=MODEL, messages=MESSAGES, max_tokens=24)
         assert plain_whole.choices[0].message.content == whole.choices[0].message.content
@@ -138,8 +139,9 @@ def test_a_prometheus_scrape_after_streams_equals_the_responses_objects(smollm):
         assert got["specviz_spec_decode_num_draft_tokens_total"][one] == sum(s["num_draft_tokens"] for s in specs)
         assert got["specviz_spec_decode_num_accepted_tokens_total"][one] == sum(s["num_accepted_draft_tokens"] for s in specs)
         per_pos = {dict(labels)["position"]: v for labels, v in got["specviz_spec_decode_num_accepted_tokens_per_pos_total"].items()}
-        hist = [sum(col) for col in zip(*(s["acceptance_histogram"] for s in specs))]
-        assert per_pos == {str(i): sum(hist[i + 1 :]) for i in range(4)}  # position i kept by every step that kept more than i
+        hist = [sum(col) for col in itertools.zip_longest(*(s["acceptance_histogram"] for s in specs), fillvalue=0)]  # k: auto asks
+        # each request up to its own k, so their histograms differ in length
+        assert len(per_pos) == 16 and per_pos == {str(i): sum(hist[i + 1 :]) for i in range(16)}  # position i kept by every step that kept more than i
         assert got["specviz_time_to_first_token_seconds_count"][one] == 2
         assert got["specviz_inter_token_latency_seconds_count"][one] == tokens - 2  # every token after a request's first
         assert scrape_count(other) == 0.0  # the other server counted nothing

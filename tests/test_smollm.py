@@ -68,7 +68,7 @@ def test_baseline_equals_generate(smollm_at, prompt_ids, reference, precision):
 def test_greedy_speculative_equals_generate(smollm_at, prompt_ids, reference, drafter, precision):
     smollm = smollm_at(precision)
     # the default drafter with its default settings; the others at k = 4
-    config = RunConfig(max_new_tokens=MAX_NEW) if drafter == "ngram" else RunConfig(drafter=drafter, num_draft_tokens=4, max_new_tokens=MAX_NEW)
+    config = RunConfig(max_new_tokens=MAX_NEW) if drafter == "ngram" else RunConfig(drafter=drafter, num_draft_tokens=4, auto_k=False, max_new_tokens=MAX_NEW)
     dec = build_decoder(config, smollm, prompt_ids)
     dec.run()
     assert dec.generated == reference(precision)

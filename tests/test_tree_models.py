@@ -83,7 +83,7 @@ def test_greedy_tree_equals_generate(tiny_models_at, target_name, drafter, preci
     draft = tiny_models_at(precision, "llama_draft") if drafter == "model" else None
     config = RunConfig(
         target=target_name, drafter=drafter, draft="d" if draft else None, exit_layer=1, num_draft_tokens=6,
-        tree_width=width, ngram_threshold=0.0, max_new_tokens=MAX_NEW,
+        tree_width=width, ngram_threshold=0.0, auto_k=False, max_new_tokens=MAX_NEW,
     )  # fmt: skip
     dec = run_checked(build_decoder(config, target, ids, draft))
     assert dec.generated == hf_greedy(target, ids)
@@ -107,7 +107,7 @@ def test_greedy_tree_equals_plain_greedy_on_smollm(smollm_at, precision):
     plain.run()
     for drafter in ("ngram", "early-exit", "recycle"):
         for width in widths:
-            config = RunConfig(drafter=drafter, num_draft_tokens=6, tree_width=width, max_new_tokens=MAX_NEW)
+            config = RunConfig(drafter=drafter, num_draft_tokens=6, auto_k=False, tree_width=width, max_new_tokens=MAX_NEW)
             dec = build_decoder(config, smollm, ids)
             dec.run()
             assert dec.generated == plain.generated, (drafter, width)
@@ -120,7 +120,7 @@ def test_a_model_without_custom_masks_falls_back_to_chains(tiny_models, monkeypa
     ids = prompt_ids(target)
     message = "LlamaForCausalLM runs flash_attention_2 attention, which takes no custom tree mask; token trees fall back to chains."
     monkeypatch.setattr(HFCachedLM, "tree_problem", property(lambda self: message))
-    config = RunConfig(target="llama", drafter="ngram", num_draft_tokens=6, tree_width=3, ngram_threshold=0.0, max_new_tokens=MAX_NEW)
+    config = RunConfig(target="llama", drafter="ngram", num_draft_tokens=6, auto_k=False, tree_width=3, ngram_threshold=0.0, max_new_tokens=MAX_NEW)
     with caplog.at_level("WARNING"):
         dec = build_decoder(config, target, ids)
     assert not dec.use_tree and message in caplog.text

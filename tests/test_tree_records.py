@@ -62,7 +62,7 @@ def test_tree_frames_and_figures(tree_compare):
 
 
 def test_cli_json_lists_tree_nodes_and_the_accepted_path(capsys, tiny_dir):
-    args = ["generate", "--target", str(tiny_dir["llama"]), "--drafter", "early-exit", "--exit-layer", "1", "--no-chat"]
+    args = ["generate", "--target", str(tiny_dir["llama"]), "--drafter", "early-exit", "--exit-layer", "1", "--no-chat", "--fixed-k"]
     code, stdout, _ = run_main(capsys, *args, "--prompt", PROMPT, "--json", "--max-new-tokens", "10", "-k", "5", "--tree-width", "2")
     assert code == 0
     out = parse_one_json(stdout)

@@ -68,7 +68,7 @@ def run(args: argparse.Namespace) -> int:
         check_output_file(args.record, "--record")  # before the models load and the run decodes
     models = resolve_models(config, drafters=() if args.baseline else None)  # plain decoding needs no draft
     target = models.target
-    ids = prompt_ids(target, text, config.chat, max_new_tokens=config.max_new_tokens, num_draft_tokens=config.num_draft_tokens)  # within the model's context
+    ids = prompt_ids(target, text, config.chat, max_new_tokens=config.max_new_tokens, num_draft_tokens=config.k_ceiling)  # within the model's context (auto k may reach its ceiling)
     check = _baseline_for_check(args, config, target, ids)
     samples: list[dict] = []  # what --json prints; nothing else of a sample outlives its loop turn
     recorded = []  # what --record writes: each sample's records

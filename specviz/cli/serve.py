@@ -8,7 +8,7 @@ import os
 
 from specviz.cli.options import DTYPE_HELP, TUNED_HELP, add_model_access, model_access, set_threads, tuned_values
 from specviz.cli.terminal import emit
-from specviz.config import DRAFTER_KINDS, EMBEDDED_TARGET, RunConfig
+from specviz.config import DRAFTER_KINDS, EMBEDDED_TARGET, RunConfig, field_named
 
 API_KEY_ENV = "SPECVIZ_API_KEY"
 
@@ -22,6 +22,7 @@ def add_service_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--draft", default=None, help="draft model for --drafter model (same tokenizer as the target)")
     p.add_argument("--num-draft-tokens", "-k", type=int, default=None, help=f"tokens drafted per round; {TUNED_HELP}")
     p.add_argument("--tree-width", type=int, default=None, help=f"children per node of a token tree (1 = a chain); {TUNED_HELP}")
+    p.add_argument("--fixed-k", action="store_true", help=field_named("auto_k").flag_help)
     p.add_argument("--exit-layer", type=int, default=None, help="early exit: target blocks the draft runs")
     p.add_argument("--medusa-heads", default=None, metavar="PATH", help="Medusa heads folder (default: the heads shipped for the embedded target)")
     p.add_argument("--ngram-max", type=int, default=d.ngram_max)
@@ -62,7 +63,7 @@ def service_config(args: argparse.Namespace, drafter: str, hide_truth: bool, api
     set_threads(args.threads)
     tuned = tuned_values(drafter, num_draft_tokens=args.num_draft_tokens, tree_width=args.tree_width)  # draft vocabulary: the drafter's
     run = RunConfig(
-        target=args.target, draft=args.draft, drafter=drafter, **tuned,
+        target=args.target, draft=args.draft, drafter=drafter, **tuned, auto_k=not args.fixed_k,
         exit_layer=args.exit_layer, medusa_heads=args.medusa_heads, ngram_max=args.ngram_max, ngram_threshold=args.ngram_threshold,
         temperature=args.temperature, seed=args.seed, max_new_tokens=args.max_tokens, device=args.device, dtype=args.dtype,
         **model_access(args),
@@ -79,7 +80,7 @@ def run(args: argparse.Namespace) -> int:
     config = service_config(args, args.drafter, args.hide_truth, args.api_key or os.environ.get(API_KEY_ENV) or None)
     service = load_on_model_thread(config, lambda: resolve_models(config.run))  # torch's threads: see its docstring
     models = service.models
-    what = "plain decoding" if args.drafter == "none" else f"{args.drafter}, k={config.run.num_draft_tokens}"
+    what = "plain decoding" if args.drafter == "none" else f"{args.drafter}, {config.run.k_words}"
     emit(f"serving {config.model_id!r} ({models.target.device}, {models.target.precision}; "
          f"{'hidden' if args.hide_truth else what}) at http://{args.host}:{args.port}/v1"
          f"{'; every request needs the API key' if config.api_key else ''}", err=True, flush=True)  # fmt: skip

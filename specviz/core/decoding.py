@@ -24,6 +24,7 @@ from typing import cast
 
 import torch
 
+from specviz.core.auto_k import AutoCosts, AutoK
 from specviz.core.metrics import RunMetrics, run_metrics
 from specviz.core.protocols import (
     CachedLM,
@@ -40,7 +41,7 @@ from specviz.core.records import RoundContext, RoundTimes, StepRecord, build_rec
 from specviz.core.resume import Features, HandOvers, PassLogits, RunState, generator_state, set_generator_state
 from specviz.core.rounds import ChainRound, Drafted, Round, Verified, cut_emitted
 from specviz.core.sampling import SamplingConfig
-from specviz.core.tree import MAX_TREE_WIDTH
+from specviz.core.tree import MAX_TREE_WIDTH, tree_depths
 from specviz.core.tree_round import TreeRound, tree_round
 from specviz.core.verify import EmitFate
 
@@ -53,17 +54,20 @@ logger = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class DecodeConfig:
-    num_draft_tokens: int = 4  # k: tokens drafted per round (the first round's k when adaptive)
+    num_draft_tokens: int = 4  # k: tokens drafted per round (the first round's k when adaptive; unused under auto)
     sampling: SamplingConfig = SamplingConfig()
     seed: int = 0  # seeds the one generator every random draw of the run comes from
     max_new_tokens: int = 64
     eos_token_ids: tuple[int, ...] = ()  # generation stops after the first of these
     top_n: int = 20  # entries of p, q and the residual kept per verified position for charts
     adaptive_k: bool = False  # grow k by 2 after an all-accepted round, shrink by 1 after a rejection
-    max_draft_tokens: int = MAX_DRAFT_TOKENS  # ceiling for adaptive k
+    max_draft_tokens: int = MAX_DRAFT_TOKENS  # ceiling for adaptive k and for auto k
     tree_width: int = 1  # children per tree node; 1 drafts a chain, more a token tree of at most k nodes
+    auto: AutoCosts | None = None  # k: auto (specviz.core.auto_k) from these costs; None: a fixed or adaptive k
 
     def __post_init__(self) -> None:
+        if self.auto is not None and self.adaptive_k:
+            raise ValueError("Choose one k policy: auto k or adaptive k, not both.")
         if not (0 <= self.num_draft_tokens <= MAX_DRAFT_TOKENS):
             raise ValueError(f"num_draft_tokens must be between 0 and {MAX_DRAFT_TOKENS}; got {self.num_draft_tokens}.")
         if not (1 <= self.max_draft_tokens <= MAX_DRAFT_TOKENS):
@@ -127,6 +131,9 @@ class SpeculativeDecoder:
         )
         self._devices = {self.device, draft_device}
         self.k = config.num_draft_tokens
+        self.auto = None if config.auto is None or config.num_draft_tokens == 0 else AutoK(config.auto, config.tree_width)
+        for record in self.records:  # a continued run: auto's evidence from the rounds it already has
+            self._observe_auto(record)
         self.finished = False
         self.readers: Readers = readers(drafter)  # the drafter's declared capabilities, each as its protocol
         tree = tree_round(target, drafter, config.tree_width, config.sampling) if config.tree_width > 1 else None
@@ -194,7 +201,9 @@ class SpeculativeDecoder:
         """One round. The clock reads after the device synchronises and stops before the record."""
         if self.done:
             raise RuntimeError("This run is finished; reset to start again.")
-        k = min(self.k, self.config.max_new_tokens - len(self.generated) - 1)  # a round emits up to k+1 tokens
+        room = self.config.max_new_tokens - len(self.generated) - 1  # a round emits up to k+1 tokens
+        choice = self.auto.choose(min(self.config.max_draft_tokens, room)) if self.auto is not None else None
+        k = choice.k if choice is not None else min(self.k, room)
         t0 = self._clock()
         drafted = self.draft(k)
         t1 = self._clock()
@@ -205,11 +214,18 @@ class SpeculativeDecoder:
         self.rollback(verified)
         self.keep_for_drafter(newest, drafted, verified, len(emitted))
         t3 = self._clock()
-        context = RoundContext(len(self.records), len(self.tokens) - len(emitted), k, self.round.width, self.config.top_n, self.done)
+        context = RoundContext(len(self.records), len(self.tokens) - len(emitted), k, self.round.width, self.config.top_n, self.done, choice)
         record = build_record(context, drafted, verified, emitted, fates, RoundTimes(t0, t1, t2, t3))
         self.records.append(record)
         self.k = next_k(self.k, record.num_drafted, record.num_accepted, self.config)
+        self._observe_auto(record)
         return record
+
+    def _observe_auto(self, record: StepRecord) -> None:
+        """Fold a round into auto's evidence: what it drafted, over how many positions, and how many it kept."""
+        if self.auto is not None:
+            levels = 1 + max(tree_depths(record.tree_parents), default=-1) if record.is_tree else record.num_drafted
+            self.auto.observe(record.num_drafted, record.num_accepted, levels)
 
     def draft(self, k: int) -> Drafted:
         """1. What the last pass left for the drafter (hand_over), then up to k drafted tokens (a chain, or a tree of
@@ -312,6 +328,10 @@ class SpeculativeDecoder:
         del self.records[state.num_rounds :]
         self.finished = state.finished
         self.k = min(state.k, self.config.max_draft_tokens) if self.config.adaptive_k else state.k  # a ceiling lowered since a save holds
+        if self.auto is not None:  # auto's evidence is derived from the records, so a saved state needs nothing more
+            self.auto = AutoK(self.auto.costs, self.auto.width)
+            for record in self.records:
+                self._observe_auto(record)
         if cut:
             self.target.crop(min(len(self.target.tokens), len(self.tokens) - 1))
             self.drafter.rollback(self.tokens)

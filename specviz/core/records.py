@@ -13,6 +13,7 @@ from typing import Generic, NamedTuple, TypeVar
 
 import torch
 
+from specviz.core.auto_k import KChoice
 from specviz.core.rounds import Drafted, Verified
 from specviz.core.tree import tree_depths
 from specviz.core.verify import DraftFate, EmitFate, residual
@@ -63,6 +64,7 @@ class StepRecord:
     accepted_path: tuple[int, ...] = ()  # node indices accepted, root's child first (after any EOS / length cut)
     tree_p_current: tuple[float, ...] = ()  # per node: p at its token when tried (the residual after rejected
     #                                         siblings); 0 for a node never tried
+    k_choice: KChoice | None = None  # why auto chose this round's k (specviz.core.auto_k); None for a fixed or adaptive k
 
     @property
     def is_tree(self) -> bool:
@@ -87,6 +89,7 @@ class RoundContext:
     tree_width: int  # the width asked, when the run drafts trees; 1 for chains
     top_n: int
     finished: bool
+    k_choice: KChoice | None = None  # auto's reason for k, when auto chose it
 
 
 @dataclass(frozen=True)
@@ -164,6 +167,7 @@ def build_record(ctx: RoundContext, drafted: Drafted, verified: Verified, emitte
         tree_parents=drafted.parents,
         accepted_path=path[: min(len(path), e)] if drafted.is_tree else (),
         tree_p_current=verified.p_current,
+        k_choice=ctx.k_choice,
     )
 
 

@@ -9,7 +9,8 @@ layer over the target's features (a FeatureHead), for Token Recycling the device
 
 Each drafter's defaults (k, tree width, draft vocabulary) are its measured best on a 2-core CPU: MEASURED_BEST, written
 by scripts/drafter_defaults.py from the shipped benchmark tables (docs/benchmarks.md#each-drafters-defaults), never by
-hand; the sidebar and the CLI apply them when a drafter is chosen, unless the user set the value.
+hand; the sidebar and the CLI apply them when a drafter is chosen, unless the user set the value. The same script
+writes PRIOR_ACCEPTANCE, the acceptance per draft position those runs imply: k: auto's prior (specviz.core.auto_k).
 """
 
 from __future__ import annotations
@@ -62,6 +63,7 @@ class Tuning:
 
 TUNED_FIELDS: tuple[str, ...] = tuple(f.name for f in fields(Tuning))  # the RunConfig fields a drafter's defaults set
 UNMEASURED = Tuning(8)  # a drafter the shipped benchmark has not measured (a second model's cost is the user's own)
+UNMEASURED_PRIOR = 0.5  # auto k's prior acceptance per draft position for such a drafter
 
 # BEGIN MEASURED_BEST: written by `python scripts/drafter_defaults.py --write`; tests/test_drafter_defaults.py checks it
 MEASURED_BEST: dict[str, Tuning] = {
@@ -71,6 +73,14 @@ MEASURED_BEST: dict[str, Tuning] = {
     "medusa": Tuning(2, 1, 8192),  # drafting_cpu.json: worst on open text 1.03x, mean 1.16x
     "eagle": Tuning(8, 3, 8192),  # drafting_cpu.json: worst on open text 0.85x, mean 1.01x
     "recycle": Tuning(4, 1, 0),  # drafting_cpu.json: worst on open text 0.93x, mean 1.06x
+}
+PRIOR_ACCEPTANCE: dict[str, float] = {  # per draft position, implied by the same runs (auto k's prior)
+    "ngram": 0.52,
+    "lookup": 0.5,
+    "early-exit": 0.48,
+    "medusa": 0.37,
+    "eagle": 0.37,
+    "recycle": 0.23,
 }
 # END MEASURED_BEST
 
@@ -94,6 +104,11 @@ class DrafterSpec:
     def defaults(self) -> Tuning:
         """k, tree width and draft vocabulary this drafter starts at: its measured best, else UNMEASURED."""
         return MEASURED_BEST.get(self.kind, UNMEASURED)
+
+    @property
+    def prior_acceptance(self) -> float:
+        """Acceptance per draft position its benchmark runs imply: auto k's prior until a run has evidence."""
+        return PRIOR_ACCEPTANCE.get(self.kind, UNMEASURED_PRIOR)
 
     @property
     def needs_model(self) -> bool:

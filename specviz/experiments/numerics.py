@@ -83,7 +83,7 @@ def greedy_trace(
 
     config = RunConfig(
         target=target.name, drafter=drafter if speculative else "none", num_draft_tokens=k, temperature=0.0,  # type: ignore[arg-type]
-        max_new_tokens=max_new_tokens, ngram_threshold=0.0 if drafter == "ngram" else RunConfig.ngram_threshold,
+        max_new_tokens=max_new_tokens, ngram_threshold=0.0 if drafter == "ngram" else RunConfig.ngram_threshold, auto_k=False,
     )
     make = lambda: build_decoder(config, target, list(prompt_ids), baseline=not speculative)  # noqa: E731
     decoder, _, _ = run_in_turns(make, turn, slice_s=0.0)  # slice 0: one round per turn

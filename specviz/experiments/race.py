@@ -40,9 +40,10 @@ TokenText = Callable[[int], str]  # token id -> its text (specviz.viz.tokens.Tok
 
 
 def lane_label(config: RunConfig) -> str:
-    """'prompt lookup, k=8' / 'n-gram model, tree W=2, k=8'."""
+    """'prompt lookup, k=8' / 'n-gram model, tree W=2, k=8' / 'prompt lookup, k: auto'."""
     width = branches(config.drafter, config.tree_width)
-    return f"{short_name(config.drafter)}{f', tree W={width}' if width > 1 else ''}, k={config.num_draft_tokens}"
+    k = "k: auto" if config.k_policy == "auto" else f"k={config.num_draft_tokens}"
+    return f"{short_name(config.drafter)}{f', tree W={width}' if width > 1 else ''}, {k}"
 
 
 def time_lane(

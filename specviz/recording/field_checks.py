@@ -45,6 +45,7 @@ NUMBER_LIMITS: dict[str, Limit] = {
     "StepRecord.num_draft_tokens": Limit(0, MAX_DRAFT_TOKENS, "k, the tokens asked of the drafter"),
     "StepRecord.tree_width": Limit(1, MAX_TREE_WIDTH, "a tree width"),
     "StepRecord.tree_parents": Limit(-1, INT64_MAX, "a parent node's index (-1: the root)"),
+    "KChoice.acceptance": PROBABILITY,
     "RecordedRun.prefill_ms": DURATION,
     "RunConfig.ngram_threshold": PROBABILITY,
     "RunConfig.top_p": PROBABILITY,

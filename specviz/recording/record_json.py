@@ -32,4 +32,5 @@ def _chain_step_to_json(r: StepRecord) -> dict:
         "verify_ms": round(r.verify_ms, 3),
         "round_ms": round(r.round_ms, 3),  # drafting, verify pass, rule, commit and rollback
         "record_ms": round(r.record_ms, 3),  # building the chart record, outside round_ms
+        **({"k_reason": r.k_choice.sentence()} if r.k_choice is not None else {}),  # why k: auto chose num_draft_tokens
     }

@@ -90,6 +90,14 @@ class RecordedRun(BaseModel):
     def _label(cls, label: str) -> str:
         return check_label(label)
 
+    @model_validator(mode="before")
+    @classmethod
+    def _before_auto_k(cls, data: object) -> object:
+        """A run recorded before k: auto existed drafted a fixed (or adaptive) k: its config says so."""
+        if isinstance(data, dict) and isinstance(data.get("config"), dict) and "auto_k" not in data["config"]:
+            return {**data, "config": {**data["config"], "auto_k": False}}
+        return data
+
     @model_validator(mode="after")
     def _consistent(self) -> RecordedRun:
         for i, r in enumerate(self.records):

@@ -96,7 +96,7 @@ def measure_batches_here(plan: BatchPlan, on_progress: Callable[[int, int, str],
     """The server's first target, greedy prompt lookup on the copy prompts at every B of the plan, as a long job:
     one model turn per batched run. Raises ValueError (a refused or stopped job, a model that will not load)."""
     target = ui_models.get_model(access.current_policy().default_target)
-    config = RunConfig(target=target.name, drafter=PAGE_DRAFTER, num_draft_tokens=plan.k, temperature=0.0, max_new_tokens=plan.max_new_tokens)
+    config = RunConfig(target=target.name, drafter=PAGE_DRAFTER, num_draft_tokens=plan.k, auto_k=False, temperature=0.0, max_new_tokens=plan.max_new_tokens)
     setup = BatchSetup(config, tuple(load_prompts(DEFAULT_PROMPTS, [PAGE_CATEGORY])), plan.repeats, plan.warmup)
     longest = max(len(budgets.prompt_ids(target, p.prompt, config.chat, plan.max_new_tokens, plan.k)) for p in setup.prompts)
     with budgets.job_memory(target, batch_kv_tokens(plan, longest), "The batch measurement"):

@@ -31,7 +31,7 @@ def run_real(
     tokens, no chat template), one model turn per pair of runs. Raises ValueError with a message for the user, before
     any model turn when the prompt is over this server's token budget or its memory for runs is full."""
     validate_prompt(prompt)  # before loading a model for nothing
-    config = RunConfig(target=target, drafter=drafter, num_draft_tokens=1, temperature=float(temperature), max_new_tokens=2, chat=False, device=device)  # type: ignore[arg-type]
+    config = RunConfig(target=target, drafter=drafter, num_draft_tokens=1, auto_k=False, temperature=float(temperature), max_new_tokens=2, chat=False, device=device)  # type: ignore[arg-type]
     models = run_models(config)
     ids = budgets.prompt_ids(models.target, prompt, config.chat, config.max_new_tokens, config.num_draft_tokens)
     memory = kv_tokens(config, models, len(ids)) + (kv_tokens(config, models, len(ids), baseline=True) if mode == "engine" else 0)
@@ -44,7 +44,7 @@ def run_real(
 def run_greedy(prompt: str, target: str, device: str, drafter: str, k: int, max_new_tokens: int) -> GreedyResult:
     """Greedy speculative and plain decoding of the prompt, side by side, in model turns of about a second."""
     validate_prompt(prompt)
-    config = RunConfig(target=target, drafter=drafter, num_draft_tokens=int(k), temperature=0.0, max_new_tokens=int(max_new_tokens), device=device)  # type: ignore[arg-type]
+    config = RunConfig(target=target, drafter=drafter, num_draft_tokens=int(k), auto_k=False, temperature=0.0, max_new_tokens=int(max_new_tokens), device=device)  # type: ignore[arg-type]
     models = run_models(config)
     ids = budgets.prompt_ids(models.target, prompt, config.chat, config.max_new_tokens, config.num_draft_tokens)
     memory = kv_tokens(config, models, len(ids)) + kv_tokens(config, models, len(ids), baseline=True)  # both runs end side by side

@@ -40,7 +40,8 @@ def step_through_points() -> pd.DataFrame:
             alpha = alpha_from_acceptance_rate(float(last["acceptance_rate"]), k)
         if pd.isna(alpha) or k < 1:
             continue
-        label = f"{run.label}: {int(last['tokens'])} tokens, {float(last['speedup']):.2f}×"
+        chose = f", k: auto chose about {k} a round" if run.config.k_policy == "auto" else ""  # the point sits at that k
+        label = f"{run.label}: {int(last['tokens'])} tokens, {float(last['speedup']):.2f}×{chose}"
         rows.append({"source": "step-through", "label": label, "alpha": float(alpha), "k": k, "speedup": float(last["speedup"])})
     return pd.DataFrame(rows, columns=list(MEASURED_COLUMNS))
 

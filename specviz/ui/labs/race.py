@@ -131,7 +131,7 @@ def _run(config_settings: Settings) -> None:
         validate_prompt(prompt)
         target = load_target(config)
         models = run_models(config, target=target)
-        prompt_ids = budgets.prompt_ids(target, prompt, config.chat, config.max_new_tokens, config.num_draft_tokens)  # the owner's token budget
+        prompt_ids = budgets.prompt_ids(target, prompt, config.chat, config.max_new_tokens, config.k_ceiling)  # the owner's token budget
         memory = max(kv_tokens(config, models, len(prompt_ids)), kv_tokens(config, models, len(prompt_ids), baseline=True))  # one lane at a time
         with st.status("Racing: plain decoding, then speculative decoding, each alone…", expanded=False) as status:
             with budgets.job_memory(target, memory, "The race"), long_job(target, "a race", "the race") as turn:

@@ -253,7 +253,7 @@ def rebuild_session(saved: SavedRun) -> StepSession:
     prompt_ids = list(rec.prompt_ids)
     if rec.environment.vocab_size != target.vocab_size or encode_prompt(target.tokenizer, rec.prompt, configs[0].chat) != prompt_ids:
         raise SavedRunError("This saved run was made with another model than this server's, so a fresh run starts.")
-    budgets.check_ids(target, len(prompt_ids), max(c.max_new_tokens for c in configs), max(c.num_draft_tokens for c in configs))
+    budgets.check_ids(target, len(prompt_ids), max(c.max_new_tokens for c in configs), max(c.k_ceiling for c in configs))
     models = [_models(c, target) for c in configs]  # loaded (cached) before the turn: a slow load must not hold the queue
     reservation = budgets.reserve("step-through", target, session_kv_tokens(configs, models, len(prompt_ids)))
     try:

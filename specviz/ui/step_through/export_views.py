@@ -17,7 +17,7 @@ def _notes(session) -> list[str]:
     sampling = "greedy (temperature 0)" if config.temperature == 0 else f"temperature {config.temperature:g}, top-k {config.top_k}, top-p {config.top_p:g}"
     runs = "; ".join(f"{run.label}: {len(run.records)} rounds, {num_generated(run)} tokens" for run in session.runs)
     return [
-        f"target {config.target} · drafter {config.drafter}, k = {config.num_draft_tokens}{' (adaptive)' if config.adaptive_k else ''} · {sampling} · seed {config.seed}",
+        f"target {config.target} · drafter {config.drafter}, {config.k_words} · {sampling} · seed {config.seed}",
         runs,
         f"made with specviz on {dt.date.today().isoformat()}; hover a token for its p_target, q_draft and u",
     ]

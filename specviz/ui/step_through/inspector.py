@@ -78,6 +78,9 @@ def inspector(session: ViewSource, narrow: bool = False) -> None:
     with left:
         round_index = _pick_round(run.records)
         record = run.records[round_index]
+        note = k_note(record)
+        if note:
+            st.caption(note)
         heads = draft_heads(record) if by_head(run.config) else ()
         positions = list(range(num_positions(record)))
         rejected = [i for i in positions if position_info(record, i).fate == "rejected"]
@@ -103,6 +106,11 @@ def inspector(session: ViewSource, narrow: bool = False) -> None:
         head_drafts(record, session, heads)
     if by_table(run.config) and record.num_drafted:
         table_drafts(record, session, _newest_text(session, run.records, round_index))
+
+
+def k_note(record: StepRecord) -> str | None:
+    """Why k: auto chose this round's k, in one sentence (None for a fixed or adaptive k)."""
+    return None if record.k_choice is None else md_text(record.k_choice.sentence())
 
 
 def _pick_round(records: Sequence[StepRecord]) -> int:

@@ -279,7 +279,7 @@ def start_session(state: PageState, config: RunConfig, compare: RunConfig | None
     validate_prompt(prompt)  # the characters, before a model loads for nothing
     configs = [config] + ([compare] if compare is not None else [])
     target = load_target(config)
-    ids = budgets.prompt_ids(target, prompt, config.chat, max(c.max_new_tokens for c in configs), max(c.num_draft_tokens for c in configs))
+    ids = budgets.prompt_ids(target, prompt, config.chat, max(c.max_new_tokens for c in configs), max(c.k_ceiling for c in configs))
     labels = [run_name(c) for c in configs]
     if compare is not None:
         labels = [f"A: {labels[0]}", f"B: {labels[1]}"]

@@ -64,7 +64,9 @@ class Settings:
 
     def compare_config(self) -> RunConfig | None:
         """The main config with the drafter and tree width swapped for run B's; raises ValueError if run B can't run
-        (a drafter that cannot branch asked for a tree, or run B the same as run A)."""
+        (a drafter that cannot branch asked for a tree, or run B the same as run A). Run B of another drafter takes that
+        drafter's own measured best k and draft vocabulary (within the owner's k cap), as choosing it in the menu
+        would; run B of the same drafter keeps run A's."""
         if self.config is None or self.compare is None:
             return None
         width = self.compare_tree_width
@@ -74,6 +76,10 @@ class Settings:
                 f"set the compare tree width to 1 or pick {', '.join(TREE_KINDS)}."
             )
         compare = dataclasses.replace(self.config, drafter=self.compare, tree_width=width)
+        if self.compare != self.config.drafter:
+            best = drafter_spec(self.compare).defaults
+            k = best.num_draft_tokens if self.policy is None else min(best.num_draft_tokens, self.policy.max_draft_tokens)
+            compare = dataclasses.replace(compare, num_draft_tokens=k, draft_vocab=best.draft_vocab)
         if self.compare == self.config.drafter and branches(compare.drafter, width) == branches(self.config.drafter, self.config.tree_width):
             raise ValueError("run B would repeat run A; change its drafter or its tree width.")
         return compare
@@ -210,7 +216,7 @@ def best_note(spec: DrafterSpec, fields: dict) -> str | None:
     return f"This drafter's measured best here: {', '.join(parts)} ({link}); you changed it."
 
 
-DRAFTER_PLACED = {"drafter", "num_draft_tokens", "tree_width", "adaptive_k", "ngram_max", "ngram_threshold", "exit_layer", "medusa_heads", "eagle_head", "draft_vocab"}
+DRAFTER_PLACED = {"drafter", "num_draft_tokens", "tree_width", "auto_k", "adaptive_k", "ngram_max", "ngram_threshold", "exit_layer", "medusa_heads", "eagle_head", "draft_vocab"}
 
 
 def _drafter_widgets(policy: Policy, with_compare: bool = True) -> tuple[dict, str, int]:
@@ -223,6 +229,7 @@ def _drafter_widgets(policy: Policy, with_compare: bool = True) -> tuple[dict, s
     spec = drafter_spec(drafter)
     fields: dict[str, Any] = dict(drafter=drafter, num_draft_tokens=draw("num_draft_tokens", policy, disabled=spec.baseline))
     fields["tree_width"] = draw("tree_width", policy, disabled=not spec.can_branch)
+    fields["auto_k"] = draw("auto_k", policy, disabled=spec.baseline)
     fields["adaptive_k"] = draw("adaptive_k", policy)
     compare = COMPARE_OFF
     if with_compare:

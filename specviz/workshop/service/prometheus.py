@@ -45,7 +45,7 @@ class ServiceMetrics:
             self.accepted_tokens = Counter("specviz_spec_decode_num_accepted_tokens", "Drafted tokens kept (a tree: the kept path).", registry=r)
             self.accepted_per_pos = Counter("specviz_spec_decode_num_accepted_tokens_per_pos",
                                             "Verify steps that kept the draft at position (0-based; a tree: depth).", ["position"], registry=r)  # fmt: skip
-            for i in range(max(run.num_draft_tokens, run.max_draft_tokens if run.adaptive_k else 0)):
+            for i in range(run.k_ceiling):
                 self.accepted_per_pos.labels(str(i))  # every position present from the start, at 0
 
     def round(self, record: StepRecord, gaps_s: list[float]) -> None:

@@ -54,7 +54,7 @@ def usage(job: Job, finished: Finished, config: ServiceConfig) -> dict:
         run = config.run
         out["specviz"] = {
             "target_passes": finished.rounds, "tokens_per_target_pass": finished.tokens / finished.rounds if finished.rounds else None,
-            "drafter": run.drafter, "k_policy": "none" if run.drafter == "none" else "adaptive" if run.adaptive_k else "fixed",
+            "drafter": run.drafter, "k_policy": run.k_policy,
             "tree_width": run.tree_width,
         }  # fmt: skip
     return out

@@ -1,0 +1,126 @@
+"""k: auto against plain decoding and against the best fixed k, per drafter x category x temperature (issue 44's goals:
+auto never below 0.97x plain and never below 0.95x the best fixed k of its cell).
+
+For each prompt and temperature, plain decoding, k: auto and every fixed k in --ks run interleaved (specviz.experiments
+.timed_runs.measure_setups: warm-up rotations discarded, the order shifting every rotation, so drift on a busy machine
+hits every setup alike); a setup's speed is the median tokens/s over its repeats, a cell's ratio the median over the
+category's prompts. Every setup runs the drafter at its measured-best tree width and draft vocabulary; the fixed ks are
+that setting with k swept. At temperature 0 auto's output must equal plain decoding's (exit code 1 otherwise).
+
+    python scripts/auto_k_check.py                                  # every one-model drafter, every category, T = 0 and 0.7
+    python scripts/auto_k_check.py --drafters ngram --categories prose --per-category 1 --repeats 1 --max-new-tokens 16
+
+Numbers count only from a quiet machine: it prints the load average before and after and the CPU.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import logging
+import os
+import statistics
+import sys
+
+from specviz.config import RunConfig
+from specviz.drafters.specs import ONE_MODEL_KINDS, drafter_spec
+from specviz.experiments.bench import SweepModels, SweepSpec
+from specviz.experiments.cost_profile import device_name, load_average
+from specviz.experiments.prompts import DEFAULT_PROMPTS, first_per_category, load_prompts
+from specviz.experiments.timed_runs import RunSample, measure_setups
+
+log = logging.getLogger("auto_k_check")
+PLAIN, AUTO = "plain", "auto"
+
+
+def setups(models: SweepModels, drafter: str, ids: list[int], temperature: float, ks: list[int]) -> dict:
+    """name -> a factory of fresh decoders: plain decoding, k: auto, and each fixed k, at the drafter's best tree width."""
+    from specviz.runs import build_decoder
+
+    best = drafter_spec(drafter).defaults
+    base = dataclasses.replace(models.config(drafter, best.num_draft_tokens, temperature, best.tree_width), draft_vocab=best.draft_vocab)
+
+    def make(config: RunConfig, baseline: bool = False):
+        return lambda: build_decoder(config, models.target, ids, models.draft, early_exit=models.early_exit, heads=models.heads,
+                                     eagle=models.eagle, baseline=baseline)  # fmt: skip
+
+    out = {PLAIN: make(base, baseline=True), AUTO: make(dataclasses.replace(base, auto_k=True))}
+    return out | {f"k={k}": make(dataclasses.replace(base, num_draft_tokens=k)) for k in ks}
+
+
+def speed(samples: list[RunSample]) -> float:
+    return statistics.median(s.tokens_per_s for s in samples)
+
+
+def cell_row(drafter: str, category: str, temperature: float, per_prompt: list[dict[str, list[RunSample]]]) -> dict:
+    """One cell: medians over its prompts of auto/plain, auto/best fixed, best fixed/plain, and the k auto chose."""
+    auto_plain, auto_best, best_plain, best_ks = [], [], [], []
+    for samples in per_prompt:
+        fixed = {name: speed(s) for name, s in samples.items() if name.startswith("k=")}
+        best = max(fixed, key=fixed.__getitem__)
+        auto_plain.append(speed(samples[AUTO]) / speed(samples[PLAIN]))
+        auto_best.append(speed(samples[AUTO]) / fixed[best])
+        best_plain.append(fixed[best] / speed(samples[PLAIN]))
+        best_ks.append(best)
+    return {"drafter": drafter, "category": category, "T": temperature, "prompts": len(per_prompt),
+            "auto_vs_plain": statistics.median(auto_plain), "auto_vs_best_fixed": statistics.median(auto_best),
+            "best_fixed_vs_plain": statistics.median(best_plain), "best_fixed": statistics.mode(best_ks)}  # fmt: skip
+
+
+def main() -> int:
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--drafters", nargs="+", default=list(ONE_MODEL_KINDS), choices=list(ONE_MODEL_KINDS))
+    p.add_argument("--categories", nargs="+", default=None, help="default: every category of the prompt file")
+    p.add_argument("--prompts", default=str(DEFAULT_PROMPTS))
+    p.add_argument("--per-category", type=int, default=2, help="prompts per category (default 2)")
+    p.add_argument("--ks", type=int, nargs="+", default=[1, 2, 4, 8], help="the fixed ks to beat (default 1 2 4 8)")
+    p.add_argument("--temperatures", type=float, nargs="+", default=[0.0, 0.7])
+    p.add_argument("--max-new-tokens", type=int, default=64)
+    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--warmup", type=int, default=1)
+    p.add_argument("--device", default="cpu")
+    p.add_argument("--dtype", default="auto")
+    p.add_argument("--json", action="store_true", help="print one JSON object instead of the table")
+    args = p.parse_args()
+
+    from specviz.models import load_model
+    from specviz.runs import prompt_ids
+
+    load_before = load_average()
+    target = load_model(RunConfig.target, args.device, args.dtype)
+    spec = SweepSpec(drafters=tuple(args.drafters), ks=tuple(args.ks), temperatures=tuple(args.temperatures), max_new_tokens=args.max_new_tokens,
+                     repeats=args.repeats, warmup=args.warmup)  # fmt: skip
+    models = SweepModels(target, spec).resolved()
+    prompts = first_per_category(load_prompts(args.prompts, args.categories), args.per_category)
+    cells: dict[tuple[str, str, float], list] = {}
+    differs = []
+    for prompt in prompts:
+        ids = prompt_ids(target, prompt.prompt, True, max_new_tokens=args.max_new_tokens, num_draft_tokens=16)
+        for temperature in args.temperatures:
+            for drafter in args.drafters:
+                samples = measure_setups(setups(models, drafter, ids, temperature, args.ks), args.repeats, args.warmup)
+                if temperature == 0 and samples[AUTO][0].generated != samples[PLAIN][0].generated:
+                    differs.append(f"{drafter} on {prompt.title!r}")
+                cells.setdefault((drafter, prompt.category, temperature), []).append(samples)
+                log.info("%s %s T=%g %r: auto %.2fx plain", drafter, prompt.category, temperature, prompt.title,
+                         speed(samples[AUTO]) / speed(samples[PLAIN]))  # fmt: skip
+    rows = [cell_row(d, c, t, per_prompt) for (d, c, t), per_prompt in cells.items()]
+    machine = {"cpu": device_name(target.device), "threads": os.cpu_count(), "precision": target.precision,
+               "load_before": load_before, "load_after": load_average()}  # fmt: skip
+    if args.json:
+        print(json.dumps({"machine": machine, "cells": rows, "greedy_differs": differs}))
+    else:
+        print(f"{machine['cpu']}; {machine['precision']}; load average before {machine['load_before']}, after {machine['load_after']}")
+        print(f"{'drafter':<10} {'category':<9} {'T':>4} {'auto/plain':>11} {'auto/best k':>12} {'best k/plain':>13} {'best k':>7}")
+        for r in rows:
+            print(f"{r['drafter']:<10} {r['category']:<9} {r['T']:>4g} {r['auto_vs_plain']:>10.2f}x {r['auto_vs_best_fixed']:>11.2f}x "
+                  f"{r['best_fixed_vs_plain']:>12.2f}x {r['best_fixed']:>7}")  # fmt: skip
+    for d in differs:
+        log.error("greedy output of k: auto differs from plain decoding: %s", d)
+    return 1 if differs else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

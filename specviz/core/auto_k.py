@@ -1,0 +1,163 @@
+"""k: auto. Before each round, pick the k (a tree's node budget) that maximises the expected tokens per unit of
+wall time, from past rounds only, so the output keeps the target's distribution exactly (the verify rule is exact
+for any k chosen before the drafts are seen).
+
+The model, after Leviathan, Kalman & Matias (2023), section 3, with acceptance by position: a round that drafts k
+tokens commits 1 + a1 + a1*a2 + ... + a1*...*ad tokens on average (d = k for a chain, about k / width levels for a
+tree) and costs c_verify(k) + k*c one-token passes (specviz.core.theory). Plain decoding commits 1 token per pass, so
+a k pays when its tokens per pass-equivalent beat 1; when none does, auto picks k = 0, a plain pass.
+
+Where the numbers come from:
+- c_verify(k) and c: the machine's cost profile (`specviz profile`, or a shipped one for this class of machine),
+  fixed for the run, so a run's k sequence repeats exactly with the same seed;
+- a_i: this run's acceptance at draft position i, counted from its records and forgotten at ``decay`` per drafted
+  round (the text changes), mixed with a prior from the benchmark worth ``prior_weight`` rounds (capped, at each
+  position, by the estimate at the position before).
+After ``probe_every`` plain rounds in a row, auto drafts once more (a probe, at the prior's best k) to notice when
+the text turns copyable.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from specviz.core.theory import VerifyCost, VerifyCurve, expected_tokens_by_position, verify_cost_at
+
+MAX_AUTO_K = 16
+
+
+@dataclass(frozen=True)
+class AutoCosts:
+    """What auto weighs, fixed for a run: the machine's costs and the drafter's prior acceptance."""
+
+    verify: VerifyCost  # c_verify(k): a pass over k+1 tokens / a 1-token pass (a measured VerifyCurve, or one number)
+    draft_cost: float  # c: drafting one token / a 1-token target pass
+    prior: tuple[float, ...] = (0.5,)  # acceptance by draft position before any evidence (the last repeats)
+    prior_weight: float = 2.0  # how many drafted rounds the prior counts as
+    decay: float = 0.9  # each drafted round, earlier evidence counts this much less (the text changes)
+    probe_every: int = 8  # after this many plain rounds in a row, draft once again
+    source: str = ""  # where the costs come from, for the record's sentence ("profile_cpu (shipped)")
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.verify, VerifyCurve) and not (math.isfinite(self.verify) and self.verify > 0):
+            raise ValueError(f"auto k: the verify cost must be a number > 0 (or a measured curve); got {self.verify}.")
+        if not (math.isfinite(self.draft_cost) and self.draft_cost >= 0):
+            raise ValueError(f"auto k: the drafting cost must be a number >= 0; got {self.draft_cost}.")
+        if not self.prior or not all(0.0 <= a <= 1.0 for a in self.prior):
+            raise ValueError(f"auto k: the prior acceptance must be probabilities; got {self.prior}.")
+        if not (self.prior_weight > 0 and 0.0 < self.decay <= 1.0 and self.probe_every >= 1):
+            raise ValueError("auto k: prior_weight > 0, 0 < decay <= 1 and probe_every >= 1, please.")
+
+
+@dataclass(frozen=True)
+class Evidence:
+    """This run's acceptance so far: per draft position (from 1), how often it was reached and accepted (decayed
+    counts), and how many plain rounds ran since the last drafted one."""
+
+    reached: tuple[float, ...] = ()
+    accepted: tuple[float, ...] = ()
+    plain_streak: int = 0
+
+
+@dataclass(frozen=True)
+class KChoice:
+    """Why auto chose a round's k (kept on the round's record)."""
+
+    k: int
+    acceptance: tuple[float, ...]  # the estimated acceptance at positions 1..depth(k)
+    verify_cost: float  # c_verify(k), in 1-token passes
+    draft_cost: float  # c per drafted token
+    tokens_per_pass: float  # expected tokens per pass-equivalent at k (1.0 for k = 0)
+    next_k: int  # the runner-up k (the next larger, or 1 when k = 0)
+    next_tokens_per_pass: float
+    probe: bool = False  # drafted only to look again after plain rounds
+    source: str = ""
+
+    def sentence(self) -> str:
+        """One line for the round inspector."""
+        if self.k == 0:
+            return (f"k = 0 (a plain pass): no k pays here; the best, k = {self.next_k}, would give "
+                    f"{self.next_tokens_per_pass:.2f} tokens per pass-equivalent.")  # fmt: skip
+        acc = " / ".join(f"{a:.2f}" for a in self.acceptance)
+        why = "a probe after plain rounds: " if self.probe else ""
+        return (f"k = {self.k}: {why}acceptance by position {acc}, verify of {self.k + 1} costs {self.verify_cost:.2f} passes, "
+                f"drafting {self.draft_cost:.2f} a token → {self.tokens_per_pass:.2f} tokens per pass-equivalent; "
+                f"k = {self.next_k} would give {self.next_tokens_per_pass:.2f}.")  # fmt: skip
+
+
+def depth(k: int, width: int) -> int:
+    """Draft positions a round of k drafted tokens reaches: k for a chain; a tree spends about ``width`` nodes a level."""
+    return k if width <= 1 else math.ceil(k / width)
+
+
+def acceptance(costs: AutoCosts, evidence: Evidence, positions: int) -> tuple[float, ...]:
+    """The estimated acceptance at positions 1..positions: this run's counts mixed with the prior. A position's prior is
+    at most the estimate of the position before it (a later draft is no easier to guess, until counts say so), so
+    drafts rejected at position 1 do not leave position 2 at an optimistic prior."""
+    out: list[float] = []
+    for i in range(positions):
+        prior = min(costs.prior[min(i, len(costs.prior) - 1)], out[-1] if out else 1.0)
+        reached = evidence.reached[i] if i < len(evidence.reached) else 0.0
+        accepted = evidence.accepted[i] if i < len(evidence.accepted) else 0.0
+        out.append((accepted + costs.prior_weight * prior) / (reached + costs.prior_weight))
+    return tuple(out)
+
+
+def value(k: int, acc: Sequence[float], costs: AutoCosts, width: int) -> tuple[float, float]:
+    """(expected tokens per pass-equivalent, c_verify(k)) of drafting k tokens."""
+    verify = verify_cost_at(costs.verify, k)
+    tokens = expected_tokens_by_position(acc, depth(k, width)) if k else 1.0
+    return tokens / (verify + k * costs.draft_cost), verify
+
+
+def best(acc: Sequence[float], costs: AutoCosts, width: int, k_max: int) -> tuple[int, list[float]]:
+    """The k in 0..k_max with the most tokens per pass-equivalent (the smallest on ties), and every k's value."""
+    values = [value(k, acc, costs, width)[0] for k in range(k_max + 1)]
+    return max(range(k_max + 1), key=lambda k: (values[k], -k)), values
+
+
+def choose_k(costs: AutoCosts, evidence: Evidence, width: int, k_max: int) -> KChoice:
+    """The round's k from the costs and past rounds only. k = 0 when no k pays; after probe_every plain rounds, a
+    probe at the k the prior alone would pick."""
+    k_max = max(0, min(k_max, MAX_AUTO_K))
+    acc = acceptance(costs, evidence, depth(k_max, width))
+    k, values = best(acc, costs, width, k_max)
+    probe = k == 0 and k_max > 0 and evidence.plain_streak >= costs.probe_every
+    if probe:
+        k = max(1, best(acceptance(costs, Evidence(), depth(k_max, width)), costs, width, k_max)[0])
+    if k == 0:
+        runner = max(range(1, k_max + 1), key=lambda j: (values[j], -j)) if k_max else 0
+    else:
+        runner = k + 1 if k < k_max else k - 1
+    tokens, verify = value(k, acc, costs, width)
+    return KChoice(k=k, acceptance=acc[: depth(k, width)], verify_cost=verify, draft_cost=costs.draft_cost, tokens_per_pass=tokens,
+                   next_k=runner, next_tokens_per_pass=values[runner] if k_max else 1.0, probe=probe, source=costs.source)  # fmt: skip
+
+
+def observe(costs: AutoCosts, evidence: Evidence, num_drafted: int, num_accepted: int, levels: int) -> Evidence:
+    """Evidence after a round that drafted num_drafted tokens over ``levels`` positions (a chain: num_drafted; a tree:
+    its depth) and accepted num_accepted of them along one path. A round that drafted nothing adds to the plain streak."""
+    if num_drafted == 0 or levels == 0:
+        return Evidence(evidence.reached, evidence.accepted, evidence.plain_streak + 1)
+    reached_to = min(num_accepted + 1, levels)  # positions tried: up to the first rejection
+    size = max(len(evidence.reached), levels)
+    reached = [costs.decay * (evidence.reached[i] if i < len(evidence.reached) else 0.0) + (i < reached_to) for i in range(size)]
+    accepted = [costs.decay * (evidence.accepted[i] if i < len(evidence.accepted) else 0.0) + (i < num_accepted) for i in range(size)]
+    return Evidence(tuple(reached), tuple(accepted), 0)
+
+
+@dataclass
+class AutoK:
+    """The policy over one run: fold each round in with observe(), ask choose() before the next."""
+
+    costs: AutoCosts
+    width: int = 1
+    evidence: Evidence = field(default_factory=Evidence)
+
+    def choose(self, k_max: int) -> KChoice:
+        return choose_k(self.costs, self.evidence, self.width, k_max)
+
+    def observe(self, num_drafted: int, num_accepted: int, levels: int) -> None:
+        self.evidence = observe(self.costs, self.evidence, num_drafted, num_accepted, levels)

@@ -1,0 +1,235 @@
+"""k: auto (specviz.core.auto_k): the policy on toy costs and acceptance (k = 0 when drafting cannot pay, a larger k on
+high acceptance, a probe after N plain rounds), its reason on every record, and exactness with auto on: greedy equals
+plain greedy, and sampled first tokens follow the target (with a known-bad control that picks k from the round's own
+outcome)."""
+
+from __future__ import annotations
+
+import pytest
+
+from specviz.core.auto_k import AutoCosts, Evidence, choose_k, observe
+from specviz.core.decoding import DecodeConfig, SpeculativeDecoder
+from specviz.core.sampling import SamplingConfig
+from specviz.core.theory import VerifyCurve
+from specviz.drafters import ModelDrafter, NGramDrafter, PromptLookupDrafter
+from tests.test_app_compare_tree import local  # noqa: F401  (a fixture)
+from tests.toys import BigramLM, TableLM, assert_first_two, first_two_tokens, plain_greedy
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+CPU_LIKE = VerifyCurve((1.0, 1.19, 1.18, 1.44, 1.49, 1.71, 1.76, 1.91, 1.95))  # the shape of assets/profile_cpu.json
+PROMPT = [1, 2, 3, 4, 1, 2, 3]
+
+
+def evidence_of(rounds: list[tuple[int, int]], costs: AutoCosts) -> Evidence:
+    """Evidence after chain rounds of (drafted, accepted)."""
+    ev = Evidence()
+    for drafted, accepted in rounds:
+        ev = observe(costs, ev, drafted, accepted, drafted)
+    return ev
+
+
+def test_k_is_zero_when_drafting_cannot_pay():
+    costly = AutoCosts(verify=CPU_LIKE, draft_cost=0.9, prior=(0.6,))  # a draft step nearly as dear as a target pass
+    choice = choose_k(costly, Evidence(), 1, 8)
+    assert choice.k == 0 and choice.tokens_per_pass == 1.0 and choice.next_tokens_per_pass < 1.0
+    hopeless = AutoCosts(verify=CPU_LIKE, draft_cost=0.0, prior=(0.6,))
+    assert choose_k(hopeless, evidence_of([(4, 0)] * 10, hopeless), 1, 8).k == 0  # free drafts that are never kept
+    assert choose_k(hopeless, Evidence(), 1, 8).k > 0  # known-bad control: the prior alone says drafting pays
+
+
+def test_k_grows_with_acceptance():
+    costs = AutoCosts(verify=CPU_LIKE, draft_cost=0.02, prior=(0.5,))
+    low = choose_k(costs, evidence_of([(4, 1)] * 10, costs), 1, 16)
+    high = choose_k(costs, evidence_of([(4, 4)] * 10, costs), 1, 16)
+    assert 0 < low.k < high.k
+    assert high.acceptance[0] > 0.85 and low.acceptance[1] < 0.2
+    assert high.tokens_per_pass >= high.next_tokens_per_pass  # the chosen k beats the runner-up
+
+
+def test_evidence_by_position_counts_only_positions_reached():
+    costs = AutoCosts(verify=1.0, draft_cost=0.0, decay=1.0)
+    ev = observe(costs, Evidence(), 4, 1, 4)  # position 1 kept, position 2 rejected, 3 and 4 never tried
+    assert ev.reached == (1, 1, 0, 0) and ev.accepted == (1, 0, 0, 0)
+    assert observe(costs, ev, 0, 0, 0).plain_streak == 1
+
+
+def test_a_probe_after_n_plain_rounds():
+    costs = AutoCosts(verify=CPU_LIKE, draft_cost=0.05, prior=(0.7,), probe_every=5)
+    ev = evidence_of([(4, 0)] * 10, costs)
+    assert choose_k(costs, ev, 1, 8).k == 0
+    for _ in range(4):
+        ev = observe(costs, ev, 0, 0, 0)
+        assert choose_k(costs, ev, 1, 8).k == 0
+    ev = observe(costs, ev, 0, 0, 0)  # the fifth plain round
+    probe = choose_k(costs, ev, 1, 8)
+    assert probe.k > 0 and probe.probe and "probe" in probe.sentence()
+    after = observe(costs, ev, probe.k, probe.k, probe.k)  # the text turned copyable: every draft kept
+    assert choose_k(costs, after, 1, 8).k > 0 and after.plain_streak == 0
+
+
+def test_the_reason_reads_as_one_sentence():
+    costs = AutoCosts(verify=CPU_LIKE, draft_cost=0.05, prior=(0.81, 0.62, 0.44, 0.3))
+    choice = choose_k(costs, Evidence(), 1, 8)
+    text = choice.sentence()
+    assert text.startswith(f"k = {choice.k}: acceptance by position 0.81 / 0.62")
+    assert f"verify of {choice.k + 1} costs" in text and "drafting 0.05 a token" in text and f"k = {choice.next_k} would give" in text
+    assert choose_k(AutoCosts(verify=2.0, draft_cost=1.0), Evidence(), 1, 4).sentence().startswith("k = 0 (a plain pass)")
+
+
+def test_the_decoder_records_why_and_respects_the_ceiling_and_the_length_limit():
+    costs = AutoCosts(verify=1.1, draft_cost=0.0, prior=(0.9,))
+    config = DecodeConfig(max_new_tokens=30, max_draft_tokens=5, auto=costs)
+    dec = SpeculativeDecoder(BigramLM(), NGramDrafter(10, threshold=0.0), [1, 2, 3, 4, 1, 2, 3, 4, 1, 2], config)
+    dec.run()
+    for r in dec.records:
+        assert r.k_choice is not None and r.k_choice.k == r.num_draft_tokens <= 5
+    assert sum(len(r.emitted) for r in dec.records) == 30
+    fixed = SpeculativeDecoder(BigramLM(), NGramDrafter(10), [1, 2, 3], DecodeConfig(max_new_tokens=5))
+    assert all(r.k_choice is None for r in fixed.run())  # fixed k: no reason to record
+    with pytest.raises(ValueError, match="auto k or adaptive k"):
+        DecodeConfig(adaptive_k=True, auto=costs)
+
+
+@pytest.mark.parametrize("draft_cost", [0.0, 0.05, 0.4, 3.0])
+@pytest.mark.parametrize("make", [lambda: NGramDrafter(10, threshold=0.0), lambda: PromptLookupDrafter()])
+def test_greedy_with_auto_equals_plain_greedy(draft_cost, make):
+    prompt, lm = [1, 2, 3, 4, 1, 2, 3, 4, 1, 2, 3, 5, 1, 2], BigramLM()
+    config = DecodeConfig(max_new_tokens=60, auto=AutoCosts(verify=CPU_LIKE, draft_cost=draft_cost, probe_every=3))
+    dec = SpeculativeDecoder(lm, make(), prompt, config)
+    dec.run()
+    assert dec.generated == plain_greedy(BigramLM(), prompt, 60)
+    if draft_cost == 3.0:
+        assert {r.num_draft_tokens for r in dec.records} == {0, 1}  # plain passes and probes
+    if draft_cost == 0.0:
+        assert len({r.num_draft_tokens for r in dec.records}) > 1  # k moved with the evidence
+
+
+def _sampling_run(seed: int, peek: bool) -> SpeculativeDecoder:
+    sampling = SamplingConfig(temperature=1.0)
+    costs = AutoCosts(verify=1.0, draft_cost=0.05, prior=(0.6,), probe_every=1)
+    config = DecodeConfig(sampling=sampling, seed=seed, max_new_tokens=3, max_draft_tokens=3, auto=None if peek else costs, num_draft_tokens=2)
+    dec = SpeculativeDecoder(TableLM(0, scale=0.3), ModelDrafter(TableLM(0, noise=2.0, scale=0.3), sampling), PROMPT, config)
+    while not dec.done:
+        saved = dec.state()
+        record = dec.step()
+        if peek and "rejected" in record.draft_fates:  # known-bad: k chosen from the round's own outcome
+            dec.restore(saved)
+            dec.k = 0
+            dec.step()
+            dec.k = 2
+    return dec
+
+
+@pytest.mark.parametrize("peek", [False, True])
+def test_sampled_tokens_with_auto_follow_the_target(peek):
+    result = first_two_tokens(TableLM(0, scale=0.3), PROMPT, 1.0, 1_500, lambda seed: _sampling_run(seed, peek))
+    assert_first_two(result, exact=not peek)
+
+
+# --- the field, the flag, the costs a run is priced with, and a real model ------------------------------------------
+
+
+def test_auto_is_the_default_and_fixed_and_adaptive_stay_selectable():
+    from specviz.cli import build_parser
+    from specviz.cli.options import config_from_args
+    from specviz.config import RunConfig
+
+    def cli(*argv: str) -> RunConfig:
+        return config_from_args(build_parser().parse_args(["generate", "--prompt", "hi", *argv]))
+
+    assert RunConfig().k_policy == cli().k_policy == "auto" and cli().k_words == "k: auto"
+    assert cli("--fixed-k", "-k", "3").k_policy == "fixed" and cli("--fixed-k", "-k", "3").k_words == "k = 3"
+    assert cli("--adaptive-k").k_policy == "adaptive"  # the adaptive rule takes auto's place when asked for
+    assert RunConfig(drafter="none").k_policy == "none"
+    assert RunConfig(num_draft_tokens=4, max_draft_tokens=8).k_ceiling == 8 and RunConfig(num_draft_tokens=4, auto_k=False).k_ceiling == 4
+    serve = build_parser().parse_args(["serve", "--fixed-k"])
+    assert serve.fixed_k and not build_parser().parse_args(["serve"]).fixed_k
+
+
+def test_a_run_is_priced_with_the_machines_profile_and_the_drafters_prior(tiny_models, tmp_path, monkeypatch):
+    import json
+
+    from specviz.config import RunConfig
+    from specviz.core.profile import load_profile
+    from specviz.drafters.specs import PRIOR_ACCEPTANCE
+    from specviz.runs import ASSETS, PROFILE_ENV, auto_costs, build_decoder
+
+    target = tiny_models["llama"]  # float32 on the CPU
+    monkeypatch.delenv(PROFILE_ENV, raising=False)
+    costs = auto_costs(RunConfig(drafter="lookup"), target)
+    shipped = load_profile(ASSETS / "profile_cpu_float32.json")
+    assert costs.draft_cost == shipped.draft_cost["lookup"] and costs.prior == (PRIOR_ACCEPTANCE["lookup"],)
+    assert "shipped" in costs.source and all(b >= a for a, b in zip(costs.verify.costs, costs.verify.costs[1:]))  # no dip to chase
+    mine = json.loads((ASSETS / "profile_cpu.json").read_text())
+    mine["draft_ms_per_token"]["lookup"] = mine["pass_ms"][0] * 0.5
+    (tmp_path / "here.json").write_text(json.dumps(mine))
+    monkeypatch.setenv(PROFILE_ENV, str(tmp_path / "here.json"))
+    measured = auto_costs(RunConfig(drafter="lookup"), target)
+    assert measured.draft_cost == 0.5 and "measured here" in measured.source
+    medusa = auto_costs(RunConfig(drafter="medusa", draft_vocab=8192), target)
+    assert medusa.draft_cost == load_profile(tmp_path / "here.json").draft_cost["medusa@8192"]  # the draft vocabulary's cost
+    assert build_decoder(RunConfig(drafter="lookup", auto_k=False), target, [1, 2, 3]).config.auto is None
+    assert build_decoder(RunConfig(drafter="lookup"), target, [1, 2, 3], baseline=True).config.auto is None
+
+
+def test_greedy_with_auto_through_build_decoder_equals_plain_on_a_tiny_model(tiny_models):
+    from specviz.config import RunConfig
+    from specviz.runs import build_decoder
+
+    target = tiny_models["llama"]
+    prompt_ids = target.tokenizer("one two three four one two three four one two three")["input_ids"]
+    config = RunConfig(target="tiny", drafter="ngram", ngram_threshold=0.0, max_new_tokens=30, chat=False)
+    decoder = build_decoder(config, target, prompt_ids)
+    decoder.run()
+    assert decoder.config.auto is not None and all(r.k_choice is not None for r in decoder.records)
+    baseline = build_decoder(config, target, prompt_ids, baseline=True)
+    baseline.run()
+    assert decoder.generated == baseline.generated
+
+
+def test_the_inspector_says_why_in_one_escaped_sentence():
+    from specviz.ui.step_through.inspector import k_note
+
+    dec = SpeculativeDecoder(BigramLM(), NGramDrafter(10), [1, 2, 3, 1, 2], DecodeConfig(max_new_tokens=6, auto=AutoCosts(verify=1.1, draft_cost=0.0)))
+    record = dec.step()
+    assert k_note(record).startswith(f"k = {record.num_draft_tokens}") and "tokens per pass" in k_note(record)
+    assert k_note(SpeculativeDecoder(BigramLM(), NGramDrafter(10), [1, 2, 3], DecodeConfig(max_new_tokens=3)).step()) is None
+
+
+def test_a_recording_from_before_auto_k_reads_as_the_k_it_drafted():
+    from pathlib import Path
+
+    from specviz.recording.load import read_recording
+
+    shipped = Path(__file__).resolve().parents[1] / "assets" / "recordings"
+    adaptive = read_recording(shipped / "code-lookup-adaptive-k.json").runs[0]
+    fixed = read_recording(shipped / "copy-ngram-greedy.json").runs[0]
+    assert adaptive.config.k_policy == "adaptive" and fixed.config.k_policy == "fixed"
+    assert all(r.k_choice is None for r in fixed.records)
+
+
+def test_the_page_runs_auto_by_default_and_the_inspector_says_why(local):  # noqa: F811
+    from tests.test_app_compare_tree import STATE, click, step_page
+
+    at = step_page(local, drafter="lookup")
+    assert at.toggle(key="auto_k").value is True
+    click(at, "step")
+    run = at.session_state[STATE].session.runs[0]
+    assert run.config.k_policy == "auto" and run.records[0].k_choice is not None
+    assert any("tokens per pass-equivalent" in c.value for c in at.caption), [c.value for c in at.caption]
+    at.toggle(key="auto_k").set_value(False).run()
+    assert any("auto_k: True → False" in w.value for w in at.warning), [w.value for w in at.warning]  # offered a reset
+    click(at, "reset")
+    click(at, "step")  # a new run at the slider's k
+    fixed = at.session_state[STATE].session.runs[0]
+    assert fixed.config.k_policy == "fixed" and all(r.k_choice is None for r in fixed.records)
+
+
+@pytest.mark.parametrize("bad, message", [
+    (dict(verify=0.0, draft_cost=0.1), "verify cost"), (dict(verify=1.0, draft_cost=float("nan")), "drafting cost"),
+    (dict(verify=1.0, draft_cost=0.1, prior=(1.5,)), "prior acceptance"), (dict(verify=1.0, draft_cost=0.1, decay=0.0), "decay"),
+])  # fmt: skip
+def test_bad_costs_are_clear_errors(bad, message):
+    with pytest.raises(ValueError, match=message):
+        AutoCosts(**bad)
