@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.store_helpers import redis_server, room_store, shared_redis, store_env  # noqa: F401  (fixtures: the room's store on both backends)
+
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # the suite never talks to the hub
 

@@ -20,7 +20,7 @@ from specviz.ui.common.keys import PRESENTING_KEY, STEP_THROUGH_KEY
 from specviz.ui.room import fork
 from specviz.ui.room import present as present_ui
 from specviz.ui.step_through.session import PageState
-from specviz.workshop.presentation import PresentationStore, heartbeat_every_s
+from specviz.workshop.presentation import FILE_NAME, PresentationStore, heartbeat_every_s
 from specviz.workshop.saved_runs import RunStore
 from specviz.workshop.serving import SessionRegistry
 from tests.test_app_saved_runs import generated, page, room_env, token  # noqa: F401  (room_env is a fixture)
@@ -179,7 +179,7 @@ def test_a_takeover_keeps_the_board_and_the_followers_and_stop(room):
     click(forker, "step")  # the fork's Steps still land on the board
     assert [q.rounds for q in PresentationStore(room).points(p.id)] == [3]
     click(second, "stop_present")
-    assert PresentationStore(room).read() is None and not PresentationStore(room).board_path(p.id).exists()
+    assert PresentationStore(room).read() is None and not (room / PresentationStore.board_name(p.id)).exists()
     follower.run()
     assert "The presenter stopped presenting" in texts(follower)
     assert not [t for t in follower.toggle if t.key == "follow"]
@@ -196,7 +196,7 @@ def test_a_new_board_only_when_the_presenter_asks_for_one(room):
     present(second)
     assert "on a new board" in texts(second)
     now = PresentationStore(room).read()
-    assert now.id != p.id and PresentationStore(room).points(now.id) == [] and not PresentationStore(room).board_path(p.id).exists()
+    assert now.id != p.id and PresentationStore(room).points(now.id) == [] and not (room / PresentationStore.board_name(p.id)).exists()
 
 
 def test_a_presenter_who_reloaded_reclaims_the_presentation_with_its_board_and_followers(room):
@@ -249,7 +249,7 @@ def test_a_presentation_ends_by_itself_when_its_presenters_page_is_gone(room, mo
     assert beat.heartbeat > time.time() - 10 and beat.version == p.version
     store._write(replace(beat, heartbeat=time.time() - 121))  # now nobody has written it for longer than 2 minutes
     follower.run()
-    assert "The presenter stopped presenting" in texts(follower) and store.read() is None and not store.path.exists()
+    assert "The presenter stopped presenting" in texts(follower) and store.read() is None and not (room / FILE_NAME).exists()
     teacher.run()
     assert "Your presentation ended" in texts(teacher) and not [b for b in teacher.button if b.key == "stop_present"]
 

@@ -16,8 +16,9 @@ from specviz.ui.room import fork
 from specviz.ui.room import saved_runs as page_runs
 from specviz.workshop.presentation import PresentationStore
 from specviz.workshop.saved_runs import RunStore, new_token
+from tests.store_helpers import backdate, stems
 from tests.test_app_present import KEY, present, presenter, texts
-from tests.test_app_saved_runs import generated, page, room_env, token  # noqa: F401  (room_env is a fixture)
+from tests.test_app_saved_runs import generated, page, room_env, room_runs, token  # noqa: F401  (room_env, room_runs: fixtures)
 from tests.test_app_shared import STATE, click
 
 NO_SPACE = OSError(errno.ENOSPC, "No space left on device", "/srv/secret/specviz-runs/x.json")
@@ -29,10 +30,6 @@ def room(room_env, monkeypatch):  # noqa: F811
     return room_env
 
 
-def files(run_dir) -> set[str]:
-    return {p.stem for p in run_dir.glob("*.json")}
-
-
 def stepped(steps: int = 1, **extra):
     at = page(**extra)
     for _ in range(steps):
@@ -40,7 +37,7 @@ def stepped(steps: int = 1, **extra):
     return at
 
 
-def test_alternating_two_tokens_forks_each_once(room_env):  # noqa: F811
+def test_alternating_two_tokens_forks_each_once(room_runs):  # noqa: F811
     a, b = token(stepped()), token(stepped())
     attacker = page()
     for _ in range(6):
@@ -48,14 +45,14 @@ def test_alternating_two_tokens_forks_each_once(room_env):  # noqa: F811
             attacker.query_params["run"] = source
             attacker.run()
             assert not attacker.exception and "Restored this run" in texts(attacker)
-    assert len(files(room_env)) == 4  # A, B and one fork of each: not one file per rerun
+    assert len(stems(room_runs.store)) == 4  # A, B and one fork of each: not one file per rerun
     forks = attacker.session_state[page_runs.FORKS_KEY]
     assert set(forks) == {a, b} and token(attacker) == forks[b]
     click(attacker, "step")  # the fork it holds goes on as its own run
-    assert RunStore(room_env).load(forks[b]).num_rounds == 2 and RunStore(room_env).load(b).num_rounds == 1
+    assert room_runs.load(forks[b]).num_rounds == 2 and room_runs.load(b).num_rounds == 1
 
 
-def test_a_session_over_its_quota_replaces_its_own_oldest_run(room_env, monkeypatch):  # noqa: F811
+def test_a_session_over_its_quota_replaces_its_own_oldest_run(room_runs, monkeypatch):  # noqa: F811
     monkeypatch.setenv("SPECVIZ_MAX_SAVED_RUNS", "2")
     other = token(stepped())
     at = page()
@@ -65,19 +62,19 @@ def test_a_session_over_its_quota_replaces_its_own_oldest_run(room_env, monkeypa
         mine.append(token(at))
         click(at, "reset")
     assert len(set(mine)) == 4
-    assert files(room_env) == {other, *mine[-2:]}  # its two newest; the other session's run untouched
+    assert stems(room_runs.store) == {other, *mine[-2:]}  # its two newest; the other session's run untouched
     assert at.session_state[page_runs.OWN_KEY] == mine[-2:]
 
 
-def test_a_step_of_a_finished_run_writes_nothing(room_env):  # noqa: F811
+def test_a_step_of_a_finished_run_writes_nothing(room_runs):  # noqa: F811
     at = page(max_new_tokens=6)
     click(at, "run_all")
     assert at.session_state[STATE].session.done
-    path = room_env / f"{token(at)}.json"
-    before = path.stat().st_mtime_ns, path.read_bytes()
+    name = f"{token(at)}.json"
+    before = room_runs.store.stat(name), room_runs.store.get(name, 10**7)
     for _ in range(3):
         click(at, "step")
-    assert (path.stat().st_mtime_ns, path.read_bytes()) == before
+    assert (room_runs.store.stat(name), room_runs.store.get(name, 10**7)) == before
 
 
 def test_a_forks_board_gets_one_point_per_round_it_ran(room):
@@ -86,7 +83,7 @@ def test_a_forks_board_gets_one_point_per_round_it_ran(room):
     click(follower, "fork")
     click(follower, "run_all")
     assert follower.session_state[STATE].session.done
-    board = PresentationStore(room).board_path(PresentationStore(room).read().id)
+    board = room / PresentationStore.board_name(PresentationStore(room).read().id)
     lines = board.read_bytes().count(b"\n")
     rounds = follower.session_state[STATE].session.num_rounds - 1  # the rounds the fork ran itself
     assert lines == rounds
@@ -102,7 +99,7 @@ def test_a_forks_board_gets_one_point_per_round_it_ran(room):
     assert teacher.session_state[PRESENTING_KEY] is not None
 
 
-def test_a_transient_restore_failure_keeps_the_token_and_offers_try_again(room_env, monkeypatch):  # noqa: F811
+def test_a_transient_restore_failure_keeps_the_token_and_offers_try_again(room_runs, monkeypatch):  # noqa: F811
     saved = token(stepped(2))
     real = page_runs.rebuild_session
 
@@ -122,7 +119,7 @@ def test_a_transient_restore_failure_keeps_the_token_and_offers_try_again(room_e
     assert token(at) != saved  # restored as its own fork, as always
 
 
-def test_a_token_that_can_never_work_is_dropped_and_named(room_env):  # noqa: F811
+def test_a_token_that_can_never_work_is_dropped_and_named(room_runs):  # noqa: F811
     unknown = new_token()
     at = page(run=unknown)
     shown = " ".join(w.value for w in at.warning)
@@ -179,10 +176,9 @@ def test_a_full_disk_when_presenting_or_adding_a_board_point_says_so(room, monke
     assert follower.session_state[fork.FORK_KEY] is not None  # the presentation is still live: later points go on
 
 
-def test_the_sweeper_keeps_the_runs_of_live_sessions_fresh(room_env, monkeypatch):  # noqa: F811
-    """Each replica's session sweeper touches the files its live sessions hold (specviz.ui.common.sessions.hold_live_runs), so
+def test_the_sweeper_keeps_the_runs_of_live_sessions_fresh(room_runs, monkeypatch):  # noqa: F811
+    """Each replica's session sweeper touches the runs its live sessions hold (specviz.ui.common.sessions.hold_live_runs), so
     no replica's eviction takes them; a freed session (no run) and other pages hold nothing."""
-    import os
     import time
     from types import SimpleNamespace
 
@@ -192,14 +188,13 @@ def test_the_sweeper_keeps_the_runs_of_live_sessions_fresh(room_env, monkeypatch
     from specviz.workshop.serving import SessionRegistry
 
     held, idle = token(stepped()), token(stepped())
-    old = time.time() - 10 * LIVE_WINDOW_S
     for t in (held, idle):
-        os.utime(room_env / f"{t}.json", (old, old))
+        backdate(room_runs.store, f"{t}.json", 10 * LIVE_WINDOW_S)
     registry = SessionRegistry()
     registry.touch("a", {STATE: PageState(session=SimpleNamespace(run_token=held))})
     registry.touch("b", {STATE: PageState()})  # freed
     registry.touch("c", {"something else": 1})  # another page
     assert live_run_tokens(registry.states()) == [held]
     assert hold_live_runs(registry.states()) == 1
-    assert time.time() - (room_env / f"{held}.json").stat().st_mtime < LIVE_WINDOW_S
-    assert time.time() - (room_env / f"{idle}.json").stat().st_mtime > LIVE_WINDOW_S
+    assert time.time() - room_runs.store.stat(f"{held}.json").mtime < LIVE_WINDOW_S
+    assert time.time() - room_runs.store.stat(f"{idle}.json").mtime > LIVE_WINDOW_S

@@ -9,20 +9,37 @@ from streamlit.testing.v1 import AppTest
 
 from specviz.workshop.saved_runs import RunStore, new_token
 from specviz.workshop.serving import reset_queues
+from tests.store_helpers import needs_redis
 from tests.test_app_shared import OWNER_ENV, PAGES, PROMPT, STATE, click
 
 SETTINGS = {"prompt": PROMPT, "drafter": "ngram", "temperature": 1.0, "seed": 3, "max_new_tokens": 24, "num_draft_tokens": 3}
 
 
-@pytest.fixture()
-def room_env(monkeypatch, tiny_dir, tmp_path):
+def _shared_room(monkeypatch, tiny_dir) -> None:
     for key in OWNER_ENV:
         monkeypatch.delenv(key, raising=False)
     monkeypatch.setenv("SPECVIZ_MODE", "shared")
     monkeypatch.setenv("SPECVIZ_TARGETS", str(tiny_dir["llama"]))
+
+
+@pytest.fixture()
+def room_env(monkeypatch, tiny_dir, tmp_path):
+    """A room on the directory backend: yields its run directory."""
+    _shared_room(monkeypatch, tiny_dir)
+    monkeypatch.delenv("SPECVIZ_STORE", raising=False)
     monkeypatch.setenv("SPECVIZ_RUN_DIR", str(tmp_path / "runs"))
     reset_queues()
     yield tmp_path / "runs"
+    reset_queues()
+
+
+@pytest.fixture()
+def room_runs(store_env, monkeypatch, tiny_dir):
+    """A room on each backend in turn (the directory, a real redis-server: tests/store_helpers.py): yields the
+    RunStore its pages use."""
+    _shared_room(monkeypatch, tiny_dir)
+    reset_queues()
+    yield RunStore.from_env()
     reset_queues()
 
 
@@ -46,7 +63,7 @@ def token(at: AppTest) -> str:
     return value[-1] if isinstance(value, list) else value
 
 
-def test_a_saved_run_restores_as_a_fork_and_continues_exactly(room_env):
+def test_a_saved_run_restores_as_a_fork_and_continues_exactly(room_runs):
     solo = page()
     for _ in range(4):
         click(solo, "step")
@@ -54,7 +71,7 @@ def test_a_saved_run_restores_as_a_fork_and_continues_exactly(room_env):
     click(first, "step")
     click(first, "step")
     saved = token(first)
-    assert RunStore(room_env).load(saved).num_rounds == 2
+    assert room_runs.load(saved).num_rounds == 2
     other = page(run=saved)  # another session (a reload, another replica, another browser)
     assert any("Restored this run at round 2" in i.value for i in other.info)
     assert token(other) != saved  # its own copy: stepping it never touches the first session's run
@@ -62,7 +79,7 @@ def test_a_saved_run_restores_as_a_fork_and_continues_exactly(room_env):
     click(other, "step")
     click(other, "step")
     assert generated(other) == generated(solo)
-    assert RunStore(room_env).load(saved).num_rounds == 2 and RunStore(room_env).load(token(other)).num_rounds == 4
+    assert room_runs.load(saved).num_rounds == 2 and room_runs.load(token(other)).num_rounds == 4
     assert not any("run" in w.value.lower() and saved in w.value for w in other.warning)
 
 
@@ -99,7 +116,7 @@ def test_the_run_token_is_a_known_parameter_never_listed_nor_shared():
     assert "run" not in link_for(RunConfig(seed=3), "p", "default").query
 
 
-def test_a_compare_session_restores_both_runs(room_env):
+def test_a_compare_session_restores_both_runs(room_runs):
     solo = page(compare="lookup")
     for _ in range(3):
         click(solo, "step")
@@ -111,3 +128,30 @@ def test_a_compare_session_restores_both_runs(room_env):
     click(other, "step")
     got = [r.decoder.generated for r in other.session_state[STATE].session.runs]
     assert got == [r.decoder.generated for r in solo.session_state[STATE].session.runs]
+
+
+@needs_redis
+def test_steps_go_on_while_redis_is_away_and_the_run_is_saved_when_it_returns(redis_server, monkeypatch, tiny_dir, tmp_path):
+    """Item 4 of issue 46: a participant's run lives in their replica, so Steps go on; saving says the room's store
+    is unreachable and tries again on every Step; once Redis is back the next Step saves the run at its round."""
+    _shared_room(monkeypatch, tiny_dir)
+    monkeypatch.setenv("SPECVIZ_RUN_DIR", str(tmp_path / "runs"))
+    monkeypatch.setenv("SPECVIZ_STORE", redis_server.url)
+    reset_queues()
+    at = page()
+    click(at, "step")
+    saved = token(at)
+    runs = RunStore.from_env()
+    assert runs.load(saved).num_rounds == 1
+    redis_server.stop()  # Redis goes away mid-workshop
+    click(at, "step")
+    shown = " ".join(w.value for w in at.warning)  # said once, until a save works again
+    assert "not saved" in shown and "the room's store" in shown and "unreachable" in shown and "tries to save it again" in shown
+    click(at, "step")
+    assert not at.exception and at.session_state[STATE].session.num_rounds == 3  # Steps keep working
+    redis_server.start()  # back, with what it held
+    assert runs.load(saved).num_rounds == 1  # nothing lost: the run as it was saved before
+    click(at, "step")
+    assert not at.warning and any("saved again" in t.value for t in at.toast)
+    assert token(at) == saved and runs.load(saved).num_rounds == 4  # the same token, now at its latest round
+    reset_queues()

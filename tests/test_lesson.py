@@ -1,7 +1,7 @@
 """The 45-minute lesson: the task table and the doc agree, every task's page draws its checklist, the room's counting
 store (one mark per session per task, unticking takes it back, bounded, hostile files read as empty, gone with the
-presentation), ticking a task in the app (AppTest on the theory page, shared mode, a live presentation), and the
-board's counts."""
+presentation; on both backends of the room's store: tests/room_backends.py), ticking a task in the app (AppTest on
+the theory page, shared mode, a live presentation), and the board's counts."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from streamlit.testing.v1 import AppTest
 
 from specviz.ui.common.navigation import PAGE_SPECS
 from specviz.workshop import lesson
-from specviz.workshop.lesson import TASKS, LessonMarks, session_digest
+from specviz.workshop.lesson import TASKS, LessonMarks, marks_name, session_digest
 from specviz.workshop.presentation import PresentationStore
 from tests.test_app_saved_runs import room_env  # noqa: F401  (a fixture: shared mode, a run directory)
 from tests.test_app_shared import PAGES
@@ -28,9 +28,13 @@ def digest() -> str:
     return session_digest(secrets.token_urlsafe(16))
 
 
-def live_presentation(root: Path) -> str:
+def live_presentation(root) -> str:
     presentation, _ = PresentationStore(root).start(secrets.token_urlsafe(16), 1)
     return presentation.id
+
+
+def marks_of(marks: LessonMarks, pid: str) -> bytes | None:
+    return marks.files.get(marks_name(pid), 10 * lesson.MAX_FILE_BYTES)
 
 
 # --- one table, one doc ----------------------------------------------------------------------------------------
@@ -73,8 +77,8 @@ def test_every_task_belongs_to_a_page_that_draws_its_checklist():
 # --- the counting store ------------------------------------------------------------------------------------------
 
 
-def test_one_mark_per_session_per_task_and_unticking_takes_it_back(tmp_path):
-    marks, pid = LessonMarks(tmp_path), live_presentation(tmp_path)
+def test_one_mark_per_session_per_task_and_unticking_takes_it_back(room_where):
+    marks, pid = LessonMarks(room_where), live_presentation(room_where)
     alice, bob = digest(), digest()
     for _ in range(5):  # the same session again and again: still one
         assert marks.record(pid, alice, {1, 2})
@@ -83,11 +87,11 @@ def test_one_mark_per_session_per_task_and_unticking_takes_it_back(tmp_path):
     assert marks.counts(pid)[1] == 2
     marks.record(pid, alice, {2, 3})  # alice unticked task 1
     assert marks.counts(pid) == {1: 1, 2: 1, 3: 1, 4: 0, 5: 0}
-    assert alice in marks.path(pid).read_text() and "secret" not in marks.path(pid).read_text()
+    assert alice.encode() in marks_of(marks, pid) and b"secret" not in marks_of(marks, pid)
 
 
-def test_what_a_session_can_write_is_checked(tmp_path):
-    marks, pid = LessonMarks(tmp_path), live_presentation(tmp_path)
+def test_what_a_session_can_write_is_checked(room_where):
+    marks, pid = LessonMarks(room_where), live_presentation(room_where)
     with pytest.raises(ValueError):
         marks.record(pid, "not a digest", {1})
     with pytest.raises(ValueError):
@@ -96,15 +100,15 @@ def test_what_a_session_can_write_is_checked(tmp_path):
         marks.record("../../etc/passwd", digest(), {1})
 
 
-def test_the_marks_are_bounded_however_many_sessions_come(tmp_path, monkeypatch):
+def test_the_marks_are_bounded_however_many_sessions_come(room_where, monkeypatch):
     monkeypatch.setattr(lesson, "MAX_MARKS_PER_TASK", 3)
-    marks, pid = LessonMarks(tmp_path), live_presentation(tmp_path)
+    marks, pid = LessonMarks(room_where), live_presentation(room_where)
     fitted = [marks.record(pid, digest(), {1, 2, 3, 4, 5}) for _ in range(10)]
     assert fitted == [True] * 3 + [False] * 7
     assert set(marks.counts(pid).values()) == {3}
-    size = marks.path(pid).stat().st_size
+    size = len(marks_of(marks, pid))
     marks.record(pid, digest(), {1})
-    assert marks.path(pid).stat().st_size == size  # nothing grew
+    assert len(marks_of(marks, pid)) == size  # nothing grew
 
 
 def test_a_full_file_fits_the_read_limit():
@@ -127,24 +131,24 @@ def test_a_full_file_fits_the_read_limit():
         b'{"1": []}' + b" " * (lesson.MAX_FILE_BYTES + 1),  # too large
     ],
 )
-def test_a_damaged_or_hostile_file_reads_as_empty_and_is_replaced(tmp_path, content, caplog):
-    marks, pid = LessonMarks(tmp_path), live_presentation(tmp_path)
-    marks.path(pid).write_bytes(content)
+def test_a_damaged_or_hostile_file_reads_as_empty_and_is_replaced(room_where, content, caplog):
+    marks, pid = LessonMarks(room_where), live_presentation(room_where)
+    marks.files.put(marks_name(pid), content)
     assert set(marks.counts(pid).values()) == {0}
     assert "damaged" in caplog.text or "too large" in caplog.text
     marks.record(pid, digest(), {4})
-    assert marks.counts(pid)[4] == 1 and marks.path(pid).stat().st_size < 100
+    assert marks.counts(pid)[4] == 1 and len(marks_of(marks, pid)) < 100
 
 
-def test_the_marks_go_with_the_presentation(tmp_path):
-    room = PresentationStore(tmp_path)
+def test_the_marks_go_with_the_presentation(room_where):
+    room = PresentationStore(room_where)
     first, _ = room.start(secrets.token_urlsafe(16), 1)
-    LessonMarks(tmp_path).record(first.id, digest(), {1})
+    LessonMarks(room_where).record(first.id, digest(), {1})
     second, _ = room.start(secrets.token_urlsafe(16), 1, new_board=True)  # a new board: the old marks go
-    assert not LessonMarks(tmp_path).path(first.id).exists()
-    LessonMarks(tmp_path).record(second.id, digest(), {1})
+    assert marks_of(LessonMarks(room_where), first.id) is None
+    LessonMarks(room_where).record(second.id, digest(), {1})
     assert room.stop(second.id)
-    assert not LessonMarks(tmp_path).path(second.id).exists()
+    assert marks_of(LessonMarks(room_where), second.id) is None
 
 
 # --- in the app ---------------------------------------------------------------------------------------------------

@@ -1,20 +1,24 @@
 """The room's presentation store (plain Python, no app): atomic writes, takeover that keeps the board (a new board
 only when asked), a presentation only its holder moves, anyone with the key stops, one that ends by itself when its
 presenter's heartbeat stops (written rarely, without a new version), hostile files that read as nothing, and a
-capped board validated line by line. The key itself: tests/test_presenter_key.py."""
+capped board validated line by line; on both backends of the room's store (a run directory and a real redis-server:
+tests/room_backends.py), followers told of a change by pub/sub on Redis, and a store that cannot be reached said as
+such, never read as "no presentation". The key itself: tests/test_presenter_key.py."""
 
 from __future__ import annotations
 
 import errno
 import json
 import os
+from pathlib import Path
 
 import pytest
 
 from specviz.viz.board import board_figure, board_frame, board_table, temperature_band
 from specviz.workshop import presentation as pres
+from specviz.workshop import room_state
 from specviz.workshop.policy import Policy, load_policy
-from specviz.workshop.presentation import BoardPoint, Presentation, PresentationStore, heartbeat_every_s, new_id
+from specviz.workshop.presentation import FILE_NAME, BoardPoint, Presentation, PresentationStore, heartbeat_every_s, new_id
 from specviz.workshop.saved_runs import RunStore, new_token, write_problem
 
 
@@ -23,25 +27,30 @@ def point(fork: str | None = None, **changes) -> BoardPoint:
     return BoardPoint(**(base | changes))
 
 
-def test_start_update_stop_and_the_file_is_atomic_and_private(tmp_path):
-    room = PresentationStore(tmp_path)
+def stored(room: PresentationStore, name: str) -> bytes | None:
+    return room.files.get(name, 10 * pres.MAX_BOARD_BYTES)
+
+
+def test_start_update_stop_and_the_file_is_atomic_and_private(room_where):
+    room = PresentationStore(room_where)
     assert room.read() is None
     run = new_token()
     p, before = room.start(run, 2)
     assert before is None and room.read() == p and p.run == run and p.round == 2 and p.version == 1
-    assert os.stat(room.path).st_mode & 0o077 == 0
+    if isinstance(room_where, Path):
+        assert os.stat(room_where / FILE_NAME).st_mode & 0o077 == 0
     moved = room.update(p.id, p.holder, round=3)
     assert moved.version == 2 and room.read().round == 3
     assert room.update(p.id, p.holder, round=3).version == 2  # nothing changed: no new version
-    assert not [f for f in os.listdir(tmp_path) if f.startswith(".tmp-")]
+    assert not isinstance(room_where, Path) or not [f for f in os.listdir(room_where) if f.startswith(".tmp-")]
     assert not room.stop(p.id, new_id())  # not its holder
     assert room.stop(p.id, p.holder) and room.read() is None and not room.stop(p.id, p.holder)
 
 
-def test_a_takeover_keeps_the_board_and_the_followers_and_the_first_presenter_can_no_longer_write(tmp_path):
+def test_a_takeover_keeps_the_board_and_the_followers_and_the_first_presenter_can_no_longer_write(room_where):
     """Known-bad before: a second presenter (or the first one after a reload) started a new presentation, and the
     board of the first one was deleted."""
-    room = PresentationStore(tmp_path)
+    room = PresentationStore(room_where)
     first, _ = room.start(new_token(), 1)
     fork = point()
     room.add_point(first.id, fork)
@@ -57,22 +66,22 @@ def test_a_takeover_keeps_the_board_and_the_followers_and_the_first_presenter_ca
     assert room.update(second.id, second.holder, round=4).round == 4
 
 
-def test_a_new_board_is_a_new_presentation_and_the_old_board_goes(tmp_path):
-    room = PresentationStore(tmp_path)
+def test_a_new_board_is_a_new_presentation_and_the_old_board_goes(room_where):
+    room = PresentationStore(room_where)
     first, _ = room.start(new_token(), 1)
     room.add_point(first.id, point())
     second, before = room.start(new_token(), 0, new_board=True)
     assert before == first and second.id != first.id and second.version > first.version
-    assert not room.board_path(first.id).exists() and room.points(second.id) == []
+    assert stored(room, room.board_name(first.id)) is None and room.points(second.id) == []
     assert not room.add_point(first.id, point())
 
 
-def test_anyone_with_the_key_stops_the_presentation_whoever_holds_it(tmp_path):
-    room = PresentationStore(tmp_path)
+def test_anyone_with_the_key_stops_the_presentation_whoever_holds_it(room_where):
+    room = PresentationStore(room_where)
     p, _ = room.start(new_token(), 1)
     room.add_point(p.id, point())
     assert not room.stop(new_id())  # another id: nothing
-    assert room.stop(p.id) and room.read() is None and not room.board_path(p.id).exists()
+    assert room.stop(p.id) and room.read() is None and stored(room, room.board_name(p.id)) is None
 
 
 class Clock:
@@ -83,11 +92,11 @@ class Clock:
         return self.now
 
 
-def test_a_presentation_without_its_presenter_ends_by_itself_and_the_heartbeat_is_written_rarely(tmp_path):
+def test_a_presentation_without_its_presenter_ends_by_itself_and_the_heartbeat_is_written_rarely(room_where):
     """Known-bad before: an orphan (the presenter reloaded, the replica died) stayed live forever, even across a
     server restart."""
     clock, idle_s = Clock(), 15 * 60.0
-    room = PresentationStore(tmp_path, idle_s=idle_s, clock=clock)
+    room = PresentationStore(room_where, idle_s=idle_s, clock=clock)
     p, _ = room.start(new_token(), 1)
     room.add_point(p.id, point())
     stamp = room.stamp()
@@ -100,17 +109,17 @@ def test_a_presentation_without_its_presenter_ends_by_itself_and_the_heartbeat_i
     assert beat.heartbeat == clock.now and beat.version == p.version  # followers are not redrawn for a heartbeat
     clock.now = beat.heartbeat + idle_s - 1
     assert room.read() == beat  # still there
-    assert PresentationStore(tmp_path).read() == beat  # a reader without an idle time (the push watcher) sees it as it is
+    assert PresentationStore(room_where).read() == beat  # a reader without an idle time (the push watcher) sees it as it is
     clock.now = beat.heartbeat + idle_s + 1  # the presenter's page went away: no heartbeat since
-    assert room.read() is None and not room.path.exists() and not room.board_path(p.id).exists()
+    assert room.read() is None and stored(room, FILE_NAME) is None and stored(room, room.board_name(p.id)) is None
     assert room.update(p.id, p.holder, round=2) is None
     fresh, before = room.start(new_token(), 0)
     assert before is None and fresh.id != p.id
 
 
-def test_an_idle_presentation_found_by_start_is_ended_not_taken_over(tmp_path):
+def test_an_idle_presentation_found_by_start_is_ended_not_taken_over(room_where):
     clock = Clock()
-    room = PresentationStore(tmp_path, idle_s=60.0, clock=clock)
+    room = PresentationStore(room_where, idle_s=60.0, clock=clock)
     p, _ = room.start(new_token(), 1)
     clock.now += 61
     q, before = room.start(new_token(), 0)
@@ -139,59 +148,61 @@ GOOD = {"id": "A" * 22, "run": "B" * 22, "started_at": 1, "round": 0, "selected_
      json.dumps(GOOD | {"key": "x"}).encode(),
      json.dumps({k: v for k, v in GOOD.items() if k not in ("holder", "heartbeat")}).encode()],
 )  # fmt: skip
-def test_a_hostile_presentation_file_reads_as_none(tmp_path, content):
+def test_a_hostile_presentation_file_reads_as_none(room_where, content):
     assert Presentation.from_json(json.dumps(GOOD).encode()).id == "A" * 22  # the control: the good one reads
-    room = PresentationStore(tmp_path)
-    room.path.write_bytes(content)
+    room = PresentationStore(room_where)
+    room.files.put(FILE_NAME, content)
     assert room.read() is None
     room.start(new_token(), 0)  # and a presenter can still start over it
     assert room.read() is not None
 
 
-def test_the_presentation_file_holds_no_secret_and_is_not_evicted_as_a_run(tmp_path):
-    room = PresentationStore(tmp_path)
+def test_the_presentation_file_holds_no_secret_and_is_not_evicted_as_a_run(room_where):
+    room = PresentationStore(room_where)
     p, _ = room.start(new_token(), 0)
-    assert set(json.loads(room.path.read_text())) == set(Presentation.__dataclass_fields__)
-    RunStore(tmp_path, max_bytes=1).evict()  # a full run directory evicts runs, never the presentation
+    assert set(json.loads(stored(room, FILE_NAME))) == set(Presentation.__dataclass_fields__)
+    if isinstance(room_where, Path):
+        RunStore(room_where, max_bytes=1).evict()  # a full run directory evicts runs, never the presentation
     assert room.read() == p
 
 
-def test_the_board_keeps_the_latest_point_per_fork_skips_hostile_lines_and_is_capped(tmp_path, monkeypatch):
-    room = PresentationStore(tmp_path)
+def test_the_board_keeps_the_latest_point_per_fork_skips_hostile_lines_and_is_capped(room_where, monkeypatch):
+    room = PresentationStore(room_where)
     p, _ = room.start(new_token(), 0)
     a, b = new_id(), new_id()
     assert room.add_point(p.id, point(a, rounds=1, speedup=None))
     assert room.add_point(p.id, point(b, drafter="lookup", temperature=0.0))
     assert room.add_point(p.id, point(a, rounds=2, speedup=1.5))
-    with open(room.board_path(p.id), "ab") as f:
-        for bad in (b"garbage", b'{"fork": "x"}', json.dumps(point(alpha=7.0).__dict__).encode(), json.dumps(point(drafter="<script>").__dict__).encode(), b"[" * 600, b"\xff"):
-            f.write(bad + b"\n")
+    name = room.board_name(p.id)
+    for bad in (b"garbage", b'{"fork": "x"}', json.dumps(point(alpha=7.0).__dict__).encode(), json.dumps(point(drafter="<script>").__dict__).encode(), b"[" * 600, b"\xff"):
+        room.files.append(name, bad + b"\n")
     points = room.points(p.id)
     assert [(q.fork, q.rounds) for q in points] == [(a, 2), (b, 5)]
-    path = room.board_path(p.id)
-    monkeypatch.setattr(pres, "MAX_BOARD_BYTES", path.stat().st_size + 10)
+    monkeypatch.setattr(pres, "MAX_BOARD_BYTES", room.files.size(name) + 10)
     c = new_id()
     assert room.add_point(p.id, point(c))  # full: compacted to each fork's latest point, then it fits
     assert [(q.fork, q.rounds) for q in room.points(p.id)] == [(a, 2), (b, 5), (c, 5)]
-    assert path.read_bytes().count(b"\n") == 3 and oct(path.stat().st_mode & 0o777) == "0o600"
-    monkeypatch.setattr(pres, "MAX_BOARD_BYTES", path.stat().st_size + 10)
+    assert stored(room, name).count(b"\n") == 3
+    if isinstance(room_where, Path):
+        assert oct((room_where / name).stat().st_mode & 0o777) == "0o600"
+    monkeypatch.setattr(pres, "MAX_BOARD_BYTES", room.files.size(name) + 10)
     assert room.add_point(p.id, point())  # a board of distinct forks only: the new fork's point is dropped
-    assert path.stat().st_size <= pres.MAX_BOARD_BYTES and len(room.points(p.id)) == 3
+    assert room.files.size(name) <= pres.MAX_BOARD_BYTES and len(room.points(p.id)) == 3
     with pytest.raises(ValueError):
-        room.board_path("../x")
+        room.board_name("../x")
 
 
-def test_one_fork_stepping_forever_never_fills_the_board(tmp_path, monkeypatch):
+def test_one_fork_stepping_forever_never_fills_the_board(room_where, monkeypatch):
     """Measured before: 20 Steps a second, +176 B each, filled the 2 MiB board in about 10 minutes, after which every
     fork's point was dropped. Now a full board is compacted: the busy fork holds one line, the others keep theirs."""
     monkeypatch.setattr(pres, "MAX_BOARD_BYTES", 4096)
-    room = PresentationStore(tmp_path)
+    room = PresentationStore(room_where)
     p, _ = room.start(new_token(), 0)
     busy, quiet = new_id(), new_id()
     room.add_point(p.id, point(quiet, rounds=3))
     for rounds in range(1, 400):  # about 70 kB of points from one fork
         assert room.add_point(p.id, point(busy, rounds=rounds))
-        assert room.board_path(p.id).stat().st_size <= 4096
+        assert room.files.size(room.board_name(p.id)) <= 4096
     late = new_id()
     assert room.add_point(p.id, point(late, rounds=1))
     assert {(q.fork, q.rounds) for q in room.points(p.id)} == {(quiet, 3), (busy, 399), (late, 1)}
@@ -209,7 +220,7 @@ def test_a_board_that_cannot_be_written_raises_and_a_full_disk_says_so(tmp_path,
         def write(fd, data):
             raise OSError(errno.ENOSPC, "No space left on device")
 
-    monkeypatch.setattr(pres, "os", NoSpace())
+    monkeypatch.setattr(room_state, "os", NoSpace())
     with pytest.raises(OSError) as caught:
         room.add_point(p.id, point())
     assert "disk is full" in write_problem(caught.value)

@@ -1,9 +1,11 @@
 """The race page's room files (specviz/workshop/race_room.py): the exercise's truth, guesses (one per voter, the last
-counts), the reveal, the presenter's race; a damaged or hostile file reads as nothing."""
+counts), the reveal, the presenter's race; a damaged or hostile file reads as nothing; on both backends of the room's
+store (a run directory and a real redis-server: tests/room_backends.py)."""
 
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -19,8 +21,8 @@ def race() -> RaceResult:
     return RaceResult("p", (1,), "t", "float32", "lookup", "prompt lookup, k=4", 4, 0.0, 0, 2, lane, lane, {5: "a", 6: "b"})
 
 
-def test_a_pair_round_trips_and_names_its_answer(tmp_path):
-    room = RaceRoom(tmp_path)
+def test_a_pair_round_trips_and_names_its_answer(room_where):
+    room = RaceRoom(room_where)
     pair = Pair.new(URLS, speculating=0, drafter="lookup")
     room.start_pair(pair)
     assert room.pair() == pair and pair.answer == "A"
@@ -37,54 +39,56 @@ def test_a_pair_round_trips_and_names_its_answer(tmp_path):
         {"name": "B", "url": URLS[1], "speculates": False, "drafter": "none"}]}).encode(),
     b"x" * 10_000,
 ])  # fmt: skip
-def test_a_damaged_truth_reads_as_no_exercise(tmp_path, damage):
-    (tmp_path / TRUTH_FILE).write_bytes(damage)
-    assert RaceRoom(tmp_path).pair() is None
+def test_a_damaged_truth_reads_as_no_exercise(room_where, damage):
+    room = RaceRoom(room_where)
+    room.files.put(TRUTH_FILE, damage)
+    assert room.pair() is None
 
 
-def test_guesses_one_per_voter_the_last_counts(tmp_path):
-    room = RaceRoom(tmp_path)
+def test_guesses_one_per_voter_the_last_counts(room_where):
+    room = RaceRoom(room_where)
     pair = Pair.new(URLS, speculating=1, drafter="ngram")
     a, b = voter_id("secret-a"), voter_id("secret-b")
     room.guess(pair.id, a, "A")
     room.guess(pair.id, a, "B")
     room.guess(pair.id, b, "A")
-    with (tmp_path / votes_file(pair.id)).open("a") as fh:
-        fh.write("not a vote\nzz A\n" + f"{b} C\n")  # junk, a bad voter, a bad vote: skipped
+    room.files.append(votes_file(pair.id), ("not a vote\nzz A\n" + f"{b} C\n").encode())  # junk, a bad voter, a bad vote: skipped
     assert room.tally(pair.id) == {"A": 1, "B": 1}
     assert room.tally(Pair.new(URLS, 0, "lookup").id) == {"A": 0, "B": 0}  # another exercise's guesses are its own
     with pytest.raises(ValueError):
         room.guess(pair.id, a, "C")
 
 
-def test_a_voter_holds_one_line_however_often_they_click(tmp_path):
-    room = RaceRoom(tmp_path)
+def test_a_voter_holds_one_line_however_often_they_click(room_where):
+    room = RaceRoom(room_where)
     pair = Pair.new(URLS, speculating=0, drafter="lookup")
     a, b = voter_id("secret-a"), voter_id("secret-b")
     room.guess(pair.id, a, "A")
     room.guess(pair.id, b, "B")
-    size = sum(f.stat().st_size for f in tmp_path.iterdir())
+    size = room.files.size(votes_file(pair.id))
     for i in range(200):
         room.guess(pair.id, a, "AB"[i % 2])
-    assert sum(f.stat().st_size for f in tmp_path.iterdir()) == size  # a later click replaces the vote, never adds one
+    assert room.files.size(votes_file(pair.id)) == size  # a later click replaces the vote, never adds one
+    if isinstance(room_where, Path):
+        assert len(list(room_where.iterdir())) == 2  # the votes and the lock: nothing left behind
     assert room.guesses(pair.id) == {a: "B", b: "B"}
 
 
-def test_each_exercise_has_its_own_file_and_a_new_one_starts_empty(tmp_path):
-    room = RaceRoom(tmp_path)
+def test_each_exercise_has_its_own_file_and_a_new_one_starts_empty(room_where):
+    room = RaceRoom(room_where)
     first, second = Pair.new(URLS, 0, "lookup"), Pair.new(URLS, 1, "lookup")
     room.start_pair(first)
     room.guess(first.id, voter_id("a"), "A")
-    assert (tmp_path / votes_file(first.id)).is_file()
+    assert room.files.get(votes_file(first.id), 4096) is not None
     room.start_pair(second)
-    assert not (tmp_path / votes_file(first.id)).exists()  # the last exercise's votes go with it
+    assert room.files.get(votes_file(first.id), 4096) is None  # the last exercise's votes go with it
     assert room.tally(second.id) == {"A": 0, "B": 0}
     room.guess(second.id, voter_id("a"), "B")
     assert room.tally(second.id) == {"A": 0, "B": 1}
 
 
-def test_the_board_reads_the_votes_again_only_when_they_change(tmp_path, monkeypatch):
-    room = RaceRoom(tmp_path)
+def test_the_board_reads_the_votes_again_only_when_they_change(room_where, monkeypatch):
+    room = RaceRoom(room_where)
     pair = Pair.new(URLS, 0, "lookup")
     room.guess(pair.id, voter_id("a"), "A")
     parses = []
@@ -98,8 +102,8 @@ def test_the_board_reads_the_votes_again_only_when_they_change(tmp_path, monkeyp
     assert len(parses) <= 2
 
 
-def test_the_reveal_belongs_to_one_exercise_and_a_new_one_hides_it(tmp_path):
-    room = RaceRoom(tmp_path)
+def test_the_reveal_belongs_to_one_exercise_and_a_new_one_hides_it(room_where):
+    room = RaceRoom(room_where)
     first = Pair.new(URLS, 0, "lookup")
     room.start_pair(first)
     before = room.stamp()
@@ -110,12 +114,12 @@ def test_the_reveal_belongs_to_one_exercise_and_a_new_one_hides_it(tmp_path):
     assert not room.revealed(second.id) and not room.revealed(first.id)
 
 
-def test_the_presenters_race_and_a_hostile_one(tmp_path):
-    room = RaceRoom(tmp_path)
+def test_the_presenters_race_and_a_hostile_one(room_where):
+    room = RaceRoom(room_where)
     assert room.race() is None
     room.show_race(race())
     assert room.race() == race()
-    (tmp_path / RACE_FILE).write_text(json.dumps({**race().to_json(), "version": 99}))
+    room.files.put(RACE_FILE, json.dumps({**race().to_json(), "version": 99}).encode())
     assert room.race() is None
     room.hide_race()
     assert room.race() is None

@@ -7,7 +7,6 @@ from __future__ import annotations
 import errno
 import os
 import stat
-import time
 
 import pytest
 
@@ -28,6 +27,8 @@ from specviz.workshop.saved_runs import (
     new_token,
     write_problem,
 )
+from specviz.workshop.store import StoreUnavailable, open_store
+from tests.store_helpers import backdate, needs_redis, present, stems
 from tests.test_models import prompt_ids
 
 ENV = dict(model="tiny", dtype="float32", device="cpu", device_name="cpu", torch="2")
@@ -77,76 +78,78 @@ def test_a_saved_run_round_trips_in_private_files(tmp_path, saved):
     assert [p.name for p in (tmp_path / "runs").iterdir()] == [f"{token}.json"]  # no temporary file left
 
 
-def test_unknown_expired_and_damaged_runs_say_so(tmp_path, saved):
-    store = RunStore(tmp_path, max_age_s=3600)
+def test_unknown_expired_and_damaged_runs_say_so(room_store, saved):
+    store = RunStore(room_store, max_age_s=3600)
     with pytest.raises(SavedRunError, match="No saved run"):
         store.load(new_token())
     token = new_token()
     store.save(token, saved)
-    old = time.time() - 7200
-    os.utime(tmp_path / f"{token}.json", (old, old))
+    backdate(room_store, f"{token}.json", 7200)
     with pytest.raises(SavedRunError, match="expired"):
         store.load(token)
     for junk in (b"not json", b'{"format": "specviz-saved-run", "version": 1, "states": [], "recording": {}}', b"[1, 2]"):
         token = new_token()
-        (tmp_path / f"{token}.json").write_bytes(junk)
+        room_store.put(f"{token}.json", junk)
         with pytest.raises(SavedRunError):
             store.load(token)
 
 
-def age(path, seconds: float) -> None:
-    """Set a file's mtime `seconds` ago (older than LIVE_WINDOW_S: no live session holds it)."""
-    stamp = time.time() - seconds
-    os.utime(path, (stamp, stamp))
-
-
-def test_a_full_directory_evicts_the_least_recently_used_runs_first(tmp_path, saved):
+def test_a_full_directory_evicts_the_least_recently_used_runs_first(room_store, saved):
     size = len(saved.to_json().encode())
-    store = RunStore(tmp_path, max_bytes=int(size * 3.5))
+    store = RunStore(room_store, max_bytes=int(size * 3.5))
     tokens = []
     for i in range(6):
         tokens.append(new_token())
         store.save(tokens[-1], saved)
-        age(tmp_path / f"{tokens[-1]}.json", LIVE_WINDOW_S + 100 - i)  # distinct ages, oldest first, none live
-    kept = sorted(p.stem for p in tmp_path.glob("*.json"))
-    assert kept == sorted(tokens[-3:])  # the three newest fit; the newest written is always kept
+        backdate(room_store, f"{tokens[-1]}.json", LIVE_WINDOW_S + 100 - i)  # distinct ages, oldest first, none live
+    assert stems(room_store) == set(tokens[-3:])  # the three newest fit; the newest written is always kept
     with pytest.raises(SavedRunError, match="No saved run"):
         store.load(tokens[0])
 
 
-def test_eviction_spares_the_presented_run_and_the_runs_live_sessions_hold(tmp_path, saved):
+def test_eviction_spares_the_presented_run_and_the_runs_live_sessions_hold(room_store, saved):
     size = len(saved.to_json().encode())
-    store = RunStore(tmp_path, max_bytes=int(size * 3.5))
+    store = RunStore(room_store, max_bytes=int(size * 3.5))
     presented, held, other, newer = (new_token() for _ in range(4))
     for i, token in enumerate((presented, held, other)):
         store.save(token, saved)
-        age(tmp_path / f"{token}.json", LIVE_WINDOW_S + 1000 - i)  # the presented and the held run are the oldest
-    PresentationStore(tmp_path).start(presented, 2)
+        backdate(room_store, f"{token}.json", LIVE_WINDOW_S + 1000 - i)  # the presented and the held run are the oldest
+    present(room_store, presented)
     assert store.presented() == presented
-    assert store.touch([held, "not-a-token", new_token()]) == 1  # a live session's sweeper: only files that exist
+    assert store.touch([held, "not-a-token", new_token()]) == 1  # a live session's sweeper: only runs that exist
     store.save(newer, saved)  # one has to go: the least recently used that is not protected
-    assert {p.stem for p in tmp_path.glob("*.json")} == {presented, held, newer}
+    assert stems(room_store) == {presented, held, newer}
     assert store.load(presented).num_rounds == 2
     assert not store.remove(presented) and store.remove(newer)  # a session's quota never removes the presented run
 
 
-def test_a_directory_full_of_protected_runs_refuses_the_new_save_and_evicts_nothing(tmp_path, saved):
+def test_the_presentation_file_protects_the_presented_run_in_the_directory(tmp_path, saved):
+    store = RunStore(tmp_path, max_bytes=int(len(saved.to_json().encode()) * 1.5))
+    presented = new_token()
+    store.save(presented, saved)
+    backdate(store.store, f"{presented}.json", LIVE_WINDOW_S * 10)
+    PresentationStore(tmp_path).start(presented, 2)  # the presentation module's own file
+    with pytest.raises(RunDirFull):
+        store.save(new_token(), saved)
+
+
+def test_a_directory_full_of_protected_runs_refuses_the_new_save_and_evicts_nothing(room_store, saved):
     size = len(saved.to_json().encode())
-    store = RunStore(tmp_path, max_bytes=int(size * 2.5))
+    store = RunStore(room_store, max_bytes=int(size * 2.5))
     presented, live = new_token(), new_token()
     store.save(presented, saved)
-    age(tmp_path / f"{presented}.json", LIVE_WINDOW_S * 10)
-    PresentationStore(tmp_path).start(presented, 2)
+    backdate(room_store, f"{presented}.json", LIVE_WINDOW_S * 10)
+    present(room_store, presented)
     store.save(live, saved)  # written just now: a live session's
     refused = new_token()
     with pytest.raises(RunDirFull) as caught:
         store.save(refused, saved)
     assert isinstance(caught.value, OSError) and "in use" in write_problem(caught.value)
-    assert {p.stem for p in tmp_path.glob("*.json")} == {presented, live}  # nothing protected went, nothing new came
-    store.save(live, saved)  # a file's own rewrite needs no room beyond its old size
-    age(tmp_path / f"{live}.json", LIVE_WINDOW_S + 1)  # its session went away: the next save may evict it
+    assert stems(room_store) == {presented, live}  # nothing protected went, nothing new came
+    store.save(live, saved)  # a run's own rewrite needs no room beyond its old size
+    backdate(room_store, f"{live}.json", LIVE_WINDOW_S + 1)  # its session went away: the next save may evict it
     store.save(refused, saved)
-    assert {p.stem for p in tmp_path.glob("*.json")} == {presented, refused}
+    assert stems(room_store) == {presented, refused}
 
 
 def test_a_full_disk_keeps_the_previous_round_and_says_so_without_a_path(tmp_path, saved, monkeypatch):
@@ -167,17 +170,17 @@ def test_a_full_disk_keeps_the_previous_round_and_says_so_without_a_path(tmp_pat
     assert str(tmp_path) not in write_problem(OSError(errno.EACCES, "Permission denied", str(tmp_path / "x")))
 
 
-def test_a_read_error_is_transient_and_a_missing_run_is_not(tmp_path, saved, monkeypatch):
-    store, token = RunStore(tmp_path), new_token()
+def test_a_read_error_is_transient_and_a_missing_run_is_not(room_store, saved, monkeypatch):
+    store, token = RunStore(room_store), new_token()
     with pytest.raises(SavedRunError) as missing:
         store.load(token)
     assert not missing.value.transient
     store.save(token, saved)
 
-    def unreadable(self):
+    def unreadable(name, limit):
         raise OSError(errno.EIO, "Input/output error")
 
-    monkeypatch.setattr(saved_runs.Path, "read_bytes", unreadable)
+    monkeypatch.setattr(room_store, "get", unreadable)
     with pytest.raises(SavedRunError) as failed:
         store.load(token)
     assert failed.value.transient and "could not be read" in str(failed.value)
@@ -197,3 +200,21 @@ def test_the_run_directory_follows_the_cache_directory_and_settings_are_checked(
     for bad in ("lots", "0", "-1"):
         with pytest.raises(ValueError, match="SPECVIZ_RUN_DIR_MAX_MB"):
             RunStore.from_env({"SPECVIZ_RUN_DIR_MAX_MB": bad})
+
+
+@needs_redis
+def test_saving_while_redis_is_away_says_so_and_works_again_when_it_returns(redis_server, saved):
+    store = RunStore(open_store({"SPECVIZ_STORE": redis_server.url}))
+    kept, later = new_token(), new_token()
+    store.save(kept, saved)
+    redis_server.stop()  # Redis goes away mid-workshop
+    with pytest.raises(StoreUnavailable) as caught:
+        store.save(later, saved)
+    message = write_problem(caught.value)
+    assert "the room's store" in message and "unreachable" in message and "tries again" in message
+    with pytest.raises(SavedRunError) as failed:
+        store.load(kept)
+    assert failed.value.transient  # the page tries again later: the run is not gone
+    redis_server.start()  # back, with what it held
+    store.save(later, saved)
+    assert store.load(kept).num_rounds == 2 and store.load(later).num_rounds == 2  # nothing lost

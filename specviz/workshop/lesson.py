@@ -4,16 +4,17 @@ TASKS is the one table of the tasks: the app's checklists (specviz.ui.room.lesso
 and checklists repeat its titles and steps (tests/test_lesson.py checks they match). A task belongs to one page (a path of
 specviz.ui.common.navigation.PAGE_SPECS) and is finished when every one of its steps is ticked.
 
-The count is one small JSON file per presentation in the run directory the replicas share
-(specviz.workshop.presentation removes it with the presentation's board):
+The count is one small JSON record per presentation on the room's store (specviz.workshop.room_state: the run
+directory the replicas share, or Redis; specviz.workshop.presentation removes it with the presentation's board):
 
-    <run_dir>/lesson-<presentation id>.marks   {"1": ["<16 hex>", ...], "2": [...], ...}
+    lesson-<presentation id>.marks   {"1": ["<16 hex>", ...], "2": [...], ...}
 
 Each entry is a digest of a random secret one browser session keeps (session_digest): no name, no address, nothing
 that ties it to a person. A session counts at most once per task (the entries are a set, and a session only ever
 writes its own), unticking takes its mark back, and each task holds at most MAX_MARKS_PER_TASK marks (later ones are
-dropped), so the file stays under MAX_FILE_BYTES however a client behaves. Writes are atomic under an flock; a file
-that is damaged or too large reads as empty (logged) and the next write replaces it.
+dropped), so the record stays under MAX_FILE_BYTES however a client behaves. Writes replace it whole under the
+store's lock; a record that is damaged or too large reads as empty (logged) and the next write replaces it. A store
+that cannot be reached raises StoreUnreachable (an OSError): the page keeps the ticks and writes them again later.
 Plain Python: no streamlit.
 """
 
@@ -25,15 +26,14 @@ import json
 import logging
 import os
 import re
-from collections.abc import Iterable
+from collections.abc import Hashable, Iterable
 from dataclasses import dataclass
-from pathlib import Path
 
-from specviz.workshop.files import flocked, write_atomic
+from specviz.workshop.room_state import RoomFiles, room_files
 
 log = logging.getLogger(__name__)
 
-LOCK_NAME = ".lesson.lock"
+LOCK_NAME = "lesson"  # the store's lock (the file .lesson.lock in a run directory)
 MAX_MARKS_PER_TASK = 1000  # a room of 30 is far below; a client opening sessions in a loop stops here
 _DIGEST = re.compile(r"[0-9a-f]{16}")
 _ID = re.compile(r"[A-Za-z0-9_-]{22}")  # a presentation id (specviz.workshop.presentation.new_id)
@@ -94,37 +94,33 @@ MAX_FILE_BYTES = len(TASKS) * (MAX_MARKS_PER_TASK * 20 + 16)  # '"<16 hex>", ' p
 
 
 class LessonMarks:
-    """Who finished which task, as anonymous counts per presentation, under one run directory."""
+    """Who finished which task, as anonymous counts per presentation, on the room's store (a run directory's path, or
+    the store's records: specviz.workshop.room_state)."""
 
-    def __init__(self, root: str | os.PathLike) -> None:
-        self.root = Path(root)
-
-    def path(self, presentation_id: str) -> Path:
-        return marks_path(self.root, presentation_id)
+    def __init__(self, where: str | os.PathLike | RoomFiles) -> None:
+        self.files = room_files(where)
 
     def _locked(self) -> contextlib.AbstractContextManager[None]:
-        return flocked(self.root / LOCK_NAME)
+        return self.files.lock(LOCK_NAME)
+
+    def stamp(self, presentation_id: str) -> Hashable | None:
+        """Changes whenever the presentation's marks do (None: none written); a page counts again only then."""
+        return self.files.stamp(marks_name(presentation_id))
 
     def _read(self, presentation_id: str) -> dict[int, set[str]]:
-        """task number -> the sessions that finished it; a missing, damaged or oversized file reads as none."""
-        path = self.path(presentation_id)
-        try:
-            with open(path, "rb") as f:
-                data = f.read(MAX_FILE_BYTES + 1)
-        except FileNotFoundError:
-            return {}
-        except OSError as exc:
-            log.warning("cannot read the lesson's marks: %s", exc.strerror or exc)
+        """task number -> the sessions that finished it; a missing, damaged or oversized record reads as none."""
+        data = self.files.get(marks_name(presentation_id), MAX_FILE_BYTES)
+        if data is None:
             return {}
         try:
             return _parse(data)
         except ValueError as exc:
-            log.warning("the lesson's marks file is damaged (%s); it reads as empty", exc)
+            log.warning("the lesson's marks are damaged (%s); they read as empty", exc)
             return {}
 
     def record(self, presentation_id: str, digest: str, finished: Iterable[int]) -> bool:
         """Make this session (digest) count for exactly the tasks in finished: marked there, unmarked elsewhere.
-        False when a task was full and this session's mark was dropped (logged). OSError as the disk says."""
+        False when a task was full and this session's mark was dropped (logged). OSError as the disk (or the store) says."""
         if not _DIGEST.fullmatch(digest):
             raise ValueError("a session's digest is 16 hex digits")
         wanted = set(finished)
@@ -144,7 +140,7 @@ class LessonMarks:
                     else:
                         have.add(digest)
             data = {str(n): sorted(d) for n, d in sorted(marks.items()) if d}
-            write_atomic(self.path(presentation_id), json.dumps(data, separators=(",", ":")).encode("ascii"))
+            self.files.put(marks_name(presentation_id), json.dumps(data, separators=(",", ":")).encode("ascii"))
         return fitted
 
     def counts(self, presentation_id: str) -> dict[int, int]:
@@ -153,15 +149,15 @@ class LessonMarks:
         return {t.number: len(marks.get(t.number, ())) for t in TASKS}
 
 
-def marks_path(root: Path, presentation_id: str) -> Path:
-    """Where a presentation's lesson marks live (specviz.workshop.presentation removes it with the board)."""
+def marks_name(presentation_id: str) -> str:
+    """The record a presentation's lesson marks live in (specviz.workshop.presentation removes it with the board)."""
     if not _ID.fullmatch(presentation_id):
         raise ValueError("a presentation id is 22 letters, digits, '-' or '_'")
-    return root / f"lesson-{presentation_id}.marks"
+    return f"lesson-{presentation_id}.marks"
 
 
 def _parse(data: bytes) -> dict[int, set[str]]:
-    """Validate a marks file like any hostile input; ValueError says what is wrong."""
+    """Validate a marks record like any hostile input; ValueError says what is wrong."""
     if len(data) > MAX_FILE_BYTES:
         raise ValueError("too large")
     try:

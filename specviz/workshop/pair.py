@@ -43,7 +43,7 @@ def run_pair(commands: Sequence[Sequence[str]], roots: Sequence[str], pair: Pair
         room.start_pair(pair)
         urls = ",".join(s.url for s in pair.services)
         say(f"serve-pair: service A at {pair.services[0].url}, service B at {pair.services[1].url}; which one speculates is "
-            f"written to {room.root} for the reveal. Start the app with\n  SPECVIZ_PROBE_URLS={urls} SPECVIZ_RUN_DIR={room.root} "
+            f"written to {room.files.where} for the reveal. Start the app with\n  SPECVIZ_PROBE_URLS={urls} SPECVIZ_RUN_DIR={room.files.where} "
             "SPECVIZ_PRESENTER_KEY=... streamlit run app.py --server.address 0.0.0.0\n(Ctrl-C stops both services.)", err=True, flush=True)  # fmt: skip
         while not stopping:
             if any(p.poll() is not None for p in procs):

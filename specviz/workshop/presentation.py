@@ -1,19 +1,20 @@
 """The room follows the teacher: one live presentation per room, and the board of the room's forks.
 
-A presentation is one small JSON file in the run directory the replicas share (specviz.workshop.saved_runs), so any
-replica reads it and no replica ever reads another participant's session:
+A presentation is one small JSON record on the room's store (specviz.workshop.room_state: the run directory the
+replicas share, or Redis), so any replica reads it and no replica ever reads another participant's session:
 
-    <run_dir>/room.presentation   {"id", "run", "started_at", "round", "selected_round", "version", "show_board",
-                                   "holder", "heartbeat"}
-    <run_dir>/board-<id>.jsonl    one anonymous point per line (BoardPoint), appended by the forks' Steps
-    <run_dir>/lesson-<id>.marks   who finished each lesson task, as anonymous counts (specviz.workshop.lesson)
+    room.presentation   {"id", "run", "started_at", "round", "selected_round", "version", "show_board", "holder",
+                         "heartbeat"}
+    board-<id>.jsonl    one anonymous point per line (BoardPoint), appended by the forks' Steps
+    lesson-<id>.marks   who finished each lesson task, as anonymous counts (specviz.workshop.lesson)
 
 `run` is the presented run's token (its saved run is written after every Step by the saved-runs machinery), `round`
 its rounds, `selected_round` the round the presenter's inspector shows (None: the latest), `version` a counter bumped
-on every change followers draw (they compare it with what they drew: a read of a file under 1 KB, no model time).
+on every change followers draw (they compare it with what they drew: a read of a record under 1 KB, no model time;
+on Redis every change is also announced, and each process's watcher waits for that: changes()).
 `holder` is a random id of the presenting browser session's claim (its page keeps it; the key is never kept), and
 `heartbeat` the time.time() that page last showed it was there. The names end in neither ``.json`` nor anything the
-run store evicts. Nothing secret is in either file: the presenter key is compared in memory
+run store evicts. Nothing secret is in either record: the presenter key is compared in memory
 (specviz.workshop.presenter_key) and never written, logged or put in a URL.
 
 One presentation, whoever holds it. Presenting with the key while a presentation is live *takes it over*: the same
@@ -25,12 +26,14 @@ none and the next reader removes it (its presenter closed the tab, the replica d
 presenter's page writes the heartbeat at most every heartbeat_every_s(), without a new version (followers are not
 redrawn for it).
 
-Writes are atomic (a temporary file, then os.replace) under an flock, so two presenters on two replicas cannot
-interleave a read-modify-write. Both files are validated on read like any hostile input: a damaged presentation
+Writes replace a record whole under the store's lock (an flock; on Redis its own lock), so two presenters on two
+replicas or hosts cannot interleave a read-modify-write. Both records are validated on read like any hostile input: a damaged presentation
 reads as none, a damaged board line is skipped, and the board is capped (MAX_BOARD_BYTES): when a point would not fit,
 the board is compacted to each fork's latest point (the only one it shows), so however often one fork Steps it holds
 one line after a compaction; only a board of more forks than fit drops points. (The page adds at most one point per
 round a fork actually ran, and a participant who forks again keeps their fork id: specviz.ui.room.fork.after_round.)
+A store that cannot be reached raises StoreUnreachable (an OSError) from every method, reads included: a page never
+takes "unreachable" for "no presentation" (it keeps what it drew and tries again).
 
 Plain Python: no streamlit (specviz.ui.room.present, follow, fork and board are the page's side).
 """
@@ -45,18 +48,18 @@ import os
 import re
 import secrets
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from dataclasses import asdict, dataclass, field, replace
-from pathlib import Path
 
 from specviz.config import DRAFTER_KINDS
-from specviz.workshop.files import flocked, write_atomic
-from specviz.workshop.lesson import marks_path
+from specviz.workshop.lesson import marks_name
+from specviz.workshop.room_state import Changes, RoomFiles, room_files
 
 log = logging.getLogger(__name__)
 
 FILE_NAME = "room.presentation"
-LOCK_NAME = ".room.lock"
+LOCK_NAME = "room"  # the store's lock for the presentation and its board (the file .room.lock in a run directory)
+CHANNEL = "presentation"  # where a change is announced (Redis pub/sub)
 MAX_FILE_BYTES = 4096  # a presentation is ~300 bytes; anything larger is not ours
 MAX_BOARD_BYTES = 2 * 2**20  # ~10,000 points: a room of 30 stepping for an hour fits many times
 MAX_LINE_BYTES = 512
@@ -122,31 +125,37 @@ def _real(value: object, low: float, high: float) -> bool:
 
 
 class PresentationStore:
-    """The room's presentation file and the board files, in the shared run directory. idle_s: a presentation whose
-    heartbeat is older has ended (None: never; a reader that only compares versions, such as the push watcher)."""
+    """The room's presentation and boards on the room's store (a run directory's path, or the store's records:
+    specviz.workshop.room_state). idle_s: a presentation whose heartbeat is older has ended (None: never; a reader
+    that only compares versions, such as the push watcher)."""
 
-    def __init__(self, root: str | os.PathLike, idle_s: float | None = None, clock: Callable[[], float] = time.time) -> None:
-        self.root = Path(root)
-        self.path = self.root / FILE_NAME
+    def __init__(self, where: str | os.PathLike | RoomFiles, idle_s: float | None = None, clock: Callable[[], float] = time.time) -> None:
+        self.files = room_files(where)
         self.idle_s = idle_s
         self._clock = clock
 
-    def board_path(self, presentation_id: str) -> Path:
+    @staticmethod
+    def board_name(presentation_id: str) -> str:
         if not _ID.fullmatch(presentation_id):
             raise ValueError("a presentation id is 22 letters, digits, '-' or '_'")
-        return self.root / f"board-{presentation_id}.jsonl"
+        return f"board-{presentation_id}.jsonl"
 
     def _locked(self) -> contextlib.AbstractContextManager[None]:
-        return flocked(self.root / LOCK_NAME)
+        return self.files.lock(LOCK_NAME)
 
-    def stamp(self) -> tuple[int, int, int] | None:
-        """The presentation file's (inode, mtime ns, size), None when there is none: a writer replaces the file, so
-        any change changes the stamp. One stat, for a watcher that re-reads the file only when it changed."""
-        try:
-            info = os.stat(self.path)
-        except OSError:
-            return None
-        return (info.st_ino, info.st_mtime_ns, info.st_size)
+    def stamp(self) -> Hashable | None:
+        """Changes whenever the presentation record does (None when there is none): a stat, or one GET on Redis, for
+        a reader that re-reads the record only when it changed."""
+        return self.files.stamp(FILE_NAME)
+
+    def board_stamp(self, presentation_id: str) -> Hashable | None:
+        """Changes whenever the board does (a page re-reads its points only then)."""
+        return self.files.stamp(self.board_name(presentation_id))
+
+    def changes(self) -> Changes:
+        """What one process's watcher waits on (specviz.ui.room.push): on Redis the announcements of every change
+        (pub/sub), with a re-read every few seconds as the fallback; on a run directory a poll of the stamp."""
+        return self.files.changes(CHANNEL, FILE_NAME)
 
     def read(self) -> Presentation | None:
         """The live presentation, or None (none, one that ended by itself, or a file that is not one: logged,
@@ -173,35 +182,29 @@ class PresentationStore:
 
     def _end(self, p: Presentation, why: str) -> None:
         """Inside the lock: remove the presentation and its board."""
-        self.path.unlink(missing_ok=True)
+        self.files.delete(FILE_NAME)
         self._remove_boards(p.id)
+        self.files.publish(CHANNEL)
         log.info("room: the presentation %s", why)
 
     def _remove_boards(self, presentation_id: str) -> None:
         """The presentation's board and its lesson marks (specviz.workshop.lesson) go with it."""
-        self.board_path(presentation_id).unlink(missing_ok=True)
-        marks_path(self.root, presentation_id).unlink(missing_ok=True)
+        self.files.delete(self.board_name(presentation_id), marks_name(presentation_id))
 
     def _read_file(self) -> Presentation | None:
-        try:
-            with open(self.path, "rb") as f:
-                data = f.read(MAX_FILE_BYTES + 1)
-        except FileNotFoundError:
-            return None
-        except OSError as exc:
-            log.warning("cannot read the presentation file: %s", exc.strerror or exc)
-            return None
-        if len(data) > MAX_FILE_BYTES:
-            log.warning("the presentation file is too large; ignored")
+        data = self.files.get(FILE_NAME, MAX_FILE_BYTES)
+        if data is None:
             return None
         try:
             return Presentation.from_json(data)
         except ValueError as exc:
-            log.warning("the presentation file is damaged (%s); ignored", exc)
+            log.warning("the presentation record is damaged (%s); ignored", exc)
             return None
 
-    def _write(self, presentation: Presentation) -> None:
-        write_atomic(self.path, presentation.to_json().encode("utf-8"))
+    def _write(self, presentation: Presentation, announce: bool = True) -> None:
+        self.files.put(FILE_NAME, presentation.to_json().encode("utf-8"))
+        if announce:
+            self.files.publish(CHANNEL)
 
     def start(self, run_token: str, rounds: int, new_board: bool = False) -> tuple[Presentation, Presentation | None]:
         """Make run_token the room's presented run, held by a new claim (``holder``). A live presentation is taken
@@ -226,7 +229,10 @@ class PresentationStore:
     def update(self, presentation_id: str, holder: str, **changes) -> Presentation | None:
         """Change the live presentation if it is still presentation_id's and held by holder (bumping its version
         and the heartbeat); None when it is not (stopped, ended, or taken over). Fields that do not change leave the
-        file and its version alone."""
+        record and its version alone (known without the lock: the presenter's page asks twice a second)."""
+        seen = self._read_file()
+        if seen is not None and seen.id == presentation_id and seen.holder == holder and not self._idle(seen) and replace(seen, **changes) == seen:
+            return seen
         with self._locked():
             live = self._live()
             if live is None or live.id != presentation_id or live.holder != holder:
@@ -251,7 +257,7 @@ class PresentationStore:
             if live is None or live.id != presentation_id or live.holder != holder:
                 return None
             live = replace(live, heartbeat=self._clock())
-            self._write(live)
+            self._write(live, announce=False)  # followers draw nothing of it
             return live
 
     def stop(self, presentation_id: str, holder: str | None = None) -> bool:
@@ -268,51 +274,39 @@ class PresentationStore:
     # --- the board -------------------------------------------------------------------------------------------------
 
     def add_point(self, presentation_id: str, point: BoardPoint) -> bool:
-        """Append one point to the presentation's board (one write of one short line, O_APPEND), compacting a full
-        board first (compact). False when the presentation is no longer live; a point that does not fit even then is
-        dropped (logged). Raises OSError when the board cannot be written (a full disk: errno ENOSPC)."""
+        """Append one point to the presentation's board (one write of one short line: O_APPEND, or Redis' APPEND),
+        compacting a full board first (compact). False when the presentation is no longer live; a point that does not
+        fit even then is dropped (logged). Raises OSError when the board cannot be written (a full disk: errno ENOSPC;
+        StoreUnreachable)."""
         live = self.read()
         if live is None or live.id != presentation_id:
             return False
-        path = self.board_path(presentation_id)
+        name = self.board_name(presentation_id)
         line = (point.to_json() + "\n").encode("utf-8")
-        try:
-            size = path.stat().st_size
-        except FileNotFoundError:
-            size = 0
+        size = self.files.size(name)
         if size + len(line) > MAX_BOARD_BYTES:
             size = self.compact(presentation_id)
             if size + len(line) > MAX_BOARD_BYTES:
                 log.warning("room: the board is full (%d bytes of distinct forks); a point was dropped", MAX_BOARD_BYTES)
                 return True
-        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
-        try:
-            os.write(fd, line)
-        finally:
-            os.close(fd)
+        self.files.append(name, line)
         return True
 
     def compact(self, presentation_id: str) -> int:
-        """Rewrite the board with only each fork's latest valid point (what points() shows), atomically, under the
-        lock; returns its new size. A point another replica appends while this runs may be lost (its fork's next
-        Step adds it again)."""
-        path = self.board_path(presentation_id)
+        """Rewrite the board with only each fork's latest valid point (what points() shows), whole, under the lock;
+        returns its new size. A point another replica appends while this runs may be lost (its fork's next Step adds
+        it again)."""
         with self._locked():
             kept = b"".join((p.to_json() + "\n").encode("utf-8") for p in self.points(presentation_id))
-            write_atomic(path, kept)
+            self.files.put(self.board_name(presentation_id), kept)
         log.info("room: the board was compacted to %d bytes", len(kept))
         return len(kept)
 
     def points(self, presentation_id: str) -> list[BoardPoint]:
         """The board: the latest valid point of each fork, in the order the forks first appeared. Lines that are not
-        valid points (a damaged or hostile file) are skipped."""
-        try:
-            with open(self.board_path(presentation_id), "rb") as f:
-                data = f.read(MAX_BOARD_BYTES)
-        except FileNotFoundError:
-            return []
-        except OSError as exc:
-            log.warning("room: cannot read the board: %s", exc.strerror or exc)
+        valid points (a damaged or hostile record) are skipped."""
+        data = self.files.get(self.board_name(presentation_id), 2 * MAX_BOARD_BYTES)  # appends racing a compaction overshoot a little
+        if data is None:
             return []
         latest: dict[str, BoardPoint] = {}
         skipped = 0

@@ -1,7 +1,8 @@
 """The presenter key: the owner's setting, how strong it must be, a strong one made for the owner, and the limits on
 wrong keys that every replica of a room shares.
 
-A wrong key is counted twice, in one small file of the run directory the replicas share (KeyGuard):
+A wrong key is counted twice, in one small value of the room's store the replicas share (KeyGuard; the file
+``room.keyguard`` in the run directory, or Redis with SPECVIZ_STORE: specviz.workshop.store):
 
 * **per client** (its address, specviz.workshop.clients: the TCP peer, or behind a trusted proxy the first untrusted
   hop of X-Forwarded-For; an IPv6 address by its /48, one site's allocation, whose /64s its holder has by the
@@ -27,15 +28,16 @@ generated key (144 bits) or 16 random characters stays out of reach at that rate
 phrase a person makes up is weaker, which is why the room makes the key. What a lock can still do: keep out the teacher's *own* address after three of its own wrong keys (a short
 wait), or an address the teacher shares with the attacker (one NAT): the owner then deletes ``room.keyguard``.
 
-The file holds counts, times and client addresses only: never the key, a hash of it or what was typed. Updates take
-an flock (as specviz.workshop.presentation's store), so two replicas cannot both spend the room's last try.
+The value holds counts, times and client addresses only: never the key, a hash of it or what was typed. Updates hold
+the store's lock (an flock in the directory; a leased key in Redis), so two replicas, on one host or several, cannot
+both spend the room's last try. When the store cannot be reached, attempt() raises StoreUnavailable and compares
+nothing: no key is checked while the limits cannot be kept.
 
 Plain Python: no streamlit (specviz.ui.room.present is the page's side).
 """
 
 from __future__ import annotations
 
-import contextlib
 import hmac
 import ipaddress
 import json
@@ -46,11 +48,11 @@ import secrets
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Literal
 
-from specviz.workshop.files import flocked, write_atomic
 from specviz.workshop.policy import PRESENTER_KEY_SECRET
+from specviz.workshop.store import Store, StoreUnavailable
+from specviz.workshop.store.directory import DirectoryStore
 
 log = logging.getLogger(__name__)
 
@@ -140,23 +142,24 @@ class _Client:
 
 
 class KeyGuard:
-    """The room's and each client's wrong keys, in ``<run_dir>/room.keyguard`` (module docstring)."""
+    """The room's and each client's wrong keys, in the store's ``room.keyguard`` (module docstring). A path means
+    that directory's store."""
 
-    def __init__(self, root: str | os.PathLike, clock: Callable[[], float] = time.time) -> None:
-        self.root = Path(root)
-        self.path = self.root / GUARD_NAME
-        self._clock = clock  # wall-clock seconds: the replicas share the file, and a restart must not forget it
+    def __init__(self, store: Store | str | os.PathLike, clock: Callable[[], float] = time.time) -> None:
+        self.store: Store = DirectoryStore(store) if isinstance(store, (str, os.PathLike)) else store
+        self._clock = clock  # wall-clock seconds: the replicas share the value, and a restart must not forget it
 
     def attempt(self, given: object, configured: str | None, client: str) -> Verdict:
         """One try at the key by ``client`` (an address). 'off' (no key set), 'weak' (the key set is too weak: no
         key works), 'locked' (wait: nothing compared, nothing counted), 'empty', 'wrong' or 'ok'. A room lock holds
-        suspects only (module docstring: the right key always gets in)."""
+        suspects only (module docstring: the right key always gets in). Raises StoreUnavailable (nothing compared)
+        when the room's store cannot be reached."""
         if configured is None:
             return Verdict("off")
         if key_weakness(configured) is not None:
             return Verdict("weak")
         client = guard_key(client)
-        with self._locked():
+        with self.store.lock(GUARD_LOCK_NAME):
             now = self._clock()
             room, clients = self._read(now)
             entry = clients.get(client, _Client())
@@ -193,19 +196,17 @@ class KeyGuard:
             return 0.0
         return max(0.0, sorted(room)[-ROOM_MAX_WRONG] + ROOM_WINDOW_S - now)
 
-    def _locked(self) -> contextlib.AbstractContextManager[None]:
-        return flocked(self.root / GUARD_LOCK_NAME)
-
     def _read(self, now: float) -> tuple[list[float], dict[str, _Client]]:
-        """The room's recent wrong keys and the clients worth remembering (older ones pruned). A file that is not
-        ours reads as empty (logged): it is only ever written here, atomically."""
+        """The room's recent wrong keys and the clients worth remembering (older ones pruned). A value that is not
+        ours reads as empty (logged): it is only ever written here, atomically. An unreachable store raises."""
         try:
-            with open(self.path, "rb") as f:
-                data = f.read(MAX_GUARD_BYTES + 1)
-        except FileNotFoundError:
-            return [], {}
+            data = self.store.get(GUARD_NAME, MAX_GUARD_BYTES)
+        except StoreUnavailable:
+            raise
         except OSError as exc:
             log.warning("cannot read the presenter-key guard: %s", exc.strerror or exc)
+            return [], {}
+        if data is None:
             return [], {}
         try:
             if len(data) > MAX_GUARD_BYTES:
@@ -226,7 +227,7 @@ class KeyGuard:
 
     def _write(self, room: list[float], clients: dict[str, _Client]) -> None:
         data = {"room": room, "clients": {a: [c.wrong, c.locked_until, c.last] for a, c in clients.items()}}
-        write_atomic(self.path, json.dumps(data, separators=(",", ":")).encode("utf-8"))
+        self.store.put(GUARD_NAME, json.dumps(data, separators=(",", ":")).encode("utf-8"), ttl_s=FORGET_CLIENT_S + CLIENT_MAX_LOCK_S)
 
 
 def guard_key(address: str) -> str:

@@ -1,17 +1,18 @@
 """The race page's room: the race the presenter shows to everyone, and the exercise "Which service speculates?".
 
-Small files in the run directory the replicas share (specviz.workshop.saved_runs), none ending in .json (the run
-store evicts those), each validated on read like any hostile input:
+Small records on the room's store (specviz.workshop.room_state: the run directory the replicas share, or Redis),
+none ending in .json (the run store evicts those), each validated on read like any hostile input:
 
-    <run_dir>/room.race             the presenter's race (specviz.core.race JSON), played back by every follower
-    <run_dir>/race-pair.truth       written by `python -m specviz serve-pair`: which of services A and B speculates
-    <run_dir>/race-pair-<id>.votes  one exercise's votes: one line "<voter> <A|B>" per voter; a later click replaces it
-    <run_dir>/race-pair.revealed    the pair id, once the presenter revealed the truth
+    room.race             the presenter's race (specviz.core.race JSON), played back by every follower
+    race-pair.truth       written by `python -m specviz serve-pair`: which of services A and B speculates
+    race-pair-<id>.votes  one exercise's votes: one line "<voter> <A|B>" per voter; a later click replaces it
+    race-pair.revealed    the pair id, once the presenter revealed the truth
 
-Participants never read the truth file through the page until it is revealed; the voter is a hash of a random secret the
-session keeps (no name, no address). Writes are atomic (a temporary file, then os.replace); a vote rewrites its
-exercise's file under an flock (a new exercise starts a new file and deletes the old ones). Readers parse a votes file
-once per change: the board polls a file's (inode, size, mtime), not its text.
+Participants never read the truth through the page until it is revealed; the voter is a hash of a random secret the
+session keeps (no name, no address). Writes replace a record whole; a vote rewrites its exercise's record under the
+store's lock (a new exercise starts a new record and deletes the old ones). Readers parse a votes record once per
+change: the board polls its stamp (a stat, or one GET on Redis), not its text. A store that cannot be reached raises
+StoreUnreachable (an OSError) from every method: the page says so, and a guess is kept on the page to send again.
 Plain Python: no streamlit (specviz.ui.labs.race is the page's side).
 """
 
@@ -26,12 +27,12 @@ import re
 import secrets
 import threading
 import time
+from collections.abc import Hashable
 from dataclasses import dataclass
-from pathlib import Path
 
 from specviz.core.race import MAX_FILE_BYTES, RaceResult
-from specviz.workshop.files import flocked, write_atomic
 from specviz.workshop.probe_urls import parse
+from specviz.workshop.room_state import RoomFiles, room_files
 
 log = logging.getLogger(__name__)
 
@@ -39,7 +40,7 @@ RACE_FILE = "room.race"
 TRUTH_FILE = "race-pair.truth"
 VOTES_PREFIX, VOTES_SUFFIX = "race-pair-", ".votes"
 REVEALED_FILE = "race-pair.revealed"
-LOCK_FILE = ".race-room.lock"
+LOCK_NAME = "race-room"  # the store's lock (the file .race-room.lock in a run directory)
 MAX_SMALL_BYTES = 4096
 MAX_VOTERS = 20_000  # one line of 19 bytes each: ~380 KB; a new voter past it is dropped (a changed vote still counts)
 NAMES = ("A", "B")
@@ -116,31 +117,29 @@ def parse_votes(data: bytes) -> dict[str, str]:
 
 
 class _Parsed:
-    """The last parse of each votes file, keyed by what a stat says (inode, size, mtime): every page's board polls
-    every few seconds, and a file that did not change is not read again. Shared by the sessions of a process; it
-    holds what the file holds, nothing of a session's."""
+    """The last parse of each votes record, keyed by its stamp (specviz.workshop.room_state): every page's board polls
+    every few seconds, and a record that did not change is not read again. Shared by the sessions of a process; it
+    holds what the record holds, nothing of a session's."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._seen: dict[str, tuple[tuple[int, int, int], dict[str, str]]] = {}
+        self._seen: dict[tuple[str, str], tuple[Hashable, dict[str, str]]] = {}
 
-    def votes(self, path: Path) -> dict[str, str]:
-        try:
-            with open(path, "rb") as fh:
-                st = os.fstat(fh.fileno())
-                stamp = (st.st_ino, st.st_size, st.st_mtime_ns)
-                with self._lock:
-                    seen = self._seen.get(str(path))
-                if seen is not None and seen[0] == stamp:
-                    return dict(seen[1])
-                data = fh.read(MAX_VOTERS * 20 + 1)
-        except OSError:
+    def votes(self, files: RoomFiles, name: str) -> dict[str, str]:
+        stamp = files.stamp(name)
+        if stamp is None:
             return {}
-        votes = parse_votes(data)
+        where = (files.where, name)  # one cache line per store and record
+        with self._lock:
+            seen = self._seen.get(where)
+        if seen is not None and seen[0] == stamp:
+            return dict(seen[1])
+        data = files.get(name, MAX_VOTERS * 20)
+        votes = parse_votes(data or b"")
         with self._lock:
             if len(self._seen) > 16:  # old exercises' entries
                 self._seen.clear()
-            self._seen[str(path)] = (stamp, votes)
+            self._seen[where] = (stamp, votes)
         return dict(votes)
 
 
@@ -153,37 +152,25 @@ def voter_id(secret: str) -> str:
 
 
 class RaceRoom:
-    """The room's race and exercise files under one run directory."""
+    """The room's race and exercise records on the room's store (a run directory's path, or the store's records:
+    specviz.workshop.room_state)."""
 
-    def __init__(self, root: str | os.PathLike) -> None:
-        self.root = Path(root)
+    def __init__(self, where: str | os.PathLike | RoomFiles) -> None:
+        self.files = room_files(where)
 
     def _locked(self) -> contextlib.AbstractContextManager[None]:
-        return flocked(self.root / LOCK_FILE)
+        return self.files.lock(LOCK_NAME)
 
     def _write(self, name: str, data: bytes) -> None:
-        self.root.mkdir(mode=0o700, parents=True, exist_ok=True)
-        write_atomic(self.root / name, data)
+        self.files.put(name, data)
 
     def _read(self, name: str, limit: int) -> bytes | None:
-        try:
-            with open(self.root / name, "rb") as fh:
-                data = fh.read(limit + 1)
-        except OSError:
-            return None
-        return data if len(data) <= limit else None
+        return self.files.get(name, limit)
 
     def stamp(self) -> tuple:
-        """What changes when the presenter shows or hides a race, or an exercise starts or is revealed: the files'
-        sizes and modification times (a page compares it with what it drew; reading it costs a few stat calls)."""
-        out = []
-        for name in (RACE_FILE, TRUTH_FILE, REVEALED_FILE):
-            try:
-                st = (self.root / name).stat()
-                out.append((st.st_mtime_ns, st.st_size))
-            except OSError:
-                out.append(None)
-        return tuple(out)
+        """What changes when the presenter shows or hides a race, or an exercise starts or is revealed: the records'
+        stamps (a page compares it with what it drew; reading it costs a few stat calls, or GETs on Redis)."""
+        return tuple(self.files.stamp(name) for name in (RACE_FILE, TRUTH_FILE, REVEALED_FILE))
 
     # --- the presenter's race -----------------------------------------------------------------------------------
 
@@ -191,7 +178,7 @@ class RaceRoom:
         self._write(RACE_FILE, json.dumps(race.to_json()).encode("utf-8"))
 
     def hide_race(self) -> None:
-        (self.root / RACE_FILE).unlink(missing_ok=True)
+        self.files.delete(RACE_FILE)
 
     def race(self) -> RaceResult | None:
         """The presenter's race, or None (none shown, or a damaged file: logged, read as none)."""
@@ -201,7 +188,7 @@ class RaceRoom:
         try:
             return RaceResult.from_json(json.loads(data))
         except (ValueError, RecursionError) as exc:
-            log.warning("ignoring %s: %s", self.root / RACE_FILE, exc)
+            log.warning("ignoring the room's race: %s", exc)
             return None
 
     # --- the exercise ---------------------------------------------------------------------------------------------
@@ -210,9 +197,7 @@ class RaceRoom:
         """A new exercise: its truth written, the last one's reveal forgotten."""
         with self._locked():
             self._write(TRUTH_FILE, pair.to_json().encode("utf-8"))
-            (self.root / REVEALED_FILE).unlink(missing_ok=True)
-            for old in self.root.glob(f"{VOTES_PREFIX}*{VOTES_SUFFIX}"):  # the last exercises' votes
-                old.unlink(missing_ok=True)
+            self.files.delete(REVEALED_FILE, *self.files.names(VOTES_PREFIX, VOTES_SUFFIX))  # the last exercises' votes
 
     def pair(self) -> Pair | None:
         data = self._read(TRUTH_FILE, MAX_SMALL_BYTES)
@@ -221,25 +206,25 @@ class RaceRoom:
         try:
             return Pair.from_json(data)
         except (ValueError, KeyError, TypeError, RecursionError, UnicodeDecodeError) as exc:
-            log.warning("ignoring %s: %s", self.root / TRUTH_FILE, exc)
+            log.warning("ignoring the exercise's truth: %s", exc)
             return None
 
     def guess(self, pair_id: str, voter: str, guess: str) -> None:
         """Record a vote (A or B): one per voter per exercise, a later one replaces it."""
         if guess not in NAMES or not _VOTER.fullmatch(voter) or not _ID.fullmatch(pair_id):
             raise ValueError("A guess is service A or service B.")
-        path = self.root / votes_file(pair_id)
+        name = votes_file(pair_id)
         with self._locked():
-            votes = _PARSED.votes(path)
+            votes = _PARSED.votes(self.files, name)
             if voter not in votes and len(votes) >= MAX_VOTERS:
                 log.warning("the exercise has %d voters, its limit; a new vote was dropped", len(votes))
                 return
             votes[voter] = guess
-            self._write(path.name, "".join(f"{v} {g}\n" for v, g in votes.items()).encode("ascii"))
+            self._write(name, "".join(f"{v} {g}\n" for v, g in votes.items()).encode("ascii"))
 
     def guesses(self, pair_id: str) -> dict[str, str]:
-        """voter -> their vote, for this exercise (read again only when its file changed)."""
-        return _PARSED.votes(self.root / votes_file(pair_id)) if _ID.fullmatch(pair_id) else {}
+        """voter -> their vote, for this exercise (read again only when its record changed)."""
+        return _PARSED.votes(self.files, votes_file(pair_id)) if _ID.fullmatch(pair_id) else {}
 
     def tally(self, pair_id: str) -> dict[str, int]:
         counts = dict.fromkeys(NAMES, 0)

@@ -1,7 +1,8 @@
-"""Runs that survive a restart: after every round a live run is written to a run directory the replicas share, keyed
-by a random token the page keeps in its URL (``?run=…``), so any replica can restore it at the same round.
+"""Runs that survive a restart: after every round a live run is written to the room's store the replicas share
+(specviz.workshop.store: the run directory, or Redis with SPECVIZ_STORE), keyed by a random token the page keeps in
+its URL (``?run=…``), so any replica, on any host sharing the store, can restore it at the same round.
 
-A saved run is one JSON file, ``<token>.json``: a recording (specviz.recording's format, so it validates the same
+A saved run is one JSON value named ``<token>.json`` (a file of that name in the run directory): a recording (specviz.recording's format, so it validates the same
 way) and, per run, what exact continuation needs beyond the records (specviz.core.resume.RunState).
 
 Tokens are 128 random bits (secrets.token_urlsafe(16): 22 characters of A-Z a-z 0-9 - _), checked strictly
@@ -15,6 +16,10 @@ recently used files go until the new one fits. Two kinds of file are never evict
   files of the runs its live sessions hold (touch()), so a file written or touched within LIVE_WINDOW_S is live,
   whichever replica holds it.
 
+The rules below hold on both backends: in Redis a run's age is its entry in the store's index (specviz.workshop.store
+.redis_store), the cap counts the runs' bytes as the directory counts its files, and Redis also drops a run nobody
+saved or touched for twice the maximum age (a safety net: eviction normally removes it first).
+
 When only protected files are left and the new one still does not fit, the save is refused (RunDirFull, an OSError
 whose message says so); nothing protected goes. Files older than the maximum age count as expired. How many files
 one browser session may keep is the page's rule (specviz.ui.room.saved_runs, the owner's ``max_saved_runs``): a session
@@ -24,6 +29,7 @@ over its quota replaces its own oldest file, never another's.
 environment variable     meaning (default)
 =======================  =====================================================================
 SPECVIZ_RUN_DIR          the run directory (``runs`` under the cache directory, SPECVIZ_CACHE_DIR)
+SPECVIZ_STORE            the room's store: unset, the run directory; ``redis://host:6379/0`` (specviz.workshop.store)
 SPECVIZ_RUN_DIR_MAX_MB   total size kept, least recently used evicted first, protected runs never (512)
 SPECVIZ_RUN_MAX_HOURS    a saved run older than this is expired (72)
 =======================  =====================================================================
@@ -48,8 +54,11 @@ from specviz.core.resume import RunState
 from specviz.recording.build import dumps
 from specviz.recording.load import MAX_BYTES, load_recording
 from specviz.recording.schema import Recording, RecordingError
-from specviz.workshop.files import write_atomic
-from specviz.workshop.presentation import PresentationStore
+from specviz.workshop.presentation import FILE_NAME as PRESENTATION_NAME
+from specviz.workshop.presentation import MAX_FILE_BYTES as MAX_PRESENTATION_BYTES
+from specviz.workshop.presentation import Presentation
+from specviz.workshop.store import Entry, Store, StoreUnavailable, default_run_dir, open_store
+from specviz.workshop.store.directory import DirectoryStore
 
 log = logging.getLogger(__name__)
 
@@ -60,7 +69,7 @@ _TOKEN = re.compile(r"[A-Za-z0-9_-]{22}")
 DEFAULT_MAX_MB = 512.0
 DEFAULT_MAX_HOURS = 72.0
 LIVE_WINDOW_S = 120.0  # a file saved or touched this recently is held by a live session: never evicted
-TMP_GRACE_S = 60.0  # a temporary file younger than this is another replica's write in progress
+SUFFIX = ".json"  # a saved run's name in the store: <token>.json
 
 
 class SavedRunError(ValueError):
@@ -101,15 +110,6 @@ def check_token(text: object) -> str:
     if not isinstance(text, str) or not _TOKEN.fullmatch(text):
         raise SavedRunError("The link's run token is malformed (a run token is 22 letters, digits, '-' or '_'), so no run was restored.")
     return text
-
-
-def default_run_dir(env: Mapping[str, str] | None = None) -> Path:
-    """SPECVIZ_RUN_DIR, else ``runs`` under the cache directory (the rule of specviz.models.loading.cache_root)."""
-    env = os.environ if env is None else env
-    if env.get("SPECVIZ_RUN_DIR"):
-        return Path(env["SPECVIZ_RUN_DIR"]).expanduser()
-    root = env.get("SPECVIZ_CACHE_DIR") or os.path.join(env.get("XDG_CACHE_HOME", "~/.cache"), "specviz")
-    return Path(root).expanduser() / "runs"
 
 
 def _number(env: Mapping[str, str], name: str, default: float) -> float:
@@ -163,10 +163,18 @@ class SavedRun:
 
 
 class RunStore:
-    """The run directory: save after a round, load by token, evict the oldest when full."""
+    """The room's saved runs: save after a round, load by token, evict the oldest when full. On the room's store
+    (specviz.workshop.store): the run directory by default, Redis with SPECVIZ_STORE; a path means that directory."""
 
-    def __init__(self, root: str | os.PathLike, max_bytes: int = int(DEFAULT_MAX_MB * 2**20), max_age_s: float = DEFAULT_MAX_HOURS * 3600) -> None:
-        self.root = Path(root)
+    def __init__(
+        self, store: Store | str | os.PathLike, max_bytes: int = int(DEFAULT_MAX_MB * 2**20), max_age_s: float = DEFAULT_MAX_HOURS * 3600,
+        root: str | os.PathLike | None = None,
+    ) -> None:  # fmt: skip
+        if isinstance(store, (str, os.PathLike)):
+            store = DirectoryStore(store)
+        self.store: Store = store
+        # the local run directory, for the room's files not yet on the store (the directory backend's own folder)
+        self.root = store.root if isinstance(store, DirectoryStore) else Path(root if root is not None else default_run_dir())
         self.max_bytes = max_bytes
         self.max_age_s = max_age_s
 
@@ -176,133 +184,124 @@ class RunStore:
         env = os.environ if env is None else env
         max_mb = _number(env, "SPECVIZ_RUN_DIR_MAX_MB", DEFAULT_MAX_MB)
         hours = _number(env, "SPECVIZ_RUN_MAX_HOURS", DEFAULT_MAX_HOURS)
-        return cls(default_run_dir(env), int(max_mb * 2**20), hours * 3600)
+        return cls(open_store(env), int(max_mb * 2**20), hours * 3600, root=default_run_dir(env))
 
-    def _path(self, token: str) -> Path:
-        return self.root / f"{check_token(token)}.json"
+    @staticmethod
+    def _name(token: str) -> str:
+        return f"{check_token(token)}{SUFFIX}"
 
-    def _ensure_dir(self) -> None:
-        self.root.mkdir(mode=0o700, parents=True, exist_ok=True)
-        if self.root.stat().st_mode & 0o077:
-            os.chmod(self.root, 0o700)  # an existing directory others could read: close it
+    @property
+    def _ttl_s(self) -> float:
+        """How long Redis keeps a run nobody saved or touched: past its expiry (load says "expired" until then)."""
+        return 2 * self.max_age_s
 
     def save(self, token: str, run: SavedRun) -> None:
-        """Write atomically (0600) after making room for it (make_room). Raises OSError when the directory cannot be
-        written (a full disk: errno ENOSPC) or holds only protected runs (RunDirFull); the caller says so and the run
-        goes on unsaved, its file (if any) at an earlier round."""
-        path = self._path(token)
+        """Replace the run atomically after making room for it (make_room). Raises OSError when the store cannot be
+        written (a full disk: errno ENOSPC; Redis unreachable: StoreUnavailable) or holds only protected runs
+        (RunDirFull); the caller says so and the run goes on unsaved, its saved copy (if any) at an earlier round."""
+        name = self._name(token)
         data = run.to_json().encode("utf-8")
         if len(data) > min(self.max_bytes, MAX_BYTES):
             raise OSError(f"this run's file ({len(data) / 2**20:.1f} MB) is larger than the run directory may hold")
-        self._ensure_dir()
-        self.make_room(path, len(data))
-        write_atomic(path, data)
+        self.make_room(name, len(data))
+        self.store.put(name, data, ttl_s=self._ttl_s)
 
     def load(self, token: str) -> SavedRun:
         """The saved run; raises SavedRunError when the token is malformed, unknown, expired or its file damaged
-        (transient when the file exists but could not be read)."""
-        path = self._path(token)
+        (transient when it exists but could not be read, or the store is unreachable)."""
+        name = self._name(token)
         try:
-            info = path.stat()
-            if time.time() - info.st_mtime > self.max_age_s:
+            entry = self.store.stat(name)
+            if entry is None:
+                raise SavedRunError("No saved run has this link's token (it may have been cleared to make room), so a fresh run starts.")
+            if time.time() - entry.mtime > self.max_age_s:
                 raise SavedRunError("This run has expired (saved runs are kept for a limited time), so a fresh run starts.")
-            if info.st_size > MAX_BYTES:
+            if entry.size > MAX_BYTES:
                 raise SavedRunError("The saved run is too large to restore.")
-            data = path.read_bytes()
-        except FileNotFoundError:
-            raise SavedRunError("No saved run has this link's token (it may have been cleared to make room), so a fresh run starts.") from None
+            data = self.store.get(name, MAX_BYTES)
+        except StoreUnavailable as exc:
+            raise SavedRunError(f"The saved run could not be read: {exc}.", transient=True) from None
         except OSError as exc:
             raise SavedRunError(f"The saved run could not be read ({exc.strerror or exc}).", transient=True) from None
+        if data is None:  # evicted between the two reads
+            raise SavedRunError("No saved run has this link's token (it may have been cleared to make room), so a fresh run starts.")
         return SavedRun.from_json(data)
 
     def exists(self, token: str) -> bool:
         try:
-            return self._path(token).is_file()
+            return self.store.stat(self._name(token)) is not None
         except SavedRunError:
             return False
 
     def remove(self, token: str) -> bool:
         """Delete a session's own run (its quota is spent); never the presented run. True when it went."""
-        path = self._path(token)
+        name = self._name(token)
         if token == self.presented():
             return False
-        try:
-            path.unlink()
-        except FileNotFoundError:
-            return False
-        return True
+        return self.store.delete(name)
 
     def touch(self, tokens) -> int:
-        """Mark these runs as held by a live session (their mtime is now: see LIVE_WINDOW_S); returns how many files
-        were there. Unknown or malformed tokens are skipped."""
+        """Mark these runs as held by a live session (their mtime is now: see LIVE_WINDOW_S); returns how many were
+        there. Unknown or malformed tokens are skipped."""
         touched = 0
         for token in tokens:
             try:
-                os.utime(self._path(token))
-                touched += 1
-            except (SavedRunError, OSError):
+                touched += self.store.touch(self._name(token), ttl_s=self._ttl_s)
+            except SavedRunError:
                 continue
         return touched
 
     def presented(self) -> str | None:
-        """The token of the room's presented run (the presentation file beside the runs), or None."""
-        presentation = PresentationStore(self.root).read()
-        return presentation.run if presentation is not None else None
+        """The token of the room's presented run (the presentation beside the runs, in the same store), or None. A
+        presentation that cannot be read protects nothing (logged)."""
+        data = self.store.get(PRESENTATION_NAME, MAX_PRESENTATION_BYTES)
+        if data is None or len(data) > MAX_PRESENTATION_BYTES:
+            return None
+        try:
+            return Presentation.from_json(data).run
+        except ValueError as exc:
+            log.warning("the presentation is damaged (%s); it protects no run", exc)
+            return None
 
-    def _entries(self) -> list[tuple[float, int, Path]]:
-        """(mtime, size, path) of every saved run and of temporary files no longer being written, oldest first."""
-        entries = []
-        now = time.time()
-        for p in self.root.glob("*.json"):
-            try:
-                info = p.stat()
-            except FileNotFoundError:  # another replica evicted it meanwhile
-                continue
-            if p.name.startswith(".tmp-") and now - info.st_mtime < TMP_GRACE_S:
-                continue  # another replica is writing it right now
-            entries.append((info.st_mtime, info.st_size, p))
-        entries.sort()
-        return entries
+    def _protected(self, entry: Entry, presented: str | None, now: float) -> bool:
+        return entry.name == f"{presented}{SUFFIX}" or now - entry.mtime < LIVE_WINDOW_S
 
-    def _protected(self, mtime: float, path: Path, presented: str | None, now: float) -> bool:
-        return path.stem == presented or (now - mtime < LIVE_WINDOW_S and not path.name.startswith(".tmp-"))
-
-    def make_room(self, path: Path, size: int) -> int:
-        """Evict expired files, then the least recently used unprotected ones, until `size` more bytes fit beside the
-        rest (path's own file, about to be replaced, does not count). Raises RunDirFull when even evicting every
-        unprotected file would not make room; then only expired files go. Returns how many files went."""
-        entries = [e for e in self._entries() if e[2] != path]
+    def make_room(self, name: str, size: int) -> int:
+        """Evict expired runs, then the least recently used unprotected ones, until `size` more bytes fit beside the
+        rest (name's own run, about to be replaced, does not count). Raises RunDirFull when even evicting every
+        unprotected run would not make room; then only expired ones go. Returns how many went."""
+        entries = [e for e in self.store.entries(suffix=SUFFIX) if e.name != name]
         now, presented = time.time(), self.presented()
-        total = sum(s for _, s, _ in entries) + size
-        unprotected = [e for e in entries if not self._protected(e[0], e[2], presented, now)]
-        expired = [e for e in unprotected if now - e[0] > self.max_age_s]
+        total = sum(e.size for e in entries) + size
+        unprotected = [e for e in entries if not self._protected(e, presented, now)]
+        expired = [e for e in unprotected if now - e.mtime > self.max_age_s]
         evictable = [e for e in unprotected if e not in expired]
-        if total - sum(s for _, s, _ in expired) - sum(s for _, s, _ in evictable) > self.max_bytes:
-            self._unlink(expired)
+        if total - sum(e.size for e in expired) - sum(e.size for e in evictable) > self.max_bytes:
+            self._delete(expired)
             raise RunDirFull(
                 "the run directory is full of runs in use (the presented run and runs that live sessions hold), and the "
                 "owner's cap (SPECVIZ_RUN_DIR_MAX_MB) leaves no room for another",
             )
         due = list(expired)
-        total -= sum(s for _, s, _ in expired)
+        total -= sum(e.size for e in expired)
         for entry in evictable:
             if total <= self.max_bytes:
                 break
             due.append(entry)
-            total -= entry[1]
-        return self._unlink(due)
+            total -= entry.size
+        return self._delete(due)
 
-    def _unlink(self, entries: list[tuple[float, int, Path]]) -> int:
-        for _, _, p in entries:
-            p.unlink(missing_ok=True)
+    def _delete(self, entries: list[Entry]) -> int:
+        for entry in entries:
+            self.store.delete(entry.name)
         if entries:
             log.info("run directory: evicted %d saved run(s)", len(entries))
         return len(entries)
 
     def evict(self) -> int:
-        """Delete expired files and, while the directory is over its cap, the least recently used unprotected ones;
+        """Delete expired runs and, while the store is over its cap, the least recently used unprotected ones;
         returns how many went (what save() does before it writes, for nothing new)."""
         try:
-            return self.make_room(self.root / ".none", 0)
+            return self.make_room(".none", 0)
         except RunDirFull:
             return 0

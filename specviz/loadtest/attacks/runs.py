@@ -104,7 +104,7 @@ def attack_run_flood(h: Harness, cfg: Config) -> dict:
 
 def _spam_finished_fork(h: Harness, cfg: Config, presentation_id: str) -> dict:
     """Fork the presentation, run the fork to its end, then Step it spam_per_s times a second: board bytes added."""
-    board = h.presentations().board_path(presentation_id)
+    board = h.run_dir / h.presentations().board_name(presentation_id)  # the load tests run on a run directory
     s = h.session()
     s.open()
     s.click(KEY_FORK)

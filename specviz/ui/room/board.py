@@ -1,5 +1,6 @@
 """The room board, the page's side: every fork's latest point (α, speedup) for the presenter, and for the room once
-the presenter shows it (specviz.workshop.presentation keeps the points; specviz.ui.room.fork adds them)."""
+the presenter shows it (specviz.workshop.presentation keeps the points; specviz.ui.room.fork adds them). While the
+room's store is unreachable it shows the points it last read, and says so."""
 
 from __future__ import annotations
 
@@ -14,11 +15,12 @@ from specviz.ui.room.lesson import board_counts
 from specviz.ui.room.present import is_presenter, steps_in_flight, store
 from specviz.viz.board import board_figure, board_frame, board_table
 from specviz.workshop.presentation import BoardPoint, Presentation, PresentationStore
+from specviz.workshop.room_state import StoreUnreachable
 
 log = logging.getLogger(__name__)
 
 BOARD_EVERY_S = 2.0
-BOARD_CACHE_KEY = "specviz_board_points"  # (presentation id, the board file's size and mtime, its points, waited): board_cache
+BOARD_CACHE_KEY = "specviz_board_points"  # (presentation id, the board's stamp, its points, waited): board_cache
 
 
 def board_section(p: Presentation | None) -> None:
@@ -29,19 +31,15 @@ def board_section(p: Presentation | None) -> None:
 
 
 def _board_points(room: PresentationStore, presentation_id: str) -> list[BoardPoint]:
-    """The board's points, read again only when its file changed (see board_cache)."""
-    try:
-        info = room.board_path(presentation_id).stat()
-        stamp = (info.st_size, info.st_mtime_ns)
-    except OSError:
-        stamp = None
+    """The board's points, read again only when it changed (see board_cache). Raises StoreUnreachable."""
+    stamp = room.board_stamp(presentation_id)
     cache = board_cache(st.session_state.get(BOARD_CACHE_KEY), presentation_id, stamp, lambda: room.points(presentation_id))
     st.session_state[BOARD_CACHE_KEY] = cache
     return cache[2]
 
 
 def board_cache(cached: tuple | None, presentation_id: str, stamp: tuple | None, load: Callable[[], list[BoardPoint]], in_flight: Callable[[], int] = steps_in_flight) -> tuple:
-    """(presentation id, the board file's stamp, its points, whether it waited): the cached points while the file is
+    """(presentation id, the board's stamp, its points, whether it waited): the cached points while the board is
     unchanged, or for one refresh while a participant's Step is in flight in this process (the aggregation lets the
     Step go first; long jobs and baselines do not hold it up); else load() afresh."""
     if cached is not None and cached[0] == presentation_id:
@@ -58,7 +56,12 @@ def _board(presentation_id: str) -> None:
         return
     st.subheader("The room board")
     board_counts(presentation_id)  # the lesson's tasks: how many finished each (docs/lesson-45min.md)
-    points = _board_points(room, presentation_id)
+    try:
+        points = _board_points(room, presentation_id)
+    except StoreUnreachable:
+        cached = st.session_state.get(BOARD_CACHE_KEY)
+        points = cached[2] if cached is not None and cached[0] == presentation_id else []
+        st.warning("The room's store is unreachable: the board shows the points it last read, and moves on when the store is back.", icon="🎓")
     if not points:
         st.info("No forks yet: when participants press **Try it yourself from here** and Step, their results land here (anonymously).")
         return

@@ -9,7 +9,8 @@ the server: no browser timer, no sidebar redrawn. Where Streamlit's internals fo
 slow safety net (SAFETY_EVERY_S). Neither takes the model. Both let a participant's Step in flight in this process go
 first, for a bounded time (the watcher MAX_DEFER_S, the poll one tick); long jobs and background baselines never hold
 them up. Nothing here reads another session's state. The same poll carries the presenter's inspected round and
-heartbeat to the room.
+heartbeat to the room, and a move the store did not take (specviz.ui.room.present.move). While the room's store is
+unreachable a follower keeps the view it drew and says so; the poll reruns the page when the store comes and goes.
 """
 
 from __future__ import annotations
@@ -26,13 +27,24 @@ from specviz.ui.common.keys import PRESENTING_KEY
 from specviz.ui.common.sessions import session_id_now
 from specviz.ui.room import push
 from specviz.ui.room.fork import VIEW_KEY, on_fork
-from specviz.ui.room.present import SEEN_KEY, is_presenter, live, presenting_on, selected_round, steps_in_flight, store
+from specviz.ui.room.present import (
+    SEEN_KEY,
+    is_presenter,
+    live,
+    move,
+    presenting_on,
+    selected_round,
+    steps_in_flight,
+    store,
+    unreachable,
+    unreachable_notice,
+)
 from specviz.ui.room.saved_runs import run_store
 from specviz.ui.step_through.replay import ReplaySession
 from specviz.viz.markdown import md_text
 from specviz.workshop.presentation import Presentation, PresentationStore
 from specviz.workshop.resources import cached, singleton
-from specviz.workshop.saved_runs import SavedRun, SavedRunError, write_problem
+from specviz.workshop.saved_runs import SavedRun, SavedRunError
 
 log = logging.getLogger(__name__)
 
@@ -41,6 +53,7 @@ IDLE_EVERY_S = 2.0  # its poll otherwise: noticing that a presentation started o
 SAFETY_EVERY_S = 5.0  # a follower's poll when the server pushes its redraws (specviz.ui.room.push): in case one was lost
 FOLLOWED_KEY = "specviz_followed"  # the id of the presentation this page last saw live (it is told when it ends)
 WAITED_KEY = "specviz_present_waited"  # the page's last poll let a Step in flight go first (the next one looks)
+DRAWN_UNREACHABLE_KEY = "specviz_present_drawn_unreachable"  # the page was drawn while the store was unreachable
 
 
 def page_key(p: Presentation | None, mode: str) -> tuple | None:
@@ -52,6 +65,7 @@ def page_key(p: Presentation | None, mode: str) -> tuple | None:
 
 def mark_seen(p: Presentation | None, mode: str) -> None:
     st.session_state[SEEN_KEY] = (mode, page_key(p, mode))
+    st.session_state[DRAWN_UNREACHABLE_KEY] = unreachable()
 
 
 def _presented(p: Presentation) -> SavedRun:
@@ -156,11 +170,15 @@ class FollowStage:
         """The presented run as it is now, shared by every follower in this process; the whole page reruns when the
         presentation is gone, another's, or its run cannot be read (follow_section then says so)."""
         p = live()
+        if unreachable() and self._session is not None:
+            return self._session  # the view this page drew, until the store is back (notices() says so)
         if p is None or p.id != self.presentation_id:
             st.rerun(scope="app")
         try:
             saved = _presented(p)
         except SavedRunError:
+            if unreachable() and self._session is not None:
+                return self._session
             st.rerun(scope="app")
         session = _shared_view(p.id, p.version, saved)
         _show_round(p.selected_round if p.selected_round is not None and p.selected_round < session.num_rounds else None)
@@ -186,6 +204,8 @@ class FollowStage:
 
     def notices(self) -> None:
         session = self._look()
+        if unreachable():
+            unreachable_notice(None, following=True)
         st.info(f"Following the presenter (round {session.num_rounds}): your controls are read-only while you follow. **Try it yourself from here** makes it your own run; turning **Follow the presenter** off shows yours.", icon="🎓")
 
     def step(self) -> bool:
@@ -223,7 +243,8 @@ def _process_watcher(root: str) -> push.PresentationWatcher:
 
     def build() -> push.PresentationWatcher:
         room = PresentationStore(root)
-        return push.PresentationWatcher(room.stamp, room.read, page_key, steps_in_flight)
+        changes = room.changes()  # pub/sub on Redis, a poll of the file's stamp on a run directory
+        return push.PresentationWatcher(changes.stamp, room.read, page_key, steps_in_flight, wait=changes.wait)
 
     return singleton(("presentation-watcher", root), build)
 
@@ -258,17 +279,17 @@ def _tick() -> None:
     seen = st.session_state.get(SEEN_KEY)
     verdict, p = look(seen, live, waited=bool(st.session_state.get(WAITED_KEY)))
     st.session_state[WAITED_KEY] = verdict == "skip" and seen is not None
-    if verdict == "moved":
-        st.rerun(scope="app")
+    if verdict == "moved" or (verdict == "same" and unreachable() != bool(st.session_state.get(DRAWN_UNREACHABLE_KEY))):
+        st.rerun(scope="app")  # what it draws changed, or the store went away or came back
     mine = st.session_state.get(PRESENTING_KEY)
     if verdict == "same" and seen[0] == "presenting" and p is not None and mine is not None:
         room = store()
         if room is not None:
+            move(room, mine, selected_round=selected_round())  # the presenter's inspector (and any move not yet taken)
             try:
-                room.update(*mine, selected_round=selected_round())  # the presenter's inspector: followers show that round
                 room.heartbeat(*mine)  # written only when due (presentation.heartbeat_every_s)
             except OSError as exc:
-                st.warning(f"The room did not see the round you inspect: {md_text(write_problem(exc))}.", icon="🎓")
+                log.debug("room: no heartbeat: %s", exc)  # move() said what the presenter needs to know
 
 
 def look(seen: tuple | None, read: Callable[[], Presentation | None], in_flight: Callable[[], int] = steps_in_flight, waited: bool = False) -> tuple[str, Presentation | None]:

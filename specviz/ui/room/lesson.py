@@ -4,6 +4,7 @@ checklist(page) draws the page's task as a folded expander of steps to tick; the
 (TICKS_KEY), so they survive moving between pages. While the room has a live presentation, the tasks this session
 has finished are written to the presentation's marks as one anonymous entry per session (a digest of a random
 secret the session keeps), written again only when they change; board_counts draws the room's counts on the board.
+A write the room's store did not take (unreachable, a full disk) is tried again on the page's next run: the ticks stay.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from specviz.ui.common import widgets
 from specviz.ui.room.present import live
 from specviz.ui.room.saved_runs import run_store
 from specviz.workshop.lesson import TASKS, LessonMarks, LessonTask, session_digest, tasks_on
+from specviz.workshop.room_state import StoreUnreachable
 from specviz.workshop.saved_runs import write_problem
 
 log = logging.getLogger(__name__)
@@ -25,7 +27,7 @@ log = logging.getLogger(__name__)
 TICKS_KEY = "specviz_lesson_ticks"  # {task number: frozenset of ticked step indexes}
 SECRET_KEY = "specviz_lesson_secret"  # this session's random secret; the marks hold only its digest
 RECORDED_KEY = "specviz_lesson_recorded"  # (presentation id, frozenset of finished tasks) last written
-COUNTS_KEY = "specviz_lesson_counts"  # (presentation id, the marks file's stamp, counts): board_counts' cache
+COUNTS_KEY = "specviz_lesson_counts"  # (presentation id, the marks' stamp, counts): board_counts' cache
 
 
 def _ticks() -> dict[int, frozenset[int]]:
@@ -87,7 +89,7 @@ def _record() -> None:
         fitted = LessonMarks(runs.root).record(p.id, session_digest(secret), finished)
     except OSError as exc:
         log.warning("lesson: could not record a task: %s", exc)
-        st.caption(f"The room board could not count this: {write_problem(exc)}.")
+        st.caption(f"The room board could not count this yet: {write_problem(exc)}. Your ticks stay here and are counted when it works again.")
         return
     st.session_state[RECORDED_KEY] = (p.id, finished)
     if not fitted:
@@ -100,15 +102,15 @@ def board_counts(presentation_id: str) -> None:
     if runs is None:
         return
     marks = LessonMarks(runs.root)
-    try:
-        info = marks.path(presentation_id).stat()
-        stamp = (info.st_size, info.st_mtime_ns)
-    except OSError:
-        stamp = None
     cached = st.session_state.get(COUNTS_KEY)
-    if not (isinstance(cached, tuple) and cached[:2] == (presentation_id, stamp)):
-        cached = (presentation_id, stamp, marks.counts(presentation_id) if stamp is not None else {t.number: 0 for t in TASKS})
-        st.session_state[COUNTS_KEY] = cached
+    try:
+        stamp = marks.stamp(presentation_id)
+        if not (isinstance(cached, tuple) and cached[:2] == (presentation_id, stamp)):
+            cached = (presentation_id, stamp, marks.counts(presentation_id) if stamp is not None else {t.number: 0 for t in TASKS})
+            st.session_state[COUNTS_KEY] = cached
+    except StoreUnreachable:
+        if not (isinstance(cached, tuple) and cached[0] == presentation_id):
+            return  # nothing read yet: the board says the store is unreachable
     counts = cached[2]
     if not any(counts.values()):
         st.caption("Lesson tasks (docs/lesson-45min.md): nobody has ticked every step of one yet.")

@@ -11,6 +11,11 @@ replicas: specviz.workshop.presenter_key); a key set too weak turns presenting o
 heartbeat now and then (specviz.ui.room.follow's poll); without it the presentation ends by itself after the owner's
 SPECVIZ_PRESENTATION_IDLE_MINUTES. Following is specviz.ui.room.follow, forking specviz.ui.room.fork, the board
 specviz.ui.room.board.
+
+When the room's store cannot be reached (Redis away: specviz.workshop.room_state.StoreUnreachable), live() answers
+with the presentation this page last read and the page says the store is unreachable (unreachable_notice): the
+presenter stays the presenter and keeps stepping, a follower keeps the view it drew. A move of the presentation the
+store did not take is kept (PENDING_KEY) and sent again by the presenter's poll until it is taken.
 """
 
 from __future__ import annotations
@@ -31,6 +36,7 @@ from specviz.ui.step_through.session import StepSession, page_state
 from specviz.viz.markdown import md_text
 from specviz.workshop.presentation import Presentation, PresentationStore
 from specviz.workshop.presenter_key import KeyGuard, Verdict, key_weakness
+from specviz.workshop.room_state import StoreUnreachable
 from specviz.workshop.saved_runs import write_problem
 from specviz.workshop.serving import turns_in_flight
 
@@ -39,6 +45,17 @@ log = logging.getLogger(__name__)
 # PRESENTING_KEY (specviz.ui.common.keys): (presentation id, holder) of the presentation this session presents
 SEEN_KEY = "specviz_present_seen"  # what the page drew of the presentation (the watcher compares; specviz.ui.room.follow)
 MESSAGE_KEY = "specviz_present_message"  # (kind, text) a callback left for the page
+LAST_KEY = "specviz_present_last"  # the presentation this page last read (kept while the store is unreachable)
+UNREACHABLE_KEY = "specviz_present_unreachable"  # the last look at the store found it unreachable
+PENDING_KEY = "specviz_present_pending"  # {changes} of the presenter's presentation the store has not taken yet
+UNREACHABLE_TEXT = {
+    "presenting": "The room's store is unreachable: the room does not see your Steps right now. Keep going; this page "
+                  "tries again every second, and the room catches up with your latest round when the store is back.",
+    "following": "The room's store is unreachable: you see the presenter's run as it was when it was last reached. This "
+                 "page tries again by itself and moves on when the store is back.",
+    "idle": "The room's store is unreachable: presenting, the board and the lesson's counts wait until it is back. Your "
+            "own run works as usual.",
+}  # fmt: skip
 WEAK_KEY_TEXT = (
     "Presenting is off on this server: the presenter key set here is too weak to keep the room's presentation safe. "
     "The owner sets a stronger one (SPECVIZ_PRESENTER_KEY or presenter_key in the [specviz] secrets table: {why}), or "
@@ -70,13 +87,40 @@ def _log_weak_key(why: str) -> None:
 
 
 def live() -> Presentation | None:
+    """The live presentation; while the room's store cannot be reached, the one this page last read (unreachable()
+    says which)."""
     room = store()
-    return None if room is None else room.read()
+    if room is None:
+        return None
+    try:
+        p = room.read()
+    except StoreUnreachable:
+        st.session_state[UNREACHABLE_KEY] = True
+        return st.session_state.get(LAST_KEY)
+    st.session_state[UNREACHABLE_KEY] = False
+    st.session_state[LAST_KEY] = p
+    return p
+
+
+def unreachable() -> bool:
+    """The last look at the room's store found it unreachable (live() answered with what it last read)."""
+    return bool(st.session_state.get(UNREACHABLE_KEY))
+
+
+def unreachable_notice(p: Presentation | None, following: bool = False) -> None:
+    """Say that the room's store is unreachable, in the words for this page's part in the room."""
+    mode = "presenting" if is_presenter(p) else "following" if following else "idle"
+    st.warning(UNREACHABLE_TEXT[mode], icon="🎓")
 
 
 def current() -> Presentation | None:
-    """The live presentation, at the top of the page; a presenter whose presentation is gone or another's is told."""
+    """The live presentation, at the top of the page; a presenter whose presentation is gone or another's is told.
+    While the store is unreachable: the one last read, and nobody is told it ended."""
     p = live()
+    if unreachable():
+        if is_presenter(p):
+            unreachable_notice(p)
+        return p
     if st.session_state.get(PRESENTING_KEY) is not None and not is_presenter(p):
         if p is None:  # stopped with the key, ended by itself, or the run directory was cleared
             st.session_state.pop(PRESENTING_KEY, None)
@@ -128,7 +172,12 @@ def key_given(widget: str = "present_key", say: Callable[[str, str], None] | Non
     if runs is None:
         say("error", "Presenting needs this server's run directory, and it is not set up.")
         return False
-    verdict = KeyGuard(runs.root).attempt(given, presenter_key_setting(), current_client().address)
+    try:
+        verdict = KeyGuard(runs.store).attempt(given, presenter_key_setting(), current_client().address)
+    except OSError as exc:  # the room's store is away: the limits cannot be kept, so no key is checked
+        log.warning("room: the presenter key could not be checked: %s", exc)
+        say("error", f"The presenter key cannot be checked right now ({write_problem(exc)}). Try again in a moment.")
+        return False
     if verdict.outcome == "ok":
         return True
     if verdict.outcome == "locked":
@@ -152,9 +201,11 @@ def _on_present() -> None:
         presentation, before = room.start(session.run_token, session.num_rounds, new_board=new_board)
     except OSError as exc:
         log.warning("room: could not start a presentation: %s", exc)
-        _say("error", f"The presentation could not be started: {write_problem(exc)}.")
+        _say("error", f"The presentation could not be started: {write_problem(exc)}. Press **Present this run** again when it is back.")
         return
     st.session_state[PRESENTING_KEY] = (presentation.id, presentation.holder)
+    st.session_state[LAST_KEY], st.session_state[UNREACHABLE_KEY] = presentation, False
+    st.session_state.pop(PENDING_KEY, None)
     st.session_state[SEEN_KEY] = None
     if before is None:
         said = "You are presenting this run: the room follows each Step."
@@ -180,11 +231,13 @@ def _on_stop_with_key() -> None:
     if not key_given():
         return
     room = store()
-    p = None if room is None else room.read()
-    if p is not None and room.stop(p.id):
-        _say("info", "You stopped the room's presentation; the room is back on its own runs.")
-    else:
-        _say("info", "No presentation is live now.")
+    try:
+        p = None if room is None else room.read()
+        stopped = p is not None and room.stop(p.id)
+    except OSError as exc:
+        _say("error", f"The presentation could not be stopped: {write_problem(exc)}.")
+        return
+    _say("info", "You stopped the room's presentation; the room is back on its own runs." if stopped else "No presentation is live now.")
 
 
 def _on_show_board() -> None:
@@ -236,14 +289,26 @@ def after_round(session: StepSession) -> None:
         return
     mine = st.session_state.get(PRESENTING_KEY)
     if mine is not None and session.run_token is not None:
-        try:
-            moved = room.update(*mine, run=session.run_token, round=session.num_rounds, selected_round=selected_round())
-        except OSError as exc:
+        move(room, mine, run=session.run_token, round=session.num_rounds, selected_round=selected_round())
+
+
+def move(room: PresentationStore, mine: tuple[str, str], **changes) -> None:
+    """Move the presenter's presentation on, with any earlier move the store did not take (PENDING_KEY): kept
+    again when the store cannot be reached (the presenter's poll sends it once it is back), dropped once taken."""
+    changes = {**st.session_state.get(PENDING_KEY, {}), **changes}
+    try:
+        moved = room.update(*mine, **changes)
+    except OSError as exc:
+        if not st.session_state.get(PENDING_KEY):
             log.warning("room: could not move the presentation on: %s", exc)
-            st.warning(f"The room did not see this round: {md_text(write_problem(exc))}.", icon="🎓")
-        else:
-            if moved is None:
-                _taken_over()
+        st.session_state[PENDING_KEY] = changes
+        st.warning(f"The room does not see this round yet: {md_text(write_problem(exc))}.", icon="🎓")
+        return
+    st.session_state.pop(PENDING_KEY, None)
+    if moved is None:
+        _taken_over()
+    else:
+        st.session_state[LAST_KEY], st.session_state[UNREACHABLE_KEY] = moved, False
 
 
 def selected_round() -> int | None:

@@ -6,8 +6,10 @@ presentation file every 0.5 s, so with 15 followers on a replica the process ran
 nothing, and a presenter's Step reached each follower only at its next tick, 0-0.5 s later, after which its whole page
 (sidebar included) was drawn again (docs/rooms.md).
 
-Here one daemon thread per process looks at the presentation file's stamp every POLL_S and re-reads the file only
-when it changed. A follower's page registers what it drew (the key of the presentation, computed by
+Here one daemon thread per process waits for the presentation to change and re-reads it only then: on Redis it
+waits for the change's announcement (pub/sub, specviz.workshop.room_state), re-reading every few seconds anyway in case
+one was lost; on a run directory it looks at the file's stamp every POLL_S. While the room's store is unreachable it
+keeps the presentation it last read (followers keep their view) and tries again. A follower's page registers what it drew (the key of the presentation, computed by
 specviz.ui.room.follow) and the id of its stage fragment. When the same presentation moved on (a Step, a round picked
 in the presenter's inspector) the watcher asks that session to rerun its stage fragment, which looks the presentation
 up again and draws it. Everything else (a presentation that starts, stops or is taken over) is a whole-page change
@@ -15,7 +17,7 @@ the pages' own poll picks up. A participant's Step in flight in this process goe
 (with the room stepping, some Step is nearly always in flight); nothing else holds the followers up: another
 participant's long job (a benchmark sweep, a lab) and the background baselines take turns of other kinds
 (specviz.workshop.serving.TurnKind), and a follower's redraw takes no model turn. It never reads or writes a
-session's state, and it asks a session to redraw only itself, from the run directory every replica shares.
+session's state, and it asks a session to redraw only itself, from the room's store every replica shares.
 
 How: the rerun is queued as the browser's own fragment reruns are (a RerunData for the fragment, on the server's
 event loop), without widget values, so the session keeps the ones its browser last sent: a click that is on its way
@@ -34,7 +36,7 @@ from dataclasses import dataclass
 
 log = logging.getLogger(__name__)
 
-POLL_S = 0.05  # the presentation file's stamp is read this often (one stat)
+POLL_S = 0.05  # the watcher looks this often: the file's stamp (one stat), or the announcements heard (no Redis call)
 MAX_DEFER_S = 0.5  # the longest a due redraw waits for participants' Steps in flight in this process
 
 
@@ -113,15 +115,17 @@ def _rerun_fragment(app, fragment_id: str) -> None:
 
 
 class PresentationWatcher:
-    """The process's watcher (module docstring). stamp() is cheap (a stat), read() reads the presentation, key_of(p,
-    mode) says what a page in that mode draws of it, in_flight() counts the participants' Steps holding a model turn
-    in this process (specviz.ui.room.present.steps_in_flight), clock() is time.monotonic."""
+    """The process's watcher (module docstring). stamp() is cheap (a stat, or the announcements heard), read() reads
+    the presentation, key_of(p, mode) says what a page in that mode draws of it, in_flight() counts the participants'
+    Steps holding a model turn in this process (specviz.ui.room.present.steps_in_flight), wait(s) blocks until a change
+    is announced or s passed (time.sleep where nothing is announced), clock() is time.monotonic."""
 
     def __init__(self, stamp: Callable[[], object], read: Callable[[], object], key_of: Callable[[object, str], Hashable],
                  in_flight: Callable[[], int], push: Callable[[str, str], bool] = push_rerun,
-                 clock: Callable[[], float] = time.monotonic) -> None:  # fmt: skip
+                 clock: Callable[[], float] = time.monotonic, wait: Callable[[float], object] = time.sleep) -> None:  # fmt: skip
         self._stamp, self._read, self._key_of, self._in_flight, self._push = stamp, read, key_of, in_flight, push
-        self._clock = clock
+        self._clock, self._wait = clock, wait
+        self._unreachable = False  # the last read failed (said once in the log, not on every look)
         self._deferred_since: float | None = None  # when a due redraw first waited for a Step
         self._lock = threading.Lock()
         self._pages: dict[str, Registration] = {}
@@ -150,7 +154,7 @@ class PresentationWatcher:
 
     def _loop(self) -> None:
         while True:
-            time.sleep(POLL_S)
+            self._wait(POLL_S)
             try:
                 self.check()
             except Exception:  # the watcher must not die; the pages' safety-net poll still redraws them
@@ -160,9 +164,18 @@ class PresentationWatcher:
         """One look: re-read the presentation if its file changed, then ask every follower whose page drew an
         earlier version of the same presentation to redraw (after a participant's Step in flight here, for
         MAX_DEFER_S at most). Returns how many reruns were asked for."""
-        stamp = self._stamp()
-        if stamp != self._last_stamp:
-            self._presentation, self._last_stamp = self._read(), stamp
+        try:
+            stamp = self._stamp()
+            if stamp != self._last_stamp:
+                self._presentation, self._last_stamp = self._read(), stamp
+        except OSError as exc:  # the room's store is unreachable: keep what was read, look again next time
+            if not self._unreachable:
+                log.warning("presentation watcher: %s; followers keep their view", exc)
+            self._unreachable = True
+            return 0
+        if self._unreachable:
+            log.info("presentation watcher: the room's store is back")
+            self._unreachable = False
         p = self._presentation
         if p is None:
             self._deferred_since = None

@@ -46,6 +46,7 @@ from specviz.ui.step_through.session import (
 )
 from specviz.viz.markdown import md_code, md_text
 from specviz.workshop.saved_runs import RunStore, SavedRun, SavedRunError, check_token, new_token, write_problem
+from specviz.workshop.store import StoreUnavailable
 
 log = logging.getLogger(__name__)
 
@@ -84,7 +85,10 @@ def _claim(store: RunStore, token: str) -> None:
     forks = st.session_state.get(FORKS_KEY, {})
     while len(own) > quota:
         old = own.pop(0)
-        store.remove(old)  # the presented run stays (the presentation holds it)
+        try:
+            store.remove(old)  # the presented run stays (the presentation holds it)
+        except OSError as exc:  # the store is away: the old run stays until eviction or its expiry takes it
+            log.warning("could not remove a session's oldest run: %s", exc)
         for source in [s for s, fork in forks.items() if fork == old]:
             del forks[source]
 
@@ -107,8 +111,13 @@ def save_run(session: StepSession) -> None:
         if not st.session_state.get(WARNED_KEY):
             st.session_state[WARNED_KEY] = True
             why = write_problem(exc) if isinstance(exc, OSError) else str(exc)
-            st.warning(f"This run cannot be saved ({md_text(why)}). It goes on, but a reload or a server restart will lose it.", icon="💾")
+            if isinstance(exc, StoreUnavailable):  # it comes back: the next Step saves the run as it is then
+                st.warning(f"This run is not saved ({md_text(why)}). It goes on, and every Step tries to save it again; a reload before one works would lose it.", icon="💾")
+            else:
+                st.warning(f"This run cannot be saved ({md_text(why)}). It goes on, but a reload or a server restart will lose it.", icon="💾")
         return
+    if st.session_state.get(WARNED_KEY):
+        st.toast("This run is saved again.", icon="💾")
     st.session_state[WARNED_KEY] = False
     if st.query_params.get(RUN_PARAM) != session.run_token:
         st.query_params[RUN_PARAM] = session.run_token
@@ -148,7 +157,7 @@ def restore_run(state: PageState) -> None:
         return
     own, forks = own_tokens(), st.session_state.setdefault(FORKS_KEY, {})
     source = forks.get(token)
-    if source is None or source not in own or not store.exists(source):
+    if source is None or source not in own or not _exists(store, source):
         source = token
     mine = source in own
     try:
@@ -166,7 +175,10 @@ def restore_run(state: PageState) -> None:
         restored.run_token = source
         own.remove(source)
         own.append(source)  # used now: the last of its own runs its quota would replace
-        store.touch([source])
+        try:
+            store.touch([source])
+        except OSError as exc:  # the store went away meanwhile: the sweeper touches it again later
+            log.warning("could not mark a restored run as live: %s", exc)
         if token != source:
             st.query_params[RUN_PARAM] = source
     else:  # another session's token: save_run forks it under a new one
@@ -174,6 +186,14 @@ def restore_run(state: PageState) -> None:
         if restored.run_token is not None:
             forks[token] = restored.run_token
     st.info(f"Restored this run at round {restored.num_rounds}: **Step** continues it exactly.", icon="♻️")
+
+
+def _exists(store: RunStore, token: str) -> bool:
+    """Whether the store holds this run; an unreachable store holds nothing (the load that follows says why)."""
+    try:
+        return store.exists(token)
+    except OSError:
+        return False
 
 
 def _shown(token: str) -> str:

@@ -52,9 +52,11 @@ QUICK_EXIT_S = 30.0  # a replica that lived shorter than this counts as a quick 
 # the first session runs its script: a fresh replica's first participant waited seconds for them, and the replica
 # grew by about 450 MB at that moment, which read as memory a room's followers never gave back (docs/rooms.md).
 # The guard on what participants send (specviz.ui.common.backmsgs) is installed before the server starts, so a
-# restarted replica is never unguarded until its first session runs the script.
+# restarted replica is never unguarded until its first session runs the script. It waits for the room's store (Redis
+# down: it says so and waits) and then says it is alive every few seconds (specviz.workshop.liveness).
 WARM_START = (
     "import specviz.models, specviz.viz; from specviz.ui.common.sessions import guard_server; guard_server(); "
+    "from specviz.workshop.liveness import replica_start; replica_start(); "
     "from streamlit.web.cli import main; main(prog_name='streamlit')"
 )
 
