@@ -66,6 +66,9 @@ def test_a_replica_needs_the_rooms_cookie_secret_and_checks_its_trusted_proxies(
     assert len(warnings) == 1 and "SPECVIZ_STORE is not set" in warnings[0]
     _, warnings = worker_env({"STREAMLIT_SERVER_COOKIE_SECRET": SECRET, "SPECVIZ_STORE": "redis://store:6379/0"}, "0.0.0.0", 8501)
     assert len(warnings) == 1 and "no trusted proxy" in warnings[0] and "--trusted-proxy" in warnings[0]
+    with pytest.raises(RoomError, match="SPECVIZ_STORE must be a redis") as caught:
+        worker_env({"STREAMLIT_SERVER_COOKIE_SECRET": SECRET, "SPECVIZ_STORE": "http://user:hunter2@store/"}, "0.0.0.0", 8501)
+    assert "hunter2" not in str(caught.value)
     with pytest.raises(RoomError, match="--id"):
         replica_id("<script>", 8501)
     assert replica_id(None, 8502).endswith(":8502")

@@ -25,10 +25,10 @@ from collections.abc import Mapping, Sequence
 from specviz.workshop.clients import TRUSTED_PROXIES_ENV
 from specviz.workshop.room.balancer import RoomError
 from specviz.workshop.room.supervisor import COOKIE_SECRET_ENV, REPO, replica_command, shared_env
+from specviz.workshop.store import STORE_ENV, open_store
 
 log = logging.getLogger(__name__)
 
-STORE_ENV = "SPECVIZ_STORE"  # the room's store (specviz.workshop.store)
 MAX_ID_CHARS = 40
 
 
@@ -71,7 +71,12 @@ def worker_env(env: Mapping[str, str], address: str, port: int, trusted: Sequenc
             f"no trusted proxy is set: every client will count as the balancer's address (one client for the per-client "
             f"limits). Give the balancer's address with --trusted-proxy ADDRESS (or {TRUSTED_PROXIES_ENV})."
         )
-    if not out.get(STORE_ENV, "").strip():
+    if out.get(STORE_ENV, "").strip():
+        try:
+            open_store(out)  # the URL's form only: it connects lazily (the replica waits for the store at start)
+        except ValueError as exc:
+            raise RoomError(str(exc)) from None
+    else:
         warnings.append(
             f"{STORE_ENV} is not set: saved runs, the presentation and the key counters stay in this machine's run directory, "
             f"which replicas on other hosts do not see. Set {STORE_ENV}=redis://HOST:6379/0, the room's store, on every worker."
