@@ -6,15 +6,19 @@ from __future__ import annotations
 
 import fnmatch
 import re
+import shutil
+import subprocess
 from pathlib import Path
 
+import pytest
 import yaml
 
 from specviz.cli import build_parser
 
 REPO = Path(__file__).resolve().parents[1]
 DOCKERFILE = (REPO / "Dockerfile").read_text(encoding="utf-8")
-COMPOSE = yaml.safe_load((REPO / "compose.yaml").read_text(encoding="utf-8"))
+COMPOSE_TEXT = (REPO / "compose.yaml").read_text(encoding="utf-8")
+COMPOSE = yaml.safe_load(COMPOSE_TEXT)
 ROOM = COMPOSE["services"]["room"]
 
 
@@ -112,3 +116,14 @@ def test_the_kubernetes_sketch_parses_and_its_commands_are_the_clis():
     assert {"name": "SPECVIZ_STORE", "value": "redis://specviz-redis:6379/0"} in replica["env"] and replica["resources"]["limits"]["memory"]
     assert ("Service", "specviz-redis") in docs and docs[("Deployment", "specviz-redis")]["spec"]["template"]["spec"]["containers"][0]["image"].startswith("redis:7")
     assert docs[("Ingress", "specviz-room")]["metadata"]["annotations"]["nginx.ingress.kubernetes.io/affinity"] == "cookie"
+
+
+@pytest.mark.skipif(shutil.which("docker-compose") is None, reason="docker-compose is not installed (scripts/test.sh installs Debian's)")
+def test_compose_validates_the_file(tmp_path):
+    """docker-compose's own schema check (Debian's 1.29), on a copy beside an empty specviz.env; the known-bad control:
+    a misspelt key is refused."""
+    for text, ok in ((COMPOSE_TEXT, True), (COMPOSE_TEXT.replace("mem_limit:", "mem_limt:", 1), False)):
+        (tmp_path / "compose.yaml").write_text(text, encoding="utf-8")
+        (tmp_path / "specviz.env").write_text("", encoding="utf-8")
+        done = subprocess.run(["docker-compose", "-f", str(tmp_path / "compose.yaml"), "config", "-q"], capture_output=True, text=True, timeout=60)
+        assert (done.returncode == 0) == ok, done.stderr
