@@ -6,8 +6,9 @@ so HAProxy reaches them from that address (not loopback, which a replica always 
 told that the balancer is a trusted proxy. Checked: pages through HAProxy on both replicas; the presenter key's
 per-client count reads the balancer's X-Forwarded-For (three wrong keys lock one client, not its neighbour); a
 replica that does not trust the peer ignores a client's X-Forwarded-For (three claimed addresses are one client); a
-killed replica is taken out by HAProxy's health check and every new page lands on the other. Known-bad: the code
-before refused --replicas 0 and had no `replica` command."""
+killed replica is taken out by HAProxy's health check and every new page lands on the other. The two balanced
+replicas share what a room shares across hosts, Redis (a redis-server of the test's own), and no run directory.
+Known-bad: the code before refused --replicas 0 and had no `replica` command."""
 
 from __future__ import annotations
 
@@ -30,6 +31,7 @@ from specviz.workshop.processes import answers_ok, free_port
 from specviz.workshop.room.balancer import Backend, RoomError
 from specviz.workshop.room.supervisor import Room
 from specviz.workshop.room.worker import replica_id, worker_env
+from tests.store_helpers import needs_redis
 from tests.test_room_supervisor import _status, needs_haproxy, wait_or_fail
 
 REPO = Path(__file__).resolve().parents[1]
@@ -135,7 +137,8 @@ def guess(url: str, key: str, source: str | None = None, headers: dict[str, str]
 
 
 @needs_haproxy
-def test_a_room_of_replicas_it_did_not_start(tmp_path, tiny_dir):
+@needs_redis
+def test_a_room_of_replicas_it_did_not_start(tmp_path, tiny_dir, redis_server):
     address = host_address()
     if address is None:
         pytest.skip("this machine has no non-loopback address to stand in for another host")
@@ -143,12 +146,15 @@ def test_a_room_of_replicas_it_did_not_start(tmp_path, tiny_dir):
     ports = [free_port(address) for _ in range(3)]
     worker = [sys.executable, "-m", "specviz", "replica", "--bind", address]
     with contextlib.ExitStack() as stack:
+        # as on two hosts: each replica its own run directory, the room's state in Redis
         replicas = [
             stack.enter_context(process([*worker, "--port", str(ports[i]), "--id", f"w{i + 1}", "--trusted-proxy", address],
-                                        clean_env(tmp_path, SPECVIZ_RUN_DIR=str(tmp_path / "runs"), **shared), tmp_path / f"w{i + 1}.log"))
+                                        clean_env(tmp_path, SPECVIZ_RUN_DIR=str(tmp_path / f"runs-w{i + 1}"), SPECVIZ_STORE=redis_server.url, **shared),
+                                        tmp_path / f"w{i + 1}.log"))
             for i in range(2)
         ]  # fmt: skip
         # a replica that trusts another proxy only: a client's X-Forwarded-For from this machine's address is not read
+        # (its own store, the run directory: its counts stay apart from the room's)
         stack.enter_context(process([*worker, "--port", str(ports[2]), "--id", "w3", "--trusted-proxy", "203.0.113.1"],
                                     clean_env(tmp_path, SPECVIZ_RUN_DIR=str(tmp_path / "runs-w3"), **shared), tmp_path / "w3.log"))  # fmt: skip
         port, status_file, room_log = free_port(), tmp_path / "room.json", tmp_path / "room.log"
@@ -163,7 +169,8 @@ def test_a_room_of_replicas_it_did_not_start(tmp_path, tiny_dir):
         wait_or_fail(lambda: answers_ok(f"{url}/_stcore/health"), 60, "health through the balancer", room_log)
         for w in ("w1", "w2"):
             text = (tmp_path / f"{w}.log").read_text(errors="replace")
-            assert "SPECVIZ_STORE is not set" in text and "no trusted proxy" not in text, text[-2000:]
+            assert "SPECVIZ_STORE is not set" not in text and "no trusted proxy" not in text, text[-2000:]
+        assert "SPECVIZ_STORE is not set" in (tmp_path / "w3.log").read_text(errors="replace")
 
         # pages through HAProxy, on both replicas; the balancer's X-Forwarded-For counts each client apart
         served = set()
