@@ -37,24 +37,34 @@ class RedisServer:
     """One redis-server on 127.0.0.1:<port>, its files in folder. It saves only when stopped (SHUTDOWN SAVE), so a
     test that stops it and starts it again finds its data, as a Redis with persistence would."""
 
-    def __init__(self, folder: Path, port: int | None = None) -> None:
+    def __init__(self, folder: Path, port: int | None = None, password: str = "", args: tuple[str, ...] = ()) -> None:
         self.folder = folder
         self.port = port or free_port()
-        self.url = f"redis://127.0.0.1:{self.port}/0"
+        self.password = password
+        self.args = args  # more redis-server options ("--maxmemory", "1mb")
+        self.url = f"redis://{f':{password}@' if password else ''}127.0.0.1:{self.port}/0"
         self.process: subprocess.Popen | None = None
+
+    def _send(self, command: bytes) -> bytes:
+        with socket.create_connection(("127.0.0.1", self.port), timeout=2) as s:
+            if self.password:
+                s.sendall(f"AUTH {self.password}\r\n".encode())
+                s.recv(64)
+            s.sendall(command)
+            return s.recv(64)
 
     def start(self) -> None:
         self.folder.mkdir(parents=True, exist_ok=True)
         args = [REDIS, "--port", str(self.port), "--bind", "127.0.0.1", "--dir", str(self.folder), "--save", "", "--appendonly", "no"]
-        args += ["--dbfilename", "dump.rdb", "--daemonize", "no", "--loglevel", "warning"]
+        args += ["--dbfilename", "dump.rdb", "--daemonize", "no", "--loglevel", "warning", *self.args]
+        if self.password:
+            args += ["--requirepass", self.password]
         self.process = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         deadline = time.monotonic() + 10
         while time.monotonic() < deadline:
             try:
-                with socket.create_connection(("127.0.0.1", self.port), timeout=0.2) as s:
-                    s.sendall(b"PING\r\n")
-                    if s.recv(16).startswith(b"+PONG"):
-                        return
+                if self._send(b"PING\r\n").startswith(b"+PONG"):
+                    return
             except OSError:
                 time.sleep(0.02)
         self.stop()
@@ -66,9 +76,7 @@ class RedisServer:
             return
         if save:
             try:
-                with socket.create_connection(("127.0.0.1", self.port), timeout=2) as s:
-                    s.sendall(b"SHUTDOWN SAVE\r\n")
-                    s.recv(16)
+                self._send(b"SHUTDOWN SAVE\r\n")
             except OSError:
                 pass
         else:
@@ -81,9 +89,7 @@ class RedisServer:
         self.process = None
 
     def flush(self) -> None:
-        with socket.create_connection(("127.0.0.1", self.port), timeout=2) as s:
-            s.sendall(b"FLUSHALL\r\n")
-            s.recv(16)
+        self._send(b"FLUSHALL\r\n")
 
 
 @pytest.fixture(scope="session")

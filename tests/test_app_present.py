@@ -4,7 +4,9 @@ sessions it opens, never through the URL or session state), following (the prese
 round, read-only controls), fork from here (continues exactly as the presenter's run), the board's point, an
 evicted presented run, a takeover that keeps the board (a new one only when asked), a presenter who reloaded and
 reclaims the presentation, an orphan stopped with the key, a presentation that ends by itself when its presenter's
-page is gone (and a presenter's page that keeps it going), and the idle sweeper that spares a presenter's run."""
+page is gone (and a presenter's page that keeps it going), the idle sweeper that spares a presenter's run, and Redis
+going away mid-room (the presenter presents on, followers keep their view, the room catches up when it is back). The
+room's tests run on both backends of its store (a run directory and a real redis-server: tests/store_helpers.py)."""
 
 from __future__ import annotations
 
@@ -23,16 +25,25 @@ from specviz.ui.step_through.session import PageState
 from specviz.workshop.presentation import FILE_NAME, PresentationStore, heartbeat_every_s
 from specviz.workshop.saved_runs import RunStore
 from specviz.workshop.serving import SessionRegistry
-from tests.test_app_saved_runs import generated, page, room_env, token  # noqa: F401  (room_env is a fixture)
+from tests.test_app_saved_runs import generated, page, room_env, room_runs, token  # noqa: F401  (room_env, room_runs: fixtures)
 from tests.test_app_shared import PAGES, STATE, click
 
 KEY = "correct horse battery staple"
 
 
 @pytest.fixture()
-def room(room_env, monkeypatch):  # noqa: F811
+def redis_room(redis_server, room_env, monkeypatch):  # noqa: F811
+    """A room on a redis-server of the test's own (stopped and started again mid-test)."""
     monkeypatch.setenv("SPECVIZ_PRESENTER_KEY", KEY)
-    return room_env
+    monkeypatch.setenv("SPECVIZ_STORE", redis_server.url)
+    return redis_server
+
+
+@pytest.fixture()
+def room(room_runs, monkeypatch):  # noqa: F811
+    """A room with a presenter key, on each backend in turn: its store."""
+    monkeypatch.setenv("SPECVIZ_PRESENTER_KEY", KEY)
+    return room_runs.store
 
 
 def texts(at: AppTest) -> str:
@@ -147,7 +158,7 @@ def test_an_evicted_presented_run_says_so_and_the_follower_keeps_their_own(room)
     click(mine, "step")
     own = generated(mine)
     teacher = presenter(steps=1)
-    (room / f"{token(teacher)}.json").unlink()
+    room.delete(f"{token(teacher)}.json")
     mine.run()
     assert "cannot be shown" in texts(mine)
     assert generated(mine) == own and not mine.button(key="step").disabled
@@ -179,7 +190,7 @@ def test_a_takeover_keeps_the_board_and_the_followers_and_stop(room):
     click(forker, "step")  # the fork's Steps still land on the board
     assert [q.rounds for q in PresentationStore(room).points(p.id)] == [3]
     click(second, "stop_present")
-    assert PresentationStore(room).read() is None and not (room / PresentationStore.board_name(p.id)).exists()
+    assert PresentationStore(room).read() is None and room.size(PresentationStore.board_name(p.id)) == 0
     follower.run()
     assert "The presenter stopped presenting" in texts(follower)
     assert not [t for t in follower.toggle if t.key == "follow"]
@@ -196,7 +207,7 @@ def test_a_new_board_only_when_the_presenter_asks_for_one(room):
     present(second)
     assert "on a new board" in texts(second)
     now = PresentationStore(room).read()
-    assert now.id != p.id and PresentationStore(room).points(now.id) == [] and not (room / PresentationStore.board_name(p.id)).exists()
+    assert now.id != p.id and PresentationStore(room).points(now.id) == [] and room.size(PresentationStore.board_name(p.id)) == 0
 
 
 def test_a_presenter_who_reloaded_reclaims_the_presentation_with_its_board_and_followers(room):
@@ -249,7 +260,7 @@ def test_a_presentation_ends_by_itself_when_its_presenters_page_is_gone(room, mo
     assert beat.heartbeat > time.time() - 10 and beat.version == p.version
     store._write(replace(beat, heartbeat=time.time() - 121))  # now nobody has written it for longer than 2 minutes
     follower.run()
-    assert "The presenter stopped presenting" in texts(follower) and store.read() is None and not (room / FILE_NAME).exists()
+    assert "The presenter stopped presenting" in texts(follower) and store.read() is None and room.get(FILE_NAME, 4096) is None
     teacher.run()
     assert "Your presentation ended" in texts(teacher) and not [b for b in teacher.button if b.key == "stop_present"]
 
@@ -274,3 +285,25 @@ def test_the_idle_sweeper_spares_a_live_presenters_run():
     registry.sweep(lambda sid: True, sessions.free_session, gone_after_s=30, idle_after_s=20 * 60)
     assert presenter_state[STEP_THROUGH_KEY].session is not None and not presenter_state[STEP_THROUGH_KEY].freed
     assert other_state[STEP_THROUGH_KEY].session is None and other_state[STEP_THROUGH_KEY].freed
+
+
+def test_while_the_rooms_store_is_away_the_presenter_presents_on_and_followers_keep_their_view(redis_room):
+    """Known-bad before: an unreachable store read as "no presentation", so the presenter was told the presentation
+    ended and every follower dropped to their own run. Now the presenter keeps stepping (the room does not see it yet,
+    and the page says why), a follower keeps the round it drew and says why, and when Redis is back the presenter's
+    poll saves the missed Step and moves the room on to it."""
+    teacher = presenter(steps=2)
+    follower = page()
+    assert shown_rounds(follower) == 2
+    redis_room.stop()
+    click(teacher, "step")  # the Step runs in this replica; the room's store is away
+    assert "unreachable" in texts(teacher) and PRESENTING_KEY in teacher.session_state
+    assert "Your presentation ended" not in texts(teacher)
+    follower.run()
+    assert shown_rounds(follower) == 2 and "you see the presenter's run as it was" in texts(follower)
+    assert "The presenter stopped presenting" not in texts(follower)
+    redis_room.start()
+    teacher.run()  # its poll sends what the store missed
+    assert PresentationStore(RunStore.from_env().store).read().round == 3 and present_ui.PENDING_KEY not in teacher.session_state
+    follower.run()
+    assert shown_rounds(follower) == 3 and "unreachable" not in texts(follower)

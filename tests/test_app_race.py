@@ -13,7 +13,7 @@ from streamlit.testing.v1 import AppTest
 from specviz.core.race import RaceResult, lane_of
 from specviz.ui.labs import race as race_ui
 from specviz.workshop.race_room import Pair, RaceRoom
-from tests.test_app_saved_runs import room_env  # noqa: F401  (a fixture)
+from tests.test_app_saved_runs import room_env, room_runs  # noqa: F401  (fixtures)
 from tests.test_app_shared import PAGES, click
 
 PROMPT = "the cat sat on the mat and the dog sat on the log the cat sat on the"
@@ -109,16 +109,22 @@ def test_the_owner_types_any_url(monkeypatch, tiny_dir, tmp_path):
 
 
 @pytest.fixture()
-def pair(room_env, monkeypatch):  # noqa: F811
+def room(room_runs, monkeypatch):  # noqa: F811
+    """The race page's room on each backend of the room's store in turn (tests/store_helpers.py)."""
     monkeypatch.setenv("SPECVIZ_PRESENTER_KEY", KEY)
+    return RaceRoom(room_runs.store)
+
+
+@pytest.fixture()
+def pair(room, monkeypatch):
     urls = ("http://127.0.0.1:8001/v1", "http://127.0.0.1:8002/v1")
     monkeypatch.setenv("SPECVIZ_PROBE_URLS", ",".join(urls))
     p = Pair.new(urls, speculating=1, drafter="lookup")
-    RaceRoom(room_env).start_pair(p)
+    room.start_pair(p)
     return p
 
 
-def test_the_room_guesses_and_the_presenter_reveals(pair, room_env):  # noqa: F811
+def test_the_room_guesses_and_the_presenter_reveals(pair, room):
     at = page()
     assert "Which service speculates?" in [h.value for h in at.header]
     assert at.selectbox(key="probe_url_choice").format_func("http://127.0.0.1:8002/v1").startswith("service B")
@@ -128,10 +134,10 @@ def test_the_room_guesses_and_the_presenter_reveals(pair, room_env):  # noqa: F8
     other = page()
     other.radio(key="race_guess").set_value("service A").run()
     click(other, "race_guess_submit")
-    assert RaceRoom(room_env).tally(pair.id) == {"A": 1, "B": 1}
+    assert room.tally(pair.id) == {"A": 1, "B": 1}
     at.text_input(key="race_reveal_key").input("wrong")
     click(at, "race_reveal")
-    assert "not the presenter key" in texts(at) and not RaceRoom(room_env).revealed(pair.id)
+    assert "not the presenter key" in texts(at) and not room.revealed(pair.id)
     at.text_input(key="race_reveal_key").input(KEY)
     click(at, "race_reveal")
     assert "Service B speculates" in texts(at).replace("**", "") and "1 of 2 guessed right" in texts(at)
@@ -139,13 +145,13 @@ def test_the_room_guesses_and_the_presenter_reveals(pair, room_env):  # noqa: F8
     assert "race_reveal_key" not in at.session_state or at.session_state["race_reveal_key"] == ""  # the key is not kept
 
 
-def test_the_presenter_shows_a_race_that_followers_play_without_the_model(pair, room_env, no_model):  # noqa: F811
+def test_the_presenter_shows_a_race_that_followers_play_without_the_model(pair, room, no_model):
     at = AppTest.from_file(str(PAGES / "race.py"), default_timeout=60)
     at.session_state[race_ui.RACE_KEY] = saved_race()
     at.run()
     at.text_input(key="race_present_key").input(KEY)
     click(at, "race_show")
-    assert RaceRoom(room_env).race() == saved_race()
+    assert room.race() == saved_race()
     follower = AppTest.from_file(str(PAGES / "race.py"), default_timeout=60).run()
     assert not follower.exception
     assert follower.radio(key="race_source").value == "the presenter's race"

@@ -1,6 +1,6 @@
 """The 45-minute lesson: the task table and the doc agree, every task's page draws its checklist, the room's counting
 store (one mark per session per task, unticking takes it back, bounded, hostile files read as empty, gone with the
-presentation; on both backends of the room's store: tests/room_backends.py), ticking a task in the app (AppTest on
+presentation; on both backends of the room's store: tests/store_helpers.py), ticking a task in the app (AppTest on
 the theory page, shared mode, a live presentation), and the board's counts."""
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from specviz.ui.common.navigation import PAGE_SPECS
 from specviz.workshop import lesson
 from specviz.workshop.lesson import TASKS, LessonMarks, marks_name, session_digest
 from specviz.workshop.presentation import PresentationStore
-from tests.test_app_saved_runs import room_env  # noqa: F401  (a fixture: shared mode, a run directory)
+from tests.test_app_saved_runs import room_runs  # noqa: F401  (a fixture: shared mode, the room's store on each backend)
 from tests.test_app_shared import PAGES
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -34,7 +34,7 @@ def live_presentation(root) -> str:
 
 
 def marks_of(marks: LessonMarks, pid: str) -> bytes | None:
-    return marks.files.get(marks_name(pid), 10 * lesson.MAX_FILE_BYTES)
+    return marks.store.get(marks_name(pid), 10 * lesson.MAX_FILE_BYTES)
 
 
 # --- one table, one doc ----------------------------------------------------------------------------------------
@@ -77,8 +77,8 @@ def test_every_task_belongs_to_a_page_that_draws_its_checklist():
 # --- the counting store ------------------------------------------------------------------------------------------
 
 
-def test_one_mark_per_session_per_task_and_unticking_takes_it_back(room_where):
-    marks, pid = LessonMarks(room_where), live_presentation(room_where)
+def test_one_mark_per_session_per_task_and_unticking_takes_it_back(room_store):
+    marks, pid = LessonMarks(room_store), live_presentation(room_store)
     alice, bob = digest(), digest()
     for _ in range(5):  # the same session again and again: still one
         assert marks.record(pid, alice, {1, 2})
@@ -90,8 +90,8 @@ def test_one_mark_per_session_per_task_and_unticking_takes_it_back(room_where):
     assert alice.encode() in marks_of(marks, pid) and b"secret" not in marks_of(marks, pid)
 
 
-def test_what_a_session_can_write_is_checked(room_where):
-    marks, pid = LessonMarks(room_where), live_presentation(room_where)
+def test_what_a_session_can_write_is_checked(room_store):
+    marks, pid = LessonMarks(room_store), live_presentation(room_store)
     with pytest.raises(ValueError):
         marks.record(pid, "not a digest", {1})
     with pytest.raises(ValueError):
@@ -100,9 +100,9 @@ def test_what_a_session_can_write_is_checked(room_where):
         marks.record("../../etc/passwd", digest(), {1})
 
 
-def test_the_marks_are_bounded_however_many_sessions_come(room_where, monkeypatch):
+def test_the_marks_are_bounded_however_many_sessions_come(room_store, monkeypatch):
     monkeypatch.setattr(lesson, "MAX_MARKS_PER_TASK", 3)
-    marks, pid = LessonMarks(room_where), live_presentation(room_where)
+    marks, pid = LessonMarks(room_store), live_presentation(room_store)
     fitted = [marks.record(pid, digest(), {1, 2, 3, 4, 5}) for _ in range(10)]
     assert fitted == [True] * 3 + [False] * 7
     assert set(marks.counts(pid).values()) == {3}
@@ -131,24 +131,24 @@ def test_a_full_file_fits_the_read_limit():
         b'{"1": []}' + b" " * (lesson.MAX_FILE_BYTES + 1),  # too large
     ],
 )
-def test_a_damaged_or_hostile_file_reads_as_empty_and_is_replaced(room_where, content, caplog):
-    marks, pid = LessonMarks(room_where), live_presentation(room_where)
-    marks.files.put(marks_name(pid), content)
+def test_a_damaged_or_hostile_file_reads_as_empty_and_is_replaced(room_store, content, caplog):
+    marks, pid = LessonMarks(room_store), live_presentation(room_store)
+    marks.store.put(marks_name(pid), content)
     assert set(marks.counts(pid).values()) == {0}
     assert "damaged" in caplog.text or "too large" in caplog.text
     marks.record(pid, digest(), {4})
     assert marks.counts(pid)[4] == 1 and len(marks_of(marks, pid)) < 100
 
 
-def test_the_marks_go_with_the_presentation(room_where):
-    room = PresentationStore(room_where)
+def test_the_marks_go_with_the_presentation(room_store):
+    room = PresentationStore(room_store)
     first, _ = room.start(secrets.token_urlsafe(16), 1)
-    LessonMarks(room_where).record(first.id, digest(), {1})
+    LessonMarks(room_store).record(first.id, digest(), {1})
     second, _ = room.start(secrets.token_urlsafe(16), 1, new_board=True)  # a new board: the old marks go
-    assert marks_of(LessonMarks(room_where), first.id) is None
-    LessonMarks(room_where).record(second.id, digest(), {1})
+    assert marks_of(LessonMarks(room_store), first.id) is None
+    LessonMarks(room_store).record(second.id, digest(), {1})
     assert room.stop(second.id)
-    assert marks_of(LessonMarks(room_where), second.id) is None
+    assert marks_of(LessonMarks(room_store), second.id) is None
 
 
 # --- in the app ---------------------------------------------------------------------------------------------------
@@ -169,31 +169,33 @@ def tick_task(at: AppTest, number: int, steps: range | None = None) -> AppTest:
     return at
 
 
-def test_ticking_a_task_counts_the_session_once_and_unticking_takes_it_back(room_env):  # noqa: F811
-    pid = live_presentation(room_env)
+def test_ticking_a_task_counts_the_session_once_and_unticking_takes_it_back(room_runs):  # noqa: F811
+    room = room_runs.store
+    pid = live_presentation(room)
     at = theory_page()
     assert any(e.label.startswith("📋 Lesson task 2 of 5: Predict a speedup") for e in at.expander)
     tick_task(at, 2, range(len(TASKS[1].steps) - 1))
-    assert LessonMarks(room_env).counts(pid)[2] == 0  # not every step yet
+    assert LessonMarks(room).counts(pid)[2] == 0  # not every step yet
     tick_task(at, 2, range(len(TASKS[1].steps) - 1, len(TASKS[1].steps)))
-    assert LessonMarks(room_env).counts(pid)[2] == 1
+    assert LessonMarks(room).counts(pid)[2] == 1
     assert any("The room board counts you" in c.value for c in at.caption)
     for _ in range(3):  # reruns, and the same ticks sent again, never count twice
         at.run()
         tick_task(at, 2)
-    assert LessonMarks(room_env).counts(pid) == {1: 0, 2: 1, 3: 0, 4: 0, 5: 0}
+    assert LessonMarks(room).counts(pid) == {1: 0, 2: 1, 3: 0, 4: 0, 5: 0}
     other = tick_task(theory_page(), 2)  # another session counts once more
-    assert LessonMarks(room_env).counts(pid)[2] == 2
+    assert LessonMarks(room).counts(pid)[2] == 2
     other.checkbox(key="lesson_task2_step0").uncheck().run()
-    assert LessonMarks(room_env).counts(pid)[2] == 1
+    assert LessonMarks(room).counts(pid)[2] == 1
 
 
-def test_ticks_made_before_the_presentation_count_once_it_starts(room_env):  # noqa: F811
+def test_ticks_made_before_the_presentation_count_once_it_starts(room_runs):  # noqa: F811
+    room = room_runs.store
     at = tick_task(theory_page(), 2)
-    assert not list(room_env.glob("lesson-*.marks"))  # no presentation: nothing written
-    pid = live_presentation(room_env)
+    assert not room.entries("lesson-", ".marks")  # no presentation: nothing written
+    pid = live_presentation(room)
     at.run()
-    assert LessonMarks(room_env).counts(pid)[2] == 1
+    assert LessonMarks(room).counts(pid)[2] == 1
 
 
 def _board_script(presentation_id: str) -> None:
@@ -202,11 +204,12 @@ def _board_script(presentation_id: str) -> None:
     board._board(presentation_id)
 
 
-def test_the_board_shows_how_many_finished_each_task(room_env):  # noqa: F811
-    pid = live_presentation(room_env)
+def test_the_board_shows_how_many_finished_each_task(room_runs):  # noqa: F811
+    room = room_runs.store
+    pid = live_presentation(room)
     at = AppTest.from_function(_board_script, args=(pid,), default_timeout=60).run()
     assert not at.exception and any("nobody has ticked every step" in c.value for c in at.caption)
-    marks = LessonMarks(room_env)
+    marks = LessonMarks(room)
     for finished in ({1, 2}, {1}, {1, 3}):
         marks.record(pid, digest(), finished)
     at.run()

@@ -126,12 +126,13 @@ def test_outside_a_streamlit_server_there_is_no_push():
 
 
 @pytest.mark.parametrize("version", [1, 5])
-def test_the_stamp_changes_with_every_write(tmp_path, version):
+def test_the_stamp_changes_with_every_write(room_store, version):
     from specviz.workshop.presentation import PresentationStore
 
-    store = PresentationStore(tmp_path)
-    assert store.stamp() is None
+    store = PresentationStore(room_store)
+    none = store.stamp()
     p, _ = store.start("A" * 22, rounds=1)
+    assert store.stamp() != none
     first = store.stamp()
     for _ in range(version):
         store.update(p.id, p.holder, round=store.read().round + 1)
@@ -258,3 +259,41 @@ def test_the_board_waits_one_refresh_for_a_step_and_never_for_a_job(queues):
         assert board.board_cache(again, "p", (2,), load) is again  # the file unchanged: no read
     with held_turn("background", background=True):
         assert board.board_cache(cached, "p", (4,), load)[2] == [3]  # a baseline does not hold it up
+
+
+def test_while_the_store_is_unreachable_the_watcher_keeps_its_presentation_and_says_so_once(caplog):
+    """Redis away: the watcher's reads fail; it pushes nothing, keeps what it read (followers keep their view), logs
+    once, and redraws the followers as soon as the store answers with a newer version."""
+    from specviz.workshop.store import StoreUnavailable
+
+    class Away(Room):
+        reachable = True
+
+        def read(self):
+            if not self.reachable:
+                raise StoreUnavailable("the room's store (Redis at 127.0.0.1:1/0) is unreachable; specviz tries again")
+            return super().read()
+
+    room = Away(P("a", 1))
+    watcher = PresentationWatcher(room.stamp, room.read, key_of, lambda: 0, push=room.push)
+    register(watcher, "s1", room.p, "frag")
+    watcher.check()
+    room.reachable, room.p = False, P("a", 2)
+    for _ in range(5):
+        assert watcher.check() == 0
+    assert room.pushed == [] and sum("unreachable" in r.getMessage() for r in caplog.records) == 1
+    room.reachable = True
+    assert watcher.check() == 1 and room.pushed == [("s1", "frag")]
+
+
+def test_where_changes_are_announced_the_watcher_waits_for_them_and_polls_where_not():
+    """The watcher's pause: wait(since, WAIT_S) where the store announces changes (Redis), POLL_S sleeps where it
+    does not (a run directory, as before) and while a due redraw waits for a Step in flight."""
+    room, waits = Room(P("a", 1)), []
+    watcher = PresentationWatcher(room.stamp, room.read, key_of, lambda: 0, push=room.push, wait=lambda since, s: waits.append((since, s)))
+    watcher.check()
+    watcher._pause()
+    assert waits == [(("a", 1), push.WAIT_S)]
+    watcher._deferred_since = 1.0  # a redraw waits for a Step: look again soon, not at the next announcement
+    watcher._pause()
+    assert len(waits) == 1

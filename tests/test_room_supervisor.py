@@ -18,6 +18,7 @@ import pytest
 from specviz.workshop.processes import free_port
 from specviz.workshop.room.balancer import Backend, haproxy_config, parse_backend
 from specviz.workshop.room.supervisor import Room, threads_per_replica
+from specviz.workshop.store.directory import DirectoryStore
 
 REPO = Path(__file__).resolve().parents[1]
 HAPROXY = next((p for p in ("/usr/sbin/haproxy", "/usr/bin/haproxy") if os.path.exists(p)), None)
@@ -133,6 +134,8 @@ def test_a_room_supervises_its_replicas_and_stops_everything(tmp_path):
         # can come back without the cookie, so the try repeats until a healthy replica answers through the balancer
         code, cookie = wait_or_fail(lambda: h if (h := _health(status["url"]))[0] == 200 and "SERVERID=r" in h[1] else None, 90, "health through the balancer", log)
         assert "SERVERID=r" in cookie  # the stickiness cookie
+        store = DirectoryStore(tmp_path / "runs")  # each replica says it is alive in the room's store (specviz.workshop.liveness)
+        wait_or_fail(lambda: set(store.replicas()) == {"r1", "r2"}, 30, "both replicas' heartbeats", log)
         os.kill(status["replicas"][0]["pid"], signal.SIGKILL)
         new = wait_or_fail(lambda: (s := _status(status_file)) and s["replicas"][0]["pid"] not in (None, status["replicas"][0]["pid"]) and s, 60, "a restart", log)
         pids.append(new["replicas"][0]["pid"])

@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 
 import pytest
 
 from specviz.workshop.store import StoreUnavailable, check_name, open_store
-from specviz.workshop.store.directory import DirectoryStore
-from tests.store_helpers import needs_redis
+from specviz.workshop.store.directory import TMP_GRACE_S, DirectoryStore
+from tests.store_helpers import RedisServer, needs_redis
 
 
 def test_blobs_put_get_delete_and_list(room_store):
@@ -27,6 +28,7 @@ def test_blobs_put_get_delete_and_list(room_store):
     assert s.touch("a.json") and not s.touch("none.json")
     assert [e.name for e in s.entries(suffix=".json")] == ["b.json", "a.json"]  # touched: now the newest
     assert s.size("b.json") == 6 and s.size("none.json") == 0
+    assert s.stat("b.json").size == 6 and abs(s.stat("b.json").mtime - time.time()) < 60 and s.stat("none.json") is None
     assert s.delete("a.json") and not s.delete("a.json")
     assert s.get("a.json", 100) is None
     assert [e.name for e in s.entries(suffix=".json")] == ["b.json"]
@@ -157,3 +159,85 @@ def test_an_unreachable_redis_says_so_without_its_password(redis_server):
     text = str(err.value)
     assert "unreachable" in text and f"127.0.0.1:{redis_server.port}/0" in text and "hunter2" not in text
     assert isinstance(err.value, OSError)
+
+
+@needs_redis
+def test_a_password_in_the_url_is_used_and_never_shown(tmp_path):
+    server = RedisServer(tmp_path / "redis", password="s3cret-pass")
+    server.start()
+    try:
+        assert "s3cret-pass" in server.url
+        good = open_store({"SPECVIZ_STORE": server.url})
+        good.put("a.json", b"1")
+        assert good.get("a.json", 10) == b"1" and "s3cret-pass" not in good.description
+        wrong = open_store({"SPECVIZ_STORE": server.url.replace("s3cret-pass", "guess")})
+        with pytest.raises(OSError) as err:
+            wrong.get("a.json", 10)
+        assert "guess" not in str(err.value) and "s3cret-pass" not in str(err.value) and "Redis at 127.0.0.1" in str(err.value)
+    finally:
+        server.stop(save=False)
+
+
+@needs_redis
+def test_a_full_redis_says_the_store_is_full(tmp_path):
+    server = RedisServer(tmp_path / "redis", args=("--maxmemory", "2mb", "--maxmemory-policy", "noeviction"))
+    server.start()
+    try:
+        store = open_store({"SPECVIZ_STORE": server.url})
+        with pytest.raises(OSError, match="is full: Redis reached its maxmemory") as err:
+            for i in range(100):
+                store.put(f"run-{i}.json", b"x" * 100_000)
+        assert not isinstance(err.value, StoreUnavailable) and err.value.errno is None
+        assert store.get("run-0.json", 10) == b"x" * 11  # reads still work
+    finally:
+        server.stop(save=False)
+
+
+def test_a_dead_writers_temporary_file_is_cleared_and_a_live_one_is_left(tmp_path):
+    s = DirectoryStore(tmp_path)
+    s.put("a.json", b"{}")
+    stale, fresh = tmp_path / ".tmp-dead.json", tmp_path / ".tmp-busy.json"
+    stale.write_bytes(b"x" * 100)
+    fresh.write_bytes(b"y")
+    old = time.time() - 2 * TMP_GRACE_S
+    os.utime(stale, (old, old))
+    assert [e.name for e in s.entries(suffix=".json")] == ["a.json"]  # never listed as a blob
+    assert not stale.exists() and fresh.exists()  # another replica's write in progress stays
+
+
+def test_a_watch_wakes_on_each_change_and_is_closed(room_store):
+    s = room_store
+    watch = s.watch(["room.presentation", "room.race"])
+    try:
+        stamp = watch.wait(s.stamp("room.presentation", "room.race"), 0.05)  # nothing yet: the same stamp back
+        assert stamp == s.stamp("room.presentation", "room.race")
+        for name in ("room.presentation", "room.race"):
+            waiting, woke = threading.Event(), []
+
+            def follower(since=stamp, waiting=waiting, woke=woke):
+                waiting.set()
+                woke.append(watch.wait(since, 10))
+
+            thread = threading.Thread(target=follower)
+            thread.start()
+            waiting.wait(5)
+            s.put(name, b"new")
+            thread.join(10)
+            assert woke and woke[0] != stamp
+            stamp = woke[0]
+    finally:
+        watch.close()
+
+
+@needs_redis
+def test_a_watch_that_lost_redis_says_so_and_subscribes_again(redis_server):
+    s = open_store({"SPECVIZ_STORE": redis_server.url})
+    watch = s.watch(["room.presentation"])
+    since = watch.wait(None, 0.05)
+    redis_server.stop()
+    with pytest.raises(StoreUnavailable):
+        watch.wait(since, 0.2)
+    redis_server.start()
+    s.put("room.presentation", b"back")
+    assert watch.wait(since, 5) != since
+    watch.close()

@@ -17,7 +17,7 @@ def add_parser(sub) -> None:
     p = sub.add_parser("serve-pair", help="the room exercise: two services, one speculating, which one hidden (docs/workshop.md)")
     p.add_argument("--drafter", choices=[k for k in DRAFTER_KINDS if k != "none"], default="lookup", help="the speculating one's drafter (default lookup)")
     p.add_argument("--port", type=int, default=8001, help="service A listens here, service B on the next port (default 8001)")
-    p.add_argument("--run-dir", default=None, help="where the truth is written for the reveal (default: SPECVIZ_RUN_DIR, the app's run directory)")
+    p.add_argument("--run-dir", default=None, help="a run directory to write the truth to for the reveal (default: the room's store: SPECVIZ_STORE, else SPECVIZ_RUN_DIR)")
     p.add_argument("--public-host", default=None, help="the address the app reaches them at, for the printed SPECVIZ_PROBE_URLS (default: --host)")
     add_service_options(p)
 
@@ -41,8 +41,8 @@ def run(args: argparse.Namespace) -> int:
 
     from specviz.workshop.pair import run_pair
     from specviz.workshop.race_room import Pair, RaceRoom
-    from specviz.workshop.saved_runs import default_run_dir
     from specviz.workshop.service.config import served_name
+    from specviz.workshop.store import open_store
 
     service_config(args, args.drafter, True)  # every option checked before anything starts
     if not 1 <= args.port <= 65534:
@@ -56,5 +56,5 @@ def run(args: argparse.Namespace) -> int:
     commands = [[sys.executable, "-m", "specviz", "serve", "--drafter", d, "--port", str(port), "--host", args.host, "--hide-truth",
                  "--model-id", model_id, *_service_argv(args)] for d, port in zip(drafters, ports)]  # fmt: skip
     pair = Pair.new((f"http://{public}:{ports[0]}/v1", f"http://{public}:{ports[1]}/v1"), speculating, args.drafter)
-    room = RaceRoom(Path(args.run_dir).expanduser() if args.run_dir else default_run_dir())
+    room = RaceRoom(Path(args.run_dir).expanduser() if args.run_dir else open_store())  # SPECVIZ_STORE, else the run directory
     return run_pair(commands, roots, pair, room, emit)

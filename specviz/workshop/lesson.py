@@ -4,8 +4,8 @@ TASKS is the one table of the tasks: the app's checklists (specviz.ui.room.lesso
 and checklists repeat its titles and steps (tests/test_lesson.py checks they match). A task belongs to one page (a path of
 specviz.ui.common.navigation.PAGE_SPECS) and is finished when every one of its steps is ticked.
 
-The count is one small JSON record per presentation on the room's store (specviz.workshop.room_state: the run
-directory the replicas share, or Redis; specviz.workshop.presentation removes it with the presentation's board):
+The count is one small JSON record per presentation on the room's store (specviz.workshop.store: the run directory
+the replicas share, or Redis; specviz.workshop.presentation removes it with the presentation's board):
 
     lesson-<presentation id>.marks   {"1": ["<16 hex>", ...], "2": [...], ...}
 
@@ -14,7 +14,7 @@ that ties it to a person. A session counts at most once per task (the entries ar
 writes its own), unticking takes its mark back, and each task holds at most MAX_MARKS_PER_TASK marks (later ones are
 dropped), so the record stays under MAX_FILE_BYTES however a client behaves. Writes replace it whole under the
 store's lock; a record that is damaged or too large reads as empty (logged) and the next write replaces it. A store
-that cannot be reached raises StoreUnreachable (an OSError): the page keeps the ticks and writes them again later.
+that cannot be reached raises StoreUnavailable (an OSError): the page keeps the ticks and writes them again later.
 Plain Python: no streamlit.
 """
 
@@ -29,11 +29,12 @@ import re
 from collections.abc import Hashable, Iterable
 from dataclasses import dataclass
 
-from specviz.workshop.room_state import RoomFiles, room_files
+from specviz.workshop.store import Store, StoreUnavailable
+from specviz.workshop.store.directory import DirectoryStore
 
 log = logging.getLogger(__name__)
 
-LOCK_NAME = "lesson"  # the store's lock (the file .lesson.lock in a run directory)
+LOCK_NAME = ".lesson.lock"  # the store's lock for a read-modify-write of the marks
 MAX_MARKS_PER_TASK = 1000  # a room of 30 is far below; a client opening sessions in a loop stops here
 _DIGEST = re.compile(r"[0-9a-f]{16}")
 _ID = re.compile(r"[A-Za-z0-9_-]{22}")  # a presentation id (specviz.workshop.presentation.new_id)
@@ -94,22 +95,28 @@ MAX_FILE_BYTES = len(TASKS) * (MAX_MARKS_PER_TASK * 20 + 16)  # '"<16 hex>", ' p
 
 
 class LessonMarks:
-    """Who finished which task, as anonymous counts per presentation, on the room's store (a run directory's path, or
-    the store's records: specviz.workshop.room_state)."""
+    """Who finished which task, as anonymous counts per presentation, on the room's store (a path means that run
+    directory)."""
 
-    def __init__(self, where: str | os.PathLike | RoomFiles) -> None:
-        self.files = room_files(where)
+    def __init__(self, store: Store | str | os.PathLike) -> None:
+        self.store: Store = DirectoryStore(store) if isinstance(store, (str, os.PathLike)) else store
 
     def _locked(self) -> contextlib.AbstractContextManager[None]:
-        return self.files.lock(LOCK_NAME)
+        return self.store.lock(LOCK_NAME)
 
-    def stamp(self, presentation_id: str) -> Hashable | None:
-        """Changes whenever the presentation's marks do (None: none written); a page counts again only then."""
-        return self.files.stamp(marks_name(presentation_id))
+    def stamp(self, presentation_id: str) -> Hashable:
+        """Changes whenever the presentation's marks do; a page counts again only then."""
+        return self.store.stamp(marks_name(presentation_id))
 
     def _read(self, presentation_id: str) -> dict[int, set[str]]:
         """task number -> the sessions that finished it; a missing, damaged or oversized record reads as none."""
-        data = self.files.get(marks_name(presentation_id), MAX_FILE_BYTES)
+        try:
+            data = self.store.get(marks_name(presentation_id), MAX_FILE_BYTES)
+        except StoreUnavailable:
+            raise
+        except OSError as exc:
+            log.warning("cannot read the lesson's marks: %s", exc.strerror or exc)
+            return {}
         if data is None:
             return {}
         try:
@@ -140,7 +147,7 @@ class LessonMarks:
                     else:
                         have.add(digest)
             data = {str(n): sorted(d) for n, d in sorted(marks.items()) if d}
-            self.files.put(marks_name(presentation_id), json.dumps(data, separators=(",", ":")).encode("ascii"))
+            self.store.put(marks_name(presentation_id), json.dumps(data, separators=(",", ":")).encode("ascii"))
         return fitted
 
     def counts(self, presentation_id: str) -> dict[int, int]:

@@ -1,5 +1,5 @@
 """`python -m specviz serve-pair`: the room exercise's two services, one speculating and one plain, which is which
-chosen at random and kept from everyone but the run directory (specviz.workshop.race_room), until the teacher reveals it.
+chosen at random and kept from everyone but the room's store (specviz.workshop.race_room), until the teacher reveals it.
 
 Both are ordinary `python -m specviz serve` processes with --hide-truth and one served model id, so nothing in their
 answers, headers or /v1/models tells them apart: only the timing does. They run one after the other on the CPU only
@@ -43,8 +43,9 @@ def run_pair(commands: Sequence[Sequence[str]], roots: Sequence[str], pair: Pair
         room.start_pair(pair)
         urls = ",".join(s.url for s in pair.services)
         say(f"serve-pair: service A at {pair.services[0].url}, service B at {pair.services[1].url}; which one speculates is "
-            f"written to {room.files.where} for the reveal. Start the app with\n  SPECVIZ_PROBE_URLS={urls} SPECVIZ_RUN_DIR={room.files.where} "
-            "SPECVIZ_PRESENTER_KEY=... streamlit run app.py --server.address 0.0.0.0\n(Ctrl-C stops both services.)", err=True, flush=True)  # fmt: skip
+            f"written to {room.store.description} for the reveal. Start the app on the same store (SPECVIZ_STORE, or "
+            f"SPECVIZ_RUN_DIR) with\n  SPECVIZ_PROBE_URLS={urls} SPECVIZ_PRESENTER_KEY=... streamlit run app.py --server.address 0.0.0.0\n"
+            "(Ctrl-C stops both services.)", err=True, flush=True)  # fmt: skip
         while not stopping:
             if any(p.poll() is not None for p in procs):
                 say("error: a service stopped; stopping the other", err=True)

@@ -1,7 +1,7 @@
 """The room follows the teacher: one live presentation per room, and the board of the room's forks.
 
-A presentation is one small JSON record on the room's store (specviz.workshop.room_state: the run directory the
-replicas share, or Redis), so any replica reads it and no replica ever reads another participant's session:
+A presentation is one small JSON record on the room's store (specviz.workshop.store: the run directory the replicas
+share, or Redis), so any replica reads it and no replica ever reads another participant's session:
 
     room.presentation   {"id", "run", "started_at", "round", "selected_round", "version", "show_board", "holder",
                          "heartbeat"}
@@ -11,7 +11,7 @@ replicas share, or Redis), so any replica reads it and no replica ever reads ano
 `run` is the presented run's token (its saved run is written after every Step by the saved-runs machinery), `round`
 its rounds, `selected_round` the round the presenter's inspector shows (None: the latest), `version` a counter bumped
 on every change followers draw (they compare it with what they drew: a read of a record under 1 KB, no model time;
-on Redis every change is also announced, and each process's watcher waits for that: changes()).
+on Redis every change is also announced, and each process's watcher waits for that: wait()).
 `holder` is a random id of the presenting browser session's claim (its page keeps it; the key is never kept), and
 `heartbeat` the time.time() that page last showed it was there. The names end in neither ``.json`` nor anything the
 run store evicts. Nothing secret is in either record: the presenter key is compared in memory
@@ -26,13 +26,13 @@ none and the next reader removes it (its presenter closed the tab, the replica d
 presenter's page writes the heartbeat at most every heartbeat_every_s(), without a new version (followers are not
 redrawn for it).
 
-Writes replace a record whole under the store's lock (an flock; on Redis its own lock), so two presenters on two
+Writes replace a record whole under the store's lock (an flock; on Redis a lease), so two presenters on two
 replicas or hosts cannot interleave a read-modify-write. Both records are validated on read like any hostile input: a damaged presentation
 reads as none, a damaged board line is skipped, and the board is capped (MAX_BOARD_BYTES): when a point would not fit,
 the board is compacted to each fork's latest point (the only one it shows), so however often one fork Steps it holds
 one line after a compaction; only a board of more forks than fit drops points. (The page adds at most one point per
 round a fork actually ran, and a participant who forks again keeps their fork id: specviz.ui.room.fork.after_round.)
-A store that cannot be reached raises StoreUnreachable (an OSError) from every method, reads included: a page never
+A store that cannot be reached raises StoreUnavailable (an OSError) from every method, reads included: a page never
 takes "unreachable" for "no presentation" (it keeps what it drew and tries again).
 
 Plain Python: no streamlit (specviz.ui.room.present, follow, fork and board are the page's side).
@@ -53,13 +53,13 @@ from dataclasses import asdict, dataclass, field, replace
 
 from specviz.config import DRAFTER_KINDS
 from specviz.workshop.lesson import marks_name
-from specviz.workshop.room_state import Changes, RoomFiles, room_files
+from specviz.workshop.store import Store, StoreUnavailable, Watch
+from specviz.workshop.store.directory import DirectoryStore
 
 log = logging.getLogger(__name__)
 
 FILE_NAME = "room.presentation"
-LOCK_NAME = "room"  # the store's lock for the presentation and its board (the file .room.lock in a run directory)
-CHANNEL = "presentation"  # where a change is announced (Redis pub/sub)
+LOCK_NAME = ".room.lock"  # the store's lock for the presentation and its board
 MAX_FILE_BYTES = 4096  # a presentation is ~300 bytes; anything larger is not ours
 MAX_BOARD_BYTES = 2 * 2**20  # ~10,000 points: a room of 30 stepping for an hour fits many times
 MAX_LINE_BYTES = 512
@@ -125,12 +125,12 @@ def _real(value: object, low: float, high: float) -> bool:
 
 
 class PresentationStore:
-    """The room's presentation and boards on the room's store (a run directory's path, or the store's records:
-    specviz.workshop.room_state). idle_s: a presentation whose heartbeat is older has ended (None: never; a reader
-    that only compares versions, such as the push watcher)."""
+    """The room's presentation and boards on the room's store (a path means that run directory). idle_s: a
+    presentation whose heartbeat is older has ended (None: never; a reader that only compares versions, such as the
+    push watcher)."""
 
-    def __init__(self, where: str | os.PathLike | RoomFiles, idle_s: float | None = None, clock: Callable[[], float] = time.time) -> None:
-        self.files = room_files(where)
+    def __init__(self, store: Store | str | os.PathLike, idle_s: float | None = None, clock: Callable[[], float] = time.time) -> None:
+        self.store: Store = DirectoryStore(store) if isinstance(store, (str, os.PathLike)) else store
         self.idle_s = idle_s
         self._clock = clock
 
@@ -141,21 +141,32 @@ class PresentationStore:
         return f"board-{presentation_id}.jsonl"
 
     def _locked(self) -> contextlib.AbstractContextManager[None]:
-        return self.files.lock(LOCK_NAME)
+        return self.store.lock(LOCK_NAME)
 
-    def stamp(self) -> Hashable | None:
-        """Changes whenever the presentation record does (None when there is none): a stat, or one GET on Redis, for
-        a reader that re-reads the record only when it changed."""
-        return self.files.stamp(FILE_NAME)
+    def stamp(self) -> Hashable:
+        """Changes whenever the presentation record does: a stat, or one GET on Redis, for a reader that re-reads the
+        record only when it changed."""
+        return self.store.stamp(FILE_NAME)
 
-    def board_stamp(self, presentation_id: str) -> Hashable | None:
+    def board_stamp(self, presentation_id: str) -> Hashable:
         """Changes whenever the board does (a page re-reads its points only then)."""
-        return self.files.stamp(self.board_name(presentation_id))
+        return self.store.stamp(self.board_name(presentation_id))
 
-    def changes(self) -> Changes:
-        """What one process's watcher waits on (specviz.ui.room.push): on Redis the announcements of every change
-        (pub/sub), with a re-read every few seconds as the fallback; on a run directory a poll of the stamp."""
-        return self.files.changes(CHANNEL, FILE_NAME)
+    @property
+    def announced(self) -> bool:
+        """Whether the store announces a change (Redis' pub/sub: wait() wakes at once). A run directory announces
+        nothing: its watcher looks at the file's stamp every few hundredths of a second, as it always did."""
+        return not isinstance(self.store, DirectoryStore)
+
+    def wait(self, since: Hashable, timeout_s: float) -> Hashable:
+        """Block until the presentation's stamp differs from since (a change announced on Redis, with a poll as the
+        fallback) or timeout_s passed; returns the stamp now."""
+        return self.store.wait([FILE_NAME], since, timeout_s)
+
+    def watch(self) -> Watch:
+        """wait(), long-lived, for one process's watcher thread (specviz.ui.room.push): on Redis one subscription kept
+        between waits, not one per wait."""
+        return self.store.watch([FILE_NAME])
 
     def read(self) -> Presentation | None:
         """The live presentation, or None (none, one that ended by itself, or a file that is not one: logged,
@@ -182,18 +193,27 @@ class PresentationStore:
 
     def _end(self, p: Presentation, why: str) -> None:
         """Inside the lock: remove the presentation and its board."""
-        self.files.delete(FILE_NAME)
+        self.store.delete(FILE_NAME)
         self._remove_boards(p.id)
-        self.files.publish(CHANNEL)
         log.info("room: the presentation %s", why)
 
     def _remove_boards(self, presentation_id: str) -> None:
         """The presentation's board and its lesson marks (specviz.workshop.lesson) go with it."""
-        self.files.delete(self.board_name(presentation_id), marks_name(presentation_id))
+        self.store.delete(self.board_name(presentation_id))
+        self.store.delete(marks_name(presentation_id))
 
     def _read_file(self) -> Presentation | None:
-        data = self.files.get(FILE_NAME, MAX_FILE_BYTES)
+        try:
+            data = self.store.get(FILE_NAME, MAX_FILE_BYTES)
+        except StoreUnavailable:
+            raise  # unreachable is not "none": the page keeps what it drew
+        except OSError as exc:
+            log.warning("cannot read the presentation: %s", exc.strerror or exc)
+            return None
         if data is None:
+            return None
+        if len(data) > MAX_FILE_BYTES:
+            log.warning("the presentation record is too large; ignored")
             return None
         try:
             return Presentation.from_json(data)
@@ -201,10 +221,8 @@ class PresentationStore:
             log.warning("the presentation record is damaged (%s); ignored", exc)
             return None
 
-    def _write(self, presentation: Presentation, announce: bool = True) -> None:
-        self.files.put(FILE_NAME, presentation.to_json().encode("utf-8"))
-        if announce:
-            self.files.publish(CHANNEL)
+    def _write(self, presentation: Presentation) -> None:
+        self.store.put(FILE_NAME, presentation.to_json().encode("utf-8"))  # on Redis, announced
 
     def start(self, run_token: str, rounds: int, new_board: bool = False) -> tuple[Presentation, Presentation | None]:
         """Make run_token the room's presented run, held by a new claim (``holder``). A live presentation is taken
@@ -257,7 +275,7 @@ class PresentationStore:
             if live is None or live.id != presentation_id or live.holder != holder:
                 return None
             live = replace(live, heartbeat=self._clock())
-            self._write(live, announce=False)  # followers draw nothing of it
+            self._write(live)  # a watcher re-reads it and finds the same version: no follower is redrawn
             return live
 
     def stop(self, presentation_id: str, holder: str | None = None) -> bool:
@@ -274,22 +292,22 @@ class PresentationStore:
     # --- the board -------------------------------------------------------------------------------------------------
 
     def add_point(self, presentation_id: str, point: BoardPoint) -> bool:
-        """Append one point to the presentation's board (one write of one short line: O_APPEND, or Redis' APPEND),
+        """Append one point to the presentation's board (one write of one short line: O_APPEND, or Redis' RPUSH),
         compacting a full board first (compact). False when the presentation is no longer live; a point that does not
         fit even then is dropped (logged). Raises OSError when the board cannot be written (a full disk: errno ENOSPC;
-        StoreUnreachable)."""
+        StoreUnavailable)."""
         live = self.read()
         if live is None or live.id != presentation_id:
             return False
         name = self.board_name(presentation_id)
-        line = (point.to_json() + "\n").encode("utf-8")
-        size = self.files.size(name)
-        if size + len(line) > MAX_BOARD_BYTES:
+        line = point.to_json().encode("utf-8")
+        size = self.store.size(name)
+        if size + len(line) + 1 > MAX_BOARD_BYTES:
             size = self.compact(presentation_id)
-            if size + len(line) > MAX_BOARD_BYTES:
+            if size + len(line) + 1 > MAX_BOARD_BYTES:
                 log.warning("room: the board is full (%d bytes of distinct forks); a point was dropped", MAX_BOARD_BYTES)
                 return True
-        self.files.append(name, line)
+        self.store.append(name, line)
         return True
 
     def compact(self, presentation_id: str) -> int:
@@ -297,20 +315,23 @@ class PresentationStore:
         returns its new size. A point another replica appends while this runs may be lost (its fork's next Step adds
         it again)."""
         with self._locked():
-            kept = b"".join((p.to_json() + "\n").encode("utf-8") for p in self.points(presentation_id))
-            self.files.put(self.board_name(presentation_id), kept)
-        log.info("room: the board was compacted to %d bytes", len(kept))
-        return len(kept)
+            size = self.store.replace_lines(self.board_name(presentation_id), [p.to_json().encode("utf-8") for p in self.points(presentation_id)])
+        log.info("room: the board was compacted to %d bytes", size)
+        return size
 
     def points(self, presentation_id: str) -> list[BoardPoint]:
         """The board: the latest valid point of each fork, in the order the forks first appeared. Lines that are not
         valid points (a damaged or hostile record) are skipped."""
-        data = self.files.get(self.board_name(presentation_id), 2 * MAX_BOARD_BYTES)  # appends racing a compaction overshoot a little
-        if data is None:
+        try:
+            lines = self.store.lines(self.board_name(presentation_id), MAX_BOARD_BYTES)
+        except StoreUnavailable:
+            raise
+        except OSError as exc:
+            log.warning("room: cannot read the board: %s", exc.strerror or exc)
             return []
         latest: dict[str, BoardPoint] = {}
         skipped = 0
-        for raw in data.split(b"\n"):
+        for raw in lines:
             if not raw.strip():
                 continue
             try:

@@ -1,6 +1,6 @@
 """The race page's room: the race the presenter shows to everyone, and the exercise "Which service speculates?".
 
-Small records on the room's store (specviz.workshop.room_state: the run directory the replicas share, or Redis),
+Small records on the room's store (specviz.workshop.store: the run directory the replicas share, or Redis),
 none ending in .json (the run store evicts those), each validated on read like any hostile input:
 
     room.race             the presenter's race (specviz.core.race JSON), played back by every follower
@@ -12,7 +12,7 @@ Participants never read the truth through the page until it is revealed; the vot
 session keeps (no name, no address). Writes replace a record whole; a vote rewrites its exercise's record under the
 store's lock (a new exercise starts a new record and deletes the old ones). Readers parse a votes record once per
 change: the board polls its stamp (a stat, or one GET on Redis), not its text. A store that cannot be reached raises
-StoreUnreachable (an OSError) from every method: the page says so, and a guess is kept on the page to send again.
+StoreUnavailable (an OSError) from every method: the page says so, and a guess is kept on the page to send again.
 Plain Python: no streamlit (specviz.ui.labs.race is the page's side).
 """
 
@@ -32,7 +32,8 @@ from dataclasses import dataclass
 
 from specviz.core.race import MAX_FILE_BYTES, RaceResult
 from specviz.workshop.probe_urls import parse
-from specviz.workshop.room_state import RoomFiles, room_files
+from specviz.workshop.store import Store, StoreUnavailable
+from specviz.workshop.store.directory import DirectoryStore
 
 log = logging.getLogger(__name__)
 
@@ -40,7 +41,7 @@ RACE_FILE = "room.race"
 TRUTH_FILE = "race-pair.truth"
 VOTES_PREFIX, VOTES_SUFFIX = "race-pair-", ".votes"
 REVEALED_FILE = "race-pair.revealed"
-LOCK_NAME = "race-room"  # the store's lock (the file .race-room.lock in a run directory)
+LOCK_NAME = ".race-room.lock"  # the store's lock for a vote's read-modify-write and a new exercise
 MAX_SMALL_BYTES = 4096
 MAX_VOTERS = 20_000  # one line of 19 bytes each: ~380 KB; a new voter past it is dropped (a changed vote still counts)
 NAMES = ("A", "B")
@@ -117,7 +118,7 @@ def parse_votes(data: bytes) -> dict[str, str]:
 
 
 class _Parsed:
-    """The last parse of each votes record, keyed by its stamp (specviz.workshop.room_state): every page's board polls
+    """The last parse of each votes record, keyed by its stamp (specviz.workshop.store): every page's board polls
     every few seconds, and a record that did not change is not read again. Shared by the sessions of a process; it
     holds what the record holds, nothing of a session's."""
 
@@ -125,16 +126,14 @@ class _Parsed:
         self._lock = threading.Lock()
         self._seen: dict[tuple[str, str], tuple[Hashable, dict[str, str]]] = {}
 
-    def votes(self, files: RoomFiles, name: str) -> dict[str, str]:
-        stamp = files.stamp(name)
-        if stamp is None:
-            return {}
-        where = (files.where, name)  # one cache line per store and record
+    def votes(self, store: Store, name: str) -> dict[str, str]:
+        stamp = store.stamp(name)
+        where = (store.description, name)  # one cache line per store and record
         with self._lock:
             seen = self._seen.get(where)
         if seen is not None and seen[0] == stamp:
             return dict(seen[1])
-        data = files.get(name, MAX_VOTERS * 20)
+        data = _read(store, name, MAX_VOTERS * 20)
         votes = parse_votes(data or b"")
         with self._lock:
             if len(self._seen) > 16:  # old exercises' entries
@@ -146,31 +145,42 @@ class _Parsed:
 _PARSED = _Parsed()
 
 
+def _read(store: Store, name: str, limit: int) -> bytes | None:
+    """A record, or None: missing, larger than limit, or unreadable on a disk (logged). Unreachable raises."""
+    try:
+        data = store.get(name, limit)
+    except StoreUnavailable:
+        raise
+    except OSError as exc:
+        log.warning("cannot read %s: %s", name, exc.strerror or exc)
+        return None
+    return data if data is not None and len(data) <= limit else None
+
+
 def voter_id(secret: str) -> str:
     """An anonymous id for one browser session's guesses, from a random secret the session keeps."""
     return hashlib.sha256(f"specviz-guess:{secret}".encode()).hexdigest()[:16]
 
 
 class RaceRoom:
-    """The room's race and exercise records on the room's store (a run directory's path, or the store's records:
-    specviz.workshop.room_state)."""
+    """The room's race and exercise records on the room's store (a path means that run directory)."""
 
-    def __init__(self, where: str | os.PathLike | RoomFiles) -> None:
-        self.files = room_files(where)
+    def __init__(self, store: Store | str | os.PathLike) -> None:
+        self.store: Store = DirectoryStore(store) if isinstance(store, (str, os.PathLike)) else store
 
     def _locked(self) -> contextlib.AbstractContextManager[None]:
-        return self.files.lock(LOCK_NAME)
+        return self.store.lock(LOCK_NAME)
 
     def _write(self, name: str, data: bytes) -> None:
-        self.files.put(name, data)
+        self.store.put(name, data)
 
     def _read(self, name: str, limit: int) -> bytes | None:
-        return self.files.get(name, limit)
+        return _read(self.store, name, limit)
 
     def stamp(self) -> tuple:
         """What changes when the presenter shows or hides a race, or an exercise starts or is revealed: the records'
         stamps (a page compares it with what it drew; reading it costs a few stat calls, or GETs on Redis)."""
-        return tuple(self.files.stamp(name) for name in (RACE_FILE, TRUTH_FILE, REVEALED_FILE))
+        return self.store.stamp(RACE_FILE, TRUTH_FILE, REVEALED_FILE)
 
     # --- the presenter's race -----------------------------------------------------------------------------------
 
@@ -178,7 +188,7 @@ class RaceRoom:
         self._write(RACE_FILE, json.dumps(race.to_json()).encode("utf-8"))
 
     def hide_race(self) -> None:
-        self.files.delete(RACE_FILE)
+        self.store.delete(RACE_FILE)
 
     def race(self) -> RaceResult | None:
         """The presenter's race, or None (none shown, or a damaged file: logged, read as none)."""
@@ -197,7 +207,8 @@ class RaceRoom:
         """A new exercise: its truth written, the last one's reveal forgotten."""
         with self._locked():
             self._write(TRUTH_FILE, pair.to_json().encode("utf-8"))
-            self.files.delete(REVEALED_FILE, *self.files.names(VOTES_PREFIX, VOTES_SUFFIX))  # the last exercises' votes
+            for name in [REVEALED_FILE] + [e.name for e in self.store.entries(VOTES_PREFIX, VOTES_SUFFIX)]:  # the last exercises' votes
+                self.store.delete(name)
 
     def pair(self) -> Pair | None:
         data = self._read(TRUTH_FILE, MAX_SMALL_BYTES)
@@ -215,7 +226,7 @@ class RaceRoom:
             raise ValueError("A guess is service A or service B.")
         name = votes_file(pair_id)
         with self._locked():
-            votes = _PARSED.votes(self.files, name)
+            votes = _PARSED.votes(self.store, name)
             if voter not in votes and len(votes) >= MAX_VOTERS:
                 log.warning("the exercise has %d voters, its limit; a new vote was dropped", len(votes))
                 return
@@ -224,7 +235,7 @@ class RaceRoom:
 
     def guesses(self, pair_id: str) -> dict[str, str]:
         """voter -> their vote, for this exercise (read again only when its record changed)."""
-        return _PARSED.votes(self.files, votes_file(pair_id)) if _ID.fullmatch(pair_id) else {}
+        return _PARSED.votes(self.store, votes_file(pair_id)) if _ID.fullmatch(pair_id) else {}
 
     def tally(self, pair_id: str) -> dict[str, int]:
         counts = dict.fromkeys(NAMES, 0)

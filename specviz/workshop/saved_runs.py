@@ -2,8 +2,9 @@
 (specviz.workshop.store: the run directory, or Redis with SPECVIZ_STORE), keyed by a random token the page keeps in
 its URL (``?run=…``), so any replica, on any host sharing the store, can restore it at the same round.
 
-A saved run is one JSON value named ``<token>.json`` (a file of that name in the run directory): a recording (specviz.recording's format, so it validates the same
-way) and, per run, what exact continuation needs beyond the records (specviz.core.resume.RunState).
+A saved run is one JSON value named ``<token>.json`` (a file of that name in the run directory): a recording
+(specviz.recording's format, so it validates the same way) and, per run, what exact continuation needs beyond the
+records (specviz.core.resume.RunState).
 
 Tokens are 128 random bits (secrets.token_urlsafe(16): 22 characters of A-Z a-z 0-9 - _), checked strictly
 before they touch the file system, so a token is never a path. Nothing lists the directory for a participant.

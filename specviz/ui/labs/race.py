@@ -11,7 +11,9 @@
   within PROBE_DEADLINE_S, and one probe at a time per participant (client address, as the model queue's rotation).
 * The room (specviz.workshop.race_room): with the presenter key, *Show this race to the room* makes every page play
   it; `serve-pair` starts the exercise *Which service speculates?*, whose guesses the room board counts and whose
-  truth the presenter reveals.
+  truth the presenter reveals. While the room's store cannot be reached the page says so (UNREACHABLE_TEXT), a
+  participant's guess stays on the page (GUESS_PENDING_KEY) and is sent again on each run until the store takes it,
+  and the presenter's buttons say the store is unreachable.
 """
 
 from __future__ import annotations
@@ -46,6 +48,8 @@ from specviz.viz.race import burst_size_figure, gap_histogram, gap_series, lane_
 from specviz.workshop.jobs import LongJobs
 from specviz.workshop.probe_urls import check_probe_url, guard_for
 from specviz.workshop.race_room import NAMES, RaceRoom, voter_id
+from specviz.workshop.saved_runs import write_problem
+from specviz.workshop.store import StoreUnavailable
 
 RACE_KEY = "specviz_race"  # this session's latest race (a RaceResult)
 PROBE_KEY = "specviz_probe"  # this session's latest probe (a ProbeResult)
@@ -53,6 +57,9 @@ PROBE_MAX_N = 5  # requests per probe for a participant
 PROBE_DEADLINE_S = 120.0  # a participant's whole probe (the owner's: ProbeSpec's default)
 WATCH_EVERY_S = 3.0  # how often a page looks whether the presenter showed a race, or the exercise moved on
 SEEN_KEY = "specviz_race_room_seen"  # the room files' stamp this page last drew
+GUESS_PENDING_KEY = "specviz_race_guess_pending"  # (pair id, guess) submitted while the store was unreachable
+UNREACHABLE_TEXT = ("The room's store is unreachable: the presenter's race and the exercise show again when it is back "
+                    "(this page looks every few seconds). Your own race and probes work as usual.")  # fmt: skip
 PLAYER_HEIGHT = 450
 LOCAL_URL = "http://127.0.0.1:8000/v1"
 
@@ -66,16 +73,33 @@ def settings() -> Settings:
 
 def room() -> RaceRoom | None:
     runs = run_store()
-    return None if runs is None else RaceRoom(runs.root)
+    return None if runs is None else RaceRoom(runs.store)
 
 
 # --- the race ------------------------------------------------------------------------------------------------
 
 
+def _unreachable() -> None:
+    """Say once per page run that the room's store is unreachable."""
+    if not st.session_state.get("_race_unreachable_said"):
+        st.session_state["_race_unreachable_said"] = True
+        st.warning(UNREACHABLE_TEXT, icon="🎓")
+
+
+def _or_none(read):
+    """read(), or None while the room's store is unreachable (the page says so)."""
+    try:
+        return read()
+    except StoreUnavailable:
+        _unreachable()
+        return None
+
+
 def race_section(config_settings: Settings) -> None:
     """Start a race, open a saved one, or follow the presenter's; then draw whichever is chosen."""
+    st.session_state["_race_unreachable_said"] = False
     here = room()
-    shown = here.race() if here is not None else None
+    shown = _or_none(here.race) if here is not None else None
     cols = st.columns([1, 2])
     with cols[0]:
         start = st.button("🏁 Start the race", key="race_start", type="primary", disabled=config_settings.config is None,
@@ -201,17 +225,25 @@ def _key_ok(key_widget: str) -> bool:
     return present.key_given(key_widget, lambda kind, text: st.session_state.__setitem__("race_room_message", text))
 
 
+def _presenter_write(write) -> None:
+    """A presenter's change to the room (a callback): a store that cannot take it is said in the expander."""
+    try:
+        write()
+    except OSError as exc:
+        st.session_state["race_room_message"] = f"The room did not get this: {write_problem(exc)}. Press the button again when it is back."
+
+
 def _presenter_controls(here: RaceRoom | None, race: RaceResult, shown: RaceResult | None) -> None:
     if here is None or presenter_key_setting() is None:
         return
 
     def show() -> None:
         if _key_ok("race_present_key"):
-            here.show_race(race)
+            _presenter_write(lambda: here.show_race(race))
 
     def hide() -> None:
         if _key_ok("race_present_key"):
-            here.hide_race()
+            _presenter_write(here.hide_race)
 
     with st.sidebar.expander("Show the race to the room", expanded=False):
         widgets.text_input("presenter key", type="password", key="race_present_key")
@@ -228,7 +260,8 @@ def _presenter_controls(here: RaceRoom | None, race: RaceResult, shown: RaceResu
 def probe_section(config_settings: Settings) -> None:
     """The probe's form and its latest result."""
     policy = current_policy()
-    pair = room().pair() if room() is not None else None
+    here = room()
+    pair = _or_none(here.pair) if here is not None else None
     st.header("Measure a real service")
     st.caption("Stream a few answers from any OpenAI-compatible endpoint (`python -m specviz serve`, vLLM, a provider) and read "
                "the timing: a server that speculates commits several tokens per target pass, and its stream comes in bursts.")  # fmt: skip
@@ -335,11 +368,33 @@ def _reported_note(result: ProbeResult) -> str:
 
 
 def exercise_section() -> None:
-    """Which service speculates? Shown while `serve-pair` runs (its truth file is in the run directory)."""
+    """Which service speculates? Shown while `serve-pair` runs (its truth is on the room's store)."""
     here = room()
-    pair = here.pair() if here is not None else None
+    pair = _or_none(here.pair) if here is not None else None
     if here is None or pair is None:
         return
+    try:
+        _exercise(here, pair)
+    except StoreUnavailable:
+        _unreachable()
+
+
+def _send_pending_guess(here: RaceRoom, pair, voter: str) -> str | None:
+    """A guess submitted while the store was unreachable, sent now (raises StoreUnavailable while it still is)."""
+    pending = st.session_state.get(GUESS_PENDING_KEY)
+    if pending is None or pending[0] != pair.id:
+        st.session_state.pop(GUESS_PENDING_KEY, None)
+        return None
+    try:
+        here.guess(pair.id, voter, pending[1])
+    except StoreUnavailable:
+        st.caption(f"Your guess (service {pending[1]}) waits for the room's store: it is sent when the store is back.")
+        raise
+    st.session_state.pop(GUESS_PENDING_KEY, None)
+    return pending[1]
+
+
+def _exercise(here: RaceRoom, pair) -> None:
     st.header("Which service speculates?")
     st.caption(
         "Two services answer with the same model and the same text; one of them speculates. Probe each above (service A, "
@@ -349,6 +404,7 @@ def exercise_section() -> None:
     revealed = here.revealed(pair.id)
     if not revealed:  # guesses close when the answer is out
         voter = voter_id(st.session_state.setdefault("race_voter", secrets.token_hex(16)))  # anonymous, one per browser session
+        _send_pending_guess(here, pair, voter)
         mine = here.guesses(pair.id).get(voter)
         cols = st.columns([2, 1])
         with cols[0]:
@@ -356,8 +412,9 @@ def exercise_section() -> None:
                                   index=NAMES.index(mine) if mine else 0)  # fmt: skip
         with cols[1]:
             if st.button("Submit my guess", key="race_guess_submit"):
-                here.guess(pair.id, voter, str(guess).removeprefix("service "))
                 mine = str(guess).removeprefix("service ")
+                st.session_state[GUESS_PENDING_KEY] = (pair.id, mine)  # kept until the store takes it
+                _send_pending_guess(here, pair, voter)
         if mine:
             st.caption(f"Your guess: service {mine} (submit again to change it).")
     st.fragment(_board, run_every=None if revealed else WATCH_EVERY_S)(here, pair)
@@ -365,7 +422,7 @@ def exercise_section() -> None:
 
         def reveal() -> None:
             if _key_ok("race_reveal_key"):
-                here.reveal(pair.id)
+                _presenter_write(lambda: here.reveal(pair.id))
 
         with st.expander("Reveal the answer (presenter)"):
             widgets.text_input("presenter key", type="password", key="race_reveal_key")
@@ -376,12 +433,16 @@ def exercise_section() -> None:
 
 def _board(here: RaceRoom, pair) -> None:
     """The room's guesses (a fragment: it reads the guesses again every few seconds, redrawing only itself)."""
-    tally = here.tally(pair.id)
+    try:
+        tally, revealed = here.tally(pair.id), here.revealed(pair.id)
+    except StoreUnavailable:
+        st.caption("The room's guesses show again when the room's store is back.")
+        return
     total = sum(tally.values())
     cols = st.columns(3)
     for col, name in zip(cols, NAMES):
         col.metric(f"guessed service {name}", tally[name])
-    if here.revealed(pair.id):
+    if revealed:
         answer = pair.answer
         drafter = next(s.drafter for s in pair.services if s.speculates)
         st.success(f"**Service {answer} speculates** (drafter {md_code(drafter)}); the other decodes plainly. "
@@ -395,10 +456,18 @@ def watch() -> None:
     here = room()
     if here is None or presenter_key_setting() is None:
         return
-    st.session_state[SEEN_KEY] = here.stamp()  # what this run drew
+    st.session_state[SEEN_KEY] = _stamp(here)  # what this run drew
 
     def look() -> None:
-        if here.stamp() != st.session_state.get(SEEN_KEY):
+        if _stamp(here) != st.session_state.get(SEEN_KEY):
             st.rerun()
 
     st.fragment(look, run_every=WATCH_EVERY_S)()
+
+
+def _stamp(here: RaceRoom) -> object:
+    """The room records' stamp, or "unreachable" (so the page reruns when the store goes away and when it is back)."""
+    try:
+        return here.stamp()
+    except StoreUnavailable:
+        return "unreachable"

@@ -15,7 +15,7 @@ from specviz.ui.room.lesson import board_counts
 from specviz.ui.room.present import is_presenter, steps_in_flight, store
 from specviz.viz.board import board_figure, board_frame, board_table
 from specviz.workshop.presentation import BoardPoint, Presentation, PresentationStore
-from specviz.workshop.room_state import StoreUnreachable
+from specviz.workshop.store import StoreUnavailable
 
 log = logging.getLogger(__name__)
 
@@ -31,7 +31,7 @@ def board_section(p: Presentation | None) -> None:
 
 
 def _board_points(room: PresentationStore, presentation_id: str) -> list[BoardPoint]:
-    """The board's points, read again only when it changed (see board_cache). Raises StoreUnreachable."""
+    """The board's points, read again only when it changed (see board_cache). Raises StoreUnavailable."""
     stamp = room.board_stamp(presentation_id)
     cache = board_cache(st.session_state.get(BOARD_CACHE_KEY), presentation_id, stamp, lambda: room.points(presentation_id))
     st.session_state[BOARD_CACHE_KEY] = cache
@@ -58,7 +58,7 @@ def _board(presentation_id: str) -> None:
     board_counts(presentation_id)  # the lesson's tasks: how many finished each (docs/lesson-45min.md)
     try:
         points = _board_points(room, presentation_id)
-    except StoreUnreachable:
+    except StoreUnavailable:
         cached = st.session_state.get(BOARD_CACHE_KEY)
         points = cached[2] if cached is not None and cached[0] == presentation_id else []
         st.warning("The room's store is unreachable: the board shows the points it last read, and moves on when the store is back.", icon="🎓")

@@ -28,6 +28,7 @@ from specviz.ui.common.sessions import session_id_now
 from specviz.ui.room import push
 from specviz.ui.room.fork import VIEW_KEY, on_fork
 from specviz.ui.room.present import (
+    PENDING_KEY,
     SEEN_KEY,
     is_presenter,
     live,
@@ -39,12 +40,14 @@ from specviz.ui.room.present import (
     unreachable,
     unreachable_notice,
 )
-from specviz.ui.room.saved_runs import run_store
+from specviz.ui.room.saved_runs import run_store, save_run
 from specviz.ui.step_through.replay import ReplaySession
+from specviz.ui.step_through.session import page_state
 from specviz.viz.markdown import md_text
 from specviz.workshop.presentation import Presentation, PresentationStore
 from specviz.workshop.resources import cached, singleton
 from specviz.workshop.saved_runs import SavedRun, SavedRunError
+from specviz.workshop.store import Store
 
 log = logging.getLogger(__name__)
 
@@ -237,16 +240,16 @@ def watch() -> None:
     st.fragment(_tick, run_every=every)()
 
 
-def _process_watcher(root: str) -> push.PresentationWatcher:
-    """The one watcher of this process's run directory (specviz.ui.room.push): made once per process, its thread started
+def _process_watcher(store: Store) -> push.PresentationWatcher:
+    """The one watcher of this process's room store (specviz.ui.room.push): made once per process, its thread started
     once, never again (a process singleton, which no client message can clear). It waits for Steps only."""
 
     def build() -> push.PresentationWatcher:
-        room = PresentationStore(root)
-        changes = room.changes()  # pub/sub on Redis, a poll of the file's stamp on a run directory
-        return push.PresentationWatcher(changes.stamp, room.read, page_key, steps_in_flight, wait=changes.wait)
+        room = PresentationStore(store)
+        wait = room.watch().wait if room.announced else None  # Redis: woken by pub/sub; a run directory: a poll of the stamp
+        return push.PresentationWatcher(room.stamp, room.read, page_key, steps_in_flight, wait=wait)
 
-    return singleton(("presentation-watcher", root), build)
+    return singleton(("presentation-watcher", store.description), build)
 
 
 def _watcher() -> push.PresentationWatcher | None:
@@ -254,7 +257,7 @@ def _watcher() -> push.PresentationWatcher | None:
     runs = run_store()
     if runs is None or not push.available():
         return None
-    return _process_watcher(str(runs.root))
+    return _process_watcher(runs.store)
 
 
 def _register(p: Presentation) -> bool:
@@ -285,6 +288,9 @@ def _tick() -> None:
     if verdict == "same" and seen[0] == "presenting" and p is not None and mine is not None:
         room = store()
         if room is not None:
+            session = page_state().session
+            if st.session_state.get(PENDING_KEY) and session is not None:
+                save_run(session)  # the Steps the store missed, saved before the room is moved on to them
             move(room, mine, selected_round=selected_round())  # the presenter's inspector (and any move not yet taken)
             try:
                 room.heartbeat(*mine)  # written only when due (presentation.heartbeat_every_s)

@@ -19,8 +19,8 @@ from specviz.ui.common import widgets
 from specviz.ui.room.present import live
 from specviz.ui.room.saved_runs import run_store
 from specviz.workshop.lesson import TASKS, LessonMarks, LessonTask, session_digest, tasks_on
-from specviz.workshop.room_state import StoreUnreachable
 from specviz.workshop.saved_runs import write_problem
+from specviz.workshop.store import StoreUnavailable
 
 log = logging.getLogger(__name__)
 
@@ -86,7 +86,7 @@ def _record() -> None:
         return
     secret = st.session_state.setdefault(SECRET_KEY, secrets.token_urlsafe(16))
     try:
-        fitted = LessonMarks(runs.root).record(p.id, session_digest(secret), finished)
+        fitted = LessonMarks(runs.store).record(p.id, session_digest(secret), finished)
     except OSError as exc:
         log.warning("lesson: could not record a task: %s", exc)
         st.caption(f"The room board could not count this yet: {write_problem(exc)}. Your ticks stay here and are counted when it works again.")
@@ -101,14 +101,14 @@ def board_counts(presentation_id: str) -> None:
     runs = run_store()
     if runs is None:
         return
-    marks = LessonMarks(runs.root)
+    marks = LessonMarks(runs.store)
     cached = st.session_state.get(COUNTS_KEY)
     try:
         stamp = marks.stamp(presentation_id)
         if not (isinstance(cached, tuple) and cached[:2] == (presentation_id, stamp)):
             cached = (presentation_id, stamp, marks.counts(presentation_id) if stamp is not None else {t.number: 0 for t in TASKS})
             st.session_state[COUNTS_KEY] = cached
-    except StoreUnreachable:
+    except StoreUnavailable:
         if not (isinstance(cached, tuple) and cached[0] == presentation_id):
             return  # nothing read yet: the board says the store is unreachable
     counts = cached[2]

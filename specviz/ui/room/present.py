@@ -12,7 +12,7 @@ heartbeat now and then (specviz.ui.room.follow's poll); without it the presentat
 SPECVIZ_PRESENTATION_IDLE_MINUTES. Following is specviz.ui.room.follow, forking specviz.ui.room.fork, the board
 specviz.ui.room.board.
 
-When the room's store cannot be reached (Redis away: specviz.workshop.room_state.StoreUnreachable), live() answers
+When the room's store cannot be reached (Redis away: specviz.workshop.store.StoreUnavailable), live() answers
 with the presentation this page last read and the page says the store is unreachable (unreachable_notice): the
 presenter stays the presenter and keeps stepping, a follower keeps the view it drew. A move of the presentation the
 store did not take is kept (PENDING_KEY) and sent again by the presenter's poll until it is taken.
@@ -36,9 +36,9 @@ from specviz.ui.step_through.session import StepSession, page_state
 from specviz.viz.markdown import md_text
 from specviz.workshop.presentation import Presentation, PresentationStore
 from specviz.workshop.presenter_key import KeyGuard, Verdict, key_weakness
-from specviz.workshop.room_state import StoreUnreachable
 from specviz.workshop.saved_runs import write_problem
 from specviz.workshop.serving import turns_in_flight
+from specviz.workshop.store import StoreUnavailable
 
 log = logging.getLogger(__name__)
 
@@ -66,7 +66,7 @@ WEAK_KEY_TEXT = (
 def store() -> PresentationStore | None:
     """The room's presentation, ending by itself after the owner's presentation idle time."""
     runs = run_store()
-    return None if runs is None else PresentationStore(runs.root, idle_s=quiet_policy().presentation_idle_minutes * 60)
+    return None if runs is None else PresentationStore(runs.store, idle_s=quiet_policy().presentation_idle_minutes * 60)
 
 
 def presenting_on() -> bool:
@@ -94,7 +94,7 @@ def live() -> Presentation | None:
         return None
     try:
         p = room.read()
-    except StoreUnreachable:
+    except StoreUnavailable:
         st.session_state[UNREACHABLE_KEY] = True
         return st.session_state.get(LAST_KEY)
     st.session_state[UNREACHABLE_KEY] = False

@@ -7,8 +7,8 @@ nothing, and a presenter's Step reached each follower only at its next tick, 0-0
 (sidebar included) was drawn again (docs/rooms.md).
 
 Here one daemon thread per process waits for the presentation to change and re-reads it only then: on Redis it
-waits for the change's announcement (pub/sub, specviz.workshop.room_state), re-reading every few seconds anyway in case
-one was lost; on a run directory it looks at the file's stamp every POLL_S. While the room's store is unreachable it
+waits for the change's announcement (pub/sub, specviz.workshop.store), with a poll of the stamp as the fallback in
+case one was lost; on a run directory it looks at the file's stamp every POLL_S, as it always did. While the room's store is unreachable it
 keeps the presentation it last read (followers keep their view) and tries again. A follower's page registers what it drew (the key of the presentation, computed by
 specviz.ui.room.follow) and the id of its stage fragment. When the same presentation moved on (a Step, a round picked
 in the presenter's inspector) the watcher asks that session to rerun its stage fragment, which looks the presentation
@@ -36,7 +36,8 @@ from dataclasses import dataclass
 
 log = logging.getLogger(__name__)
 
-POLL_S = 0.05  # the watcher looks this often: the file's stamp (one stat), or the announcements heard (no Redis call)
+POLL_S = 0.05  # the watcher looks this often at the stamp (one stat) where changes are not announced, or a redraw waits
+WAIT_S = 1.0  # where they are (Redis), the longest one wait for an announcement lasts
 MAX_DEFER_S = 0.5  # the longest a due redraw waits for participants' Steps in flight in this process
 
 
@@ -117,12 +118,13 @@ def _rerun_fragment(app, fragment_id: str) -> None:
 class PresentationWatcher:
     """The process's watcher (module docstring). stamp() is cheap (a stat, or the announcements heard), read() reads
     the presentation, key_of(p, mode) says what a page in that mode draws of it, in_flight() counts the participants'
-    Steps holding a model turn in this process (specviz.ui.room.present.steps_in_flight), wait(s) blocks until a change
-    is announced or s passed (time.sleep where nothing is announced), clock() is time.monotonic."""
+    Steps holding a model turn in this process (specviz.ui.room.present.steps_in_flight), wait(since, s) blocks until
+    the stamp differs from since or s passed (None where nothing is announced: the watcher sleeps POLL_S between looks),
+    clock() is time.monotonic."""
 
     def __init__(self, stamp: Callable[[], object], read: Callable[[], object], key_of: Callable[[object, str], Hashable],
                  in_flight: Callable[[], int], push: Callable[[str, str], bool] = push_rerun,
-                 clock: Callable[[], float] = time.monotonic, wait: Callable[[float], object] = time.sleep) -> None:  # fmt: skip
+                 clock: Callable[[], float] = time.monotonic, wait: Callable[[object, float], object] | None = None) -> None:  # fmt: skip
         self._stamp, self._read, self._key_of, self._in_flight, self._push = stamp, read, key_of, in_flight, push
         self._clock, self._wait = clock, wait
         self._unreachable = False  # the last read failed (said once in the log, not on every look)
@@ -154,11 +156,22 @@ class PresentationWatcher:
 
     def _loop(self) -> None:
         while True:
-            self._wait(POLL_S)
+            self._pause()
             try:
                 self.check()
             except Exception:  # the watcher must not die; the pages' safety-net poll still redraws them
                 log.exception("presentation watcher")
+
+    def _pause(self) -> None:
+        """Until the next look: an announcement (or WAIT_S), or POLL_S where nothing is announced or a redraw waits for
+        a Step in flight (the stamp does not move for that)."""
+        if self._wait is None or self._deferred_since is not None or self._unreachable:
+            time.sleep(POLL_S if not self._unreachable else WAIT_S)
+            return
+        try:
+            self._wait(self._last_stamp, WAIT_S)
+        except OSError:  # the store went away: check() says so
+            time.sleep(POLL_S)
 
     def check(self) -> int:
         """One look: re-read the presentation if its file changed, then ask every follower whose page drew an

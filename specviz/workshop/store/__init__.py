@@ -8,9 +8,9 @@ import re
 from collections.abc import Mapping
 from pathlib import Path
 
-from specviz.workshop.store.interface import LOCK_TIMEOUT_S, Entry, Store, StoreUnavailable, check_name
+from specviz.workshop.store.interface import LOCK_TIMEOUT_S, Entry, Store, StoreUnavailable, Watch, check_name
 
-__all__ = ["LOCK_TIMEOUT_S", "STORE_ENV", "Entry", "Store", "StoreUnavailable", "check_name", "default_run_dir", "open_store"]
+__all__ = ["LOCK_TIMEOUT_S", "STORE_ENV", "Entry", "Store", "StoreUnavailable", "Watch", "check_name", "default_run_dir", "open_store"]
 
 STORE_ENV = "SPECVIZ_STORE"
 

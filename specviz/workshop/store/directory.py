@@ -166,13 +166,10 @@ class DirectoryStore:
         return tuple(out)
 
     def wait(self, names: Iterable[str], since: Hashable, timeout_s: float) -> Hashable:
-        names = tuple(names)
-        deadline = time.monotonic() + timeout_s
-        for _ in _polls(deadline):
-            now = self.stamp(*names)
-            if now != since:
-                return now
-        return self.stamp(*names)
+        return self.watch(names).wait(since, timeout_s)
+
+    def watch(self, names: Iterable[str]) -> _PollWatch:
+        return _PollWatch(self, tuple(names))
 
     # --- replicas ------------------------------------------------------------------------------------------------
 
@@ -197,6 +194,24 @@ class DirectoryStore:
         self._ensure_dir()
         if not os.access(self.root, os.W_OK | os.X_OK):
             raise OSError(f"{self.description} cannot be written by this server's user")
+
+
+class _PollWatch:
+    """The directory's watch: a poll of the stamp every POLL_S."""
+
+    def __init__(self, store: DirectoryStore, names: tuple[str, ...]) -> None:
+        self.store, self.names = store, names
+
+    def wait(self, since: Hashable, timeout_s: float) -> Hashable:
+        deadline = time.monotonic() + timeout_s
+        for _ in _polls(deadline):
+            now = self.store.stamp(*self.names)
+            if now != since:
+                return now
+        return self.store.stamp(*self.names)
+
+    def close(self) -> None:
+        pass
 
 
 def _polls(deadline: float) -> Iterator[None]:

@@ -25,6 +25,9 @@ A room-state module is written against ``Store`` only and gets one from ``open_s
 
     tally = Tally(open_store())                              # SPECVIZ_STORE, else the run directory
 
+    watch = store.watch(["room.tally"])                      # a watcher thread: woken by a change (Redis pub/sub;
+    stamp = watch.wait(stamp, timeout_s=5)                   # the directory polls), or after 5 s; watch.close() at the end
+
 Names are file names (letters, digits, ``.``, ``_``, ``-``; a leading dot for lock and hidden names): never a path,
 never a participant's text unchecked. The same name means the same thing on both backends. Values are bytes the
 caller validates like hostile input (a damaged value reads as the caller decides, never as an exception it forgot).
@@ -63,6 +66,14 @@ def check_name(name: str) -> str:
     if not isinstance(name, str) or not _NAME.fullmatch(name) or ".." in name:
         raise ValueError(f"not a store name: {str(name)[:40]!r}")
     return name
+
+
+class Watch(Protocol):
+    """What Store.watch returns: wait() as Store.wait, on the names it was made for, and close()."""
+
+    def wait(self, since: Hashable, timeout_s: float) -> Hashable: ...
+
+    def close(self) -> None: ...
 
 
 class Store(Protocol):
@@ -132,6 +143,11 @@ class Store(Protocol):
     def wait(self, names: Iterable[str], since: Hashable, timeout_s: float) -> Hashable:
         """Block until stamp(*names) differs from since or timeout_s passed; returns the stamp now (Redis: woken by
         pub/sub, with a poll as the fallback; directory: a poll)."""
+        ...
+
+    def watch(self, names: Iterable[str]) -> Watch:
+        """A long-lived wait() on these names for a watcher thread (Redis: one subscription kept open, not one per
+        wait). Close it when done; a failed wait (StoreUnavailable) subscribes again on the next one."""
         ...
 
     # --- replicas ----------------------------------------------------------------------------------------------

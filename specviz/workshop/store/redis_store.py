@@ -13,7 +13,9 @@ Keys, under the prefix ``specviz:`` (one room per Redis database; the URL's /N p
 
 Writes to one name are one MULTI/EXEC or one Lua script: a reader sees a write whole or not at all. mtimes are this
 host's time.time(), as the callers compare them with (keep the hosts' clocks in step: NTP). Connection errors and
-timeouts become StoreUnavailable naming the store (host, port, database: never the password).
+timeouts become StoreUnavailable naming the store (host, port, database: never the password); a Redis at its
+maxmemory (run it with ``maxmemory-policy noeviction``: specviz evicts, Redis must not drop keys by itself) refuses
+writes, an OSError that says the store is full.
 """
 
 from __future__ import annotations
@@ -111,6 +113,11 @@ class RedisStore:
             yield
         except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError) as exc:
             raise StoreUnavailable(f"the room's store ({self.description}) is unreachable ({_reason(exc)}); specviz tries again") from None
+        except redis.exceptions.ResponseError as exc:
+            said = str(exc).rpartition("caused error: ")[2]  # a pipeline's error names the command and its key: not shown
+            if "maxmemory" in said or said.startswith("OOM"):  # noeviction at maxmemory: writes refused, reads work
+                raise OSError(f"the room's store ({self.description}) is full: Redis reached its maxmemory (tell the person running it)") from None
+            raise OSError(f"the room's store ({self.description}) refused the operation ({_reason(said)})") from None
 
     def _changed(self, pipe: redis.client.Pipeline, name: str) -> None:
         """Queue the name's stamp bump and its notice."""
@@ -245,22 +252,14 @@ class RedisStore:
             return tuple(self.client.mget([self._key("v", n) for n in names]))
 
     def wait(self, names: Iterable[str], since: Hashable, timeout_s: float) -> Hashable:
-        """Subscribe first, then compare the stamp (a change between the caller's stamp and the subscription is not
-        missed), then sleep on the channels; a poll of the stamp every POLL_S is the fallback."""
-        names = tuple(names)
-        deadline = time.monotonic() + timeout_s
-        with self._reachable():
-            pubsub = self.client.pubsub(ignore_subscribe_messages=True)
-            try:
-                pubsub.subscribe(*[self._key("ch", n) for n in names])
-                while True:
-                    now = self.stamp(*names)
-                    left = deadline - time.monotonic()
-                    if now != since or left <= 0:
-                        return now
-                    pubsub.get_message(timeout=min(POLL_S, left))
-            finally:
-                pubsub.close()
+        watch = self.watch(names)
+        try:
+            return watch.wait(since, timeout_s)
+        finally:
+            watch.close()
+
+    def watch(self, names: Iterable[str]) -> _RedisWatch:
+        return _RedisWatch(self, tuple(names))
 
     # --- replicas ------------------------------------------------------------------------------------------------
 
@@ -280,10 +279,45 @@ class RedisStore:
             self.client.ping()
 
 
+class _RedisWatch:
+    """One subscription to the names' channels, kept between waits. Each wait subscribes first (when it has no
+    subscription), then compares the stamp, so a change between the caller's stamp and the subscription is not
+    missed; then it sleeps on the channels, reading the stamp again at least every POLL_S (the fallback)."""
+
+    def __init__(self, store: RedisStore, names: tuple[str, ...]) -> None:
+        self.store, self.names = store, names
+        self._pubsub: redis.client.PubSub | None = None
+
+    def wait(self, since: Hashable, timeout_s: float) -> Hashable:
+        deadline = time.monotonic() + timeout_s
+        try:
+            with self.store._reachable():
+                if self._pubsub is None:
+                    self._pubsub = self.store.client.pubsub(ignore_subscribe_messages=True)
+                    self._pubsub.subscribe(*[self.store._key("ch", n) for n in self.names])
+                while True:
+                    now = self.store.stamp(*self.names)
+                    left = deadline - time.monotonic()
+                    if now != since or left <= 0:
+                        return now
+                    if self._pubsub.get_message(timeout=min(POLL_S, left)) is not None:
+                        while self._pubsub.get_message(timeout=0) is not None:
+                            pass  # several notices waiting: one read of the stamp for all of them
+        except OSError:
+            self.close()  # subscribe again next time
+            raise
+
+    def close(self) -> None:
+        if self._pubsub is not None:
+            with contextlib.suppress(redis.exceptions.RedisError, OSError):
+                self._pubsub.close()
+            self._pubsub = None
+
+
 def _ms(seconds: float) -> int:
     return max(1, int(seconds * 1000))
 
 
-def _reason(exc: BaseException) -> str:
+def _reason(exc: BaseException | str) -> str:
     """The client's words, cut short (they can name the host, never the password)."""
     return (str(exc) or type(exc).__name__).splitlines()[0][:160]
