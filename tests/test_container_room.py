@@ -18,6 +18,8 @@ import contextlib
 import importlib.util
 import secrets
 import time
+from collections.abc import Iterator
+from dataclasses import dataclass
 
 import pytest
 
@@ -83,7 +85,18 @@ def wait_for_round(session: StSession, n: int, timeout_s: float) -> int | None:
     return shown_round(session)
 
 
-def test_a_room_of_containers_shares_nothing_but_redis(images):
+@dataclass
+class ContainerRoom:
+    url: str
+    key: str
+    replicas: list[cc.Container]
+    balancer: cc.Container
+
+
+@pytest.fixture(scope="module")
+def room(images) -> Iterator[ContainerRoom]:
+    """Redis, two replica containers and the balancer, started once for the module's tests (in order: the last kills
+    a replica)."""
     image, redis_image = images
     address = host_address() or "127.0.0.1"
     key, store_port = pk.generate_key(), free_port()
@@ -104,52 +117,66 @@ def test_a_room_of_containers_shares_nothing_but_redis(images):
         for r in replicas:
             r.wait_healthy()
         balancer.wait_healthy()
-        assert redis.running()
-        first, second = (mounts(r) for r in replicas)
-        assert not first & second, (first, second)  # each replica's /data is its own: nothing shared but Redis
-        for r in replicas:
-            assert cc.podman("inspect", "--format", "{{.HostConfig.Memory}}", r.name).stdout.strip() == str(3 * 2**30)
-        url = balancer.url
-
-        # present on r1; a follower held on r2 redraws the presenter's next round
-        with pin_replica(StSession(url, PRESENTER.query(64), timeout_s=cc.STEP_TIMEOUT_S), "r1") as teacher:
-            teacher.click("step")
-            teacher.set_widget("present_key", key)
-            teacher.click("present")
-            assert any("You are presenting" in t for t in teacher.alerts()), teacher.alerts()
-            assert sticky_replica(teacher) == "r1"
-            with pin_replica(StSession(url, timeout_s=cc.STEP_TIMEOUT_S), "r2") as follower:
-                assert sticky_replica(follower) == "r2" and any("Served by replica c2" in t for t in follower.texts()), follower.texts()
-                assert wait_for_round(follower, 1, REDRAW_TIMEOUT_S) == 1, follower.alerts()
-                teacher.click("step")
-                assert wait_for_round(follower, 2, REDRAW_TIMEOUT_S) == 2, follower.alerts()
-                assert not follower.exceptions() and not teacher.exceptions()
-
-        # three wrong keys from one client, over both replicas, lock it on both
-        for n, replica in enumerate(["r1", "r2", "r1"][: pk.CLIENT_FREE_TRIES]):
-            said, landed = guess(url, replica, f"wrong guess {n}", "127.0.0.11")
-            assert landed == replica and "That is not the presenter key" in said, said
-        assert "from your address" in said, said
-        for replica in ("r1", "r2"):
-            said, landed = guess(url, replica, key, "127.0.0.11")
-            assert landed == replica and "Too many wrong keys from your address" in said, said
-
-        # a participant's run on r1; r1's container killed; the ?run= link restores it on r2
-        with pin_replica(StSession(url, "max_new_tokens=16", timeout_s=cc.STEP_TIMEOUT_S), "r1") as participant:
-            participant.click("step")
-            assert participant.metric("rounds") == "1" and not participant.exceptions()
-            token = dict(pair.split("=", 1) for pair in participant.query.split("&")).get("run")
-        assert token, participant.query
-        before = downs(balancer, "r1")
-        cc.podman("kill", replicas[0].name)
-        deadline = time.monotonic() + 60
-        while downs(balancer, "r1") == before and time.monotonic() < deadline:
+        deadline = time.monotonic() + 30  # both replicas UP in HAProxy's eyes (checked every 2 s), not only one
+        while balancer.logs().count(" is UP") < 2 and time.monotonic() < deadline:
             time.sleep(0.5)
-        assert downs(balancer, "r1") > before, balancer.logs()[-3000:]
-        with pin_replica(StSession(url, f"max_new_tokens=16&run={token}", timeout_s=cc.STEP_TIMEOUT_S), "r1") as again:
-            texts = again.texts()
-            assert any("Restored this run at round 1" in t for t in texts) and any("Served by replica c2" in t for t in texts), texts
-            again.click("Step")
-            assert again.metric("rounds") == "2" and not again.exceptions()
-        for r in replicas[1:]:
-            assert "Traceback" not in r.logs(), r.logs()[-4000:]
+        assert redis.running()
+        yield ContainerRoom(balancer.url, key, replicas, balancer)
+        for r in replicas:
+            if r.running():
+                assert "Traceback" not in r.logs(), r.logs()[-4000:]
+
+
+def test_the_replicas_share_no_volume_and_have_memory_limits(room):
+    first, second = (mounts(r) for r in room.replicas)
+    assert not first & second, (first, second)  # each replica's /data is its own: nothing shared but Redis
+    for r in room.replicas:
+        assert cc.podman("inspect", "--format", "{{.HostConfig.Memory}}", r.name).stdout.strip() == str(3 * 2**30)
+
+
+def test_present_on_one_replica_and_a_follower_on_the_other_redraws(room):
+    with pin_replica(StSession(room.url, PRESENTER.query(64), timeout_s=cc.STEP_TIMEOUT_S), "r1") as teacher:
+        teacher.click("step")
+        teacher.set_widget("present_key", room.key)
+        teacher.click("present")
+        assert any("You are presenting" in t for t in teacher.alerts()), teacher.alerts()
+        assert sticky_replica(teacher) == "r1"
+        with pin_replica(StSession(room.url, timeout_s=cc.STEP_TIMEOUT_S), "r2") as follower:
+            assert sticky_replica(follower) == "r2" and any("Served by replica c2" in t for t in follower.texts()), follower.texts()
+            assert wait_for_round(follower, 1, REDRAW_TIMEOUT_S) == 1, follower.alerts()
+            teacher.click("step")
+            assert wait_for_round(follower, 2, REDRAW_TIMEOUT_S) == 2, follower.alerts()
+            assert not follower.exceptions() and not teacher.exceptions()
+        teacher.click("stop_present")  # the room is everyone's own again for the tests below
+        assert not any("You are presenting" in t for t in teacher.alerts()), teacher.alerts()
+
+
+def test_three_wrong_keys_from_one_client_are_limited_on_both_replicas(room):
+    for n, replica in enumerate(["r1", "r2", "r1"][: pk.CLIENT_FREE_TRIES]):
+        said, landed = guess(room.url, replica, f"wrong guess {n}", "127.0.0.11")
+        assert landed == replica and "That is not the presenter key" in said, said
+    assert "from your address" in said, said
+    for replica in ("r1", "r2"):
+        said, landed = guess(room.url, replica, room.key, "127.0.0.11")
+        assert landed == replica and "Too many wrong keys from your address" in said, said
+
+
+def test_a_killed_replicas_run_restores_on_the_other_from_its_link(room):
+    with pin_replica(StSession(room.url, "max_new_tokens=16", timeout_s=cc.STEP_TIMEOUT_S), "r1") as participant:
+        if participant.has_widget("follow"):  # a presentation still live: this participant wants its own run
+            participant.set_widget("follow", False)
+        participant.click("step")
+        assert participant.metric("rounds") == "1" and not participant.exceptions()
+        token = dict(pair.split("=", 1) for pair in participant.query.split("&")).get("run")
+    assert token, participant.query
+    before = downs(room.balancer, "r1")
+    cc.podman("kill", room.replicas[0].name)
+    deadline = time.monotonic() + 60
+    while downs(room.balancer, "r1") == before and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert downs(room.balancer, "r1") > before, room.balancer.logs()[-3000:]
+    with pin_replica(StSession(room.url, f"max_new_tokens=16&run={token}", timeout_s=cc.STEP_TIMEOUT_S), "r1") as again:
+        texts = again.texts()
+        assert any("Restored this run at round 1" in t for t in texts) and any("Served by replica c2" in t for t in texts), texts
+        again.click("Step")
+        assert again.metric("rounds") == "2" and not again.exceptions()
