@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import ipaddress
+import logging
 import os
 import signal
 import socket
@@ -76,7 +77,7 @@ def test_a_replica_needs_the_rooms_cookie_secret_and_checks_its_trusted_proxies(
     assert replica_id(None, 8502).endswith(":8502")
 
 
-def test_the_room_balances_backends_with_or_without_local_replicas(monkeypatch):
+def test_the_room_balances_backends_with_or_without_local_replicas(monkeypatch, caplog):
     args = build_parser().parse_args(["room", "--replicas", "0", "--backend", "10.0.0.5:8501", "--backend", "worker-2:8501"])
     assert args.replicas == 0 and args.backend == ["10.0.0.5:8501", "worker-2:8501"]
     with pytest.raises(RoomError, match="at least 1 .*--backend"):
@@ -93,9 +94,17 @@ def test_the_room_balances_backends_with_or_without_local_replicas(monkeypatch):
     finally:
         room.stop()
     monkeypatch.setenv("STREAMLIT_SERVER_COOKIE_SECRET", SECRET)
+    monkeypatch.delenv("SPECVIZ_STORE", raising=False)
     room = Room(1, free_port(), backends=["10.0.0.5:8501"])
     try:
         assert [b.id for b in room.backends] == ["r2"] and room.env["STREAMLIT_SERVER_COOKIE_SECRET"] == SECRET  # r1 is local
+        with caplog.at_level(logging.WARNING, logger="specviz.workshop.room"):
+            room._check_store()
+        assert "SPECVIZ_STORE is not set" in caplog.text  # local replicas beside remote ones would share nothing
+        caplog.clear()
+        room.env["SPECVIZ_STORE"] = "redis://store:6379/0"
+        room._check_store()
+        assert not caplog.text
     finally:
         room.stop()
 

@@ -38,6 +38,7 @@ from specviz.workshop.room.balancer import (
 )
 from specviz.workshop.room.key import room_presenter_key, secrets_files, terminal
 from specviz.workshop.saved_runs import default_run_dir
+from specviz.workshop.store import STORE_ENV
 
 log = logging.getLogger(__name__)
 
@@ -157,6 +158,13 @@ class Room:
         env[MEMORY_SHARE_ENV] = replica_memory_share(env, len(self.replicas))
         return env
 
+    def _check_store(self) -> None:
+        """Say when replicas on other hosts and this machine's share no store: without SPECVIZ_STORE the room's state
+        (saved runs, the presentation, the key's counters) stays in each host's own run directory."""
+        if self.backends and self.replicas and not self.env.get(STORE_ENV, "").strip():
+            log.warning("%s is not set: this machine's replicas keep the room's state in %s, which the replicas on other hosts do not see; "
+                        "set %s=redis://HOST:6379/0 here and on every worker (docs/rooms.md, Several machines)", STORE_ENV, self.env["SPECVIZ_RUN_DIR"], STORE_ENV)  # fmt: skip
+
     def _log_budget(self) -> None:
         """Say at start what memory each replica's KV-cache budget is cut from (each replica logs its budget in tokens
         when its first run reserves: specviz.ui.common.budgets)."""
@@ -215,6 +223,7 @@ class Room:
             signal.signal(sig, self._ask_stop)
         try:
             self._presenter_key()
+            self._check_store()
             self._log_budget()
             for r in self.replicas:
                 self._start_replica(r)
