@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 from specviz.cli.terminal import emit
@@ -22,8 +23,6 @@ def add_parser(sub) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    import os
-
     if not 0 < args.port < 65536:
         emit(f"error: --port {args.port} is not a port.", err=True)
         return 2
