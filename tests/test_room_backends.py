@@ -77,6 +77,13 @@ def test_a_replica_needs_the_rooms_cookie_secret_and_checks_its_trusted_proxies(
     assert replica_id(None, 8502).endswith(":8502")
 
 
+def test_the_replica_command_says_what_is_missing_and_starts_nothing(tmp_path):
+    env = clean_env(tmp_path)
+    for args, said in ((["--port", str(free_port())], "STREAMLIT_SERVER_COOKIE_SECRET is not set"), (["--port", "0"], "is not a port")):
+        done = subprocess.run([sys.executable, "-m", "specviz", "replica", *args], cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
+        assert done.returncode == 2 and said in done.stderr and "Traceback" not in done.stderr, done.stderr
+
+
 def test_the_room_balances_backends_with_or_without_local_replicas(monkeypatch, caplog):
     args = build_parser().parse_args(["room", "--replicas", "0", "--backend", "10.0.0.5:8501", "--backend", "worker-2:8501"])
     assert args.replicas == 0 and args.backend == ["10.0.0.5:8501", "worker-2:8501"]
