@@ -203,3 +203,26 @@ def test_a_probe_shows_the_servers_acceptance_length_beside_the_bursts(monkeypat
     if result.report.tau is not None:
         assert shown.delta == f"{result.report.tau - 2.5:+.2f} bursts − server"
     assert "vLLM metrics.speculative_decoding" in texts(at) and "draft acceptance rate 0.38" in texts(at)
+
+
+def test_a_guess_made_while_the_rooms_store_is_away_is_kept_and_sent_when_it_is_back(redis_server, room_env, monkeypatch):  # noqa: F811
+    """Redis goes away during the exercise: the page says the room's store is unreachable instead of failing, the
+    guess submitted meanwhile stays on the page, and its next run after Redis is back sends it (nothing lost)."""
+    from specviz.workshop.store import open_store
+
+    monkeypatch.setenv("SPECVIZ_PRESENTER_KEY", KEY)
+    monkeypatch.setenv("SPECVIZ_STORE", redis_server.url)
+    urls = ("http://127.0.0.1:8001/v1", "http://127.0.0.1:8002/v1")
+    monkeypatch.setenv("SPECVIZ_PROBE_URLS", ",".join(urls))
+    exercise = Pair.new(urls, speculating=1, drafter="lookup")
+    RaceRoom(open_store()).start_pair(exercise)
+    at = page()
+    assert "Which service speculates?" in [h.value for h in at.header]
+    at.radio(key="race_guess").set_value("service B").run()
+    redis_server.stop()
+    click(at, "race_guess_submit")
+    assert "The room's store is unreachable" in texts(at) and "waits for the room's store" in texts(at)
+    redis_server.start()
+    at.run()
+    assert not at.exception and RaceRoom(open_store()).tally(exercise.id) == {"A": 0, "B": 1}
+    assert "unreachable" not in texts(at) and "Your guess: service B" in texts(at)

@@ -17,7 +17,7 @@ from specviz.ui.common.navigation import PAGE_SPECS
 from specviz.workshop import lesson
 from specviz.workshop.lesson import TASKS, LessonMarks, marks_name, session_digest
 from specviz.workshop.presentation import PresentationStore
-from tests.test_app_saved_runs import room_runs  # noqa: F401  (a fixture: shared mode, the room's store on each backend)
+from tests.test_app_saved_runs import room_env, room_runs  # noqa: F401  (fixtures: shared mode, the room's store on each backend)
 from tests.test_app_shared import PAGES
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -216,3 +216,19 @@ def test_the_board_shows_how_many_finished_each_task(room_runs):  # noqa: F811
     assert not at.exception, [e.value for e in at.exception]
     shown = {m.label: m.value for m in at.metric}
     assert shown == {"task 1": "3", "task 2": "1", "task 3": "1", "task 4": "0", "task 5": "0"}
+
+
+def test_a_task_finished_while_the_rooms_store_is_away_is_counted_when_it_is_back(redis_server, room_env, monkeypatch):  # noqa: F811
+    """Redis goes away during the lesson: the page says the board could not count the task yet (it does not fail),
+    the ticks stay in the session, and the page's next run after Redis is back writes them."""
+    from specviz.workshop.store import open_store
+
+    monkeypatch.setenv("SPECVIZ_STORE", redis_server.url)
+    pid = live_presentation(open_store())
+    at = theory_page()
+    redis_server.stop()
+    tick_task(at, 2)
+    assert any("could not count this yet" in c.value and "unreachable" in c.value for c in at.caption)
+    redis_server.start()
+    at.run()
+    assert not at.exception and LessonMarks(open_store()).counts(pid)[2] == 1

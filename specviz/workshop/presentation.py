@@ -11,7 +11,7 @@ share, or Redis), so any replica reads it and no replica ever reads another part
 `run` is the presented run's token (its saved run is written after every Step by the saved-runs machinery), `round`
 its rounds, `selected_round` the round the presenter's inspector shows (None: the latest), `version` a counter bumped
 on every change followers draw (they compare it with what they drew: a read of a record under 1 KB, no model time;
-on Redis every change is also announced, and each process's watcher waits for that: wait()).
+on Redis every change is also announced, and each process's watcher waits for that: watch()).
 `holder` is a random id of the presenting browser session's claim (its page keeps it; the key is never kept), and
 `heartbeat` the time.time() that page last showed it was there. The names end in neither ``.json`` nor anything the
 run store evicts. Nothing secret is in either record: the presenter key is compared in memory

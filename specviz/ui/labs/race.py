@@ -58,6 +58,8 @@ PROBE_DEADLINE_S = 120.0  # a participant's whole probe (the owner's: ProbeSpec'
 WATCH_EVERY_S = 3.0  # how often a page looks whether the presenter showed a race, or the exercise moved on
 SEEN_KEY = "specviz_race_room_seen"  # the room files' stamp this page last drew
 GUESS_PENDING_KEY = "specviz_race_guess_pending"  # (pair id, guess) submitted while the store was unreachable
+PAIR_KEY = "specviz_race_pair"  # the exercise this page last read (drawn from it while the store is unreachable)
+UNREACHABLE_SAID_KEY = "specviz_race_unreachable_said"  # this page run said the store is unreachable already
 UNREACHABLE_TEXT = ("The room's store is unreachable: the presenter's race and the exercise show again when it is back "
                     "(this page looks every few seconds). Your own race and probes work as usual.")  # fmt: skip
 PLAYER_HEIGHT = 450
@@ -81,25 +83,25 @@ def room() -> RaceRoom | None:
 
 def _unreachable() -> None:
     """Say once per page run that the room's store is unreachable."""
-    if not st.session_state.get("_race_unreachable_said"):
-        st.session_state["_race_unreachable_said"] = True
+    if not st.session_state.get(UNREACHABLE_SAID_KEY):
+        st.session_state[UNREACHABLE_SAID_KEY] = True
         st.warning(UNREACHABLE_TEXT, icon="🎓")
 
 
-def _or_none(read):
-    """read(), or None while the room's store is unreachable (the page says so)."""
+def _or(read, default=None):
+    """read(), or default while the room's store is unreachable (the page says so)."""
     try:
         return read()
     except StoreUnavailable:
         _unreachable()
-        return None
+        return default
 
 
 def race_section(config_settings: Settings) -> None:
     """Start a race, open a saved one, or follow the presenter's; then draw whichever is chosen."""
-    st.session_state["_race_unreachable_said"] = False
+    st.session_state[UNREACHABLE_SAID_KEY] = False  # the page's first room section: a new run says it anew
     here = room()
-    shown = _or_none(here.race) if here is not None else None
+    shown = _or(here.race) if here is not None else None
     cols = st.columns([1, 2])
     with cols[0]:
         start = st.button("🏁 Start the race", key="race_start", type="primary", disabled=config_settings.config is None,
@@ -261,7 +263,7 @@ def probe_section(config_settings: Settings) -> None:
     """The probe's form and its latest result."""
     policy = current_policy()
     here = room()
-    pair = _or_none(here.pair) if here is not None else None
+    pair = _or(here.pair, st.session_state.get(PAIR_KEY)) if here is not None else None
     st.header("Measure a real service")
     st.caption("Stream a few answers from any OpenAI-compatible endpoint (`python -m specviz serve`, vLLM, a provider) and read "
                "the timing: a server that speculates commits several tokens per target pass, and its stream comes in bursts.")  # fmt: skip
@@ -368,30 +370,30 @@ def _reported_note(result: ProbeResult) -> str:
 
 
 def exercise_section() -> None:
-    """Which service speculates? Shown while `serve-pair` runs (its truth is on the room's store)."""
+    """Which service speculates? Shown while `serve-pair` runs (its truth is on the room's store); while the store is
+    unreachable, the exercise this page last read, so a guess can still be made (and is sent when the store is back)."""
     here = room()
-    pair = _or_none(here.pair) if here is not None else None
-    if here is None or pair is None:
+    if here is None:
         return
-    try:
+    pair = _or(here.pair, st.session_state.get(PAIR_KEY))
+    st.session_state[PAIR_KEY] = pair
+    if pair is not None:
         _exercise(here, pair)
-    except StoreUnavailable:
-        _unreachable()
 
 
-def _send_pending_guess(here: RaceRoom, pair, voter: str) -> str | None:
-    """A guess submitted while the store was unreachable, sent now (raises StoreUnavailable while it still is)."""
+def _send_pending_guess(here: RaceRoom, pair, voter: str) -> None:
+    """A guess submitted while the store was unreachable, sent now; while it still is, kept (and said)."""
     pending = st.session_state.get(GUESS_PENDING_KEY)
     if pending is None or pending[0] != pair.id:
         st.session_state.pop(GUESS_PENDING_KEY, None)
-        return None
+        return
     try:
         here.guess(pair.id, voter, pending[1])
     except StoreUnavailable:
+        _unreachable()
         st.caption(f"Your guess (service {pending[1]}) waits for the room's store: it is sent when the store is back.")
-        raise
+        return
     st.session_state.pop(GUESS_PENDING_KEY, None)
-    return pending[1]
 
 
 def _exercise(here: RaceRoom, pair) -> None:
@@ -401,11 +403,12 @@ def _exercise(here: RaceRoom, pair) -> None:
         "service B), look at the gaps and the bursts, then guess. The board shows the room's guesses; the presenter reveals "
         "the answer."
     )
-    revealed = here.revealed(pair.id)
+    revealed = _or(lambda: here.revealed(pair.id), False)
     if not revealed:  # guesses close when the answer is out
         voter = voter_id(st.session_state.setdefault("race_voter", secrets.token_hex(16)))  # anonymous, one per browser session
         _send_pending_guess(here, pair, voter)
-        mine = here.guesses(pair.id).get(voter)
+        pending = st.session_state.get(GUESS_PENDING_KEY)
+        mine = pending[1] if pending is not None else _or(lambda: here.guesses(pair.id).get(voter))
         cols = st.columns([2, 1])
         with cols[0]:
             guess = widgets.radio("My guess: the one that speculates is", [f"service {n}" for n in NAMES], key="race_guess", horizontal=True,

@@ -16,7 +16,7 @@ from pathlib import Path
 import streamlit as st
 
 from specviz.ui.common import widgets
-from specviz.ui.room.present import live
+from specviz.ui.room.present import live, unreachable
 from specviz.ui.room.saved_runs import run_store
 from specviz.workshop.lesson import TASKS, LessonMarks, LessonTask, session_digest, tasks_on
 from specviz.workshop.saved_runs import write_problem
@@ -80,6 +80,9 @@ def _record() -> None:
     if not finished and recorded is None:
         return  # nothing to count and nothing to take back: no file read
     p, runs = live(), run_store()
+    if p is None and unreachable():
+        st.caption("The room board could not count this yet: the room's store is unreachable. Your ticks stay here and are counted when it works again.")
+        return
     if p is None or runs is None:
         return
     if recorded == (p.id, finished):

@@ -201,7 +201,7 @@ def _on_present() -> None:
         presentation, before = room.start(session.run_token, session.num_rounds, new_board=new_board)
     except OSError as exc:
         log.warning("room: could not start a presentation: %s", exc)
-        _say("error", f"The presentation could not be started: {write_problem(exc)}. Press **Present this run** again when it is back.")
+        _say("error", f"The presentation could not be started: {write_problem(exc)}. Press **Present this run** again in a moment.")
         return
     st.session_state[PRESENTING_KEY] = (presentation.id, presentation.holder)
     st.session_state[LAST_KEY], st.session_state[UNREACHABLE_KEY] = presentation, False
