@@ -25,6 +25,11 @@ if ! command -v podman >/dev/null 2>&1 || ! command -v runc >/dev/null 2>&1 || !
   SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
   $SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq podman runc mmdebstrap >/dev/null
 fi
+# compose.yaml's schema check (tests/test_deploy_files.py) runs Debian's docker-compose (1.29: `config` only, no engine).
+if ! command -v docker-compose >/dev/null 2>&1; then
+  SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
+  $SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends docker-compose >/dev/null
+fi
 # The aiperf test (tests/test_aiperf.py) runs NVIDIA's aiperf from a venv of its own (it pins its own transformers),
 # built once under ~/.cache/specviz-aiperf-venv (about a minute or more, from PyPI); where it cannot be built the test skips.
 bash scripts/aiperf_venv.sh >/dev/null || echo "aiperf's venv was not built: tests/test_aiperf.py will skip" >&2

@@ -10,14 +10,15 @@ import sys
 from collections.abc import Sequence
 
 from specviz import __version__
-from specviz.cli import app, batch, bench, generate, info, probe, profile, replay, room, serve, serve_pair, train_heads
+from specviz.cli import app, batch, bench, generate, info, probe, profile, replay, replica, room, serve, serve_pair, train_heads
 from specviz.cli.terminal import EscapingFormatter, emit
 
 # Each module registers its subcommand (add_parser) and runs it (run); help lists them in this order. A module's
 # add_parser imports only what its defaults need (never transformers: `replay` loads no model).
 COMMANDS = {
     "generate": generate, "replay": replay, "info": info, "bench": bench, "profile": profile, "batch": batch,
-    "train-heads": train_heads, "app": app, "room": room, "serve": serve, "serve-pair": serve_pair, "probe": probe,
+    "train-heads": train_heads, "app": app, "room": room, "replica": replica, "serve": serve, "serve-pair": serve_pair,
+    "probe": probe,
 }  # fmt: skip
 
 

@@ -85,6 +85,27 @@ def ensure_local_base(tag: str = LOCAL_BASE, timeout_s: float = 900) -> str:
     return tag
 
 
+# Redis for the room's store in the container test (tests/test_container_room.py): Debian's redis-server on the local
+# base, since images cannot be pulled here (compose.yaml uses the image redis:7).
+REDIS_CONTAINERFILE = f"""FROM {LOCAL_BASE}
+RUN apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends redis-server \\
+ && apt-get clean && rm -rf /var/lib/apt/lists/*
+USER redis
+CMD ["redis-server", "--protected-mode", "no", "--save", "", "--appendonly", "no"]
+"""
+
+
+def ensure_redis_image(tag: str, timeout_s: float = 900) -> str:
+    """A Redis image built here on the local Debian base (Debian's redis-server package), unless tag exists."""
+    if image_exists(tag):
+        return tag
+    ensure_local_base()
+    with tempfile.TemporaryDirectory(prefix="specviz-redis-") as tmp:
+        (Path(tmp) / "Containerfile").write_text(REDIS_CONTAINERFILE, encoding="utf-8")
+        podman("build", "--network=host", "-t", tag, tmp, timeout_s=timeout_s)
+    return tag
+
+
 def pip_settings() -> dict[str, str]:
     """This machine's pip settings (`pip config list`, then PIP_* variables), name -> value."""
     out = subprocess.run([sys.executable, "-m", "pip", "config", "list"], capture_output=True, text=True, timeout=60).stdout
@@ -157,15 +178,16 @@ def build(tag: str, base: str | None, *, local_pip: bool, no_cache: bool = False
 
 @dataclass
 class Container:
-    """One started container (host network: it listens on this machine's loopback at `port`)."""
+    """One started container (host network: it listens on this machine's `host` (loopback) at `port`)."""
 
     name: str
     port: int
     started: float  # time.perf_counter() when `podman run` was called
+    host: str = "127.0.0.1"
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        return f"http://{self.host}:{self.port}"
 
     def logs(self) -> str:
         done = podman("logs", self.name, check=False)
@@ -201,18 +223,20 @@ class Container:
 
 
 @contextlib.contextmanager
-def started(image: str, *, volume: str | None = None, command: tuple[str, ...] = (), env: dict[str, str] | None = None, port: int | None = None) -> Iterator[Container]:
-    """`podman run -d` the image on a free port (PORT=port, unless the command names its own), stop and remove it after."""
+def started(image: str, *, volume: str | None = None, command: tuple[str, ...] = (), env: dict[str, str] | None = None, port: int | None = None,
+            host: str = "127.0.0.1", flags: tuple[str, ...] = ()) -> Iterator[Container]:  # fmt: skip
+    """`podman run -d` the image on a free port (PORT=port, unless the command names its own), stop and remove it after.
+    host: the address it answers on (its command binds it); flags: more `podman run` flags (a memory limit)."""
     port = port or free_port()
     name = f"specviz-{uuid.uuid4().hex[:10]}"
-    args = ["run", "-d", "--name", name, *RUN_FLAGS, "-e", f"PORT={port}"]
+    args = ["run", "-d", "--name", name, *RUN_FLAGS, *flags, "-e", f"PORT={port}"]
     for key, value in (env or {}).items():
         args += ["-e", f"{key}={value}"]
     if volume:
         args += ["-v", f"{volume}:/data"]
     start = time.perf_counter()
     podman(*args, image, *command)
-    container = Container(name, port, start)
+    container = Container(name, port, start, host)
     try:
         yield container
     finally:

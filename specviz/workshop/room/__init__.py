@@ -17,16 +17,19 @@ secrets file, the room makes a strong one and prints it once on its terminal (ne
 URL or a page).
 
     python -m specviz room --replicas 4 --port 8500 [--bind 0.0.0.0] [--status-file room.json] [--tls-cert room.pem]
-    python -m specviz room --print-config --backend host1:8501 --backend host2:8501 --port 80   # replicas elsewhere
+    python -m specviz room --replicas 0 --backend host1:8501 --backend host2:8501 --port 80   # replicas elsewhere,
+    python -m specviz replica --port 8501 --trusted-proxy BALANCER_ADDRESS                     # each started there
 
-Plain Python: no streamlit import (the replicas are separate processes); the command's options live in
-specviz/cli/room.py.
+Plain Python: no streamlit import (the replicas are separate processes); the commands' options live in
+specviz/cli/room.py and specviz/cli/replica.py.
 
 What lives where:
 - supervisor.py  Room: starts the replicas (warm) and the balancer, relays their output, starts again what exits,
                  writes the status file, stops everything; Replica, threads_per_replica, default_replicas
 - balancer.py    HAProxy: Backend, haproxy_config, find_haproxy, the port and TLS certificate checks, parse_backend;
                  RoomError
+- worker.py      one replica on a worker (`specviz replica`): the room's cookie secret required, the trusted
+                 proxies checked, the store's absence said; worker_env, exec_replica
 - key.py         the presenter key handed to the replicas: the secrets files, room_presenter_key, the terminal
 The processes a room starts are stopped with specviz.workshop.processes (free_port, die_with_parent, stop_processes).
 """

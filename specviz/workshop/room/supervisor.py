@@ -1,7 +1,9 @@
 """The room's supervisor: N `streamlit run app.py` replicas on loopback ports, started warm, their output relayed with
 each line prefixed by its replica's id, each started again when it exits (after a back-off when it keeps dying);
-HAProxy started in front (specviz.workshop.room.balancer) and again if it dies; a status file; everything stopped on
-SIGINT/SIGTERM. The replicas always run in shared mode and share one run directory and one cookie secret."""
+HAProxy started in front (specviz.workshop.room.balancer) and again if it dies, in front of any replicas on other hosts
+too (--backend: started there by `specviz replica`, specviz.workshop.room.worker); a status file; everything stopped on
+SIGINT/SIGTERM. The replicas always run in shared mode and share one store (SPECVIZ_STORE, else one run directory) and
+one cookie secret. replica_command and shared_env are the one recipe for a replica, here and on a worker."""
 
 from __future__ import annotations
 
@@ -32,13 +34,16 @@ from specviz.workshop.room.balancer import (
     conn_per_source,
     find_haproxy,
     haproxy_config,
+    parse_backend,
 )
 from specviz.workshop.room.key import room_presenter_key, secrets_files, terminal
 from specviz.workshop.saved_runs import default_run_dir
+from specviz.workshop.store import STORE_ENV
 
 log = logging.getLogger(__name__)
 
 REPO = Path(__file__).resolve().parents[3]  # app.py lives here
+COOKIE_SECRET_ENV = "STREAMLIT_SERVER_COOKIE_SECRET"  # signs Streamlit's cookies (XSRF): one value for the whole room
 RESTART_BACKOFF_S = (0.5, 1, 2, 5, 10, 30)  # after consecutive quick exits
 QUICK_EXIT_S = 30.0  # a replica that lived shorter than this counts as a quick exit
 
@@ -55,6 +60,29 @@ WARM_START = (
     "from specviz.workshop.liveness import replica_start; replica_start(); "
     "from streamlit.web.cli import main; main(prog_name='streamlit')"
 )
+
+
+def replica_command(address: str, port: int, replica_id: str, streamlit_args: Sequence[str] = ()) -> list[str]:
+    """The command line of one replica: `streamlit run app.py` on address:port, started warm (WARM_START), headless,
+    its log lines carrying its id."""
+    return [
+        sys.executable, "-c", WARM_START, "run", str(REPO / "app.py"), "--server.port", str(port),
+        "--server.address", address, "--server.headless", "true", "--server.fileWatcherType", "none",
+        "--logger.messageFormat", f"%(asctime)s {replica_id} %(levelname)s %(name)s: %(message)s", *streamlit_args,
+    ]  # fmt: skip
+
+
+def shared_env(env: dict[str, str]) -> dict[str, str]:
+    """A replica's environment from env: always shared mode (every browser reaches a replica through a balancer, so
+    none of them is the owner at the keyboard; an inherited SPECVIZ_MODE=local is overridden, and the log says so),
+    unbuffered output, no usage statistics."""
+    env = dict(env)
+    inherited = env.get("SPECVIZ_MODE", "").strip()
+    if inherited.lower() not in ("", "shared"):
+        log.warning("SPECVIZ_MODE=%s is ignored: a room's replicas always run in shared mode (docs/workshop.md)", inherited[:40])
+    env["SPECVIZ_MODE"] = "shared"
+    env.update(PYTHONUNBUFFERED="1", STREAMLIT_BROWSER_GATHER_USAGE_STATS="false")
+    return env
 
 
 def replica_memory_share(env: dict[str, str], replicas: int) -> str:
@@ -88,9 +116,14 @@ class Room:
     """Start the replicas and the balancer, keep them running, stop all of them on SIGINT/SIGTERM."""
 
     def __init__(self, replicas: int, port: int, bind: str = "127.0.0.1", status_file: str | None = None, streamlit_args: Sequence[str] = (),
-                 tls_cert: str | None = None) -> None:  # fmt: skip
-        if replicas < 1:
-            raise RoomError(f"--replicas must be at least 1; got {replicas}.")
+                 tls_cert: str | None = None, backends: Sequence[str] = ()) -> None:  # fmt: skip
+        """backends: HOST:PORT of replicas on other hosts (`specviz replica` there), balanced beside the local ones."""
+        if replicas < 0 or (replicas == 0 and not backends):
+            raise RoomError(f"--replicas must be at least 1 (or 0 with --backend HOST:PORT for replicas started elsewhere); got {replicas}.")
+        try:
+            self.backends = [parse_backend(b, replicas + i) for i, b in enumerate(backends)]  # ids after the local r1..rN
+        except ValueError as exc:
+            raise RoomError(str(exc)) from None
         self.haproxy = find_haproxy()  # before anything starts: a missing haproxy starts nothing
         self.tls_cert = check_tls_cert(tls_cert) if tls_cert is not None else None
         check_port_free(bind, port)
@@ -111,26 +144,32 @@ class Room:
         return f"{'https' if self.tls_cert else 'http'}://{f'[{host}]' if ':' in host else host}:{self.port}"
 
     def _replica_env(self) -> dict[str, str]:
-        """Always shared mode: every browser reaches a replica through HAProxy on loopback, so none of them is the
-        owner at the keyboard (a SPECVIZ_MODE=local inherited from the shell is overridden, and the log says so). One
-        run directory and one cookie secret for all replicas (a browser moved to another replica stays valid), and the
-        balancer's X-Forwarded-For read (it is on loopback, which specviz.workshop.clients always trusts)."""
-        env = dict(os.environ)
-        inherited = env.get("SPECVIZ_MODE", "").strip()
-        if inherited.lower() not in ("", "shared"):
-            log.warning("SPECVIZ_MODE=%s is ignored: a room's replicas always run in shared mode (docs/workshop.md)", inherited[:40])
-        env["SPECVIZ_MODE"] = "shared"
+        """Shared mode (shared_env). One run directory and one cookie secret for all replicas (a browser moved to
+        another replica stays valid), and the balancer's X-Forwarded-For read (it is on loopback, which
+        specviz.workshop.clients always trusts). With replicas on other hosts the cookie secret must be the owner's:
+        one made here would differ from theirs."""
+        env = shared_env(dict(os.environ))
         env.setdefault("SPECVIZ_RUN_DIR", str(default_run_dir(env)))
-        env.setdefault("STREAMLIT_SERVER_COOKIE_SECRET", secrets.token_hex(32))
-        env.update(PYTHONUNBUFFERED="1", STREAMLIT_BROWSER_GATHER_USAGE_STATS="false")
+        if self.backends and self.replicas and not env.get(COOKIE_SECRET_ENV):
+            raise RoomError(f"A room with --backend and local replicas needs the room's one cookie secret: set {COOKIE_SECRET_ENV} here and on every worker (e.g. to the output of `python3 -c 'import secrets; print(secrets.token_hex(32))'`).")
+        env.setdefault(COOKIE_SECRET_ENV, secrets.token_hex(32))
         if "OMP_NUM_THREADS" not in env:  # the owner's choice wins
             env["OMP_NUM_THREADS"] = env["MKL_NUM_THREADS"] = str(threads_per_replica(len(self.replicas)))
         env[MEMORY_SHARE_ENV] = replica_memory_share(env, len(self.replicas))
         return env
 
+    def _check_store(self) -> None:
+        """Say when replicas on other hosts and this machine's share no store: without SPECVIZ_STORE the room's state
+        (saved runs, the presentation, the key's counters) stays in each host's own run directory."""
+        if self.backends and self.replicas and not self.env.get(STORE_ENV, "").strip():
+            log.warning("%s is not set: this machine's replicas keep the room's state in %s, which the replicas on other hosts do not see; "
+                        "set %s=redis://HOST:6379/0 here and on every worker (docs/rooms.md, Several machines)", STORE_ENV, self.env["SPECVIZ_RUN_DIR"], STORE_ENV)  # fmt: skip
+
     def _log_budget(self) -> None:
         """Say at start what memory each replica's KV-cache budget is cut from (each replica logs its budget in tokens
         when its first run reserves: specviz.ui.common.budgets)."""
+        if not self.replicas:
+            return
         if self.env.get("SPECVIZ_MAX_KV_TOKENS", "").strip() not in ("", "0"):
             log.info("KV-cache budget: SPECVIZ_MAX_KV_TOKENS=%s tokens per replica (%d replicas)", self.env["SPECVIZ_MAX_KV_TOKENS"][:20], len(self.replicas))
             return
@@ -148,11 +187,7 @@ class Room:
         log.info("KV-cache budget: each of %d replicas may hold %.1f%% of %s for runs' caches", len(self.replicas), 100 * share, shown)
 
     def _start_replica(self, r: Replica) -> None:
-        cmd = [
-            sys.executable, "-c", WARM_START, "run", str(REPO / "app.py"), "--server.port", str(r.port),
-            "--server.address", "127.0.0.1", "--server.headless", "true", "--server.fileWatcherType", "none",
-            "--logger.messageFormat", f"%(asctime)s {r.id} %(levelname)s %(name)s: %(message)s", *self.streamlit_args,
-        ]  # fmt: skip
+        cmd = replica_command("127.0.0.1", r.port, r.id, self.streamlit_args)
         env = dict(self.env, SPECVIZ_REPLICA_ID=r.id)
         r.proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, preexec_fn=die_with_parent)
         os.set_blocking(r.proc.stdout.fileno(), False)
@@ -161,7 +196,7 @@ class Room:
         log.info("replica %s started on 127.0.0.1:%d (pid %d)", r.id, r.port, r.proc.pid)
 
     def _start_balancer(self) -> None:
-        backends = [Backend(r.id, "127.0.0.1", r.port) for r in self.replicas]
+        backends = [*(Backend(r.id, "127.0.0.1", r.port) for r in self.replicas), *self.backends]
         path = self.config_dir / "haproxy.cfg"
         path.write_text(haproxy_config(self.bind, self.port, backends, self.tls_cert, self.per_source), encoding="utf-8")
         check = subprocess.run([self.haproxy, "-c", "-q", "-f", str(path)], capture_output=True, text=True)
@@ -175,6 +210,7 @@ class Room:
             "url": self.url,
             "balancer_pid": self.balancer.pid if self.balancer else None,
             "replicas": [{"id": r.id, "port": r.port, "pid": r.proc.pid if r.proc and r.proc.poll() is None else None} for r in self.replicas],
+            "backends": [{"id": b.id, "host": b.host, "port": b.port} for b in self.backends],
         }
 
     def _write_status(self) -> None:
@@ -187,12 +223,14 @@ class Room:
             signal.signal(sig, self._ask_stop)
         try:
             self._presenter_key()
+            self._check_store()
             self._log_budget()
             for r in self.replicas:
                 self._start_replica(r)
             self._start_balancer()
             self._write_status()
-            print(f"specviz room: {len(self.replicas)} replicas behind {self.url} (Ctrl-C stops the room)", file=sys.stderr, flush=True)
+            elsewhere = f" and {len(self.backends)} on other hosts ({', '.join(f'{b.host}:{b.port}' for b in self.backends)})" if self.backends else ""
+            print(f"specviz room: {len(self.replicas)} replicas{elsewhere} behind {self.url} (Ctrl-C stops the room)", file=sys.stderr, flush=True)
             while not self.stopping:
                 self._relay_logs(0.5)
                 self._supervise()
@@ -206,6 +244,10 @@ class Room:
         key, warning = room_presenter_key(self.env, secrets_files(REPO))
         if warning:
             print(warning, file=sys.stderr, flush=True)
+        if key is not None and self.backends:  # a key made here would reach only the local replicas
+            if self.replicas:
+                print(f"specviz room: no presenter key is set here, so presenting is off on this machine's replicas: every replica needs the same key; set {KEY_ENV} here and on every worker.", file=sys.stderr, flush=True)
+            return
         if key is None:
             return
         with terminal() as tty:
@@ -278,7 +320,7 @@ class Room:
 def threads_per_replica(replicas: int, cores: int | None = None) -> int:
     """torch's threads for one replica's passes: the cores shared out (each replica would otherwise start a thread per
     core, and N replicas' threads would fight over the same cores), at least one."""
-    return max(1, (cores or os.cpu_count() or 2) // replicas)
+    return max(1, (cores or os.cpu_count() or 2) // max(1, replicas))
 
 
 def default_replicas() -> int:
