@@ -95,11 +95,15 @@ def depth(k: int, width: int) -> int:
 def acceptance(costs: AutoCosts, evidence: Evidence, positions: int) -> tuple[float, ...]:
     """The estimated acceptance at positions 1..positions: this run's counts mixed with the prior. A position's prior is
     at most the estimate of the position before it (a later draft is no easier to guess, until counts say so), so
-    drafts rejected at position 1 do not leave position 2 at an optimistic prior."""
+    drafts rejected at position 1 do not leave position 2 at an optimistic prior; past the positions drafted so far,
+    the prior is the estimate at the position before (the text's own acceptance, carried on), so a run whose
+    drafts all pass tries a longer k instead of stopping where the benchmark's average acceptance stops it."""
     out: list[float] = []
     for i in range(positions):
         prior = min(costs.prior[min(i, len(costs.prior) - 1)], out[-1] if out else 1.0)
         reached = evidence.reached[i] if i < len(evidence.reached) else 0.0
+        if out and evidence.reached and evidence.reached[0] >= 1.0:
+            prior = out[-1]  # once this run has evidence, each position leans on the one before: copyable text lets k grow
         accepted = evidence.accepted[i] if i < len(evidence.accepted) else 0.0
         out.append((accepted + costs.prior_weight * prior) / (reached + costs.prior_weight))
     return tuple(out)
