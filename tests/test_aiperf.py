@@ -44,7 +44,7 @@ def aiperf_venv():
 
 
 def test_aiperf_reads_the_acceptance_length_and_histogram_specviz_records(aiperf_venv, smollm, tmp_path):
-    run = RunConfig(target=MODEL, drafter="lookup", num_draft_tokens=K, dtype="float32", device="cpu")
+    run = RunConfig(target=MODEL, drafter="lookup", num_draft_tokens=K, auto_k=False, dtype="float32", device="cpu")  # k = 4 each step
     service = Service(ServiceConfig(run, MODEL, max_tokens=64), resolve_models(run, target=smollm))
     tokenizer = aiperf.write_tokenizer(service.tokenizer, tmp_path / "tokenizer")
     prompts = aiperf.write_prompts(tmp_path / "prompts.jsonl", PROMPTS, output_length=32)

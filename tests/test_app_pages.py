@@ -8,7 +8,7 @@ import pandas as pd
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from specviz.core.theory import best_k, expected_tokens, speedup
+from specviz.core.theory import VerifyCurve, best_k, expected_tokens, speedup
 from specviz.experiments.bench import COLUMNS
 from specviz.ui.common.keys import BENCH_RESULTS_KEY
 
@@ -140,7 +140,7 @@ def test_theory_page_measures_this_machine(tiny_target, monkeypatch):
     at.button(key="theory_measure").click().run()
     assert not at.exception, at.exception
     assert at.selectbox(key="theory_verify_source").value == "this machine (measured now)"
-    curve = profile_module.VerifyCurve.from_pass_ms([10.0 + 3.0 * n for n in range(17)])
+    curve = VerifyCurve.from_pass_ms([10.0 + 3.0 * n for n in range(17)])
     assert metrics(at)["expected speedup"] == f"{speedup(0.7, 4, 0.05, curve):.2f}×"
 
 

@@ -81,7 +81,7 @@ def _room_env(monkeypatch, mode: str | None) -> dict[str, str]:
     else:
         monkeypatch.setenv("SPECVIZ_MODE", mode)
     room = Room.__new__(Room)  # the environment only: no HAProxy, no port
-    room.replicas = [Replica("r1", 1)]
+    room.replicas, room.backends = [Replica("r1", 1)], []
     return room._replica_env()
 
 

@@ -12,6 +12,7 @@ import pytest
 
 from specviz.workshop import resources
 from specviz.workshop.resources import Cache, cached, singleton
+from specviz.workshop.store.directory import DirectoryStore
 
 REPO = Path(__file__).resolve().parents[1]
 WAIT_S = 30
@@ -237,11 +238,11 @@ def test_what_clear_cache_clears_leaves_the_models_and_the_watcher(monkeypatch, 
 
     try:
         model = ui_models._cached_model("tiny-for-clear-test", "cpu", "float32", False, False, False)
-        watcher, lock, control = follow._process_watcher(str(tmp_path)), follow._redraw_lock(), streamlit_cached()
+        watcher, lock, control = follow._process_watcher(DirectoryStore(tmp_path)), follow._redraw_lock(), streamlit_cached()
         caching.cache_data.clear()
         caching.cache_resource.clear()
         assert ui_models._cached_model("tiny-for-clear-test", "cpu", "float32", False, False, False) is model and len(loads) == 1
-        assert follow._process_watcher(str(tmp_path)) is watcher and follow._redraw_lock() is lock
+        assert follow._process_watcher(DirectoryStore(tmp_path)) is watcher and follow._redraw_lock() is lock
         assert streamlit_cached() is not control, "the control: st.cache_resource is cleared by the same calls"
     finally:
         ui_models._cached_model.clear()

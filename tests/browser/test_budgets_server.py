@@ -11,6 +11,7 @@ import psutil
 import pytest
 
 from specviz.loadtest.protocol import StSession
+from specviz.workshop.policy import Policy
 from tests.browser.conftest import run_app
 
 pytestmark = pytest.mark.smollm
@@ -18,7 +19,8 @@ pytestmark = pytest.mark.smollm
 PROMPT_TOKENS = 96  # SPECVIZ_MAX_PROMPT_TOKENS here: small, so ten prefills stay cheap
 MAX_NEW, K = 8, 4
 SESSIONS = 10
-PER_SESSION = (PROMPT_TOKENS + MAX_NEW + K + 1) + (PROMPT_TOKENS + MAX_NEW + 1)  # the run and its baseline (lookup: no draft cache)
+CEILING = Policy().max_draft_tokens  # k: auto (the default; links do not carry it) reserves room for the most a round may draft: the owner's k cap
+PER_SESSION = (PROMPT_TOKENS + MAX_NEW + CEILING + 1) + (PROMPT_TOKENS + MAX_NEW + 1)  # the run and its baseline (lookup: no draft cache)
 KV_BYTES = 46_080  # the embedded SmolLM2-135M in float32 (tests/test_budgets.py checks it)
 ALLOWANCE_MB = 10  # a session's own objects besides its KV cache (state, records, frames); ten grew the server < 30 MB here
 PER_ADDRESS = 2  # SPECVIZ_MAX_SESSIONS_PER_CLIENT here
