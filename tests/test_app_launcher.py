@@ -18,7 +18,7 @@ from streamlit.proto.BackMsg_pb2 import BackMsg
 from specviz.cli import app as app_cli
 from specviz.cli.main import main
 from specviz.loadtest.protocol import StSession
-from specviz.workshop.processes import answers_ok, free_port
+from specviz.workshop.processes import answers_ok, free_port, stop_processes
 from specviz.workshop.room.supervisor import WARM_START
 
 REPO = Path(__file__).resolve().parents[1]
@@ -49,19 +49,10 @@ def start(cmd: list[str], tmp: Path, name: str) -> tuple[subprocess.Popen, str, 
     deadline = time.monotonic() + START_TIMEOUT_S
     while not answers_ok(f"{url}/_stcore/health"):
         if proc.poll() is not None or time.monotonic() > deadline:
-            stop(proc)
+            stop_processes([proc], grace_s=15)
             pytest.fail(f"{name} did not start:\n{log.read_text(errors='replace')[-3000:]}")
         time.sleep(0.25)
     return proc, url, log
-
-
-def stop(proc: subprocess.Popen) -> None:
-    proc.terminate()
-    try:
-        proc.wait(timeout=15)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait(timeout=5)
 
 
 @pytest.fixture
@@ -70,7 +61,7 @@ def launched(tmp_path) -> Iterator[tuple[str, Path]]:
     try:
         yield url, log
     finally:
-        stop(proc)
+        stop_processes([proc], grace_s=15)
 
 
 def clear_cache() -> BackMsg:
@@ -110,4 +101,4 @@ def test_control_a_plain_streamlit_run_answers_them_until_a_script_ran(tmp_path)
         time.sleep(0.5)
         assert "python -m specviz app" in log.read_text(errors="replace")
     finally:
-        stop(proc)
+        stop_processes([proc], grace_s=15)

@@ -21,7 +21,7 @@ from pathlib import Path
 from specviz.loadtest import harness as lp
 from specviz.loadtest.attacks.harness import SAMPLE_EVERY_S, Config, Harness
 from specviz.loadtest.server import rss_mb
-from specviz.workshop.processes import answers_ok, free_port
+from specviz.workshop.processes import answers_ok, free_port, stop_processes
 
 MODEL = "victim-model"
 START_TIMEOUT_S = 180.0
@@ -148,12 +148,7 @@ def attack_serve(h: Harness, cfg: Config) -> dict:
                 return {"error": f"serve's first request was answered {warm}"}
             return _attack(port, key, proc.pid, cfg)
         finally:
-            proc.terminate()
-            try:
-                proc.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(timeout=5)
+            stop_processes([proc], grace_s=15)
 
 
 def _attack(port: int, key: str, pid: int, cfg: Config) -> dict:

@@ -54,6 +54,11 @@ def describe(name: str, o: dict) -> str:
     if name == "malformed":
         cases = o.get("cases", [])
         return f"{sum(1 for c in cases if c.get('exceptions'))} of {len(cases)} bad values raised on the page ({sum(1 for c in cases if c.get('internals'))} with server internals); {sum(1 for c in cases if c.get('recovered'))} recovered"
+    return _describe_default_deny(name, o, g) or json.dumps(o)[:160]
+
+
+def _describe_default_deny(name: str, o: dict, g: _Get) -> str | None:
+    """describe() for issue 42's attacks (the doors a default-deny shared mode closes); None for any other name."""
     if name == "backmsgs":
         said = {True: "answered", False: "dropped", None: "?"}
         closed = "the websocket closed" if o.get("closed") else "the websocket stayed open"
@@ -86,7 +91,7 @@ def describe(name: str, o: dict) -> str:
     if name == "guesses":
         own = {True: "a file of its own", False: "the OLD file", None: "?"}[o.get("new_exercise_own_file")]
         return f"one session submitted its guess {g('clicks')} times (A, B, A, ...) in {g('seconds')} s: {g('lines')} line(s), {g('bytes')} bytes in the exercise's votes file; a new exercise's guess went to {own}"
-    return json.dumps(o)[:160]
+    return None
 
 
 class _Get:
