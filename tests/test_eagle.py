@@ -375,3 +375,123 @@ def test_the_gate_report_says_go_only_when_both_hold():
     assert not passed and "full vocabulary" in lines[2] and lines[-1].strip() == "-> NO-GO"
     with pytest.raises(ValueError, match="multiple of seg_len"):
         EagleConfig(batch_size=100, seg_len=64)
+
+
+# -- continuing a trained head (--init-from) ---------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def trained_head(tiny_models, tiny_eagle_data, tmp_path_factory):
+    """A tiny head trained from scratch and shipped (its folder and its result), the stage a continuation starts from."""
+    data, _, config = tiny_eagle_data
+    root = tmp_path_factory.mktemp("trained_eagle")
+    result = eagle.train_eagle(tiny_models["llama"], data, config, root / "a.pt", progress=False)
+    eagle.ship_eagle(result, data, config, root / "head", "tiny-llama", "first stage")
+    return root / "head", result
+
+
+def test_a_continued_head_starts_from_its_weights_and_its_curve_goes_on(tiny_models, tiny_eagle_data, trained_head, tmp_path):
+    data, _, config = tiny_eagle_data
+    lm, (folder, first) = tiny_models["llama"], trained_head
+    start = eagle.read_start(folder, lm)
+    assert (start.steps, start.positions_seen) == (config.steps, config.steps * config.batch_size)
+    assert [e.positions_seen for e in start.evals] == [e.positions_seen for e in first.evals]
+    shipped = load_eagle(folder, EagleShape.of_target(lm.model.config)).state_dict()
+    for key, value in shipped.items():  # float16 on disk, float32 to train
+        assert start.weights[key].dtype == torch.float32 and torch.equal(start.weights[key], value)
+    untrained = eagle.train_eagle(lm, data, config, tmp_path / "c0.pt", progress=False, stop_after=0, start=start)
+    for key, value in shipped.items():
+        assert torch.equal(untrained.head.state_dict()[key], value)
+
+    more = eagle.train_eagle(lm, data, config, tmp_path / "c.pt", progress=False, start=start)
+    join, new = more.evals[len(first.evals)], more.evals[len(first.evals) + 1 :]
+    assert more.evals[: len(first.evals)] == first.evals
+    assert (join.step, join.positions_seen, join.positions) == (config.steps, start.positions_seen, data.heldout.positions)
+    assert [e.positions_seen for e in new] == [start.positions_seen + e.step * config.batch_size - start.steps * config.batch_size for e in new]
+    assert new[-1].positions_seen == start.positions_seen + config.steps * config.batch_size
+    assert [row["step"] for row in more.curve] == list(range(1, 2 * config.steps + 1))
+    assert eagle.scaling_table(more.evals)[len(first.evals)] == (start.positions_seen, join.top1, data.heldout.positions)
+
+    eagle.ship_eagle(more, data, config, folder, "tiny-llama", "second stage")  # --out the folder it started from
+    saved = json.loads((folder / "config.json").read_text(encoding="utf-8"))
+    training = saved["training"]
+    assert training["positions_seen"] == 2 * config.steps * config.batch_size and training["steps_total"] == 2 * config.steps
+    assert training["init_from"]["positions_seen"] == start.positions_seen and training["init_from"]["weights_sha256"] == start.digest
+    (before,) = training["previous_training"]
+    assert before["command"] == "first stage" and before["heldout_top1"] == round(first.evals[-1].top1, 4)
+    curve = json.loads((folder / "training_curve.json").read_text(encoding="utf-8"))
+    assert len(curve["evals"]) == len(more.evals) and len(curve["curve"]) == 2 * config.steps
+    assert not [p for p in folder.parent.iterdir() if p.name.startswith(".")]  # no staging folder left behind
+    again = eagle.read_start(folder, lm)  # a third stage would go on from here, with both earlier stages recorded
+    assert again.positions_seen == 2 * config.steps * config.batch_size and len(again.stages) == 2
+
+
+def test_a_continuation_resumes_to_the_same_weights_and_only_from_its_own_start(tiny_models, tiny_eagle_data, trained_head, tmp_path):
+    data, _, config = tiny_eagle_data
+    lm, start = tiny_models["llama"], eagle.read_start(trained_head[0], tiny_models["llama"])
+    full = eagle.train_eagle(lm, data, config, tmp_path / "a.pt", progress=False, start=start)
+    eagle.train_eagle(lm, data, config, tmp_path / "b.pt", progress=False, stop_after=15, start=start)
+    resumed = eagle.train_eagle(lm, data, config, tmp_path / "b.pt", resume=True, progress=False, start=start)
+    for key, value in full.head.state_dict().items():
+        torch.testing.assert_close(resumed.head.state_dict()[key], value)
+    assert [e.positions_seen for e in resumed.evals] == [e.positions_seen for e in full.evals]
+    fresh = eagle.checkpoint_path(tmp_path, config, fingerprint(lm))
+    assert eagle.checkpoint_path(tmp_path, config, fingerprint(lm), start) != fresh  # the key names the start
+    with pytest.raises(ValueError, match="init_from"):  # a continuation's checkpoint does not resume a fresh run
+        eagle.train_eagle(lm, data, config, tmp_path / "b.pt", resume=True, progress=False)
+
+
+def test_a_head_for_another_target_or_of_another_shape_is_not_continued(tiny_models, trained_head, tmp_path):
+    folder = trained_head[0]
+    assert fingerprint(tiny_models["llama_draft"]) != fingerprint(tiny_models["llama"])
+    with pytest.raises(HeadsError, match="--init-from: the head in .* was trained for tiny-llama"):
+        eagle.read_start(folder, tiny_models["llama_draft"])
+    other = tmp_path / "other"
+    other.mkdir()
+    for f in folder.iterdir():
+        (other / f.name).write_bytes(f.read_bytes())
+    saved = json.loads((other / "config.json").read_text(encoding="utf-8"))
+    saved["shape"]["intermediate_size"] += 8
+    (other / "config.json").write_text(json.dumps(saved), encoding="utf-8")
+    with pytest.raises(HeadsError, match="has the shape"):
+        eagle.read_start(other, tiny_models["llama"])
+
+
+def test_a_failed_write_leaves_the_folder_as_it_was(tmp_path):
+    from specviz.experiments.training.save import replaced_folder
+
+    out = tmp_path / "head"
+    out.mkdir()
+    (out / "a.txt").write_text("old", encoding="utf-8")
+    (out / "kept.txt").write_text("kept", encoding="utf-8")
+    with pytest.raises(RuntimeError), replaced_folder(out) as stage:
+        (stage / "a.txt").write_text("half", encoding="utf-8")
+        raise RuntimeError("killed mid-write")
+    assert (out / "a.txt").read_text(encoding="utf-8") == "old" and sorted(p.name for p in tmp_path.iterdir()) == ["head"]
+    with replaced_folder(out) as stage:
+        (stage / "a.txt").write_text("new", encoding="utf-8")
+    assert (out / "a.txt").read_text(encoding="utf-8") == "new" and (out / "kept.txt").read_text(encoding="utf-8") == "kept"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["head"]
+
+
+def test_cli_continues_a_head_into_its_own_folder(capsys, tiny_dir, tiny_models, tmp_path):
+    from specviz.experiments.training.config import CONTINUE_TINY
+
+    out = tmp_path / "eagle"
+    args = ["train-heads", "--kind", "eagle", "--target", str(tiny_dir["llama"]), "--tiny", "--steps", "10", "--data-tokens", "200",
+            "--out", str(out), "--cache-dir", str(tmp_path / "cache"), "--no-progress"]  # fmt: skip
+    assert cli.main(args) == 0
+    capsys.readouterr()
+    assert cli.main(args + ["--init-from", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert f"-- continued from {out}" in printed
+    rows = [line.split() for line in printed.splitlines() if line[:14].strip().replace(",", "").isdigit()]
+    assert [int(r[0].replace(",", "")) for r in rows] == [0, 640, 640, 1280]  # 10 steps of 64 positions, then 10 more
+    saved = json.loads((out / "config.json").read_text(encoding="utf-8"))
+    assert saved["training"]["command"].endswith(f"--init-from {out} --out {out}")
+    assert saved["training"]["config"]["lr"] == CONTINUE_TINY["lr"] and saved["gate"]["positions_seen"] == 1280
+    assert saved["training"]["previous_training"][0]["config"]["lr"] == EAGLE_TINY.lr
+    assert cli.main(args + ["--init-from", str(out), "--resume"]) == 2  # the folder changed: its start's checkpoint is not there
+    other = args[:3] + ["--target", str(tiny_dir["llama_draft"])] + args[5:] + ["--init-from", str(out)]
+    assert cli.main(other) == 2 and "trained for" in capsys.readouterr().err
+    assert cli.main(["train-heads", "--target", str(tiny_dir["llama"]), "--tiny", "--init-from", str(out)]) == 2

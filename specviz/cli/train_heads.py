@@ -16,6 +16,7 @@ EMBEDDED_BASE_MODEL = "HuggingFaceTB/SmolLM2-135M-Instruct"  # what the embedded
 TRAIN_OPTIONS = {  # option -> TrainConfig field; unset options take the config's (or --tiny's) default
     "heads": "num_heads", "layers": "num_layers", "steps": "steps", "lr": "lr", "batch_size": "batch_size",
     "seed": "seed", "data_tokens": "data_tokens", "max_new_tokens": "max_new_tokens", "gen_batch": "gen_batch",
+    "warmup_steps": "warmup_steps",
 }  # fmt: skip
 EAGLE_OPTIONS = {  # option -> EagleConfig field, for --kind eagle only
     "teacher_tokens": "teacher_tokens", "window": "window", "seg_len": "seg_len", "draft_vocab": "draft_vocab",
@@ -24,7 +25,7 @@ EAGLE_OPTIONS = {  # option -> EagleConfig field, for --kind eagle only
 
 def add_parser(sub) -> None:
     """Register `train-heads` on the CLI's subparsers."""
-    from specviz.experiments.training.config import EagleConfig, TrainConfig
+    from specviz.experiments.training.config import CONTINUE, EagleConfig, TrainConfig
 
     d, e = TrainConfig, EagleConfig
     p = sub.add_parser("train-heads", help="train Medusa heads (or an EAGLE head: --kind eagle) for a target by self-distillation")
@@ -41,7 +42,9 @@ def add_parser(sub) -> None:
     p.add_argument("--heads", type=int, default=None, help=f"number of heads K (default {d.num_heads})")
     p.add_argument("--layers", type=int, default=None, help=f"ResBlocks per head (default {d.num_layers})")
     p.add_argument("--steps", type=int, default=None, help=f"optimiser steps (default {d.steps}; EAGLE {e.steps})")
-    p.add_argument("--lr", type=float, default=None, help=f"AdamW peak learning rate (default {d.lr})")
+    p.add_argument("--lr", type=float, default=None, help=f"AdamW peak learning rate (default {d.lr}; with --init-from {CONTINUE['lr']})")
+    p.add_argument("--warmup-steps", type=int, default=None,
+                   help=f"steps of linear warm-up to the peak (default {d.warmup_steps}; with --init-from {CONTINUE['warmup_steps']})")
     p.add_argument("--batch-size", type=int, default=None, help=f"positions per step (default {d.batch_size}; EAGLE {e.batch_size})")
     p.add_argument("--seed", type=int, default=None, help=f"prompt order, sampling and batches (default {d.seed})")
     p.add_argument("--data-tokens", type=int, default=None, help=f"positions of the target's own text to generate (default {d.data_tokens})")
@@ -51,6 +54,10 @@ def add_parser(sub) -> None:
     p.add_argument("--full-vocab", action="store_true", help="the training softmax over the whole vocabulary (default: the tokens the training data has; ~7x cheaper)")
     p.add_argument("--tiny", action="store_true", help="a small config that trains on a tiny model in seconds (tests, smoke runs)")
     p.add_argument("--resume", action="store_true", help="continue from this run's last checkpoint (same settings)")
+    p.add_argument("--init-from", default=None, metavar="DIR",
+                   help="EAGLE: continue training the head in DIR (for this target, of this shape) instead of a fresh one: "
+                   "its curve goes on from the positions it has seen, at a lower peak and a shorter warm-up unless --lr "
+                   "and --warmup-steps are given; --out may be DIR (read fully first, replaced only once written)")
     p.add_argument("--cache-dir", default=None, help="where the hidden states, labels and checkpoints go (default: specviz's cache)")
     p.add_argument("--base-model", default=None, help="base_model_name_or_path for config.json (default: the target's name)")
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
@@ -74,6 +81,8 @@ def run(args: argparse.Namespace) -> int:
         return run_count_vocab(args)
     if args.kind == "eagle":
         return run_eagle(args)
+    if args.init_from:
+        raise ValueError("--init-from continues an EAGLE head: add --kind eagle (Medusa heads train from scratch).")
     chosen = {field: getattr(args, opt) for opt, field in TRAIN_OPTIONS.items() if getattr(args, opt) is not None}
     chosen |= ({"token_input": False} if args.plain_medusa else {}) | ({"train_vocab": "full"} if args.full_vocab else {})
     config = dataclasses.replace(TINY if args.tiny else TrainConfig(), **chosen)
@@ -127,21 +136,28 @@ def run_eagle(args: argparse.Namespace) -> int:
     import dataclasses
 
     from specviz.experiments.training import eagle, gate
-    from specviz.experiments.training.config import EAGLE_TINY, EagleConfig
+    from specviz.experiments.training.config import CONTINUE, CONTINUE_TINY, EAGLE_TINY, EagleConfig
     from specviz.models.medusa import target_fingerprint
 
     chosen = {field: getattr(args, opt) for opt, field in (TRAIN_OPTIONS | EAGLE_OPTIONS).items()
               if getattr(args, opt) is not None and field not in ("num_heads", "num_layers")}  # fmt: skip
     chosen |= {"train_vocab": "full"} if args.full_vocab else {}
-    config = dataclasses.replace(EAGLE_TINY if args.tiny else EagleConfig(), **chosen)
+    base = EAGLE_TINY if args.tiny else EagleConfig()
+    if args.init_from:  # a continued head's schedule, unless set
+        base = dataclasses.replace(base, **(CONTINUE_TINY if args.tiny else CONTINUE))
+    config = dataclasses.replace(base, **chosen)
     target, generator, cache = _load_for_training(args, config.gen_dtype)
+    # The starting head, read whole before anything is written (--out may be the same folder).
+    start = eagle.read_start(Path(args.init_from), target) if args.init_from else None
+    if start is not None:
+        emit(f"continuing the head in {start.folder} ({start.steps:,} steps, {start.positions_seen:,} positions seen)", err=True)
     emit(f"training an EAGLE head for {target.name} on {target.device}; data cache {cache}", err=True)
     data = eagle.load_or_make_eagle_data(generator, config, cache, progress=not args.no_progress)
     emit(f"data: {data.train.positions} training positions, {data.heldout.positions} held out "
          f"({len(data.train.lengths) + len(data.heldout.lengths)} sequences)", err=True)  # fmt: skip
     fingerprint = target_fingerprint(target.model.get_input_embeddings().weight)
-    result = eagle.train_eagle(target, data, config, eagle.checkpoint_path(cache, config, fingerprint), resume=args.resume,
-                               progress=not args.no_progress)  # fmt: skip
+    result = eagle.train_eagle(target, data, config, eagle.checkpoint_path(cache, config, fingerprint, start), resume=args.resume,
+                               progress=not args.no_progress, start=start)  # fmt: skip
     final = result.evals[-1]
     cost = gate.step_cost(generator, result.head, eagle.draft_ids_of(data, config.draft_vocab))
     passed, lines = gate.gate_report(final.top1, cost, config.draft_vocab, final.positions_seen)
@@ -150,9 +166,12 @@ def run_eagle(args: argparse.Namespace) -> int:
     base = args.base_model or (EMBEDDED_BASE_MODEL if args.target == EMBEDDED_TARGET else args.target)
     report = eagle.ship_eagle(result, data, config, Path(args.out), base, _train_command(args, chosen), verdict)
     emit(f"wrote {args.out} (target {result.fingerprint}); {result.facts['train_s']:.0f} s of training")
-    emit("positions seen  held-out first-draft-token top-1")
-    for seen, top1 in eagle.scaling_table(result.evals):
-        emit(f"{seen:14,d}  {top1:.3f}")
+    emit("positions seen  held-out first-draft-token top-1  held-out positions scored")
+    join = len(start.evals) if start is not None else -1
+    for i, (seen, top1, scored) in enumerate(eagle.scaling_table(result.evals)):
+        if i == join:
+            emit(f"-- continued from {start.folder}, on this run's held-out set (from here on)")
+        emit(f"{seen:14,d}  {top1:31.3f}  {scored:25,d}")
     for line in lines:
         emit(line)
     _emit_coverage(report)
@@ -202,4 +221,5 @@ def _train_command(args: argparse.Namespace, chosen: dict) -> str:
     by_field = {field: opt for opt, field in (TRAIN_OPTIONS | EAGLE_OPTIONS).items()}
     parts += [f"--{by_field[f].replace('_', '-')} {v}" for f, v in chosen.items() if f in by_field]
     parts += (["--plain-medusa"] if args.plain_medusa else []) + (["--full-vocab"] if args.full_vocab else [])
+    parts += [f"--init-from {args.init_from}"] if args.init_from else []
     return " ".join(parts + [f"--out {args.out}"])

@@ -116,3 +116,12 @@ EAGLE_TINY = EagleConfig(steps=30, batch_size=64, seg_len=16, data_tokens=600, t
                          gen_batch=8, warmup_steps=4, eval_every=15, eval_positions=512, checkpoint_every=15, lr=5e-3,
                          draft_vocab=16)  # fmt: skip
 """A config that trains on a tiny random model in seconds (the tests, and --tiny)."""
+
+
+CONTINUE = dict(lr=3e-4, warmup_steps=20)
+"""A continued head's schedule (--init-from), unless set: a third of the peak (the head already has its features; a
+fresh peak would undo part of them), a shorter warm-up (for AdamW's moments, which start from zero again), then the
+same cosine decay to 10%."""
+CONTINUE_TINY = dict(lr=1.5e-3, warmup_steps=2)
+"""The same for --tiny."""
+

@@ -34,7 +34,7 @@ from torch import nn
 from specviz.experiments.training.config import EagleConfig
 from specviz.experiments.training.loop import Checkpoint, Run, batch_indices, optimise, project
 from specviz.experiments.training.own_text import cached_data
-from specviz.experiments.training.save import count_tokens, write_curve, write_token_counts
+from specviz.experiments.training.save import CURVE_FILE, count_tokens, replaced_folder, write_curve, write_token_counts
 from specviz.experiments.training.teacher import teacher_data
 
 if TYPE_CHECKING:  # specviz.models imports transformers
@@ -173,8 +173,9 @@ class EagleAccuracy:
 
 @torch.no_grad()
 def evaluate(head: EagleHead, frozen: Frozen, seqs: Sequences, config: EagleConfig, step: int,
-             limit: int | None = None, draft_ids: torch.Tensor | None = None) -> EagleAccuracy:  # fmt: skip
-    """Top-1 / top-5 of argmax LM(g_t) against a_{t+1}, the true features feeding every earlier position."""
+             limit: int | None = None, draft_ids: torch.Tensor | None = None, before: Start | None = None) -> EagleAccuracy:  # fmt: skip
+    """Top-1 / top-5 of argmax LM(g_t) against a_{t+1}, the true features feeding every earlier position; ``step`` is
+    this run's, the accuracy's step and positions seen count the earlier stages too (``before``)."""
     segs = seqs.segments(config.seg_len)
     hits1 = hits5 = hits_draft = count = 0
     for s in range(0, segs.shape[0], 8):  # 8 segments: (1024, V) float32 logits at a time
@@ -191,7 +192,9 @@ def evaluate(head: EagleHead, frozen: Frozen, seqs: Sequences, config: EagleConf
         if limit is not None and count >= limit:
             break
     n = max(1, count)
-    return EagleAccuracy(step, step * config.batch_size, hits1 / n, hits5 / n, hits_draft / n if draft_ids is not None else None, count)
+    steps, seen = (before.steps, before.positions_seen) if before is not None else (0, 0)
+    return EagleAccuracy(steps + step, seen + step * config.batch_size, hits1 / n, hits5 / n,
+                         hits_draft / n if draft_ids is not None else None, count)  # fmt: skip
 
 
 # -- training -------------------------------------------------------------------------------------------------------
@@ -220,19 +223,73 @@ def load_or_make_eagle_data(lm: LoadedModel, config: EagleConfig, cache_dir: Pat
 @dataclass(frozen=True)
 class EagleResult:
     head: EagleHead
-    curve: list[dict]  # per step: step, loss, reg, cls, train top-1
-    evals: list[EagleAccuracy]
+    curve: list[dict]  # per step, every stage: step (counting earlier stages), loss, reg, cls, train top-1
+    evals: list[EagleAccuracy]  # every stage's, oldest first
     facts: dict
     fingerprint: str
 
 
-def _optimisation(config: EagleConfig) -> dict:
+# -- continuing a trained head (--init-from) --------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Start:
+    """A trained head a run continues from (--init-from): its weights and its training so far, all read before
+    anything is written (the run may write its result into the same folder)."""
+
+    folder: str
+    weights: dict[str, torch.Tensor]  # float32 (float16 on disk)
+    digest: str  # sha256 of the weights file: a continuation's checkpoint belongs to this start only
+    steps: int  # optimiser steps so far, every earlier stage
+    positions_seen: int  # training positions seen so far (the data-scaling axis goes on from here)
+    curve: list[dict]  # training_curve.json's rows and evaluations (empty when it has none)
+    evals: list[EagleAccuracy]
+    stages: list[dict]  # each earlier stage's training facts and result, oldest first
+
+
+def read_start(folder: Path, lm: LoadedModel) -> Start:
+    """The head in ``folder`` and its history, for a run on ``lm``; HeadsError (a ValueError) when it was trained for
+    another target or has another shape than ``lm``'s head would."""
+    import json
+
+    from specviz.models.eagle import EagleShape, load_eagle, read_eagle_info
+    from specviz.models.medusa import HeadsError, target_fingerprint
+
+    folder = Path(folder)
+    shape, info = EagleShape.of_target(lm.model.config), read_eagle_info(folder)
+    fingerprint = target_fingerprint(lm.model.get_input_embeddings().weight)
+    if info.target_fingerprint != fingerprint:
+        raise HeadsError(f"--init-from: the head in {folder} was trained for {info.base_model} (target "
+                         f"{info.target_fingerprint or 'not recorded'}), not for {lm.name} (target {fingerprint}).")  # fmt: skip
+    if info.shape != shape:
+        raise HeadsError(f"--init-from: the head in {folder} has the shape {asdict(info.shape)}; {lm.name}'s is {asdict(shape)}.")
+    head = load_eagle(folder, shape, fingerprint, lm.name)
+    saved = json.loads((folder / "config.json").read_text(encoding="utf-8"))
+    training = saved.get("training") or {}
+    recipe = training.get("config") or {}
+    steps = training.get("steps_total", recipe.get("steps"))
+    seen = training.get("positions_seen", None if steps is None or "batch_size" not in recipe else steps * recipe["batch_size"])
+    if not isinstance(steps, int) or not isinstance(seen, int):
+        raise HeadsError(f"--init-from: {folder}/config.json does not say how far the head was trained (training.config.steps).")
+    curve = folder / CURVE_FILE
+    history = json.loads(curve.read_text(encoding="utf-8")) if curve.is_file() else {}
+    evals = [EagleAccuracy(**e) for e in history.get("evals", [])]
+    stage = {k: v for k, v in training.items() if k != "previous_training"}
+    stage |= {k: saved[k] for k in ("heldout_top1", "heldout_top5", "heldout_top1_draft_vocab", "gate") if k in saved}
+    digest = hashlib.sha256((folder / "eagle_head.safetensors").read_bytes()).hexdigest()[:16]
+    return Start(str(folder), {k: v.clone() for k, v in head.state_dict().items()}, digest, steps, seen,
+                 list(history.get("curve", [])), evals, list(training.get("previous_training", [])) + [stage])  # fmt: skip
+
+
+def _optimisation(config: EagleConfig, start: Start | None = None) -> dict:
     keep = ("steps", "lr", "warmup_steps", "batch_size", "seg_len", "seed", "noise", "cls_weight", "matmul_dtype", "train_vocab")
-    return {k: getattr(config, k) for k in keep}
+    return {k: getattr(config, k) for k in keep} | ({"init_from": start.digest} if start else {})
 
 
-def checkpoint_path(cache_dir: Path, config: EagleConfig, fingerprint: str) -> Path:
-    key = hashlib.sha256(f"{config.data_key(fingerprint)}:{config.teacher_key(fingerprint)}".encode()).hexdigest()[:16]
+def checkpoint_path(cache_dir: Path, config: EagleConfig, fingerprint: str, start: Start | None = None) -> Path:
+    """The run's checkpoint: keyed by its data and, for a continuation, by the head it starts from."""
+    name = f"{config.data_key(fingerprint)}:{config.teacher_key(fingerprint)}" + (f":{start.digest}" if start else "")
+    key = hashlib.sha256(name.encode()).hexdigest()[:16]
     return Path(cache_dir) / f"eagle-checkpoint-{key}.pt"
 
 
@@ -247,20 +304,24 @@ def draft_ids_of(data: EagleData, size: int) -> torch.Tensor | None:
 
 
 def train_eagle(lm: LoadedModel, data: EagleData, config: EagleConfig, checkpoint: Path, resume: bool = False,
-                progress: bool = True, stop_after: int | None = None) -> EagleResult:  # fmt: skip
-    """Train the head on ``data``, checkpointing every checkpoint_every steps; stop_after: stop at that step (tests)."""
+                progress: bool = True, stop_after: int | None = None, start: Start | None = None) -> EagleResult:  # fmt: skip
+    """Train the head on ``data``, checkpointing every checkpoint_every steps; stop_after: stop at that step (tests).
+    ``start``: continue that head (read_start) instead of a fresh one; its curve goes on from where it stopped, with
+    the starting head evaluated on this data's whole held-out set at the join."""
     from specviz.models.eagle import EagleHead, EagleShape
     from specviz.models.medusa import target_fingerprint
 
     fingerprint = target_fingerprint(lm.model.get_input_embeddings().weight)
     frozen = frozen_parts(lm, config, data.train)
     head = EagleHead(EagleShape.of_target(lm.model.config), torch.Generator().manual_seed(config.seed))
+    if start is not None:
+        head.load_state_dict(start.weights)
     opt = torch.optim.AdamW(head.parameters(), lr=config.lr, weight_decay=0.0)
     segments, per_step = data.train.segments(config.seg_len), config.batch_size // config.seg_len
     draft_ids = draft_ids_of(data, config.draft_vocab)
 
     def held_out(step: int, limit: int | None = None) -> EagleAccuracy:
-        return evaluate(head.eval(), frozen, data.heldout, config, step, limit, draft_ids)
+        return evaluate(head.eval(), frozen, data.heldout, config, step, limit, draft_ids, start)
 
     def train_step(step: int) -> tuple[torch.Tensor, dict, str]:
         batch = make_batch(data.train, batch_segments(step, segments, per_step, config.seed), config.seg_len)
@@ -269,25 +330,44 @@ def train_eagle(lm: LoadedModel, data: EagleData, config: EagleConfig, checkpoin
         return loss, {k: round(v, 4) for k, v in parts.items()}, f"{parts['top1']:.2f}"
 
     def eval_line(run: Run) -> str:
-        return f"step {run.step} ({run.step * config.batch_size:,} positions): held-out first-token top-1 {run.evals[-1].top1:.3f}"
+        e = run.evals[-1]
+        return f"step {e.step} ({e.positions_seen:,} positions): held-out first-token top-1 {e.top1:.3f}"
 
-    ckpt = Checkpoint(Path(checkpoint), "head", _optimisation(config))
-    run = ckpt.restore(head, opt, lambda e: EagleAccuracy(**e)) if resume else Run(evals=[held_out(0, config.eval_positions)])
+    ckpt = Checkpoint(Path(checkpoint), "head", _optimisation(config, start))
+    if resume:
+        run = ckpt.restore(head, opt, lambda e: EagleAccuracy(**e))
+    else:  # a continuation's join point: the starting head on all of this (larger) held-out set
+        run = Run(evals=[held_out(0, config.eval_positions if start is None else None)])
     last = config.steps if stop_after is None else min(config.steps, stop_after)
     optimise(head, opt, config, ckpt, run, train_step, held_out, eval_line, last, "training the EAGLE head", progress)
     if run.step == config.steps:
         run.evals.append(held_out(run.step))
     facts = dict(data.facts, train_s=round(run.train_s, 1), train_vocab=None if frozen.vocab is None else int(frozen.vocab.shape[0]))
-    return EagleResult(head.eval().requires_grad_(False), run.curve, run.evals, facts, fingerprint)
+    curve, evals = run.curve, run.evals
+    steps_before, seen_before = (start.steps, start.positions_seen) if start else (0, 0)
+    facts |= dict(steps_total=steps_before + run.step, positions_seen=seen_before + run.step * config.batch_size)
+    if start is not None:
+        curve = start.curve + [dict(row, step=start.steps + row["step"]) for row in run.curve]
+        evals = start.evals + run.evals
+        facts |= dict(init_from=dict(folder=start.folder, weights_sha256=start.digest, steps=start.steps,
+                                     positions_seen=start.positions_seen, heldout_positions=run.evals[0].positions,
+                                     heldout_top1=round(run.evals[0].top1, 4)),
+                      previous_training=start.stages)  # fmt: skip
+    return EagleResult(head.eval().requires_grad_(False), curve, evals, facts, fingerprint)
 
 
 def ship_eagle(result: EagleResult, data: EagleData, config: EagleConfig, out: Path, base_model: str, command: str = "",
                gate: dict | None = None) -> list[dict]:  # fmt: skip
     """Write the head (float16 safetensors), config.json with every training fact and the gate, the training curve,
     and the token counts for a draft vocabulary; returns the coverage report."""
+    with replaced_folder(Path(out)) as folder:  # all or nothing: ``out`` may be the folder the run started from
+        return _write_eagle(result, data, config, folder, base_model, command, gate)
+
+
+def _write_eagle(result: EagleResult, data: EagleData, config: EagleConfig, out: Path, base_model: str, command: str,
+                 gate: dict | None) -> list[dict]:  # fmt: skip
     from specviz.models.eagle import save_eagle
 
-    out = Path(out)
     report = write_token_counts(out, torch.cat([data.train.tokens, data.train.argmax]), data.heldout.argmax, data.vocab_size,
                                 "the target's own tokens and its argmax on teacher-forced text, in the head's training data")  # fmt: skip
     final = result.evals[-1]
@@ -306,6 +386,7 @@ def ship_eagle(result: EagleResult, data: EagleData, config: EagleConfig, out: P
     return report
 
 
-def scaling_table(evals: Sequence[EagleAccuracy]) -> list[tuple[int, float]]:
-    """(positions seen, held-out top-1) per evaluation: the data-scaling curve of the model card."""
-    return [(e.positions_seen, e.top1) for e in evals if not math.isnan(e.top1)]
+def scaling_table(evals: Sequence[EagleAccuracy]) -> list[tuple[int, float, int]]:
+    """(positions seen, held-out top-1, held-out positions scored) per evaluation, every stage's: the data-scaling
+    curve of the model card (a continuation's first row is its starting head on the new, larger held-out set)."""
+    return [(e.positions_seen, e.top1, e.positions) for e in evals if not math.isnan(e.top1)]

@@ -81,7 +81,8 @@ def read_checkpoint(path: Path, optimisation: dict, data_key: str | None = None)
         raise ValueError(f"--resume: {path} is not a readable checkpoint ({type(exc).__name__}).") from exc
     if data_key is not None and state.get("data_key") != data_key:
         raise ValueError(f"--resume: {path} was trained on other data (another target or data settings).")
-    differ = {k: (v, state["optimisation"].get(k)) for k, v in optimisation.items() if state["optimisation"].get(k) != v}
+    saved = state["optimisation"]  # a key on one side only differs too (a continuation's init_from against a fresh run)
+    differ = {k: (optimisation.get(k), saved.get(k)) for k in optimisation | saved if saved.get(k) != optimisation.get(k)}
     if differ:
         what = ", ".join(f"{k} {new} (checkpoint: {old})" for k, (new, old) in differ.items())
         raise ValueError(f"--resume: the settings differ from the checkpoint's: {what}.")

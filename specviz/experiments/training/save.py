@@ -4,7 +4,10 @@ the weights, and the token counts a draft vocabulary is cut from with their cove
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+import shutil
+import tempfile
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import asdict
 from pathlib import Path
 
@@ -18,6 +21,33 @@ def save_atomic(obj: object, path: Path) -> None:
     tmp = path.with_suffix(".tmp")
     torch.save(obj, tmp)
     tmp.replace(path)
+
+
+@contextmanager
+def replaced_folder(out: Path) -> Iterator[Path]:
+    """A fresh folder beside ``out`` to write a run's files into; once the writing succeeds it takes out's place (the
+    files of out it lacks are copied over first), so ``out`` is never half written, even when the run read its
+    starting head from there. A failed write leaves ``out`` as it was."""
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    stage = Path(tempfile.mkdtemp(prefix=f".{out.name}.new-", dir=out.parent))
+    try:
+        yield stage
+        if out.is_dir():
+            for old in out.iterdir():
+                if not (stage / old.name).exists():
+                    (shutil.copytree if old.is_dir() else shutil.copy2)(old, stage / old.name)
+    except BaseException:
+        shutil.rmtree(stage, ignore_errors=True)
+        raise
+    stage.chmod(0o755)
+    if not out.exists():
+        stage.replace(out)
+        return
+    aside = Path(tempfile.mkdtemp(prefix=f".{out.name}.old-", dir=out.parent)) / out.name
+    out.replace(aside)
+    stage.replace(out)  # between the two renames the old folder is at ``aside``
+    shutil.rmtree(aside.parent)
 
 
 def write_curve(out: Path, curve: list[dict], evals: Sequence) -> None:
