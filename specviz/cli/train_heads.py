@@ -167,7 +167,7 @@ def run_eagle(args: argparse.Namespace) -> int:
     report = eagle.ship_eagle(result, data, config, Path(args.out), base, _train_command(args, chosen), verdict)
     emit(f"wrote {args.out} (target {result.fingerprint}); {result.facts['train_s']:.0f} s of training")
     emit("positions seen  held-out first-draft-token top-1  held-out positions scored")
-    join = len(start.evals) if start is not None else -1
+    join = len(eagle.scaling_table(start.evals)) if start is not None else -1  # the first row of this run
     for i, (seen, top1, scored) in enumerate(eagle.scaling_table(result.evals)):
         if i == join:
             emit(f"-- continued from {start.folder}, on this run's held-out set (from here on)")
