@@ -495,3 +495,4 @@ def test_cli_continues_a_head_into_its_own_folder(capsys, tiny_dir, tiny_models,
     other = args[:3] + ["--target", str(tiny_dir["llama_draft"])] + args[5:] + ["--init-from", str(out)]
     assert cli.main(other) == 2 and "trained for" in capsys.readouterr().err
     assert cli.main(["train-heads", "--target", str(tiny_dir["llama"]), "--tiny", "--init-from", str(out)]) == 2
+    assert "--kind eagle" in capsys.readouterr().err  # Medusa heads train from scratch

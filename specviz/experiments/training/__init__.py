@@ -7,8 +7,8 @@ What lives where:
 - teacher.py   teacher-forced offline text (the standard library, /usr/share/doc), EAGLE's second source
 - loop.py      what every run shares: the schedule, seeded batches, the frozen LM head's matmul, checkpoints, the loop
 - medusa.py    Medusa heads: labels, loss, held-out top-1/top-5, train_heads, ship
-- eagle.py     the EAGLE head: sequences and segments, EAGLE's loss, held-out first-draft-token top-1, train_eagle,
-               ship_eagle
+- eagle.py     the EAGLE head: sequences and segments, EAGLE's loss, held-out first-draft-token top-1, train_eagle
+               (a fresh head, or a trained one continued along its curve: read_start), ship_eagle
 - gate.py      issue 34's go/no-go for the EAGLE head: the draft step's cost against a target pass
 - save.py      what a run writes: atomic saves, the training curve, token counts for a draft vocabulary
 """

@@ -1,5 +1,5 @@
-"""What a training run writes: files saved atomically (a crash never leaves half a file), the training curve beside
-the weights, and the token counts a draft vocabulary is cut from with their coverage report."""
+"""What a training run writes: files saved atomically (a crash never leaves half a file), a heads folder replaced
+whole, the training curve beside the weights, and the token counts a draft vocabulary is cut from with their coverage report."""
 
 from __future__ import annotations
 
