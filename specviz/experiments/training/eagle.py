@@ -242,7 +242,7 @@ class Start:
     digest: str  # sha256 of the weights file: a continuation's checkpoint belongs to this start only
     steps: int  # optimiser steps so far, every earlier stage
     positions_seen: int  # training positions seen so far (the data-scaling axis goes on from here)
-    curve: list[dict]  # training_curve.json's per-step rows and evaluations (empty when it has none)
+    curve: list[dict]  # training_curve.json's per-step rows (empty when the folder has none)
     evals: list[EagleAccuracy]
     stages: list[dict]  # each earlier stage's training facts and result, oldest first
 
