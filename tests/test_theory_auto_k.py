@@ -36,10 +36,11 @@ def test_counts_each_chosen_k_in_k_order_and_skips_rounds_auto_did_not_choose():
 
 def test_the_caption_names_the_run_the_most_chosen_k_and_the_plain_passes():
     text = auto_k_caption(auto_k_counts(AUTO_RECORDS), "ngram k: auto")
-    assert "(ngram k: auto)" in text and "rounds of 7" in text and "it chose k = 3 most" in text
+    assert "(ngram k: auto)" in text and "how many of its 7 rounds chose it" in text and "it chose k = 3 most" in text
     assert "2 rounds were plain passes (k = 0)" in text and "above k" not in text
     plain = auto_k_caption(auto_k_counts([record(0), record(0), record(1)]), "A")
-    assert "it chose a plain pass (k = 0) most" in plain
+    assert "it chose a plain pass (k = 0) most" in plain and "of its 3 rounds" in plain
+    assert "of its 1 round chose it" in auto_k_caption(auto_k_counts([record(2)]), "A")
     assert "1 round above k = 4" in auto_k_caption(auto_k_counts([record(5), record(2)]), "A", k_max=4)
 
 

@@ -185,7 +185,7 @@ def auto_k_caption(counts: pd.DataFrame, run: str, k_max: int = MAX_K) -> str:
     plain = int(counts.loc[counts["k"] == 0, "rounds"].sum())
     off = int(counts.loc[counts["k"] > k_max, "rounds"].sum())
     most = "a plain pass (k = 0)" if int(top["k"]) == 0 else f"k = {int(top['k'])}"
-    text = (f"Diamonds: the ks k: auto chose in your step-through run ({run}), each labelled with its rounds of {total}; "
+    text = (f"Diamonds: the ks k: auto chose in your step-through run ({run}), each labelled with how many of its {total} round{'s' if total != 1 else ''} chose it; "
             f"it chose {most} most. Auto weighs the run's own acceptance by position, not this page's α: set α to the run's to "
             "see whether the yellow best k agrees.")  # fmt: skip
     if plain:
