@@ -7,14 +7,16 @@ import streamlit as st
 from specviz.core.theory import MAX_K, VerifyCurve
 from specviz.experiments.cost_profile import CostProfile
 from specviz.ui.common import access, widgets
-from specviz.ui.common.navigation import route_through_app
+from specviz.ui.common.navigation import page_link, route_through_app
 from specviz.ui.labs.batch import BatchMeasurement, batch_plan, measure_batches_here
 from specviz.ui.labs.measured import session_points
 from specviz.ui.labs.theory import (
     MEASURED_KEY,
+    NO_AUTO_RUN,
     THIS_MACHINE,
     BatchLesson,
     alpha_definitions,
+    auto_choices,
     batch_lesson,
     cost_label,
     curves,
@@ -106,8 +108,14 @@ with left:
     st.plotly_chart(curves(c, verify_cost, ks, alpha, measured), width="stretch")
     st.caption(f"Each curve is one k at your c and verify cost ({verify_label(verify_cost)}); white markers are measured speedups at their α.")
 with right:
-    st.plotly_chart(speedup_vs_k_figure(alpha, c, verify_cost, k), width="stretch")
+    auto = auto_choices()  # what k: auto chose in this session's step-through run, drawn on the same bars
+    st.plotly_chart(speedup_vs_k_figure(alpha, c, verify_cost, k, chosen=None if auto is None else auto.counts), width="stretch")
     st.caption("Yellow: the best k; blue: yours. More drafts pay only while the next one is still likely to survive.")
+    if auto is None:
+        st.caption(NO_AUTO_RUN)
+    else:
+        st.caption(md_text(auto.caption))
+        page_link("pages/step_through.py", "Back to its rounds: each one's reason in the round inspector")
 
 if not measured.empty:
     with st.expander(f"Measured runs drawn above ({len(measured)})"):

@@ -188,7 +188,7 @@ class RunConfig:
         cap="max_draft_tokens", cap_message="k is limited to {limit} tokens per round on this server (asked for {value}).", short="k",
     )  # fmt: skip
     auto_k: bool = setting(  # k: auto (specviz.core.auto_k); the adaptive rule, when on, takes its place
-        True, drafter_only=True, widget="toggle", section="drafter", label="k: auto (from this machine's costs)", carry="fork",
+        True, drafter_only=True, widget="toggle", section="drafter", label="k: auto (from this machine's costs)", seeded=True, carry="link",
         help="Choose each round's k (a tree's node budget) before the round, from this machine's cost profile and this run's "
         "acceptance by position: 0, a plain pass, when no k pays. Off: the slider's k every round (or the adaptive rule).",
         flags=("--fixed-k",), negated=True, flag_help="draft the same k every round (or follow --adaptive-k) instead of k: auto",
@@ -200,6 +200,9 @@ class RunConfig:
     )  # fmt: skip
     max_draft_tokens: int = setting(  # adaptive and auto k's ceiling; a shared server's policy lowers it to the owner's k cap (quietly)
         MAX_DRAFT_TOKENS, low=1, high=MAX_DRAFT_TOKENS, what="The ceiling for adaptive and auto k", drafter_only=True, cap="max_draft_tokens",
+        widget="slider", section="drafter", label="k at most (auto picks each round's k up to this)", seeded=True, carry="fork", short="k at most",
+        help="k: auto chooses each round's k before the round, from 0 (a plain pass, when no k pays) up to this; the round inspector says "
+        "why. Turn auto off to draft the same k every round.",
     )  # fmt: skip
     tree_width: int = setting(  # children per node of a token tree (n-gram, model, early-exit drafters); 1 = a chain, k = node budget
         START.tree_width, low=1, high=MAX_TREE_WIDTH, message="The tree width must be between {low} (a chain) and {high}; got {value}.", drafter_only=True,

@@ -154,10 +154,13 @@ def test_limits_are_enforced_with_a_message(shared, monkeypatch):
     assert any("max new tokens is limited to 5" in e for e in errors(at)), errors(at)
     assert any("k is limited to 3" in e for e in errors(at)), errors(at)
     assert next(w for w in at.number_input if w.key == "max_new_tokens").max == 5
-    assert next(w for w in at.slider if w.key == "num_draft_tokens").max == 3
+    ceiling = next(w for w in at.slider if w.key == "max_draft_tokens")  # k: auto: k's slider is auto's ceiling
+    assert (ceiling.max, ceiling.value) == (3, 3)
     click(at, "run_all")
     c = config(at)
-    assert (c.max_new_tokens, c.num_draft_tokens) == (5, 3)
+    assert (c.max_new_tokens, c.num_draft_tokens, c.max_draft_tokens) == (5, 3, 3)
+    at.toggle(key="auto_k").set_value(False).run()
+    assert next(w for w in at.slider if w.key == "num_draft_tokens").max == 3
     assert len(at.session_state[STATE].session.runs[0].decoder.generated) <= 5
 
 

@@ -359,7 +359,7 @@ def test_bad_input_mid_run_keeps_the_earlier_rounds(case, widgets, message, tiny
 def test_sidebar_cannot_produce_out_of_range_settings(tiny_dir):
     """k, temperature and top-p come from sliders bounded to what RunConfig accepts; values outside are
     not passed on (streamlit keeps the slider in range), so the page never builds an invalid run."""
-    at = _page(tiny_dir)
+    at = _page(tiny_dir, auto_k=False)  # k fixed: k's slider is k (under k: auto it is auto's ceiling)
     k, temperature, top_p = (_widget(at, key) for key in ("num_draft_tokens", "temperature", "top_p"))
     assert (k.min, k.max) == (1, MAX_DRAFT_TOKENS)
     assert temperature.min == 0.0

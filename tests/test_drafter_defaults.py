@@ -74,7 +74,7 @@ def test_a_value_given_on_the_command_line_stays():
 
 
 def test_choosing_a_drafter_in_the_sidebar_applies_its_measured_best(local):  # noqa: F811
-    at = step_page(local)  # the n-gram model at its defaults
+    at = step_page(local, auto_k=False)  # the n-gram model at its defaults, k fixed (so k's slider is k)
     assert at.slider(key="num_draft_tokens").value == MEASURED_BEST["ngram"].num_draft_tokens
     at.selectbox(key="drafter").select("medusa").run()
     assert not at.exception, [e.value for e in at.exception]
@@ -87,7 +87,7 @@ def test_choosing_a_drafter_in_the_sidebar_applies_its_measured_best(local):  # 
 
 
 def test_a_k_the_user_set_survives_switching_drafters(local):  # noqa: F811
-    at = step_page(local)
+    at = step_page(local, auto_k=False)
     at.slider(key="num_draft_tokens").set_value(6).run()
     at.selectbox(key="drafter").select("medusa").run()
     assert not at.exception, [e.value for e in at.exception]
@@ -101,7 +101,7 @@ def test_a_k_the_user_set_survives_switching_drafters(local):  # noqa: F811
 
 def test_a_linked_value_is_not_replaced(local):  # noqa: F811
     """A share link (or a fork) puts the drafter and k into session state together: no menu change, so k stays."""
-    at = step_page(local, drafter="medusa", num_draft_tokens=4, draft_vocab=0)
+    at = step_page(local, drafter="medusa", num_draft_tokens=4, draft_vocab=0, auto_k=False)
     assert (at.slider(key="num_draft_tokens").value, at.selectbox(key="draft_vocab").value) == (4, 0)
 
 
@@ -131,7 +131,7 @@ def test_a_share_link_leaves_out_the_drafters_best_and_opens_at_it(local):  # no
 
     assert link_for(RunConfig(drafter="medusa", num_draft_tokens=2, draft_vocab=8192), "p", "p").query == {"drafter": "medusa"}
     assert link_for(RunConfig(drafter="medusa", num_draft_tokens=4), "p", "p").query == {"drafter": "medusa", "num_draft_tokens": "4"}
-    for query, k in (({"drafter": "medusa"}, 2), ({"drafter": "medusa", "num_draft_tokens": "4"}, 4)):
+    for query, k in (({"drafter": "medusa", "auto_k": "false"}, 2), ({"drafter": "medusa", "num_draft_tokens": "4", "auto_k": "false"}, 4)):
         at = AppTest.from_file(str(PAGES / "step_through.py"), default_timeout=120)
         at.session_state["target"] = local
         for key, value in query.items():
@@ -139,3 +139,30 @@ def test_a_share_link_leaves_out_the_drafters_best_and_opens_at_it(local):  # no
         at.run()
         assert not at.exception, [e.value for e in at.exception]
         assert (at.slider(key="num_draft_tokens").value, at.selectbox(key="draft_vocab").value) == (k, 8192)
+
+
+def test_under_auto_k_the_slider_is_autos_ceiling_and_k_comes_back_when_auto_is_off(local):  # noqa: F811
+    """k: auto is on by default: k's slider reads as auto's ceiling (max_draft_tokens, its label from the field table)
+    and sets it; off, the slider is the fixed k again, at the value it had; the measured-best caption says which."""
+    from specviz.config import field_named
+    from tests.test_app_compare_tree import STATE, click
+
+    at = step_page(local)  # the n-gram drafter, k = 4 held
+    ceiling = at.slider(key="max_draft_tokens")
+    assert ceiling.label == field_named("max_draft_tokens").label == "k at most (auto picks each round's k up to this)"
+    assert ceiling.help and not [s for s in at.sidebar.slider if s.key == "num_draft_tokens"]
+    captions = " ".join(c.value for c in at.sidebar.caption)
+    assert "k = 4: this drafter's measured best here" in captions and "k: auto picks each round's k instead, up to 16" in captions
+    ceiling.set_value(2).run()
+    click(at, "step")
+    config = at.session_state[STATE].session.config
+    assert (config.k_policy, config.max_draft_tokens, config.num_draft_tokens) == ("auto", 2, 4)  # the slider set auto's ceiling
+    assert all(r.num_draft_tokens <= 2 for r in at.session_state[STATE].session.runs[0].records)
+    at.toggle(key="auto_k").set_value(False).run()
+    assert not at.exception, [e.value for e in at.exception]
+    k = at.slider(key="num_draft_tokens")
+    assert (k.label, k.value) == (field_named("num_draft_tokens").label, 4)  # k as it was before auto hid it
+    assert not [s for s in at.sidebar.slider if s.key == "max_draft_tokens"]
+    assert "k: auto picks" not in " ".join(c.value for c in at.sidebar.caption)
+    at.toggle(key="auto_k").set_value(True).run()
+    assert at.slider(key="max_draft_tokens").value == 2  # the ceiling the user set comes back with auto

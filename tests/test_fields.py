@@ -21,7 +21,7 @@ from specviz.workshop.policy import Policy
 
 ROOT = Path(__file__).resolve().parents[1]
 # setups that between them show every widget of the sidebar (the drafter section draws a field only when a drafter uses it)
-SETUPS = ({}, {"drafter": "early-exit", "compare": "ngram"}, {"drafter": "medusa", "compare": "eagle"})
+SETUPS = ({}, {"drafter": "early-exit", "compare": "ngram", "auto_k": False}, {"drafter": "medusa", "compare": "eagle"})  # k's slider: the ceiling under auto, else k
 
 
 def _sidebar_script() -> None:

@@ -23,6 +23,7 @@ GOOD = {
     "prompt": "Repeat: one two three",
     "drafter": "lookup",
     "num_draft_tokens": "6",
+    "auto_k": "false",
     "temperature": "0.5",
     "top_k": "40",
     "top_p": "0.9",
@@ -39,6 +40,7 @@ def test_good_values_are_restored_with_their_types():
         "prompt": "Repeat: one two three",
         "drafter": "lookup",
         "num_draft_tokens": 6,
+        "auto_k": False,
         "temperature": 0.5,
         "top_k": 40,
         "top_p": 0.9,
@@ -68,6 +70,8 @@ def test_unknown_parameter_is_a_warning_and_nothing_else():
         ("num_draft_tokens", "4.0"),
         ("num_draft_tokens", "1_0"),
         ("num_draft_tokens", ""),
+        ("auto_k", "1"),
+        ("auto_k", "off"),
         ("temperature", "nan"),
         ("temperature", "inf"),
         ("temperature", "2.5"),
@@ -143,6 +147,8 @@ def test_link_round_trips_through_parse_query():
     prompt = "Say: <b>hi</b> & bye?\n#frag=1"
     link = link_for(config, prompt, "default")
     assert list(link.query) == ["drafter", "num_draft_tokens", "temperature", "top_k", "top_p", "seed", "max_new_tokens", "prompt"]
+    fixed = link_for(dataclasses.replace(config, auto_k=False), prompt, "default")  # a fixed k's run says so: the link opens at it
+    assert fixed.query["auto_k"] == "false" and parse_query(fixed.query).values["auto_k"] is False
     query = dict(parse_qsl(urlsplit(link.url("http://h/")).query, keep_blank_values=True))
     restored = parse_query(query)
     assert restored.warnings == ()
@@ -174,7 +180,7 @@ def _page(**params: str) -> AppTest:
 
 
 def _widget_value(at: AppTest, key: str):
-    for kind in ("text_area", "selectbox", "slider", "number_input", "text_input"):
+    for kind in ("text_area", "selectbox", "slider", "number_input", "text_input", "toggle"):
         found = [w for w in getattr(at, kind) if w.key == key]
         if found:
             return found[0].value
@@ -182,13 +188,13 @@ def _widget_value(at: AppTest, key: str):
 
 
 def test_page_restores_a_share_link_and_mirrors_it(_embedded_model):
-    at = _page(drafter="lookup", num_draft_tokens="6", temperature="0.5", top_k="20", seed="11", max_new_tokens="12", prompt="Count: 1 2 3")
+    at = _page(drafter="lookup", num_draft_tokens="6", auto_k="false", temperature="0.5", top_k="20", seed="11", max_new_tokens="12", prompt="Count: 1 2 3")
     assert not at.exception, at.exception
     assert not at.warning, [w.value for w in at.warning]
     assert not at.error, [e.value for e in at.error]
     expected = {"drafter": "lookup", "num_draft_tokens": 6, "temperature": 0.5, "top_k": 20, "seed": 11, "max_new_tokens": 12, "prompt": "Count: 1 2 3"}
     assert {key: _widget_value(at, key) for key in expected} == expected
-    assert at.query_params == {"drafter": "lookup", "num_draft_tokens": "6", "temperature": "0.5", "top_k": "20", "seed": "11", "max_new_tokens": "12", "prompt": "Count: 1 2 3"}
+    assert at.query_params == {"drafter": "lookup", "num_draft_tokens": "6", "auto_k": "false", "temperature": "0.5", "top_k": "20", "seed": "11", "max_new_tokens": "12", "prompt": "Count: 1 2 3"}
     assert "num_draft_tokens=6" in at.text_input(key="share_link").value  # the Copy link box
     assert _widget_value(at, "example") == "custom"  # the link's prompt is none of the examples
     at.slider(key="num_draft_tokens").set_value(3).run()  # a later change is mirrored; the link is read only once
@@ -197,13 +203,14 @@ def test_page_restores_a_share_link_and_mirrors_it(_embedded_model):
 
 
 def test_page_warns_about_bad_parameters_and_keeps_defaults(_embedded_model):
-    at = _page(num_draft_tokens="999", temperature="hot", drafter="<script>alert(1)</script>", bogus="1")
+    at = _page(num_draft_tokens="999", auto_k="no", temperature="hot", drafter="<script>alert(1)</script>", bogus="1")
     assert not at.exception, at.exception
     warnings = " ".join(w.value for w in at.warning)
-    for key in ("num_draft_tokens", "temperature", "drafter", "bogus"):
+    for key in ("num_draft_tokens", "auto_k", "temperature", "drafter", "bogus"):
         assert key in warnings
     defaults = RunConfig()
-    assert _widget_value(at, "num_draft_tokens") == defaults.num_draft_tokens
+    assert _widget_value(at, "auto_k") is True  # k: auto, so k's slider is auto's ceiling; k itself is held
+    assert at.session_state["num_draft_tokens"] == defaults.num_draft_tokens
     assert _widget_value(at, "temperature") == defaults.temperature
     assert _widget_value(at, "drafter") == defaults.drafter
     assert at.query_params == {}  # refused parameters leave the URL; the defaults need none

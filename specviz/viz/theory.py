@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import html
 import math
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -34,6 +35,7 @@ from specviz.viz import style
 from specviz.viz.style import TEMPLATE
 
 MEASURED_COLUMNS: tuple[str, ...] = ("source", "label", "alpha", "k", "speedup")
+AUTO_K_COLUMNS: tuple[str, ...] = ("k", "rounds")  # auto_k_counts: how many rounds k: auto chose each k
 LAYOUT = dict(margin=dict(l=10, r=10, t=40, b=10), height=380, legend=dict(orientation="h", y=-0.2), modebar=dict(orientation="v"))
 SOURCE_SYMBOLS = {"benchmark": "circle", "step-through": "diamond"}
 K_COLORS = style.SERIES
@@ -169,13 +171,50 @@ def speedup_vs_k_frame(alpha: float, c: float, verify_cost: VerifyCost, k_max: i
     return pd.DataFrame(rows)
 
 
-def speedup_vs_k_figure(alpha: float, c: float, verify_cost: VerifyCost, k: int, k_max: int = MAX_K) -> go.Figure:
-    """Bars of speedup for every k at one alpha: the chosen k and the best k are highlighted."""
+def auto_k_counts(records: Sequence) -> pd.DataFrame:
+    """How many rounds k: auto chose each k (0: a plain pass), from the rounds that carry its reason (a record's
+    k_choice, specviz.core.auto_k.KChoice); columns k, rounds, in k order; empty when no round was auto's."""
+    chosen = Counter(choice.k for r in records if (choice := getattr(r, "k_choice", None)) is not None)
+    return pd.DataFrame(sorted(chosen.items()), columns=list(AUTO_K_COLUMNS))
+
+
+def auto_k_caption(counts: pd.DataFrame, run: str, k_max: int = MAX_K) -> str:
+    """What the diamonds on the speedup-by-k chart show, for a run whose k: auto counts these are."""
+    total = int(counts["rounds"].sum())
+    top = counts.loc[counts["rounds"].idxmax()]  # the first of the most chosen: the smallest k on a tie
+    plain = int(counts.loc[counts["k"] == 0, "rounds"].sum())
+    off = int(counts.loc[counts["k"] > k_max, "rounds"].sum())
+    most = "a plain pass (k = 0)" if int(top["k"]) == 0 else f"k = {int(top['k'])}"
+    text = (f"Diamonds: the ks k: auto chose in your step-through run ({run}), each labelled with how many of its {total} round{'s' if total != 1 else ''} chose it; "
+            f"it chose {most} most. Auto weighs the run's own acceptance by position, not this page's α: set α to the run's to "
+            "see whether the yellow best k agrees.")  # fmt: skip
+    if plain:
+        text += f" {plain} round{'s were plain passes' if plain > 1 else ' was a plain pass'} (k = 0), left of this chart."
+    if off:
+        text += f" {off} round{'s' if off > 1 else ''} above k = {k_max}, right of it."
+    return text
+
+
+def speedup_vs_k_figure(
+    alpha: float, c: float, verify_cost: VerifyCost, k: int, k_max: int = MAX_K, chosen: pd.DataFrame | None = None
+) -> go.Figure:
+    """Bars of speedup for every k at one alpha: the chosen k and the best k are highlighted. chosen (auto_k_counts):
+    a diamond on each k that k: auto chose in a run, sized and labelled by its rounds."""
     df = speedup_vs_k_frame(alpha, c, verify_cost, k_max)
     best = best_k(alpha, c, verify_cost, k_max)
     colors = [style.HIGHLIGHT if kk == best else (style.P_TARGET if kk == k else style.LIGHT_GREY) for kk in df["k"]]
     fig = go.Figure(go.Bar(x=df["k"], y=df["speedup"], marker=dict(color=colors, line=dict(color=style.INK, width=1)), hovertemplate="k=%{x}: %{y:.2f}×<extra></extra>", name="speedup"), layout=dict(template=TEMPLATE))
     fig.add_hline(y=1.0, line=dict(color=style.INK, dash="dash"))
+    on_chart = chosen[(chosen["k"] >= 1) & (chosen["k"] <= k_max)] if chosen is not None else pd.DataFrame(columns=list(AUTO_K_COLUMNS))
+    if not on_chart.empty:
+        total = int(chosen["rounds"].sum())
+        ys = df.set_index("k")["speedup"].reindex(on_chart["k"]).to_numpy()
+        fig.add_scatter(
+            x=on_chart["k"], y=ys, mode="markers+text", name="k: auto chose", text=[f"{n}" for n in on_chart["rounds"]], textposition="top center",
+            marker=dict(symbol="diamond", color=style.INK, size=[8 + 16 * n / total for n in on_chart["rounds"]], line=dict(color="white", width=1)),
+            customdata=on_chart["rounds"], hovertemplate=f"k: auto chose k=%{{x}} in %{{customdata}} of {total} rounds<extra></extra>",
+        )  # fmt: skip
+        fig.update_layout(showlegend=True)
     fig.update_layout(title=f"speedup by k at α = {alpha:.2f}", xaxis=dict(title="k", tickvals=k_ticks(k_max)), yaxis_title="speedup (×)", **LAYOUT)
     return fig
 

@@ -45,7 +45,7 @@ def test_page_url_is_an_entry_point_of_a_fresh_server(driver, fresh_server, path
 
 
 def test_share_link_restores_the_widgets(driver, app_url):
-    open_page(driver, app_url, "?drafter=lookup&num_draft_tokens=6&temperature=0.5&bogus=1")
+    open_page(driver, app_url, "?drafter=lookup&num_draft_tokens=6&auto_k=false&temperature=0.5&bogus=1")  # a fixed k: k's slider is k
     drafter = driver.find_element(By.CSS_SELECTOR, ".st-key-drafter input").get_attribute("value")  # the select's shown label
     assert drafter.startswith("prompt lookup")
     assert slider_value(driver, "num_draft_tokens") == "6"

@@ -52,3 +52,34 @@ def test_benchmark_runs_and_draws_charts(driver, app_url, screenshot_dir):
     assert "Measured earlier on a 2-core CPU" in tabs(driver)  # the shipped table stays beside the new sweep (issue 43)
     wait(driver, 60).until(lambda d: len(d.find_elements(By.CSS_SELECTOR, '[data-testid="stPlotlyChart"] .main-svg')) >= 2)
     save_screenshot(driver, screenshot_dir / "screenshot_benchmark.png")
+
+
+def _nav_to(driver, app_url: str, path: str) -> None:
+    """Follow the sidebar's link to a page (the same browser session, unlike opening its URL)."""
+    title = PAGES[path]
+    next(a for a in driver.find_elements(By.CSS_SELECTOR, '[data-testid="stSidebarNavLink"]') if a.text.strip().endswith(title)).click()
+    wait(driver, 30).until(lambda d: d.current_url.rstrip("/") == f"{app_url}/{path}".rstrip("/"))
+    wait_idle(driver)
+
+
+def test_theory_marks_the_ks_auto_chose_and_links_back(driver, app_url, screenshot_dir):
+    """Before a run the theory page says how to get one; after a Step with k: auto (the default), its speedup-by-k
+    chart's caption names what auto chose, and the link under it goes back to the Step-through page."""
+    open_page(driver, app_url, "theory")
+    captions = " ".join(c.text for c in driver.find_elements(By.CSS_SELECTOR, '[data-testid="stCaptionContainer"]'))
+    assert "Step through a run with k: auto" in captions
+    open_page(driver, app_url)
+    click_button(driver, "step")
+    wait_idle(driver)
+    _nav_to(driver, app_url, "theory")
+    assert exceptions(driver) == []
+    captions = " ".join(c.text for c in driver.find_elements(By.CSS_SELECTOR, '[data-testid="stCaptionContainer"]'))
+    assert "Diamonds: the ks k: auto chose in your step-through run" in captions, captions
+    link = driver.find_element(By.CSS_SELECTOR, '[data-testid="stPageLink-NavLink"]')
+    assert "Back to its rounds" in link.text
+    driver.execute_script("arguments[0].scrollIntoView({block: 'end'});", link)
+    driver.save_screenshot(str(screenshot_dir / "theory_auto_k.png"))  # the chart with auto's diamonds, for a look
+    link.click()
+    wait(driver, 30).until(lambda d: d.current_url.rstrip("/") == app_url.rstrip("/"))
+    wait_idle(driver)
+    assert exceptions(driver) == []

@@ -14,6 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import streamlit as st
+from streamlit.errors import StreamlitAPIException
 
 
 @dataclass(frozen=True)
@@ -57,3 +58,13 @@ def route_through_app() -> None:
         return
     st.navigation(app_pages(), position="hidden")  # resolves the requested page, so the rerun keeps the URL
     st.rerun()
+
+
+def page_link(path: str, label: str) -> None:
+    """A link to another page of the app that keeps this browser session (st.page_link); where that page is not
+    registered (a page script run on its own, as AppTest runs it), the same words pointing to the menu."""
+    spec = next(p for p in PAGE_SPECS if p.path == path)
+    try:
+        st.page_link(path, label=label, icon=spec.icon)
+    except StreamlitAPIException:
+        st.caption(f"{label}: {spec.title} in the page menu.")

@@ -1,7 +1,7 @@
 """Measured runs from other pages of this browser session, as points for the theory page's charts.
 
 Other pages own their state; this module only reads it, through their types (PageState of the step-through
-page, the Benchmark page's results DataFrame), and returns an empty frame when there is nothing usable."""
+page, the Benchmark page's results DataFrame), and returns an empty frame (or None) when there is nothing usable."""
 
 from __future__ import annotations
 
@@ -44,6 +44,18 @@ def step_through_points() -> pd.DataFrame:
         label = f"{run.label}: {int(last['tokens'])} tokens, {float(last['speedup']):.2f}×{chose}"
         rows.append({"source": "step-through", "label": label, "alpha": float(alpha), "k": k, "speedup": float(last["speedup"])})
     return pd.DataFrame(rows, columns=list(MEASURED_COLUMNS))
+
+
+def auto_run() -> tuple[str, list] | None:
+    """(label, records) of the step-through page's first current run with rounds whose k k: auto chose (each carries
+    its k_choice); None when this session has no such run."""
+    state = st.session_state.get(STEP_THROUGH_KEY)
+    if not isinstance(state, PageState) or state.session is None:
+        return None
+    for run in state.session.runs:
+        if any(getattr(r, "k_choice", None) is not None for r in run.records):
+            return run.label, list(run.records)
+    return None
 
 
 def bench_points() -> pd.DataFrame:

@@ -32,6 +32,7 @@ from specviz.experiments.cost_profile import PROFILE_DRAFTERS, CostProfile, ship
 from specviz.runs import run_positions
 from specviz.ui.common import access, budgets, turns
 from specviz.ui.common import models as ui_models
+from specviz.ui.labs import measured as session_runs  # its auto_run, called through the module (tests patch it)
 from specviz.ui.labs.measured import session_points
 from specviz.viz import theory as figures
 from specviz.viz.theory import MEASURED_COLUMNS, batch_frame, batch_ratios
@@ -187,6 +188,30 @@ def batch_profile(selected: CostProfile | None, available: dict[str, CostProfile
     """The profile to predict from: the sidebar's choice if it has batched passes, else the first one that has."""
     named = ([(selected.name, selected)] if selected is not None else []) + [(prof.name, prof) for prof in available.values()]
     return next(((name, prof) for name, prof in named if prof.batch_pass_ms), None)
+
+
+@dataclass(frozen=True)
+class AutoChoices:
+    """The ks k: auto chose in this session's step-through run, for the speedup-by-k chart."""
+
+    run: str  # the run's label
+    counts: pd.DataFrame  # specviz.viz.theory.auto_k_counts
+
+    @property
+    def caption(self) -> str:
+        return figures.auto_k_caption(self.counts, self.run)
+
+
+NO_AUTO_RUN = "Step through a run with k: auto (the default; the sidebar's k: auto switch) and the ks it chose each round appear on this chart."
+
+
+def auto_choices() -> AutoChoices | None:
+    """What k: auto chose in the step-through page's current run; None when there is no such run."""
+    found = session_runs.auto_run()
+    if found is None:
+        return None
+    label, records = found
+    return AutoChoices(label, figures.auto_k_counts(records))
 
 
 def last_run_alpha(measured: pd.DataFrame) -> float | None:

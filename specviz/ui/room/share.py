@@ -99,11 +99,20 @@ def _text(max_chars: int, what: str) -> Callable[[str], str]:
     return parse
 
 
+def _switch(text: str) -> bool:
+    """A toggle's value: true or false (as link_for writes it)."""
+    if text.lower() not in ("true", "false"):
+        raise _Invalid("true or false")
+    return text.lower() == "true"
+
+
 def parser_for(s: Setting) -> Callable[[str], object]:
     """A link's text -> the value the field's widget holds, within the widget's range (the table's ui range)."""
     low, high = s.widget_range
     if s.choices is not None:
         return _choice(s.choices)
+    if s.type is bool:
+        return _switch
     if s.type is str:
         return _text(s.max_chars or 300, s.what)
     if s.type is float:
@@ -195,7 +204,7 @@ class Link:
 
 
 def _as_text(value: object) -> str:
-    return f"{value:g}" if isinstance(value, float) else str(value)
+    return str(value).lower() if isinstance(value, bool) else f"{value:g}" if isinstance(value, float) else str(value)
 
 
 def link_for(config: RunConfig, prompt: str, default_prompt: str, defaults: RunConfig = RunConfig()) -> Link:  # noqa: B008

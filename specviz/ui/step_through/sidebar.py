@@ -200,8 +200,9 @@ def _start_linked_drafter(linked: dict, policy: Policy) -> None:
             st.session_state[key] = tuned_value(name, spec, policy)
 
 
-def best_note(spec: DrafterSpec, fields: dict) -> str | None:
-    """The caption under k: this drafter's measured best, and whether the run uses it (None: never measured)."""
+def best_note(spec: DrafterSpec, fields: dict, auto_ceiling: int | None = None) -> str | None:
+    """The caption under k: this drafter's measured best, and whether the run uses it (None: never measured).
+    auto_ceiling: k: auto is on with this ceiling, so the measured k is the fixed k's, not this run's."""
     if not spec.measured or spec.baseline:
         return None
     best = spec.defaults
@@ -211,12 +212,13 @@ def best_note(spec: DrafterSpec, fields: dict) -> str | None:
     if best.draft_vocab:
         parts.append(f"draft vocabulary {best.draft_vocab:,}")
     link = "the Benchmark page's table of defaults, docs/benchmarks.md"  # words, not a link: captions here carry no links
+    auto = "" if auto_ceiling is None else f" k: auto picks each round's k instead, up to {auto_ceiling}; turn it off to draft the measured k."
     if all(fields.get(name, getattr(best, name)) == getattr(best, name) for name in TUNED_FIELDS):
-        return f"{', '.join(parts)}: this drafter's measured best here ({link})."
-    return f"This drafter's measured best here: {', '.join(parts)} ({link}); you changed it."
+        return f"{', '.join(parts)}: this drafter's measured best here ({link}).{auto}"
+    return f"This drafter's measured best here: {', '.join(parts)} ({link}); you changed it.{auto}"
 
 
-DRAFTER_PLACED = {"drafter", "num_draft_tokens", "tree_width", "auto_k", "adaptive_k", "ngram_max", "ngram_threshold", "exit_layer", "medusa_heads", "eagle_head", "draft_vocab"}
+DRAFTER_PLACED = {"drafter", "num_draft_tokens", "max_draft_tokens", "tree_width", "auto_k", "adaptive_k", "ngram_max", "ngram_threshold", "exit_layer", "medusa_heads", "eagle_head", "draft_vocab"}
 
 
 def _drafter_widgets(policy: Policy, with_compare: bool = True) -> tuple[dict, str, int]:
@@ -227,10 +229,9 @@ def _drafter_widgets(policy: Policy, with_compare: bool = True) -> tuple[dict, s
     drafter = draw("drafter", policy, options=kinds, format_func=drafter_label, on_change=_apply_drafter_defaults, args=(policy,))
     st.session_state[TUNED_FOR] = drafter
     spec = drafter_spec(drafter)
-    fields: dict[str, Any] = dict(drafter=drafter, num_draft_tokens=draw("num_draft_tokens", policy, disabled=spec.baseline))
+    fields: dict[str, Any] = dict(drafter=drafter, auto_k=draw("auto_k", policy, disabled=spec.baseline), adaptive_k=draw("adaptive_k", policy))
+    fields |= _k_widget(policy, auto=fields["auto_k"] and not fields["adaptive_k"] and not spec.baseline, disabled=spec.baseline)
     fields["tree_width"] = draw("tree_width", policy, disabled=not spec.can_branch)
-    fields["auto_k"] = draw("auto_k", policy, disabled=spec.baseline)
-    fields["adaptive_k"] = draw("adaptive_k", policy)
     compare = COMPARE_OFF
     if with_compare:
         compare = widgets.selectbox(
@@ -260,10 +261,24 @@ def _drafter_widgets(policy: Policy, with_compare: bool = True) -> tuple[dict, s
         fields["eagle_head"] = _heads_widget(policy, "eagle_head")
     if any(s.cuts_vocab for s in specs):
         fields["draft_vocab"] = draw("draft_vocab", policy, format_func=lambda v: f"the {v:,} tokens the target says most" if v else "the full vocabulary")
-    note = best_note(spec, fields)
+    note = best_note(spec, fields, auto_ceiling=fields.get("max_draft_tokens"))
     if note:
         st.caption(note)
     return fields | draw_rest("drafter", DRAFTER_PLACED, policy), compare, int(compare_width)
+
+
+def _k_widget(policy: Policy, auto: bool, disabled: bool) -> dict:
+    """k's slider. Under k: auto it is auto's ceiling (max_draft_tokens: "k at most"), else the k every round drafts
+    (num_draft_tokens; the adaptive rule's first k); each field's label and help are its row of the field table. The
+    slider not drawn keeps its value (k comes back as it was when auto is turned off) and the config still holds it."""
+    shown, kept = ("max_draft_tokens", "num_draft_tokens") if auto else ("num_draft_tokens", "max_draft_tokens")
+    s = field_named(kept)
+    value = st.session_state.get(s.widget_key, first_value(s, policy))
+    st.session_state[s.widget_key] = value  # a widget not drawn this run would lose its value at the run's end
+    fields = {shown: draw(shown, policy, disabled=disabled)}
+    if kept == "num_draft_tokens":  # the fixed k rides in the config (and a share link) while auto picks; the ceiling
+        fields[kept] = s.from_widget(value)  # stays the engine's (the owner's cap) unless auto is on
+    return fields
 
 
 def _heads_widget(policy: Policy, name: str) -> str | None:
