@@ -310,3 +310,25 @@ def test_the_page_runs_auto_by_default_and_the_inspector_says_why(local):  # noq
 def test_bad_costs_are_clear_errors(bad, message):
     with pytest.raises(ValueError, match=message):
         AutoCosts(**bad)
+
+
+def test_the_round_costs_are_what_the_shipped_drafting_table_gives():
+    """runs.DRAFT_ROUND_COST is the median over assets/drafting_cpu.json's chain rows of (drafting per round - k * the
+    shipped profile's c per token), per drafter and draft vocabulary, to two significant figures."""
+    import json
+    import re
+    import statistics
+
+    from specviz.runs import ASSETS, DRAFT_ROUND_COST
+
+    c = json.loads((ASSETS / "profile_cpu.json").read_text())["draft_cost"]
+    excess: dict[str, list[float]] = {}
+    for row in json.loads((ASSETS / "drafting_cpu.json").read_text())["rows"]:
+        m = re.fullmatch(r"(n-gram|medusa|recycle|eagle)(?: chain)? k=(\d+)( V'=8k)?", row["setup"])
+        if m:
+            key = {"n-gram": "ngram"}.get(m[1], m[1]) + ("@8192" if m[3] else "")
+            excess.setdefault(key, []).append(row["draft"] - int(m[2]) * c[key])
+    derived = {key: statistics.median(v) for key, v in excess.items()}
+    assert set(derived) | {"lookup"} == set(DRAFT_ROUND_COST)
+    for key, r in derived.items():
+        assert DRAFT_ROUND_COST[key] == pytest.approx(r, rel=0.1, abs=0.001), key
