@@ -332,3 +332,24 @@ def test_the_round_costs_are_what_the_shipped_drafting_table_gives():
     assert set(derived) | {"lookup"} == set(DRAFT_ROUND_COST)
     for key, r in derived.items():
         assert DRAFT_ROUND_COST[key] == pytest.approx(r, rel=0.1, abs=0.001), key
+
+
+def test_the_round_by_round_figure_builds_from_the_shipped_trace():
+    """assets/auto_k_rounds_cpu.json (scripts/auto_k_check.py --trace) draws on the Benchmark page: a panel per run, the
+    k line and the kept-drafts bars; on the copying prompt the n-gram model's k climbs past its first choice; a file of
+    another kind is a clear error."""
+    import json
+
+    from specviz.ui.labs.benchmark import AUTO_K_ROUNDS
+    from specviz.viz.bench import auto_k_rounds_figure, auto_k_rounds_frame
+
+    frame = auto_k_rounds_frame(json.loads(AUTO_K_ROUNDS.read_text(encoding="utf-8")))
+    assert set(frame["category"]) == {"prose", "copy"} and (frame["accepted"] <= frame["drafted"]).all()
+    copy = frame[(frame["drafter"] == "ngram") & (frame["category"] == "copy")]
+    assert copy["k"].max() > copy["k"].iloc[0]
+    fig = auto_k_rounds_figure(frame)
+    runs = frame["run"].nunique()
+    assert len([t for t in fig.data if t.type == "bar"]) == runs and len(fig.layout.annotations) == runs
+    assert {t.name for t in fig.data} == {"drafts kept", "k auto chose", "a probe"}
+    with pytest.raises(ValueError, match="Not a k: auto trace"):
+        auto_k_rounds_frame({"schema": "specviz.profile/1"})
