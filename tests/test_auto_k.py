@@ -353,3 +353,12 @@ def test_the_round_by_round_figure_builds_from_the_shipped_trace():
     assert {t.name for t in fig.data} == {"drafts kept", "k auto chose", "a probe"}
     with pytest.raises(ValueError, match="Not a k: auto trace"):
         auto_k_rounds_frame({"schema": "specviz.profile/1"})
+
+
+def test_the_benchmark_page_draws_auto_round_by_round():
+    from tests.test_app_pages import page
+
+    at = page("benchmark.py").run()
+    assert not at.exception
+    assert any("k: auto round by round on one prose and one copying prompt" in c.value for c in at.caption)
+    assert any(s.value == "k: auto, round by round" for s in at.subheader)
