@@ -105,7 +105,7 @@ class KChoice:
             return (f"k = 0 (a plain pass): no k pays here{by}; the best, k = {self.next_k}, would give "
                     f"{self.next_tokens_per_pass:.2f} tokens per pass-equivalent.")  # fmt: skip
         acc = " / ".join(f"{a:.2f}" for a in self.acceptance)
-        why = "a probe after plain rounds: " if self.probe else ""
+        why = "a probe, no k paying on the evidence so far: " if self.probe else ""
         per_round = f" and {self.round_cost:.2f} a round" if self.round_cost else ""
         return (f"k = {self.k}: {why}acceptance by position {acc}, verify of {self.k + 1} costs {self.verify_cost:.2f} passes, "
                 f"drafting {self.draft_cost:.2f} a token{per_round} → {self.tokens_per_pass:.2f} tokens per pass-equivalent; "
