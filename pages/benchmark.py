@@ -17,6 +17,7 @@ from specviz.ui.common.navigation import route_through_app
 from specviz.ui.labs.benchmark import (
     BENCH_DRAFTERS,
     acceptance_histograms,
+    auto_k_rounds,
     bench_prompts,
     check_draft_model,
     chosen_prompts,
@@ -189,6 +190,8 @@ def shipped() -> None:
         "speedup on open text (prose) in these tables and the drafting table (assets/drafting_cpu.json), derived by "
         "scripts/drafter_defaults.py (docs/benchmarks.md, *Each drafter's defaults*)."
     )
+    st.subheader("k: auto, round by round")
+    auto_k_rounds()
 
 
 results = st.session_state.get(BENCH_RESULTS_KEY)

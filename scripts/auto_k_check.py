@@ -5,10 +5,20 @@ For each prompt and temperature, plain decoding, k: auto and every fixed k in --
 .timed_runs.measure_setups: warm-up rotations discarded, the order shifting every rotation, so drift on a busy machine
 hits every setup alike); a setup's speed is the median tokens/s over its repeats, a cell's ratio the median over the
 category's prompts. Every setup runs the drafter at its measured-best tree width and draft vocabulary; the fixed ks are
-that setting with k swept. At temperature 0 auto's output must equal plain decoding's (exit code 1 otherwise).
+that setting with k swept. Every setup of a prompt and temperature runs with the same seed (SweepSpec.seed), so at
+T = 0.7 each pair samples from the same generator state. At temperature 0 auto's output must equal plain decoding's
+(exit code 1 otherwise). --out writes the table (and the machine) as JSON.
 
-    python scripts/auto_k_check.py                                  # every one-model drafter, every category, T = 0 and 0.7
+    python scripts/auto_k_check.py          # every one-model drafter (n-gram, lookup, early exit, Medusa, EAGLE, recycle),
+                                            # every category, T = 0 and 0.7, 2 prompts a category
     python scripts/auto_k_check.py --drafters ngram --categories prose --per-category 1 --repeats 1 --max-new-tokens 16
+
+--trace PATH writes, instead of timing anything, the k auto chose round by round and the tokens each round kept, on the
+first prose and the first copying prompt, for each of --drafters (greedy): assets/auto_k_rounds_cpu.json, drawn on the
+Benchmark page (specviz.viz.bench.auto_k_rounds_figure). auto's k depends on acceptance, not on time, so a trace needs
+no quiet machine.
+
+    python scripts/auto_k_check.py --trace assets/auto_k_rounds_cpu.json --drafters ngram medusa --max-new-tokens 64
 
 Numbers count only from a quiet machine: it prints the load average before and after and the CPU.
 """
@@ -22,6 +32,8 @@ import logging
 import os
 import statistics
 import sys
+from datetime import UTC, datetime
+from pathlib import Path
 
 from specviz.config import RunConfig
 from specviz.drafters.specs import ONE_MODEL_KINDS, drafter_spec
@@ -32,6 +44,8 @@ from specviz.experiments.timed_runs import RunSample, measure_setups
 
 log = logging.getLogger("auto_k_check")
 PLAIN, AUTO = "plain", "auto"
+TRACE_SCHEMA = "specviz.auto_k_rounds/1"
+TRACE_CATEGORIES = ("prose", "copy")
 
 
 def setups(models: SweepModels, drafter: str, ids: list[int], temperature: float, ks: list[int]) -> dict:
@@ -47,6 +61,31 @@ def setups(models: SweepModels, drafter: str, ids: list[int], temperature: float
 
     out = {PLAIN: make(base, baseline=True), AUTO: make(dataclasses.replace(base, auto_k=True))}
     return out | {f"k={k}": make(dataclasses.replace(base, num_draft_tokens=k)) for k in ks}
+
+
+def trace(models: SweepModels, drafter: str, ids: list[int]) -> list[dict]:
+    """One greedy run of k: auto at the drafter's best setting: per round the k auto chose, whether it was a probe,
+    the tokens it drafted and how many of them the target kept."""
+    decoder = setups(models, drafter, ids, 0.0, [])[AUTO]()
+    decoder.run()
+    return [{"round": i, "k": r.num_draft_tokens, "drafted": r.num_drafted, "accepted": r.num_accepted,
+             "probe": bool(r.k_choice is not None and r.k_choice.probe)} for i, r in enumerate(decoder.records)]  # fmt: skip
+
+
+def write_trace(path: str, models: SweepModels, drafters: list[str], prompts: str, max_new_tokens: int, machine: dict) -> None:
+    from specviz.runs import prompt_ids
+
+    runs = []
+    for prompt in first_per_category(load_prompts(prompts, list(TRACE_CATEGORIES)), 1):
+        ids = prompt_ids(models.target, prompt.prompt, True, max_new_tokens=max_new_tokens, num_draft_tokens=16)
+        for drafter in drafters:
+            rounds = trace(models, drafter, ids)
+            runs.append({"drafter": drafter, "category": prompt.category, "prompt": prompt.title, "rounds": rounds})
+            log.info("%s %s %r: k %s", drafter, prompt.category, prompt.title, [r["k"] for r in rounds])
+    out = {"schema": TRACE_SCHEMA, "created": datetime.now(UTC).isoformat(timespec="seconds"), "temperature": 0.0,
+           "max_new_tokens": max_new_tokens, "machine": machine, "runs": runs}  # fmt: skip
+    Path(path).write_text(json.dumps(out, indent=1) + "\n", encoding="utf-8")
+    log.info("wrote %s", path)
 
 
 def speed(samples: list[RunSample]) -> float:
@@ -83,6 +122,8 @@ def main() -> int:
     p.add_argument("--device", default="cpu")
     p.add_argument("--dtype", default="auto")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of the table")
+    p.add_argument("--out", help="also write the table (and the machine, the command's settings) as JSON to this path")
+    p.add_argument("--trace", help="write auto's k per round on one prose and one copying prompt to this JSON; time nothing")
     args = p.parse_args()
 
     from specviz.models import load_model
@@ -93,6 +134,10 @@ def main() -> int:
     spec = SweepSpec(drafters=tuple(args.drafters), ks=tuple(args.ks), temperatures=tuple(args.temperatures), max_new_tokens=args.max_new_tokens,
                      repeats=args.repeats, warmup=args.warmup)  # fmt: skip
     models = SweepModels(target, spec).resolved()
+    if args.trace:
+        machine = {"cpu": device_name(target.device), "precision": target.precision, "load": f"{load_before} -> {load_average()}"}
+        write_trace(args.trace, models, args.drafters, args.prompts, args.max_new_tokens, machine)
+        return 0
     prompts = first_per_category(load_prompts(args.prompts, args.categories), args.per_category)
     cells: dict[tuple[str, str, float], list] = {}
     differs = []
@@ -109,8 +154,12 @@ def main() -> int:
     rows = [cell_row(d, c, t, per_prompt) for (d, c, t), per_prompt in cells.items()]
     machine = {"cpu": device_name(target.device), "threads": os.cpu_count(), "precision": target.precision,
                "load_before": load_before, "load_after": load_average()}  # fmt: skip
+    table = {"machine": machine, "settings": {k: v for k, v in vars(args).items() if k not in ("json", "out", "trace")},
+             "cells": rows, "greedy_differs": differs}  # fmt: skip
+    if args.out:
+        Path(args.out).write_text(json.dumps(table, indent=1) + "\n", encoding="utf-8")
     if args.json:
-        print(json.dumps({"machine": machine, "cells": rows, "greedy_differs": differs}))
+        print(json.dumps(table))
     else:
         print(f"{machine['cpu']}; {machine['precision']}; load average before {machine['load_before']}, after {machine['load_after']}")
         print(f"{'drafter':<10} {'category':<9} {'T':>4} {'auto/plain':>11} {'auto/best k':>12} {'best k/plain':>13} {'best k':>7}")

@@ -50,6 +50,13 @@ SHIPPED_EAGLE = Path(__file__).resolve().parents[1] / "assets" / "eagle_smollm2_
 ASSETS = Path(__file__).resolve().parents[1] / "assets"
 PROFILE_ENV = "SPECVIZ_PROFILE"  # a profile measured here (`python -m specviz profile --out PATH`), for k: auto
 UNKNOWN_DRAFT_COST = 0.2  # k: auto's drafting cost per token for a drafter the profile does not time (a second model)
+# k: auto's fixed cost of a drafted round beyond the profile's per-token cost, in 1-token passes: the median over
+# assets/drafting_cpu.json's chain rows of (drafting per round - k * the profile's c); tests/test_auto_k.py re-derives it.
+# Prompt lookup drafts as the n-gram model does (a dict look-up); a drafter not in that table is charged ROUND_COST_UNKNOWN.
+DRAFT_ROUND_COST: dict[str, float] = {
+    "ngram": 0.002, "lookup": 0.002, "recycle": 0.013, "medusa": 0.11, "medusa@8192": 0.053, "eagle": 0.10, "eagle@8192": 0.07,
+}  # fmt: skip
+ROUND_COST_UNKNOWN = 0.05
 log = logging.getLogger(__name__)
 
 
@@ -330,10 +337,12 @@ def auto_costs(config: RunConfig, target: LoadedModel) -> AutoCosts:
     spec = drafter_spec(config.drafter)
     costs = (profile or load_profile(ASSETS / "profile_cpu.json")).draft_cost
     key = f"{config.drafter}@{config.draft_vocab}"
-    c = costs.get(key if spec.cuts_vocab and key in costs else config.drafter)
+    key = key if spec.cuts_vocab and key in costs else config.drafter
+    c = costs.get(key)
     verify = VerifyCurve(tuple(itertools.accumulate(profile.curve.costs, max))) if profile is not None else VerifyCurve((1.0, 1.0))  # a
     # wider pass costs at least as much as a narrower one: the measured curve's noise (a dip at one k) is not a reason to pick that k
-    return AutoCosts(verify=verify, draft_cost=UNKNOWN_DRAFT_COST if c is None else c, prior=(spec.prior_acceptance,), source=source)
+    return AutoCosts(verify=verify, draft_cost=UNKNOWN_DRAFT_COST if c is None else c, prior=(spec.prior_acceptance,), source=source,
+                     round_cost=DRAFT_ROUND_COST.get(key, ROUND_COST_UNKNOWN))  # fmt: skip
 
 
 def resume_decoder(

@@ -81,6 +81,70 @@ def test_a_probe_after_n_plain_rounds():
     assert choose_k(costs, after, 1, 8).k > 0 and after.plain_streak == 0
 
 
+def test_a_k_that_barely_pays_loses_to_a_plain_pass():
+    """A k whose expected tokens per pass-equivalent beats 1 by less than the margin is not drafted (on the machine the
+    engine's own work makes it lose): toy numbers where k = 1 gives 1.03."""
+    costs = AutoCosts(verify=1.1, draft_cost=0.0, prior=(0.133,), probe_every=100)  # k = 1: 1.133 / 1.1 = 1.03
+    ev = Evidence(reached=(0.0,), accepted=(0.0,), plain_streak=1)  # past the first round, no evidence: the prior
+    assert choose_k(AutoCosts(verify=1.1, draft_cost=0.0, prior=(0.133,), margin=0.0), ev, 1, 1).k == 1  # control: no margin
+    choice = choose_k(costs, ev, 1, 1)
+    assert choice.k == 0 and 1.0 < choice.next_tokens_per_pass < 1.05 and "by 5%" in choice.sentence()
+
+
+def test_a_drafted_rounds_fixed_cost_is_charged_once_a_round():
+    """r, the drafter's per-round work the profile's per-token cost leaves out, moves the choice: at a prior of 0.37
+    the free round drafts k = 2, a round costing 0.3 passes more drafts nothing; the reason names it."""
+    free = AutoCosts(verify=CPU_LIKE, draft_cost=0.02, prior=(0.37,))
+    dear = AutoCosts(verify=CPU_LIKE, draft_cost=0.02, prior=(0.37,), round_cost=0.3, probe_every=100)
+    assert choose_k(free, Evidence(), 1, 8).k == 2
+    cheap = AutoCosts(verify=CPU_LIKE, draft_cost=0.02, prior=(0.37,), round_cost=0.01)
+    assert "and 0.01 a round" in choose_k(cheap, Evidence(), 1, 8).sentence()
+    ev = Evidence(reached=(1.0,), accepted=(0.37,), plain_streak=1)
+    assert choose_k(dear, ev, 1, 8).k == 0
+
+
+def test_the_first_round_probes_small_when_the_prior_says_no():
+    """Before any evidence, a prior that does not pay gives one cheap probe (k = 1), not a long k and not nothing; a
+    drafter no text could make pay (every draft kept still loses) never probes."""
+    costs = AutoCosts(verify=CPU_LIKE, draft_cost=0.02, prior=(0.15,))
+    first = choose_k(costs, Evidence(), 1, 8)
+    assert first.k == 1 and first.probe
+    after = observe(costs, Evidence(), 1, 0, 1)
+    assert choose_k(costs, after, 1, 8).k == 0  # the probe kept nothing: plain from here
+    hopeless = AutoCosts(verify=CPU_LIKE, draft_cost=0.9, prior=(0.15,))  # early exit on this CPU: k = 1 at best 2 / 2.09
+    assert choose_k(hopeless, Evidence(), 1, 8).k == 0
+    assert choose_k(hopeless, Evidence((1.0,), (0.0,), plain_streak=500), 1, 8).k == 0
+
+
+def test_probes_back_off_and_start_again_after_a_kept_draft():
+    """Each probe that keeps nothing doubles the wait for the next (8, 16, 32, 64, then 64 again); a round that keeps a
+    draft starts the count again."""
+    costs = AutoCosts(verify=CPU_LIKE, draft_cost=0.02, prior=(0.15,))
+    ev, probes_at = observe(costs, Evidence(), 1, 0, 1), []
+    for r in range(300):
+        choice = choose_k(costs, ev, 1, 8)
+        if choice.k:
+            assert choice.probe and choice.k == 1
+            probes_at.append(r)
+        ev = observe(costs, ev, choice.k, 0, choice.k)
+    gaps = [b - a for a, b in zip([-1, *probes_at], probes_at)]
+    assert gaps[:5] == [9, 17, 33, 65, 65], gaps  # a wait of n plain rounds, then the probe
+    assert ev.failed_probes >= 4
+    kept = observe(costs, Evidence(ev.reached, ev.accepted, 8, ev.failed_probes), 1, 1, 1)
+    assert kept.failed_probes == 0 and costs.probe_wait(kept.failed_probes) == 8
+
+
+def test_copy_text_after_a_probe_still_climbs_to_a_long_k():
+    """The copy-text win survives the smaller probe: once a k = 1 probe is kept and the text keeps copying, k grows."""
+    costs = AutoCosts(verify=CPU_LIKE, draft_cost=0.002, prior=(0.15,), round_cost=0.002)
+    ev, ks = observe(costs, Evidence(), 1, 0, 1), []
+    for _ in range(40):
+        k = choose_k(costs, ev, 1, 8).k
+        ks.append(k)
+        ev = observe(costs, ev, k, k, k)  # copyable: every draft kept
+    assert ks[-1] == 8 and ks.index(8) < 20, ks
+
+
 def test_the_reason_reads_as_one_sentence():
     costs = AutoCosts(verify=CPU_LIKE, draft_cost=0.05, prior=(0.81, 0.62, 0.44, 0.3))
     choice = choose_k(costs, Evidence(), 1, 8)
@@ -113,7 +177,7 @@ def test_greedy_with_auto_equals_plain_greedy(draft_cost, make):
     dec.run()
     assert dec.generated == plain_greedy(BigramLM(), prompt, 60)
     if draft_cost == 3.0:
-        assert {r.num_draft_tokens for r in dec.records} == {0, 1}  # plain passes and probes
+        assert {r.num_draft_tokens for r in dec.records} == {0}  # no probes: no k could pay even if every draft were kept
     if draft_cost == 0.0:
         assert len({r.num_draft_tokens for r in dec.records}) > 1  # k moved with the evidence
 
@@ -246,3 +310,55 @@ def test_the_page_runs_auto_by_default_and_the_inspector_says_why(local):  # noq
 def test_bad_costs_are_clear_errors(bad, message):
     with pytest.raises(ValueError, match=message):
         AutoCosts(**bad)
+
+
+def test_the_round_costs_are_what_the_shipped_drafting_table_gives():
+    """runs.DRAFT_ROUND_COST is the median over assets/drafting_cpu.json's chain rows of (drafting per round - k * the
+    shipped profile's c per token), per drafter and draft vocabulary, to two significant figures."""
+    import json
+    import re
+    import statistics
+
+    from specviz.runs import ASSETS, DRAFT_ROUND_COST
+
+    c = json.loads((ASSETS / "profile_cpu.json").read_text())["draft_cost"]
+    excess: dict[str, list[float]] = {}
+    for row in json.loads((ASSETS / "drafting_cpu.json").read_text())["rows"]:
+        m = re.fullmatch(r"(n-gram|medusa|recycle|eagle)(?: chain)? k=(\d+)( V'=8k)?", row["setup"])
+        if m:
+            key = {"n-gram": "ngram"}.get(m[1], m[1]) + ("@8192" if m[3] else "")
+            excess.setdefault(key, []).append(row["draft"] - int(m[2]) * c[key])
+    derived = {key: statistics.median(v) for key, v in excess.items()}
+    assert set(derived) | {"lookup"} == set(DRAFT_ROUND_COST)
+    for key, r in derived.items():
+        assert DRAFT_ROUND_COST[key] == pytest.approx(r, rel=0.1, abs=0.001), key
+
+
+def test_the_round_by_round_figure_builds_from_the_shipped_trace():
+    """assets/auto_k_rounds_cpu.json (scripts/auto_k_check.py --trace) draws on the Benchmark page: a panel per run, the
+    k line and the kept-drafts bars; on the copying prompt the n-gram model's k climbs past its first choice; a file of
+    another kind is a clear error."""
+    import json
+
+    from specviz.ui.labs.benchmark import AUTO_K_ROUNDS
+    from specviz.viz.bench import auto_k_rounds_figure, auto_k_rounds_frame
+
+    frame = auto_k_rounds_frame(json.loads(AUTO_K_ROUNDS.read_text(encoding="utf-8")))
+    assert set(frame["category"]) == {"prose", "copy"} and (frame["accepted"] <= frame["drafted"]).all()
+    copy = frame[(frame["drafter"] == "ngram") & (frame["category"] == "copy")]
+    assert copy["k"].max() > copy["k"].iloc[0]
+    fig = auto_k_rounds_figure(frame)
+    runs = frame["run"].nunique()
+    assert len([t for t in fig.data if t.type == "bar"]) == runs and len(fig.layout.annotations) == runs
+    assert {t.name for t in fig.data} == {"drafts kept", "k auto chose", "a probe"}
+    with pytest.raises(ValueError, match="Not a k: auto trace"):
+        auto_k_rounds_frame({"schema": "specviz.profile/1"})
+
+
+def test_the_benchmark_page_draws_auto_round_by_round():
+    from tests.test_app_pages import page
+
+    at = page("benchmark.py").run()
+    assert not at.exception
+    assert any("k: auto round by round on one prose and one copying prompt" in c.value for c in at.caption)
+    assert any(s.value == "k: auto, round by round" for s in at.subheader)

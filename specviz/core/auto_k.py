@@ -4,17 +4,22 @@ for any k chosen before the drafts are seen).
 
 The model, after Leviathan, Kalman & Matias (2023), section 3, with acceptance by position: a round that drafts k
 tokens commits 1 + a1 + a1*a2 + ... + a1*...*ad tokens on average (d = k for a chain, about k / width levels for a
-tree) and costs c_verify(k) + k*c one-token passes (specviz.core.theory). Plain decoding commits 1 token per pass, so
-a k pays when its tokens per pass-equivalent beat 1; when none does, auto picks k = 0, a plain pass.
+tree) and costs c_verify(k) + k*c + r one-token passes (specviz.core.theory). Plain decoding commits 1 token per pass,
+so a k pays when its tokens per pass-equivalent beat 1; when none does, auto picks k = 0, a plain pass.
 
 Where the numbers come from:
 - c_verify(k) and c: the machine's cost profile (`specviz profile`, or a shipped one for this class of machine),
-  fixed for the run, so a run's k sequence repeats exactly with the same seed;
+  fixed for the run, so a run's k sequence repeats exactly with the same seed; r, a drafted round's fixed cost beyond
+  c per token (the drafter's per-round work the profile's per-token cost leaves out), is charged once per drafted round;
 - a_i: this run's acceptance at draft position i, counted from its records and forgotten at ``decay`` per drafted
   round (the text changes), mixed with a prior from the benchmark worth ``prior_weight`` rounds (capped, at each
   position, by the estimate at the position before).
-After ``probe_every`` plain rounds in a row, auto drafts once more (a probe, at the prior's best k) to notice when
-the text turns copyable.
+A k must beat a plain pass by ``margin`` (5 %): one that barely pays on the model's numbers loses on the machine
+(the engine's own work around a drafted round is not in the profile). When no k does, auto probes at ``probe_k`` (1, or
+the smallest k that would pay if every draft were kept; no probe when none would): on the first round, and after
+``probe_every`` plain rounds in a row, a wait that doubles after each probe that kept nothing (up to 2**max_backoff
+times) and starts again after a round that kept a draft, to notice when the text turns copyable at the price of one
+cheap round.
 """
 
 from __future__ import annotations
@@ -37,8 +42,12 @@ class AutoCosts:
     prior: tuple[float, ...] = (0.5,)  # acceptance by draft position before any evidence (the last repeats)
     prior_weight: float = 2.0  # how many drafted rounds the prior counts as
     decay: float = 0.9  # each drafted round, earlier evidence counts this much less (the text changes)
-    probe_every: int = 8  # after this many plain rounds in a row, draft once again
+    probe_every: int = 8  # after this many plain rounds in a row, draft once again (doubled after each failed probe)
     source: str = ""  # where the costs come from, for the record's sentence ("profile_cpu (shipped)")
+    round_cost: float = 0.0  # r: a drafted round's fixed drafting cost / a 1-token target pass, beyond c per token
+    margin: float = 0.05  # a k must beat a plain pass by this fraction of its tokens per pass-equivalent
+    probe_k: int = 1  # a probe drafts this many tokens
+    max_backoff: int = 3  # the probe wait doubles at most this many times (8 -> 64 plain rounds)
 
     def __post_init__(self) -> None:
         if not isinstance(self.verify, VerifyCurve) and not (math.isfinite(self.verify) and self.verify > 0):
@@ -49,16 +58,28 @@ class AutoCosts:
             raise ValueError(f"auto k: the prior acceptance must be probabilities; got {self.prior}.")
         if not (self.prior_weight > 0 and 0.0 < self.decay <= 1.0 and self.probe_every >= 1):
             raise ValueError("auto k: prior_weight > 0, 0 < decay <= 1 and probe_every >= 1, please.")
+        if not (math.isfinite(self.round_cost) and self.round_cost >= 0 and 0.0 <= self.margin < 1.0):
+            raise ValueError(
+                f"auto k: the round cost must be >= 0 and the margin in [0, 1); got {self.round_cost}, {self.margin}."
+            )
+        if not (self.probe_k >= 1 and self.max_backoff >= 0):
+            raise ValueError("auto k: probe_k >= 1 and max_backoff >= 0, please.")
+
+    def probe_wait(self, failed_probes: int) -> int:
+        """Plain rounds in a row before the next probe: probe_every, doubled after each probe that kept nothing."""
+        return self.probe_every * 2 ** min(failed_probes, self.max_backoff)
 
 
 @dataclass(frozen=True)
 class Evidence:
     """This run's acceptance so far: per draft position (from 1), how often it was reached and accepted (decayed
-    counts), and how many plain rounds ran since the last drafted one."""
+    counts), how many plain rounds ran since the last drafted one, and how many drafted rounds in a row that came after
+    plain rounds (probes) kept nothing."""
 
     reached: tuple[float, ...] = ()
     accepted: tuple[float, ...] = ()
     plain_streak: int = 0
+    failed_probes: int = 0
 
 
 @dataclass(frozen=True)
@@ -74,16 +95,20 @@ class KChoice:
     next_tokens_per_pass: float
     probe: bool = False  # drafted only to look again after plain rounds
     source: str = ""
+    round_cost: float = 0.0  # r per drafted round
+    margin: float = 0.0  # how much a k had to beat a plain pass by
 
     def sentence(self) -> str:
         """One line for the round inspector."""
         if self.k == 0:
-            return (f"k = 0 (a plain pass): no k pays here; the best, k = {self.next_k}, would give "
+            by = f" by {self.margin:.0%}" if self.margin else ""
+            return (f"k = 0 (a plain pass): no k pays here{by}; the best, k = {self.next_k}, would give "
                     f"{self.next_tokens_per_pass:.2f} tokens per pass-equivalent.")  # fmt: skip
         acc = " / ".join(f"{a:.2f}" for a in self.acceptance)
-        why = "a probe after plain rounds: " if self.probe else ""
+        why = "a probe, no k paying on the evidence so far: " if self.probe else ""
+        per_round = f" and {self.round_cost:.2f} a round" if self.round_cost else ""
         return (f"k = {self.k}: {why}acceptance by position {acc}, verify of {self.k + 1} costs {self.verify_cost:.2f} passes, "
-                f"drafting {self.draft_cost:.2f} a token → {self.tokens_per_pass:.2f} tokens per pass-equivalent; "
+                f"drafting {self.draft_cost:.2f} a token{per_round} → {self.tokens_per_pass:.2f} tokens per pass-equivalent; "
                 f"k = {self.next_k} would give {self.next_tokens_per_pass:.2f}.")  # fmt: skip
 
 
@@ -110,46 +135,69 @@ def acceptance(costs: AutoCosts, evidence: Evidence, positions: int) -> tuple[fl
 
 
 def value(k: int, acc: Sequence[float], costs: AutoCosts, width: int) -> tuple[float, float]:
-    """(expected tokens per pass-equivalent, c_verify(k)) of drafting k tokens."""
+    """(expected tokens per pass-equivalent, c_verify(k)) of drafting k tokens: E[tokens] / (c_verify(k) + k*c + r)."""
     verify = verify_cost_at(costs.verify, k)
-    tokens = expected_tokens_by_position(acc, depth(k, width)) if k else 1.0
-    return tokens / (verify + k * costs.draft_cost), verify
+    if not k:
+        return 1.0, verify
+    return expected_tokens_by_position(acc, depth(k, width)) / (verify + k * costs.draft_cost + costs.round_cost), verify
 
 
 def best(acc: Sequence[float], costs: AutoCosts, width: int, k_max: int) -> tuple[int, list[float]]:
-    """The k in 0..k_max with the most tokens per pass-equivalent (the smallest on ties), and every k's value."""
-    values = [value(k, acc, costs, width)[0] for k in range(k_max + 1)]
-    return max(range(k_max + 1), key=lambda k: (values[k], -k)), values
+    """The k in 0..k_max with the most tokens per pass-equivalent (the smallest on ties), and every k's value; a k > 0
+    only when it beats a plain pass by the margin. One pass over the positions (this runs before every round)."""
+    tokens, reach, levels = [1.0], 1.0, depth(k_max, width)
+    for i in range(levels):  # tokens[d]: expected tokens of a round reaching d positions
+        reach *= acc[min(i, len(acc) - 1)]
+        tokens.append(tokens[-1] + reach)
+    values = [1.0] + [tokens[depth(k, width)] / (verify_cost_at(costs.verify, k) + k * costs.draft_cost + costs.round_cost)
+                      for k in range(1, k_max + 1)]  # fmt: skip
+    k = max(range(k_max + 1), key=lambda j: (values[j], -j))
+    return (k if values[k] >= 1.0 + costs.margin else 0), values
+
+
+def probe_k(costs: AutoCosts, width: int, k_max: int) -> int:
+    """The k a probe drafts: the smallest k >= probe_k that would pay by the margin if every draft were kept; 0 (no
+    probe) when none would, e.g. a drafter nearly as dear as the target, which no text can make pay."""
+    perfect = best((1.0,), costs, width, k_max)[1]
+    return next((k for k in range(min(costs.probe_k, k_max), k_max + 1) if k and perfect[k] >= 1.0 + costs.margin), 0)
 
 
 def choose_k(costs: AutoCosts, evidence: Evidence, width: int, k_max: int) -> KChoice:
-    """The round's k from the costs and past rounds only. k = 0 when no k pays; after probe_every plain rounds, a
-    probe at the k the prior alone would pick."""
+    """The round's k from the costs and past rounds only. k = 0 when no k pays by the margin; then a probe at probe_k
+    on the first rounds (before anything was drafted) and after probe_wait plain rounds in a row."""
     k_max = max(0, min(k_max, MAX_AUTO_K))
     acc = acceptance(costs, evidence, depth(k_max, width))
     k, values = best(acc, costs, width, k_max)
-    probe = k == 0 and k_max > 0 and evidence.plain_streak >= costs.probe_every
+    due = not evidence.reached or evidence.plain_streak >= costs.probe_wait(evidence.failed_probes)
+    probe_at = probe_k(costs, width, k_max) if k == 0 and due else 0
+    probe = probe_at > 0
     if probe:
-        k = max(1, best(acceptance(costs, Evidence(), depth(k_max, width)), costs, width, k_max)[0])
+        k = probe_at
     if k == 0:
         runner = max(range(1, k_max + 1), key=lambda j: (values[j], -j)) if k_max else 0
     else:
         runner = k + 1 if k < k_max else k - 1
     tokens, verify = value(k, acc, costs, width)
     return KChoice(k=k, acceptance=acc[: depth(k, width)], verify_cost=verify, draft_cost=costs.draft_cost, tokens_per_pass=tokens,
-                   next_k=runner, next_tokens_per_pass=values[runner] if k_max else 1.0, probe=probe, source=costs.source)  # fmt: skip
+                   next_k=runner, next_tokens_per_pass=values[runner] if k_max else 1.0, probe=probe, source=costs.source,
+                   round_cost=costs.round_cost, margin=costs.margin)  # fmt: skip
 
 
 def observe(costs: AutoCosts, evidence: Evidence, num_drafted: int, num_accepted: int, levels: int) -> Evidence:
     """Evidence after a round that drafted num_drafted tokens over ``levels`` positions (a chain: num_drafted; a tree:
-    its depth) and accepted num_accepted of them along one path. A round that drafted nothing adds to the plain streak."""
+    its depth) and accepted num_accepted of them along one path. A round that drafted nothing adds to the plain streak.
+    A drafted round after plain rounds (a probe, or prompt lookup finding a match again) that keeps nothing counts as
+    a failed probe; any round that keeps a draft clears the count."""
     if num_drafted == 0 or levels == 0:
-        return Evidence(evidence.reached, evidence.accepted, evidence.plain_streak + 1)
+        return Evidence(evidence.reached, evidence.accepted, evidence.plain_streak + 1, evidence.failed_probes)
+    failed = 0 if num_accepted > 0 else evidence.failed_probes + int(evidence.plain_streak > 0)
     reached_to = min(num_accepted + 1, levels)  # positions tried: up to the first rejection
     size = max(len(evidence.reached), levels)
     reached = [costs.decay * (evidence.reached[i] if i < len(evidence.reached) else 0.0) + (i < reached_to) for i in range(size)]
-    accepted = [costs.decay * (evidence.accepted[i] if i < len(evidence.accepted) else 0.0) + (i < num_accepted) for i in range(size)]
-    return Evidence(tuple(reached), tuple(accepted), 0)
+    accepted = [
+        costs.decay * (evidence.accepted[i] if i < len(evidence.accepted) else 0.0) + (i < num_accepted) for i in range(size)
+    ]
+    return Evidence(tuple(reached), tuple(accepted), 0, failed)
 
 
 @dataclass

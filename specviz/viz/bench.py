@@ -169,3 +169,44 @@ def measured_points(frame: pd.DataFrame, source: str = "benchmark") -> pd.DataFr
     labels = [f"{r.category} · {r.prompt} · {r.drafter} k={r.k}{width_label(getattr(r, 'tree_width', 1))} T={r.temperature:g}: {r.speedup:.2f}×" for r in frame.itertuples()]
     out = pd.DataFrame({"source": source, "label": labels, "alpha": alpha_for_theory(frame).to_numpy(), "k": frame["k"].to_numpy(), "speedup": frame["speedup"].to_numpy()})
     return out[list(MEASURED_COLUMNS)]
+
+
+AUTO_K_ROUND_COLUMNS = ["run", "drafter", "category", "prompt", "round", "k", "drafted", "accepted", "probe"]
+
+
+def auto_k_rounds_frame(obj: dict) -> pd.DataFrame:
+    """A trace of k: auto (scripts/auto_k_check.py --trace, schema specviz.auto_k_rounds/1) -> one row per round of
+    each run: the k auto chose, what the drafter drafted, how many the target kept, whether it was a probe."""
+    if not isinstance(obj, dict) or obj.get("schema") != "specviz.auto_k_rounds/1":
+        raise ValueError('Not a k: auto trace: expected a JSON object with "schema": "specviz.auto_k_rounds/1".')
+    rows = [dict(run=f"{run['drafter']} · {run['category']} ({run['prompt']})", drafter=run["drafter"], category=run["category"],
+                 prompt=run["prompt"], round=int(r["round"]), k=int(r["k"]), drafted=int(r["drafted"]), accepted=int(r["accepted"]),
+                 probe=bool(r.get("probe", False)))
+            for run in obj.get("runs", []) for r in run["rounds"]]  # fmt: skip
+    return pd.DataFrame(rows, columns=AUTO_K_ROUND_COLUMNS)
+
+
+def auto_k_rounds_figure(frame: pd.DataFrame) -> go.Figure:
+    """One panel per run (a drafter on a prompt), rounds along x: bars, the draft tokens the target kept that round;
+    a step line, the k auto chose before it (0: a plain pass); a diamond on each probe."""
+    runs = list(dict.fromkeys(frame["run"]))
+    fig = make_subplots(rows=max(1, len(runs)), cols=1, shared_xaxes=False, vertical_spacing=0.12 if len(runs) > 1 else 0.0,
+                        subplot_titles=[html.escape(r) for r in runs] or None)  # fmt: skip
+    fig.update_layout(template=TEMPLATE)
+    for row, run in enumerate(runs, start=1):
+        part = frame[frame["run"] == run].sort_values("round")
+        first = row == 1
+        fig.add_bar(x=part["round"], y=part["accepted"], name="drafts kept", legendgroup="kept", showlegend=first, row=row, col=1,
+                    marker_color=style.ACCEPTED, customdata=part["drafted"],
+                    hovertemplate="round %{x}: kept %{y} of %{customdata} drafted<extra></extra>")  # fmt: skip
+        fig.add_scatter(x=part["round"], y=part["k"], mode="lines", line=dict(shape="hv", color=style.P_TARGET, width=2), name="k auto chose",
+                        legendgroup="k", showlegend=first, row=row, col=1, hovertemplate="round %{x}: k = %{y}<extra></extra>")  # fmt: skip
+        probes = part[part["probe"]]
+        fig.add_scatter(x=probes["round"], y=probes["k"], mode="markers", marker=dict(symbol="diamond", size=9, color=style.HIGHLIGHT,
+                        line=dict(color=style.INK, width=1)), name="a probe", legendgroup="probe", showlegend=first, row=row, col=1,
+                        hovertemplate="round %{x}: a probe at k = %{y}<extra></extra>")  # fmt: skip
+        fig.update_yaxes(title_text="tokens", rangemode="tozero", row=row, col=1)
+    fig.update_xaxes(title_text="round", row=max(1, len(runs)), col=1)
+    fig.update_layout(title="k: auto round by round: the k it chose, and how many drafts the target kept", barmode="overlay",
+                      **{**LAYOUT, "height": 160 + 190 * max(1, len(runs))})  # fmt: skip
+    return fig

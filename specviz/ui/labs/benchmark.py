@@ -3,6 +3,7 @@ models inside one queue turn. The sweep itself is specviz.experiments.bench; the
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Sequence
 
 import pandas as pd
@@ -19,13 +20,22 @@ from specviz.experiments.bench import (
     tree_vs_chain_table,
 )
 from specviz.experiments.prompts import DEFAULT_PROMPTS, BenchPrompt, first_per_category, load_prompts, prompt_categories
-from specviz.runs import RunModels, kv_tokens
+from specviz.runs import ASSETS, RunModels, kv_tokens
 from specviz.ui.common import budgets, turns, widgets
 from specviz.ui.common.models import sweep_models
+from specviz.viz.bench import auto_k_rounds_figure, auto_k_rounds_frame
 from specviz.viz.markdown import md_text
 from specviz.viz.metrics import HISTOGRAM_CAPTION, histogram_figure, histogram_frame
 
 BENCH_DRAFTERS = SPECULATIVE_KINDS  # every drafter but plain decoding, which is the baseline
+AUTO_K_ROUNDS = ASSETS / "auto_k_rounds_cpu.json"  # scripts/auto_k_check.py --trace
+AUTO_K_ROUNDS_CAPTION = (
+    "k: auto round by round on one prose and one copying prompt (greedy; `scripts/auto_k_check.py --trace`, "
+    "assets/auto_k_rounds_cpu.json). The line is the k auto chose before each round from the rounds before it (0: a plain "
+    "pass), the bars how many drafts the target kept, the diamonds probes. Look at the copying prompt: once drafts are "
+    "kept, k climbs to the ceiling within a few rounds; on prose, where drafts are seldom kept, k falls to 0 and auto "
+    "drafts again only in cheap probes, further apart after each one that keeps nothing."
+)
 
 
 def drafter_defaults() -> pd.DataFrame:
@@ -35,6 +45,17 @@ def drafter_defaults() -> pd.DataFrame:
                  draft_vocabulary=f"{d.defaults.draft_vocab:,}" if d.defaults.draft_vocab else "full")
             for d in DRAFTERS if d.measured]  # fmt: skip
     return pd.DataFrame(rows, columns=["drafter", "k", "tree_width", "draft_vocabulary"])
+
+
+def auto_k_rounds() -> None:
+    """The shipped trace of k: auto per round, under its caption; nothing when the file is missing or unreadable."""
+    try:
+        frame = auto_k_rounds_frame(json.loads(AUTO_K_ROUNDS.read_text(encoding="utf-8")))
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        st.caption(f"No k: auto trace to draw ({md_text(exc)}).")
+        return
+    st.plotly_chart(auto_k_rounds_figure(frame), width="stretch", key="auto_k_rounds")
+    st.caption(AUTO_K_ROUNDS_CAPTION)
 
 
 def check_draft_model(drafters: Sequence[str], draft: str) -> None:
