@@ -64,9 +64,16 @@ def decide(
     q_draft: torch.Tensor,
     drafted: torch.Tensor,
     generator: torch.Generator,
+    *,
+    greedy: bool = False,
 ) -> Decision:
     """p_target (k+1, V), q_draft (k, V), drafted (k,) -> Decision, all on one device with a generator there.
-    Branch-free, so the host never waits on the device inside the rule."""
+    Branch-free, so the host never waits on the device inside the rule.
+
+    greedy: p_target is the temperature-0 warp, one-hot rows. Then the distribution the next token is drawn from
+    (p at row n, or the residual max(0, p - q) there, which is zero except at p's argmax, else p itself) is one-hot on
+    p's argmax: the argmax *is* the draw, and no random number is spent on it (sampling.draw_draft does the same for
+    drafts). The race over the vocabulary a draw takes would cost about as much as the rest of the round's rule."""
     k = drafted.numel()
     if p_target.shape[0] != k + 1 or q_draft.shape[0] != k:
         raise ValueError(f"need p_target of k+1 rows and q_draft of k rows for k={k} drafts")
@@ -86,4 +93,5 @@ def decide(
         p_n = p_target.index_select(0, n.view(1))[0]  # (V,)
         q_n = q_draft.index_select(0, n.clamp(max=k - 1).view(1))[0]  # (V,); unused when n = k
         next_dist = torch.where(n < k, residual(p_n, q_n), p_n)
-    return Decision(n, draw(next_dist, generator), uniforms, accept_prob, next_dist)
+    next_token = next_dist.argmax() if greedy else draw(next_dist, generator)
+    return Decision(n, next_token, uniforms, accept_prob, next_dist)
