@@ -186,6 +186,7 @@ def test_greedy_takes_the_argmax_for_the_draw_and_spends_no_random_number_on_it(
         a = decide(one_hot_q(target, vocab), q, drafted, drawn)
         b = decide(one_hot_q(target, vocab), q, drafted, taken, greedy=True)
         assert (int(b.num_accepted), int(b.next_token)) == (int(a.num_accepted), int(a.next_token))
+        assert torch.equal(b.next_dist, a.next_dist)  # the residual of a one-hot p is p itself, bit for bit
         assert int(b.next_token) == int(target[int(b.num_accepted)]) and torch.equal(a.uniforms, b.uniforms)
         assert torch.equal(taken.get_state(), _after_rand(seed, k))  # the uniforms, and nothing for the next token
 

@@ -90,6 +90,8 @@ def decide(
     # 3. all accepted (n = k, or nothing drafted): the target's next distribution is free
     if k == 0:  # nothing drafted (plain decoding): a plain target sample, no residual to compute
         next_dist = p_target[0]
+    elif greedy:  # the residual of a one-hot p is p itself
+        next_dist = p_target.index_select(0, n.view(1))[0]  # (V,)
     else:  # branch-free on n, so the host never waits for it
         p_n = p_target.index_select(0, n.view(1))[0]  # (V,)
         q_n = q_draft.index_select(0, n.clamp(max=k - 1).view(1))[0]  # (V,); unused when n = k
