@@ -60,6 +60,19 @@ def decoder(kind: str, k: int, max_new: int = 40, eos=(), sampling=GREEDY, seed=
     return SpeculativeDecoder(TableLM(0, scale=scale), make_drafter(kind, sampling, scale), PROMPT, config)
 
 
+@pytest.mark.parametrize("kind", ["none", "lookup"])
+def test_a_greedy_round_spends_random_numbers_on_its_uniforms_only(kind):
+    """At temperature 0 the next token is the argmax, not a race over the vocabulary: the run's generator ends where
+    drawing each round's uniforms alone leaves it (plain decoding: untouched), and the tokens are plain greedy's."""
+    dec = decoder(kind, 4, max_new=24)
+    dec.run()
+    assert dec.generated == plain_greedy(TableLM(0), PROMPT, 24)
+    replay = torch.Generator().manual_seed(0)
+    for record in dec.records:
+        assert tuple(torch.rand(record.num_drafted, generator=replay).tolist()) == record.uniforms
+    assert torch.equal(dec.generator.get_state(), replay.get_state())
+
+
 # -- greedy: token-identical to plain greedy --------------------------------------------------------
 
 

@@ -88,6 +88,30 @@ def test_every_named_part_lands_in_its_field():
     assert second.token_ids[0] == 3 and second.residual[0] == approx(0.6)  # the rule's residual, not p - q again
 
 
+def test_a_row_without_q_ranks_p_alone(monkeypatch):
+    """Plain decoding's row (and a bonus row) has no q and no residual: its record shows p's top-N alone, so building
+    it ranks p's row and the raw logits' (for the margin), never rows of zeros."""
+    ranked: list[int] = []
+    topk = torch.topk
+
+    def counting(t, *args, **kwargs):
+        ranked.append(t.shape[0])
+        return topk(t, *args, **kwargs)
+
+    logits = torch.tensor([[0.0, 3.0, 1.0, 0.5]])
+    p = warp(logits, SAMPLED)
+    verified = Verified(
+        logits=logits, p_target=p, q_shown=p.new_zeros(0, 4), path=(), next_token=1, next_fate="target", node_fates=(),
+        accept_prob=p.new_zeros(0), uniforms=p.new_zeros(0), next_dist=p[0], next_row=0, rows=(0,),
+    )  # fmt: skip
+    monkeypatch.setattr(torch, "topk", counting)
+    record = build_record(RoundContext(0, 7, 0, 1, 3, False), Drafted((), torch.zeros(0, dtype=torch.long), None), verified, [1], ["target"], RoundTimes(0, 0, 0, 0))
+    assert sum(ranked) == 2  # p's row, the logits' row
+    (dist,) = record.dists
+    assert dist.token_ids == (1, 2, 3) and dist.q_draft is None and dist.residual is None
+    assert dist.p_target == pytest.approx(tuple(p[0, [1, 2, 3]].tolist()))
+
+
 class IidDrafter:
     """Proposes one i.i.d. child, token 5, drawn (say) from a uniform q: min(1, p(5) / .1) is its acceptance."""
 

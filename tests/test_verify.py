@@ -14,7 +14,7 @@ from collections.abc import Callable
 import pytest
 import torch
 
-from specviz.core.verify import one_hot_q, residual
+from specviz.core.verify import decide, one_hot_q, residual
 from tests.toys import Verdict, pooled_pvalue, sample, verify, zero_uniforms
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -170,6 +170,31 @@ def test_greedy_keeps_drafts_while_they_equal_the_target_argmax():
     assert (v.num_accepted, v.next_token, v.next_fate) == (2, 1, "resampled")
     assert v.draft_fates == ("accepted", "accepted", "rejected")
     assert v.accept_prob.tolist() == [1.0, 1.0, 0.0]
+
+
+@pytest.mark.parametrize("soft_q", [False, True])
+def test_greedy_takes_the_argmax_for_the_draw_and_spends_no_random_number_on_it(soft_q):
+    """With one-hot p (the temperature-0 warp) the next token's distribution is one-hot on p's argmax at row n, the
+    residual's too, so greedy=True must decide exactly what a draw would, using only the k uniforms of the generator."""
+    vocab, k = 8, 4
+    for seed in range(40):
+        make = torch.Generator().manual_seed(seed)
+        target = torch.randint(vocab, (k + 1,), generator=make)
+        drafted = torch.where(torch.rand(k, generator=make) < 0.6, target[:k], torch.randint(vocab, (k,), generator=make))
+        q = torch.softmax(torch.randn(k, vocab, generator=make), -1) if soft_q else one_hot_q(drafted, vocab)
+        drawn, taken = torch.Generator().manual_seed(seed), torch.Generator().manual_seed(seed)
+        a = decide(one_hot_q(target, vocab), q, drafted, drawn)
+        b = decide(one_hot_q(target, vocab), q, drafted, taken, greedy=True)
+        assert (int(b.num_accepted), int(b.next_token)) == (int(a.num_accepted), int(a.next_token))
+        assert torch.equal(b.next_dist, a.next_dist)  # the residual of a one-hot p is p itself, bit for bit
+        assert int(b.next_token) == int(target[int(b.num_accepted)]) and torch.equal(a.uniforms, b.uniforms)
+        assert torch.equal(taken.get_state(), _after_rand(seed, k))  # the uniforms, and nothing for the next token
+
+
+def _after_rand(seed: int, k: int) -> torch.Tensor:
+    g = torch.Generator().manual_seed(seed)
+    torch.rand(k, generator=g)
+    return g.get_state()
 
 
 def test_all_accepted_draws_the_bonus_from_the_last_row():

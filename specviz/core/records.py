@@ -190,9 +190,12 @@ def _parts(drafted: Drafted, verified: Verified, rows: list[int], kids: list[int
     res = residual(p_rows[:with_q], q_rows)  # (with_q, V)
     if verified.next_fate == "resampled" and e > len(verified.path):  # drawn from the rule's residual (after every rejected sibling)
         res = torch.cat([res[:-1], verified.next_dist.view(1, -1)])
-    pad = torch.zeros_like(p_rows[with_q:])  # the bonus row has no q: its candidates are p's top-N only
+    p_top, q_top, res_top = (torch.topk(t, top, dim=-1).indices for t in (p_rows, q_rows, res))  # (e, N), (with_q, N) x 2
+    # The bonus row has no q: its candidates are p's top-N only (_dist reads no others), so its q and residual
+    # columns repeat them instead of ranking rows of zeros.
+    cand = torch.cat([p_top, torch.cat([q_top, p_top[with_q:]]), torch.cat([res_top, p_top[with_q:]])], dim=-1)  # (e, 3N)
+    pad = torch.zeros_like(p_rows[with_q:])
     q_rows, res_rows = torch.cat([q_rows, pad]), torch.cat([res, pad])  # (e, V)
-    cand = torch.cat([torch.topk(t, top, dim=-1).indices for t in (p_rows, q_rows, res_rows)], dim=-1)  # (e, 3N)
     top2 = torch.topk(logit_rows.float(), min(2, p.shape[-1]), dim=-1).values  # (e, 2)
     ids = drafted.on_device.view(-1, 1)
     last_row = verified.path[-1] + 1 if verified.path else 0  # the row the next token was drawn at

@@ -111,7 +111,7 @@ def chain_rule(logits: torch.Tensor, drafted: Drafted, sampling: SamplingConfig,
     used (m, V): the drafter's, one-hot where it has none, the Decision), all on the device: nothing is read back."""
     p_target = warp(logits, sampling)  # (m+1, V)
     q_draft = drafted.q_draft if drafted.q_draft is not None else one_hot_q(drafted.on_device, p_target.shape[-1])  # (m, V)
-    return p_target, q_draft, decide(p_target, q_draft, drafted.on_device, generator)
+    return p_target, q_draft, decide(p_target, q_draft, drafted.on_device, generator, greedy=sampling.greedy)
 
 
 class ChainRound:
