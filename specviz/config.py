@@ -184,7 +184,7 @@ class RunConfig:
     )  # fmt: skip
     num_draft_tokens: int = setting(  # k: a cap; the n-gram drafter stops earlier when its evidence runs out (scripts/drafter_defaults.py)
         START.num_draft_tokens, low=1, high=MAX_DRAFT_TOKENS, what="Number of draft tokens k", speculative_only=True, drafter_only=True,
-        widget="slider", section="drafter", label="k: tokens drafted per round", seeded=True, carry="link", flags=("--num-draft-tokens", "-k"),
+        widget="slider", section="drafter", label="k: tokens drafted per round", seeded=True, carry="link", flags=("--num-draft-tokens", "-k"), flag_help="tokens drafted per round",
         cap="max_draft_tokens", cap_message="k is limited to {limit} tokens per round on this server (asked for {value}).", short="k",
     )  # fmt: skip
     auto_k: bool = setting(  # k: auto (specviz.core.auto_k); the adaptive rule, when on, takes its place
