@@ -17,7 +17,7 @@ from typing import Any, Literal
 from specviz.core.decoding import MAX_DRAFT_TOKENS, DecodeConfig
 from specviz.core.sampling import SamplingConfig
 from specviz.core.tree import MAX_TREE_WIDTH
-from specviz.drafters.specs import DRAFTER_KINDS, DRAFTERS, TREE_KINDS, drafter_spec, short_name
+from specviz.drafters.specs import DRAFTER_KINDS, DRAFTERS, TREE_KINDS, DrafterKind, drafter_spec, short_name
 
 __all__ = [
     "DRAFTER_KINDS", "EMBEDDED_TARGET", "FIELDS", "MAX_NEW_TOKENS", "MAX_PROMPT_CHARS", "MAX_PROMPT_TOKENS", "DrafterKind", "KPolicy", "RunConfig",
@@ -25,7 +25,6 @@ __all__ = [
 ]  # fmt: skip
 
 KPolicy = Literal["auto", "adaptive", "fixed", "none"]  # RunConfig.k_policy
-DrafterKind = Literal["model", "lookup", "ngram", "early-exit", "medusa", "eagle", "recycle", "none"]  # the kinds of specviz.drafters.specs.DRAFTERS
 EMBEDDED_TARGET = "embedded:SmolLM2-135M-Instruct"  # same string as specviz.models.EMBEDDED_TARGET
 MAX_PROMPT_CHARS = 20_000  # a cheap check before the tokenizer sees the text (a character is at most 4 byte-level tokens)
 MAX_PROMPT_TOKENS = 131_072  # the engine's own ceiling on a prompt's tokens; the model's context usually bites first
