@@ -49,7 +49,7 @@ def main(argv: list[str] | None = None) -> int:
     for drafter in args.drafters.split(","):
         records = []
         for p in prompts:
-            config = RunConfig(target=args.target, drafter=drafter, num_draft_tokens=args.k, auto_k=False, temperature=args.temperature, max_new_tokens=args.max_new_tokens)  # type: ignore[arg-type]
+            config = RunConfig(target=args.target, drafter=drafter, num_draft_tokens=args.k, auto_k=False, temperature=args.temperature, max_new_tokens=args.max_new_tokens)
             decoder = build_decoder(config, target, encode_prompt(target.tokenizer, p.prompt, True))
             records += decoder.run()
             print(f"  {drafter} {p.category} {p.title!r}: {len(decoder.records)} rounds", file=sys.stderr, flush=True)

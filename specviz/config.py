@@ -1,8 +1,9 @@
 """RunConfig: everything a run needs, validated in one place. Imports neither streamlit nor transformers.
 
-Each field is declared once, with its Setting (`setting(...)`): the default, the range validate() checks, the sidebar
-widget's kind, label, help, range and step, the command line's flag and help, whether a share link (or a fork of the
-presenter's run) carries it, and which of the owner's policy limits caps it. FIELDS is that table, read by
+Each field is declared once, with its Setting (`setting(...)`), written as small parts: the default, its Check (the
+range validate() checks), its Widget (the sidebar widget's kind, section, label, help, range and step), its Flag (the
+command line's names and help), whether a share link (or a fork of the presenter's run) carries it, and its Cap (which
+of the owner's policy limits caps it). FIELDS is that table, read by
 RunConfig.validate, the sidebar and its wrong-type resets (specviz.ui.step_through.sidebar), the share-link parser
 (specviz.ui.room.share), the CLI's run options (specviz.cli.options), seed_from_run and the policy's caps
 (specviz.workshop.policy). A new setting is one field here; docs/development.md says how."""
@@ -17,15 +18,14 @@ from typing import Any, Literal
 from specviz.core.decoding import MAX_DRAFT_TOKENS, DecodeConfig
 from specviz.core.sampling import SamplingConfig
 from specviz.core.tree import MAX_TREE_WIDTH
-from specviz.drafters.specs import DRAFTER_KINDS, DRAFTERS, TREE_KINDS, drafter_spec, short_name
+from specviz.drafters.specs import DRAFTER_KINDS, DRAFTERS, TREE_KINDS, DrafterKind, drafter_spec, short_name
 
 __all__ = [
-    "DRAFTER_KINDS", "EMBEDDED_TARGET", "FIELDS", "MAX_NEW_TOKENS", "MAX_PROMPT_CHARS", "MAX_PROMPT_TOKENS", "DrafterKind", "KPolicy", "RunConfig",
-    "Setting", "field_named", "settings_of", "validate_prompt",
+    "DRAFTER_KINDS", "EMBEDDED_TARGET", "FIELDS", "MAX_NEW_TOKENS", "MAX_PROMPT_CHARS", "MAX_PROMPT_TOKENS", "Cap", "Check", "DrafterKind", "Flag",
+    "KPolicy", "RunConfig", "Setting", "Widget", "field_named", "setting", "settings_of", "validate_prompt",
 ]  # fmt: skip
 
 KPolicy = Literal["auto", "adaptive", "fixed", "none"]  # RunConfig.k_policy
-DrafterKind = Literal["model", "lookup", "ngram", "early-exit", "medusa", "eagle", "recycle", "none"]  # the kinds of specviz.drafters.specs.DRAFTERS
 EMBEDDED_TARGET = "embedded:SmolLM2-135M-Instruct"  # same string as specviz.models.EMBEDDED_TARGET
 MAX_PROMPT_CHARS = 20_000  # a cheap check before the tokenizer sees the text (a character is at most 4 byte-level tokens)
 MAX_PROMPT_TOKENS = 131_072  # the engine's own ceiling on a prompt's tokens; the model's context usually bites first
@@ -41,15 +41,15 @@ DTYPE_HELP = (
 )
 START = DRAFTERS[0].defaults  # the default drafter's measured best: the k, tree width and draft vocabulary a run starts at
 NGRAM_RANGE = "Need {low} <= ngram_min <= ngram_max <= {high}; got {config.ngram_min} and {config.ngram_max}."
-Widget = Literal["slider", "number", "toggle", "checkbox", "select", "text"]
+WidgetKind = Literal["slider", "number", "toggle", "checkbox", "select", "text"]
 Section = Literal["drafter", "sampling", "models"]  # the sidebar's sections, in the order they are drawn
 SECTIONS: tuple[Section, ...] = ("drafter", "sampling", "models")
 
 
 @dataclass(frozen=True)
 class Setting:
-    """One RunConfig field: what checks it, draws it, parses it and caps it. name, default and type are read off
-    the dataclass field; the rest is written in its setting(...)."""
+    """One RunConfig field: what checks it, draws it, parses it and caps it, flat for its readers. name, default and
+    type are read off the dataclass field; the rest comes from its setting(...)'s parts (Check, Widget, Flag, Cap)."""
 
     name: str = ""
     default: Any = None
@@ -66,7 +66,7 @@ class Setting:
     speculative_only: bool = False  # plain decoding ignores it: not checked for the baseline drafter
     drafter_only: bool = False  # changes only the drafter: plain decoding of the same run does not depend on it
     # the sidebar (specviz.ui.step_through.sidebar) and a share link (specviz.ui.room.share)
-    widget: Widget | None = None  # None: no widget (the field keeps its default there)
+    widget: WidgetKind | None = None  # None: no widget (the field keeps its default there)
     section: Section | None = None
     label: str = ""
     help: str | None = None
@@ -132,124 +132,363 @@ def _num(x: float | None) -> Any:
     return int(x) if isinstance(x, float) and x.is_integer() else x
 
 
-def setting(default: Any, **spec: Any) -> Any:
-    """A RunConfig field with its Setting (name, default and type are filled in by settings_of)."""
-    return dataclasses.field(default=default, metadata={"setting": Setting(**spec)})
+@dataclass(frozen=True)
+class Check:
+    """validate()'s rule for a field: the range it accepts (None: no bound here; SamplingConfig checks top-k and top-p),
+    the only values it accepts, whether it is a folder path, and the message a user gets (format fields: what, low,
+    high, value, choices, config; None: "{what} must be between {low} and {high}; got {value}.")."""
+
+    low: float | None = None
+    high: float | None = None
+    choices: tuple | None = None
+    what: str = ""  # how the message names the field (default: its name)
+    message: str | None = None
+    path: bool = False  # a folder path: validate_path(value, what)
+
+
+@dataclass(frozen=True)
+class Widget:
+    """The field's sidebar widget (specviz.ui.step_through.sidebar), and the range a share link accepts for it."""
+
+    kind: WidgetKind
+    section: Section
+    label: str
+    help: str | None = None
+    key: str = ""  # its session-state key (default: the field's name)
+    low: float | None = None  # its (and a link's) range, where narrower than the Check's
+    high: float | None = None
+    step: float | None = None
+    menu: tuple | None = None  # a select widget's options, where not the Check's choices
+    unset: Any = None  # its value for None (0 in a number box, "" in a text box)
+    seeded: bool = False  # its value is put in session state before it draws (a callback, a link or a fork may set it)
+
+
+@dataclass(frozen=True, init=False)
+class Flag:
+    """The field's command-line flag (specviz.cli.options): its names, argparse's help (%(default)s is the default),
+    its metavar, and whether it is a store_true flag that turns a True default off (--no-chat)."""
+
+    names: tuple[str, ...]
+    help: str | None
+    metavar: str | None
+    negated: bool
+
+    def __init__(self, *names: str, help: str | None = None, metavar: str | None = None, negated: bool = False) -> None:
+        for name, value in (("names", names), ("help", help), ("metavar", metavar), ("negated", negated)):
+            object.__setattr__(self, name, value)
+
+
+@dataclass(frozen=True)
+class Cap:
+    """The owner's Policy limit that caps the field (specviz.workshop.policy), what a user is told when it does (format
+    fields: limit, value; None: capped quietly), and how the sidebar's policy messages name the field."""
+
+    limit: str
+    message: str | None = None
+    short: str = ""
+
+
+def setting(
+    default: Any,
+    check: Check = Check(),
+    widget: Widget | None = None,
+    flag: Flag | None = None,
+    cap: Cap | None = None,
+    *,
+    carry: Literal["link", "fork"] | None = None,
+    max_chars: int | None = None,
+    speculative_only: bool = False,
+    drafter_only: bool = False,
+) -> Any:
+    """A RunConfig field with its Setting, from its parts: the check validate() makes, the sidebar widget (None: none),
+    the command-line flag (None: none), the owner's cap (None: none), and what a share link or a fork carries. The
+    Setting reads them flat (name, default and type are filled in by settings_of)."""
+    w = widget or Widget("text", "models", "")  # no widget: only its defaults are read
+    f = flag or Flag()
+    spec = Setting(
+        low=check.low,
+        high=check.high,
+        choices=check.choices,
+        what=check.what,
+        message=check.message,
+        path=check.path,
+        speculative_only=speculative_only,
+        drafter_only=drafter_only,
+        widget=widget.kind if widget else None,
+        section=widget.section if widget else None,
+        label=w.label,
+        help=w.help,
+        key=w.key,
+        ui_low=w.low,
+        ui_high=w.high,
+        step=w.step,
+        menu=w.menu,
+        unset=w.unset,
+        seeded=w.seeded,
+        carry=carry,
+        max_chars=max_chars,
+        flags=f.names,
+        flag_help=f.help,
+        metavar=f.metavar,
+        negated=f.negated,
+        cap=cap.limit if cap else None,
+        cap_message=cap.message if cap else None,
+        short=cap.short if cap else "",
+    )
+    return dataclasses.field(default=default, metadata={"setting": spec})
+
+
+DRAFT_VOCAB_HELP = (
+    "Score only the V' tokens the target emits most often (the heads' token counts): the LM-head read, most of a drafting "
+    "step, shrinks with V'; q stays a real distribution, zero outside V', so the output is still the target's."
+)
+AUTO_K_HELP = (
+    "Choose each round's k (a tree's node budget) before the round, from this machine's cost profile and this run's "
+    "acceptance by position: 0, a plain pass, when no k pays. Off: the slider's k every round (or the adaptive rule)."
+)
+TREE_WIDTH_HELP = (
+    f"Draft a token tree of at most k nodes ({', '.join(map(short_name, TREE_KINDS))}) and verify every node in one pass."
+)
+PICKLE_HELP = (
+    "Loads .bin/.pt weights, which can run code when unpickled. Only for files you trust; safetensors and GGUF need no opt-in."
+)
 
 
 @dataclass(frozen=True)
 class RunConfig:
-    target: str = setting(  # hub id, local folder, .gguf file, or the embedded SmolLM2
-        EMBEDDED_TARGET, widget="text", section="models", label="Target model: hub id, local folder or .gguf", carry="link", max_chars=300,
-        what="a model id, folder or .gguf path", flags=("--target",), flag_help="hub id, local folder or .gguf file (default: embedded SmolLM2-135M-Instruct)",
-    )  # fmt: skip
-    draft: str | None = setting(  # only for drafter="model"
-        None, widget="text", section="models", key="draft_model", unset="", label="Draft model (for the draft-model drafter)",
-        help="Must share the target's tokenizer.", carry="fork", drafter_only=True,
-        flags=("--draft",), flag_help="draft model for --drafter model (same tokenizer as the target)",
-    )  # fmt: skip
-    drafter: DrafterKind = setting(  # the offline default: no second model, a real q, fastest measured (scripts/compare_drafters.py)
-        "ngram", choices=DRAFTER_KINDS, message="Unknown drafter {value!r}; choose one of {choices}.", drafter_only=True,
-        widget="select", section="drafter", label="Drafter", seeded=True, carry="link", flags=("--drafter",), flag_help="default: %(default)s",
-    )  # fmt: skip
-    exit_layer: int | None = setting(  # early exit: blocks of the target the draft runs; None picks ~93% of the depth
-        None, low=1, what="The exit layer", drafter_only=True, widget="number", section="drafter", unset=0, ui_low=0, ui_high=200,
-        label="early exit: layers L the draft runs (0 = auto, ~93% of the depth)", carry="fork",
-        flags=("--exit-layer",), flag_help="early exit: target blocks the draft runs (default ~93%% of the depth)",
-    )  # fmt: skip
-    medusa_heads: str | None = setting(  # Medusa: a heads folder (Medusa's layout); None = the heads shipped for the embedded target
-        None, path=True, what="The Medusa heads folder", widget="text", section="drafter", unset="", label="Medusa heads",
-        flags=("--medusa-heads",), metavar="PATH", flag_help="Medusa heads folder (Medusa's layout; default: the heads shipped for the embedded target)",
-    )  # fmt: skip
-    eagle_head: str | None = setting(  # EAGLE: a head folder (specviz.models.eagle); None = the head shipped for the embedded target
-        None, path=True, what="The EAGLE head folder", widget="text", section="drafter", unset="", label="EAGLE head",
-        flags=("--eagle-head",), metavar="PATH", flag_help="EAGLE head folder (default: the head shipped for the embedded target)",
-    )  # fmt: skip
-    draft_vocab: int = setting(  # Medusa and EAGLE: score only the V' tokens the target says most often (0: the full vocabulary)
-        START.draft_vocab, low=0, high=MAX_DRAFT_VOCAB, message="The draft vocabulary is 0 (the full vocabulary) or up to {high:,} tokens; got {value}.",
-        widget="select", section="drafter", menu=DRAFT_VOCAB_CHOICES, label="draft vocabulary (Medusa, EAGLE)", seeded=True, carry="fork",
-        help="Score only the V' tokens the target emits most often (the heads' token counts): the LM-head read, most of a drafting step, shrinks with V'; q stays a real distribution, zero outside V', so the output is still the target's.",
-        flags=("--draft-vocab",), metavar="N",
-        flag_help="Medusa and EAGLE: score only the N tokens the target says most often (the heads' token counts; 0 = the full vocabulary)",
-    )  # fmt: skip
-    ngram_max: int = setting(  # prompt lookup and n-gram drafter: longest n-gram tried first
-        3, low=1, high=16, message=NGRAM_RANGE, drafter_only=True, widget="slider", section="drafter", ui_high=8,
-        label="n: longest n-gram matched", carry="fork", flags=("--ngram-max",),
-    )  # fmt: skip
-    ngram_min: int = setting(1, low=1, high=16, message=NGRAM_RANGE, drafter_only=True, flags=("--ngram-min",))  # ... down to this one
-    ngram_threshold: float = setting(  # n-gram drafter: stop drafting when its count-aware confidence falls below this
-        0.5, low=0.0, high=1.0, message="The n-gram threshold is a probability between {low} and {high}; got {value}.", drafter_only=True,
-        widget="slider", section="drafter", step=0.05, label="n-gram: stop drafting when its confidence falls below", carry="fork",
-        flags=("--ngram-threshold",), flag_help="n-gram drafter: stop drafting when its top probability falls below this (default %(default)s)",
-    )  # fmt: skip
-    num_draft_tokens: int = setting(  # k: a cap; the n-gram drafter stops earlier when its evidence runs out (scripts/drafter_defaults.py)
-        START.num_draft_tokens, low=1, high=MAX_DRAFT_TOKENS, what="Number of draft tokens k", speculative_only=True, drafter_only=True,
-        widget="slider", section="drafter", label="k: tokens drafted per round", seeded=True, carry="link", flags=("--num-draft-tokens", "-k"),
-        cap="max_draft_tokens", cap_message="k is limited to {limit} tokens per round on this server (asked for {value}).", short="k",
-    )  # fmt: skip
-    auto_k: bool = setting(  # k: auto (specviz.core.auto_k); the adaptive rule, when on, takes its place
-        True, drafter_only=True, widget="toggle", section="drafter", label="k: auto (from this machine's costs)", seeded=True, carry="link",
-        help="Choose each round's k (a tree's node budget) before the round, from this machine's cost profile and this run's "
-        "acceptance by position: 0, a plain pass, when no k pays. Off: the slider's k every round (or the adaptive rule).",
-        flags=("--fixed-k",), negated=True, flag_help="draft the same k every round (or follow --adaptive-k) instead of k: auto",
-    )  # fmt: skip
+    # hub id, local folder, .gguf file, or the embedded SmolLM2
+    target: str = setting(
+        EMBEDDED_TARGET,
+        Check(what="a model id, folder or .gguf path"),
+        Widget("text", "models", "Target model: hub id, local folder or .gguf"),
+        Flag("--target", help="hub id, local folder or .gguf file (default: embedded SmolLM2-135M-Instruct)"),
+        carry="link",
+        max_chars=300,
+    )
+    # only for drafter="model"
+    draft: str | None = setting(
+        None,
+        widget=Widget(
+            "text",
+            "models",
+            "Draft model (for the draft-model drafter)",
+            help="Must share the target's tokenizer.",
+            key="draft_model",
+            unset="",
+        ),
+        flag=Flag("--draft", help="draft model for --drafter model (same tokenizer as the target)"),
+        carry="fork",
+        drafter_only=True,
+    )
+    # the offline default: no second model, a real q, fastest measured (scripts/compare_drafters.py)
+    drafter: DrafterKind = setting(
+        "ngram",
+        Check(choices=DRAFTER_KINDS, message="Unknown drafter {value!r}; choose one of {choices}."),
+        Widget("select", "drafter", "Drafter", seeded=True),
+        Flag("--drafter", help="default: %(default)s"),
+        carry="link",
+        drafter_only=True,
+    )
+    # early exit: blocks of the target the draft runs; None picks ~93% of the depth
+    exit_layer: int | None = setting(
+        None,
+        Check(low=1, what="The exit layer"),
+        Widget(
+            "number", "drafter", "early exit: layers L the draft runs (0 = auto, ~93% of the depth)", low=0, high=200, unset=0
+        ),
+        Flag("--exit-layer", help="early exit: target blocks the draft runs (default ~93%% of the depth)"),
+        carry="fork",
+        drafter_only=True,
+    )
+    # Medusa: a heads folder (Medusa's layout); None = the heads shipped for the embedded target
+    medusa_heads: str | None = setting(
+        None,
+        Check(path=True, what="The Medusa heads folder"),
+        Widget("text", "drafter", "Medusa heads", unset=""),
+        Flag(
+            "--medusa-heads",
+            metavar="PATH",
+            help="Medusa heads folder (Medusa's layout; default: the heads shipped for the embedded target)",
+        ),
+    )
+    # EAGLE: a head folder (specviz.models.eagle); None = the head shipped for the embedded target
+    eagle_head: str | None = setting(
+        None,
+        Check(path=True, what="The EAGLE head folder"),
+        Widget("text", "drafter", "EAGLE head", unset=""),
+        Flag("--eagle-head", metavar="PATH", help="EAGLE head folder (default: the head shipped for the embedded target)"),
+    )
+    # Medusa and EAGLE: score only the V' tokens the target says most often (0: the full vocabulary)
+    draft_vocab: int = setting(
+        START.draft_vocab,
+        Check(
+            low=0,
+            high=MAX_DRAFT_VOCAB,
+            message="The draft vocabulary is 0 (the full vocabulary) or up to {high:,} tokens; got {value}.",
+        ),
+        Widget(
+            "select", "drafter", "draft vocabulary (Medusa, EAGLE)", help=DRAFT_VOCAB_HELP, menu=DRAFT_VOCAB_CHOICES, seeded=True
+        ),
+        Flag(
+            "--draft-vocab",
+            metavar="N",
+            help="Medusa and EAGLE: score only the N tokens the target says most often (the heads' token counts; 0 = the full vocabulary)",
+        ),
+        carry="fork",
+    )
+    # prompt lookup and n-gram drafter: longest n-gram tried first
+    ngram_max: int = setting(
+        3,
+        Check(low=1, high=16, message=NGRAM_RANGE),
+        Widget("slider", "drafter", "n: longest n-gram matched", high=8),
+        Flag("--ngram-max"),
+        carry="fork",
+        drafter_only=True,
+    )
+    # ... down to this one
+    ngram_min: int = setting(1, Check(low=1, high=16, message=NGRAM_RANGE), flag=Flag("--ngram-min"), drafter_only=True)
+    # n-gram drafter: stop drafting when its count-aware confidence falls below this
+    ngram_threshold: float = setting(
+        0.5,
+        Check(low=0.0, high=1.0, message="The n-gram threshold is a probability between {low} and {high}; got {value}."),
+        Widget("slider", "drafter", "n-gram: stop drafting when its confidence falls below", step=0.05),
+        Flag(
+            "--ngram-threshold",
+            help="n-gram drafter: stop drafting when its top probability falls below this (default %(default)s)",
+        ),
+        carry="fork",
+        drafter_only=True,
+    )
+    # k: a cap; the n-gram drafter stops earlier when its evidence runs out (scripts/drafter_defaults.py)
+    num_draft_tokens: int = setting(
+        START.num_draft_tokens,
+        Check(low=1, high=MAX_DRAFT_TOKENS, what="Number of draft tokens k"),
+        Widget("slider", "drafter", "k: tokens drafted per round", seeded=True),
+        Flag("--num-draft-tokens", "-k", help="tokens drafted per round"),
+        Cap("max_draft_tokens", "k is limited to {limit} tokens per round on this server (asked for {value}).", short="k"),
+        carry="link",
+        speculative_only=True,
+        drafter_only=True,
+    )
+    # k: auto (specviz.core.auto_k); the adaptive rule, when on, takes its place
+    auto_k: bool = setting(
+        True,
+        widget=Widget("toggle", "drafter", "k: auto (from this machine's costs)", help=AUTO_K_HELP, seeded=True),
+        flag=Flag("--fixed-k", negated=True, help="draft the same k every round (or follow --adaptive-k) instead of k: auto"),
+        carry="link",
+        drafter_only=True,
+    )
     adaptive_k: bool = setting(
-        False, drafter_only=True, widget="toggle", section="drafter", label="adaptive k", carry="fork",
-        help="Grow k by 2 after a round where every draft was kept, shrink by 1 after a rejection (in place of k: auto).",
-        flags=("--adaptive-k",), flag_help="grow k after fully accepted rounds, shrink after rejections",
-    )  # fmt: skip
-    max_draft_tokens: int = setting(  # adaptive and auto k's ceiling; a shared server's policy lowers it to the owner's k cap (quietly)
-        MAX_DRAFT_TOKENS, low=1, high=MAX_DRAFT_TOKENS, what="The ceiling for adaptive and auto k", drafter_only=True, cap="max_draft_tokens",
-        widget="slider", section="drafter", label="k at most (auto picks each round's k up to this)", seeded=True, carry="fork", short="k at most",
-        help="k: auto chooses each round's k before the round, from 0 (a plain pass, when no k pays) up to this; the round inspector says "
-        "why. Turn auto off to draft the same k every round.",
-    )  # fmt: skip
-    tree_width: int = setting(  # children per node of a token tree (n-gram, model, early-exit drafters); 1 = a chain, k = node budget
-        START.tree_width, low=1, high=MAX_TREE_WIDTH, message="The tree width must be between {low} (a chain) and {high}; got {value}.", drafter_only=True,
-        widget="slider", section="drafter", label="tree width: children per node (1 = a chain)", seeded=True, carry="fork",
-        help=f"Draft a token tree of at most k nodes ({', '.join(map(short_name, TREE_KINDS))}) and verify every node in one pass.",
-        flags=("--tree-width",), flag_help="children per node of a token tree (1 = a chain; k is then the node budget)",
-    )  # fmt: skip
-    temperature: float = setting(  # 0 = greedy
-        0.0, low=0.0, high=2.0, what="Temperature", widget="slider", section="sampling", step=0.05, label="temperature (0 = greedy)",
-        seeded=True, carry="link", flags=("--temperature",), flag_help="0 = greedy",
-    )  # fmt: skip
-    top_k: int = setting(  # 0 = off; SamplingConfig checks it
-        0, widget="number", section="sampling", ui_low=0, ui_high=100_000, label="top-k (0 = off)", carry="link", flags=("--top-k",),
-    )  # fmt: skip
-    top_p: float = setting(  # 1 = off; SamplingConfig checks it
-        1.0, widget="slider", section="sampling", ui_low=0.05, ui_high=1.0, step=0.05, label="top-p (1 = off)", carry="link", flags=("--top-p",),
-    )  # fmt: skip
+        False,
+        widget=Widget(
+            "toggle",
+            "drafter",
+            "adaptive k",
+            help="Grow k by 2 after a round where every draft was kept, shrink by 1 after a rejection (in place of k: auto).",
+        ),
+        flag=Flag("--adaptive-k", help="grow k after fully accepted rounds, shrink after rejections"),
+        carry="fork",
+        drafter_only=True,
+    )
+    # adaptive and auto k's ceiling; a shared server's policy lowers it to the owner's k cap (quietly)
+    max_draft_tokens: int = setting(
+        MAX_DRAFT_TOKENS,
+        Check(low=1, high=MAX_DRAFT_TOKENS, what="The ceiling for adaptive and auto k"),
+        Widget(
+            "slider",
+            "drafter",
+            "k at most (auto picks each round's k up to this)",
+            help="k: auto chooses each round's k before the round, from 0 (a plain pass, when no k pays) up to this; the round "
+            "inspector says why. Turn auto off to draft the same k every round.",
+            seeded=True,
+        ),
+        cap=Cap("max_draft_tokens", short="k at most"),
+        carry="fork",
+        drafter_only=True,
+    )
+    # children per node of a token tree (n-gram, model, early-exit drafters); 1 = a chain, k = node budget
+    tree_width: int = setting(
+        START.tree_width,
+        Check(low=1, high=MAX_TREE_WIDTH, message="The tree width must be between {low} (a chain) and {high}; got {value}."),
+        Widget("slider", "drafter", "tree width: children per node (1 = a chain)", help=TREE_WIDTH_HELP, seeded=True),
+        Flag("--tree-width", help="children per node of a token tree (1 = a chain; k is then the node budget)"),
+        carry="fork",
+        drafter_only=True,
+    )
+    # 0 = greedy
+    temperature: float = setting(
+        0.0,
+        Check(low=0.0, high=2.0, what="Temperature"),
+        Widget("slider", "sampling", "temperature (0 = greedy)", step=0.05, seeded=True),
+        Flag("--temperature", help="0 = greedy"),
+        carry="link",
+    )
+    # 0 = off; SamplingConfig checks it
+    top_k: int = setting(
+        0,
+        widget=Widget("number", "sampling", "top-k (0 = off)", low=0, high=100_000),
+        flag=Flag("--top-k"),
+        carry="link",
+    )
+    # 1 = off; SamplingConfig checks it
+    top_p: float = setting(
+        1.0,
+        widget=Widget("slider", "sampling", "top-p (1 = off)", low=0.05, high=1.0, step=0.05),
+        flag=Flag("--top-p"),
+        carry="link",
+    )
     seed: int = setting(
-        0, low=0, message="The seed must be >= {low}; got {value}.", widget="number", section="sampling", ui_high=2**31 - 1, label="seed",
-        seeded=True, carry="link", flags=("--seed",),
-    )  # fmt: skip
+        0,
+        Check(low=0, message="The seed must be >= {low}; got {value}."),
+        Widget("number", "sampling", "seed", high=2**31 - 1, seeded=True),
+        Flag("--seed"),
+        carry="link",
+    )
     max_new_tokens: int = setting(
-        64, low=1, high=MAX_NEW_TOKENS, what="max new tokens", widget="number", section="sampling", label="max new tokens", seeded=True,
-        carry="link", flags=("--max-new-tokens",),
-        cap="max_new_tokens", cap_message="max new tokens is limited to {limit} on this server (asked for {value}).", short="max new tokens",
-    )  # fmt: skip
-    chat: bool = setting(  # wrap the prompt in the tokenizer's chat template
-        True, widget="toggle", section="models", label="chat template", help="Wrap the prompt as a user turn; off feeds it raw.", seeded=True,
-        carry="fork", flags=("--no-chat",), negated=True, flag_help="feed the prompt raw, without the chat template",
-    )  # fmt: skip
-    device: str = setting("auto", widget="select", section="models", menu=DEVICES, label="Device", flags=("--device",))
-    dtype: str = setting("auto", widget="select", section="models", menu=DTYPES, label="dtype", flags=("--dtype",), flag_help=DTYPE_HELP)
+        64,
+        Check(low=1, high=MAX_NEW_TOKENS, what="max new tokens"),
+        Widget("number", "sampling", "max new tokens", seeded=True),
+        Flag("--max-new-tokens"),
+        Cap("max_new_tokens", "max new tokens is limited to {limit} on this server (asked for {value}).", short="max new tokens"),
+        carry="link",
+    )
+    # wrap the prompt in the tokenizer's chat template
+    chat: bool = setting(
+        True,
+        widget=Widget("toggle", "models", "chat template", help="Wrap the prompt as a user turn; off feeds it raw.", seeded=True),
+        flag=Flag("--no-chat", negated=True, help="feed the prompt raw, without the chat template"),
+        carry="fork",
+    )
+    device: str = setting("auto", widget=Widget("select", "models", "Device", menu=DEVICES), flag=Flag("--device"))
+    dtype: str = setting("auto", widget=Widget("select", "models", "dtype", menu=DTYPES), flag=Flag("--dtype", help=DTYPE_HELP))
     trust_remote_code: bool = setting(
-        False, widget="checkbox", section="models", label="trust remote code", seeded=True,
-        help="Runs code shipped in a model repository. Only for repositories you trust.",
-        flags=("--trust-remote-code",), flag_help="run code shipped in a model repository (only if you trust it)",
-    )  # fmt: skip
+        False,
+        widget=Widget(
+            "checkbox",
+            "models",
+            "trust remote code",
+            help="Runs code shipped in a model repository. Only for repositories you trust.",
+            seeded=True,
+        ),
+        flag=Flag("--trust-remote-code", help="run code shipped in a model repository (only if you trust it)"),
+    )
     allow_download: bool = setting(
-        False, widget="checkbox", section="models", label="allow downloads from the hub", seeded=True,
-        help="Off: hub ids load only from the local cache, so an offline machine fails at once.",
-        flags=("--allow-download",), flag_help="let hub ids download (off by default: offline)",
-    )  # fmt: skip
-    allow_pickle: bool = setting(  # local .bin/.pt checkpoints can run code when unpickled: opt-in only
-        False, widget="checkbox", section="models", label="allow pickle checkpoints", seeded=True,
-        help="Loads .bin/.pt weights, which can run code when unpickled. Only for files you trust; safetensors and GGUF need no opt-in.",
-        flags=("--allow-pickle",), flag_help="load .bin/.pt checkpoints, which can run code (only if you trust them)",
-    )  # fmt: skip
+        False,
+        widget=Widget(
+            "checkbox",
+            "models",
+            "allow downloads from the hub",
+            help="Off: hub ids load only from the local cache, so an offline machine fails at once.",
+            seeded=True,
+        ),
+        flag=Flag("--allow-download", help="let hub ids download (off by default: offline)"),
+    )
+    # local .bin/.pt checkpoints can run code when unpickled: opt-in only
+    allow_pickle: bool = setting(
+        False,
+        widget=Widget("checkbox", "models", "allow pickle checkpoints", help=PICKLE_HELP, seeded=True),
+        flag=Flag("--allow-pickle", help="load .bin/.pt checkpoints, which can run code (only if you trust them)"),
+    )
 
     def __post_init__(self) -> None:
         self.validate()

@@ -14,7 +14,7 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from specviz.cli.options import add_run_options, config_from_args
-from specviz.config import FIELDS, RunConfig, Setting, field_named, setting, settings_of
+from specviz.config import FIELDS, Check, Flag, RunConfig, Setting, Widget, field_named, setting, settings_of
 from specviz.ui.room.share import PARSERS, SHARED_KEYS, link_settings, parse_query, parsers
 from specviz.ui.step_through.session import DRAFTER_FIELDS
 from specviz.workshop.policy import Policy
@@ -135,7 +135,7 @@ def test_the_policy_caps_each_field_the_table_says_it_caps():
 class WithKnob(RunConfig):
     """RunConfig with one field more: the table's row is all it takes."""
 
-    knob: int = setting(3, low=1, high=5, what="The knob", widget="number", section="sampling", label="knob", carry="link", flags=("--knob",), flag_help="a knob (default %(default)s)")
+    knob: int = setting(3, Check(low=1, high=5, what="The knob"), Widget("number", "sampling", "knob"), Flag("--knob", help="a knob (default %(default)s)"), carry="link")
 
 
 def test_a_field_added_to_the_table_reaches_validate_the_cli_and_the_link():
@@ -152,6 +152,17 @@ def test_a_field_added_to_the_table_reaches_validate_the_cli_and_the_link():
     with pytest.raises(ValueError):
         parsers(WithKnob)["knob"]("6")
     assert "--knob" in _cli_options(WithKnob) and "--knob" not in _cli_options()
+
+
+def test_a_setting_is_written_as_its_parts():
+    """setting(...) takes a Check, a Widget, a Flag and a Cap (not fifteen loose keywords); the Setting reads them flat."""
+    with pytest.raises(TypeError):
+        setting(3, low=1, widget="number")
+    s = field_named("num_draft_tokens")
+    assert (s.low, s.high, s.widget, s.section, s.seeded, s.flags, s.cap, s.short) == (
+        1, 16, "slider", "drafter", True, ("--num-draft-tokens", "-k"), "max_draft_tokens", "k",
+    )  # fmt: skip
+    assert field_named("ngram_min").widget is None and field_named("max_draft_tokens").flags == ()
 
 
 def test_a_field_without_a_setting_is_refused():

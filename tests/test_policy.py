@@ -93,3 +93,67 @@ def test_cap_and_concurrency():
     assert policy.cap(5000, "max_samples", "samples N") == (1000, "samples N is limited to 1,000 on this server (asked for 5,000).")
     assert policy.cap(10, "max_samples", "samples N") == (10, None)
     assert Policy().concurrency("cpu") == 1 and Policy().concurrency("cuda") == 2 and Policy(max_concurrent=3).concurrency("cpu") == 3
+
+
+def documented_rows(text: str) -> dict[str, list[str]]:
+    """docs/workshop.md's table of owner settings: environment variable -> its cells (key, shared default, meaning)."""
+    rows = {}
+    for line in text.splitlines():
+        if line.startswith("| `SPECVIZ_"):
+            cells = [c.strip() for c in line.strip().strip("|").split(" | ")]
+            rows[cells[0].strip("`")] = [cells[1].strip("`"), *cells[2:]]
+    return rows
+
+
+def disagreements(rows: dict[str, list[str]]) -> list[str]:
+    """'VARIABLE: what' for each place the docs' table and the policy's own (OWNER_SETTINGS) differ. Local mode's value
+    is checked for the numbers (the bools are 'every option' in local mode, said once above the table)."""
+    import re
+
+    from specviz.workshop.policy import OWNER_SETTINGS, PRESENTER_KEY
+
+    out = [f"{env}: not in the policy's table" for env in set(rows) - {r.env for r in (*OWNER_SETTINGS, PRESENTER_KEY)}]
+    for r in (*OWNER_SETTINGS, PRESENTER_KEY):
+        if r.env not in rows:
+            out.append(f"{r.env}: not documented")
+            continue
+        key, default = rows[r.env][:2]
+        if key != r.name:
+            out.append(f"{r.env}: key {key!r}, the policy's is {r.name!r}")
+        if not re.match(rf"{re.escape(r.default_words)}\b", default):
+            out.append(f"{r.env}: default {default!r}, the policy's is {r.default_words!r}")
+        if r.kind in ("int", "float") and r.local_words and not re.search(rf"\b{re.escape(r.local_words)}\b[^()]*in local mode", default):
+            out.append(f"{r.env}: local mode's {r.local_words} not said")
+    return sorted(out)
+
+
+def test_the_documented_owner_settings_are_the_policys_defaults_included():
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parents[1] / "docs" / "workshop.md").read_text(encoding="utf-8")
+    rows = documented_rows(text)
+    assert len(rows) >= 20 and disagreements(rows) == []
+    # known-bad controls: a wrong default, an unsaid local value, a wrong key, a row missing
+    bad = dict(rows) | {"SPECVIZ_MAX_RUNS": ["max_runs", "60 (200 in local mode)"], "SPECVIZ_MAX_SAMPLES": ["max_samples", "100,000"],
+                        "SPECVIZ_DRAFTS": ["draft", "none"]}  # fmt: skip
+    del bad["SPECVIZ_IDLE_MINUTES"]
+    assert disagreements(bad) == [
+        "SPECVIZ_DRAFTS: key 'draft', the policy's is 'drafts'", "SPECVIZ_IDLE_MINUTES: not documented",
+        "SPECVIZ_MAX_RUNS: default '60 (200 in local mode)', the policy's is '50'", "SPECVIZ_MAX_SAMPLES: local mode's 1,000,000 not said",
+    ]  # fmt: skip
+
+
+def test_the_policy_reads_its_defaults_ranges_and_variables_from_its_rows():
+    from specviz.workshop.policy import OWNER_SETTINGS, SETTINGS, limit_ranges
+
+    policy, local = Policy(), Policy.local()
+    for r in OWNER_SETTINGS[1:]:  # each Policy field's row: its default is the field's, its variable reaches it
+        assert getattr(policy, r.name) == r.default, r.name
+        if r.local is not None:
+            assert getattr(local, r.name) != r.default, r.name
+    for name, (low, high) in limit_ranges().items():
+        row = SETTINGS[name]
+        with pytest.raises(ValueError, match=f"{row.env} \\(or {name} in secrets.toml\\) must be between"):
+            Policy(**{name: int(low) - 1 if row.kind == "int" else low - 0.5})
+        assert getattr(load_policy(env={row.env: str(int(high))}, server_address="0.0.0.0"), name) == high
+    assert SETTINGS["max_draft_tokens"].high == MAX_DRAFT_TOKENS and SETTINGS["max_new_tokens"].high == MAX_NEW_TOKENS  # RunConfig's ranges

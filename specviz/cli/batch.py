@@ -7,9 +7,11 @@ import argparse
 import json
 from pathlib import Path
 
-from specviz.cli.options import DTYPE_HELP, TUNED_HELP, add_model_access, batch_sizes_arg, model_access, set_threads, tuned_values
+from specviz.cli.options import MODEL_OPTIONS, add_run_options, batch_sizes_arg, run_values, set_threads, tuned_values
 from specviz.cli.terminal import emit, print_progress
-from specviz.config import EMBEDDED_TARGET, RunConfig
+from specviz.config import RunConfig
+
+BATCH_FIELDS = ("drafter", "draft", "exit_layer", "medusa_heads", "num_draft_tokens", "temperature", "seed", "max_new_tokens", "chat", *MODEL_OPTIONS)
 
 
 def add_parser(sub) -> None:
@@ -18,29 +20,20 @@ def add_parser(sub) -> None:
     from specviz.experiments.bench import SweepSpec
     from specviz.experiments.prompts import DEFAULT_PROMPTS
 
-    d, s = RunConfig, SweepSpec
     p = sub.add_parser("batch", help="B prompts of one category at once: plain vs speculative tokens/s for every batch size B")
+    add_run_options(p, only=BATCH_FIELDS, differ={
+        "drafter": {"choices": SPECULATIVE_KINDS, "default": "lookup", "help": "default: lookup"},
+        "max_new_tokens": {"default": SweepSpec.max_new_tokens, "help": f"new tokens per row (default {SweepSpec.max_new_tokens})"},
+        "temperature": {"help": "0 = greedy (default), where rows are checked against plain"},
+    })  # fmt: skip
     p.add_argument("--batch", type=batch_sizes_arg, default=(1, 2, 4, 8, 16), metavar="B,B,...", help="batch sizes (default 1,2,4,8,16)")
-    p.add_argument("--drafter", choices=SPECULATIVE_KINDS, default="lookup", help="default: lookup")
     p.add_argument("--category", default="copy", help="the benchmark prompts' category (copy, code, prose, qa; default copy)")
     p.add_argument("--prompts", default=str(DEFAULT_PROMPTS), help="JSON list of {category, title, prompt} (default: assets/prompts.json)")
-    p.add_argument("--num-draft-tokens", "-k", type=int, default=None, help=f"tokens drafted per round; {TUNED_HELP}")
-    p.add_argument("--max-new-tokens", type=int, default=s.max_new_tokens, help=f"new tokens per row (default {s.max_new_tokens})")
-    p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default), where rows are checked against plain")
-    p.add_argument("--seed", type=int, default=d.seed)
     p.add_argument("--repeats", type=int, default=1, help="timed runs of each side per B, alternating which goes first; medians (default 1)")
     p.add_argument("--warmup", type=int, default=1, help="runs of each side per B first, discarded (default 1)")
-    p.add_argument("--target", default=EMBEDDED_TARGET, help="hub id, local folder or .gguf file (default: embedded SmolLM2-135M-Instruct)")
-    p.add_argument("--draft", default=None, help="draft model for --drafter model (same tokenizer as the target)")
-    p.add_argument("--exit-layer", type=int, default=None, help="early exit: target blocks the draft runs")
-    p.add_argument("--medusa-heads", default=None, metavar="PATH", help="Medusa heads folder (default: the heads shipped for the embedded target)")
-    p.add_argument("--no-chat", action="store_true", help="feed prompts raw, without the chat template")
-    p.add_argument("--device", default="auto")
-    p.add_argument("--dtype", default="auto", help=DTYPE_HELP)
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
     p.add_argument("--json", action="store_true", help="print exactly one JSON object on stdout")
     p.add_argument("--out", default=None, help="also write the JSON here (the theory page reads assets/batch_cpu.json)")
-    add_model_access(p)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -53,10 +46,8 @@ def run(args: argparse.Namespace) -> int:
     from specviz.runs import resolve_models
 
     set_threads(args.threads)
-    config = RunConfig(target=args.target, draft=args.draft, drafter=args.drafter, exit_layer=args.exit_layer,
-                       num_draft_tokens=tuned_values(args.drafter, num_draft_tokens=args.num_draft_tokens)["num_draft_tokens"], temperature=args.temperature, seed=args.seed,
-                       max_new_tokens=args.max_new_tokens, chat=not args.no_chat, device=args.device, dtype=args.dtype,
-                       **model_access(args))  # fmt: skip
+    values = run_values(args, only=BATCH_FIELDS)
+    config = RunConfig(**values | {"num_draft_tokens": tuned_values(args.drafter, num_draft_tokens=args.num_draft_tokens)["num_draft_tokens"]})
     setup = BatchSetup(config, tuple(load_prompts(args.prompts, [args.category])), args.repeats, args.warmup)
     models = resolve_models(config, drafters=[args.drafter])
     target = models.target

@@ -5,9 +5,11 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from specviz.cli.options import DTYPE_HELP, add_model_access, check_output_file, csv_list, model_access, set_threads
+from specviz.cli.options import MODEL_OPTIONS, add_run_options, check_output_file, csv_list, run_values, set_threads
 from specviz.cli.terminal import emit, print_progress
-from specviz.config import EMBEDDED_TARGET, RunConfig
+from specviz.config import RunConfig
+
+BENCH_FIELDS = ("seed", "max_new_tokens", "draft", "exit_layer", "medusa_heads", "eagle_head", "draft_vocab", "chat", *MODEL_OPTIONS)
 
 
 def add_parser(sub) -> None:
@@ -32,20 +34,12 @@ def add_parser(sub) -> None:
                    help=f"default: {','.join(f'{t:g}' for t in d.temperatures)}")
     p.add_argument("--tree-width", type=lambda s: csv_list(s, int, "--tree-width"), default=d.tree_widths,
                    help="children per token-tree node, e.g. 1,2,3 (1 = a chain; k is then the node budget; default: 1)")
-    p.add_argument("--max-new-tokens", type=int, default=d.max_new_tokens)
     p.add_argument("--repeats", type=int, default=d.repeats, help=f"timed runs of every setting, medians and min-max reported (default: {d.repeats})")
     p.add_argument("--warmup", type=int, default=d.warmup, help=f"rotations run first and discarded, per prompt and temperature (default: {d.warmup})")
-    p.add_argument("--seed", type=int, default=d.seed)
-    p.add_argument("--target", default=EMBEDDED_TARGET, help="hub id, local folder or .gguf file (default: embedded SmolLM2-135M-Instruct)")
-    p.add_argument("--draft", default=None, help="draft model for the 'model' drafter (same tokenizer as the target)")
-    p.add_argument("--exit-layer", type=int, default=None, help="early exit: target blocks the draft runs")
-    p.add_argument("--medusa-heads", default=None, metavar="PATH", help="Medusa heads folder (default: the heads shipped for the embedded target)")
-    p.add_argument("--eagle-head", default=None, metavar="PATH", help="EAGLE head folder (default: the head shipped for the embedded target)")
-    p.add_argument("--draft-vocab", type=int, default=0, metavar="N", help="Medusa and EAGLE: a draft vocabulary of N tokens (0 = full)")
-    p.add_argument("--no-chat", action="store_true", help="feed prompts raw, without the chat template")
-    p.add_argument("--device", default="auto")
-    p.add_argument("--dtype", default="auto", help=DTYPE_HELP)
-    add_model_access(p)
+    add_run_options(p, only=BENCH_FIELDS, differ={  # the sweep's defaults (SweepSpec's), where they are not a single run's
+        "seed": {"default": d.seed}, "max_new_tokens": {"default": d.max_new_tokens},
+        "draft_vocab": {"default": d.draft_vocab, "help": "Medusa and EAGLE: a draft vocabulary of N tokens (0 = full)"},
+    })  # fmt: skip
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice); 1 is steadier on a busy machine")
     p.add_argument("--out", default=None, help="write the results table here (.csv, or .json for a list of records)")
     p.add_argument("--append", action="store_true", help="add the rows to an existing --out CSV instead of replacing it")
@@ -77,9 +71,7 @@ def run(args: argparse.Namespace) -> int:
             header = fh.readline().strip().split(",")
         if header != list(COLUMNS[: len(header)]):  # this version's columns, or an earlier version's (append_csv adds the new ones)
             raise ValueError(f"{out} has other columns than this benchmark writes; --append needs a CSV from this version or an earlier one.")
-    where = RunConfig(target=args.target, draft=args.draft, exit_layer=args.exit_layer, medusa_heads=args.medusa_heads, eagle_head=args.eagle_head,
-                      draft_vocab=args.draft_vocab, device=args.device, dtype=args.dtype,
-                      **model_access(args))  # fmt: skip
+    where = RunConfig(**run_values(args, only=BENCH_FIELDS, skip=("seed", "max_new_tokens", "chat")))
     models = resolve_models(where, drafters=[d for d in spec.drafters if d != "model" or args.draft])  # run_sweep names a missing draft
     target, draft = models.target, models.draft
     emit(

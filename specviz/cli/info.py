@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import time
 
+from specviz.cli.options import add_run_options
 from specviz.cli.terminal import emit
 from specviz.config import EMBEDDED_TARGET, RunConfig
 
@@ -12,7 +13,7 @@ from specviz.config import EMBEDDED_TARGET, RunConfig
 def add_parser(sub) -> None:
     """Register `info` on the CLI's subparsers."""
     info = sub.add_parser("info", help="devices, default models and whether they load")
-    info.add_argument("--device", default="auto")
+    add_run_options(info, only=("device",))
 
 
 def _auto_precision(device: str) -> str:

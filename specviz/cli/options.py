@@ -5,26 +5,39 @@ and checks several subcommands share."""
 from __future__ import annotations
 
 import argparse
+from collections.abc import Iterable, Mapping
 from pathlib import Path
+from typing import Any
 
-from specviz.config import DTYPE_HELP, RunConfig, settings_of
+from specviz.config import RunConfig, Setting, settings_of
 from specviz.drafters.specs import TUNED_FIELDS, drafter_spec
 
 __all__ = [
-    "DTYPE_HELP", "MODEL_ACCESS", "add_model_access", "add_run_options", "batch_sizes_arg", "check_output_file", "config_from_args",
-    "csv_list", "model_access", "set_threads", "tuned_values",
+    "MODEL_ACCESS", "MODEL_OPTIONS", "add_run_options", "batch_sizes_arg", "check_output_file", "config_from_args", "csv_list",
+    "model_access", "run_fields", "run_values", "set_threads", "tuned_values",
 ]  # fmt: skip
 
 
 TUNED_HELP = "default: the drafter's measured best, docs/benchmarks.md#each-drafters-defaults"
 
 
-def add_run_options(p: argparse.ArgumentParser, config_cls: type[RunConfig] = RunConfig) -> None:
-    """One flag per field of the config's table that has one (specviz.config.FIELDS), with its default and help. The
-    fields a drafter's defaults set (k, tree width, draft vocabulary) default to None: the drafter's measured best."""
-    for s in settings_of(config_cls):
-        if not s.flags:
-            continue
+def add_run_options(
+    p: argparse.ArgumentParser,
+    config_cls: type[RunConfig] = RunConfig,
+    *,
+    only: Iterable[str] | None = None,
+    skip: Iterable[str] = (),
+    differ: Mapping[str, Mapping[str, Any]] | None = None,
+) -> None:
+    """One flag per field of the config's table that has one (specviz.config.FIELDS), with its default and help: every
+    field (generate), or `only` those fields, less `skip`. The fields a drafter's defaults set (k, tree width, draft
+    vocabulary) default to None: the drafter's measured best. `differ` is the one place a subcommand says where its flag
+    legitimately differs from the table's (field -> argparse keywords, e.g. train-heads' --device default "cpu")."""
+    rows = run_fields(config_cls, only, skip)
+    differ = differ or {}
+    if set(differ) - {s.name for s in rows}:
+        raise ValueError(f"differ names fields this parser does not take: {sorted(set(differ) - {s.name for s in rows})}")
+    for s in rows:
         options: dict = {"help": s.flag_help}
         if s.type is bool:
             options["action"] = "store_true"
@@ -34,17 +47,38 @@ def add_run_options(p: argparse.ArgumentParser, config_cls: type[RunConfig] = Ru
             options.update(default=s.default, metavar=s.metavar, choices=s.choices)
             if s.type is not str:
                 options["type"] = s.type
-        p.add_argument(*s.flags, **options)
+        action = p.add_argument(*s.flags, **(options | dict(differ.get(s.name, {}))))
+        action.field, action.differs = s.name, tuple(sorted(differ.get(s.name, {})))  # read by tests/test_cli_options.py
+
+
+def run_fields(config_cls: type[RunConfig] = RunConfig, only: Iterable[str] | None = None, skip: Iterable[str] = ()) -> list[Setting]:
+    """The rows of the field table that add_run_options makes flags of, in the table's order. ValueError for a name
+    that is not a field with a flag (a typo in `only` or `skip` must not pass silently)."""
+    rows = [s for s in settings_of(config_cls) if s.flags]
+    named = {s.name for s in rows}
+    wanted, skipped = (named if only is None else set(only)), set(skip)
+    unknown = (wanted | skipped) - named
+    if unknown:
+        raise ValueError(f"{', '.join(sorted(unknown))}: not a {config_cls.__name__} field with a flag")
+    return [s for s in rows if s.name in wanted and s.name not in skipped]
+
+
+def run_values(args: argparse.Namespace, config_cls: type[RunConfig] = RunConfig, only: Iterable[str] | None = None,
+               skip: Iterable[str] = ()) -> dict[str, Any]:
+    """What add_run_options' flags (the same only and skip) said, as the config's keyword arguments: a negated flag
+    (--no-chat, --fixed-k) turned back into its field's value. k, tree width and draft vocabulary may be None here:
+    tuned_values fills them in."""
+    values = {}
+    for s in run_fields(config_cls, only, skip):
+        value = getattr(args, s.flags[0].lstrip("-").replace("-", "_"))
+        values[s.name] = (not value) if s.negated else value
+    return values
 
 
 def config_from_args(args: argparse.Namespace, config_cls: type[RunConfig] = RunConfig) -> RunConfig:
     """The config the run options say (a field without a flag keeps its default; k, tree width and draft vocabulary
     not given take the drafter's measured best)."""
-    values = {}
-    for s in settings_of(config_cls):
-        if s.flags:
-            value = getattr(args, s.flags[0].lstrip("-").replace("-", "_"))
-            values[s.name] = (not value) if s.negated else value
+    values = run_values(args, config_cls)
     values |= tuned_values(values.get("drafter", config_cls.drafter), **{n: values[n] for n in TUNED_FIELDS if n in values})
     return config_cls(**values)
 
@@ -57,19 +91,12 @@ def tuned_values(drafter: str, **given: int | None) -> dict[str, int]:
 
 
 MODEL_ACCESS = ("trust_remote_code", "allow_download", "allow_pickle")  # RunConfig fields every model-loading command takes
-
-
-def add_model_access(p: argparse.ArgumentParser) -> None:
-    """The model-access flags of a subcommand that loads models without a whole RunConfig (bench, batch, profile,
-    serve, train-heads): the same flags and help as `generate`'s, from their rows of the field table."""
-    rows = {s.name: s for s in settings_of(RunConfig)}
-    for name in MODEL_ACCESS:
-        p.add_argument(*rows[name].flags, action="store_true", help=rows[name].flag_help)
+MODEL_OPTIONS = ("target", "device", "dtype", *MODEL_ACCESS)  # what a command that loads a target takes, at the least
 
 
 def model_access(args: argparse.Namespace) -> dict[str, bool]:
-    """What add_model_access's flags said, as load_model's keyword arguments."""
-    return {name: getattr(args, name) for name in MODEL_ACCESS}
+    """What the model-access flags said, as load_model's keyword arguments."""
+    return run_values(args, only=MODEL_ACCESS)
 
 
 def batch_sizes_arg(text: str) -> tuple[int, ...]:

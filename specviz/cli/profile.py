@@ -6,17 +6,14 @@ from __future__ import annotations
 import argparse
 import json
 
-from specviz.cli.options import DTYPE_HELP, add_model_access, batch_sizes_arg, model_access, set_threads
+from specviz.cli.options import MODEL_OPTIONS, add_run_options, batch_sizes_arg, model_access, set_threads
 from specviz.cli.terminal import emit
-from specviz.config import EMBEDDED_TARGET
 
 
 def add_parser(sub) -> None:
     """Register `profile` on the CLI's subparsers."""
     p = sub.add_parser("profile", help="this machine's cost profile: a target pass over 1..17 tokens, and each drafter's cost per token")
-    p.add_argument("--target", default=EMBEDDED_TARGET, help="hub id, local folder or .gguf file (default: embedded SmolLM2-135M-Instruct)")
-    p.add_argument("--device", default="auto")
-    p.add_argument("--dtype", default="auto", help=DTYPE_HELP)
+    add_run_options(p, only=MODEL_OPTIONS)
     p.add_argument("--context", type=int, default=256, help="tokens already cached before each timed pass (default 256)")
     p.add_argument("--max-tokens", type=int, default=17, help="time passes over 1..N new tokens (default 17: k = 0..16)")
     p.add_argument("--repeats", type=int, default=5, help="interleaved repeats; the profile keeps medians (default 5)")
@@ -26,7 +23,6 @@ def add_parser(sub) -> None:
     p.add_argument("--batch", type=batch_sizes_arg, default=(), metavar="B,B,...",
                    help="also time passes over B rows at once (e.g. 1,2,4,8,16,32), kept as batch_pass_ms")
     p.add_argument("--out", default=None, help="write the profile here as JSON")
-    add_model_access(p)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -6,29 +6,29 @@ from __future__ import annotations
 import argparse
 import os
 
-from specviz.cli.options import DTYPE_HELP, TUNED_HELP, add_model_access, model_access, set_threads, tuned_values
+from specviz.cli.options import add_run_options, run_values, set_threads, tuned_values
 from specviz.cli.terminal import emit
-from specviz.config import DRAFTER_KINDS, EMBEDDED_TARGET, RunConfig, field_named
+from specviz.config import RunConfig
+from specviz.drafters.specs import TUNED_FIELDS
 
 API_KEY_ENV = "SPECVIZ_API_KEY"
 
 
+SERVE_SKIP = ("drafter", "chat", "max_new_tokens")  # serve's own --drafter; a request says chat or text; --max-tokens caps
+SERVE_DIFFER = {  # what a request may name itself: the flag is its default
+    "temperature": {"help": "for requests that name none (default 0: greedy)"},
+    "top_p": {"help": "for requests that name none (1 = off)"},
+    "seed": {"help": "for requests that name none"},
+}
+
+
 def add_service_options(p: argparse.ArgumentParser) -> None:
-    """What a served model decodes with, and the owner's caps (serve and serve-pair)."""
+    """What a served model decodes with (every run option but the drafter, the chat template and the token cap, from
+    RunConfig's table), and the owner's caps (serve and serve-pair)."""
     from specviz.workshop.service.config import ServiceConfig
 
-    d, s = RunConfig, ServiceConfig
-    p.add_argument("--target", default=EMBEDDED_TARGET, help="hub id, local folder or .gguf file (default: embedded SmolLM2-135M-Instruct)")
-    p.add_argument("--draft", default=None, help="draft model for --drafter model (same tokenizer as the target)")
-    p.add_argument("--num-draft-tokens", "-k", type=int, default=None, help=f"tokens drafted per round; {TUNED_HELP}")
-    p.add_argument("--tree-width", type=int, default=None, help=f"children per node of a token tree (1 = a chain); {TUNED_HELP}")
-    p.add_argument("--fixed-k", action="store_true", help=field_named("auto_k").flag_help)
-    p.add_argument("--exit-layer", type=int, default=None, help="early exit: target blocks the draft runs")
-    p.add_argument("--medusa-heads", default=None, metavar="PATH", help="Medusa heads folder (default: the heads shipped for the embedded target)")
-    p.add_argument("--ngram-max", type=int, default=d.ngram_max)
-    p.add_argument("--ngram-threshold", type=float, default=d.ngram_threshold)
-    p.add_argument("--temperature", type=float, default=d.temperature, help="for requests that name none (default 0: greedy)")
-    p.add_argument("--seed", type=int, default=d.seed, help="for requests that name none")
+    s = ServiceConfig
+    add_run_options(p, skip=SERVE_SKIP, differ=SERVE_DIFFER)
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1: this machine only)")
     p.add_argument("--model-id", default=None, help="the id /v1/models lists and requests name (default: the target's name, never its path)")
     p.add_argument("--max-tokens", type=int, default=s.max_tokens, help=f"cap on a request's max_tokens, and its default (default {s.max_tokens})")
@@ -40,15 +40,12 @@ def add_service_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--spec-decode-metrics", choices=("summary", "detailed", "off"), default=s.spec_decode_metrics,
                    help="vLLM's metrics.speculative_decoding in each response: summary (default), detailed (per verify step too) or off")
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
-    p.add_argument("--device", default="auto")
-    p.add_argument("--dtype", default="auto", help=DTYPE_HELP)
-    add_model_access(p)
 
 
 def add_parser(sub) -> None:
     """Register `serve` on the CLI's subparsers."""
     p = sub.add_parser("serve", help="serve the target (speculating, or not with --drafter none) behind an OpenAI-compatible API")
-    p.add_argument("--drafter", choices=DRAFTER_KINDS, default=RunConfig.drafter, help=f"default: {RunConfig.drafter}; none serves plain decoding")
+    add_run_options(p, only=("drafter",), differ={"drafter": {"help": "default: %(default)s; none serves plain decoding"}})
     p.add_argument("--port", type=int, default=8000, help="default 8000")
     p.add_argument("--hide-truth", action="store_true", help="leave the drafter and tokens per target pass out of responses (the room exercise)")
     p.add_argument("--api-key", default=None, help=f"every /v1 request must send this as its Bearer token (default: {API_KEY_ENV}, else none; "
@@ -61,13 +58,9 @@ def service_config(args: argparse.Namespace, drafter: str, hide_truth: bool, api
     from specviz.workshop.service.config import ServiceConfig, served_name
 
     set_threads(args.threads)
-    tuned = tuned_values(drafter, num_draft_tokens=args.num_draft_tokens, tree_width=args.tree_width)  # draft vocabulary: the drafter's
-    run = RunConfig(
-        target=args.target, draft=args.draft, drafter=drafter, **tuned, auto_k=not args.fixed_k,
-        exit_layer=args.exit_layer, medusa_heads=args.medusa_heads, ngram_max=args.ngram_max, ngram_threshold=args.ngram_threshold,
-        temperature=args.temperature, seed=args.seed, max_new_tokens=args.max_tokens, device=args.device, dtype=args.dtype,
-        **model_access(args),
-    )  # fmt: skip
+    values = run_values(args, skip=SERVE_SKIP)
+    values |= tuned_values(drafter, **{name: values[name] for name in TUNED_FIELDS})
+    run = RunConfig(**values, drafter=drafter, max_new_tokens=args.max_tokens)
     return ServiceConfig(run, args.model_id or served_name(args.target), args.max_tokens, args.max_prompt_tokens, args.max_streams, args.chunks,
                          not hide_truth, api_key=api_key, max_connections=args.max_connections,
                          spec_decode_metrics=args.spec_decode_metrics)  # fmt: skip

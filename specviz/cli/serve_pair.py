@@ -7,15 +7,16 @@ import argparse
 import sys
 from pathlib import Path
 
+from specviz.cli.options import add_run_options
 from specviz.cli.serve import add_service_options, service_config
 from specviz.cli.terminal import emit
-from specviz.config import DRAFTER_KINDS
+from specviz.drafters.specs import SPECULATIVE_KINDS
 
 
 def add_parser(sub) -> None:
     """Register `serve-pair` on the CLI's subparsers."""
     p = sub.add_parser("serve-pair", help="the room exercise: two services, one speculating, which one hidden (docs/workshop.md)")
-    p.add_argument("--drafter", choices=[k for k in DRAFTER_KINDS if k != "none"], default="lookup", help="the speculating one's drafter (default lookup)")
+    add_run_options(p, only=("drafter",), differ={"drafter": {"choices": SPECULATIVE_KINDS, "default": "lookup", "help": "the speculating one's drafter (default lookup)"}})
     p.add_argument("--port", type=int, default=8001, help="service A listens here, service B on the next port (default 8001)")
     p.add_argument("--run-dir", default=None, help="a run directory to write the truth to for the reveal (default: the room's store: SPECVIZ_STORE, else SPECVIZ_RUN_DIR)")
     p.add_argument("--public-host", default=None, help="the address the app reaches them at, for the printed SPECVIZ_PROBE_URLS (default: --host)")

@@ -8,7 +8,7 @@ import argparse
 import json
 from pathlib import Path
 
-from specviz.cli.options import add_model_access, model_access, set_threads
+from specviz.cli.options import MODEL_ACCESS, add_run_options, model_access, set_threads
 from specviz.cli.terminal import emit
 from specviz.config import EMBEDDED_TARGET
 
@@ -30,7 +30,7 @@ def add_parser(sub) -> None:
     d, e = TrainConfig, EagleConfig
     p = sub.add_parser("train-heads", help="train Medusa heads (or an EAGLE head: --kind eagle) for a target by self-distillation")
     p.add_argument("--kind", choices=("medusa", "eagle"), default="medusa", help="Medusa heads (default) or an EAGLE head (one layer over the target's features)")
-    p.add_argument("--target", default=EMBEDDED_TARGET, help="hub id, local folder or .gguf file (default: embedded SmolLM2-135M-Instruct)")
+    add_run_options(p, only=("target", "device", *MODEL_ACCESS), differ={"device": {"default": "cpu", "help": "cpu (default) or cuda"}})
     p.add_argument("--out", default=None, help="folder for the heads (default ./medusa-heads, or ./eagle-head for --kind eagle)")
     p.add_argument("--count-vocab", action="store_true",
                    help="only count the target's tokens in an existing heads folder's training data (its config.json's recipe; "
@@ -62,8 +62,6 @@ def add_parser(sub) -> None:
     p.add_argument("--base-model", default=None, help="base_model_name_or_path for config.json (default: the target's name)")
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
-    p.add_argument("--device", default="cpu", help="cpu (default) or cuda")
-    add_model_access(p)
 
 
 def run(args: argparse.Namespace) -> int:

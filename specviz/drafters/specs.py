@@ -87,7 +87,7 @@ PRIOR_ACCEPTANCE: dict[str, float] = {  # per draft position, implied by the sam
 
 @dataclass(frozen=True)
 class DrafterSpec:
-    kind: str  # the config's and the CLI's name
+    kind: DrafterKind  # the config's and the CLI's name
     label: str  # the sidebar menu's line
     short_name: str  # in run names, tables and messages
     cls: type  # the drafter class, which declares can_branch and has_q
@@ -174,6 +174,10 @@ DRAFTERS: tuple[DrafterSpec, ...] = (  # the default first (menus start there)
     DrafterSpec("none", "none: plain target decoding", "plain decoding", NoDrafter, lambda s, vocab, lm, name: NoDrafter(), baseline=True),
 )  # fmt: skip
 DRAFTER_KINDS: tuple[str, ...] = tuple(d.kind for d in DRAFTERS)
+# A run's drafter: one of DRAFTER_KINDS, checked at run time (drafter_spec, RunConfig.validate). A str, not a Literal:
+# a Literal is a second list of the kinds beside this table, and a kind chosen at run time (a menu, a flag, a sweep)
+# could only be passed to it with the type checker silenced.
+DrafterKind = str
 SPECULATIVE_KINDS: tuple[str, ...] = tuple(d.kind for d in DRAFTERS if not d.baseline)  # benchmark sweeps
 ONE_MODEL_KINDS: tuple[str, ...] = tuple(d.kind for d in DRAFTERS if not d.baseline and not d.needs_model)  # lab, profile
 TREE_KINDS: tuple[str, ...] = tuple(d.kind for d in DRAFTERS if d.can_branch)

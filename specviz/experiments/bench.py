@@ -248,7 +248,7 @@ class SweepModels:
     def config(self, drafter: str, k: int, temperature: float, tree_width: int = 1) -> RunConfig:
         spec = self.spec
         return RunConfig(
-            target=self.target.name, draft=self.draft.name if self.draft is not None else None, drafter=drafter,  # type: ignore[arg-type]
+            target=self.target.name, draft=self.draft.name if self.draft is not None else None, drafter=drafter,
             exit_layer=spec.exit_layer, medusa_heads=spec.medusa_heads, eagle_head=spec.eagle_head, draft_vocab=spec.draft_vocab,
             num_draft_tokens=k, temperature=temperature, seed=spec.seed, max_new_tokens=spec.max_new_tokens, chat=spec.chat,
             tree_width=tree_width, auto_k=False,  # a cell measures one fixed k

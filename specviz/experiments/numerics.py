@@ -82,7 +82,7 @@ def greedy_trace(
     from specviz.runs import build_decoder
 
     config = RunConfig(
-        target=target.name, drafter=drafter if speculative else "none", num_draft_tokens=k, temperature=0.0,  # type: ignore[arg-type]
+        target=target.name, drafter=drafter if speculative else "none", num_draft_tokens=k, temperature=0.0,
         max_new_tokens=max_new_tokens, ngram_threshold=0.0 if drafter == "ngram" else RunConfig.ngram_threshold, auto_k=False,
     )
     make = lambda: build_decoder(config, target, list(prompt_ids), baseline=not speculative)  # noqa: E731

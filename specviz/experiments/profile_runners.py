@@ -122,7 +122,7 @@ def draft_runners(
             log.info("skipping early exit: the target has one layer")
             continue
         # threshold 0: the n-gram drafter drafts all k where the context matches, so the cost is per drafted token
-        config = RunConfig(target=target.name, drafter=kind, num_draft_tokens=draft_k, ngram_threshold=0.0, medusa_heads=heads_folder,  # type: ignore[arg-type]
+        config = RunConfig(target=target.name, drafter=kind, num_draft_tokens=draft_k, ngram_threshold=0.0, medusa_heads=heads_folder,
                            eagle_head=eagle_folder, draft_vocab=vocab)  # fmt: skip
         try:
             with turn():  # the prefill (and early exit's own layers) run the target

@@ -12,42 +12,12 @@ one click can ask for is capped. Which one a browser session gets (decide_mode):
 * otherwise local when the server listens on a local address (localhost, 127.0.0.1, ::1, or none given) or
   SPECVIZ_MODE=local; shared when it listens on any other address (0.0.0.0: the owner runs it for a room).
 
-The owner sets the rules with environment variables (they win) or a ``[specviz]`` table in ``.streamlit/secrets.toml``:
-
-=========================  ======================  ==========================================================
-environment variable       secrets.toml key        meaning (shared-mode default)
-=========================  ======================  ==========================================================
-SPECVIZ_MODE               mode                    ``shared`` or ``local`` (auto; never local for a client
-                                                   that cannot be the owner: see decide_mode)
-SPECVIZ_ALLOW_REMOTE_CODE  allow_remote_code       participants may tick *trust remote code* (no)
-SPECVIZ_ALLOW_PICKLE       allow_pickle            participants may tick *allow pickle checkpoints* (no)
-SPECVIZ_ALLOW_DOWNLOAD     allow_download          participants may tick *allow downloads* (no)
-SPECVIZ_ALLOW_CUSTOM_MODELS allow_custom_models    participants may type any model path or hub id (no)
-SPECVIZ_ALLOW_DEVICE       allow_device            participants may choose device and dtype (no)
-SPECVIZ_TARGETS            targets                 comma-separated target allow-list (the embedded model)
-SPECVIZ_DRAFTS             drafts                  comma-separated draft-model allow-list (none)
-SPECVIZ_MEDUSA_HEADS       allowed_medusa_heads    comma-separated Medusa heads and EAGLE head folders (none: the shipped ones only)
-SPECVIZ_MAX_NEW_TOKENS     max_new_tokens          cap on max new tokens per run (256)
-SPECVIZ_MAX_DRAFT_TOKENS   max_draft_tokens        cap on k, tokens drafted per round (8)
-SPECVIZ_MAX_PROMPT_CHARS   max_prompt_chars        cap on the Numerics lab's prompt, in characters (2,000)
-SPECVIZ_MAX_PROMPT_TOKENS  max_prompt_tokens       cap on every prompt, in the target's tokens, chat template included (1,024)
-SPECVIZ_MAX_KV_TOKENS      max_kv_tokens           live KV-cache tokens in this process, every session's runs and jobs
-                                                   together (0: a quarter of the machine's memory, specviz.workshop.budgets)
-SPECVIZ_MAX_SESSIONS_PER_CLIENT max_sessions_per_client  browser sessions one client address may hold (100; 0: no cap)
-SPECVIZ_MAX_SAMPLES        max_samples             cap on vectorised samples N on the Exactness lab (100,000)
-SPECVIZ_MAX_RUNS           max_runs                cap on engine runs one button starts (lab, benchmark) (50)
-SPECVIZ_MAX_CONCURRENT     max_concurrent          model rounds in flight per loaded model (1 per CPU model)
-SPECVIZ_QUEUE_TIMEOUT_S    queue_timeout_s         give up waiting for the model after this long (120)
-SPECVIZ_IDLE_MINUTES       idle_minutes            free a session's runs after this long without a click (20)
-SPECVIZ_PRESENTATION_IDLE_MINUTES presentation_idle_minutes  end the room's presentation after this long without
-                                                   its presenter's page (15)
-SPECVIZ_MAX_SAVED_RUNS     max_saved_runs          saved runs one browser session keeps in the run directory; a
-                                                   new one replaces its own oldest (5; 100 in local mode)
-SPECVIZ_PROBE_URLS         probe_urls              comma-separated services participants may probe (none); the
-                                                   rule: specviz.workshop.probe_urls
-SPECVIZ_PRESENTER_KEY      presenter_key           the key that presents a run to the room (none: presenting is
-                                                   off); read by specviz.workshop.presenter_key, never kept here
-=========================  ======================  ==========================================================
+The owner sets the rules with environment variables (they win) or a ``[specviz]`` table in ``.streamlit/secrets.toml``.
+Each rule is one Policy field declared with its row (``owner(...)``): shared mode's default, local mode's where it
+differs, the environment variable, the range it must lie in and what it means. OWNER_SETTINGS is that table (with
+SPECVIZ_MODE's row first), read by read_settings, Policy's checks and Policy.local; docs/workshop.md shows it
+(tests/test_policy.py checks the two agree, defaults included). The presenter key is a secret, not a rule:
+PRESENTER_KEY's row names it, specviz.workshop.presenter_key reads it, a Policy never holds it.
 
 The limits and the queue apply in both modes; in local mode their defaults are the engine's own limits (no cap on
 sessions per client; the KV-cache budget is sized from the machine in both modes).
@@ -57,8 +27,10 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import typing
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any, Literal
 
 from specviz.config import EMBEDDED_TARGET, FIELDS, MAX_PROMPT_CHARS, MAX_PROMPT_TOKENS, RunConfig
 from specviz.workshop.probe_urls import parse_list
@@ -72,91 +44,132 @@ MAX_SAMPLES = 1_000_000  # the Exactness lab's largest sample size
 MAX_RUNS = 1_000
 MAX_KV_TOKENS = 100_000_000  # live KV-cache tokens a process may be told to hold (a 135M model: 4.6 TB; a sanity bound)
 MAX_SESSIONS = 100_000
-
-# name in the [specviz] secrets table -> (environment variable, kind)
-SETTINGS: dict[str, tuple[str, str]] = {
-    "mode": ("SPECVIZ_MODE", "mode"),
-    "allow_remote_code": ("SPECVIZ_ALLOW_REMOTE_CODE", "bool"),
-    "allow_pickle": ("SPECVIZ_ALLOW_PICKLE", "bool"),
-    "allow_download": ("SPECVIZ_ALLOW_DOWNLOAD", "bool"),
-    "allow_custom_models": ("SPECVIZ_ALLOW_CUSTOM_MODELS", "bool"),
-    "allow_device": ("SPECVIZ_ALLOW_DEVICE", "bool"),
-    "targets": ("SPECVIZ_TARGETS", "list"),
-    "drafts": ("SPECVIZ_DRAFTS", "list"),
-    "allowed_medusa_heads": ("SPECVIZ_MEDUSA_HEADS", "list"),
-    "max_new_tokens": ("SPECVIZ_MAX_NEW_TOKENS", "int"),
-    "max_draft_tokens": ("SPECVIZ_MAX_DRAFT_TOKENS", "int"),
-    "max_prompt_chars": ("SPECVIZ_MAX_PROMPT_CHARS", "int"),
-    "max_prompt_tokens": ("SPECVIZ_MAX_PROMPT_TOKENS", "int"),
-    "max_kv_tokens": ("SPECVIZ_MAX_KV_TOKENS", "int"),
-    "max_sessions_per_client": ("SPECVIZ_MAX_SESSIONS_PER_CLIENT", "int"),
-    "max_samples": ("SPECVIZ_MAX_SAMPLES", "int"),
-    "max_runs": ("SPECVIZ_MAX_RUNS", "int"),
-    "max_concurrent": ("SPECVIZ_MAX_CONCURRENT", "int"),
-    "queue_timeout_s": ("SPECVIZ_QUEUE_TIMEOUT_S", "float"),
-    "idle_minutes": ("SPECVIZ_IDLE_MINUTES", "float"),
-    "presentation_idle_minutes": ("SPECVIZ_PRESENTATION_IDLE_MINUTES", "float"),
-    "max_saved_runs": ("SPECVIZ_MAX_SAVED_RUNS", "int"),
-    "probe_urls": ("SPECVIZ_PROBE_URLS", "list"),
-}
-PRESENTER_KEY_SECRET = "presenter_key"  # a secret, not a rule: not a Policy field (a Policy is shown and logged)
+A_WEEK_MIN = 7 * 24 * 60
 TRUE, FALSE = ("1", "true", "yes", "on"), ("0", "false", "no", "off", "")
+Kind = Literal["mode", "bool", "list", "int", "float", "secret"]
+TOP = "top"  # local=TOP: local mode's value is the top of the range (the engine's own limit)
+
+
+@dataclass(frozen=True)
+class OwnerSetting:
+    """One of the owner's settings: where it is read, what it defaults to, the range it must lie in, what it means.
+    name, default and kind are read off the Policy field; the rest is written in its owner(...)."""
+
+    name: str  # the Policy field, and its key in the [specviz] secrets table
+    env: str  # its environment variable (which wins over the secrets table)
+    help: str  # what it means
+    default: Any = None  # shared mode's value
+    local: Any = None  # local mode's value where it differs (TOP: the top of the range); None: the same
+    low: float | None = None  # the range a value must lie in (None: any); a limit on a RunConfig field: that field's range
+    high: float | None = None
+    kind: Kind = "int"  # how a value is parsed (from the field's type)
+
+    @property
+    def where(self) -> str:
+        """How an error message names it."""
+        return f"{self.env} (or {self.name} in secrets.toml)"
+
+    @property
+    def default_words(self) -> str:
+        """Shared mode's default as docs/workshop.md's table starts its cell."""
+        return _words(self.default, self.kind)
+
+    @property
+    def local_words(self) -> str | None:
+        """Local mode's value in the same words, where it differs from shared mode's."""
+        if self.local is None:
+            return None
+        return _words(self.high if self.local == TOP else self.local, self.kind)
+
+
+def _words(value: Any, kind: Kind) -> str:
+    if kind == "mode":
+        return "from the client and the address"
+    if value is None or value == ():
+        return "none"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if value == (EMBEDDED_TARGET,):
+        return "the embedded model"
+    if isinstance(value, tuple):
+        return ", ".join(value)
+    return f"{value:,g}" if isinstance(value, float) else f"{value:,}"
+
+
+def owner(default: Any, env: str, help: str, *, local: Any = None, low: float | None = None, high: float | None = None) -> Any:
+    """A Policy field with its OwnerSetting row (name, default and kind are filled in by OWNER_SETTINGS)."""
+    row = OwnerSetting("", env, help, local=local, low=low, high=high)
+    return dataclasses.field(default=default, metadata={"owner": row})
+
+
+def _limit(cap: str) -> dict:
+    """low and high of a limit on RunConfig fields: the capped field's range."""
+    _, low, high = next(r for r in LIMIT_RANGES if r[0] == cap)
+    return {"low": low, "high": high}
 
 
 @dataclass(frozen=True)
 class Policy:
-    """What participants may do. The defaults are shared mode's: nothing risky, the embedded model only."""
+    """What participants may do. The defaults are shared mode's: nothing risky, the embedded model only. Every field
+    but `shared` is an owner setting, declared with its row (owner(...)); `shared` comes from the mode (decide_mode)."""
 
     shared: bool = True
-    allow_remote_code: bool = False
-    allow_pickle: bool = False
-    allow_download: bool = False
-    allow_custom_models: bool = False  # free-text target / draft paths and hub ids
-    allow_device: bool = False  # the device and dtype menus
-    targets: tuple[str, ...] = (EMBEDDED_TARGET,)
-    drafts: tuple[str, ...] = ()
-    allowed_medusa_heads: tuple[str, ...] = ()  # heads folders besides the shipped ones (RunConfig.medusa_heads None)
-    max_new_tokens: int = 256
-    max_draft_tokens: int = 8
-    max_prompt_chars: int = 2_000  # the Numerics lab's prompt: its prefill passes (one model turn each) grow with it
-    max_prompt_tokens: int = 1_024  # every prompt, counted with the target's tokenizer (a character can be 4 tokens)
-    max_kv_tokens: int = 0  # live KV-cache tokens in this process; 0: a quarter of the machine's memory (budgets.py)
-    max_sessions_per_client: int = 100  # a room behind one NAT shares an address: a cap against floods, not a quota
-    max_samples: int = 100_000
-    max_runs: int = 50
-    max_concurrent: int = 0  # 0: sized from the device (1 per model on a CPU, 2 on a GPU)
-    queue_timeout_s: float = 120.0
-    idle_minutes: float = 20.0
-    presentation_idle_minutes: float = 15.0  # a presentation whose presenter's page is gone ends by itself
-    max_saved_runs: int = 5  # per browser session (specviz.ui.room.saved_runs): its own oldest goes, never another's
-    probe_urls: tuple[str, ...] = ()  # services participants may probe (the race page); the owner probes anything
+    allow_remote_code: bool = owner(False, "SPECVIZ_ALLOW_REMOTE_CODE", "participants may tick *trust remote code*", local=True)
+    allow_pickle: bool = owner(False, "SPECVIZ_ALLOW_PICKLE", "participants may tick *allow pickle checkpoints*", local=True)
+    allow_download: bool = owner(False, "SPECVIZ_ALLOW_DOWNLOAD", "participants may tick *allow downloads*", local=True)
+    allow_custom_models: bool = owner(False, "SPECVIZ_ALLOW_CUSTOM_MODELS", "participants may type any model path or hub id", local=True)
+    allow_device: bool = owner(False, "SPECVIZ_ALLOW_DEVICE", "participants may choose device and dtype", local=True)
+    targets: tuple[str, ...] = owner((EMBEDDED_TARGET,), "SPECVIZ_TARGETS", "target allow-list, comma-separated")
+    drafts: tuple[str, ...] = owner((), "SPECVIZ_DRAFTS", "draft-model allow-list, comma-separated")
+    allowed_medusa_heads: tuple[str, ...] = owner(  # heads folders besides the shipped ones (RunConfig.medusa_heads None)
+        (), "SPECVIZ_MEDUSA_HEADS", "Medusa heads and EAGLE head folders participants may run besides the shipped ones",
+    )
+    max_new_tokens: int = owner(256, "SPECVIZ_MAX_NEW_TOKENS", "cap on max new tokens per run", local=TOP, **_limit("max_new_tokens"))
+    max_draft_tokens: int = owner(8, "SPECVIZ_MAX_DRAFT_TOKENS", "cap on k, tokens drafted per round", local=TOP, **_limit("max_draft_tokens"))
+    max_prompt_chars: int = owner(  # the Numerics lab's prompt: its prefill passes (one model turn each) grow with it
+        2_000, "SPECVIZ_MAX_PROMPT_CHARS", "cap on the Numerics lab's prompt, in characters", local=TOP, low=1, high=MAX_PROMPT_CHARS,
+    )
+    max_prompt_tokens: int = owner(  # every prompt, counted with the target's tokenizer (a character can be 4 tokens)
+        1_024, "SPECVIZ_MAX_PROMPT_TOKENS", "cap on every prompt, in the target's tokens, chat template included", local=TOP, low=1, high=MAX_PROMPT_TOKENS,
+    )
+    max_kv_tokens: int = owner(  # 0: a quarter of the machine's memory (budgets.py), in both modes
+        0, "SPECVIZ_MAX_KV_TOKENS", "live KV-cache tokens in this process, every session's runs and jobs together", low=0, high=MAX_KV_TOKENS,
+    )
+    max_sessions_per_client: int = owner(  # a room behind one NAT shares an address: a cap against floods, not a quota
+        100, "SPECVIZ_MAX_SESSIONS_PER_CLIENT", "browser sessions one client address may hold (0: no cap)", local=0, low=0, high=MAX_SESSIONS,
+    )
+    max_samples: int = owner(100_000, "SPECVIZ_MAX_SAMPLES", "cap on vectorised samples N on the Exactness lab", local=TOP, low=1, high=MAX_SAMPLES)
+    max_runs: int = owner(50, "SPECVIZ_MAX_RUNS", "cap on engine runs one button starts (lab, benchmark)", local=200, low=1, high=MAX_RUNS)
+    max_concurrent: int = owner(  # 0: sized from the device (1 per model on a CPU, 2 on a GPU)
+        0, "SPECVIZ_MAX_CONCURRENT", "model rounds in flight per loaded model", low=0, high=256,
+    )
+    queue_timeout_s: float = owner(120.0, "SPECVIZ_QUEUE_TIMEOUT_S", "give up waiting for the model after this long", low=1, high=86_400)
+    idle_minutes: float = owner(20.0, "SPECVIZ_IDLE_MINUTES", "free a session's runs after this long without a click", low=1, high=A_WEEK_MIN)
+    presentation_idle_minutes: float = owner(  # a presentation whose presenter's page is gone ends by itself
+        15.0, "SPECVIZ_PRESENTATION_IDLE_MINUTES", "end the room's presentation after this long without its presenter's page", low=1, high=A_WEEK_MIN,
+    )
+    max_saved_runs: int = owner(  # per browser session (specviz.ui.room.saved_runs): its own oldest goes, never another's
+        5, "SPECVIZ_MAX_SAVED_RUNS", "saved runs one browser session keeps in the run directory", local=100, low=1, high=1_000,
+    )
+    probe_urls: tuple[str, ...] = owner(  # the owner probes anything; the rule: specviz.workshop.probe_urls
+        (), "SPECVIZ_PROBE_URLS", "services participants may probe on the race page, comma-separated",
+    )
 
     def __post_init__(self) -> None:
         parse_list(self.probe_urls)  # a malformed entry is a bad setting (ValueError naming it)
         if not self.targets:
             raise ValueError("The target allow-list (SPECVIZ_TARGETS / targets) is empty: name at least one model.")
-        checks = (
-            *LIMIT_RANGES, ("max_prompt_chars", 1, MAX_PROMPT_CHARS),
-            ("max_prompt_tokens", 1, MAX_PROMPT_TOKENS), ("max_kv_tokens", 0, MAX_KV_TOKENS), ("max_sessions_per_client", 0, MAX_SESSIONS),
-            ("max_samples", 1, MAX_SAMPLES), ("max_runs", 1, MAX_RUNS), ("max_concurrent", 0, 256), ("queue_timeout_s", 1, 86_400), ("idle_minutes", 1, 7 * 24 * 60),
-            ("presentation_idle_minutes", 1, 7 * 24 * 60),
-            ("max_saved_runs", 1, 1_000),
-        )  # fmt: skip
-        for name, low, high in checks:
+        for name, (low, high) in limit_ranges().items():
             value = getattr(self, name)
             if not (low <= value <= high):
-                env = SETTINGS[name][0]
-                raise ValueError(f"{env} (or {name} in secrets.toml) must be between {low} and {high}; got {value}.")
+                raise ValueError(f"{SETTINGS[name].where} must be between {_num(low)} and {_num(high)}; got {value}.")
 
     @classmethod
     def local(cls, **overrides) -> Policy:
         """The laptop: every option, the engine's own limits."""
-        base = dict(
-            shared=False, allow_remote_code=True, allow_pickle=True, allow_download=True, allow_custom_models=True, allow_device=True,
-            **{name: high for name, _, high in LIMIT_RANGES}, max_prompt_chars=MAX_PROMPT_CHARS,
-            max_prompt_tokens=MAX_PROMPT_TOKENS, max_sessions_per_client=0, max_samples=MAX_SAMPLES, max_runs=200, max_saved_runs=100,
-        )  # fmt: skip
-        return cls(**(base | overrides))
+        ranges = limit_ranges()
+        base = {r.name: ranges[r.name][1] if r.local == TOP else r.local for r in OWNER_SETTINGS if r.local is not None}
+        return cls(**(base | {"shared": False} | overrides))
 
     # --- what a participant may choose -------------------------------------------------------------------------
 
@@ -229,12 +242,49 @@ class Policy:
         return 2 if device_type == "cuda" else 1
 
 
+MODE = OwnerSetting("mode", "SPECVIZ_MODE", "shared or local (auto; never local for a client that cannot be the owner: decide_mode)", kind="mode")
+PRESENTER_KEY = OwnerSetting(  # a secret, not a rule: not a Policy field (a Policy is shown and logged)
+    "presenter_key", "SPECVIZ_PRESENTER_KEY", "the key that presents a run to the room (none: presenting is off)", kind="secret",
+)
+PRESENTER_KEY_SECRET = PRESENTER_KEY.name
+
+
+def _kind(hint: Any) -> Kind:
+    return "list" if typing.get_origin(hint) is tuple else typing.cast(Kind, hint.__name__)
+
+
+def _rows() -> tuple[OwnerSetting, ...]:
+    hints = typing.get_type_hints(Policy)
+    rows = [MODE]
+    for f in dataclasses.fields(Policy):
+        row = f.metadata.get("owner")
+        if row is None:
+            if f.name != "shared":
+                raise TypeError(f"Policy.{f.name} has no owner(...): declare its environment variable, range and help there.")
+            continue
+        rows.append(dataclasses.replace(row, name=f.name, default=f.default, kind=_kind(hints[f.name])))
+    return tuple(rows)
+
+
+OWNER_SETTINGS: tuple[OwnerSetting, ...] = _rows()  # SPECVIZ_MODE's row, then one per Policy field, in its order
+SETTINGS: dict[str, OwnerSetting] = {r.name: r for r in OWNER_SETTINGS}  # by name (the secrets table's key)
+
+
+def limit_ranges() -> dict[str, tuple[float, float]]:
+    """Each ranged setting's (low, high); a limit on RunConfig fields the capped field's range (LIMIT_RANGES)."""
+    ranges = {r.name: (r.low, r.high) for r in OWNER_SETTINGS if r.low is not None and r.high is not None}
+    return ranges | {name: (low, high) for name, low, high in LIMIT_RANGES}
+
+
+def _num(x: float) -> Any:
+    return int(x) if isinstance(x, float) and x.is_integer() else x
+
+
 # --- reading the owner's settings ------------------------------------------------------------------------------
 
 
-def _parse(name: str, kind: str, raw: object):
-    env = SETTINGS[name][0]
-    where = f"{env} (or {name} in secrets.toml)"
+def _parse(row: OwnerSetting, raw: object):
+    kind, where = row.kind, row.where
     if kind == "bool":
         if isinstance(raw, bool):
             return raw
@@ -303,16 +353,16 @@ def read_settings(env: Mapping[str, str] | None = None, secrets: Mapping | None 
     Raises ValueError naming the bad setting."""
     env = os.environ if env is None else env
     secrets = secrets or {}
-    unknown = sorted(set(secrets) - set(SETTINGS) - {PRESENTER_KEY_SECRET})
+    unknown = sorted(set(secrets) - set(SETTINGS) - {PRESENTER_KEY.name})
     if unknown:
         raise ValueError(f"Unknown setting(s) in the [specviz] table of secrets.toml: {', '.join(unknown)}. Known: {', '.join(SETTINGS)}.")
     values = {}
-    for name, (var, kind) in SETTINGS.items():
-        raw = env.get(var)
-        if raw is None or (isinstance(raw, str) and not raw.strip() and kind != "bool"):
+    for name, row in SETTINGS.items():
+        raw = env.get(row.env)
+        if raw is None or (isinstance(raw, str) and not raw.strip() and row.kind != "bool"):
             raw = secrets.get(name)
         if raw is not None:
-            values[name] = _parse(name, kind, raw)
+            values[name] = _parse(row, raw)
     return values
 
 
