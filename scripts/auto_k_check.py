@@ -7,7 +7,9 @@ hits every setup alike); a setup's speed is the median tokens/s over its repeats
 category's prompts. Every setup runs the drafter at its measured-best tree width and draft vocabulary; the fixed ks are
 that setting with k swept. Every setup of a prompt and temperature runs with the same seed (SweepSpec.seed), so at
 T = 0.7 each pair samples from the same generator state. At temperature 0 auto's output must equal plain decoding's
-(exit code 1 otherwise). --out writes the table (and the machine) as JSON.
+(exit code 1 otherwise). At T > 0 the setups sample different texts, and one that draws the end-of-text token early
+would compare its prefill-heavy tokens/s with a longer run's: there every setup ignores end-of-text and generates
+--max-new-tokens tokens. --out writes the table (and the machine) as JSON.
 
     python scripts/auto_k_check.py          # every one-model drafter (n-gram, lookup, early exit, Medusa, EAGLE, recycle),
                                             # every category, T = 0 and 0.7, 2 prompts a category
@@ -56,8 +58,14 @@ def setups(models: SweepModels, drafter: str, ids: list[int], temperature: float
     base = dataclasses.replace(models.config(drafter, best.num_draft_tokens, temperature, best.tree_width), draft_vocab=best.draft_vocab)
 
     def make(config: RunConfig, baseline: bool = False):
-        return lambda: build_decoder(config, models.target, ids, models.draft, early_exit=models.early_exit, heads=models.heads,
-                                     eagle=models.eagle, baseline=baseline)  # fmt: skip
+        def decoder():
+            d = build_decoder(config, models.target, ids, models.draft, early_exit=models.early_exit, heads=models.heads,
+                              eagle=models.eagle, baseline=baseline)  # fmt: skip
+            if temperature > 0:  # every setup generates the same number of tokens (see the module's docstring)
+                d.config = dataclasses.replace(d.config, eos_token_ids=())
+            return d
+
+        return decoder
 
     out = {PLAIN: make(base, baseline=True), AUTO: make(dataclasses.replace(base, auto_k=True))}
     return out | {f"k={k}": make(dataclasses.replace(base, num_draft_tokens=k)) for k in ks}

@@ -116,9 +116,11 @@ def test_the_features_handed_over_are_the_rows_that_chose_the_committed_tokens(t
         while not dec.done:
             dec.step()
             dec.hand_over()
+            dec.drafter.feed()  # the drafter feeds what it was handed at its next draft; feed it now to look
             assert dec.drafter.length == len(dec.tokens) - 1
         fresh = build_decoder(eagle_config(eagle_dir), target, list(dec.tokens))
         fresh.hand_over()
+        fresh.drafter.feed()
         torch.testing.assert_close(dec.drafter.cache.keys, fresh.drafter.cache.keys, atol=1e-4, rtol=1e-4)
 
 
@@ -496,3 +498,23 @@ def test_cli_continues_a_head_into_its_own_folder(capsys, tiny_dir, tiny_models,
     assert cli.main(other) == 2 and "trained for" in capsys.readouterr().err
     assert cli.main(["train-heads", "--target", str(tiny_dir["llama"]), "--tiny", "--init-from", str(out)]) == 2
     assert "--kind eagle" in capsys.readouterr().err  # Medusa heads train from scratch
+
+
+def test_plain_rounds_feed_nothing_until_the_next_draft(tiny_models, eagle_dir):
+    """k: auto's plain rounds (k = 0) cost the drafter nothing: the handed-over features wait, and the next round that
+    drafts feeds them all in one layer call, leaving the same cache as feeding each round at once."""
+    target = tiny_models["llama"]
+    ids = ids_of(target, TINY_PROMPTS[1]["prompt"])
+    dec = build_decoder(eagle_config(eagle_dir), target, ids)
+    calls = []
+    forward = dec.drafter.head.forward
+    dec.drafter.head = dataclasses.replace(dec.drafter.head, forward=lambda *a: calls.append(a[1].shape[0]) or forward(*a))
+    dec.drafter.prepare(ids)
+    calls.clear()
+    for start in range(3):
+        dec.drafter.observe_features(start, torch.randn(1, target.model.config.hidden_size), [ids[start + 1]])
+    assert calls == [] and dec.drafter.length == 0  # nothing fed yet
+    dec.drafter.propose(ids, 0, torch.Generator())  # a plain round: still nothing
+    assert calls == []
+    dec.drafter.propose(ids, 2, torch.Generator())
+    assert calls[0] == 3 and dec.drafter.length == 3  # one call over the three positions, then the draft's own steps

@@ -241,3 +241,16 @@ def test_unknown_hub_id_fails_fast_offline(monkeypatch):
     with pytest.raises(ModelLoadError, match="not in the Hugging Face cache"):
         load_model("specviz-tests/no-such-model-anywhere", "cpu", "float32")
     assert time.perf_counter() - start < 15, "an offline miss must fail at once, not retry"
+
+
+def test_a_draft_model_reads_the_prompt_only_when_it_first_drafts(tiny_models):
+    """k: auto's plain rounds (k = 0) cost a draft model nothing: preparing reads nothing, a k = 0 proposal reads
+    nothing, and the first proposal that drafts catches up on the whole context."""
+    target = tiny_models["llama"]
+    config = RunConfig(target="t", drafter="early-exit", exit_layer=1, num_draft_tokens=2, auto_k=False, max_new_tokens=MAX_NEW)
+    dec = build_decoder(config, target, prompt_ids(target))
+    assert dec.drafter.lm.tokens == []  # the prefill left the draft alone
+    dec.drafter.propose(dec.tokens, 0, torch.Generator())
+    assert dec.drafter.lm.tokens == []
+    dec.step()
+    assert len(dec.drafter.lm.tokens) >= len(prompt_ids(target))

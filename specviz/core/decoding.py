@@ -152,7 +152,7 @@ class SpeculativeDecoder:
         if len(self.tokens) > 1:
             self.prefill(self.tokens[:-1])
         self.observe(-1 if len(self.tokens) > 1 else None)  # the prefill's last row chose the newest token
-        self.hand_over()  # a features reader runs its own prefill over the prompt's rows: timed as the prefill
+        self.hand_over()  # a features reader is handed the prompt's rows (EAGLE feeds them at its first draft)
         return (self._clock() - start - (paused_s() - paused)) * 1000.0  # a long prefill's waits between chunks are not its time
 
     def prefill(self, ids: list[int]) -> None:

@@ -21,7 +21,8 @@ confident than its parent, so they form a tree). Children are deterministic and 
 one-hot q per child (specviz.core.tree's "distinct" scheme): exact at every temperature, greedy at 0.
 
 Cost. Per drafted token one layer call over one position and one LM-head product over the draft vocabulary; the
-round's committed rows are fed in one call at the start of the next draft phase (timed as drafting). A chain never
+committed rows of every round since the last draft are fed in one call when it next drafts (timed as drafting), so
+plain rounds (k: auto's k = 0) cost the drafter nothing. A chain never
 reads the device inside its loop: the ids come to the host once. A tree reads its few top-W scores once per depth.
 """
 
@@ -36,6 +37,8 @@ import torch
 from specviz.core.protocols import Draft
 from specviz.core.sampling import SamplingConfig, draw_draft, to_full_vocab, warp
 from specviz.core.tree import TreeDraft
+
+FEED_ROWS = 256  # pending positions fed at once even before a proposal (bounds what plain rounds hold)
 
 
 class FeatureCache(Protocol):
@@ -82,16 +85,39 @@ class EagleDrafter:
         self.cache: FeatureCache = head.new_cache()
         self.length = 0  # committed positions whose true features are in the cache
         self.last: torch.Tensor | None = None  # (1, H) the layer's output at the last of them: the next feature, predicted
+        self.pending: list[tuple[int, torch.Tensor, tuple[int, ...]]] = []  # observed, not fed through the layer yet
 
     def prepare(self, prompt_ids: Sequence[int]) -> None:
         self.cache, self.length, self.last = self.head.new_cache(), 0, None
+        self.pending = []
 
     def observe_features(self, start: int, features: torch.Tensor, tokens: Sequence[int]) -> None:
-        """Feed the pairs (f_t, x_{t+1}) for t = start.. through the layer (what the cache held from start on is dropped)."""
-        if start > self.length:
-            raise ValueError(f"The {self.name} drafter is missing the target's features for positions {self.length}..{start - 1}.")
+        """Keep the pairs (f_t, x_{t+1}) for t = start..: they go through the layer at the next proposal that drafts,
+        together (what the cache held from start on is dropped then), so a run of plain rounds (k: auto's k = 0) costs
+        the drafter nothing, and catching up is one layer call over the rounds' positions."""
+        known = self.pending[-1][0] + self.pending[-1][1].shape[0] if self.pending else self.length
+        if start > known:
+            raise ValueError(f"The {self.name} drafter is missing the target's features for positions {known}..{start - 1}.")
         if features.shape[0] == 0:
             return
+        self.pending.append((start, features, tuple(tokens)))
+        if sum(f.shape[0] for _, f, _ in self.pending) >= FEED_ROWS:
+            self.feed()
+
+    def feed(self) -> None:
+        """Feed the pending pairs through the layer, in order: contiguous ones in one call."""
+        blocks: list[tuple[int, list[torch.Tensor], list[int]]] = []
+        for start, features, tokens in self.pending:
+            if blocks and start == blocks[-1][0] + len(blocks[-1][2]):
+                blocks[-1][1].append(features)
+                blocks[-1][2].extend(tokens)
+            else:
+                blocks.append((start, [features], list(tokens)))
+        self.pending = []
+        for start, features, tokens in blocks:
+            self._feed(start, torch.cat(features), tokens)
+
+    def _feed(self, start: int, features: torch.Tensor, tokens: Sequence[int]) -> None:
         self.cache.crop(start)
         ids = torch.tensor(list(tokens), dtype=torch.long, device=self.device)
         positions = torch.arange(start, start + features.shape[0], device=self.device)
@@ -106,7 +132,10 @@ class EagleDrafter:
 
     def propose(self, context: Sequence[int], k: int, generator: torch.Generator) -> Draft:
         """d_1..d_k, each drawn from the draft's q at the predicted feature, fed back; nothing before the first feature."""
-        if self.last is None or k <= 0:
+        if k <= 0:
+            return Draft(())
+        self.feed()
+        if self.last is None:
             return Draft(())
         self.cache.crop(self.length)
         feature, picks, qs = self.last, [], []
@@ -124,7 +153,10 @@ class EagleDrafter:
     def propose_tree(self, context: Sequence[int], k: int, width: int, generator: torch.Generator) -> TreeDraft:
         """EAGLE-2's dynamic tree of at most k nodes: expand the ``width`` most confident nodes of each depth with their
         ``width`` best children, keep the k most confident nodes."""
-        if self.last is None or k <= 0:
+        if k <= 0:
+            return TreeDraft((), ())
+        self.feed()
+        if self.last is None:
             return TreeDraft((), ())
         self.cache.crop(self.length)
         tree = _Tree(k)

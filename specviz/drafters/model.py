@@ -35,8 +35,9 @@ class ModelDrafter:
         return self.lm.device
 
     def prepare(self, prompt_ids: Sequence[int]) -> None:
-        if len(prompt_ids) > 1:
-            extend_last(self.lm, prompt_ids[:-1])
+        """Nothing to read yet: the first proposal that drafts catches up on the whole context, so a run whose rounds
+        draft nothing (k: auto's k = 0) never pays the draft's prefill."""
+        self.lm.crop(common_prefix_len(self.lm.tokens, prompt_ids[:-1]))
 
     def propose(self, context: Sequence[int], k: int, generator: torch.Generator) -> Draft:
         if k <= 0:

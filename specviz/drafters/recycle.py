@@ -88,9 +88,9 @@ class RecycleDrafter:
 
     def propose(self, context: Sequence[int], k: int, generator: torch.Generator) -> Draft:
         """Up to k tokens along the table's first column; nothing when the newest token was never read."""
-        self.fold()
         if k <= 0 or not context:
-            return Draft(())
+            return Draft(())  # a plain round (k: auto's k = 0) folds nothing: the pending passes wait for a draft
+        self.fold()
         chain = self.spine(int(context[-1]), k)[1:]  # (k,)
         ids = chain.tolist()  # the one transfer
         n = ids.index(EMPTY) if EMPTY in ids else len(ids)
@@ -98,10 +98,10 @@ class RecycleDrafter:
 
     def propose_tree(self, context: Sequence[int], k: int, width: int, generator: torch.Generator) -> TreeDraft:
         """Level d: the first ``width`` columns of the spine token's row (the spine's own token first)."""
-        self.fold()
         sizes = level_sizes(max(k, 0), min(width, self.top))
         if not sizes or not context:
             return TreeDraft((), ())
+        self.fold()
         spine = self.spine(int(context[-1]), len(sizes) - 1)  # (D,) the tokens whose rows make the levels
         rows = self.table[spine.clamp_min(0), : max(sizes)]  # (D, W)
         rows = torch.where(spine[:, None] < 0, torch.full_like(rows, EMPTY), rows).tolist()  # the one transfer
