@@ -14,8 +14,8 @@ Layers, bottom up (a module may import its own layer and the layers its arrow na
   experiments  what measures (measure, timed_runs, prompts, bench, cost_profile, lab, numerics, training/)
             -> config, core, drafters, models, runs
             (a model turn is handed in: specviz.core.protocols.Turn)
-  workshop  what a shared server needs (policy, serving, jobs, baselines,   -> config, core, recording, runs
-            saved_runs, room/, processes): plain Python, no streamlit
+  workshop  what a shared server needs (policy, queues, sessions, jobs,     -> config, core, recording, runs
+            baselines, saved_runs, room/, processes): plain Python, no streamlit
   cli       the command line (specviz/cli/: a module per subcommand): every  -> all of the above, viz
             layer below the UI
   ui        the only streamlit code besides the pages and app.py            -> everything above
