@@ -36,8 +36,8 @@ from specviz.ui.step_through.session import StepSession, page_state
 from specviz.viz.markdown import md_text
 from specviz.workshop.presentation import Presentation, PresentationStore
 from specviz.workshop.presenter_key import KeyGuard, Verdict, key_weakness
-from specviz.workshop.saved_runs import write_problem
 from specviz.workshop.queues import turns_in_flight
+from specviz.workshop.saved_runs import write_problem
 from specviz.workshop.store import StoreUnavailable
 
 log = logging.getLogger(__name__)
