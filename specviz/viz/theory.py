@@ -73,7 +73,7 @@ def _measured_traces(fig: go.Figure, measured: pd.DataFrame | None, y: str) -> N
 
 def k_ticks(k_max: int, low: int = 1) -> list[int]:
     """Tick values for a k axis from low to k_max: every k up to k_max = 8, beyond that low and four more (1, 4, 8, 12,
-    16), so the labels stay apart on the heatmap's short k axis on a phone (issue 43: no overlapping labels)."""
+    16), so the labels stay apart on the heatmap's short k axis on a phone (no label may overlap another)."""
     step = 1 if k_max <= 8 else -(-k_max // 4)
     return [k for k in range(low, k_max + 1) if k == low or k % step == 0]
 

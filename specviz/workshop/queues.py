@@ -11,7 +11,7 @@ runs (specviz.workshop.baselines) takes *background* turns, one plain step each:
 
 Fair by client, not by session: one participant who opens ten tabs (or ten websocket sessions) and clicks Step in all
 of them has one place in the rotation, so another participant's Step waits for at most one of their turns per turn of
-every other address waiting, not for all ten (issue 32; docs/workshop-safety.md). Behind one NAT a whole room is one
+every other address waiting, not for all ten (docs/workshop-safety.md). Behind one NAT a whole room is one
 address, and the order is then first come, first served, as it was.
 
 A long prefill is the one piece of work longer than a round: it runs in chunks, and between two it may hand its turn to
