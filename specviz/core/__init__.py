@@ -5,6 +5,7 @@ distribution, ``q_draft`` the draft's, ``x`` a drafted token. Nothing here impor
 streamlit or transformers, nor anything else in specviz.
 
 The modules, bottom up (no cycles):
+  limits      k <= 16 and the seed's ranges, written once (MAX_DRAFT_TOKENS, SEED_MAX, SEED_UI_MAX)
   sampling    logits -> probabilities under temperature, top-k and top-p (SamplingConfig, warp, draw)
   verify      the accept/resample rule, decided on the device (decide, residual, Decision)
   tree        token trees: the tree's mask and its exact rule (TreeDraft, decide_tree)
