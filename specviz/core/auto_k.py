@@ -23,9 +23,8 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from specviz.core.limits import MAX_DRAFT_TOKENS
 from specviz.core.theory import VerifyCost, VerifyCurve, expected_tokens_by_position, verify_cost_at
-
-MAX_AUTO_K = 16
 
 
 @dataclass(frozen=True)
@@ -125,7 +124,7 @@ def best(acc: Sequence[float], costs: AutoCosts, width: int, k_max: int) -> tupl
 def choose_k(costs: AutoCosts, evidence: Evidence, width: int, k_max: int) -> KChoice:
     """The round's k from the costs and past rounds only. k = 0 when no k pays; after probe_every plain rounds, a
     probe at the k the prior alone would pick."""
-    k_max = max(0, min(k_max, MAX_AUTO_K))
+    k_max = max(0, min(k_max, MAX_DRAFT_TOKENS))
     acc = acceptance(costs, evidence, depth(k_max, width))
     k, values = best(acc, costs, width, k_max)
     probe = k == 0 and k_max > 0 and evidence.plain_streak >= costs.probe_every

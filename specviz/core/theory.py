@@ -16,8 +16,6 @@ from dataclasses import dataclass
 
 from specviz.core.limits import MAX_DRAFT_TOKENS
 
-MAX_K = MAX_DRAFT_TOKENS  # the name specviz/ui/labs/theory.py still reads
-
 
 @dataclass(frozen=True)
 class VerifyCurve:
