@@ -32,7 +32,6 @@ from specviz.core.protocols import (
     Drafter,
     HiddenStateLM,
     Readers,
-    common_prefix_len,
     extend_last,
     pause_point,
     paused_s,
@@ -45,8 +44,6 @@ from specviz.core.sampling import SamplingConfig
 from specviz.core.tree import MAX_TREE_WIDTH, tree_depths
 from specviz.core.tree_round import TreeRound, tree_round
 from specviz.core.verify import EmitFate
-
-__all__ = ["CachedLM", "DecodeConfig", "Drafter", "SpeculativeDecoder", "common_prefix_len", "extend_last", "next_k", "resume"]
 
 PREFILL_CHUNK = 256  # a logits reader's prefill: rows of (chunk, V) logits at a time, not (prompt, V) at once
 logger = logging.getLogger(__name__)
