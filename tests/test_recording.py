@@ -92,7 +92,8 @@ def stepped_compare(target, config: RunConfig, compare: RunConfig, labels: tuple
     from specviz.models import encode_prompt, environment
     from specviz.runs import build_decoder
     from specviz.ui.step_through.replay import session_recording
-    from specviz.ui.step_through.session import Baseline, Run, StepSession, TokenTexts, step_session
+    from specviz.ui.step_through.session import Run, StepSession, TokenTexts, step_session
+    from tests.plain_baseline import Baseline
 
     prompt_ids = encode_prompt(target.tokenizer, PROMPT, chat=False)
     runs = [Run(label, c, build_decoder(c, target, prompt_ids)) for label, c in zip(labels, (config, compare))]
