@@ -249,7 +249,7 @@ if isinstance(greedy, GreedyResult):
     elif greedy.identical:
         st.success(
             f"Identical: {len(greedy.spec_ids)} tokens, token for token, though {greedy.drafted} tokens were drafted and "
-            f"{greedy.accepted} of them kept ({greedy.tokens_per_pass:.2f} tokens per target pass speculatively)."
+            f"{greedy.accepted} of them kept ({greedy.tokens_per_target_pass:.2f} tokens per target pass speculatively)."
         )
     else:
         st.warning(
