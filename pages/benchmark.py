@@ -21,7 +21,7 @@ from specviz.ui.labs.benchmark import (
     check_draft_model,
     chosen_prompts,
     drafter_defaults,
-    run_benchmark,
+    run_bench,
     summary,
     trees_vs_chains,
 )
@@ -163,7 +163,7 @@ if spec is not None:
     if st.button("Run benchmark", type="primary", key="bench_run", disabled=runs > policy.max_runs, help=help_text):
         try:
             bar = st.progress(0.0, text="warming up…")
-            frame = run_benchmark(
+            frame = run_bench(
                 target_source, draft_source, device, chosen, spec,
                 on_progress=lambda done, total, message: bar.progress(done / total, text=f"\\[{done}/{total}\\] {md_text(message)}"),
             )
