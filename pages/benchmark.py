@@ -8,7 +8,7 @@ import pandas as pd
 import streamlit as st
 
 from specviz.config import EMBEDDED_TARGET
-from specviz.core.decoding import MAX_DRAFT_TOKENS
+from specviz.core.limits import MAX_DRAFT_TOKENS, SEED_UI_MAX
 from specviz.core.tree import MAX_TREE_WIDTH
 from specviz.experiments.bench import SweepSpec
 from specviz.ui.common import access, widgets
@@ -22,7 +22,7 @@ from specviz.ui.labs.benchmark import (
     check_draft_model,
     chosen_prompts,
     drafter_defaults,
-    run_benchmark,
+    run_bench,
     summary,
     trees_vs_chains,
 )
@@ -126,7 +126,7 @@ with st.sidebar:
     access.refuse_above("bench_max_new_tokens", new_cap, "max new tokens")
     max_new_tokens = widgets.slider("max new tokens", 8, new_cap, min(32, new_cap), 8, key="bench_max_new_tokens")
     repeats = widgets.slider("repeats", 1, 5, SweepSpec.repeats, key="bench_repeats", help="Every setting and its baseline run this many times, interleaved, after one discarded warm-up; the table shows medians.")
-    seed = widgets.number_input("seed", 0, 2**31 - 1, value=0, key="bench_seed")
+    seed = widgets.number_input("seed", 0, SEED_UI_MAX, value=0, key="bench_seed")
     with st.expander("Models"):
         target_source = access.model_choice("bench_target", "target: hub id, local folder or .gguf", EMBEDDED_TARGET) or policy.default_target
         draft_source = access.model_choice("bench_draft", "draft model (for the 'model' drafter)", "", draft=True)
@@ -164,7 +164,7 @@ if spec is not None:
     if st.button("Run benchmark", type="primary", key="bench_run", disabled=runs > policy.max_runs, help=help_text):
         try:
             bar = st.progress(0.0, text="warming up…")
-            frame = run_benchmark(
+            frame = run_bench(
                 target_source, draft_source, device, chosen, spec,
                 on_progress=lambda done, total, message: bar.progress(done / total, text=f"\\[{done}/{total}\\] {md_text(message)}"),
             )

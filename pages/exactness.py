@@ -6,6 +6,7 @@ import pandas as pd
 import streamlit as st
 
 from specviz.config import EMBEDDED_TARGET
+from specviz.core.limits import SEED_UI_MAX
 from specviz.core.toy import POSTERIOR_ALPHA, POSTERIOR_THRESHOLD, TOY_VARIANTS
 from specviz.experiments.lab import LAB_DRAFTERS, REAL_MODES, GreedyResult, RealResult
 from specviz.ui.common import access, widgets
@@ -86,7 +87,7 @@ with right:
     sizes = access.capped_options(SAMPLE_SIZES, policy.max_samples)
     access.refuse_over("lab_num_samples", sizes, "samples N")
     num_samples = widgets.select_slider("samples N", sizes, value=min(10_000, max(sizes)), key="lab_num_samples", format_func=lambda n: f"{n:,}")
-    seed = widgets.number_input("seed", 0, 2**31 - 1, value=0, key="lab_seed")
+    seed = widgets.number_input("seed", 0, SEED_UI_MAX, value=0, key="lab_seed")
     if variant == "typical_acceptance":
         st.caption(TYPICAL_CAPTION)
 
@@ -248,7 +249,7 @@ if isinstance(greedy, GreedyResult):
     elif greedy.identical:
         st.success(
             f"Identical: {len(greedy.spec_ids)} tokens, token for token, though {greedy.drafted} tokens were drafted and "
-            f"{greedy.accepted} of them kept ({greedy.tokens_per_pass:.2f} tokens per target pass speculatively)."
+            f"{greedy.accepted} of them kept ({greedy.tokens_per_target_pass:.2f} tokens per target pass speculatively)."
         )
     else:
         st.warning(

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import streamlit as st
 
-from specviz.core.theory import MAX_K, VerifyCurve
+from specviz.core.limits import MAX_DRAFT_TOKENS
+from specviz.core.theory import VerifyCurve
 from specviz.experiments.cost_profile import CostProfile
 from specviz.ui.common import access, widgets
 from specviz.ui.common.navigation import page_link, route_through_app
@@ -51,7 +52,7 @@ checklist(__file__)  # this page's lesson task, if any (docs/lesson-45min.md)
 with st.sidebar:
     st.subheader("Theory inputs")
     alpha = widgets.slider("α: chance a drafted token is accepted", 0.0, 1.0, 0.7, 0.01, key="theory_alpha")
-    k = widgets.slider("k: tokens drafted per round", 1, MAX_K, 4, key="theory_k")
+    k = widgets.slider("k: tokens drafted per round", 1, MAX_DRAFT_TOKENS, 4, key="theory_k")
     c = widgets.slider(
         "c: one draft forward ÷ one target forward", 0.0, 1.0, 0.05, 0.01, key="theory_c",
         help="0 for prompt lookup; about 0.05 for a draft model ~20× smaller; ~0.93 for an early exit at 28 of 30 layers.",
@@ -90,7 +91,7 @@ cols[3].metric("best k", f"{kb}", help=f"speedup at k = {kb}: {gain_best:.2f}×"
 st.latex(r"\text{speedup} = \frac{1-\alpha^{k+1}}{(1-\alpha)\,(c_\text{verify}(k) + k\,c)}")
 if gain_best <= 1.0:
     st.warning(
-        f"No k from 1 to {MAX_K} beats plain decoding here (the best is {gain_best:.2f}× at k = {kb}). "
+        f"No k from 1 to {MAX_DRAFT_TOKENS} beats plain decoding here (the best is {gain_best:.2f}× at k = {kb}). "
         "Raise α, or make the draft (c) or the verify pass cheaper."
     )
 

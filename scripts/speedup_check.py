@@ -28,7 +28,7 @@ from specviz.loadtest.browser import metric_value, new_driver, open_page, timed_
 from specviz.loadtest.harness import print_result
 from specviz.loadtest.server import start_server, stop_server
 from specviz.ui.common.prompts import load_examples
-from specviz.workshop.serving import server_threads
+from specviz.workshop.queues import server_threads
 
 REPO = Path(__file__).resolve().parents[1]
 

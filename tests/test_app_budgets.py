@@ -10,7 +10,7 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from specviz.workshop.budgets import kv_budget, reset_kv_budget
-from specviz.workshop.serving import reset_queues
+from specviz.workshop.queues import reset_queues
 from tests.test_app_shared import OWNER_ENV, PAGES, PROMPT, STATE, click, errors
 
 BUDGET_ENV = ("SPECVIZ_MAX_PROMPT_TOKENS", "SPECVIZ_MAX_KV_TOKENS", "SPECVIZ_MAX_SESSIONS_PER_CLIENT", "SPECVIZ_RUN_DIR")

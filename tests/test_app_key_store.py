@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from specviz.workshop import presenter_key as pk
-from specviz.workshop.serving import reset_queues
+from specviz.workshop.queues import reset_queues
 from tests.store_helpers import needs_redis
 from tests.test_app_present import KEY, present, texts
 from tests.test_app_saved_runs import _shared_room, page, room_runs  # noqa: F401  (room_runs is a fixture)

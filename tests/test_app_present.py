@@ -24,7 +24,7 @@ from specviz.ui.room import present as present_ui
 from specviz.ui.step_through.session import PageState
 from specviz.workshop.presentation import FILE_NAME, PresentationStore, heartbeat_every_s
 from specviz.workshop.saved_runs import RunStore
-from specviz.workshop.serving import SessionRegistry
+from specviz.workshop.sessions import SessionRegistry
 from tests.test_app_saved_runs import generated, page, room_env, room_runs, token  # noqa: F401  (room_env, room_runs: fixtures)
 from tests.test_app_shared import PAGES, STATE, click
 

@@ -185,7 +185,7 @@ def test_the_sweeper_keeps_the_runs_of_live_sessions_fresh(room_runs, monkeypatc
     from specviz.ui.common.sessions import hold_live_runs, live_run_tokens
     from specviz.ui.step_through.session import PageState
     from specviz.workshop.saved_runs import LIVE_WINDOW_S
-    from specviz.workshop.serving import SessionRegistry
+    from specviz.workshop.sessions import SessionRegistry
 
     held, idle = token(stepped()), token(stepped())
     for t in (held, idle):

@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 from streamlit.testing.v1 import AppTest
 
+from specviz.workshop.queues import reset_queues
 from specviz.workshop.saved_runs import RunStore, new_token
-from specviz.workshop.serving import reset_queues
 from tests.store_helpers import needs_redis
 from tests.test_app_shared import OWNER_ENV, PAGES, PROMPT, STATE, click
 

@@ -11,7 +11,7 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from specviz.config import EMBEDDED_TARGET
-from specviz.workshop.serving import model_queue, reset_queues
+from specviz.workshop.queues import model_queue, reset_queues
 
 PAGES = Path(__file__).resolve().parents[1] / "pages"
 STATE = "specviz_step_through"

@@ -16,8 +16,8 @@ import pytest
 from specviz.ui.room.board import board_cache
 from specviz.ui.room.follow import look, page_key
 from specviz.workshop.presentation import PresentationStore
+from specviz.workshop.queues import model_queue, reset_queues, turns_in_flight
 from specviz.workshop.saved_runs import new_token
-from specviz.workshop.serving import model_queue, reset_queues, turns_in_flight
 
 
 @pytest.fixture(autouse=True)

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from specviz.config import MAX_PROMPT_CHARS, RunConfig, validate_prompt
-from specviz.core.decoding import MAX_DRAFT_TOKENS
+from specviz.core.limits import MAX_DRAFT_TOKENS
 from specviz.models import ModelLoadError, check_same_tokenizer, encode_prompt, load_model, loading
 from specviz.runs import build_decoder
 

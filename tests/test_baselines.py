@@ -14,7 +14,7 @@ from specviz.config import RunConfig
 from specviz.models import encode_prompt
 from specviz.runs import build_decoder
 from specviz.workshop.baselines import BaselineWorker, reset_baselines
-from specviz.workshop.serving import ModelQueue
+from specviz.workshop.queues import ModelQueue
 from tests.service_helpers import wait_until
 
 PROMPT = "the cat sat on the mat"

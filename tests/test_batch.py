@@ -96,7 +96,7 @@ def test_greedy_rows_equal_solo_greedy(kind):
     stats = batch_stats(dec)
     assert stats.new_tokens == 24 * len(PROMPTS) and stats.streams == len(PROMPTS)
     if kind == "none":
-        assert len(dec.rounds) == 24 and stats.tokens_per_pass == 1.0
+        assert len(dec.rounds) == 24 and stats.tokens_per_target_pass == 1.0
 
 
 def test_stats_record_the_passes_shapes():

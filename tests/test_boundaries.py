@@ -14,8 +14,8 @@ Layers, bottom up (a module may import its own layer and the layers its arrow na
   experiments  what measures (measure, timed_runs, prompts, bench, cost_profile, lab, numerics, training/)
             -> config, core, drafters, models, runs
             (a model turn is handed in: specviz.core.protocols.Turn)
-  workshop  what a shared server needs (policy, serving, jobs, baselines,   -> config, core, recording, runs
-            saved_runs, room/, processes): plain Python, no streamlit
+  workshop  what a shared server needs (policy, queues, sessions, jobs,     -> config, core, recording, runs
+            baselines, saved_runs, room/, processes): plain Python, no streamlit
   cli       the command line (specviz/cli/: a module per subcommand): every  -> all of the above, viz
             layer below the UI
   ui        the only streamlit code besides the pages and app.py            -> everything above
@@ -31,9 +31,9 @@ What a page may import from below the UI, name by name (a widget's range, a resu
 anything that computes is a specviz.ui function that hands the page a value to draw. A page imports a ui name from
 the module that defines it: no ui module re-exports core or experiments names (no `__all__` shims).
   specviz.config                 EMBEDDED_TARGET
-  specviz.core.decoding          MAX_DRAFT_TOKENS
+  specviz.core.limits            MAX_DRAFT_TOKENS, SEED_UI_MAX
   specviz.core.tree              MAX_TREE_WIDTH
-  specviz.core.theory            MAX_K, VerifyCurve
+  specviz.core.theory            VerifyCurve
   specviz.core.toy               POSTERIOR_ALPHA, POSTERIOR_THRESHOLD, TOY_VARIANTS
   specviz.experiments.bench      SweepSpec
   specviz.experiments.cost_profile  CostProfile
@@ -79,9 +79,9 @@ ARROWS: dict[str, set[str]] = {
 }
 PAGE_MAY_IMPORT: dict[str, set[str]] = {  # the table in the docstring, as the test reads it
     "specviz.config": {"EMBEDDED_TARGET"},
-    "specviz.core.decoding": {"MAX_DRAFT_TOKENS"},
+    "specviz.core.limits": {"MAX_DRAFT_TOKENS", "SEED_UI_MAX"},
     "specviz.core.tree": {"MAX_TREE_WIDTH"},
-    "specviz.core.theory": {"MAX_K", "VerifyCurve"},
+    "specviz.core.theory": {"VerifyCurve"},
     "specviz.core.toy": {"POSTERIOR_ALPHA", "POSTERIOR_THRESHOLD", "TOY_VARIANTS"},
     "specviz.experiments.bench": {"SweepSpec"},
     "specviz.experiments.cost_profile": {"CostProfile"},
@@ -310,7 +310,7 @@ def test_known_bad_page_imports_fail(tmp_path):
         "page.py: specviz.core.toy",
         "page.py: specviz.ui.labs.exactness.run_toy (not defined there)",
     ]
-    bad = {"pages.x": ({"specviz.core.toy", "specviz.core.decoding"}, set()), "specviz.core.toy": (set(), set()), "specviz.core.decoding": (set(), set())}
+    bad = {"pages.x": ({"specviz.core.toy", "specviz.core.limits"}, set()), "specviz.core.toy": (set(), set()), "specviz.core.limits": (set(), set())}
     assert arrow_violations(bad) == []  # both listed modules: the names are page_import_violations' to check
     bad["pages.x"] = ({"specviz.core.sampling"}, set())
     assert arrow_violations(bad) == ["pages.x -> specviz.core.sampling"]

@@ -20,7 +20,8 @@ from specviz.models import HFCachedLM
 from specviz.runs import RunModels, check_prompt_tokens, kv_tokens, prompt_ids, run_positions
 from specviz.workshop.budgets import MEMORY_SHARE_ENV, KVBudget, OverBudget, default_kv_tokens, memory_limit, memory_share
 from specviz.workshop.policy import Policy, load_policy
-from specviz.workshop.serving import ModelQueue, SessionRegistry
+from specviz.workshop.queues import ModelQueue
+from specviz.workshop.sessions import SessionRegistry
 from tests.service_helpers import wait_until
 
 WORDS = "the quick brown fox jumps over the lazy dog".split()

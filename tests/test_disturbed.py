@@ -22,7 +22,7 @@ from specviz.viz.frames import rounds_frame
 from specviz.viz.metrics import DISTURBED, metric_values
 from specviz.workshop.baselines import BaselineWorker, _outlier
 from specviz.workshop.foreground import Foreground
-from specviz.workshop.serving import ModelQueue
+from specviz.workshop.queues import ModelQueue
 from tests.toys import RepeatLM, TableLM, fake_clock
 
 PROMPT_IDS = [0, 1, 2, 3, 4, 5, 6, 7, 0, 1]  # RepeatLM counts up: prompt lookup's drafts are all kept
@@ -176,7 +176,7 @@ def test_a_plain_step_far_slower_than_its_neighbours_is_an_outlier():
 
 
 def test_a_server_runs_torch_on_one_thread_unless_the_owner_says_otherwise():
-    from specviz.workshop.serving import server_threads
+    from specviz.workshop.queues import server_threads
 
     assert server_threads({}) == 1  # many threads run torch in a server: one intra-op thread each
     assert server_threads({"OMP_NUM_THREADS": "2"}) is None  # the room (or the owner) set it: torch follows it

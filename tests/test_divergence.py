@@ -33,7 +33,8 @@ def _session(run_tokens, base_tokens, temperature=0.0):
     from types import SimpleNamespace
 
     from specviz.config import RunConfig
-    from specviz.ui.step_through.session import Baseline, Run, StepSession
+    from specviz.ui.step_through.session import Run, StepSession
+    from tests.plain_baseline import Baseline
 
     def decoder(tokens):
         records = [SimpleNamespace(emitted=tuple(tokens), emitted_margin=(0.5,) * len(tokens))]

@@ -17,7 +17,7 @@ from streamlit.testing.v1 import AppTest
 from specviz.config import RunConfig
 from specviz.experiments.bench import SweepSpec, run_sweep
 from specviz.experiments.prompts import load_prompts
-from specviz.workshop.serving import ModelQueue
+from specviz.workshop.queues import ModelQueue
 
 # Modules that bind get_model by name, imported before any test here patches specviz.ui.common.models.get_model: one
 # first imported while the patch is on would keep the stand-in for the rest of the process (and load a tiny model

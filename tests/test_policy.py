@@ -7,7 +7,7 @@ import dataclasses
 import pytest
 
 from specviz.config import EMBEDDED_TARGET, MAX_NEW_TOKENS, MAX_PROMPT_CHARS, RunConfig
-from specviz.core.decoding import MAX_DRAFT_TOKENS
+from specviz.core.limits import MAX_DRAFT_TOKENS
 from specviz.workshop.policy import Policy, is_local_address, load_policy
 
 

@@ -28,7 +28,7 @@ from specviz.workshop.store import redis_store as redis_backend
 
 
 def point(fork: str | None = None, **changes) -> BoardPoint:
-    base = dict(fork=fork or new_id(), drafter="ngram", k=4, temperature=1.0, rounds=5, alpha=0.5, tokens_per_pass=1.8, speedup=1.3, at=1.0)
+    base = dict(fork=fork or new_id(), drafter="ngram", k=4, temperature=1.0, rounds=5, alpha=0.5, tokens_per_target_pass=1.8, speedup=1.3, at=1.0)
     return BoardPoint(**(base | changes))
 
 
@@ -199,6 +199,16 @@ def test_the_board_keeps_the_latest_point_per_fork_skips_hostile_lines_and_is_ca
     assert room.store.size(name) <= pres.MAX_BOARD_BYTES and len(room.points(p.id)) == 3
     with pytest.raises(ValueError):
         room.board_name("../x")
+
+
+def test_a_board_point_written_under_the_old_name_still_reads():
+    """A point a replica wrote before tokens per target pass had one name ("tokens_per_pass") reads the same; a line
+    with both names is not a point."""
+    now = point(tokens_per_target_pass=2.5)
+    old = {("tokens_per_pass" if k == "tokens_per_target_pass" else k): v for k, v in now.__dict__.items()}
+    assert BoardPoint.from_json(json.dumps(old).encode()) == now == BoardPoint.from_json(now.to_json().encode())
+    with pytest.raises(ValueError):
+        BoardPoint.from_json(json.dumps(now.__dict__ | {"tokens_per_pass": 2.5}).encode())
 
 
 def test_one_fork_stepping_forever_never_fills_the_board(room_store, monkeypatch):

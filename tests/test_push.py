@@ -17,7 +17,7 @@ import pytest
 
 from specviz.ui.room import board, follow, present, push
 from specviz.ui.room.push import MAX_DEFER_S, PresentationWatcher, Registration
-from specviz.workshop.serving import model_queue, reset_queues, turns_in_flight
+from specviz.workshop.queues import model_queue, reset_queues, turns_in_flight
 
 
 @dataclass(frozen=True)

@@ -177,7 +177,7 @@ def test_another_sessions_turn_runs_inside_a_lane_and_between_the_lanes(tiny_mod
     import threading
     from contextlib import contextmanager
 
-    from specviz.workshop.serving import ModelQueue
+    from specviz.workshop.queues import ModelQueue
 
     queue = ModelQueue("race-test")
     calls = [0]

@@ -58,7 +58,7 @@ def views_of(source) -> dict[str, object]:
                 out[f"{name}/{r.index}/{p}/inspector"] = figures.inspector_figure(frame, position_info(r, p)).to_json()
     all_rounds = pd.concat(rounds, ignore_index=True)
     out["rounds"] = all_rounds
-    for fig in (figures.accepted_figure, figures.alpha_figure, figures.tokens_per_pass_figure, figures.speedup_figure):
+    for fig in (figures.accepted_figure, figures.alpha_figure, figures.tokens_per_target_pass_figure, figures.speedup_figure):
         out[fig.__name__] = fig(all_rounds).to_json()
     latency = pd.concat([latency_frame(r.records, r.label) for r in source.runs] + [latency_frame(base, BASELINE_RUN)], ignore_index=True)
     progress = pd.concat([progress_frame(r.records, r.label) for r in source.runs] + [progress_frame(base, BASELINE_RUN)], ignore_index=True)
@@ -92,7 +92,8 @@ def stepped_compare(target, config: RunConfig, compare: RunConfig, labels: tuple
     from specviz.models import encode_prompt, environment
     from specviz.runs import build_decoder
     from specviz.ui.step_through.replay import session_recording
-    from specviz.ui.step_through.session import Baseline, Run, StepSession, TokenTexts, step_session
+    from specviz.ui.step_through.session import Run, StepSession, TokenTexts, step_session
+    from tests.plain_baseline import Baseline
 
     prompt_ids = encode_prompt(target.tokenizer, PROMPT, chat=False)
     runs = [Run(label, c, build_decoder(c, target, prompt_ids)) for label, c in zip(labels, (config, compare))]

@@ -13,7 +13,7 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from specviz.config import EMBEDDED_TARGET, MAX_NEW_TOKENS, MAX_PROMPT_CHARS, RunConfig
-from specviz.core.decoding import MAX_DRAFT_TOKENS
+from specviz.core.limits import MAX_DRAFT_TOKENS
 from specviz.ui.room.share import MAX_LINK_PROMPT_CHARS, SHARED_KEYS, link_for, parse_query
 
 PAGE = str(Path(__file__).resolve().parents[1] / "pages" / "step_through.py")

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import threading
 
-from specviz.workshop.serving import SessionRegistry
+from specviz.workshop.sessions import SessionRegistry
 from specviz.workshop.sweeper import SessionSweeper
 
 

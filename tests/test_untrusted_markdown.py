@@ -26,7 +26,7 @@ PAYLOAD = (
     "x`[Click here](http://127.0.0.1:1/phish)![t](http://127.0.0.1:1/bt.png)`y <img src=http://127.0.0.1:1/i.png> "
     '<a href="http://127.0.0.1:1/a">a</a> __import__ *em* http://127.0.0.1:1/bare www.127.0.0.1.example/w '
     "me@127.0.0.1.example <http://127.0.0.1:1/auto> :red[r] :material/home: :smile: $x^2$"
-)  # at most 300 characters: a link's target may be no longer (specviz.ui.room.share.MAX_TARGET_CHARS)
+)  # at most 300 characters: a link's target may be no longer (the target field's max_chars, specviz.config.FIELDS)
 SHOWN = "[Click here](http://127.0.0.1:1/phish)"  # what the reader sees, literally, somewhere on the page
 _MD = MarkdownIt("commonmark", {"html": True})
 _GFM_AUTOLINK = re.compile(r"(?i)(https?://|www\.)[-\w.]+|[-.\w+]+@[-\w]+(\.[-\w]+)+")  # GFM's literal autolinks

@@ -92,10 +92,10 @@ def test_rounds_frame_agrees_with_run_metrics(model_run):
     stats = run_metrics(model_run.records)
     last = df.iloc[-1]
     assert last["tokens"] == stats.new_tokens == len(model_run.generated)
-    assert last["tokens_per_pass"] == pytest.approx(stats.tokens_per_target_pass)
+    assert last["tokens_per_target_pass"] == pytest.approx(stats.tokens_per_target_pass)
     assert last["acceptance_rate"] == pytest.approx(stats.acceptance_rate)
     assert last["alpha"] == pytest.approx(stats.alpha)
-    assert last["theory_tokens_per_pass"] == pytest.approx(expected_tokens(last["alpha"], int(last["k_mean"])))
+    assert last["theory_tokens_per_target_pass"] == pytest.approx(expected_tokens(last["alpha"], int(last["k_mean"])))
     assert df["speedup"].isna().all()  # no baseline, no measured speedup
 
 
@@ -197,8 +197,8 @@ def test_figures_build_from_frames(model_run, baseline_run):
     rounds = rounds_frame(model_run.records, "model", baseline_run.records)
     assert [t.name for t in figures.accepted_figure(rounds).data] == ["drafted", "accepted", "k asked"]
     assert len(figures.alpha_figure(rounds).data) == 2
-    tpp = figures.tokens_per_pass_figure(rounds)
-    assert list(tpp.data[0].y) == rounds["tokens_per_pass"].tolist()
+    tpp = figures.tokens_per_target_pass_figure(rounds)
+    assert list(tpp.data[0].y) == rounds["tokens_per_target_pass"].tolist()
     speed = figures.speedup_figure(rounds)
     assert list(speed.data[0].y) == pytest.approx(rounds["speedup"].tolist(), nan_ok=True)  # a round timed on a busy machine is NaN (disturbed)
     two = pd.concat([rounds_frame(model_run.records, "A"), rounds_frame(baseline_run.records, "B")], ignore_index=True)
@@ -227,7 +227,7 @@ def test_inspector_figure_marks_tokens_and_escapes_labels(model_run):
 
 def test_reference_lines_and_titles_are_drawn(model_run, baseline_run):
     rounds = rounds_frame(model_run.records, "model", baseline_run.records)
-    for fig, label in ((figures.tokens_per_pass_figure(rounds), "plain decoding"), (figures.speedup_figure(rounds), "break-even")):
+    for fig, label in ((figures.tokens_per_target_pass_figure(rounds), "plain decoding"), (figures.speedup_figure(rounds), "break-even")):
         (line,) = fig.layout.shapes
         assert (line.type, line.y0, line.y1, line.xref) == ("line", 1.0, 1.0, "x domain")
         assert [a.text for a in fig.layout.annotations] == [label]

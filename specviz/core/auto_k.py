@@ -28,9 +28,8 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from specviz.core.limits import MAX_DRAFT_TOKENS
 from specviz.core.theory import VerifyCost, VerifyCurve, expected_tokens_by_position, verify_cost_at
-
-MAX_AUTO_K = 16
 
 
 @dataclass(frozen=True)
@@ -165,7 +164,7 @@ def probe_k(costs: AutoCosts, width: int, k_max: int) -> int:
 def choose_k(costs: AutoCosts, evidence: Evidence, width: int, k_max: int) -> KChoice:
     """The round's k from the costs and past rounds only. k = 0 when no k pays by the margin; then a probe at probe_k
     on the first rounds (before anything was drafted) and after probe_wait plain rounds in a row."""
-    k_max = max(0, min(k_max, MAX_AUTO_K))
+    k_max = max(0, min(k_max, MAX_DRAFT_TOKENS))
     acc = acceptance(costs, evidence, depth(k_max, width))
     k, values = best(acc, costs, width, k_max)
     due = not evidence.reached or evidence.plain_streak >= costs.probe_wait(evidence.failed_probes)

@@ -217,7 +217,7 @@ class BatchStats:
         return self.new_tokens / self.decode_s if self.decode_s > 0 else float("nan")
 
     @property
-    def tokens_per_pass(self) -> float:
+    def tokens_per_target_pass(self) -> float:
         """Mean tokens one stream commits per target pass it takes part in."""
         return self.new_tokens / self.passes if self.passes else float("nan")
 

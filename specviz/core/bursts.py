@@ -30,11 +30,13 @@ from typing import Literal
 
 import numpy as np
 
+from specviz.core.limits import MAX_DRAFT_TOKENS
+
 FLOOR_S = 1e-6  # a gap of zero (tokens that came in one chunk) is drawn and split at 1 µs
 MIN_GAPS = 8  # fewer gaps than this say nothing about a cadence
 SEPARATION = 1.0  # log10: the two groups' medians at least 10x apart for the stream to count as bimodal
 FALLBACK_FRACTION = 0.25  # not bimodal: the threshold is a quarter of the median gap
-MAX_ROUND_TOKENS = 17  # a speculative round commits at most k+1 tokens (k <= 16 here, and in most servers)
+MAX_ROUND_TOKENS = MAX_DRAFT_TOKENS + 1  # a speculative round commits at most k+1 tokens (k <= 16 here, and in most servers)
 REGULAR_CV = 0.15  # burst sizes this even (coefficient of variation) look like a buffer or fixed-size chunks
 EVEN_TAU = 1.1  # at most this many tokens per burst: no sign of speculation
 FAST_GAP_S, SLOW_GAP_S = 1e-3, 10e-3  # the shares of gaps under 1 ms and over 10 ms (the measured table's columns)

@@ -25,13 +25,13 @@ from typing import cast
 import torch
 
 from specviz.core.auto_k import AutoCosts, AutoK
+from specviz.core.limits import MAX_DRAFT_TOKENS
 from specviz.core.metrics import RunMetrics, run_metrics
 from specviz.core.protocols import (
     CachedLM,
     Drafter,
     HiddenStateLM,
     Readers,
-    common_prefix_len,
     extend_last,
     pause_point,
     paused_s,
@@ -45,9 +45,6 @@ from specviz.core.tree import MAX_TREE_WIDTH, tree_depths
 from specviz.core.tree_round import TreeRound, tree_round
 from specviz.core.verify import EmitFate
 
-__all__ = ["CachedLM", "DecodeConfig", "Drafter", "SpeculativeDecoder", "common_prefix_len", "extend_last", "next_k", "resume"]
-
-MAX_DRAFT_TOKENS = 16
 PREFILL_CHUNK = 256  # a logits reader's prefill: rows of (chunk, V) logits at a time, not (prompt, V) at once
 logger = logging.getLogger(__name__)
 

@@ -450,16 +450,16 @@ def overlap_values(record: StepRecord) -> tuple[float, ...]:
     return tuple(record.overlap) if record.has_q else tuple(record.p_target[: _verified(record)])
 
 
-def speedup_disturbed(speedup: float | None, tokens_per_pass: float | None) -> bool:
+def speedup_disturbed(speedup: float | None, tokens_per_target_pass: float | None) -> bool:
     """True when a measured speedup is above the tokens per target pass, which no real one can be (a round costs at
     least one plain pass): one of the two clocks was disturbed (contention, a slow baseline), so it is no result."""
-    return speedup is not None and tokens_per_pass is not None and speedup > tokens_per_pass * (1.0 + 1e-9)  # float sums
+    return speedup is not None and tokens_per_target_pass is not None and speedup > tokens_per_target_pass * (1.0 + 1e-9)  # float sums
 
 
-def disturbance_note(speedup: float, tokens_per_pass: float, baseline_ms_per_token: float, run_ms_per_pass: float) -> str:
+def disturbance_note(speedup: float, tokens_per_target_pass: float, baseline_ms_per_token: float, run_ms_per_pass: float) -> str:
     """Why a speedup is not shown, for the log and the page's small print."""
     return (
-        f"measured speedup {speedup:.2f}× is above the {tokens_per_pass:.2f} tokens per target pass, which no speedup can "
+        f"measured speedup {speedup:.2f}× is above the {tokens_per_target_pass:.2f} tokens per target pass, which no speedup can "
         f"exceed: plain decoding was timed at {baseline_ms_per_token:.1f} ms per token and this run at {run_ms_per_pass:.1f} ms "
         "per target pass, so one of the two clocks was disturbed (other work on the cores)."
     )

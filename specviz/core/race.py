@@ -24,6 +24,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from specviz.core.bursts import Arrivals, BurstReport, analyze
+from specviz.core.limits import SEED_MAX
 from specviz.core.metrics import SpecDecodeSteps
 
 RACE_FORMAT = "specviz-race"
@@ -192,7 +193,7 @@ class RaceResult:
             precision=_text(raw["precision"], "precision", 40), drafter=drafter,
             drafter_label=_text(raw["drafter_label"], "drafter_label", MAX_LABEL),
             num_draft_tokens=_whole(raw["num_draft_tokens"], "num_draft_tokens", 0, 64),
-            temperature=_real(raw["temperature"], "temperature", 0.0, 2.0), seed=_whole(raw["seed"], "seed", 0, 2**63 - 1),
+            temperature=_real(raw["temperature"], "temperature", 0.0, 2.0), seed=_whole(raw["seed"], "seed", 0, SEED_MAX),
             max_new_tokens=_whole(raw["max_new_tokens"], "max_new_tokens", 1, MAX_LANE_TOKENS), plain=plain, speculative=speculative,
             token_text=token_text, machine={_text(k, "a machine key", 40): _text(v, "a machine value", MAX_LABEL, empty=True) for k, v in machine.items()},
             created_at=_real(raw["created_at"], "created_at", 0.0, 1e11),

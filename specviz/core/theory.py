@@ -14,7 +14,7 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-MAX_K = 16
+from specviz.core.limits import MAX_DRAFT_TOKENS
 
 
 @dataclass(frozen=True)
@@ -98,7 +98,7 @@ def speedup(alpha: float, k: int, c: float, verify_cost: VerifyCost = 1.0) -> fl
     return expected_tokens(alpha, k) / round_cost(k, c, verify_cost)
 
 
-def best_k(alpha: float, c: float, verify_cost: VerifyCost = 1.0, k_max: int = MAX_K) -> int:
+def best_k(alpha: float, c: float, verify_cost: VerifyCost = 1.0, k_max: int = MAX_DRAFT_TOKENS) -> int:
     """The k in 1..k_max with the highest expected speedup (the smallest such k on ties)."""
     if not (1 <= k_max <= 64):
         raise ValueError(f"k_max must be between 1 and 64; got {k_max}.")
@@ -155,7 +155,7 @@ def expected_tokens_by_position(acceptance: Sequence[float], k: int) -> float:
     return total
 
 
-def best_k_by_position(acceptance: Sequence[float], c: float, verify_cost: VerifyCost = 1.0, k_max: int = MAX_K) -> int:
+def best_k_by_position(acceptance: Sequence[float], c: float, verify_cost: VerifyCost = 1.0, k_max: int = MAX_DRAFT_TOKENS) -> int:
     """best_k with per-position acceptance instead of one alpha (smallest k on ties)."""
     if not (1 <= k_max <= 64):
         raise ValueError(f"k_max must be between 1 and 64; got {k_max}.")
@@ -279,7 +279,7 @@ def crossover_batch(batch_sizes: Sequence[int], ratios: Sequence[float]) -> floa
     return None
 
 
-def best_speedups(alpha: float, costs: Mapping[str, float], verify_cost: VerifyCost = 1.0, k_max: int = MAX_K) -> dict[str, tuple[int, float]]:
+def best_speedups(alpha: float, costs: Mapping[str, float], verify_cost: VerifyCost = 1.0, k_max: int = MAX_DRAFT_TOKENS) -> dict[str, tuple[int, float]]:
     """name -> (best k, its speedup) at one α for each drafting cost c: the same drafter at several costs (the same
     heads over the full and a reduced vocabulary) set side by side. On a small target a drafting step is a large
     share of a pass, so c moves the best k and the speedup as much as α does."""

@@ -182,7 +182,7 @@ def measure_batch(models: RunModels, setup: BatchSetup, batch_size: int, turn: T
     wrong = mismatches(target, prompts, runs[False], runs[True], turn) if setup.config.sampling.greedy else ()
     med = lambda side, attr: statistics.median(getattr(s, attr) for s in stats[side])  # noqa: E731
     return BatchPoint(
-        batch_size, med(True, "tokens_per_s"), med(False, "tokens_per_s"), spec.tokens_per_pass,
+        batch_size, med(True, "tokens_per_s"), med(False, "tokens_per_s"), spec.tokens_per_target_pass,
         plain_run.new_tokens, spec.new_tokens, f"before {before}, after {load_average()}", wrong,
         plain_run.rounds, spec.rounds, spec.verify_width, spec.drafted_per_row, med(True, "pass_ms"), med(False, "pass_ms"),
         med(True, "overhead_ms_per_row"), med(False, "overhead_ms_per_row"), plain_run.schedule, spec.schedule,

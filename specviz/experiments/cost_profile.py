@@ -45,9 +45,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from specviz.core.limits import MAX_DRAFT_TOKENS
 from specviz.core.profile import CostProfile, load_profile
 from specviz.core.protocols import Turn, no_turn
-from specviz.core.theory import MAX_K
 from specviz.drafters.specs import ONE_MODEL_KINDS
 from specviz.experiments.profile_runners import (
     BATCH_ROW_OFFSET,
@@ -128,7 +128,7 @@ def _check_profile_args(target: LoadedModel, max_tokens: int, context_length: in
 def measure_profile(
     target: LoadedModel,
     *,
-    max_tokens: int = MAX_K + 1,
+    max_tokens: int = MAX_DRAFT_TOKENS + 1,
     context_length: int = 256,
     repeats: int = 5,
     number: int = 2,

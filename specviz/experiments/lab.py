@@ -73,7 +73,7 @@ class GreedyResult:
     plain_ids: tuple[int, ...]
     spec_text: str
     plain_text: str
-    tokens_per_pass: float
+    tokens_per_target_pass: float
     drafted: int = 0  # tokens the drafter proposed over the speculative run: 0 means the check compared two plain runs
     accepted: int = 0  # of those, kept by the rule
 
@@ -231,6 +231,6 @@ def greedy_side_by_side(
         config=config, prompt=prompt, spec_ids=tuple(spec.generated), plain_ids=tuple(plain.generated),
         spec_text=target.tokenizer.decode(spec.generated, skip_special_tokens=True),
         plain_text=target.tokenizer.decode(plain.generated, skip_special_tokens=True),
-        tokens_per_pass=spec.stats().tokens_per_target_pass,
+        tokens_per_target_pass=spec.stats().tokens_per_target_pass,
         drafted=sum(r.num_drafted for r in spec.records), accepted=sum(r.num_accepted for r in spec.records),
     )

@@ -30,6 +30,7 @@ import torch
 
 from specviz.config import RunConfig
 from specviz.core.divergence import first_difference
+from specviz.core.limits import MAX_DRAFT_TOKENS
 from specviz.core.protocols import CachedLM, Turn, no_turn
 
 if TYPE_CHECKING:
@@ -145,7 +146,7 @@ def pass_differences(target: LoadedModel, prompt_ids: Sequence[int], generated: 
 
 
 @torch.inference_mode()
-def batch_dependence(target: LoadedModel, context_ids: Sequence[int], following: Sequence[int], max_k: int = 16) -> list[float]:
+def batch_dependence(target: LoadedModel, context_ids: Sequence[int], following: Sequence[int], max_k: int = MAX_DRAFT_TOKENS) -> list[float]:
     """How far a position's logits move when it is scored inside a pass over k+1 tokens instead of alone, for
     k = 1..max_k: [max |logit(1-token pass) - logit(row of the (k+1)-token pass)| over the k+1 rows]. A precision
     fit to verify drafts keeps every entry at rounding level (float32, fp16-weights); per-tensor int8 does not."""
@@ -177,8 +178,8 @@ def compare(
         raise ValueError("The numerics lab compares against float32: load the target in float32 too.")
     if not (1 <= max_new_tokens <= MAX_NEW_TOKENS):
         raise ValueError(f"max new tokens must be between 1 and {MAX_NEW_TOKENS}; got {max_new_tokens}.")
-    if not (1 <= k <= 16):
-        raise ValueError(f"k must be between 1 and 16; got {k}.")
+    if not (1 <= k <= MAX_DRAFT_TOKENS):
+        raise ValueError(f"k must be between 1 and {MAX_DRAFT_TOKENS}; got {k}.")
     if not prompt_ids:
         raise ValueError("The prompt is empty: type some text to continue.")
     steps = 3 * len(models)
@@ -245,8 +246,8 @@ def batch_invariance(
     turn: one model turn per model pass (each round of the decode, each scoring pass)."""
     if next(iter(models), None) != "float32":
         raise ValueError("The batch-invariance check starts from float32: pass the float32 model first.")
-    if not (1 <= max_new_tokens <= MAX_NEW_TOKENS) or not (1 <= k <= 16) or not prompt_ids:
-        raise ValueError(f"Need a prompt, 1 to {MAX_NEW_TOKENS} new tokens and k between 1 and 16.")
+    if not (1 <= max_new_tokens <= MAX_NEW_TOKENS) or not (1 <= k <= MAX_DRAFT_TOKENS) or not prompt_ids:
+        raise ValueError(f"Need a prompt, 1 to {MAX_NEW_TOKENS} new tokens and k between 1 and {MAX_DRAFT_TOKENS}.")
     reference = greedy_trace(models["float32"], prompt_ids, max_new_tokens, speculative=False, turn=turn)
     if on_progress:
         on_progress(1, len(models) + 1, "float32: plain greedy")

@@ -13,8 +13,8 @@ import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Literal
 
+from specviz.core.limits import MAX_DRAFT_TOKENS
 from specviz.core.protocols import Turn, no_turn
-from specviz.core.theory import MAX_K
 
 if TYPE_CHECKING:
     from specviz.models import LoadedModel
@@ -37,7 +37,7 @@ def context_ids(target: LoadedModel, length: int, extra: int = 0) -> list[int]:
     ids = list(target.tokenizer(text)["input_ids"])
     if not ids:
         raise ValueError("The tokenizer gave no ids for the profiling text.")
-    while len(ids) < length + extra + MAX_K + 1:
+    while len(ids) < length + extra + MAX_DRAFT_TOKENS + 1:
         ids = ids + ids
     return ids
 

@@ -9,7 +9,7 @@ Its dev-only dependencies (websockets, selenium, psutil: requirements-dev.txt) a
   harness    the protocol load test: participants, solo and together runs, the summary
   room       `python -m specviz room` started for a test: its handle, stickiness, the replicas' timing lines
   presenter, forks, room_load   the room's scenarios under load (follow, fork, a replica killed)
-  attacks    issue 32's attacks on a room (a package; its __init__ says what lives where)
+  attacks    attacks on a shared room, each judged by its goals (a package; its __init__ says what lives where)
   container  the Dockerfile's image built and measured with podman
   aiperf     NVIDIA's aiperf (its own venv, scripts/aiperf_venv.sh) run against a server, its exports read back
 The tools need a checkout (app.py, the Dockerfile): REPO is its root.

@@ -163,7 +163,7 @@ def step_lines(lines: list[dict]) -> list[dict]:
 
 
 def summary(crowd: list[Person], solo: list[Outcome], outcomes: list[Outcome], lines: list[dict], wall_s: float, rss: dict, tracebacks: int) -> dict:
-    """The JSON object the issue asks for (and a few more fields under "detail")."""
+    """The JSON object the load test reports (and a few more fields under "detail")."""
     steps_run = step_lines(lines)
     server_step = [float(t["script_s"]) for t in steps_run]
     waits = [float(t["queue_wait_s"]) for t in steps_run]

@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from functools import cache
 
-from specviz.core.decoding import MAX_DRAFT_TOKENS
+from specviz.core.limits import MAX_DRAFT_TOKENS
 from specviz.core.tree import MAX_TREE_WIDTH
 from specviz.recording.schema import MAX_NAME_CHARS, RecordingError, json_schema
 

@@ -21,7 +21,7 @@ from specviz.viz import style
 from specviz.viz.style import TEMPLATE
 from specviz.viz.theory import K_COLORS, LAYOUT, alpha_grid
 
-BOARD_COLUMNS: tuple[str, ...] = ("drafter", "k", "temperature", "rounds", "alpha", "tokens_per_pass", "speedup")
+BOARD_COLUMNS: tuple[str, ...] = ("drafter", "k", "temperature", "rounds", "alpha", "tokens_per_target_pass", "speedup")
 TEMPERATURE_COLORS = dict(zip(("greedy (T = 0)", "0 < T < 1", "T = 1", "T > 1"), style.SERIES))
 
 
@@ -31,7 +31,7 @@ class Point(Protocol):
     temperature: float
     rounds: int
     alpha: float | None
-    tokens_per_pass: float | None
+    tokens_per_target_pass: float | None
     speedup: float | None
 
 
@@ -49,7 +49,7 @@ def board_frame(points: Iterable[Point], drafter_name: Callable[[str], str] = st
     caller's naming: specviz.drafters.specs.short_name, which viz does not import)."""
     rows = [{c: getattr(p, c) for c in BOARD_COLUMNS} for p in points]
     df = pd.DataFrame(rows, columns=list(BOARD_COLUMNS))
-    for c in ("alpha", "tokens_per_pass", "speedup", "temperature"):
+    for c in ("alpha", "tokens_per_target_pass", "speedup", "temperature"):
         df[c] = pd.to_numeric(df[c], errors="coerce").astype(float)
     df["band"] = [temperature_band(t) for t in df["temperature"]]
     df["drafter_name"] = [drafter_name(d) for d in df["drafter"]]
@@ -64,7 +64,7 @@ def board_table(df: pd.DataFrame) -> pd.DataFrame:
     speedups = [STILL_MEASURING if pd.isna(s) else f"{s:.2f}×" for s in df["speedup"]]
     out = pd.DataFrame({
         "drafter": df["drafter_name"], "k": df["k"], "temperature": df["temperature"], "rounds": df["rounds"],
-        "α": df["alpha"].round(3), "tokens / pass": df["tokens_per_pass"].round(2), "measured speedup": pd.Series(speedups, index=df.index, dtype=object),
+        "α": df["alpha"].round(3), "tokens / pass": df["tokens_per_target_pass"].round(2), "measured speedup": pd.Series(speedups, index=df.index, dtype=object),
     })  # fmt: skip
     return out.reset_index(drop=True)
 
@@ -79,19 +79,19 @@ def board_figure(df: pd.DataFrame, color_by: str = "band") -> go.Figure:
         fig.add_trace(go.Scatter(x=grid, y=ceiling, mode="lines", name=f"ceiling, k = {k}", line=dict(color=K_COLORS[i % len(K_COLORS)], dash="dot", width=1), hoverinfo="skip"))
     colors = TEMPERATURE_COLORS if color_by == "band" else {}
     groups = sorted(set(df[color_by]))
-    measuring = df[df["speedup"].isna()].dropna(subset=["alpha", "tokens_per_pass"])
+    measuring = df[df["speedup"].isna()].dropna(subset=["alpha", "tokens_per_target_pass"])
     if len(measuring):  # no speedup yet: hollow, at the tokens per pass (the ceiling it cannot pass)
         fig.add_trace(go.Scatter(
-            x=measuring["alpha"], y=measuring["tokens_per_pass"], mode="markers", name="still measuring (at its tokens per pass)",
+            x=measuring["alpha"], y=measuring["tokens_per_target_pass"], mode="markers", name="still measuring (at its tokens per pass)",
             marker=dict(size=10, symbol="circle-open", color=[colors.get(g, K_COLORS[groups.index(g) % len(K_COLORS)]) for g in measuring[color_by]]),
-            hovertext=[html.escape(f"{d}, k = {k}: α {a:.2f}, {tp:.2f} tokens/pass, speedup still measuring") for d, k, a, tp in zip(measuring["drafter_name"], measuring["k"], measuring["alpha"], measuring["tokens_per_pass"])],
+            hovertext=[html.escape(f"{d}, k = {k}: α {a:.2f}, {tp:.2f} tokens/pass, speedup still measuring") for d, k, a, tp in zip(measuring["drafter_name"], measuring["k"], measuring["alpha"], measuring["tokens_per_target_pass"])],
             hoverinfo="text",
         ))  # fmt: skip
     shown = df.dropna(subset=["alpha", "speedup"])
     for group, part in shown.groupby(color_by, sort=True):
         hover = [
             html.escape(f"{d}, k = {k}, T = {t:g}: α {a:.2f}, {tp:.2f} tokens/pass, {s:.2f}× over {r} rounds")
-            for d, k, t, a, tp, s, r in zip(part["drafter_name"], part["k"], part["temperature"], part["alpha"], part["tokens_per_pass"], part["speedup"], part["rounds"])
+            for d, k, t, a, tp, s, r in zip(part["drafter_name"], part["k"], part["temperature"], part["alpha"], part["tokens_per_target_pass"], part["speedup"], part["rounds"])
         ]  # fmt: skip
         color = colors.get(group, K_COLORS[groups.index(group) % len(K_COLORS)])
         fig.add_trace(go.Scatter(x=part["alpha"], y=part["speedup"], mode="markers", name=html.escape(str(group)), marker=dict(size=11, color=color, line=dict(width=1, color=style.PAPER)), hovertext=hover, hoverinfo="text"))

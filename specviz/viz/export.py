@@ -25,7 +25,7 @@ TokenText = Callable[[int], str]
 ROUND_COLUMNS: tuple[str, ...] = (
     "run", "round", "k", "drafted", "accepted", "emitted", "bonus", "has_q",
     "draft_ms", "verify_ms", "round_ms", "tokens", "decode_ms",
-    "acceptance_rate", "alpha", "tokens_per_pass", "theory_tokens_per_pass", "c", "speedup", "predicted_speedup",
+    "acceptance_rate", "alpha", "tokens_per_target_pass", "theory_tokens_per_target_pass", "c", "speedup", "predicted_speedup",
     "drafted_tokens", "draft_fates", "emitted_tokens", "emitted_fates",
 )  # fmt: skip
 CSP = "default-src 'none'; style-src 'unsafe-inline'; img-src data:"  # no script, no fetch: a file for slides

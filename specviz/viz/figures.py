@@ -141,9 +141,9 @@ def alpha_figure(rounds: pd.DataFrame) -> go.Figure:
     return _figure(traces, dict(**_title("running α and acceptance rate"), yaxis=dict(range=[0, 1.05]), xaxis=_round_axis(rounds)))
 
 
-def tokens_per_pass_figure(rounds: pd.DataFrame) -> go.Figure:
+def tokens_per_target_pass_figure(rounds: pd.DataFrame) -> go.Figure:
     """Running tokens per target pass against (1 − α^(k+1))/(1 − α) at the running α."""
-    traces = _measured_and_theory(rounds, "tokens_per_pass", "theory_tokens_per_pass", ("measured", "(1−α^(k+1))/(1−α)"))
+    traces = _measured_and_theory(rounds, "tokens_per_target_pass", "theory_tokens_per_target_pass", ("measured", "(1−α^(k+1))/(1−α)"))
     layout = dict(**_title("tokens per target pass"), yaxis=dict(rangemode="tozero"), xaxis=_round_axis(rounds), **_hline(1.0, "plain decoding"))
     return _figure(traces, layout)
 

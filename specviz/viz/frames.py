@@ -21,7 +21,7 @@ TokenText = Callable[[int], str]  # token id -> its text (decoded by the caller;
 
 ROUNDS_FRAME_COLUMNS = [
     "run", "round", "k", "drafted", "accepted", "emitted", "bonus", "has_q", "draft_ms", "verify_ms", "round_ms",
-    "passes", "tokens", "decode_ms", "acceptance_rate", "alpha", "tokens_per_pass", "c", "baseline_ms", "speedup", "speedup_disturbed",
+    "passes", "tokens", "decode_ms", "acceptance_rate", "alpha", "tokens_per_target_pass", "c", "baseline_ms", "speedup", "speedup_disturbed",
 ]  # fmt: skip
 
 
@@ -40,18 +40,18 @@ def rounds_frame(records: Sequence[StepRecord], run: str = "speculative", baseli
             "emitted": len(r.emitted), "bonus": int("bonus" in r.emitted_fates), "has_q": r.has_q,
             "draft_ms": r.draft_ms, "verify_ms": r.verify_ms, "round_ms": r.round_ms,
             "passes": t.rounds, "tokens": t.new_tokens, "decode_ms": t.decode_ms,
-            "acceptance_rate": _nan(t.acceptance_rate), "alpha": _nan(t.alpha), "tokens_per_pass": _nan(t.tokens_per_target_pass),
+            "acceptance_rate": _nan(t.acceptance_rate), "alpha": _nan(t.alpha), "tokens_per_target_pass": _nan(t.tokens_per_target_pass),
             "c": _nan(t.draft_cost), "baseline_ms": _nan(t.baseline_ms), "speedup": _nan(t.speedup), "speedup_disturbed": t.speedup_disturbed,
         }
         for r, t in zip(records, running_totals(records, baseline))
     ]  # fmt: skip
     df = pd.DataFrame(rows, columns=ROUNDS_FRAME_COLUMNS)
-    for name in ("acceptance_rate", "alpha", "tokens_per_pass", "c", "baseline_ms", "speedup"):
+    for name in ("acceptance_rate", "alpha", "tokens_per_target_pass", "c", "baseline_ms", "speedup"):
         df[name] = df[name].astype(float)
     df["speedup_disturbed"] = df["speedup_disturbed"].astype(bool)
     # k for the formulas: the k asked per round, averaged (it moves under adaptive k and near the length limit)
     df["k_mean"] = (df["k"].expanding().mean() if len(df) else df["k"].astype(float)).round().astype(int)
-    df["theory_tokens_per_pass"] = [expected_tokens(a, k) if pd.notna(a) else np.nan for a, k in zip(df["alpha"], df["k_mean"])]
+    df["theory_tokens_per_target_pass"] = [expected_tokens(a, k) if pd.notna(a) else np.nan for a, k in zip(df["alpha"], df["k_mean"])]
     df["predicted_speedup"] = [
         speedup(a, k, c) if pd.notna(a) and pd.notna(c) else np.nan for a, k, c in zip(df["alpha"], df["k_mean"], df["c"])
     ]

@@ -13,8 +13,9 @@ import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 
+from specviz.core.limits import MAX_DRAFT_TOKENS
 from specviz.core.metrics import METRIC_INFO, HeadAcceptance, RunMetrics, histogram_shares
-from specviz.core.theory import MAX_K, VerifyCost, best_k, best_k_by_position, expected_tokens, expected_tokens_by_position
+from specviz.core.theory import VerifyCost, best_k, best_k_by_position, expected_tokens, expected_tokens_by_position
 from specviz.viz.style import TEMPLATE
 from specviz.viz.theory import K_COLORS, LAYOUT
 
@@ -198,7 +199,7 @@ def reliable_rates(m: RunMetrics) -> list[float]:
     return out
 
 
-def decay_note(m: RunMetrics, c: float, verify_cost: VerifyCost, cost_label: str, k_max: int = MAX_K) -> str:
+def decay_note(m: RunMetrics, c: float, verify_cost: VerifyCost, cost_label: str, k_max: int = MAX_DRAFT_TOKENS) -> str:
     """Does acceptance fall with position, and what does that do to the best k? In plain words."""
     rates = reliable_rates(m)
     if len(rates) < 2 or m.alpha is None:

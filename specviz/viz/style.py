@@ -81,11 +81,6 @@ COLOUR_NAMES = {P_TARGET: "blue", Q_DRAFT: "pink", RESIDUAL: "orange", ACCEPTED:
 SERIES = [OKABE_ITO[c] for c in ("blue", "orange", "bluish_green", "reddish_purple", "sky_blue", "vermillion", "yellow")]
 
 
-def series_color(i: int) -> str:
-    """The i-th colour of a categorical series (runs, drafters, k): Okabe–Ito, black left out, cycling."""
-    return SERIES[i % len(SERIES)]
-
-
 FOCUS = OKABE_ITO["blue"]  # the keyboard focus ring: 5:1 on a light page, drawn outside the control it marks
 PAGE_CSS = f"""
 :focus-visible {{ outline: 3px solid {FOCUS} !important; outline-offset: 2px !important; }}

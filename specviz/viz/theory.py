@@ -17,8 +17,8 @@ import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 
+from specviz.core.limits import MAX_DRAFT_TOKENS
 from specviz.core.theory import (
-    MAX_K,
     VerifyCost,
     VerifyCurve,
     acceptance_rate,
@@ -52,7 +52,7 @@ def verify_label(verify_cost: VerifyCost) -> str:
     return f"{verify_cost:g}"
 
 
-def speedup_grid(c: float, verify_cost: VerifyCost = 1.0, k_max: int = MAX_K, step: float = 0.01) -> pd.DataFrame:
+def speedup_grid(c: float, verify_cost: VerifyCost = 1.0, k_max: int = MAX_DRAFT_TOKENS, step: float = 0.01) -> pd.DataFrame:
     """One row per (alpha, k): expected tokens per pass and speedup, for k = 1..k_max."""
     rows = [
         {"alpha": a, "k": k, "expected_tokens": expected_tokens(a, k), "speedup": speedup(a, k, c, verify_cost)}
@@ -75,13 +75,13 @@ def _measured_traces(fig: go.Figure, measured: pd.DataFrame | None, y: str) -> N
 
 def k_ticks(k_max: int, low: int = 1) -> list[int]:
     """Tick values for a k axis from low to k_max: every k up to k_max = 8, beyond that low and four more (1, 4, 8, 12,
-    16), so the labels stay apart on the heatmap's short k axis on a phone (issue 43: no overlapping labels)."""
+    16), so the labels stay apart on the heatmap's short k axis on a phone (no label may overlap another)."""
     step = 1 if k_max <= 8 else -(-k_max // 4)
     return [k for k in range(low, k_max + 1) if k == low or k % step == 0]
 
 
 def heatmap_figure(
-    c: float, verify_cost: VerifyCost, alpha: float, k: int, measured: pd.DataFrame | None = None, k_max: int = MAX_K
+    c: float, verify_cost: VerifyCost, alpha: float, k: int, measured: pd.DataFrame | None = None, k_max: int = MAX_DRAFT_TOKENS
 ) -> go.Figure:
     """Speedup over (alpha, k) for one c and verify cost; the speedup = 1 contour, the best k per alpha,
     the chosen point, and measured runs placed at their (alpha, k)."""
@@ -90,7 +90,7 @@ def heatmap_figure(
     return fig
 
 
-def heatmap_base(c: float, verify_cost: VerifyCost, measured: pd.DataFrame | None = None, k_max: int = MAX_K) -> go.Figure:
+def heatmap_base(c: float, verify_cost: VerifyCost, measured: pd.DataFrame | None = None, k_max: int = MAX_DRAFT_TOKENS) -> go.Figure:
     """The heatmap without the chosen point: what does not move with the α and k sliders (the page caches it)."""
     grid = speedup_grid(c, verify_cost, k_max)
     table = grid.pivot(index="k", columns="alpha", values="speedup")  # (k_max, n_alpha)
@@ -160,7 +160,7 @@ def curves_figure(c: float, verify_cost: VerifyCost, ks: Sequence[int], alpha: f
     return fig
 
 
-def speedup_vs_k_frame(alpha: float, c: float, verify_cost: VerifyCost, k_max: int = MAX_K) -> pd.DataFrame:
+def speedup_vs_k_frame(alpha: float, c: float, verify_cost: VerifyCost, k_max: int = MAX_DRAFT_TOKENS) -> pd.DataFrame:
     rows = [
         {
             "k": k, "expected_tokens": expected_tokens(alpha, k), "verify_cost": verify_cost_at(verify_cost, k),
@@ -178,7 +178,7 @@ def auto_k_counts(records: Sequence) -> pd.DataFrame:
     return pd.DataFrame(sorted(chosen.items()), columns=list(AUTO_K_COLUMNS))
 
 
-def auto_k_caption(counts: pd.DataFrame, run: str, k_max: int = MAX_K) -> str:
+def auto_k_caption(counts: pd.DataFrame, run: str, k_max: int = MAX_DRAFT_TOKENS) -> str:
     """What the diamonds on the speedup-by-k chart show, for a run whose k: auto counts these are."""
     total = int(counts["rounds"].sum())
     top = counts.loc[counts["rounds"].idxmax()]  # the first of the most chosen: the smallest k on a tie
@@ -196,7 +196,7 @@ def auto_k_caption(counts: pd.DataFrame, run: str, k_max: int = MAX_K) -> str:
 
 
 def speedup_vs_k_figure(
-    alpha: float, c: float, verify_cost: VerifyCost, k: int, k_max: int = MAX_K, chosen: pd.DataFrame | None = None
+    alpha: float, c: float, verify_cost: VerifyCost, k: int, k_max: int = MAX_DRAFT_TOKENS, chosen: pd.DataFrame | None = None
 ) -> go.Figure:
     """Bars of speedup for every k at one alpha: the chosen k and the best k are highlighted. chosen (auto_k_counts):
     a diamond on each k that k: auto chose in a run, sized and labelled by its rounds."""
@@ -219,7 +219,7 @@ def speedup_vs_k_figure(
     return fig
 
 
-def verify_curves_frame(curves: dict[str, VerifyCurve], k_max: int = MAX_K) -> pd.DataFrame:
+def verify_curves_frame(curves: dict[str, VerifyCurve], k_max: int = MAX_DRAFT_TOKENS) -> pd.DataFrame:
     """One row per (profile, k): c_verify(k), and whether it was measured or extrapolated."""
     rows = [
         {"profile": name, "k": k, "tokens fed": k + 1, "verify_cost": curve.at(k), "measured": k <= curve.k_max}
@@ -229,7 +229,7 @@ def verify_curves_frame(curves: dict[str, VerifyCurve], k_max: int = MAX_K) -> p
     return pd.DataFrame(rows, columns=["profile", "k", "tokens fed", "verify_cost", "measured"])
 
 
-def verify_curve_figure(curves: dict[str, VerifyCurve], constant: float | None = None, k_max: int = MAX_K) -> go.Figure:
+def verify_curve_figure(curves: dict[str, VerifyCurve], constant: float | None = None, k_max: int = MAX_DRAFT_TOKENS) -> go.Figure:
     """c_verify(k) for each profile (a pass over k+1 tokens / a 1-token pass), and the constant if one is set."""
     df = verify_curves_frame(curves, k_max)
     fig = go.Figure(layout=dict(template=TEMPLATE))

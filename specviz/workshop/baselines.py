@@ -2,7 +2,7 @@
 
 A Step runs its own round and returns. Plain decoding of the same target, prompt and sampling (what the measured
 speedup divides by) catches up in one worker thread that takes *background* turns in the model's queue
-(specviz.workshop.serving.ModelQueue), one plain step per turn, so a waiting round always goes first and the baseline's own
+(specviz.workshop.queues.ModelQueue), one plain step per turn, so a waiting round always goes first and the baseline's own
 timings, measured inside the engine's step(), never include a wait.
 
 The speedup compares two clocks, so both are read under the same conditions: the same loaded model (precision,
@@ -37,7 +37,7 @@ from specviz.core.decoding import SpeculativeDecoder
 from specviz.core.protocols import pausable
 from specviz.core.records import StepRecord
 from specviz.workshop.foreground import Foreground, foreground
-from specviz.workshop.serving import ModelQueue
+from specviz.workshop.queues import ModelQueue
 
 log = logging.getLogger(__name__)
 

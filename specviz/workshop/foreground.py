@@ -2,7 +2,7 @@
 
 A Step is a rerun: its round, then drawing. Plain decoding measured in the background (specviz.workshop.baselines)
 on the same cores while a rerun draws slows the Step and, worse, is timed slow itself: the measured speedup then
-divides by an inflated baseline (issue 26 saw 5.46× at 4.88 tokens per pass, which no speedup can reach). So
+divides by an inflated baseline (once 5.46× at 4.88 tokens per pass, which no speedup can reach). So
 background work waits until no rerun is in flight and the last one ended SETTLE_S ago, so the browser that draws it
 has drawn (wait_idle), and a background measurement that a rerun overlapped (the epoch moved, or one is still
 running) is thrown away and taken again (disturbed).

@@ -1,7 +1,7 @@
 """Long jobs on a shared server: a benchmark sweep, the Exactness lab's samplers, the cost profile, the numerics
 comparison. Plain Python (threading), no streamlit.
 
-Each job takes the model one turn per run (or per pass) through specviz.workshop.serving's queue (a Turn,
+Each job takes the model one turn per run (or per pass) through specviz.workshop.queues's queue (a Turn,
 specviz.core.protocols, handed to the measuring code), so other sessions' rounds get a turn between two of its runs. This module adds what the queue does not know about:
 
 * LongJobs: in shared mode a participant (a session) holds at most one long job at a time; a second start is

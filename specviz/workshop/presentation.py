@@ -356,7 +356,7 @@ class BoardPoint:
     temperature: float
     rounds: int
     alpha: float | None
-    tokens_per_pass: float | None
+    tokens_per_target_pass: float | None
     speedup: float | None  # measured; None while plain decoding is still measuring (or disturbed)
     at: float = field(default=0.0)  # time.time() of the Step
 
@@ -372,12 +372,14 @@ class BoardPoint:
             raw = json.loads(data)
         except (UnicodeDecodeError, json.JSONDecodeError, RecursionError):
             raise ValueError("not JSON") from None
+        if isinstance(raw, dict) and "tokens_per_pass" in raw and "tokens_per_target_pass" not in raw:
+            raw["tokens_per_target_pass"] = raw.pop("tokens_per_pass")  # a point written before the metric's one name
         if not isinstance(raw, dict) or set(raw) != set(cls.__dataclass_fields__):
             raise ValueError("not a point")
         ok = (
             isinstance(raw["fork"], str) and _ID.fullmatch(raw["fork"]) is not None and raw["drafter"] in DRAFTER_KINDS
             and _whole(raw["k"], 1, 64) and _real(raw["temperature"], 0, 2) and _whole(raw["rounds"], 0, 10**6)
-            and _optional(raw["alpha"], 0, 1) and _optional(raw["tokens_per_pass"], 0, 65) and _optional(raw["speedup"], 0, 1000)
+            and _optional(raw["alpha"], 0, 1) and _optional(raw["tokens_per_target_pass"], 0, 65) and _optional(raw["speedup"], 0, 1000)
             and _real(raw["at"], 0, 10**11)
         )  # fmt: skip
         if not ok:

@@ -3,8 +3,8 @@ registries whose lifetime is the process's. Plain Python (threading), no streaml
 
 Why not ``st.cache_resource``: Streamlit clears it, for the whole process, when any websocket client sends a
 ``clear_cache`` message, whatever the toolbar hides. With the models there, each clear loaded the model again
-(about +550 MB a clear on a 2-core replica) and started one more presentation watcher thread, never stopped
-(issue 32). Nothing a participant sends reaches these registries: entries leave a Cache only by its own rules (LRU
+(about +550 MB a clear on a 2-core replica) and started one more presentation watcher thread, never stopped.
+Nothing a participant sends reaches these registries: entries leave a Cache only by its own rules (LRU
 past ``max_entries``, age past ``ttl_s``), and a singleton never leaves.
 
 * ``Cache``: keyed, bounded (least recently used goes first), thread-safe, with single-flight builds: two sessions

@@ -66,7 +66,7 @@ log = logging.getLogger(__name__)
 FORMAT = "specviz-saved-run"
 VERSION = 1
 TOKEN_LENGTH = 22  # secrets.token_urlsafe(16): 16 bytes -> 22 base64url characters, no padding
-_TOKEN = re.compile(r"[A-Za-z0-9_-]{22}")
+_TOKEN = re.compile(rf"[A-Za-z0-9_-]{{{TOKEN_LENGTH}}}")
 DEFAULT_MAX_MB = 512.0
 DEFAULT_MAX_HOURS = 72.0
 LIVE_WINDOW_S = 120.0  # a file saved or touched this recently is held by a live session: never evicted
@@ -109,7 +109,7 @@ def new_token() -> str:
 def check_token(text: object) -> str:
     """The token if it has a token's exact shape; raises SavedRunError otherwise (never touches the disk)."""
     if not isinstance(text, str) or not _TOKEN.fullmatch(text):
-        raise SavedRunError("The link's run token is malformed (a run token is 22 letters, digits, '-' or '_'), so no run was restored.")
+        raise SavedRunError(f"The link's run token is malformed (a run token is {TOKEN_LENGTH} letters, digits, '-' or '_'), so no run was restored.")
     return text
 
 

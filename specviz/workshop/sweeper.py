@@ -15,7 +15,7 @@ import threading
 from collections.abc import Callable
 
 from specviz.workshop.jobs import shutting_down
-from specviz.workshop.serving import SessionRegistry
+from specviz.workshop.sessions import SessionRegistry
 
 SWEEP_EVERY_S = 5.0
 

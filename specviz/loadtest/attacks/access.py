@@ -1,7 +1,7 @@
-"""The access attacks: cleared caches beside a presentation (issue 32, item 2), guessed presenter keys (item 3) and
-a room locked by many addresses while the teacher presents (issue 42, item 4), and owner powers reached through a
-proxy header, a server bound to every address (issue 32, item 5), a page at a DNS-rebinding name or another site's
-page, or a proxy that adds no header (issue 42, item 3)."""
+"""The access attacks, on what only the owner and the presenter may do: cleared caches beside a presentation, guessed
+presenter keys and a room locked by many addresses while the teacher presents, and owner powers reached through a
+proxy header, a server bound to every address, a page at a DNS-rebinding name or another site's page, or a proxy that
+adds no header."""
 
 from __future__ import annotations
 

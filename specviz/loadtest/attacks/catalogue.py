@@ -1,4 +1,4 @@
-"""The attacks by name, in the issues' order (issue 32, then 42): what each runs, how it is judged, the owner settings
+"""The attacks by name, in the report table's order (its first cell, the item, names the row): what each runs, how it is judged, the owner settings
 of its own (a room of its own) and whether the victim steps beside it; parse_attacks reads --attacks, groups shares
 rooms."""
 
@@ -40,7 +40,7 @@ KV_HOG_BUDGET = "2600"  # KV tokens: about four of the hog's runs (shares.HOG_QU
 
 @dataclass(frozen=True)
 class Attack:
-    number: str  # the issue's item
+    number: str  # the item, the report table's first cell
     name: str
     run: Callable[[Harness, Config], dict]
     judge: Callable[[dict, Goals], list[str]]
@@ -61,7 +61,7 @@ ATTACKS: tuple[Attack, ...] = (
     Attack("6", "adaptive-k", attack_adaptive_k, judge_adaptive_k, env=(("SPECVIZ_MAX_DRAFT_TOKENS", "2"),), replicas=1, victim=False),
     Attack("6", "long-job", attack_long_job, judge_long_job),
     Attack("6", "malformed", attack_malformed, judge_malformed),
-    Attack("42.1", "backmsgs", attack_backmsgs, judge_backmsgs),  # issue 42's items from here
+    Attack("42.1", "backmsgs", attack_backmsgs, judge_backmsgs),  # the doors a default-deny shared mode closes, from here
     Attack("42.2", "uploads", attack_uploads, judge_uploads),
     Attack("42.5", "kv-hog", attack_kv_hog, judge_kv_hog, env=(("SPECVIZ_MAX_KV_TOKENS", KV_HOG_BUDGET),), replicas=1),
     Attack("42.6", "race", attack_race, judge_race),
@@ -73,7 +73,7 @@ BY_NAME = {a.name: a for a in ATTACKS}
 
 
 def parse_attacks(text: str | None) -> list[Attack]:
-    """--attacks a,b,c (names; all when empty), in the issue's order."""
+    """--attacks a,b,c (names; all when empty), in the report table's order."""
     if not text:
         return list(ATTACKS)
     names = [n.strip() for n in text.split(",") if n.strip()]

@@ -1,4 +1,4 @@
-"""The doors a raw client can knock on (issue 42, items 1, 2 and 8): every BackMsg kind, with a file_urls_request
+"""The doors a raw client can knock on, each closed or capped in shared mode: every BackMsg kind, with a file_urls_request
 that names a million files, sent before the session ran any script; uploads under made-up file ids, over the
 session's caps, over the largest upload, and over the race page's own cap; and more open connections from one
 address than the room's balancer allows a source; one session submitting its guess in the room exercise over and

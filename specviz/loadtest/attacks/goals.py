@@ -1,4 +1,4 @@
-"""Issue 32's goals and the report's numbers, plain functions of what was recorded (tests/test_room_attacks.py): the
+"""The attacks' goals and the report's numbers, plain functions of what was recorded (tests/test_room_attacks.py): the
 victim's Steps and the replicas' readings in an attack's window, the key replies classified, each attack's own goals
 (judge_*) and every goal a row missed (verdict)."""
 
@@ -10,7 +10,7 @@ from specviz.loadtest import harness as lp
 from specviz.loadtest.attacks.app_facts import KEY_CHECKED, KEY_LIMITED, TRACEBACK
 from specviz.ui.common.backmsgs import UPLOAD_CAPS
 
-# --- the issue's goals --------------------------------------------------------------------------------------------
+# --- the room's goals under attack --------------------------------------------------------------------------------
 VICTIM_P95_S = 3.0
 FOLLOWER_P95_S = 1.5
 
@@ -281,7 +281,7 @@ def judge_guesses(o: dict, goals: Goals) -> list[str]:
 
 
 def verdict(row: dict, goals: Goals) -> list[str]:
-    """The goals a row missed: the issue's four (victim, memory, threads, followers) and the attack's own."""
+    """The goals a row missed: the room's four (victim, memory, threads, followers) and the attack's own."""
     missed = []
     v = row.get("victim")
     if v is not None:

@@ -63,7 +63,7 @@ class Config:
     spam_s: float = 20.0
     spam_per_s: float = 20.0
     k_rounds: int = 12
-    frame_names: int = 1_000_000  # names in the attackers' file_urls_request (issue 42: a 2 MB frame held a replica 14 s)
+    frame_names: int = 1_000_000  # names in the attackers' file_urls_request (unbounded, a 2 MB frame held a replica 14 s)
     upload_puts: int = 20  # PUTs under made-up ids, and minted ones past the caps
     upload_mb: int = 10  # each PUT's body
     hog_sessions: int = 8  # the most sessions the kv-hog opens (it stops at the first the budget refuses)

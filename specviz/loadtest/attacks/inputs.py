@@ -1,6 +1,6 @@
-"""The input attacks: a prompt of many tokens on the Exactness lab and on the step-through page (issue 32, item 1),
-sessions stepping at the owner's token budget and one more (item 4), and malformed values for the lab's toy table
-from a raw client (item 6)."""
+"""The input attacks (no input a participant sends may stall the room or show a traceback): a prompt of many tokens on
+the Exactness lab and on the step-through page, sessions stepping at the owner's token budget and one more, and
+malformed values for the lab's toy table from a raw client."""
 
 from __future__ import annotations
 
@@ -30,7 +30,7 @@ from specviz.loadtest.protocol import StSession
 
 log = logging.getLogger("room_attacks")
 
-FLOOD_CHAR = "\U00010380"  # 𐎀: 4 tokens in the embedded tokenizer (issue 32)
+FLOOD_CHAR = "\U00010380"  # 𐎀: 4 tokens in the embedded tokenizer (a long prompt that is short in characters)
 TOKENS_PER_FLOOD_CHAR = 4
 TEMPLATE_TOKENS = 48  # the chat template's tokens around a prompt: a prompt "at the budget" leaves them room
 MALFORMED_TABLE = ('{"edited_rows": {"99": {"p_target": 1}}}', "{not json", '{"deleted_rows": ["x"], "edited_rows": []}')

@@ -1,4 +1,4 @@
-"""Issues 32 and 42's attacks, one at a time, against `python -m specviz room --replicas 2`, with a victim stepping
+"""Attacks on a shared room, one at a time, against `python -m specviz room --replicas 2`, with a victim stepping
 beside them: what each attack does to another participant, to the replicas' memory and threads, and to the
 presenter's followers; and `specviz serve` as anyone on the network reaches it.
 
@@ -8,11 +8,11 @@ presenter's followers; and `specviz serve` as anyone on the network reaches it.
 
 The table in docs/workshop-safety.md ("Attacks on a room: what happens now") is this script's output on a quiet
 machine (nothing else running; check `uptime` first), pasted as printed: the conditions line, then one row per
-attack, issue 42's rows (42.1 backmsgs ... 42.8 conn-flood) among them:
+attack, the default-deny rows (42.1 backmsgs ... 42.8 conn-flood) among them:
 
     python scripts/room_attacks.py --json attacks.json --rss-budget-mb 3500 --owner-env SPECVIZ_MAX_KV_TOKENS=40000
     python scripts/room_attacks.py --attacks backmsgs,uploads,kv-hog,race,serve,conn-flood,guesses --json attacks-42.json \\
-        --rss-budget-mb 3500 --owner-env SPECVIZ_MAX_KV_TOKENS=40000          # issue 42's rows only (about 10 minutes)
+        --rss-budget-mb 3500 --owner-env SPECVIZ_MAX_KV_TOKENS=40000          # the default-deny rows only (about 10 minutes)
 
 Replace the rows of the attacks you ran (their first cell: item and name) and the conditions line above them; say in
 the text when the machine was loaded. Rows the script does not produce (42.8's session-cap, race-file and secrets:
@@ -26,7 +26,7 @@ about every --victim-every-s seconds for the whole run, Reset when its run ends.
 and thread count (psutil, the pids in the room's status file) twice a second. Attacks that need an owner setting of
 their own (a 1 MB run directory, k capped at 2, a room started with SPECVIZ_MODE=local) get a room of their own.
 
-The attacks (--attacks, all by default; the issue's item in brackets). Attackers go to r1, the victim's replica,
+The attacks (--attacks, all by default; the report table's item in brackets). Attackers go to r1, the victim's replica,
 as a hostile participant would (the sticky cookie is theirs to set); the presenter presents from r2.
   token-lab         [1] the Exactness lab's fast mode with 3,000 x U+10380 (12,000 tokens)
   token-step        [1] the step-through page with 2,000 x U+10380 and Compare side by side set to early exit
@@ -35,15 +35,15 @@ as a hostile participant would (the sticky cookie is theirs to set); the present
                         presenter Step before and after, and whether the sender's presenter-key back-off survives
   key-guess         [3] wrong presenter keys from 1 and from 4 client threads, --guess-s each, a fresh session
                         whenever one is refused (as an attacker would): keys checked per minute, refusals, errors;
-                        then ten addresses lock the room and the teacher, from another, presents (issue 42, item 4)
+                        then ten addresses lock the room and the teacher, from another, still presents
   memory            [4] --memory-sessions sessions at the token budget (prompt at --max-prompt-tokens, max new
                         tokens at the cap, compare with early exit) stepping, then one more: its message
   owner             [5] do participants get owner powers (trust remote code, downloads, pickle) through the room's
                         balancer with X-Forwarded-For, through a room started with SPECVIZ_MODE=local (bound to
                         0.0.0.0, reached at this machine's non-loopback address), and from `streamlit run app.py
                         --server.address ""` (non-loopback address; loopback with a proxy header; a page at a
-                        DNS-rebinding name, another site's page, a visitor through a proxy that adds no header (issue
-                        42, item 3); loopback alone is the owner: the control)
+                        DNS-rebinding name, another site's page, a visitor through a proxy that adds no header;
+                        loopback alone is the owner: the control)
   run-flood         [6] a 1 MB run directory: one session alternating ?run=A / ?run=B reruns, then Steps of a
                         finished fork at --spam-per-s a second: files written and evicted, whether the victim's and
                         the presented run survive, board bytes added
@@ -56,7 +56,7 @@ as a hostile participant would (the sticky cookie is theirs to set); the present
                         paths on the page, and does the session recover
   backmsgs       [42.1] from a session that ran no script: every BackMsg kind (twice), a two-name and then a
                         --frame-names file_urls_request: which were answered, the replica's health latency right
-                        after, refusals in its log (issue 42: a million names held a replica 14 s, +974 MB)
+                        after, refusals in its log (unbounded, a million names held a replica 14 s, +974 MB)
   uploads        [42.2] PUTs of 10 MB under made-up ids, under minted ids past the session's caps, a body over the
                         largest upload and one over the race page's cap (by Content-Length): each status
   kv-hog         [42.5] a room of its own (one replica, SPECVIZ_MAX_KV_TOKENS=catalogue.KV_HOG_BUDGET): one address
@@ -82,7 +82,7 @@ exception, a dropped connection), each replica's RSS before / peak / after and t
 followers' redraw p95 where there are followers, and the attack's own outcome.
 
 Printed: a markdown table (attack, what happens now, victim Step, RSS, threads, followers, verdict) under a line with
-the CPU (lscpu), the date and the 1-minute load average before and after. The verdict checks the issue's goals
+the CPU (lscpu), the date and the 1-minute load average before and after. The verdict checks the room's goals
 (victim p95 <= 3 s and no Step fails, every replica's RSS under --rss-budget-mb, threads at most --thread-slack more
 after than before, followers' redraw p95 <= 1.5 s) and each attack's own (owner powers never reach a participant,
 keys checked per minute <= --max-guesses-per-min, k within the cap, runs survive a flood, a finished run's Step adds

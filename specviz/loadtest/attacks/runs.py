@@ -1,4 +1,4 @@
-"""The run attacks (issue 32, item 6): reruns flooding a small run directory and Steps of a finished fork, the
+"""The run attacks (no participant's runs may crowd out another's): reruns flooding a small run directory and Steps of a finished fork, the
 presenter's reload, adaptive k under the owner's cap, and a long Benchmark sweep beside a presentation."""
 
 from __future__ import annotations

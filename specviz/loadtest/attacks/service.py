@@ -1,4 +1,4 @@
-"""`specviz serve` as anyone on the network reaches it (issue 42, item 7): a service of its own (the embedded target,
+"""`specviz serve` as anyone on the network reaches it, which must stay up for its key's holders: a service of its own (the embedded target,
 an API key), a victim asking for a short completion about every second with the key, and from raw sockets: a
 request without the key, a body declared over the cap, a form post, a 5,000-digit number, connections that trickle
 their head a byte at a time (slowloris), and a stream whose client never reads. What each got, the victim's

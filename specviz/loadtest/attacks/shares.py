@@ -1,4 +1,4 @@
-"""The fair-share attacks (issue 42, items 5 and 6): one address's sessions filling the KV budget while another
+"""The fair-share attacks (no address may take another's share): one address's sessions filling the KV budget while another
 address asks for a run, and races started back to back while the victim steps."""
 
 from __future__ import annotations

@@ -58,7 +58,7 @@ def describe(name: str, o: dict) -> str:
 
 
 def _describe_default_deny(name: str, o: dict, g: _Get) -> str | None:
-    """describe() for issue 42's attacks (the doors a default-deny shared mode closes); None for any other name."""
+    """describe() for the attacks on the doors a default-deny shared mode closes; None for any other name."""
     if name == "backmsgs":
         said = {True: "answered", False: "dropped", None: "?"}
         closed = "the websocket closed" if o.get("closed") else "the websocket stayed open"

@@ -24,8 +24,8 @@ from specviz.models.medusa import MedusaHeads
 from specviz.runs import RunModels, load_target_eagle, load_target_heads, resolve_models
 from specviz.ui.common.access import current_policy
 from specviz.viz.markdown import md_text
+from specviz.workshop.queues import server_threads
 from specviz.workshop.resources import cached
-from specviz.workshop.serving import server_threads
 
 log = logging.getLogger(__name__)
 get_logger(load_model.__module__)  # streamlit's handler: the server log says whether a GGUF was de-quantised or read from its float cache
@@ -72,7 +72,7 @@ def check_fits(source: str, device: str) -> None:
 
 @functools.cache
 def configure_threads() -> int:
-    """Once per server process, before its first model loads: torch's threads (specviz.workshop.serving.server_threads)."""
+    """Once per server process, before its first model loads: torch's threads (specviz.workshop.queues.server_threads)."""
     threads = server_threads()
     if threads is not None:
         torch.set_num_threads(threads)

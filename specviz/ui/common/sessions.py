@@ -18,9 +18,9 @@ from specviz.workshop.budgets import kv_budget
 from specviz.workshop.clients import LOCAL
 from specviz.workshop.jobs import stop_at_exit
 from specviz.workshop.policy import Policy
+from specviz.workshop.queues import turns_in_flight
 from specviz.workshop.resources import singleton
 from specviz.workshop.saved_runs import RunStore
-from specviz.workshop.serving import turns_in_flight
 from specviz.workshop.sweeper import SessionSweeper
 
 log = get_logger(__name__)  # streamlit's handler: `--logger.level info` shows what the sweeper frees

@@ -5,7 +5,7 @@ can read where a Step's time went.
             "round_s": 0.183, "steps": 1}
 
 script_s: the whole rerun (a full run or a fragment run); queue_wait_s: time spent waiting for turns in the model's
-queue (specviz.workshop.serving); round_s: time inside the turns running rounds (what the model cost); steps: rounds run.
+queue (specviz.workshop.queues); round_s: time inside the turns running rounds (what the model cost); steps: rounds run.
 The lines go to stderr (the server's log); SPECVIZ_TIMING_LOG=off silences them."""
 
 from __future__ import annotations

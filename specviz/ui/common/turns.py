@@ -1,5 +1,5 @@
 """Model turns on the pages: one queue per loaded model with a visible place in line (model_turn), and long jobs
-(long_job: one turn per run, one job per participant in shared mode). The queue itself is specviz.workshop.serving."""
+(long_job: one turn per run, one job per participant in shared mode). The queue itself is specviz.workshop.queues."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from specviz.ui.common.access import current_policy
 from specviz.ui.common.client import current_client
 from specviz.ui.common.sessions import runtime, session_id_now
 from specviz.workshop.jobs import JobStopped, LongJobs, check_running
-from specviz.workshop.serving import ModelQueue, QueueTimeout, TurnKind, model_queue
+from specviz.workshop.queues import ModelQueue, QueueTimeout, TurnKind, model_queue
 
 log = get_logger(__name__)  # scripts/contention.py reads its turn lines
 

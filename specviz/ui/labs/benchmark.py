@@ -74,7 +74,7 @@ def sweep_kv_tokens(models: RunModels, spec: SweepSpec, num_prompt_tokens: int) 
     return max(kv_tokens(c, models, num_prompt_tokens) for c in configs)
 
 
-def run_benchmark(
+def run_bench(
     target_source: str, draft_source: str, device: str, prompts: Sequence[BenchPrompt], spec: SweepSpec,
     on_progress: Callable[[int, int, str], None],
 ) -> pd.DataFrame:

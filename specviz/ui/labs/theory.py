@@ -12,8 +12,8 @@ import pandas as pd
 import streamlit as st
 
 from specviz.config import EMBEDDED_TARGET
+from specviz.core.limits import MAX_DRAFT_TOKENS
 from specviz.core.theory import (
-    MAX_K,
     VerifyCurve,
     acceptance_rate,
     best_k,
@@ -104,7 +104,7 @@ def measure_this_machine(on_progress: Callable[[int, int, str], None]) -> CostPr
     (no pass overlaps anyone's rounds, and their rounds run between measurements); one repeat in shared mode."""
     target = ui_models.get_model(EMBEDDED_TARGET)
     repeats = 1 if access.current_policy().shared else 3
-    memory = (1 + len(PROFILE_DRAFTERS)) * run_positions(PROFILE_CONTEXT, 0, MAX_K)  # the context's cache, and a drafter's, at most
+    memory = (1 + len(PROFILE_DRAFTERS)) * run_positions(PROFILE_CONTEXT, 0, MAX_DRAFT_TOKENS)  # the context's cache, and a drafter's, at most
     with budgets.job_memory(target, memory, "The cost profile"), turns.long_job(target, "the cost profile", "its next measurement") as turn:
         return cost_profile.measure_profile(
             target, context_length=PROFILE_CONTEXT, repeats=repeats, label="this machine, measured now", turn=turn, on_progress=on_progress

@@ -36,8 +36,8 @@ from specviz.ui.step_through.session import StepSession, page_state
 from specviz.viz.markdown import md_text
 from specviz.workshop.presentation import Presentation, PresentationStore
 from specviz.workshop.presenter_key import KeyGuard, Verdict, key_weakness
+from specviz.workshop.queues import turns_in_flight
 from specviz.workshop.saved_runs import write_problem
-from specviz.workshop.serving import turns_in_flight
 from specviz.workshop.store import StoreUnavailable
 
 log = logging.getLogger(__name__)
@@ -326,5 +326,5 @@ def _taken_over() -> None:
 
 def steps_in_flight() -> int:
     """Participants' Steps (rounds, prefills, restores) holding a model turn in this process; long jobs' pieces and
-    background baselines do not count (specviz.workshop.serving.TurnKind)."""
+    background baselines do not count (specviz.workshop.queues.TurnKind)."""
     return turns_in_flight("step")

@@ -16,7 +16,7 @@ up again and draws it. Everything else (a presentation that starts, stops or is 
 the pages' own poll picks up. A participant's Step in flight in this process goes first, for MAX_DEFER_S at most
 (with the room stepping, some Step is nearly always in flight); nothing else holds the followers up: another
 participant's long job (a benchmark sweep, a lab) and the background baselines take turns of other kinds
-(specviz.workshop.serving.TurnKind), and a follower's redraw takes no model turn. It never reads or writes a
+(specviz.workshop.queues.TurnKind), and a follower's redraw takes no model turn. It never reads or writes a
 session's state, and it asks a session to redraw only itself, from the room's store every replica shares.
 
 How: the rerun is queued as the browser's own fragment reruns are (a RerunData for the fragment, on the server's

@@ -22,7 +22,7 @@ from urllib.parse import quote, urlencode
 
 import streamlit as st
 
-from specviz.config import EMBEDDED_TARGET, FIELDS, SECTIONS, RunConfig, Setting, settings_of, validate_prompt
+from specviz.config import EMBEDDED_TARGET, SECTIONS, RunConfig, Setting, settings_of, validate_prompt
 from specviz.drafters.specs import TUNED_FIELDS, drafter_spec
 from specviz.ui.common import widgets
 from specviz.ui.common.presets import CUSTOM, MODEL_PAIRS
@@ -42,7 +42,6 @@ SHARED_KEYS: tuple[str, ...] = tuple(s.widget_key for s in link_settings()) + ("
 # so it is not lost): a run token is a private key to a participant's run.
 PRIVATE_KEYS: tuple[str, ...] = ("run",)
 MAX_LINK_PROMPT_CHARS = 2000  # URL-encoded length; longer prompts are left out of the link
-MAX_TARGET_CHARS = next(s.max_chars for s in FIELDS if s.name == "target")  # a link's target is no longer
 RESTORED_KEY = "specviz_share_restored"  # session state: this session has read its query once
 LINK_KEY = "share_link"  # the Copy link box: a text input (with st.code, the sidebar's Models expander lost clicks in browser tests)
 _UINT = re.compile(r"[0-9]{1,12}")

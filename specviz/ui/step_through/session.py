@@ -82,38 +82,6 @@ class Run:
 
 
 @dataclass
-class Baseline:
-    """Plain decoding stepped by its caller (scripts and tests); the page uses a shared specviz.workshop.baselines.BaselineRun.
-    Both offer what the views read: records, error, prefill_ms, covers()."""
-
-    decoder: SpeculativeDecoder
-    error: str | None = None
-
-    @property
-    def records(self) -> list[StepRecord]:
-        return self.decoder.records
-
-    @property
-    def prefill_ms(self) -> float:
-        return self.decoder.prefill_ms
-
-    @property
-    def generated(self) -> list[int]:
-        return self.decoder.generated
-
-    def covers(self, num_tokens: int) -> bool:
-        return self.decoder.done or self.error is not None or len(self.decoder.generated) >= num_tokens
-
-    def advance_to(self, num_tokens: int) -> None:
-        """Step plain decoding until it has num_tokens (or is done); a failure is kept as the error."""
-        try:
-            while not self.decoder.done and len(self.decoder.generated) < num_tokens and self.error is None:
-                self.decoder.step()
-        except Exception as exc:  # the runs stay usable; only the speedup curve goes missing
-            self.error = friendly_error(exc)
-
-
-@dataclass
 class StepSession:
     """One prompt decoded by one run (or two, side by side), and the baseline that times them."""
 
@@ -123,7 +91,7 @@ class StepSession:
     prompt_ids: list[int]
     token_text: TokenTexts
     runs: list[Run]
-    baseline: BaselineRun | Baseline  # shared, measured in the background (read-only here)
+    baseline: BaselineRun  # shared, measured in the background (read-only here; tests hand tests/plain_baseline.py's)
     target: LoadedModel | None = None  # whose queue the rounds wait in
     memo: dict = field(default_factory=dict, repr=False, compare=False)  # frames and figures per round (specviz.ui.common.memo)
     run_token: str | None = None  # its key in the run directory once saved (specviz.ui.room.saved_runs)

@@ -238,7 +238,7 @@ def metrics(session: ViewSource, run: ViewRun) -> None:
     cells = [
         ("rounds", f"{len(df)}", "One target pass each."),
         ("tokens", f"{num_generated(run)} / {run.config.max_new_tokens}", "Committed so far / the most this run will write."),
-        ("tokens / target pass", fmt(_last(df, "tokens_per_pass")), f"Plain decoding gets 1. Theory at this α and k={k}: (1−α^(k+1))/(1−α) = {fmt(_last(df, 'theory_tokens_per_pass'))}."),
+        ("tokens / target pass", fmt(_last(df, "tokens_per_target_pass")), f"Plain decoding gets 1. Theory at this α and k={k}: (1−α^(k+1))/(1−α) = {fmt(_last(df, 'theory_tokens_per_target_pass'))}."),
         ("drafts kept", fmt(_last(df, "acceptance_rate")), "Kept drafts over all drafts (discarded ones included), as vLLM and llama.cpp report it. α, the rule's own rate, is in the metrics panel below."),
         ("speedup", speedup_text(session, run), f"Wall clock, measured, against plain decoding of the same prompt; it depends on the machine's load. Predicted (1−α^(k+1))/((1−α)(1+kc)): {fmt(_last(df, 'predicted_speedup'), '.2f', '×')}."),
     ]
@@ -305,7 +305,7 @@ def live_progress(session: ViewSource) -> None:
     for col, run in zip(cols, session.runs):
         with col:
             df = run_frame(session, run)
-            st.markdown(f"**{md_text(run.label)}** · round {len(df)} · {num_generated(run)} tokens · α {fmt(_last(df, 'alpha'))} · {fmt(_last(df, 'tokens_per_pass'))} tokens/pass")
+            st.markdown(f"**{md_text(run.label)}** · round {len(df)} · {num_generated(run)} tokens · α {fmt(_last(df, 'alpha'))} · {fmt(_last(df, 'tokens_per_target_pass'))} tokens/pass")
             st.html(token_stream_html(session.prompt_texts, stream_frame(run.records, session.token_text), show_prompt=False))
 
 
@@ -359,7 +359,7 @@ def _curve_figures(session: ViewSource, runs: list[ViewRun]) -> dict:
     latency = pd.concat([latency_frame(r.records, r.label) for r in runs] + [latency_frame(base, BASELINE_RUN)], ignore_index=True)
     progress = pd.concat([progress_frame(r.records, r.label) for r in runs] + [progress_frame(base, BASELINE_RUN)], ignore_index=True)
     figs = {
-        "accepted": figures.accepted_figure(rounds), "alpha": figures.alpha_figure(rounds), "tpp": figures.tokens_per_pass_figure(rounds),
+        "accepted": figures.accepted_figure(rounds), "alpha": figures.alpha_figure(rounds), "tpp": figures.tokens_per_target_pass_figure(rounds),
         "speedup": figures.speedup_figure(rounds), "latency": figures.latency_figure(latency), "progress": figures.progress_figure(progress),
     }  # fmt: skip
     return {name: freeze(fig) for name, fig in figs.items()}

@@ -20,6 +20,7 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse
 
 from specviz.config import RunConfig, field_named
+from specviz.core.limits import SEED_MAX
 from specviz.workshop.service.config import ServiceConfig
 
 MAX_BODY_BYTES = 2 * 1024 * 1024  # the longest prompt the character cap lets through, JSON-escaped, fits
@@ -141,7 +142,7 @@ def check_request(body: dict, kind: Literal["chat", "text"], config: ServiceConf
     seed = body.get("seed", base.seed)
     if seed is None:
         seed = base.seed
-    if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**63:
+    if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed <= SEED_MAX:
         raise ApiError(400, "seed must be a whole number of at least 0.", "seed")
     stream = body.get("stream", False)
     if not isinstance(stream, bool):

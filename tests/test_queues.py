@@ -1,5 +1,5 @@
-"""The per-model queue (specviz.workshop.serving): FIFO order, the bound, places in line, timeouts, release on errors;
-and the registry that frees sessions whose tab went away. Plain threads, no streamlit."""
+"""The per-model queue (specviz.workshop.queues): FIFO order, the bound, places in line, timeouts, release on errors;
+and the registry that frees sessions whose tab went away (specviz.workshop.sessions). Plain threads, no streamlit."""
 
 from __future__ import annotations
 
@@ -8,7 +8,8 @@ import time
 
 import pytest
 
-from specviz.workshop.serving import ModelQueue, QueueTimeout, SessionRegistry, model_queue, reset_queues
+from specviz.workshop.queues import ModelQueue, QueueTimeout, model_queue, reset_queues
+from specviz.workshop.sessions import SessionRegistry
 from tests.service_helpers import wait_until
 
 
@@ -212,11 +213,11 @@ def test_registry_survives_a_failing_free():
     registry.sweep(lambda sid: True, boom, gone_after_s=1, idle_after_s=0)  # logged, not raised
 
 
-def test_policy_serving_and_baselines_are_plain_python():
+def test_policy_queues_sessions_and_baselines_are_plain_python():
     import subprocess
     import sys
 
-    code = "import sys, specviz.workshop.policy, specviz.workshop.serving, specviz.workshop.baselines; print('streamlit' in sys.modules)"
+    code = "import sys, specviz.workshop.policy, specviz.workshop.queues, specviz.workshop.sessions, specviz.workshop.baselines; print('streamlit' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=str(__import__("pathlib").Path(__file__).resolve().parents[1]))
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.strip() == "False"
