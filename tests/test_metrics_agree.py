@@ -76,7 +76,7 @@ def panel_view(metrics) -> dict:
 def frame_view(row) -> dict:
     """The page's curves: the last row of its rounds frame."""
     names = {"new_tokens": "tokens", "target_passes": "passes", "alpha": "alpha", "acceptance_rate": "acceptance_rate",
-             "tokens_per_target_pass": "tokens_per_pass", "speedup": "speedup", "speedup_disturbed": "speedup_disturbed"}  # fmt: skip
+             "tokens_per_target_pass": "tokens_per_target_pass", "speedup": "speedup", "speedup_disturbed": "speedup_disturbed"}  # fmt: skip
     return {key: number(row[column]) for key, column in names.items()}
 
 

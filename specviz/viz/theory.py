@@ -211,7 +211,7 @@ def speedup_vs_k_figure(
         ys = df.set_index("k")["speedup"].reindex(on_chart["k"]).to_numpy()
         fig.add_scatter(
             x=on_chart["k"], y=ys, mode="markers+text", name="k: auto chose", text=[f"{n}" for n in on_chart["rounds"]], textposition="top center",
-            marker=dict(symbol="diamond", color=style.INK, size=[8 + 16 * n / total for n in on_chart["rounds"]], line=dict(color="white", width=1)),
+            marker=dict(symbol="diamond", color=style.INK, size=[8 + 16 * n / total for n in on_chart["rounds"]], line=dict(color=style.PAPER, width=1)),
             customdata=on_chart["rounds"], hovertemplate=f"k: auto chose k=%{{x}} in %{{customdata}} of {total} rounds<extra></extra>",
         )  # fmt: skip
         fig.update_layout(showlegend=True)
