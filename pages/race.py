@@ -4,7 +4,7 @@ and the room exercise "Which service speculates?"."""
 import streamlit as st
 
 from specviz.ui.common.navigation import route_through_app
-from specviz.ui.labs import race
+from specviz.ui.labs import exercise, probe, race
 from specviz.ui.room.lesson import checklist
 
 route_through_app()  # a fresh server's first request may land here without app.py
@@ -18,6 +18,6 @@ st.caption(
 )
 checklist(__file__)  # this page's lesson task, if any (docs/lesson-45min.md)
 race.race_section(settings)
-race.probe_section(settings)
-race.exercise_section()
-race.watch()  # reruns the page when the presenter shows a race or the exercise moves on
+probe.probe_section(settings)
+exercise.exercise_section()
+exercise.watch()  # reruns the page when the presenter shows a race or the exercise moves on

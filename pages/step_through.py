@@ -3,23 +3,25 @@
 import streamlit as st
 
 from specviz.ui.common import timing
+from specviz.ui.common.errors import friendly_error
+from specviz.ui.common.models import load_target
 from specviz.ui.common.navigation import route_through_app
 from specviz.ui.room import board, follow, fork, present
 from specviz.ui.room.lesson import checklist
-from specviz.ui.room.saved_runs import restore_run
-from specviz.ui.room.share import share_link
+from specviz.ui.room.saved_runs import restore_run, step_and_save
+from specviz.ui.room.share import restore_from_query, share_link
 from specviz.ui.step_through import controls, inspector, metrics_views, tree_views
 from specviz.ui.step_through import replay as recordings
 from specviz.ui.step_through import step_views as views
 from specviz.ui.step_through.export_views import export_buttons
-from specviz.ui.step_through.session import friendly_error, load_target, page_state
+from specviz.ui.step_through.session import page_state
 from specviz.ui.step_through.sidebar import sidebar
 from specviz.viz import legend_html
 from specviz.viz.markdown import md_text
 
 route_through_app()  # a fresh server's first request may land here without app.py
 
-settings = sidebar()
+settings = sidebar(restore_from_query())  # a share link's settings seed the widgets before they exist
 share_link(settings)  # mirror the settings in the URL; Copy link in the sidebar
 state = page_state()
 restore_run(state)  # ?run=… after a reload or a replica restart: the run at the same round (specviz/ui/room/saved_runs.py)
@@ -94,7 +96,9 @@ def live_stage() -> controls.LiveStage:
         except Exception as exc:
             unavailable = True
             st.error(f"Live mode is unavailable: {md_text(friendly_error(exc))} Recordings still replay without a model: pick an example or open a file above.")
-    return controls.LiveStage(state, settings.config, compare_config, settings.prompt, unavailable)
+    # each round is saved (?run=…), then moves a presentation on and adds a fork's board point
+    return controls.LiveStage(state, settings.config, compare_config, settings.prompt, unavailable,
+                              step=step_and_save, after_round=(present.after_round, fork.after_round))  # fmt: skip
 
 
 def stage_view(stage) -> None:

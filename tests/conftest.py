@@ -167,10 +167,8 @@ def no_model(monkeypatch):
         raise ModelLoadError("no model can be loaded on this machine (test)")
 
     import specviz.ui.common.models
-    import specviz.ui.step_through.session
     from specviz.models import ModelLoadError
 
-    monkeypatch.setattr(specviz.ui.step_through.session, "get_model", refuse)
     monkeypatch.setattr(specviz.ui.common.models, "get_model", refuse)
     monkeypatch.setattr(specviz.ui.common.models, "load_model", refuse)
     return calls

@@ -67,7 +67,8 @@ def test_theory_page_overlays_step_through_runs(tiny_models):
     """The step-through page's PageState is read through its types: session.runs[i].records and session.baseline.records."""
     from specviz.config import RunConfig
     from specviz.runs import build_decoder
-    from specviz.ui.step_through.session import STATE_KEY, PageState, Run, StepSession, TokenTexts
+    from specviz.ui.common.models import TokenTexts
+    from specviz.ui.step_through.session import STATE_KEY, PageState, Run, StepSession
     from tests.plain_baseline import Baseline
     from tests.toys import fake_clock
 
@@ -89,7 +90,8 @@ def test_theory_page_marks_what_k_auto_chose_in_the_current_run(tiny_models):
     """A step-through run under k: auto is drawn at the k auto chose (its mean over the rounds), and says so."""
     from specviz.config import RunConfig
     from specviz.runs import build_decoder
-    from specviz.ui.step_through.session import STATE_KEY, PageState, Run, StepSession, TokenTexts
+    from specviz.ui.common.models import TokenTexts
+    from specviz.ui.step_through.session import STATE_KEY, PageState, Run, StepSession
     from tests.plain_baseline import Baseline
     from tests.toys import fake_clock
 

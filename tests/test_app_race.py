@@ -11,6 +11,7 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from specviz.core.race import RaceResult, lane_of
+from specviz.ui.labs import probe as probe_ui
 from specviz.ui.labs import race as race_ui
 from specviz.workshop.race_room import Pair, RaceRoom
 from tests.test_app_saved_runs import room_env, room_runs  # noqa: F401  (fixtures)
@@ -105,7 +106,7 @@ def test_the_owner_types_any_url(monkeypatch, tiny_dir, tmp_path):
     monkeypatch.setenv("SPECVIZ_MODE", "local")
     monkeypatch.setenv("SPECVIZ_RUN_DIR", str(tmp_path))
     at = page(target=str(tiny_dir["llama"]))
-    assert at.text_input(key="probe_url").value == race_ui.LOCAL_URL
+    assert at.text_input(key="probe_url").value == probe_ui.LOCAL_URL
 
 
 @pytest.fixture()
@@ -170,17 +171,17 @@ def test_a_participant_runs_one_probe_at_a_time_within_a_deadline(room_env, monk
         specs.append(spec)
         raise ValueError("the fake service is not there")
 
-    monkeypatch.setattr(race_ui, "probe", fake_probe)
+    monkeypatch.setattr(probe_ui, "probe", fake_probe)
     at = page(probe_model="m")
     submit = next(b for b in at.button if "Probe" in b.label)
-    with race_ui._probes.hold(current_client().address, "a probe"):  # the same participant's probe, still running
+    with probe_ui._probes.hold(current_client().address, "a probe"):  # the same participant's probe, still running
         submit.click().run()
     assert "already have a probe running" in texts(at) and specs == []
     submit = next(b for b in at.button if "Probe" in b.label)
     submit.click().run()
     assert "the fake service is not there" in texts(at)
-    assert [s.deadline_s for s in specs] == [race_ui.PROBE_DEADLINE_S]
-    assert len(race_ui._probes) == 0  # given back when the probe ended, even with an error
+    assert [s.deadline_s for s in specs] == [probe_ui.PROBE_DEADLINE_S]
+    assert len(probe_ui._probes) == 0  # given back when the probe ended, even with an error
 
 
 def test_a_probe_shows_the_servers_acceptance_length_beside_the_bursts(monkeypatch, tiny_dir, tmp_path):
@@ -197,7 +198,7 @@ def test_a_probe_shows_the_servers_acceptance_length_beside_the_bursts(monkeypat
         at.text_input(key="probe_model").set_value("m")
         next(b for b in at.button if "Probe" in str(b.label)).click().run()
     assert not at.exception, at.exception
-    result = at.session_state[race_ui.PROBE_KEY]
+    result = at.session_state[probe_ui.PROBE_KEY]
     shown = next(m for m in at.metric if m.label == "the server's acceptance length")
     assert shown.value == "2.50" and result.acceptance_length["reported"] == 2.5
     if result.report.tau is not None:

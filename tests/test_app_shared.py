@@ -80,9 +80,9 @@ def test_the_default_list_is_the_embedded_model_only(monkeypatch, tiny_models):
     for key in OWNER_ENV:
         monkeypatch.delenv(key, raising=False)
     monkeypatch.setenv("SPECVIZ_MODE", "shared")
-    import specviz.ui.step_through.session as ui_session
+    import specviz.ui.common.models as ui_models
 
-    monkeypatch.setattr(ui_session, "get_model", lambda *a, **k: tiny_models["llama"])  # no SmolLM2 load here
+    monkeypatch.setattr(ui_models, "get_model", lambda *a, **k: tiny_models["llama"])  # no SmolLM2 load here
     at = step_page()
     assert list(next(w for w in at.selectbox if w.key == "target").options) == [EMBEDDED_TARGET]
 

@@ -27,6 +27,14 @@ Layers, bottom up (a module may import its own layer and the layers its arrow na
   scripts   command lines (python scripts/x.py)                            -> every specviz layer, no other script
 The package root (specviz/__init__.py: the version) may be read by anyone. No cycles anywhere.
 
+Inside the UI, the features, bottom up (UI_ARROWS; a feature may import itself and what its arrow names):
+  common        what every page shares (keys, widgets, the model caches, errors, budgets)   -> nothing in the ui
+  step_through  the step-through page's side: session, sidebar, controls, views, replay     -> common
+  room          present, follow, fork, board, push, share, saved runs                       -> step_through, common
+  labs          one module per lab page (the race page's race, probe and exercise)          -> room, step_through, common
+So a step_through stage that saves a round, moves a presentation on or adds a fork's point is handed those hooks by
+the page (specviz.ui.step_through.controls.LiveStage); it never imports the room.
+
 What a page may import from below the UI, name by name (a widget's range, a result's type to check with isinstance);
 anything that computes is a specviz.ui function that hands the page a value to draw. A page imports a ui name from
 the module that defines it: no ui module re-exports core or experiments names (no `__all__` shims).
@@ -87,6 +95,12 @@ PAGE_MAY_IMPORT: dict[str, set[str]] = {  # the table in the docstring, as the t
     "specviz.experiments.cost_profile": {"CostProfile"},
     "specviz.experiments.lab": {"LAB_DRAFTERS", "REAL_MODES", "GreedyResult", "RealResult"},
     "specviz.experiments.numerics": {"InvarianceReport"},
+}
+UI_ARROWS: dict[str, set[str]] = {  # the features inside specviz/ui (the docstring's second table)
+    "common": set(),
+    "step_through": {"common"},
+    "room": {"step_through", "common"},
+    "labs": {"room", "step_through", "common"},
 }
 STREAMLIT_OK = {"ui", "pages", "app", "loadtest"}  # loadtest: the protocol client speaks Streamlit's protobuf messages
 TRANSFORMERS_OK = {"models"}
@@ -153,6 +167,32 @@ def arrow_violations(graph: dict[str, tuple[set[str], set[str]]]) -> list[str]:
     return sorted(wrong)
 
 
+def feature(module: str) -> str | None:
+    """specviz.ui.room.fork -> room; specviz.ui (the package docstring) -> None; outside the ui -> None."""
+    parts = module.split(".")
+    return parts[2] if parts[:2] == ["specviz", "ui"] and len(parts) > 2 else None
+
+
+def ui_arrow_violations(graph: dict[str, tuple[set[str], set[str]]]) -> list[str]:
+    """Edges inside specviz/ui against UI_ARROWS (labs -> room -> step_through -> common)."""
+    wrong = []
+    for module, (inner, _) in graph.items():
+        mine = feature(module)
+        if mine is None:
+            continue
+        allowed = UI_ARROWS.get(mine)
+        if allowed is None:
+            wrong.append(f"{module}: no feature in UI_ARROWS (add it to tests/test_boundaries.py)")
+            continue
+        wrong += [f"{module} -> {other}" for other in inner if (theirs := feature(other)) is not None and theirs not in allowed | {mine}]
+    return sorted(wrong)
+
+
+def ui_arrows(graph: dict[str, tuple[set[str], set[str]]]) -> set[tuple[str, str]]:
+    """The feature-to-feature arrows the ui's imports draw (room -> step_through, ...)."""
+    return {(feature(m), feature(o)) for m, (inner, _) in graph.items() for o in inner if feature(m) and feature(o) and feature(m) != feature(o)}
+
+
 def defined_names(path: Path) -> set[str]:
     """Names a module defines at its top level (functions, classes, assignments), not the ones it imports."""
     names: set[str] = set()
@@ -212,6 +252,33 @@ def find_cycle(graph: dict[str, tuple[set[str], set[str]]]) -> list[str] | None:
 def test_every_import_follows_an_arrow(graph):
     wrong = arrow_violations(graph)
     assert not wrong, "imports against the layout's arrows:\n" + "\n".join(wrong)
+
+
+def test_ui_features_import_down_only(graph):
+    """labs -> room -> step_through -> common, each -> common: nothing the other way (a stage is handed the room's hooks)."""
+    wrong = ui_arrow_violations(graph)
+    assert not wrong, "ui imports against UI_ARROWS:\n" + "\n".join(wrong)
+    assert ui_arrows(graph) <= {(f, to) for f, tos in UI_ARROWS.items() for to in tos}
+    assert ("room", "step_through") in ui_arrows(graph)  # the walk sees the features at all
+
+
+def test_known_bad_ui_graphs_fail():
+    """The feature rule catches the old shape (step_through's controls importing the room's save, the room importing
+    step_through back: a cycle by features), common reaching up, and a feature the table does not name."""
+    old = {
+        "specviz.ui.step_through.controls": ({"specviz.ui.room.saved_runs", "specviz.ui.common.widgets"}, set()),
+        "specviz.ui.room.saved_runs": ({"specviz.ui.step_through.session"}, set()),
+        "specviz.ui.step_through.session": (set(), set()),
+        "specviz.ui.common.widgets": ({"specviz.ui.labs.race"}, set()),
+        "specviz.ui.labs.race": ({"specviz.ui.room.saved_runs", "specviz.ui.step_through.session"}, set()),
+        "specviz.ui.extras.x": ({"specviz.ui.common.widgets"}, set()),
+        "specviz.ui": (set(), set()),
+    }
+    assert ui_arrow_violations(old) == [
+        "specviz.ui.common.widgets -> specviz.ui.labs.race",
+        "specviz.ui.extras.x: no feature in UI_ARROWS (add it to tests/test_boundaries.py)",
+        "specviz.ui.step_through.controls -> specviz.ui.room.saved_runs",
+    ]
 
 
 def test_no_import_cycles(graph):

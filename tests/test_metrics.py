@@ -99,10 +99,10 @@ def test_step_through_shows_the_metrics_table(tiny_models, monkeypatch):
 
     from streamlit.testing.v1 import AppTest
 
-    import specviz.ui.step_through.session as ui_session
+    import specviz.ui.common.models as ui_models
 
     model = tiny_models["llama"]
-    monkeypatch.setattr(ui_session, "get_model", lambda *args, **kwargs: model)
+    monkeypatch.setattr(ui_models, "get_model", lambda *args, **kwargs: model)
     at = AppTest.from_file(str(Path(__file__).resolve().parents[1] / "pages" / "step_through.py"), default_timeout=180)
     at.run()
     at.text_area(key="prompt").set_value("the cat sat on the mat and the cat sat on the mat and the cat sat on the")
@@ -214,9 +214,9 @@ def test_the_acceptance_histogram_follows_each_step(tiny_models, monkeypatch):
 
     from streamlit.testing.v1 import AppTest
 
-    import specviz.ui.step_through.session as ui_session
+    import specviz.ui.common.models as ui_models
 
-    monkeypatch.setattr(ui_session, "get_model", lambda *args, **kwargs: tiny_models["llama"])
+    monkeypatch.setattr(ui_models, "get_model", lambda *args, **kwargs: tiny_models["llama"])
     at = AppTest.from_file(str(Path(__file__).resolve().parents[1] / "pages" / "step_through.py"), default_timeout=180)
     at.run()
     at.text_area(key="prompt").set_value("the cat sat on the mat and the cat sat on the mat and the cat sat on the")

@@ -91,8 +91,9 @@ def stepped_compare(target, config: RunConfig, compare: RunConfig, labels: tuple
     """Compare mode stepped like the page until done: (session, the views after every round, its recording)."""
     from specviz.models import encode_prompt, environment
     from specviz.runs import build_decoder
+    from specviz.ui.common.models import TokenTexts
     from specviz.ui.step_through.replay import session_recording
-    from specviz.ui.step_through.session import Run, StepSession, TokenTexts, step_session
+    from specviz.ui.step_through.session import Run, StepSession, step_session
     from tests.plain_baseline import Baseline
 
     prompt_ids = encode_prompt(target.tokenizer, PROMPT, chat=False)

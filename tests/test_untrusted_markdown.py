@@ -116,9 +116,8 @@ def no_model(monkeypatch):
         raise ModelLoadError(f"could not load {source}: no model on this machine (test)")
 
     import specviz.ui.common.models
-    import specviz.ui.step_through.session
 
-    monkeypatch.setattr(specviz.ui.step_through.session, "get_model", refuse)
+    monkeypatch.setattr(specviz.ui.common.models, "get_model", refuse)  # the target (load_target)
     monkeypatch.setattr(specviz.ui.common.models, "load_model", refuse)
 
 

@@ -13,7 +13,7 @@ session keeps (no name, no address). Writes replace a record whole; a vote rewri
 store's lock (a new exercise starts a new record and deletes the old ones). Readers parse a votes record once per
 change: the board polls its stamp (a stat, or one GET on Redis), not its text. A store that cannot be reached raises
 StoreUnavailable (an OSError) from every method: the page says so, and a guess is kept on the page to send again.
-Plain Python: no streamlit (specviz.ui.labs.race is the page's side).
+Plain Python: no streamlit (specviz.ui.labs.race, probe and exercise are the page's side).
 """
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""What a participant sees when a page fails: a message, never a traceback or a server path.
+"""What a participant sees when a page fails: a message, never a traceback or a server path. (friendly_error: a run's
+failure as one message that says what to do, for the pages that show it themselves.)
 
 app.py runs every page inside guard(). An uncaught exception from the page is logged with its traceback under a short
 incident id (the owner finds it in the server's log) and the page shows one line naming that id; the script then ends
@@ -21,6 +22,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 import streamlit as st
+import torch
 from streamlit.errors import FragmentHandledException
 from streamlit.logger import get_logger
 
@@ -32,6 +34,16 @@ log = get_logger(__name__)  # streamlit's handler: the traceback lands in the se
 
 OPTION = "client.showErrorDetails"
 HIDDEN = "none"
+
+
+def friendly_error(exc: BaseException) -> str:
+    """An exception from a run -> one message that says what to do (no traceback; the traceback goes to the log)."""
+    if isinstance(exc, torch.OutOfMemoryError):
+        return "Out of memory. Press Reset, then lower max new tokens or k, pick a smaller model, dtype bfloat16, or the CPU."
+    if isinstance(exc, ValueError):  # includes ModelLoadError: its message already says what to do
+        return str(exc)
+    log.exception("step-through run failed")
+    return f"Unexpected {type(exc).__name__}: {exc}. Press Reset to start again; if it happens again, try another model or device."
 
 
 def real_server() -> bool:

@@ -18,12 +18,21 @@ import torch
 from streamlit.logger import get_logger
 
 from specviz.config import RunConfig
-from specviz.models import LoadedModel, ModelLoadError, early_exit_view, load_model, resolve_device, resolve_dtype_name
+from specviz.models import (
+    LoadedModel,
+    ModelLoadError,
+    early_exit_view,
+    load_model,
+    resolve_device,
+    resolve_dtype_name,
+    token_bytes,
+)
 from specviz.models.eagle import EagleHead
 from specviz.models.medusa import MedusaHeads
 from specviz.runs import RunModels, load_target_eagle, load_target_heads, resolve_models
 from specviz.ui.common.access import current_policy
 from specviz.viz.markdown import md_text
+from specviz.viz.tokens import TokenTable
 from specviz.workshop.queues import server_threads
 from specviz.workshop.resources import cached
 
@@ -135,6 +144,20 @@ def get_model(
         status.update(label=f"Loaded {md_text(model.name)} ({model.num_layers} layers, {model.device}, {model.precision})", state="complete")
     loaded.add(key)
     return model
+
+
+def load_target(config: RunConfig) -> LoadedModel:
+    """The run's target, from the shared cache (get_model: the owner's policy, a visible status)."""
+    return get_model(config.target, **config.load_options())
+
+
+class TokenTexts(TokenTable):
+    """token id -> its text, from the tokenizer's bytes for that token (a piece of a character shows as its
+    bytes, ⟨E6 97⟩), looked up once and remembered. The text is untrusted model output."""
+
+    def __init__(self, tokenizer) -> None:
+        super().__init__(lambda token_id: token_bytes(tokenizer, token_id))
+        self.tokenizer = tokenizer
 
 
 @cached(max_entries=4)  # keyed by the target's key and the layer (the model itself is left out: _target)

@@ -1,2 +1,3 @@
 """The labs' sides, one module per page: exactness, numerics, benchmark, theory (with its batch measurement and the
-session's measured points) and race. Each runs its measurement in the model's queue and hands the page values to draw."""
+session's measured points); the race page has three (race, probe, exercise). Each runs its measurement in the model's
+queue and hands the page values to draw."""

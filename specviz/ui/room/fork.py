@@ -16,9 +16,10 @@ import time
 import streamlit as st
 
 from specviz.core.metrics import run_metrics
+from specviz.ui.common.errors import friendly_error
 from specviz.ui.room.present import store
 from specviz.ui.room.saved_runs import rebuild_session, save_run
-from specviz.ui.step_through.session import PageState, StepSession, friendly_error
+from specviz.ui.step_through.session import PageState, StepSession
 from specviz.ui.step_through.sidebar import seed_from_run
 from specviz.viz.markdown import md_text
 from specviz.workshop.presentation import BoardPoint, new_id

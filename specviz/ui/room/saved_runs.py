@@ -29,17 +29,15 @@ from specviz.recording.schema import RecordedRun
 from specviz.runs import RunModels, SavedDecoder, exit_layer_for, resume_decoder
 from specviz.ui.common import budgets
 from specviz.ui.common.access import current_policy
-from specviz.ui.common.models import get_eagle, get_early_exit, get_heads, get_model
+from specviz.ui.common.errors import friendly_error
+from specviz.ui.common.models import TokenTexts, get_eagle, get_early_exit, get_heads, get_model, load_target
 from specviz.ui.common.turns import model_turn
 from specviz.ui.step_through.replay import session_recording
 from specviz.ui.step_through.session import (
     PageState,
     Run,
     StepSession,
-    TokenTexts,
     evict_when_idle,
-    friendly_error,
-    load_target,
     request_baseline,
     session_kv_tokens,
     step_session,

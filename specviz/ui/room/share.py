@@ -1,9 +1,9 @@
 """Share a setup by link: the step-through page keeps its settings in the URL query, named as the widget keys,
 and a link opened in a new session restores them.
 
-restore_from_query() runs once per session at the top of the sidebar, before its widgets exist: it seeds
-st.session_state from st.query_params through parse_query, which checks every value against the widget's own
-range. An unknown or invalid parameter becomes a warning and the widget keeps its default; nothing raises.
+restore_from_query() runs once per session before the sidebar's widgets exist (the page calls it and hands the
+sidebar what it seeded): it seeds st.session_state from st.query_params through parse_query, which checks every value
+against the widget's own range. An unknown or invalid parameter becomes a warning and the widget keeps its default; nothing raises.
 What a value means (a target the owner's policy refuses, a draft model the drafter needs) is still for the
 sidebar's normal validation to judge: this module only makes sure each widget receives a value it can hold.
 
@@ -177,9 +177,9 @@ def parse_query(
     return Restored(values, tuple(warnings))
 
 
-def restore_from_query() -> Restored | None:
+def restore_from_query() -> dict[str, object] | None:
     """Once per session, before the sidebar's widgets exist: seed them from the URL, show a warning per refused
-    parameter. Returns what it did, or None on later runs."""
+    parameter. Returns the values it seeded (for specviz.ui.step_through.sidebar.sidebar), or None on later runs."""
     if st.session_state.get(RESTORED_KEY):
         return None
     st.session_state[RESTORED_KEY] = True
@@ -188,7 +188,7 @@ def restore_from_query() -> Restored | None:
         st.session_state[key] = value
     for text in restored.warnings:
         st.warning(md_text(text), icon="🔗")  # the text quotes the URL: escaped, so a link in it stays text
-    return restored
+    return restored.values
 
 
 @dataclass(frozen=True)

@@ -7,17 +7,16 @@ recordings row. Play re-registers the fragment with run_every (a full rerun), on
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
 import streamlit as st
 
 from specviz.config import RunConfig
-from specviz.ui.room import fork, present
-from specviz.ui.room.saved_runs import step_and_save
+from specviz.ui.common.errors import friendly_error
 from specviz.ui.step_through.replay import ReplaySession, ReplayState
-from specviz.ui.step_through.session import PageState, StepSession, friendly_error, start_session
+from specviz.ui.step_through.session import PageState, StepSession, start_session
 from specviz.viz.markdown import md_text
 
 
@@ -164,14 +163,26 @@ class ReplayStage(HeldStage):
 
 class LiveStage(HeldStage):
     """Rounds of the model: the first Step (or Run to end, or Play) starts the session with the sidebar's settings.
-    Each saved round also moves a presentation on (specviz.ui.room.present.after_round) and adds a fork's board point
-    (specviz.ui.room.fork.after_round)."""
+    The page hands the stage what a round means beyond the model: step (a round, and what keeps it: the room's
+    specviz.ui.room.saved_runs.step_and_save) and after_round (run after each round that ran: the room's presentation
+    and fork board, specviz.ui.room.present.after_round and fork.after_round). The stage itself knows no room."""
 
     read_only = False
 
-    def __init__(self, state: PageState, config: RunConfig | None, compare: RunConfig | None, prompt: str, unavailable: bool = False) -> None:
+    def __init__(
+        self,
+        state: PageState,
+        config: RunConfig | None,
+        compare: RunConfig | None,
+        prompt: str,
+        unavailable: bool = False,
+        *,
+        step: Callable[[StepSession], bool],
+        after_round: Sequence[Callable[[StepSession], None]] = (),
+    ) -> None:
         self.state, self.config, self.compare, self.prompt = state, config, compare, prompt
         self.unavailable = unavailable  # the target could not be loaded (the page said why)
+        self.step_round, self.after_round = step, tuple(after_round)
 
     def ready(self) -> bool:
         if self.state.session is not None:
@@ -198,10 +209,10 @@ class LiveStage(HeldStage):
 
     def step(self) -> bool:
         ran = not self.state.session.done  # a Step of finished runs adds nothing: no file, no board point
-        stepped = step_and_save(self.state.session)
+        stepped = self.step_round(self.state.session)
         if stepped and ran:
-            present.after_round(self.state.session)
-            fork.after_round(self.state.session)
+            for hook in self.after_round:
+                hook(self.state.session)
         return stepped
 
     def run_to_end(self, progress: Callable[[object], None]) -> None:

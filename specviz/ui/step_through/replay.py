@@ -18,7 +18,8 @@ from specviz.recording.build import build_recording, dumps, now_utc, recorded_ru
 from specviz.recording.load import MAX_BYTES, load_recording, read_recording
 from specviz.recording.schema import RecordedRun, Recording
 from specviz.ui.common import backmsgs, widgets
-from specviz.ui.step_through.session import StepSession, load_target
+from specviz.ui.common.models import load_target
+from specviz.ui.step_through.session import StepSession
 from specviz.viz.figures import BASELINE_RUN
 from specviz.viz.markdown import md_text
 from specviz.workshop.resources import cached

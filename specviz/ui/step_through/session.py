@@ -21,20 +21,19 @@ import weakref
 from dataclasses import dataclass, field
 
 import streamlit as st
-import torch
 
 from specviz.config import FIELDS, RunConfig, validate_prompt
 from specviz.core.decoding import SpeculativeDecoder
 from specviz.core.records import StepRecord
 from specviz.drafters.specs import branches, short_name
-from specviz.models import LoadedModel, token_bytes
+from specviz.models import LoadedModel
 from specviz.runs import RunModels, build_decoder, decoder_for, kv_tokens
 from specviz.ui.common import budgets, timing
+from specviz.ui.common.errors import friendly_error
 from specviz.ui.common.keys import STEP_THROUGH_KEY
-from specviz.ui.common.models import get_model, run_models
+from specviz.ui.common.models import TokenTexts, load_target, run_models
 from specviz.ui.common.turns import model_turn, target_queue
 from specviz.viz.markdown import md_text
-from specviz.viz.tokens import TokenTable
 from specviz.workshop.baselines import BaselineRun, baseline_worker
 from specviz.workshop.budgets import Reservation
 
@@ -50,15 +49,6 @@ def run_name(config: RunConfig) -> str:
     name = short_name(config.drafter)
     width = branches(config.drafter, config.tree_width)
     return f"{name}, tree W={width}" if width > 1 else name
-
-
-class TokenTexts(TokenTable):
-    """token id -> its text, from the tokenizer's bytes for that token (a piece of a character shows as its
-    bytes, ⟨E6 97⟩), looked up once and remembered. The text is untrusted model output."""
-
-    def __init__(self, tokenizer) -> None:
-        super().__init__(lambda token_id: token_bytes(tokenizer, token_id))
-        self.tokenizer = tokenizer
 
 
 @dataclass
@@ -184,16 +174,6 @@ def page_state() -> PageState:
     return state
 
 
-def friendly_error(exc: BaseException) -> str:
-    """An exception -> one message that says what to do (no traceback; the traceback goes to the log)."""
-    if isinstance(exc, torch.OutOfMemoryError):
-        return "Out of memory. Press Reset, then lower max new tokens or k, pick a smaller model, dtype bfloat16, or the CPU."
-    if isinstance(exc, ValueError):  # includes ModelLoadError: its message already says what to do
-        return str(exc)
-    log.exception("step-through run failed")
-    return f"Unexpected {type(exc).__name__}: {exc}. Press Reset to start again; if it happens again, try another model or device."
-
-
 def describe_changes(old: RunConfig, new: RunConfig | None) -> list[str]:
     """'k: 4 → 6'-style lines for the fields that differ."""
     if new is None:
@@ -227,10 +207,6 @@ def request_baseline(config: RunConfig, target: LoadedModel, prompt_ids: list[in
         return build_decoder(config, target, ids, baseline=True)
 
     return baseline_worker().request(shared_baseline_key(config, target, ids), make_decoder, target_queue(target), config.max_new_tokens)
-
-
-def load_target(config: RunConfig) -> LoadedModel:
-    return get_model(config.target, **config.load_options())
 
 
 def session_kv_tokens(configs: list[RunConfig], models: list[RunModels], num_prompt_tokens: int) -> int:

@@ -14,6 +14,7 @@ their section at the end (draw_rest), so a field added to the table appears with
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -31,7 +32,6 @@ from specviz.ui.common import widgets
 from specviz.ui.common.access import current_policy, replica_footer
 from specviz.ui.common.presets import CUSTOM, MODEL_PAIRS
 from specviz.ui.common.prompts import load_examples
-from specviz.ui.room.share import restore_from_query
 from specviz.ui.step_through.caps import (
     DEFAULTS,
     NO_DRAFT,
@@ -190,7 +190,7 @@ def _apply_drafter_defaults(policy: Policy) -> None:
             state[key] = tuned_value(name, new, policy)
 
 
-def _start_linked_drafter(linked: dict, policy: Policy) -> None:
+def _start_linked_drafter(linked: Mapping[str, object], policy: Policy) -> None:
     """A share link named a drafter: what it left out of k, tree width and draft vocabulary starts at that drafter's
     measured best (a link leaves out a value equal to it, specviz.ui.room.share.link_for)."""
     spec = drafter_spec(linked["drafter"])
@@ -348,13 +348,14 @@ def _model_widgets(policy: Policy) -> dict:
     return fields
 
 
-def sidebar(*, with_compare: bool = True, with_play: bool = True) -> Settings:
-    """Draw the sidebar and return the settings it describes. The race page leaves out compare mode and Play's pace
-    (with_compare, with_play False); everything else, and the policy's checks, are the same path."""
-    restored = restore_from_query()  # a share link's settings (specviz/ui/room/share.py), before any widget exists
+def sidebar(linked: Mapping[str, object] | None = None, *, with_compare: bool = True, with_play: bool = True) -> Settings:
+    """Draw the sidebar and return the settings it describes. linked: the values a share link seeded into the widgets,
+    once per session (the page calls specviz.ui.room.share.restore_from_query before the sidebar's widgets exist). The
+    race page leaves out compare mode and Play's pace (with_compare, with_play False); everything else, and the
+    policy's checks, are the same path."""
     policy = current_policy(report=True)
-    if restored is not None and restored.values.get("drafter") in allowed_drafters(policy):
-        _start_linked_drafter(restored.values, policy)
+    if linked is not None and linked.get("drafter") in allowed_drafters(policy):
+        _start_linked_drafter(linked, policy)
     _seed_defaults(policy)
     refuse_forced(policy)
     examples = _seed_defaults(policy)  # again: what refuse_forced dropped starts at its default
