@@ -35,6 +35,10 @@ Inside the UI, the features, bottom up (UI_ARROWS; a feature may import itself a
 So a step_through stage that saves a round, moves a presentation on or adds a fork's point is handed those hooks by
 the page (specviz.ui.step_through.controls.LiveStage); it never imports the room.
 
+Streamlit's internals (streamlit.runtime, streamlit.proto, streamlit.web) are reached through one module,
+specviz/ui/common/st_internals.py (ST_INTERNALS), so an upgrade that moves them touches one file. specviz.loadtest, a
+leaf that speaks Streamlit's protocol like the tests do, imports the protobuf messages itself.
+
 What a page may import from below the UI, name by name (a widget's range, a result's type to check with isinstance);
 anything that computes is a specviz.ui function that hands the page a value to draw. A page imports a ui name from
 the module that defines it: no ui module re-exports core or experiments names (no `__all__` shims).
@@ -102,6 +106,8 @@ UI_ARROWS: dict[str, set[str]] = {  # the features inside specviz/ui (the docstr
     "room": {"step_through", "common"},
     "labs": {"room", "step_through", "common"},
 }
+ST_INTERNALS = "specviz.ui.common.st_internals"
+INTERNAL_PACKAGES = ("runtime", "proto", "web")  # streamlit.<these>: not Streamlit's public API
 STREAMLIT_OK = {"ui", "pages", "app", "loadtest"}  # loadtest: the protocol client speaks Streamlit's protobuf messages
 TRANSFORMERS_OK = {"models"}
 DEV_ONLY = {"websockets", "selenium"}  # requirements-dev.txt; psutil too, which the UI imports guarded (memory, if known)
@@ -193,6 +199,20 @@ def ui_arrows(graph: dict[str, tuple[set[str], set[str]]]) -> set[tuple[str, str
     return {(feature(m), feature(o)) for m, (inner, _) in graph.items() for o in inner if feature(m) and feature(o) and feature(m) != feature(o)}
 
 
+def streamlit_internals_of(path: Path) -> set[str]:
+    """The streamlit.runtime / .proto / .web modules a file imports anywhere (`from streamlit import runtime` too)."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names = [f"{node.module}.{a.name}" for a in node.names] if node.module == "streamlit" else [node.module]
+        else:
+            continue
+        found |= {n for n in names if n.split(".")[0] == "streamlit" and len(n.split(".")) > 1 and n.split(".")[1] in INTERNAL_PACKAGES}
+    return found
+
+
 def defined_names(path: Path) -> set[str]:
     """Names a module defines at its top level (functions, classes, assignments), not the ones it imports."""
     names: set[str] = set()
@@ -279,6 +299,26 @@ def test_known_bad_ui_graphs_fail():
         "specviz.ui.extras.x: no feature in UI_ARROWS (add it to tests/test_boundaries.py)",
         "specviz.ui.step_through.controls -> specviz.ui.room.saved_runs",
     ]
+
+
+def test_streamlit_internals_only_through_the_adapter():
+    """Only specviz/ui/common/st_internals.py imports streamlit.runtime, .proto or .web (the ui, the pages, app.py)."""
+    paths = [*sorted((REPO / "specviz" / "ui").rglob("*.py")), *sorted((REPO / "pages").glob("*.py")), REPO / "app.py"]
+    wrong = [f"{module_name(p)}: {sorted(found)}" for p in paths if module_name(p) != ST_INTERNALS and (found := streamlit_internals_of(p))]
+    assert not wrong, "Streamlit internals imported past specviz.ui.common.st_internals:\n" + "\n".join(wrong)
+    assert streamlit_internals_of(REPO / "specviz" / "ui" / "common" / "st_internals.py")  # the adapter is seen
+
+
+def test_known_bad_streamlit_internals_are_found(tmp_path):
+    """Each way of reaching an internal is seen (inside a function too); the public API and streamlit.logger are not."""
+    probe = tmp_path / "probe.py"
+    probe.write_text(
+        "import streamlit as st\nfrom streamlit import runtime, config\nfrom streamlit.logger import get_logger\n"
+        "def f():\n    from streamlit.proto.BackMsg_pb2 import BackMsg\n    import streamlit.web.cli\n"
+        "    from streamlit.runtime.scriptrunner import get_script_run_ctx\n",
+        encoding="utf-8",
+    )
+    assert streamlit_internals_of(probe) == {"streamlit.runtime", "streamlit.proto.BackMsg_pb2", "streamlit.web.cli", "streamlit.runtime.scriptrunner"}
 
 
 def test_no_import_cycles(graph):

@@ -30,6 +30,7 @@ from dataclasses import dataclass
 
 from streamlit.logger import get_logger
 
+from specviz.ui.common import st_internals
 from specviz.workshop.resources import singleton
 
 log = get_logger(__name__)  # streamlit's handler: the server's log shows what was dropped
@@ -59,10 +60,8 @@ def available() -> bool:
     """Streamlit's AppSession dispatches BackMsgs in handle_backmsg, the BackMsg oneofs name the kinds we know, and the
     uploaded files live in a MemoryUploadedFileManager that mints their URLs."""
     try:
-        from streamlit.proto.BackMsg_pb2 import BackMsg
-        from streamlit.runtime.app_session import AppSession
-        from streamlit.runtime.memory_uploaded_file_manager import MemoryUploadedFileManager
-
+        BackMsg, AppSession = st_internals.back_msg(), st_internals.app_session()
+        MemoryUploadedFileManager = st_internals.uploaded_file_manager()
         kinds = {f.name for f in BackMsg.DESCRIPTOR.oneofs_by_name["type"].fields}
         operation = BackMsg.DESCRIPTOR.fields_by_name["backend_operation_request"].message_type
         payloads = {f.name for f in operation.oneofs_by_name["payload"].fields}
@@ -198,9 +197,7 @@ def install(is_local: Callable[[str], bool]) -> bool:
 def expect_upload(max_bytes: int) -> None:
     """Call beside st.file_uploader: this session's next upload URLs take at most max_bytes (checked before the
     body is read where the guard started with the server, before it is stored always)."""
-    from streamlit.runtime.scriptrunner import get_script_run_ctx
-
-    guard, ctx = doors(), get_script_run_ctx()
+    guard, ctx = doors(), st_internals.script_run_ctx()
     if guard is not None and ctx is not None:
         guard.expect(ctx.session_id, max_bytes)
 
@@ -209,9 +206,7 @@ def _install(is_local: Callable[[str], bool]) -> bool:
     if not available():
         log.warning("this Streamlit's BackMsgs or upload manager are not as specviz knows them: participants' messages and uploads are not filtered")
         return False
-    from streamlit.runtime import Runtime
-
-    if Runtime.exists():  # a plain `streamlit run`: the server ran before this, its sessions' first messages unfiltered
+    if st_internals.runtime_started():  # a plain `streamlit run`: the server ran before this, its sessions' first messages unfiltered
         log.warning("the guard on participants' messages starts now, at the first script run, not with the server: open it to a room with `python -m specviz app` (docs/workshop.md)")
     guard = Doors(is_local)
     singleton("client-doors-holder", dict)["doors"] = guard
@@ -223,8 +218,7 @@ def _install(is_local: Callable[[str], bool]) -> bool:
 
 
 def _guard_messages(guard: Doors) -> None:
-    from streamlit.runtime.app_session import AppSession
-
+    AppSession = st_internals.app_session()
     handle = AppSession.handle_backmsg
 
     def handle_backmsg(self, msg) -> None:
@@ -246,8 +240,7 @@ def _stored(manager) -> dict[str, dict[str, int]]:
 
 
 def _guard_uploads(guard: Doors) -> None:
-    from streamlit.runtime.memory_uploaded_file_manager import MemoryUploadedFileManager
-
+    MemoryUploadedFileManager = st_internals.uploaded_file_manager()
     mint, add, remove_session = MemoryUploadedFileManager.get_upload_urls, MemoryUploadedFileManager.add_file, MemoryUploadedFileManager.remove_session_files
 
     def get_upload_urls(self, session_id, file_names):
@@ -290,7 +283,7 @@ def _guard_upload_route(guard: Doors) -> bool:
     try:
         from starlette.requests import Request
         from starlette.routing import Route
-        from streamlit.web.server.starlette import starlette_app
+        starlette_app = st_internals.starlette_app_module()
     except ImportError:
         return False
     create = getattr(starlette_app, "create_upload_routes", None)
@@ -329,8 +322,8 @@ def _cap_inbound_frames() -> bool:
     limit too, so a frame up to 200 MB was read into memory before Streamlit closed the connection for its size. For
     every client (no frame over the limit was ever handled). False where the server's settings are not as known."""
     try:
-        from streamlit.runtime.runtime_util import get_max_widget_state_size_bytes
-        from streamlit.web.server.starlette import starlette_server
+        read_limit = st_internals.max_widget_state_size_reader()
+        starlette_server = st_internals.starlette_server_module()
     except ImportError:
         return False
     kwargs = getattr(starlette_server, "_get_uvicorn_config_kwargs", None)
@@ -340,7 +333,7 @@ def _cap_inbound_frames() -> bool:
     def capped() -> dict:
         out = kwargs()
         if "ws_max_size" in out:
-            out["ws_max_size"] = min(out["ws_max_size"], get_max_widget_state_size_bytes())
+            out["ws_max_size"] = min(out["ws_max_size"], read_limit())
         return out
 
     capped.__wrapped__ = kwargs  # type: ignore[attr-defined]

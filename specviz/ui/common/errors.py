@@ -26,7 +26,7 @@ import torch
 from streamlit.errors import FragmentHandledException
 from streamlit.logger import get_logger
 
-from specviz.ui.common import widgets
+from specviz.ui.common import st_internals, widgets
 from specviz.ui.common.access import current_policy
 from specviz.workshop.saved_runs import disk_full, write_problem
 
@@ -48,10 +48,7 @@ def friendly_error(exc: BaseException) -> str:
 
 def real_server() -> bool:
     """A real Streamlit server runs this script (not AppTest's mocked runtime, not bare python)."""
-    from streamlit import runtime
-    from streamlit.runtime import Runtime
-
-    return runtime.exists() and type(runtime.get_instance()) is Runtime
+    return st_internals.server_runtime() is not None
 
 
 def hide_error_details() -> None:

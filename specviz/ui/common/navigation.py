@@ -16,6 +16,8 @@ from dataclasses import dataclass
 import streamlit as st
 from streamlit.errors import StreamlitAPIException
 
+from specviz.ui.common import st_internals
+
 
 @dataclass(frozen=True)
 class PageSpec:
@@ -44,11 +46,7 @@ def legacy_routing() -> bool:
     """True while Streamlit still routes by the pages/ folder (a fresh server, no st.navigation run yet).
 
     Reads Streamlit's own flag; a version without it has no legacy routing to work around."""
-    try:
-        from streamlit.runtime.pages_manager import PagesManager
-    except ImportError:
-        return False
-    return bool(getattr(PagesManager, "uses_pages_directory", False))
+    return st_internals.uses_pages_directory()
 
 
 def route_through_app() -> None:

@@ -10,7 +10,7 @@ import asyncio
 import streamlit as st
 from streamlit.logger import get_logger
 
-from specviz.ui.common import backmsgs
+from specviz.ui.common import backmsgs, st_internals
 from specviz.ui.common.client import client_of, current_client
 from specviz.ui.common.keys import PRESENTING_KEY, STEP_THROUGH_KEY
 from specviz.ui.common.settings import policy_for
@@ -33,17 +33,12 @@ def sweeper() -> SessionSweeper:
 
 def session_id_now() -> str | None:
     """This browser session's id (None outside a script run)."""
-    from streamlit.runtime.scriptrunner import get_script_run_ctx
-
-    ctx = get_script_run_ctx()
-    return ctx.session_id if ctx is not None else None
+    return st_internals.session_id_now()
 
 
 def runtime():
     """Streamlit's runtime (None outside a server: AppTest, bare python)."""
-    from streamlit import runtime as st_runtime
-
-    return st_runtime.get_instance() if st_runtime.exists() else None
+    return st_internals.runtime_instance()
 
 
 def track_session() -> None:
@@ -51,9 +46,7 @@ def track_session() -> None:
     rt = runtime()
     if rt is None:
         return  # AppTest and bare `python` runs: no server, nothing to sweep
-    from streamlit.runtime.scriptrunner import get_script_run_ctx
-
-    ctx = get_script_run_ctx()
+    ctx = st_internals.script_run_ctx()
     if ctx is None:
         return
     address = _admit(ctx.session_id)

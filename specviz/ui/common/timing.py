@@ -20,6 +20,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 
+from specviz.ui.common import st_internals
 from specviz.workshop.foreground import foreground
 
 LOGGER_NAME = "specviz.timing"
@@ -71,10 +72,8 @@ def _ensure_handler() -> None:
 def _session_id() -> str:
     """The first 8 characters of this session's id for the log ("-" outside a script run). Not
     specviz.ui.common.sessions.session_id_now: sessions' users (turns) import this module."""
-    from streamlit.runtime.scriptrunner import get_script_run_ctx
-
-    ctx = get_script_run_ctx()
-    return ctx.session_id[:8] if ctx is not None else "-"
+    session_id = st_internals.session_id_now()
+    return session_id[:8] if session_id is not None else "-"
 
 
 @contextmanager

@@ -25,6 +25,7 @@ from typing import Any
 
 import streamlit as st
 
+from specviz.ui.common import st_internals
 from specviz.viz.markdown import md_text
 
 UNSET = object()  # the caller gave no reset value
@@ -42,8 +43,7 @@ def tolerate_unreadable_values() -> bool:
     if _tolerant:
         return True
     try:
-        from streamlit.proto.WidgetStates_pb2 import WidgetState
-        from streamlit.runtime.state.session_state import Serialized, WStates
+        WidgetState, Serialized, WStates = st_internals.widget_state_types()
     except ImportError:
         log.warning("this Streamlit has no WStates: a client's unreadable widget value still breaks its session")
         return False
@@ -73,9 +73,7 @@ def tolerate_unreadable_values() -> bool:
 
 
 def _remember_dropped(widget_id: str, exc: Exception) -> None:
-    from streamlit.runtime.scriptrunner import get_script_run_ctx
-
-    ctx = get_script_run_ctx()
+    ctx = st_internals.script_run_ctx()
     key = widget_id.split("-", 2)[2] if widget_id.count("-") >= 2 else widget_id  # "$$ID-<hash>-<key>" -> key
     log.warning("a client's value for widget %r could not be read (%s); it was dropped", key[:80], type(exc).__name__)
     if ctx is None:
@@ -88,9 +86,7 @@ def _remember_dropped(widget_id: str, exc: Exception) -> None:
 
 def dropped_values() -> list[str]:
     """The widgets of this session whose client values could not be read since its page last asked (and said so)."""
-    from streamlit.runtime.scriptrunner import get_script_run_ctx
-
-    ctx = get_script_run_ctx()
+    ctx = st_internals.script_run_ctx()
     if ctx is None:
         return []
     with _dropped_lock:

@@ -34,6 +34,8 @@ import time
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 
+from specviz.ui.common import st_internals
+
 log = logging.getLogger(__name__)
 
 POLL_S = 0.05  # the watcher looks this often at the stamp (one stat) where changes are not announced, or a redraw waits
@@ -53,20 +55,17 @@ class Registration:
 
 def _app_session(session_id: str):
     """The AppSession of an active session in this process, or None."""
-    from streamlit import runtime
-
-    if not runtime.exists():
+    instance = st_internals.runtime_instance()
+    if instance is None:
         return None
-    info = runtime.get_instance()._session_mgr.get_active_session_info(session_id)
+    info = instance._session_mgr.get_active_session_info(session_id)
     return None if info is None else info.session
 
 
 def current_fragment_id() -> str | None:
     """The id of the fragment the calling code runs in, or None (outside a fragment, or another Streamlit)."""
     try:
-        from streamlit.runtime.scriptrunner_utils.script_run_context import ThreadState
-
-        return ThreadState.get().fragment_id
+        return st_internals.fragment_id_now()
     except (ImportError, AttributeError, RuntimeError):  # RuntimeError: not a script thread
         return None
 
@@ -74,15 +73,12 @@ def current_fragment_id() -> str | None:
 def available() -> bool:
     """This process runs Streamlit's server, and its internals are the ones push_rerun uses."""
     try:
-        from streamlit import runtime
-        from streamlit.runtime.app_session import AppSession
-        from streamlit.runtime.scriptrunner_utils.script_requests import RerunData
-
-        fields = RerunData.__dataclass_fields__
+        instance, app_session = st_internals.runtime_instance(), st_internals.app_session()
+        fields = st_internals.rerun_data().__dataclass_fields__
         return (
-            runtime.exists()
-            and hasattr(runtime.get_instance()._session_mgr, "get_active_session_info")
-            and all(hasattr(AppSession, name) for name in ("has_fragment", "_create_scriptrunner"))
+            instance is not None
+            and hasattr(instance._session_mgr, "get_active_session_info")
+            and all(hasattr(app_session, name) for name in ("has_fragment", "_create_scriptrunner"))
             and {"fragment_id", "widget_states", "query_string", "page_script_hash"} <= set(fields)
         )
     except Exception:  # an import or attribute missing in another Streamlit version
@@ -101,9 +97,7 @@ def push_rerun(session_id: str, fragment_id: str) -> bool:
 
 def _rerun_fragment(app, fragment_id: str) -> None:
     """What AppSession.request_rerun does for a browser's fragment rerun, with widget_states None (keep them)."""
-    from streamlit.runtime.app_session import AppSessionState
-    from streamlit.runtime.scriptrunner_utils.script_requests import RerunData
-
+    AppSessionState, RerunData = st_internals.app_session_state(), st_internals.rerun_data()
     if app._state == AppSessionState.SHUTDOWN_REQUESTED or not app.has_fragment(fragment_id):
         return  # closing, or a full run since dropped the fragment (that run drew the page anew)
     client = app._client_state
