@@ -368,15 +368,13 @@ def accepted_depth(record: StepRecord) -> tuple[int, bool]:
     tried and rejected something at depth n+1 (a chain's rejected draft; a tree's rejected children)."""
     fates = record.draft_fates
     n = sum(f == "accepted" for f in fates)  # a tree's accepted nodes are its path, one per depth
-    depths = tree_depths(record.tree_parents) if record.is_tree else range(len(fates))
+    depths = tree_depths(record.node_parents)
     return n, any(f == "rejected" and d == n for f, d in zip(fates, depths))
 
 
 def draft_depth(record: StepRecord) -> int:
     """How many draft positions (depths) the round drafted: k for a chain, the deepest level for a tree."""
-    if record.is_tree:
-        return max(tree_depths(record.tree_parents)) + 1
-    return record.num_drafted
+    return 1 + max(tree_depths(record.node_parents), default=-1)
 
 
 def position_acceptance(records: Sequence[StepRecord]) -> tuple[PositionAcceptance, ...]:
@@ -395,8 +393,7 @@ def position_acceptance(records: Sequence[StepRecord]) -> tuple[PositionAcceptan
 def draft_heads(record: StepRecord) -> tuple[int, ...]:
     """The Medusa head (1-based) that proposed each drafted token of a round: a chain's position i and a tree node at
     depth d come from head i + 1 and d + 1. The one place a head is derived; meaningful for a heads drafter only."""
-    depths = tree_depths(record.tree_parents) if record.is_tree else range(record.num_drafted)
-    return tuple(d + 1 for d in depths)
+    return tuple(d + 1 for d in tree_depths(record.node_parents))
 
 
 def table_slots(record: StepRecord) -> tuple[tuple[int, int], ...]:
@@ -405,7 +402,7 @@ def table_slots(record: StepRecord) -> tuple[tuple[int, int], ...]:
     place among its siblings: a chain's node i is column 0 of node i - 1's row. Meaningful for that drafter only."""
     seen: dict[int, int] = {}
     out = []
-    for parent in record.tree_parents if record.is_tree else range(-1, record.num_drafted - 1):
+    for parent in record.node_parents:
         out.append((parent, seen.get(parent, 0)))
         seen[parent] = seen.get(parent, 0) + 1
     return tuple(out)
