@@ -234,6 +234,24 @@ def test_the_acceptance_histogram_follows_each_step(tiny_models, monkeypatch):
         assert len(charts) == 1 and sum(int(t[2:]) for t in charts[0]["data"][0]["text"]) == expected.num_spec_steps
 
 
+def test_every_counter_of_totals_is_summed_by_pooled_and_after():
+    """Totals' counters are derived from its fields: every int or float field (all but the baseline's, None without
+    one) is summed by pooled() and accumulated by after(), so a counter added to Totals cannot pool to 0 unlisted."""
+    from dataclasses import fields
+
+    from specviz.core.metrics import COUNTERS, Totals, pooled, running_totals
+
+    assert set(COUNTERS) == {f.name for f in fields(Totals) if f.type in ("int", "float")}
+    a = Totals(**{name: i + 1 for i, name in enumerate(COUNTERS)})
+    b = Totals(**{name: 10 * (i + 1) for i, name in enumerate(COUNTERS)}, baseline_ms=3.0)
+    both = pooled([a, b])
+    assert all(getattr(both, name) == 11 * (i + 1) for i, name in enumerate(COUNTERS))
+    assert both.baseline_ms is None  # pooled: no baseline (a speedup is measured per run)
+    last = running_totals(RECORDS)[-1]
+    assert all(getattr(last, name) > 0 for name in COUNTERS)  # a round's own counts (of_round) fill every counter
+    assert last == pooled(Totals.of_round(r) for r in RECORDS)
+
+
 def test_a_chain_reads_as_the_tree_of_one_shape():
     """StepRecord.node_parents / node_path: a chain's node i hangs under node i - 1 and its accepted nodes are the
     leading run (after an EOS / length cut too); a tree's are its tree_parents and accepted_path."""

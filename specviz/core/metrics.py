@@ -34,7 +34,7 @@ running ones (running_totals), so the page's curves, its metrics table, the CLI 
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 
 from specviz.core.records import StepRecord
 from specviz.core.tree import tree_depths
@@ -155,21 +155,22 @@ class Totals:
     baseline_ms: float | None = None  # plain decoding's time for new_tokens (BaselineClock.ms_for); None without it
     baseline_ms_per_token: float | None = None  # plain decoding's mean pace so far (for c); None without a baseline
 
+    @classmethod
+    def of_round(cls, r: StepRecord) -> Totals:
+        """One round's own counts and clocks (no baseline): what after() adds."""
+        return cls(**_round_counts(r))
+
+    def plus(self, other: Totals) -> Totals:
+        """Every counter (COUNTERS) summed; the baseline fields left as self's (they are read off a clock)."""
+        return replace(self, **{name: getattr(self, name) + getattr(other, name) for name in COUNTERS})
+
     def after(self, r: StepRecord, clock: BaselineClock | None) -> Totals:
         """These totals with one more round."""
-        values = overlap_values(r)
-        tokens = self.new_tokens + len(r.emitted)
+        one = _round_counts(r)
+        counts = {name: getattr(self, name) + one[name] for name in COUNTERS}  # a counter _round_counts lacks: KeyError
         return Totals(
-            rounds=self.rounds + 1,
-            drafting_rounds=self.drafting_rounds + (r.num_drafted > 0),
-            new_tokens=tokens,
-            drafted=self.drafted + r.num_drafted,
-            accepted=self.accepted + r.num_accepted,
-            checked=self.checked + len(values),
-            overlap_sum=self.overlap_sum + float(sum(values)),
-            draft_ms=self.draft_ms + r.draft_ms,
-            decode_ms=self.decode_ms + r.round_ms,
-            baseline_ms=clock.ms_for(tokens) if clock else None,
+            **counts,
+            baseline_ms=clock.ms_for(counts["new_tokens"]) if clock else None,
             baseline_ms_per_token=clock.ms_per_token if clock else None,
         )
 
@@ -219,6 +220,28 @@ class Totals:
         return disturbance_note(
             self.measured_speedup, self.tokens_per_target_pass, self.baseline_ms / self.new_tokens, self.decode_ms / self.rounds,
         )  # fmt: skip
+
+
+def _round_counts(r: StepRecord) -> dict[str, int | float]:
+    """One round's value of every counter (COUNTERS), by name."""
+    values = overlap_values(r)
+    return {
+        "rounds": 1,
+        "drafting_rounds": int(r.num_drafted > 0),
+        "new_tokens": len(r.emitted),
+        "drafted": r.num_drafted,
+        "accepted": r.num_accepted,
+        "checked": len(values),
+        "overlap_sum": float(sum(values)),
+        "draft_ms": r.draft_ms,
+        "decode_ms": r.round_ms,
+    }
+
+
+COUNTERS: tuple[str, ...] = tuple(f.name for f in fields(Totals) if f.default is not None)
+"""Totals' summed fields (after, pooled): every field that defaults to a number rather than None (the baseline's,
+read off a clock), so a counter added to Totals is pooled without being listed again, and after() fails loudly
+until _round_counts gives a round's value of it."""
 
 
 @dataclass(frozen=True)
@@ -479,11 +502,7 @@ def pooled(totals: Iterable[Totals]) -> Totals:
     no baseline (a speedup is measured per run)."""
     out = Totals()
     for t in totals:
-        out = Totals(
-            rounds=out.rounds + t.rounds, drafting_rounds=out.drafting_rounds + t.drafting_rounds, new_tokens=out.new_tokens + t.new_tokens,
-            drafted=out.drafted + t.drafted, accepted=out.accepted + t.accepted, checked=out.checked + t.checked,
-            overlap_sum=out.overlap_sum + t.overlap_sum, draft_ms=out.draft_ms + t.draft_ms, decode_ms=out.decode_ms + t.decode_ms,
-        )  # fmt: skip
+        out = out.plus(t)
     return out
 
 
