@@ -232,3 +232,39 @@ def test_the_acceptance_histogram_follows_each_step(tiny_models, monkeypatch):
         expected = run_metrics(records).spec_decode
         assert expected.num_spec_steps >= 1  # the prompt repeats itself: lookup drafts from the first round
         assert len(charts) == 1 and sum(int(t[2:]) for t in charts[0]["data"][0]["text"]) == expected.num_spec_steps
+
+
+def test_every_counter_of_totals_is_summed_by_pooled_and_after():
+    """Totals' counters are derived from its fields: every int or float field (all but the baseline's, None without
+    one) is summed by pooled() and accumulated by after(), so a counter added to Totals cannot pool to 0 unlisted."""
+    from dataclasses import fields
+
+    from specviz.core.metrics import COUNTERS, Totals, pooled, running_totals
+
+    assert set(COUNTERS) == {f.name for f in fields(Totals) if f.type in ("int", "float")}
+    a = Totals(**{name: i + 1 for i, name in enumerate(COUNTERS)})
+    b = Totals(**{name: 10 * (i + 1) for i, name in enumerate(COUNTERS)}, baseline_ms=3.0)
+    both = pooled([a, b])
+    assert all(getattr(both, name) == 11 * (i + 1) for i, name in enumerate(COUNTERS))
+    assert both.baseline_ms is None  # pooled: no baseline (a speedup is measured per run)
+    last = running_totals(RECORDS)[-1]
+    assert all(getattr(last, name) > 0 for name in COUNTERS)  # a round's own counts (of_round) fill every counter
+    assert last == pooled(Totals.of_round(r) for r in RECORDS)
+
+
+def test_a_chain_reads_as_the_tree_of_one_shape():
+    """StepRecord.node_parents / node_path: a chain's node i hangs under node i - 1 and its accepted nodes are the
+    leading run (after an EOS / length cut too); a tree's are its tree_parents and accepted_path."""
+    from specviz.core.metrics import accepted_depth, draft_depth, draft_heads, table_slots
+
+    chain = rec("aard", 3)
+    assert (chain.node_parents, chain.node_path) == ((-1, 0, 1, 2), (0, 1))
+    assert rec("", 1).node_parents == () and rec("", 1).node_path == ()
+    cut = rec("addd", 1)  # three kept, then an EOS at the first: the rest discarded
+    assert cut.node_path == (0,)
+    tree = replace(rec("adadr", 3), tree_parents=(-1, -1, 0, 1, 2), tree_width=2, accepted_path=(0, 2))
+    assert (tree.node_parents, tree.node_path) == ((-1, -1, 0, 1, 2), (0, 2))
+    assert (accepted_depth(chain), draft_depth(chain), draft_heads(chain)) == ((2, True), 4, (1, 2, 3, 4))
+    assert table_slots(chain) == ((-1, 0), (0, 0), (1, 0), (2, 0))
+    assert (accepted_depth(tree), draft_depth(tree), draft_heads(tree)) == ((2, True), 3, (1, 1, 2, 2, 3))
+    assert table_slots(tree) == ((-1, 0), (-1, 1), (0, 0), (1, 0), (2, 0))

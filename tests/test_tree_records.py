@@ -39,6 +39,9 @@ def test_old_records_without_tree_fields_still_load(tree_compare):
             rec.pop(key)
     loaded = load_recording(json.dumps(raw).encode("utf-8"))
     assert all(not r.is_tree and r.tree_width == 1 for r in loaded.runs[1].records)
+    # the chain-as-tree view is derived, never stored: an old chain record reads node i under node i - 1
+    assert all(r.node_parents == tuple(range(-1, r.num_drafted - 1)) for r in loaded.runs[1].records)
+    assert all(r.node_path == tuple(range(r.num_accepted)) for r in loaded.runs[1].records)
 
 
 def test_a_broken_tree_record_is_a_clear_error(tree_compare):

@@ -26,7 +26,7 @@ import torch
 
 from specviz.core.auto_k import AutoCosts, AutoK
 from specviz.core.limits import MAX_DRAFT_TOKENS
-from specviz.core.metrics import RunMetrics, run_metrics
+from specviz.core.metrics import RunMetrics, draft_depth, run_metrics
 from specviz.core.protocols import (
     CachedLM,
     Drafter,
@@ -41,7 +41,7 @@ from specviz.core.records import RoundContext, RoundTimes, StepRecord, build_rec
 from specviz.core.resume import Features, HandOvers, PassLogits, RunState, generator_state, set_generator_state
 from specviz.core.rounds import ChainRound, Drafted, Round, Verified, cut_emitted
 from specviz.core.sampling import SamplingConfig
-from specviz.core.tree import MAX_TREE_WIDTH, tree_depths
+from specviz.core.tree import MAX_TREE_WIDTH
 from specviz.core.tree_round import TreeRound, tree_round
 from specviz.core.verify import EmitFate
 
@@ -221,8 +221,7 @@ class SpeculativeDecoder:
     def _observe_auto(self, record: StepRecord) -> None:
         """Fold a round into auto's evidence: what it drafted, over how many positions, and how many it kept."""
         if self.auto is not None:
-            levels = 1 + max(tree_depths(record.tree_parents), default=-1) if record.is_tree else record.num_drafted
-            self.auto.observe(record.num_drafted, record.num_accepted, levels)
+            self.auto.observe(record.num_drafted, record.num_accepted, draft_depth(record))
 
     def draft(self, k: int) -> Drafted:
         """1. What the last pass left for the drafter (hand_over), then up to k drafted tokens (a chain, or a tree of

@@ -34,7 +34,7 @@ running ones (running_totals), so the page's curves, its metrics table, the CLI 
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 
 from specviz.core.records import StepRecord
 from specviz.core.tree import tree_depths
@@ -155,21 +155,22 @@ class Totals:
     baseline_ms: float | None = None  # plain decoding's time for new_tokens (BaselineClock.ms_for); None without it
     baseline_ms_per_token: float | None = None  # plain decoding's mean pace so far (for c); None without a baseline
 
+    @classmethod
+    def of_round(cls, r: StepRecord) -> Totals:
+        """One round's own counts and clocks (no baseline): what after() adds."""
+        return cls(**_round_counts(r))
+
+    def plus(self, other: Totals) -> Totals:
+        """Every counter (COUNTERS) summed; the baseline fields left as self's (they are read off a clock)."""
+        return replace(self, **{name: getattr(self, name) + getattr(other, name) for name in COUNTERS})
+
     def after(self, r: StepRecord, clock: BaselineClock | None) -> Totals:
         """These totals with one more round."""
-        values = overlap_values(r)
-        tokens = self.new_tokens + len(r.emitted)
+        one = _round_counts(r)
+        counts = {name: getattr(self, name) + one[name] for name in COUNTERS}  # a counter _round_counts lacks: KeyError
         return Totals(
-            rounds=self.rounds + 1,
-            drafting_rounds=self.drafting_rounds + (r.num_drafted > 0),
-            new_tokens=tokens,
-            drafted=self.drafted + r.num_drafted,
-            accepted=self.accepted + r.num_accepted,
-            checked=self.checked + len(values),
-            overlap_sum=self.overlap_sum + float(sum(values)),
-            draft_ms=self.draft_ms + r.draft_ms,
-            decode_ms=self.decode_ms + r.round_ms,
-            baseline_ms=clock.ms_for(tokens) if clock else None,
+            **counts,
+            baseline_ms=clock.ms_for(counts["new_tokens"]) if clock else None,
             baseline_ms_per_token=clock.ms_per_token if clock else None,
         )
 
@@ -219,6 +220,28 @@ class Totals:
         return disturbance_note(
             self.measured_speedup, self.tokens_per_target_pass, self.baseline_ms / self.new_tokens, self.decode_ms / self.rounds,
         )  # fmt: skip
+
+
+def _round_counts(r: StepRecord) -> dict[str, int | float]:
+    """One round's value of every counter (COUNTERS), by name."""
+    values = overlap_values(r)
+    return {
+        "rounds": 1,
+        "drafting_rounds": int(r.num_drafted > 0),
+        "new_tokens": len(r.emitted),
+        "drafted": r.num_drafted,
+        "accepted": r.num_accepted,
+        "checked": len(values),
+        "overlap_sum": float(sum(values)),
+        "draft_ms": r.draft_ms,
+        "decode_ms": r.round_ms,
+    }
+
+
+COUNTERS: tuple[str, ...] = tuple(f.name for f in fields(Totals) if f.default is not None)
+"""Totals' summed fields (after, pooled): every field that defaults to a number rather than None (the baseline's,
+read off a clock), so a counter added to Totals is pooled without being listed again, and after() fails loudly
+until _round_counts gives a round's value of it."""
 
 
 @dataclass(frozen=True)
@@ -368,15 +391,13 @@ def accepted_depth(record: StepRecord) -> tuple[int, bool]:
     tried and rejected something at depth n+1 (a chain's rejected draft; a tree's rejected children)."""
     fates = record.draft_fates
     n = sum(f == "accepted" for f in fates)  # a tree's accepted nodes are its path, one per depth
-    depths = tree_depths(record.tree_parents) if record.is_tree else range(len(fates))
+    depths = tree_depths(record.node_parents)
     return n, any(f == "rejected" and d == n for f, d in zip(fates, depths))
 
 
 def draft_depth(record: StepRecord) -> int:
     """How many draft positions (depths) the round drafted: k for a chain, the deepest level for a tree."""
-    if record.is_tree:
-        return max(tree_depths(record.tree_parents)) + 1
-    return record.num_drafted
+    return 1 + max(tree_depths(record.node_parents), default=-1)
 
 
 def position_acceptance(records: Sequence[StepRecord]) -> tuple[PositionAcceptance, ...]:
@@ -395,8 +416,7 @@ def position_acceptance(records: Sequence[StepRecord]) -> tuple[PositionAcceptan
 def draft_heads(record: StepRecord) -> tuple[int, ...]:
     """The Medusa head (1-based) that proposed each drafted token of a round: a chain's position i and a tree node at
     depth d come from head i + 1 and d + 1. The one place a head is derived; meaningful for a heads drafter only."""
-    depths = tree_depths(record.tree_parents) if record.is_tree else range(record.num_drafted)
-    return tuple(d + 1 for d in depths)
+    return tuple(d + 1 for d in tree_depths(record.node_parents))
 
 
 def table_slots(record: StepRecord) -> tuple[tuple[int, int], ...]:
@@ -405,7 +425,7 @@ def table_slots(record: StepRecord) -> tuple[tuple[int, int], ...]:
     place among its siblings: a chain's node i is column 0 of node i - 1's row. Meaningful for that drafter only."""
     seen: dict[int, int] = {}
     out = []
-    for parent in record.tree_parents if record.is_tree else range(-1, record.num_drafted - 1):
+    for parent in record.node_parents:
         out.append((parent, seen.get(parent, 0)))
         seen[parent] = seen.get(parent, 0) + 1
     return tuple(out)
@@ -482,11 +502,7 @@ def pooled(totals: Iterable[Totals]) -> Totals:
     no baseline (a speedup is measured per run)."""
     out = Totals()
     for t in totals:
-        out = Totals(
-            rounds=out.rounds + t.rounds, drafting_rounds=out.drafting_rounds + t.drafting_rounds, new_tokens=out.new_tokens + t.new_tokens,
-            drafted=out.drafted + t.drafted, accepted=out.accepted + t.accepted, checked=out.checked + t.checked,
-            overlap_sum=out.overlap_sum + t.overlap_sum, draft_ms=out.draft_ms + t.draft_ms, decode_ms=out.decode_ms + t.decode_ms,
-        )  # fmt: skip
+        out = out.plus(t)
     return out
 
 

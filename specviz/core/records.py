@@ -71,6 +71,18 @@ class StepRecord:
         return bool(self.tree_parents)
 
     @property
+    def node_parents(self) -> tuple[int, ...]:
+        """Per drafted node its parent (-1: the newest committed token): a tree's tree_parents; a chain is the tree
+        whose node i hangs under node i-1. What reads a round as a tree reads this, so it needs no chain branch."""
+        return self.tree_parents or tuple(range(-1, len(self.drafted) - 1))
+
+    @property
+    def node_path(self) -> tuple[int, ...]:
+        """The drafted nodes the rule accepted, root's child first (after any EOS / length cut): a tree's
+        accepted_path; a chain's leading run of accepted drafts."""
+        return self.accepted_path if self.tree_parents else tuple(range(self.num_accepted))
+
+    @property
     def num_accepted(self) -> int:
         return sum(f == "accepted" for f in self.draft_fates)
 
@@ -229,14 +241,17 @@ def _to_host(parts: RecordParts[torch.Tensor]) -> RecordParts[list[float]]:
 
 def _select(drafted: Drafted, verified: Verified, rows: list[int], kids: list[int]) -> tuple[torch.Tensor, ...]:
     """The rows the record reads: p at each emitted token's row, q at its first child, the raw logits there, and
-    p at each node's parent. A chain's are leading slices (no index leaves the host); a tree's are gathered."""
-    p, q, logits, e = verified.p_target, verified.q_shown, verified.logits, len(rows)
-    if not drafted.is_tree:
-        return p[:e], q[: len(kids)], logits[:e], p[: len(drafted.ids)]
-    index = torch.tensor(rows, dtype=torch.long, device=p.device)
-    parents = torch.tensor([j + 1 for j in drafted.parents], dtype=torch.long, device=p.device)
-    kid_index = torch.tensor(kids, dtype=torch.long, device=p.device)
-    return p.index_select(0, index), q.index_select(0, kid_index), logits.index_select(0, index), p.index_select(0, parents)
+    p at each node's parent. Leading rows (all of a chain's) are slices, so no index leaves the host; others are gathered."""
+    p, q, logits = verified.p_target, verified.q_shown, verified.logits
+    parent_rows = [j + 1 for j in drafted.node_parents]
+    return _take(p, rows), _take(q, kids), _take(logits, rows), _take(p, parent_rows)
+
+
+def _take(t: torch.Tensor, index: list[int]) -> torch.Tensor:
+    """t's rows at index: a slice when they are t's leading rows in order (a chain's), else an index_select."""
+    if index == list(range(len(index))):
+        return t[: len(index)]
+    return t.index_select(0, torch.tensor(index, dtype=torch.long, device=t.device))
 
 
 def _dist(ids: list[float], p: list[float], q: list[float], r: list[float], has_q: bool, top: int) -> TokenDist:

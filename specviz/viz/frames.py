@@ -138,7 +138,7 @@ def stream_frame(records: Sequence[StepRecord], token_text: TokenText) -> pd.Dat
                 "uniform": r.uniforms[i], "residual": np.nan, "has_q": r.has_q,
             }
 
-        path = list(r.accepted_path) if r.tree_parents else list(range(r.num_accepted))  # a tree's accepted nodes
+        path = list(r.node_path)
         thrown = [draft_row(i, r.draft_fates[i]) for i in range(r.num_drafted) if i not in path]
         for j, (tok, fate) in enumerate(zip(r.emitted, r.emitted_fates)):
             if fate == "accepted":
@@ -190,21 +190,29 @@ def num_positions(record: StepRecord) -> int:
 
 
 def position_info(record: StepRecord, position: int) -> PositionInfo:
+    """What the rule did at emitted position j, a chain's or a tree's alike (positions follow the accepted path):
+    the accepted node there, or at the round's last position the last child the rule rejected; a bonus (a plain
+    target token in a round that drafted nothing) when the path ended at a leaf."""
     if not 0 <= position < num_positions(record):
         raise ValueError(f"round {record.index} has positions 0..{num_positions(record) - 1}; got {position}.")
-    if record.tree_parents:  # a token-tree round: positions follow the accepted path
-        return tree_position_info(record, position)
+    path = record.node_path
     emitted_here = position < len(record.emitted) and record.emitted_fates[position] != "accepted"
     next_token = record.emitted[position] if emitted_here else None
     next_fate = record.emitted_fates[position] if emitted_here else None
-    if position < record.num_drafted:
-        i = position
-        return PositionInfo(
-            i, "draft", record.drafted[i], record.draft_fates[i], record.p_target[i], record.q_draft[i],
-            record.accept_prob[i], record.uniforms[i], next_token, next_fate, node=i, residual_needed=residual_has_mass(record, i),
-        )
-    kind = "bonus" if record.num_drafted else "target"
-    return PositionInfo(position, kind, None, None, None, None, None, None, next_token, next_fate)
+    if position < len(path):
+        node = path[position]
+    else:
+        parent = path[-1] if path else -1
+        tried = [i for i, j in enumerate(record.node_parents) if j == parent and record.draft_fates[i] == "rejected"]
+        node = tried[-1] if tried else None
+    if node is None:
+        kind = "bonus" if record.num_drafted else "target"
+        return PositionInfo(position, kind, None, None, None, None, None, None, next_token, next_fate)
+    return PositionInfo(
+        position, "draft", record.drafted[node], record.draft_fates[node], record.p_target[node], record.q_draft[node],
+        record.accept_prob[node], record.uniforms[node], next_token, next_fate, node=node,
+        residual_needed=residual_has_mass(record, position),
+    )
 
 
 RESIDUAL_EPS = 1e-6  # p_target above q_draft by less than this counts as equal (float noise of one softmax)
@@ -270,24 +278,3 @@ def progress_frame(records: Sequence[StepRecord], run: str) -> pd.DataFrame:
     """Tokens committed after each round against cumulative decode time (prefill excluded); starts at (0, 0)."""
     totals = running_totals(records)
     return pd.DataFrame({"run": run, "decode_ms": [0.0] + [t.decode_ms for t in totals], "tokens": [0] + [t.new_tokens for t in totals]})
-
-
-def tree_position_info(record: StepRecord, position: int) -> PositionInfo:
-    """The inspector's view of emitted position j in a tree round: the accepted node there, or at the round's
-    last position the last child the rule rejected (None when the path ended at a leaf: a bonus)."""
-    path = record.accepted_path
-    emitted_here = position < len(record.emitted) and record.emitted_fates[position] != "accepted"
-    next_token = record.emitted[position] if emitted_here else None
-    next_fate = record.emitted_fates[position] if emitted_here else None
-    if position < len(path):
-        node = path[position]
-    else:
-        parent = path[-1] if path else -1
-        tried = [i for i, j in enumerate(record.tree_parents) if j == parent and record.draft_fates[i] == "rejected"]
-        node = tried[-1] if tried else None
-    if node is None:
-        return PositionInfo(position, "bonus", None, None, None, None, None, None, next_token, next_fate)
-    return PositionInfo(
-        position, "draft", record.drafted[node], record.draft_fates[node], record.p_target[node], record.q_draft[node],
-        record.accept_prob[node], record.uniforms[node], next_token, next_fate, node=node,
-    )  # fmt: skip
