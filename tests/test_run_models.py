@@ -63,3 +63,20 @@ def test_a_missing_draft_model_is_named_before_anything_loads():
     with pytest.raises(ValueError, match="draft"):
         resolve_models(RunConfig(), lambda s: calls.append(s), target=object(), drafters=["model"])  # type: ignore[arg-type]
     assert calls == []
+
+
+def test_a_sweep_builds_each_missing_part_its_drafters_name_once(monkeypatch):
+    import types
+
+    import specviz.runs
+    from specviz.experiments.bench import SweepModels, SweepSpec
+
+    calls: list[str] = []
+    monkeypatch.setattr(specviz.runs, "load_target_heads", lambda folder, target: calls.append("heads") or "heads")
+    monkeypatch.setattr(specviz.runs, "load_target_eagle", lambda folder, target: calls.append("eagle") or "eagle")
+    target = types.SimpleNamespace(name="t")
+    spec = SweepSpec(drafters=("lookup", "early-exit", "medusa", "eagle", "recycle"))
+    models = SweepModels(target, spec, early_exit="handed in").resolved()  # type: ignore[arg-type]
+    assert calls == ["heads", "eagle"]
+    assert (models.early_exit, models.heads, models.eagle, models.draft) == ("handed in", "heads", "eagle", None)
+    assert SweepModels(target, SweepSpec(drafters=("lookup", "ngram"))).resolved().run_models == specviz.runs.RunModels(target)  # type: ignore[arg-type]

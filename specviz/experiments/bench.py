@@ -39,7 +39,7 @@ from specviz.core.metrics import RunMetrics, pooled_histogram
 from specviz.core.protocols import Turn
 from specviz.core.theory import alpha_from_acceptance_rate, speedup
 from specviz.core.tree import MAX_TREE_WIDTH
-from specviz.drafters.specs import SPECULATIVE_KINDS
+from specviz.drafters.specs import SPECULATIVE_KINDS, drafter_spec
 from specviz.experiments.measure import ProgressFn, Spread, paired_ratio
 from specviz.experiments.prompts import BenchPrompt
 from specviz.experiments.timed_runs import BASELINE, RunSample, measure_setups
@@ -263,17 +263,16 @@ class SweepModels:
         return RunModels(self.target, self.draft, self.early_exit, self.heads, self.eagle)
 
     def resolved(self) -> SweepModels:
-        """These models with each swept drafter's own part built once (early exit, Medusa, EAGLE), unless handed in."""
+        """These models with each swept drafter's own part built once (early exit, Medusa, EAGLE: its model source in
+        the drafter table), unless handed in. The draft model is always handed in (a sweep never loads one here)."""
         from specviz.runs import resolve_models
 
-        models, drafters = self, self.spec.drafters
-        if "early-exit" in drafters and models.early_exit is None:
-            models = replace(models, early_exit=resolve_models(models.config("early-exit", 1, 0.0), target=models.target).early_exit)
-        if "medusa" in drafters and models.heads is None:
-            models = replace(models, heads=resolve_models(models.config("medusa", 1, 0.0), target=models.target).heads)
-        if "eagle" in drafters and models.eagle is None:
-            models = replace(models, eagle=resolve_models(models.config("eagle", 1, 0.0), target=models.target).eagle)
-        return models
+        parts = {drafter_spec(d).source: d for d in self.spec.drafters if drafter_spec(d).source in ("early_exit", "heads", "eagle")}
+        missing = {part: kind for part, kind in parts.items() if getattr(self, part) is None}
+        if not missing:
+            return self
+        found = resolve_models(self.config(next(iter(missing.values())), 1, 0.0), target=self.target, drafters=list(missing.values()))
+        return replace(self, **{part: getattr(found, part) for part in missing})
 
     def factory(
         self, ids: list[int], drafter: str, k: int, temperature: float, baseline: bool, tree_width: int = 1
