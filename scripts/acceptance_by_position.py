@@ -39,7 +39,7 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     from specviz.models import encode_prompt, load_model
-    from specviz.runs import build_decoder
+    from specviz.runs import RunModels, build_decoder
 
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -50,7 +50,7 @@ def main(argv: list[str] | None = None) -> int:
         records = []
         for p in prompts:
             config = RunConfig(target=args.target, drafter=drafter, num_draft_tokens=args.k, auto_k=False, temperature=args.temperature, max_new_tokens=args.max_new_tokens)
-            decoder = build_decoder(config, target, encode_prompt(target.tokenizer, p.prompt, True))
+            decoder = build_decoder(config, RunModels(target), encode_prompt(target.tokenizer, p.prompt, True))
             records += decoder.run()
             print(f"  {drafter} {p.category} {p.title!r}: {len(decoder.records)} rounds", file=sys.stderr, flush=True)
         m = run_metrics(records)

@@ -59,8 +59,7 @@ def setups(models: SweepModels, drafter: str, ids: list[int], temperature: float
 
     def make(config: RunConfig, baseline: bool = False):
         def decoder():
-            d = build_decoder(config, models.target, ids, models.draft, early_exit=models.early_exit, heads=models.heads,
-                              eagle=models.eagle, baseline=baseline)  # fmt: skip
+            d = build_decoder(config, models.run_models, ids, baseline=baseline)
             if temperature > 0:  # every setup generates the same number of tokens (see the module's docstring)
                 d.config = dataclasses.replace(d.config, eos_token_ids=())
             return d

@@ -70,7 +70,7 @@ def load_prompts(path: Path, categories: list[str], per_category: int) -> list[B
 def make_decoder(target, early_exit, prompt_ids: list[int], drafter: str, k: int, adaptive: bool, temperature: float, args) -> SpeculativeDecoder:
     """A fresh run of one setup; drafter 'none' is the plain-decoding baseline."""
     from specviz.models import HFCachedLM
-    from specviz.runs import make_drafter
+    from specviz.runs import RunModels, make_drafter
 
     kind = "ngram" if drafter == "ngram-greedy" else drafter
     config = RunConfig(
@@ -88,7 +88,7 @@ def make_decoder(target, early_exit, prompt_ids: list[int], drafter: str, k: int
     elif drafter == "ngram-greedy":
         built = NGramDrafter(target.vocab_size, config.ngram_max, config.ngram_min, config.ngram_threshold, mode="greedy")
     else:
-        built = make_drafter(config, target, early_exit=early_exit)
+        built = make_drafter(config, RunModels(target, early_exit=early_exit))
     decode = config.decode_config(target.eos_token_ids)
     if adaptive and args.max_k:
         decode = replace(decode, max_draft_tokens=args.max_k)

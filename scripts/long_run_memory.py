@@ -83,7 +83,7 @@ class Session:
 
 def embedded_session(args: argparse.Namespace) -> tuple[Session, int, str]:
     from specviz.models import encode_prompt, load_model
-    from specviz.runs import build_decoder, resolve_models
+    from specviz.runs import RunModels, build_decoder, resolve_models
 
     target = load_model(device="cpu", dtype="float32")
     config = RunConfig(
@@ -95,7 +95,7 @@ def embedded_session(args: argparse.Namespace) -> tuple[Session, int, str]:
     counter = iter(range(10**9))
 
     def new_run() -> SpeculativeDecoder:
-        return build_decoder(config, target, prompt_ids, early_exit=early_exit, seed=args.seed + next(counter))
+        return build_decoder(config, RunModels(target, early_exit=early_exit), prompt_ids, seed=args.seed + next(counter))
 
     return Session(new_run), target.vocab_size, f"SmolLM2-135M (embedded), drafter {args.drafter}"
 

@@ -17,7 +17,7 @@ from pathlib import Path
 from specviz.config import EMBEDDED_TARGET, RunConfig
 from specviz.models import encode_prompt, environment, load_model, token_bytes
 from specviz.recording.build import build_recording, dumps, recorded_run
-from specviz.runs import build_decoder
+from specviz.runs import RunModels, build_decoder
 from specviz.viz.figures import BASELINE_RUN
 from specviz.viz.tokens import TokenTable
 
@@ -55,12 +55,12 @@ def make(example: Example, target, device: str, max_new_tokens: int) -> str:
     prompt_ids = encode_prompt(target.tokenizer, text, configs[0].chat)
     runs = []
     for i, config in enumerate(configs):
-        decoder = build_decoder(config, target, prompt_ids)
+        decoder = build_decoder(config, RunModels(target), prompt_ids)
         decoder.config = replace(decoder.config, top_n=TOP_N)  # before the first round: only the charts' rows change
         decoder.run()
         label = LABELS[config.drafter] if len(configs) == 1 else f"{'AB'[i]}: {LABELS[config.drafter]}"
         runs.append(recorded_run(label, config, decoder.records, prefill_ms=decoder.prefill_ms))
-    baseline = build_decoder(configs[0], target, prompt_ids, baseline=True)
+    baseline = build_decoder(configs[0], RunModels(target), prompt_ids, baseline=True)
     baseline.config = replace(baseline.config, top_n=TOP_N)
     needed = max(r.metrics.new_tokens for r in runs)
     while not baseline.done and len(baseline.generated) < needed:

@@ -102,7 +102,7 @@ def runnable(models, setups: dict[str, dict], base: RunConfig) -> dict[str, dict
     for name, change in setups.items():
         try:
             if change.get("drafter") not in ("none", "ngram"):
-                make_drafter(replace(base, **change), models.target, heads=models.heads, eagle=models.eagle)
+                make_drafter(replace(base, **change), models)
         except ValueError as exc:
             print(f"leaving out {name}: {exc}", file=sys.stderr, flush=True)
             continue
@@ -112,7 +112,7 @@ def runnable(models, setups: dict[str, dict], base: RunConfig) -> dict[str, dict
 
 def measure_prompt(models, prompt: BenchPrompt, temperature: float, setups: dict[str, dict], args) -> dict[str, dict]:
     from specviz.models import encode_prompt
-    from specviz.runs import decoder_for
+    from specviz.runs import build_decoder
 
     ids = encode_prompt(models.target.tokenizer, prompt.prompt, True)
     base = RunConfig(auto_k=False, temperature=temperature, max_new_tokens=args.max_new_tokens, seed=args.seed, medusa_heads=args.medusa_heads,
@@ -120,7 +120,7 @@ def measure_prompt(models, prompt: BenchPrompt, temperature: float, setups: dict
     configs = {name: replace(base, **change) for name, change in setups.items()}
 
     def factory(config: RunConfig):
-        return lambda: decoder_for(config, models, ids, baseline=config.drafter == "none")
+        return lambda: build_decoder(config, models, ids, baseline=config.drafter == "none")
 
     samples = measure_setups({name: factory(c) for name, c in configs.items()}, args.repeats, args.warmup)
     plain = [s.tokens_per_s for s in samples[BASELINE]]
@@ -215,7 +215,7 @@ def heads_cost(models, heads_folder: str | None, draft_vocab: int = 0) -> float:
     from specviz.models import HFCachedLM
     from specviz.runs import make_drafter
 
-    drafter = make_drafter(RunConfig(drafter="medusa", medusa_heads=heads_folder, draft_vocab=draft_vocab), models.target, heads=models.heads)
+    drafter = make_drafter(RunConfig(drafter="medusa", medusa_heads=heads_folder, draft_vocab=draft_vocab), models)
     lm = HFCachedLM(models.target.model, models.target.vocab_size)
     lm.extend(list(range(100, 140)))
     hidden = torch.randn(models.target.model.config.hidden_size)

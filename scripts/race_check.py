@@ -179,13 +179,13 @@ def engine_wall_rates(prompts: list[str], max_tokens: int) -> list[float]:
     """The same plain decoding in this process, wall clock, tokens after the first round / their seconds: what the
     engine's loop costs end to end (generate's figure counts only the rounds' own round_ms, not the records built
     after each round, nor the loop around it)."""
-    from specviz.runs import decoder_for, prompt_ids, resolve_models
+    from specviz.runs import build_decoder, prompt_ids, resolve_models
 
     config = RunConfig(drafter="none", max_new_tokens=max_tokens)
     models = resolve_models(config)
     rates = []
     for prompt in prompts:
-        decoder = decoder_for(config, models, prompt_ids(models.target, prompt, config.chat, max_new_tokens=max_tokens), baseline=True, top_n=1)
+        decoder = build_decoder(config, models, prompt_ids(models.target, prompt, config.chat, max_new_tokens=max_tokens), baseline=True, top_n=1)
         decoder.step()
         first, start = len(decoder.generated), time.perf_counter()
         while not decoder.done:

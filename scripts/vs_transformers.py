@@ -34,7 +34,7 @@ import torch
 from specviz.config import EMBEDDED_TARGET, RunConfig
 from specviz.experiments.measure import Spread, Timed, interleave, paired_ratio, timed
 from specviz.experiments.prompts import BenchPrompt, load_prompts
-from specviz.runs import build_decoder
+from specviz.runs import RunModels, build_decoder
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -88,7 +88,7 @@ def contenders(target, prompt_ids: list[int], args, fp32=None) -> dict[str, Call
 
     def sv(config: RunConfig, baseline: bool = False) -> Callable[[], Run]:
         def call() -> list[int]:
-            decoder = build_decoder(config, target, prompt_ids, baseline=baseline)
+            decoder = build_decoder(config, RunModels(target), prompt_ids, baseline=baseline)
             decoder.run()
             return decoder.generated
 

@@ -1,12 +1,13 @@
 """Turn a RunConfig and loaded models into a decoder: the glue between specviz.models and specviz.core.
 
-resolve_models() is the one place that decides which models a run needs (the target; a draft model for the
-'model' drafter; the early-exit view of the target for 'early-exit'; Medusa heads for 'medusa'; an EAGLE head for
-'eagle'); callers hand it their loaders (the UI's cached ones, or a plain load), so the CLI, the benchmark, the lab
-and the step-through page load alike. A Medusa or EAGLE run's target view keeps its hidden states (HFCachedLM
-keep_hidden), per run: the shared model and the shared heads are only read. A draft vocabulary (config.draft_vocab)
-cuts the target's LM head to the V' tokens the heads' token counts rank first, built per run (a few ms: the rows are
-read from the tied input embedding, or unpacked once from an untied head).
+resolve_models() is the one place that decides which models a run needs (the target, and each drafter's model
+source as the drafter table names it: a draft model for 'model', the early-exit view of the target for 'early-exit',
+Medusa heads for 'medusa', an EAGLE head for 'eagle'), and RunModels carries them whole to make_drafter,
+build_decoder and resume_decoder; callers hand it their loaders (the UI's cached ones, or a plain load), so the CLI,
+the benchmark, the lab and the step-through page load alike. A Medusa or EAGLE run's target view keeps its hidden
+states (HFCachedLM keep_hidden), per run: the shared model and the shared heads are only read. A draft vocabulary
+(config.draft_vocab) cuts the target's LM head to the V' tokens the heads' token counts rank first, built per run (a
+few ms: the rows are read from the tied input embedding, or unpacked once from an untied head).
 
 prompt_ids() is the one place a prompt becomes the ids a run prefills, after every check a prompt must pass before
 any model turn (its characters, the owner's token budget, the model's context); kv_tokens() is a run's worst-case
@@ -33,7 +34,7 @@ from specviz.drafters import NoDrafter
 from specviz.drafters.base import Drafter
 from specviz.drafters.eagle import FeatureHead
 from specviz.drafters.medusa import HeadsSource
-from specviz.drafters.specs import DraftSource, drafter_spec
+from specviz.drafters.specs import DraftSource, ModelSource, drafter_spec
 from specviz.models import HFCachedLM, LoadedModel, check_same_tokenizer, early_exit_view, encode_prompt, load_model
 from specviz.models.adapter import default_exit_layer, kv_bytes_per_token
 from specviz.models.eagle import EagleCache, EagleHead, EagleShape, load_eagle, logits_fn, step_fn
@@ -124,10 +125,11 @@ def kv_tokens(config: RunConfig, models: RunModels, num_prompt_tokens: int, *, b
     positions = run_positions(num_prompt_tokens, config.max_new_tokens, k)
     target = models.target
     own = target.kv_bytes_per_token
+    source = "none" if baseline else drafter_spec(config.drafter).source
     extra = 0
-    if not baseline and drafter_spec(config.drafter).lm == "draft" and models.draft is not None:
+    if source == "draft" and models.draft is not None:
         extra = models.draft.kv_bytes_per_token
-    elif not baseline and drafter_spec(config.drafter).lm == "early-exit":
+    elif source == "early_exit":
         extra = kv_bytes_per_token(target.model, target.dtype, exit_layer_for(config, target))
     return positions + -(-positions * extra // own)  # the drafter's share rounded up
 
@@ -221,55 +223,79 @@ def resolve_models(
     drafters: Iterable[str] | None = None,
     eagle_of: EagleOf | None = None,
 ) -> RunModels:
-    """Load the target (unless given), a draft model when one of ``drafters`` (default: the config's) needs it,
-    the early-exit view when one drafts with the target's first layers, the Medusa heads when one drafts with
-    them and the EAGLE head when one drafts with it. load defaults to load_model with the config's options;
-    early_exit_of to a fresh early_exit_view; heads_of to load_target_heads; eagle_of to load_target_eagle."""
+    """Load the target (unless given) and each model source (DrafterSpec.source) one of ``drafters`` (default: the
+    config's) drafts with: a draft model, the early-exit view, the Medusa heads, the EAGLE head. load defaults to
+    load_model with the config's options; early_exit_of to a fresh early_exit_view; heads_of to load_target_heads;
+    eagle_of to load_target_eagle."""
     load = load or (lambda source: load_model(source, **config.load_options()))
     early_exit_of = early_exit_of or (lambda model, layer: early_exit_view(model.model, layer))
-    heads_of = heads_of or load_target_heads
-    eagle_of = eagle_of or load_target_eagle
     specs = [drafter_spec(kind) for kind in (drafters if drafters is not None else (config.drafter,))]
     target = target if target is not None else load(config.target)
-    draft = None
-    needs_draft = [s.kind for s in specs if s.needs_model]
-    if needs_draft:
-        replace(config, drafter=needs_draft[0])  # RunConfig.validate says when the draft model is missing
-        draft = load(config.draft or "")
-    early = early_exit_of(target, exit_layer_for(config, target)) if any(s.lm == "early-exit" for s in specs) else None
-    heads = heads_of(config.medusa_heads, target) if any(s.lm == "heads" for s in specs) else None
-    eagle = eagle_of(config.eagle_head, target) if any(s.lm == "eagle" for s in specs) else None
-    return RunModels(target, draft, early, heads, eagle)
+
+    def draft() -> LoadedModel:
+        replace(config, drafter=next(s.kind for s in specs if s.source == "draft"))  # RunConfig.validate says when it is missing
+        return load(config.draft or "")
+
+    loaders: dict[str, Callable[[], Any]] = {  # each RunModels field's source, in the order they load
+        "draft": draft,
+        "early_exit": lambda: early_exit_of(target, exit_layer_for(config, target)),
+        "heads": lambda: (heads_of or load_target_heads)(config.medusa_heads, target),
+        "eagle": lambda: (eagle_of or load_target_eagle)(config.eagle_head, target),
+    }
+    sources = {s.source for s in specs}
+    return RunModels(target, **{field: load_source() for field, load_source in loaders.items() if field in sources})
 
 
-def make_drafter(
-    config: RunConfig, target: LoadedModel, draft: LoadedModel | None = None, early_exit=None, heads: MedusaHeads | None = None,
-    eagle: EagleHead | None = None,
-) -> Drafter:  # fmt: skip
-    """Build this run's drafter from its spec. early_exit: a cached early_exit_view of the target, heads: loaded Medusa
-    heads (load_target_heads), eagle: a loaded EAGLE head (load_target_eagle), if the caller keeps them; otherwise
-    they are built or loaded here."""
+# What make_drafter hands a drafter's build, by the drafter's model source: (what it drafts with, its vocabulary size,
+# its display name). A part the models lack (early exit's view, Medusa's heads, EAGLE's head) is built or loaded here.
+def _no_source(config: RunConfig, models: RunModels, name: str) -> tuple[DraftSource, int, str]:
+    return None, models.target.vocab_size, name
+
+
+def _target_source(config: RunConfig, models: RunModels, name: str) -> tuple[DraftSource, int, str]:
+    return models.target.device, models.target.vocab_size, name
+
+
+def _draft_source(config: RunConfig, models: RunModels, name: str) -> tuple[DraftSource, int, str]:
+    target, draft = models.target, models.draft
+    if draft is None:
+        raise ValueError("The 'model' drafter needs a loaded draft model.")
+    check_same_tokenizer(target, draft)
+    vocab = min(target.vocab_size, draft.vocab_size)
+    return HFCachedLM(draft.model, vocab), vocab, f"draft model {draft.name}"
+
+
+def _early_exit_source(config: RunConfig, models: RunModels, name: str) -> tuple[DraftSource, int, str]:
+    target = models.target
+    layer = exit_layer_for(config, target)
+    view = models.early_exit if models.early_exit is not None else early_exit_view(target.model, layer)
+    return HFCachedLM(view, target.vocab_size), target.vocab_size, f"early exit at layer {layer}/{target.num_layers}"
+
+
+def _heads_source(config: RunConfig, models: RunModels, name: str) -> tuple[DraftSource, int, str]:
+    target = models.target
+    heads = models.heads if models.heads is not None else load_target_heads(config.medusa_heads, target)
+    source = heads_source(heads, target, target.vocab_size, config.draft_vocab)
+    return source, target.vocab_size, f"{heads.num_heads} Medusa heads{vocab_note(config)}"
+
+
+def _eagle_source(config: RunConfig, models: RunModels, name: str) -> tuple[DraftSource, int, str]:
+    target = models.target
+    eagle = models.eagle if models.eagle is not None else load_target_eagle(config.eagle_head, target)
+    return eagle_source(eagle, target, target.vocab_size, config.draft_vocab), target.vocab_size, f"EAGLE{vocab_note(config)}"
+
+
+SOURCES: dict[ModelSource, Callable[[RunConfig, RunModels, str], tuple[DraftSource, int, str]]] = {
+    "none": _no_source, "target": _target_source, "draft": _draft_source, "early_exit": _early_exit_source,
+    "heads": _heads_source, "eagle": _eagle_source,
+}  # fmt: skip
+
+
+def make_drafter(config: RunConfig, models: RunModels) -> Drafter:
+    """Build this run's drafter from its spec and what its model source (DrafterSpec.source) gives: a part the
+    models lack (early exit's view, Medusa's heads, EAGLE's head) is built or loaded here, for this run only."""
     spec = drafter_spec(config.drafter)
-    vocab, name = target.vocab_size, spec.short_name
-    lm: DraftSource = None
-    if spec.lm == "draft":
-        if draft is None:
-            raise ValueError("The 'model' drafter needs a loaded draft model.")
-        check_same_tokenizer(target, draft)
-        vocab = min(vocab, draft.vocab_size)
-        lm, name = HFCachedLM(draft.model, vocab), f"draft model {draft.name}"
-    elif spec.lm == "early-exit":
-        layer = exit_layer_for(config, target)
-        view = early_exit if early_exit is not None else early_exit_view(target.model, layer)
-        lm, name = HFCachedLM(view, vocab), f"early exit at layer {layer}/{target.num_layers}"
-    elif spec.lm == "heads":
-        heads = heads if heads is not None else load_target_heads(config.medusa_heads, target)
-        lm, name = heads_source(heads, target, vocab, config.draft_vocab), f"{heads.num_heads} Medusa heads{vocab_note(config)}"
-    elif spec.lm == "eagle":
-        eagle = eagle if eagle is not None else load_target_eagle(config.eagle_head, target)
-        lm, name = eagle_source(eagle, target, vocab, config.draft_vocab), f"EAGLE{vocab_note(config)}"
-    elif spec.lm == "target":
-        lm = target.device
+    lm, vocab, name = SOURCES[spec.source](config, models, spec.short_name)
     return spec.build(config, vocab, lm, name)
 
 
@@ -279,30 +305,23 @@ def vocab_note(config: RunConfig) -> str:
 
 
 def build_decoder(
-    config: RunConfig,
-    target: LoadedModel,
-    prompt_ids: list[int],
-    draft: LoadedModel | None = None,
-    *,
-    early_exit=None,
-    heads: MedusaHeads | None = None,
-    eagle: EagleHead | None = None,
-    seed: int | None = None,
-    baseline: bool = False,
+    config: RunConfig, models: RunModels, prompt_ids: list[int], *, seed: int | None = None, baseline: bool = False,
     top_n: int | None = None,
-) -> SpeculativeDecoder:
-    """A fresh run. baseline=True gives plain target decoding under the same sampling: one token per pass.
-    top_n: entries of each distribution its records keep (None: the engine's default); 1 where nothing draws them
-    (a race, a service), so building a round's record costs the least."""
-    lm, drafter = _parts(config, target, draft, early_exit, heads, eagle, baseline)
-    decode = _decode_config(config, target, seed, baseline)
+) -> SpeculativeDecoder:  # fmt: skip
+    """A fresh run with the models resolve_models() found (RunModels(target) for a drafter that needs no other).
+    baseline=True gives plain target decoding under the same sampling: one token per pass. top_n: entries of each
+    distribution its records keep (None: the engine's default); 1 where nothing draws them (a race, a service), so
+    building a round's record costs the least."""
+    lm, drafter = _parts(config, models, baseline)
+    decode = _decode_config(config, models.target, seed, baseline)
     return SpeculativeDecoder(lm, drafter, prompt_ids, decode if top_n is None else replace(decode, top_n=top_n))
 
 
-def _parts(config: RunConfig, target: LoadedModel, draft, early_exit, heads, eagle, baseline: bool) -> tuple[HFCachedLM, Drafter]:
+def _parts(config: RunConfig, models: RunModels, baseline: bool) -> tuple[HFCachedLM, Drafter]:
     """The target's cached view (keeping its hidden states when the drafter reads them) and the run's drafter
     (plain decoding: no drafter)."""
-    drafter: Drafter = NoDrafter() if baseline else make_drafter(config, target, draft, early_exit, heads, eagle)
+    target, draft = models.target, models.draft
+    drafter: Drafter = NoDrafter() if baseline else make_drafter(config, models)
     vocab = target.vocab_size if draft is None or baseline else min(target.vocab_size, draft.vocab_size)
     return HFCachedLM(target.model, vocab, keep_hidden=drafter.reads_hidden or drafter.reads_features), drafter
 
@@ -346,29 +365,10 @@ def auto_costs(config: RunConfig, target: LoadedModel) -> AutoCosts:
 
 
 def resume_decoder(
-    config: RunConfig,
-    target: LoadedModel,
-    prompt_ids: list[int],
-    saved: SavedDecoder,
-    draft: LoadedModel | None = None,
-    *,
-    early_exit=None,
-    heads: MedusaHeads | None = None,
-    eagle: EagleHead | None = None,
-    baseline: bool = False,
+    config: RunConfig, models: RunModels, prompt_ids: list[int], saved: SavedDecoder, *, baseline: bool = False
 ) -> SpeculativeDecoder:
     """A run continued where a saved one stopped (specviz.core.resume): same drafter, prefilled with every committed
     token, generators restored, so the next rounds are the ones the saved run would have stepped."""
-    lm, drafter = _parts(config, target, draft, early_exit, heads, eagle, baseline)
-    decode = _decode_config(config, target, saved.seed, baseline)
+    lm, drafter = _parts(config, models, baseline)
+    decode = _decode_config(config, models.target, saved.seed, baseline)
     return resume(lm, drafter, prompt_ids, saved.generated, saved.records, decode, saved.state, saved.prefill_ms)
-
-
-def decoder_for(
-    config: RunConfig, models: RunModels, prompt_ids: list[int], *, seed: int | None = None, baseline: bool = False, top_n: int | None = None
-) -> SpeculativeDecoder:
-    """build_decoder with the models resolve_models() found."""
-    return build_decoder(
-        config, models.target, prompt_ids, models.draft, early_exit=models.early_exit, heads=models.heads, eagle=models.eagle,
-        seed=seed, baseline=baseline, top_n=top_n,
-    )  # fmt: skip

@@ -88,17 +88,17 @@ def test_run_config_and_cli_flag_reach_the_decoder():
 
 def test_adaptive_k_through_build_decoder_on_a_tiny_model(tiny_models):
     from specviz.config import RunConfig
-    from specviz.runs import build_decoder
+    from specviz.runs import RunModels, build_decoder
 
     target = tiny_models["llama"]
     prompt_ids = target.tokenizer("one two three four one two three four one two three")["input_ids"]
     config = RunConfig(target="tiny", drafter="ngram", ngram_threshold=0.0, num_draft_tokens=2, adaptive_k=True, max_new_tokens=30, chat=False)
-    decoder = build_decoder(config, target, prompt_ids)
+    decoder = build_decoder(config, RunModels(target), prompt_ids)
     decoder.run()
     ks = [r.num_draft_tokens for r in decoder.records]
     assert decoder.config.adaptive_k and decoder.stats().drafted > 0
     assert ks == replay(decoder.records, 2, decoder.config.max_draft_tokens, 30)
-    baseline = build_decoder(config, target, prompt_ids, baseline=True)
+    baseline = build_decoder(config, RunModels(target), prompt_ids, baseline=True)
     baseline.run()
     assert decoder.generated == baseline.generated
 

@@ -66,7 +66,7 @@ def test_theory_page_overlays_session_runs():
 def test_theory_page_overlays_step_through_runs(tiny_models):
     """The step-through page's PageState is read through its types: session.runs[i].records and session.baseline.records."""
     from specviz.config import RunConfig
-    from specviz.runs import build_decoder
+    from specviz.runs import RunModels, build_decoder
     from specviz.ui.common.models import TokenTexts
     from specviz.ui.step_through.session import STATE_KEY, PageState, Run, StepSession
     from tests.plain_baseline import Baseline
@@ -75,7 +75,7 @@ def test_theory_page_overlays_step_through_runs(tiny_models):
     target = tiny_models["llama"]
     ids = target.tokenizer("the cat sat on the mat and the cat sat on the")["input_ids"]
     config = RunConfig(target="tiny", drafter="lookup", num_draft_tokens=3, auto_k=False, max_new_tokens=8, chat=False)
-    spec, plain = build_decoder(config, target, ids), build_decoder(config, target, ids, baseline=True)
+    spec, plain = build_decoder(config, RunModels(target), ids), build_decoder(config, RunModels(target), ids, baseline=True)
     fake_clock(spec, 1.0), fake_clock(plain, 0.8)  # a plain pass 0.8 of a round: a speedup the physics allows, on any machine
     spec.run(), plain.run()
     session = StepSession("p", config, None, ids, TokenTexts(target.tokenizer), [Run("prompt lookup", config, spec)], Baseline(plain))
@@ -89,7 +89,7 @@ def test_theory_page_overlays_step_through_runs(tiny_models):
 def test_theory_page_marks_what_k_auto_chose_in_the_current_run(tiny_models):
     """A step-through run under k: auto is drawn at the k auto chose (its mean over the rounds), and says so."""
     from specviz.config import RunConfig
-    from specviz.runs import build_decoder
+    from specviz.runs import RunModels, build_decoder
     from specviz.ui.common.models import TokenTexts
     from specviz.ui.step_through.session import STATE_KEY, PageState, Run, StepSession
     from tests.plain_baseline import Baseline
@@ -99,7 +99,7 @@ def test_theory_page_marks_what_k_auto_chose_in_the_current_run(tiny_models):
     ids = target.tokenizer("the cat sat on the mat and the cat sat on the")["input_ids"]
     config = RunConfig(target="tiny", drafter="lookup", max_new_tokens=8, chat=False)
     assert config.k_policy == "auto"
-    spec, plain = build_decoder(config, target, ids), build_decoder(config, target, ids, baseline=True)
+    spec, plain = build_decoder(config, RunModels(target), ids), build_decoder(config, RunModels(target), ids, baseline=True)
     fake_clock(spec, 1.0), fake_clock(plain, 0.8)
     spec.run(), plain.run()
     session = StepSession("p", config, None, ids, TokenTexts(target.tokenizer), [Run("prompt lookup", config, spec)], Baseline(plain))

@@ -116,13 +116,19 @@ def test_the_run_token_is_a_known_parameter_never_listed_nor_shared():
     assert "run" not in link_for(RunConfig(seed=3), "p", "default").query
 
 
-def test_a_compare_session_restores_both_runs(room_runs):
+def test_a_compare_session_restores_both_runs(room_runs, monkeypatch):
+    from specviz.ui.room import saved_runs
+
     solo = page(compare="lookup")
     for _ in range(3):
         click(solo, "step")
     first = page(compare="lookup")
     click(first, "step")
+    resolved = []
+    resolve = saved_runs.run_models
+    monkeypatch.setattr(saved_runs, "run_models", lambda config, **kw: resolved.append(config.drafter) or resolve(config, **kw))
     other = page(run=token(first), compare="lookup")
+    assert resolved == ["ngram", "lookup"]  # which models each run needs: decided once per run (specviz.runs.resolve_models)
     assert len(other.session_state[STATE].session.runs) == 2
     click(other, "step")
     click(other, "step")

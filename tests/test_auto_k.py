@@ -230,7 +230,7 @@ def test_a_run_is_priced_with_the_machines_profile_and_the_drafters_prior(tiny_m
     from specviz.config import RunConfig
     from specviz.core.profile import load_profile
     from specviz.drafters.specs import PRIOR_ACCEPTANCE
-    from specviz.runs import ASSETS, PROFILE_ENV, auto_costs, build_decoder
+    from specviz.runs import ASSETS, PROFILE_ENV, RunModels, auto_costs, build_decoder
 
     target = tiny_models["llama"]  # float32 on the CPU
     monkeypatch.delenv(PROFILE_ENV, raising=False)
@@ -246,21 +246,21 @@ def test_a_run_is_priced_with_the_machines_profile_and_the_drafters_prior(tiny_m
     assert measured.draft_cost == 0.5 and "measured here" in measured.source
     medusa = auto_costs(RunConfig(drafter="medusa", draft_vocab=8192), target)
     assert medusa.draft_cost == load_profile(tmp_path / "here.json").draft_cost["medusa@8192"]  # the draft vocabulary's cost
-    assert build_decoder(RunConfig(drafter="lookup", auto_k=False), target, [1, 2, 3]).config.auto is None
-    assert build_decoder(RunConfig(drafter="lookup"), target, [1, 2, 3], baseline=True).config.auto is None
+    assert build_decoder(RunConfig(drafter="lookup", auto_k=False), RunModels(target), [1, 2, 3]).config.auto is None
+    assert build_decoder(RunConfig(drafter="lookup"), RunModels(target), [1, 2, 3], baseline=True).config.auto is None
 
 
 def test_greedy_with_auto_through_build_decoder_equals_plain_on_a_tiny_model(tiny_models):
     from specviz.config import RunConfig
-    from specviz.runs import build_decoder
+    from specviz.runs import RunModels, build_decoder
 
     target = tiny_models["llama"]
     prompt_ids = target.tokenizer("one two three four one two three four one two three")["input_ids"]
     config = RunConfig(target="tiny", drafter="ngram", ngram_threshold=0.0, max_new_tokens=30, chat=False)
-    decoder = build_decoder(config, target, prompt_ids)
+    decoder = build_decoder(config, RunModels(target), prompt_ids)
     decoder.run()
     assert decoder.config.auto is not None and all(r.k_choice is not None for r in decoder.records)
-    baseline = build_decoder(config, target, prompt_ids, baseline=True)
+    baseline = build_decoder(config, RunModels(target), prompt_ids, baseline=True)
     baseline.run()
     assert decoder.generated == baseline.generated
 

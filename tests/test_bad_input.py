@@ -14,7 +14,7 @@ import torch
 from specviz.config import MAX_PROMPT_CHARS, RunConfig, validate_prompt
 from specviz.core.limits import MAX_DRAFT_TOKENS
 from specviz.models import ModelLoadError, check_same_tokenizer, encode_prompt, load_model, loading
-from specviz.runs import build_decoder
+from specviz.runs import RunModels, build_decoder
 
 # --- prompt ----------------------------------------------------------------------------------------------------
 
@@ -30,7 +30,7 @@ def test_empty_prompt_at_the_tokenizer_and_decoder(tiny_models):
     with pytest.raises(ValueError, match="empty"):
         encode_prompt(target.tokenizer, "  ")
     with pytest.raises(ValueError, match="empty"):
-        build_decoder(RunConfig(target="x"), target, [])
+        build_decoder(RunConfig(target="x"), RunModels(target), [])
 
 
 def test_very_long_prompt():
@@ -105,7 +105,7 @@ def test_draft_with_a_different_tokenizer(tiny_models):
         check_same_tokenizer(target, other)
     prompt = encode_prompt(target.tokenizer, "the quick brown fox", chat=False)
     with pytest.raises(ModelLoadError, match="different tokenizer"):
-        build_decoder(RunConfig(target="t", drafter="model", draft="d"), target, prompt, other)
+        build_decoder(RunConfig(target="t", drafter="model", draft="d"), RunModels(target, other), prompt)
     check_same_tokenizer(target, tiny_models["llama_draft"])  # the same tokenizer passes
 
 

@@ -12,7 +12,7 @@ from streamlit.testing.v1 import AppTest
 
 from specviz.config import RunConfig
 from specviz.models import encode_prompt
-from specviz.runs import build_decoder
+from specviz.runs import RunModels, build_decoder
 from specviz.workshop.baselines import BaselineWorker, reset_baselines
 from specviz.workshop.queues import ModelQueue
 from tests.service_helpers import wait_until
@@ -31,7 +31,7 @@ def _plain(config: RunConfig, target, ids, calls: list | None = None):
     def make():
         if calls is not None:
             calls.append(1)
-        return build_decoder(config, target, ids, baseline=True)
+        return build_decoder(config, RunModels(target), ids, baseline=True)
 
     return make
 
@@ -45,7 +45,7 @@ def test_two_requests_with_the_same_key_compute_one_baseline_equal_to_plain_deco
     second = worker.request(("k", 0), _plain(config, target, ids, calls), queue, 8)
     assert first is second and worker.started == 1
     assert first.wait_for(8, timeout_s=60) and first.finished
-    plain = build_decoder(config, target, ids, baseline=True)
+    plain = build_decoder(config, RunModels(target), ids, baseline=True)
     plain.run()
     assert first.generated == plain.generated and len(calls) == 1  # measured once, the same tokens
     third = worker.request(("k", 0), _plain(config, target, ids, calls), queue, 8)  # finished: from the cache

@@ -12,6 +12,7 @@ from specviz.config import DRAFTER_KINDS
 from specviz.experiments.bench import BENCH_DRAFTERS, COLUMNS, SweepSpec, rows_to_frame, run_sweep, summary_table
 from specviz.experiments.prompts import first_per_category, load_prompts
 from specviz.experiments.timed_runs import BASELINE, measure_setups
+from specviz.runs import RunModels
 
 
 def test_cli_writes_csv_with_documented_columns(tiny_dir, prompts_file, tmp_path, capsys):
@@ -78,7 +79,7 @@ def test_run_sweep_in_process(tiny_models, tmp_path, prompts_file):
     prompts = load_prompts(prompts_file, ["copy"])
     seen = []
     spec = SweepSpec(drafters=("lookup",), ks=(2, 4), temperatures=(0.0,), max_new_tokens=8, chat=False, repeats=2, warmup=1)
-    rows = run_sweep(tiny_models["llama"], prompts, spec, on_progress=lambda d, t, m: seen.append((d, t, m)))
+    rows = run_sweep(RunModels(tiny_models["llama"]), prompts, spec, on_progress=lambda d, t, m: seen.append((d, t, m)))
     assert [r.k for r in rows] == [2, 4]
     assert [r.repeats for r in rows] == [2, 2]
     total = 3 * 3  # (baseline + 2 settings) x (1 warm-up + 2 repeats)
@@ -139,7 +140,7 @@ def test_sweep_spec_validation(kwargs):
 
 def test_model_drafter_needs_a_draft(tiny_models, prompts_file):
     with pytest.raises(ValueError, match="draft model"):
-        run_sweep(tiny_models["llama"], load_prompts(prompts_file), SweepSpec(drafters=("model",), warmup=0))
+        run_sweep(RunModels(tiny_models["llama"]), load_prompts(prompts_file), SweepSpec(drafters=("model",), warmup=0))
 
 
 def test_bench_figures(tiny_models, prompts_file):
@@ -147,7 +148,7 @@ def test_bench_figures(tiny_models, prompts_file):
     from specviz.viz.theory import MEASURED_COLUMNS
 
     spec = SweepSpec(drafters=("lookup", "early-exit"), ks=(2,), temperatures=(0.0,), max_new_tokens=4, chat=False, repeats=1, warmup=0)
-    frame = rows_to_frame(run_sweep(tiny_models["llama"], load_prompts(prompts_file, ["copy", "code"]), spec))
+    frame = rows_to_frame(run_sweep(RunModels(tiny_models["llama"]), load_prompts(prompts_file, ["copy", "code"]), spec))
     for metric in ("speedup", "speedup_cpu"):
         assert len(speedup_vs_k_figure(frame, metric).data) == 2 * 2  # categories x drafters (one temperature)
         assert theory_overlay_figure(frame, metric).data
@@ -172,7 +173,7 @@ def test_measure_setups_repeats_interleaves_and_keeps_pairs(tiny_models):
     def factory(name: str, baseline: bool):
         def make():
             built.append(name)
-            return build_decoder(config, target, ids, baseline=baseline)
+            return build_decoder(config, RunModels(target), ids, baseline=baseline)
 
         return make
 

@@ -210,7 +210,7 @@ def test_a_step_gets_in_between_two_chunks_of_another_sessions_prefill(tiny_mode
                     return held.pass_on()
 
                 with pausable(pause):
-                    build_decoder(config, target, ids)
+                    build_decoder(config, RunModels(target), ids)
                 order.append("prefill done")
 
         def step():

@@ -17,7 +17,7 @@ from specviz.config import RunConfig
 from specviz.core.sampling import draw, warp
 from specviz.core.verify import decide, residual
 from specviz.models import encode_prompt, load_model
-from specviz.runs import build_decoder
+from specviz.runs import RunModels, build_decoder
 from tests.toys import pooled_pvalue
 
 pytestmark = [
@@ -47,7 +47,7 @@ def decoder(models, kind: str, k: int, temperature: float = 0.0, baseline: bool 
     config = RunConfig(target=str(target.name), num_draft_tokens=k, auto_k=False, temperature=temperature, max_new_tokens=max_new, **options)
     ids = encode_prompt(target.tokenizer, PROMPT, chat=False)
     draft = models["llama_draft"] if kind == "model" else None
-    return build_decoder(config, target, ids, draft, seed=3, baseline=baseline)
+    return build_decoder(config, RunModels(target, draft), ids, seed=3, baseline=baseline)
 
 
 @pytest.mark.parametrize("k", [2, 5])
@@ -165,7 +165,7 @@ def test_eagle_on_cuda_is_plain_greedy_and_its_chain_never_syncs_per_token(cuda_
     def run(k: int, baseline: bool = False):
         config = RunConfig(target=str(target.name), drafter="eagle", eagle_head=str(tmp_path / "eagle"), num_draft_tokens=k, auto_k=False,
                            tree_width=width, max_new_tokens=24)  # fmt: skip
-        return build_decoder(config, target, ids, seed=3, baseline=baseline)
+        return build_decoder(config, RunModels(target), ids, seed=3, baseline=baseline)
 
     spec, plain = run(4), run(4, baseline=True)
     spec.run()

@@ -17,7 +17,7 @@ from specviz.core.sampling import SamplingConfig
 from specviz.drafters.base import NoDrafter
 from specviz.drafters.lookup import PromptLookupDrafter
 from specviz.models import encode_prompt
-from specviz.runs import build_decoder
+from specviz.runs import RunModels, build_decoder
 from specviz.viz.frames import rounds_frame
 from specviz.viz.metrics import DISTURBED, metric_values
 from specviz.workshop.baselines import BaselineWorker, _outlier
@@ -89,7 +89,7 @@ def _plain_job(tiny_models, max_new: int = 8):
     target = tiny_models["llama"]
     config = RunConfig(target="tiny", max_new_tokens=max_new, chat=False, temperature=1.0, seed=3)
     ids = encode_prompt(target.tokenizer, "the cat sat on the mat", chat=False)
-    return target, config, ids, (lambda: build_decoder(config, target, ids, baseline=True))
+    return target, config, ids, (lambda: build_decoder(config, RunModels(target), ids, baseline=True))
 
 
 class SeenWaiting(Foreground):
@@ -144,7 +144,7 @@ def test_a_plain_step_that_a_rerun_overlapped_is_taken_again(tiny_models):
         stop.set()
         thread.join(5)
     worker.stop()
-    plain = build_decoder(config, target, ids, baseline=True)
+    plain = build_decoder(config, RunModels(target), ids, baseline=True)
     plain.run()
     assert run.generated == plain.generated
     assert worker.disturbed > 0  # the overlap was seen (and the step taken again), not timed

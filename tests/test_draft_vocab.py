@@ -26,7 +26,7 @@ from specviz.models.vocab import (
     read_token_counts,
     save_token_counts,
 )
-from specviz.runs import build_decoder
+from specviz.runs import RunModels, build_decoder
 from tests.conftest import TINY_PROMPTS, VERIFIED_PRECISIONS, skip_unless_precision_runs
 from tests.toys import TableLM, assert_first_two, first_two_tokens
 
@@ -89,7 +89,7 @@ def counted_heads(tiny_models, tiny_heads, tmp_path_factory):
     tokens = []
     for p in TINY_PROMPTS:
         ids = target.tokenizer(p["prompt"])["input_ids"]
-        plain = build_decoder(RunConfig(target="t", drafter="none", max_new_tokens=24, chat=False), target, ids, baseline=True)
+        plain = build_decoder(RunConfig(target="t", drafter="none", max_new_tokens=24, chat=False), RunModels(target), ids, baseline=True)
         plain.run()
         tokens += ids + plain.generated
     save_token_counts(folder, torch.bincount(torch.tensor(tokens), minlength=target.vocab_size))
@@ -105,9 +105,9 @@ def test_greedy_medusa_over_a_draft_vocabulary_is_plain_greedy(tiny_models_at, c
     drafted = 0
     for p in TINY_PROMPTS:
         ids = target.tokenizer(p["prompt"])["input_ids"]
-        spec = build_decoder(config, target, ids)
+        spec = build_decoder(config, RunModels(target), ids)
         spec.run()
-        plain = build_decoder(config, target, ids, baseline=True)
+        plain = build_decoder(config, RunModels(target), ids, baseline=True)
         plain.run()
         assert spec.generated == plain.generated, p["title"]
         allowed = set(spec.drafter.vocab_ids.tolist())
@@ -121,7 +121,7 @@ def test_a_draft_vocabulary_needs_counts_and_fits_the_target(tiny_models, tiny_h
     target = tiny_models["llama"]
     ids = target.tokenizer(TINY_PROMPTS[0]["prompt"])["input_ids"]
     with pytest.raises(VocabError, match="--count-vocab"):
-        build_decoder(RunConfig(target="t", drafter="medusa", medusa_heads=str(tiny_heads), draft_vocab=8, chat=False), target, ids)
+        build_decoder(RunConfig(target="t", drafter="medusa", medusa_heads=str(tiny_heads), draft_vocab=8, chat=False), RunModels(target), ids)
     with pytest.raises(ValueError, match="draft vocabulary is 0"):
         RunConfig(drafter="medusa", draft_vocab=-1)
 
@@ -234,11 +234,11 @@ def test_the_shipped_heads_over_a_draft_vocabulary_are_plain_greedy_on_smollm(sm
     ids = encode_prompt(smollm.tokenizer, "Write a short paragraph about the sea.", chat=True)
     counts = torch.bincount(torch.tensor(smollm.tokenizer(text)["input_ids"] + ids), minlength=smollm.vocab_size)
     save_token_counts(folder, counts + (torch.arange(smollm.vocab_size) < 4096))  # every id seen, the text's first
-    plain = build_decoder(RunConfig(max_new_tokens=24), smollm, ids, baseline=True)
+    plain = build_decoder(RunConfig(max_new_tokens=24), RunModels(smollm), ids, baseline=True)
     plain.run()
     for width in (1, 2):
         config = RunConfig(drafter="medusa", medusa_heads=str(folder), draft_vocab=4096, num_draft_tokens=3, auto_k=False, tree_width=width, max_new_tokens=24)
-        spec = build_decoder(config, smollm, ids)
+        spec = build_decoder(config, RunModels(smollm), ids)
         spec.run()
         assert spec.generated == plain.generated, width
         assert sum(r.num_drafted for r in spec.records) > 0

@@ -23,7 +23,7 @@ from specviz.models import HFCachedLM
 from specviz.models.eagle import EagleHead, EagleShape, load_eagle, save_eagle
 from specviz.models.medusa import HeadsError, target_fingerprint
 from specviz.models.vocab import save_token_counts
-from specviz.runs import build_decoder, load_target_eagle
+from specviz.runs import RunModels, build_decoder, load_target_eagle
 from tests.conftest import TINY_PROMPTS, VERIFIED_PRECISIONS
 from tests.toys import TableLM, assert_first_two, assert_same_run, first_two_tokens, greedy_equals_plain, paused_and_resumed
 
@@ -39,7 +39,7 @@ def own_sequences(target, texts: list[str], new: int = 24) -> eagle.Sequences:
     packs = []
     for text in texts:
         ids = target.tokenizer(text)["input_ids"]
-        plain = build_decoder(RunConfig(target="t", drafter="none", max_new_tokens=new, chat=False), target, ids, baseline=True)
+        plain = build_decoder(RunConfig(target="t", drafter="none", max_new_tokens=new, chat=False), RunModels(target), ids, baseline=True)
         plain.run()
         seq = ids + plain.generated
         lm = HFCachedLM(target.model, target.vocab_size, keep_hidden=True)
@@ -112,13 +112,13 @@ def test_the_features_handed_over_are_the_rows_that_chose_the_committed_tokens(t
     features there: the same keys as a drafter fed once with a fresh pass over the whole text."""
     target = tiny_models["llama"]
     for width in (1, 3):
-        dec = build_decoder(eagle_config(eagle_dir, tree_width=width), target, ids_of(target, TINY_PROMPTS[1]["prompt"]))
+        dec = build_decoder(eagle_config(eagle_dir, tree_width=width), RunModels(target), ids_of(target, TINY_PROMPTS[1]["prompt"]))
         while not dec.done:
             dec.step()
             dec.hand_over()
             dec.drafter.feed()  # the drafter feeds what it was handed at its next draft; feed it now to look
             assert dec.drafter.length == len(dec.tokens) - 1
-        fresh = build_decoder(eagle_config(eagle_dir), target, list(dec.tokens))
+        fresh = build_decoder(eagle_config(eagle_dir), RunModels(target), list(dec.tokens))
         fresh.hand_over()
         fresh.drafter.feed()
         torch.testing.assert_close(dec.drafter.cache.keys, fresh.drafter.cache.keys, atol=1e-4, rtol=1e-4)
@@ -136,7 +136,7 @@ class LastRowsDecoder(SpeculativeDecoder):
 
 
 def test_handing_over_the_wrong_rows_drafts_worse(tiny_models, eagle_dir):
-    from specviz.runs import make_drafter
+    from specviz.runs import RunModels, make_drafter
 
     target = tiny_models["llama"]
     kept = {}
@@ -145,10 +145,10 @@ def test_handing_over_the_wrong_rows_drafts_worse(tiny_models, eagle_dir):
         for p in TINY_PROMPTS:
             config = eagle_config(eagle_dir)
             ids = ids_of(target, p["prompt"])
-            dec = cls(HFCachedLM(target.model, target.vocab_size, keep_hidden=True), make_drafter(config, target), ids,
+            dec = cls(HFCachedLM(target.model, target.vocab_size, keep_hidden=True), make_drafter(config, RunModels(target)), ids,
                       config.decode_config(target.eos_token_ids))  # fmt: skip
             dec.run()
-            plain = build_decoder(config, target, ids, baseline=True)
+            plain = build_decoder(config, RunModels(target), ids, baseline=True)
             plain.run()
             assert dec.generated == plain.generated  # exact either way
             total += sum(r.num_accepted for r in dec.records)
@@ -264,7 +264,7 @@ def test_a_resumed_eagle_run_continues_exactly(tiny_models, eagle_dir, width, te
 
 def test_checkpoint_and_restore_feed_the_features_again(tiny_models, eagle_dir):
     target = tiny_models["llama"]
-    dec = build_decoder(eagle_config(eagle_dir, temperature=1.0, seed=2), target, ids_of(target, TINY_PROMPTS[0]["prompt"]))
+    dec = build_decoder(eagle_config(eagle_dir, temperature=1.0, seed=2), RunModels(target), ids_of(target, TINY_PROMPTS[0]["prompt"]))
     dec.step()
     point = dec.state()
     again = dec.step()
@@ -364,7 +364,7 @@ def test_cli_trains_an_eagle_head_and_prints_the_go_no_go_report(capsys, tiny_di
     target = tiny_models["llama"]
     config = eagle_config(out, tree_width=2)
     ids = ids_of(target, TINY_PROMPTS[0]["prompt"])
-    spec, plain = build_decoder(config, target, ids), build_decoder(config, target, ids, baseline=True)
+    spec, plain = build_decoder(config, RunModels(target), ids), build_decoder(config, RunModels(target), ids, baseline=True)
     spec.run()
     plain.run()
     assert spec.generated == plain.generated
@@ -505,7 +505,7 @@ def test_plain_rounds_feed_nothing_until_the_next_draft(tiny_models, eagle_dir):
     drafts feeds them all in one layer call, leaving the same cache as feeding each round at once."""
     target = tiny_models["llama"]
     ids = ids_of(target, TINY_PROMPTS[1]["prompt"])
-    dec = build_decoder(eagle_config(eagle_dir), target, ids)
+    dec = build_decoder(eagle_config(eagle_dir), RunModels(target), ids)
     calls = []
     forward = dec.drafter.head.forward
     dec.drafter.head = dataclasses.replace(dec.drafter.head, forward=lambda *a: calls.append(a[1].shape[0]) or forward(*a))

@@ -11,7 +11,7 @@ import pytest
 
 from specviz.config import RunConfig
 from specviz.recording.build import build_recording, recorded_run
-from specviz.runs import build_decoder
+from specviz.runs import RunModels, build_decoder
 from specviz.ui.room.saved_runs import _resumed
 from specviz.workshop.saved_runs import RunStore, SavedRun, new_token
 from tests.test_models import prompt_ids
@@ -23,7 +23,7 @@ FORK_AT = 3
 def _presented(target, config: RunConfig, tmp_path) -> tuple[object, SavedRun]:
     """The presenter's decoder after FORK_AT rounds, and its saved run as another replica reads it back."""
     ids = prompt_ids(target)
-    dec = build_decoder(config, target, ids)
+    dec = build_decoder(config, RunModels(target), ids)
     for _ in range(FORK_AT):
         dec.step()
     recording = build_recording(
@@ -43,7 +43,7 @@ def _config(temperature: float) -> RunConfig:
 def test_a_fork_continues_exactly_as_the_presenters_run(tiny_models, tmp_path, temperature, one_thread):
     target = tiny_models["llama"]
     presenter, saved = _presented(target, _config(temperature), tmp_path)
-    fork = _resumed(saved.recording.runs[0], saved.states[0], target, list(saved.recording.prompt_ids))
+    fork = _resumed(saved.recording.runs[0], saved.states[0], RunModels(target), list(saved.recording.prompt_ids))
     assert fork.generated == presenter.generated and len(fork.records) == FORK_AT
     presenter.run()
     fork.run()
@@ -55,9 +55,9 @@ def test_known_bad_control_a_fork_without_the_generator_state_differs(tiny_model
     target = tiny_models["llama"]
     config = _config(1.0)
     presenter, saved = _presented(target, config, tmp_path)
-    seed_state = build_decoder(config, target, prompt_ids(target)).state()  # what a fork that ignores the saved state uses
+    seed_state = build_decoder(config, RunModels(target), prompt_ids(target)).state()  # what a fork that ignores the saved state uses
     naive = dataclasses.replace(saved.states[0], generator=seed_state.generator)
-    fork = _resumed(saved.recording.runs[0], naive, target, list(saved.recording.prompt_ids))
+    fork = _resumed(saved.recording.runs[0], naive, RunModels(target), list(saved.recording.prompt_ids))
     presenter.run()
     fork.run()
     assert fork.generated != presenter.generated

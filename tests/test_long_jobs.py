@@ -17,6 +17,7 @@ from streamlit.testing.v1 import AppTest
 from specviz.config import RunConfig
 from specviz.experiments.bench import SweepSpec, run_sweep
 from specviz.experiments.prompts import load_prompts
+from specviz.runs import RunModels
 from specviz.workshop.queues import ModelQueue
 
 # Modules that bind get_model by name, imported before any test here patches specviz.ui.common.models.get_model: one
@@ -57,7 +58,7 @@ def prompts(tmp_path):
 def test_a_sweep_takes_one_turn_per_run_at_least(tiny_models, prompts):
     spec = SweepSpec(drafters=("lookup",), ks=(2,), temperatures=(0.0,), max_new_tokens=8, chat=False, repeats=2, warmup=1)
     turn = CountingTurn()
-    rows = run_sweep(tiny_models["llama"], prompts, spec, turn=turn)
+    rows = run_sweep(RunModels(tiny_models["llama"]), prompts, spec, turn=turn)
     assert turn.count >= spec.num_runs(1) == 6  # one per run; a run over SLICE_S takes more
     assert rows[0].same_as_baseline
 
@@ -90,7 +91,7 @@ def _plain_decoder(target, prompt: str, max_new_tokens: int):
     from specviz.runs import build_decoder
 
     config = RunConfig(target=target.name, drafter="lookup", num_draft_tokens=2, auto_k=False, temperature=0.0, max_new_tokens=max_new_tokens, chat=False)
-    return build_decoder(config, target, encode_prompt(target.tokenizer, prompt, False))
+    return build_decoder(config, RunModels(target), encode_prompt(target.tokenizer, prompt, False))
 
 
 def test_a_step_behind_a_sweep_waits_for_one_run_not_the_sweep(tiny_models, prompts):
@@ -101,7 +102,7 @@ def test_a_step_behind_a_sweep_waits_for_one_run_not_the_sweep(tiny_models, prom
 
     def sweep():
         started.set()
-        run_sweep(tiny_models["llama"], prompts, spec, turn=sweep_turn)
+        run_sweep(RunModels(tiny_models["llama"]), prompts, spec, turn=sweep_turn)
 
     t = threading.Thread(target=sweep)
     t.start()

@@ -17,7 +17,7 @@ from specviz.core.sampling import SamplingConfig, warp
 from specviz.drafters.medusa import MedusaDrafter
 from specviz.models import HFCachedLM
 from specviz.models.medusa import HeadsError, MedusaHeads, save_heads, target_fingerprint
-from specviz.runs import build_decoder, load_target_heads, make_drafter
+from specviz.runs import RunModels, build_decoder, load_target_heads, make_drafter
 from tests.conftest import TINY_PROMPTS
 from tests.toys import TableLM, ToyLM, assert_same_run, greedy_equals_plain, paused_and_resumed, pooled_pvalue
 
@@ -36,7 +36,7 @@ def fit_heads(target, texts: list[str], steps: int = 100, seed: int = 0, token_i
     hidden, newest, labels = [], [], []
     for text in texts:
         ids = target.tokenizer(text)["input_ids"]
-        plain = build_decoder(RunConfig(target="t", drafter="none", max_new_tokens=24, chat=False), target, ids, baseline=True)
+        plain = build_decoder(RunConfig(target="t", drafter="none", max_new_tokens=24, chat=False), RunModels(target), ids, baseline=True)
         plain.run()
         seq = ids + plain.generated
         lm = HFCachedLM(target.model, target.vocab_size, keep_hidden=True)
@@ -113,9 +113,9 @@ def test_greedy_medusa_with_a_token_input_is_plain_greedy(tiny_models, token_hea
     accepted = rejected = 0
     for p in TINY_PROMPTS:
         ids = ids_of(target, p["prompt"])
-        spec = build_decoder(config, target, ids)
+        spec = build_decoder(config, RunModels(target), ids)
         spec.run()
-        plain = build_decoder(config, target, ids, baseline=True)
+        plain = build_decoder(config, RunModels(target), ids, baseline=True)
         plain.run()
         assert spec.generated == plain.generated, p["title"]
         accepted += sum(r.num_accepted for r in spec.records)
@@ -141,7 +141,7 @@ def test_token_heads_read_the_newest_token_and_a_stale_one_drafts_worse(tiny_mod
         total = 0
         for p in TINY_PROMPTS:
             ids = ids_of(target, p["prompt"])
-            dec = build_decoder(config, target, ids)
+            dec = build_decoder(config, RunModels(target), ids)
             if name == "stale":
                 dec.drafter.__class__ = StaleTokenDrafter
             else:
@@ -188,7 +188,7 @@ def test_the_observed_row_is_the_one_whose_lm_head_chose_the_newest_token(tiny_m
     committed token (greedy): the row head i counts from. After the prefill it is the prefill's last row."""
     target = tiny_models["llama"]
     ids = ids_of(target, TINY_PROMPTS[1]["prompt"])
-    dec = build_decoder(medusa_config(heads_dir, tree_width=width), target, ids)
+    dec = build_decoder(medusa_config(heads_dir, tree_width=width), RunModels(target), ids)
     alone = HFCachedLM(target.model, target.vocab_size, keep_hidden=True)
     alone.extend(ids[:-1])
     torch.testing.assert_close(dec.hidden, alone.last_hidden[-1])
@@ -351,9 +351,9 @@ def test_a_medusa1_checkpoint_with_its_own_lm_heads_loads_and_decodes_exactly(ti
     assert loaded.own_lm_heads is not None and loaded.num_heads == 2
     config = medusa_config(tmp_path / "m1", tree_width=2)
     ids = ids_of(target, TINY_PROMPTS[0]["prompt"])
-    spec = build_decoder(config, target, ids, heads=loaded)
+    spec = build_decoder(config, RunModels(target, heads=loaded), ids)
     spec.run()
-    plain = build_decoder(config, target, ids, baseline=True)
+    plain = build_decoder(config, RunModels(target), ids, baseline=True)
     plain.run()
     assert spec.generated == plain.generated
     h = torch.randn(32)
@@ -368,7 +368,7 @@ def test_heads_for_another_target_or_hidden_size_are_refused(tiny_models, tmp_pa
         load_target_heads(str(tmp_path / "other"), target)
     save_heads(MedusaHeads(16, 2, 1), tmp_path / "small", "a 16-wide model", "")
     with pytest.raises(HeadsError, match="hidden size 32"):
-        make_drafter(medusa_config(tmp_path / "small"), target)
+        make_drafter(medusa_config(tmp_path / "small"), RunModels(target))
     with pytest.raises(HeadsError, match="No Medusa heads folder"):
         load_target_heads(str(tmp_path / "nowhere"), target)
 
@@ -400,7 +400,7 @@ def test_a_resumed_medusa_run_continues_exactly(tiny_models, heads_dir, width, t
 
 def test_checkpoint_and_restore_bring_the_hidden_state_back(tiny_models, heads_dir):
     target = tiny_models["llama"]
-    dec = build_decoder(medusa_config(heads_dir, temperature=1.0, seed=2), target, ids_of(target, TINY_PROMPTS[0]["prompt"]))
+    dec = build_decoder(medusa_config(heads_dir, temperature=1.0, seed=2), RunModels(target), ids_of(target, TINY_PROMPTS[0]["prompt"]))
     dec.step()
     point = dec.state()
     again = dec.step()

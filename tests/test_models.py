@@ -13,7 +13,7 @@ from specviz.config import RunConfig
 from specviz.core.decoding import DecodeConfig, SpeculativeDecoder
 from specviz.drafters import ModelDrafter
 from specviz.models import HFCachedLM, LoadedModel, ModelLoadError, early_exit_view, encode_prompt, load_model
-from specviz.runs import build_decoder
+from specviz.runs import RunModels, build_decoder
 from tests.conftest import VERIFIED_PRECISIONS
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # tiny models: one intra-op thread is faster
@@ -79,7 +79,7 @@ DRAFTS = {"llama": "llama_draft", "gpt2": "llama_draft"}  # share the tokenizer;
 def test_baseline_equals_generate(tiny_models_at, reference, target_name, precision):
     target = tiny_models_at(precision, target_name)
     config = RunConfig(target=target_name, drafter="none", max_new_tokens=MAX_NEW)
-    dec = run_checked(build_decoder(config, target, prompt_ids(target), baseline=True))
+    dec = run_checked(build_decoder(config, RunModels(target), prompt_ids(target), baseline=True))
     assert dec.generated == reference(precision, target_name)
     assert all(len(r.emitted) == 1 for r in dec.records)
 
@@ -94,7 +94,7 @@ def test_greedy_speculative_equals_generate(tiny_models_at, reference, target_na
     config = RunConfig(
         target=target_name, drafter=drafter, draft="d" if draft else None, exit_layer=1, num_draft_tokens=k, auto_k=False, max_new_tokens=MAX_NEW
     )
-    dec = run_checked(build_decoder(config, target, prompt_ids(target), draft))
+    dec = run_checked(build_decoder(config, RunModels(target, draft), prompt_ids(target)))
     assert dec.generated == reference(precision, target_name)
     assert dec.stats().target_passes == len(dec.records)
 
@@ -106,7 +106,7 @@ def test_the_tiny_drafts_are_sometimes_accepted(tiny_models):
         target = tiny_models[target_name]
         draft = tiny_models["llama_draft"] if drafter == "model" else None
         config = RunConfig(target="t", drafter=drafter, draft="d" if draft else None, exit_layer=1, num_draft_tokens=8, auto_k=False, max_new_tokens=MAX_NEW)
-        rates[target_name, drafter] = build_decoder(config, target, prompt_ids(target), draft)
+        rates[target_name, drafter] = build_decoder(config, RunModels(target, draft), prompt_ids(target))
         rates[target_name, drafter].run()
     for key, dec in rates.items():
         stats = dec.stats()
@@ -120,9 +120,9 @@ def test_logits_wider_than_the_vocabulary_are_aligned(tiny_models, draft_name, t
     assert target.model.get_output_embeddings().weight.shape[0] != draft.model.get_output_embeddings().weight.shape[0]
     ids = prompt_ids(target)
     config = RunConfig(target="t", drafter="model", draft="d", num_draft_tokens=3, auto_k=False, max_new_tokens=12)
-    dec = run_checked(build_decoder(config, target, ids, draft))
+    dec = run_checked(build_decoder(config, RunModels(target, draft), ids))
     # not generate(): it may pick a padding column, which the engine never emits
-    baseline = build_decoder(config, target, ids, baseline=True)
+    baseline = build_decoder(config, RunModels(target), ids, baseline=True)
     baseline.run()
     assert dec.generated == baseline.generated
     assert all(t < len(target.tokenizer) for t in dec.generated)
@@ -248,7 +248,7 @@ def test_a_draft_model_reads_the_prompt_only_when_it_first_drafts(tiny_models):
     nothing, and the first proposal that drafts catches up on the whole context."""
     target = tiny_models["llama"]
     config = RunConfig(target="t", drafter="early-exit", exit_layer=1, num_draft_tokens=2, auto_k=False, max_new_tokens=MAX_NEW)
-    dec = build_decoder(config, target, prompt_ids(target))
+    dec = build_decoder(config, RunModels(target), prompt_ids(target))
     assert dec.drafter.lm.tokens == []  # the prefill left the draft alone
     dec.drafter.propose(dec.tokens, 0, torch.Generator())
     assert dec.drafter.lm.tokens == []

@@ -285,17 +285,17 @@ def test_chi_square_catches_a_greedy_draft_scored_with_soft_q(one_thread):
 
 def test_ngram_drafter_on_a_tiny_transformers_model(tiny_models):
     from specviz.config import RunConfig
-    from specviz.runs import build_decoder, make_drafter
+    from specviz.runs import RunModels, build_decoder, make_drafter
 
     target = tiny_models["llama"]
     tok = target.tokenizer
     prompt_ids = tok("the cat sat on the mat and the dog sat on the log the cat sat on the")["input_ids"]
     config = RunConfig(target="tiny", drafter="ngram", max_new_tokens=24, num_draft_tokens=4, auto_k=False, chat=False)
-    drafter = make_drafter(config, target)
+    drafter = make_drafter(config, RunModels(target))
     assert isinstance(drafter, NGramDrafter) and drafter.vocab_size == target.vocab_size
-    spec = build_decoder(config, target, prompt_ids)
+    spec = build_decoder(config, RunModels(target), prompt_ids)
     spec.run()
-    base = build_decoder(config, target, prompt_ids, baseline=True)
+    base = build_decoder(config, RunModels(target), prompt_ids, baseline=True)
     base.run()
     assert spec.generated == base.generated
     assert spec.stats().drafted > 0

@@ -27,7 +27,7 @@ from specviz.models import (
     resolve_dtype_name,
 )
 from specviz.models.precision import PackedFP16Linear
-from specviz.runs import build_decoder
+from specviz.runs import RunModels, build_decoder
 from tests.conftest import VERIFIED_PRECISIONS, skip_unless_precision_runs
 from tests.toys import pooled_pvalue
 
@@ -173,7 +173,7 @@ def test_first_sampled_token_follows_the_target_at_each_precision(loud, precisio
     early_exit = early_exit_view(target.model, 1)
     counts = torch.zeros_like(p_target)
     for seed in range(n):
-        counts[build_decoder(config, target, prompt, early_exit=early_exit, seed=seed).step().emitted[0]] += 1
+        counts[build_decoder(config, RunModels(target, early_exit=early_exit), prompt, seed=seed).step().emitted[0]] += 1
     assert int((p_target * n >= 5).sum()) >= 3
     assert pooled_pvalue(counts, p_target) > 1e-3
 

@@ -96,11 +96,11 @@ def test_time_lane_takes_record_building_out(tiny_models, tiny_dir):
     come at about the round's own time, not a second apart."""
     from dataclasses import replace
 
-    from specviz.runs import build_decoder
+    from specviz.runs import RunModels, build_decoder
 
     target = tiny_models["llama"]
     config = RunConfig(target="tiny", drafter="none", max_new_tokens=4, chat=False)
-    decoder = build_decoder(config, target, target.tokenizer(PROMPT)["input_ids"], baseline=True)
+    decoder = build_decoder(config, RunModels(target), target.tokenizer(PROMPT)["input_ids"], baseline=True)
     step = decoder.step
 
     def slow_charts():
@@ -219,11 +219,11 @@ def test_a_lanes_clock_stops_while_it_waits_for_the_model(tiny_models, tiny_dir)
     (before: the wait counted as the lane's time, so a race on a busy server slowed whichever lane was waited on)."""
     from contextlib import contextmanager
 
-    from specviz.runs import build_decoder
+    from specviz.runs import RunModels, build_decoder
 
     target = tiny_models["llama"]
     config = RunConfig(target="tiny", drafter="none", max_new_tokens=12, chat=False)
-    decoder = build_decoder(config, target, target.tokenizer(PROMPT)["input_ids"], baseline=True)
+    decoder = build_decoder(config, RunModels(target), target.tokenizer(PROMPT)["input_ids"], baseline=True)
     calls, other_session_s = [0], 2.0
 
     @contextmanager

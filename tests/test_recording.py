@@ -90,15 +90,15 @@ def live(tiny_models, tiny_dir):
 def stepped_compare(target, config: RunConfig, compare: RunConfig, labels: tuple[str, str]):
     """Compare mode stepped like the page until done: (session, the views after every round, its recording)."""
     from specviz.models import encode_prompt, environment
-    from specviz.runs import build_decoder
+    from specviz.runs import RunModels, build_decoder
     from specviz.ui.common.models import TokenTexts
     from specviz.ui.step_through.replay import session_recording
     from specviz.ui.step_through.session import Run, StepSession, step_session
     from tests.plain_baseline import Baseline
 
     prompt_ids = encode_prompt(target.tokenizer, PROMPT, chat=False)
-    runs = [Run(label, c, build_decoder(c, target, prompt_ids)) for label, c in zip(labels, (config, compare))]
-    session = StepSession(PROMPT, config, compare, prompt_ids, TokenTexts(target.tokenizer), runs, Baseline(build_decoder(config, target, prompt_ids, baseline=True)))
+    runs = [Run(label, c, build_decoder(c, RunModels(target), prompt_ids)) for label, c in zip(labels, (config, compare))]
+    session = StepSession(PROMPT, config, compare, prompt_ids, TokenTexts(target.tokenizer), runs, Baseline(build_decoder(config, RunModels(target), prompt_ids, baseline=True)))
     snapshots = []
     while not session.done:
         step_session(session)

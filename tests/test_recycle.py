@@ -15,7 +15,7 @@ from specviz.core.protocols import Draft
 from specviz.core.resume import RunState
 from specviz.core.sampling import SamplingConfig
 from specviz.drafters.recycle import EMPTY, RecycleDrafter
-from specviz.runs import SavedDecoder, build_decoder, resume_decoder
+from specviz.runs import RunModels, SavedDecoder, build_decoder, resume_decoder
 from tests.conftest import TINY_PROMPTS, VERIFIED_PRECISIONS
 from tests.toys import TableLM, TreeTableLM, first_two_tokens, greedy_equals_plain
 
@@ -77,7 +77,7 @@ def test_table_slots_name_the_row_and_column_of_every_drafted_token(tiny_models)
 
     target = tiny_models["llama"]
     for width in (1, 3):
-        dec = build_decoder(recycle_config(tree_width=width), target, target.tokenizer(TINY_PROMPTS[0]["prompt"])["input_ids"])
+        dec = build_decoder(recycle_config(tree_width=width), RunModels(target), target.tokenizer(TINY_PROMPTS[0]["prompt"])["input_ids"])
         for _ in range(4):
             dec.hand_over()
             dec.drafter.fold()
@@ -148,22 +148,22 @@ def test_a_resumed_recycle_run_continues_exactly(tiny_models, width, temperature
     target = tiny_models["llama"]
     config = recycle_config(tree_width=width, temperature=temperature, num_draft_tokens=4, max_new_tokens=24, seed=5)
     ids = target.tokenizer(TINY_PROMPTS[0]["prompt"])["input_ids"]
-    solo = build_decoder(config, target, ids)
+    solo = build_decoder(config, RunModels(target), ids)
     solo.run()
-    dec = build_decoder(config, target, ids)
+    dec = build_decoder(config, RunModels(target), ids)
     for _ in range(4):
         dec.step()
     raw = json.loads(json.dumps(dec.state().to_dict()))
     assert raw["drafter_state"]
     state = RunState.from_dict(raw, len(dec.records))
-    resumed = resume_decoder(config, target, ids, SavedDecoder(list(dec.generated), list(dec.records), state, config.seed))
+    resumed = resume_decoder(config, RunModels(target), ids, SavedDecoder(list(dec.generated), list(dec.records), state, config.seed))
     dec.drafter.fold()  # saving left the last pass pending (folded into a copy)
     assert torch.equal(resumed.drafter.table, dec.drafter.table)  # carried: the rejected drafts' rows too
     resumed.run()
     assert resumed.generated == solo.generated
     assert [r.drafted for r in resumed.records] == [r.drafted for r in solo.records]
     with pytest.raises(ValueError, match="no state"):  # a saved run without the table cannot continue exactly
-        resume_decoder(config, target, ids, SavedDecoder(list(dec.generated), list(dec.records), RunState.from_dict(raw | {"drafter_state": None}, len(dec.records)), config.seed))
+        resume_decoder(config, RunModels(target), ids, SavedDecoder(list(dec.generated), list(dec.records), RunState.from_dict(raw | {"drafter_state": None}, len(dec.records)), config.seed))
 
 
 def test_the_carried_table_is_not_the_one_a_reprefill_rebuilds(tiny_models):
@@ -173,11 +173,11 @@ def test_the_carried_table_is_not_the_one_a_reprefill_rebuilds(tiny_models):
     differ = 0
     for p in TINY_PROMPTS:
         ids = target.tokenizer(p["prompt"])["input_ids"]
-        dec = build_decoder(recycle_config(num_draft_tokens=6, tree_width=3), target, ids)
+        dec = build_decoder(recycle_config(num_draft_tokens=6, tree_width=3), RunModels(target), ids)
         dec.run()
         dec.hand_over()
         dec.drafter.fold()
-        rebuilt = build_decoder(recycle_config(num_draft_tokens=6), target, list(dec.tokens))
+        rebuilt = build_decoder(recycle_config(num_draft_tokens=6), RunModels(target), list(dec.tokens))
         rebuilt.drafter.fold()
         differ += int((rebuilt.drafter.table != dec.drafter.table).any(-1).sum())
     assert differ > 0
@@ -185,7 +185,7 @@ def test_the_carried_table_is_not_the_one_a_reprefill_rebuilds(tiny_models):
 
 def test_checkpoint_and_restore_bring_the_table_back(tiny_models):
     target = tiny_models["llama"]
-    dec = build_decoder(recycle_config(temperature=1.0, seed=2), target, target.tokenizer(TINY_PROMPTS[0]["prompt"])["input_ids"])
+    dec = build_decoder(recycle_config(temperature=1.0, seed=2), RunModels(target), target.tokenizer(TINY_PROMPTS[0]["prompt"])["input_ids"])
     dec.step()
     point = dec.state()
     again = dec.step()
@@ -243,9 +243,9 @@ def test_a_recycle_run_survives_the_run_directory_and_its_recording_replays(tiny
     target = tiny_models["llama"]
     config = recycle_config(temperature=1.0, seed=3, num_draft_tokens=4, tree_width=2)
     ids = target.tokenizer(TINY_PROMPTS[0]["prompt"])["input_ids"]
-    solo = build_decoder(config, target, ids)
+    solo = build_decoder(config, RunModels(target), ids)
     solo.run()
-    dec = build_decoder(config, target, ids)
+    dec = build_decoder(config, RunModels(target), ids)
     for _ in range(3):
         dec.step()
     env = dict(model="tiny", dtype="float32", device="cpu", device_name="cpu", torch="2", vocab_size=target.vocab_size)
@@ -256,7 +256,7 @@ def test_a_recycle_run_survives_the_run_directory_and_its_recording_replays(tiny
     back = store.load(token)
     run = back.recording.runs[0]
     saved = SavedDecoder([t for r in run.records for t in r.emitted], run.records, back.states[0], run.seed)
-    resumed = resume_decoder(run.config, target, ids, saved)
+    resumed = resume_decoder(run.config, RunModels(target), ids, saved)
     resumed.run()
     assert resumed.generated == solo.generated
     eagle = RunConfig(drafter="eagle", eagle_head="/srv/eagle", draft_vocab=8192)

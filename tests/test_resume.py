@@ -10,7 +10,7 @@ import pytest
 
 from specviz.config import RunConfig
 from specviz.core.resume import RunState
-from specviz.runs import SavedDecoder, build_decoder, resume_decoder
+from specviz.runs import RunModels, SavedDecoder, build_decoder, resume_decoder
 from tests.test_models import prompt_ids
 
 MAX_NEW = 32
@@ -38,13 +38,13 @@ def _saved(dec) -> SavedDecoder:
 def test_a_resumed_run_continues_the_uninterrupted_stream(tiny_models, drafter, width, temperature, one_thread):
     target, draft = tiny_models["llama"], tiny_models["llama_draft"] if drafter == "model" else None
     config, ids = _config(drafter, width, temperature), prompt_ids(tiny_models["llama"])
-    solo = build_decoder(config, target, ids, draft)
+    solo = build_decoder(config, RunModels(target, draft), ids)
     solo.run()
     for stop_after in (1, 3):
-        dec = build_decoder(config, target, ids, draft)
+        dec = build_decoder(config, RunModels(target, draft), ids)
         for _ in range(stop_after):
             dec.step()
-        resumed = resume_decoder(config, target, ids, _saved(dec), draft)
+        resumed = resume_decoder(config, RunModels(target, draft), ids, _saved(dec))
         assert len(resumed.records) == stop_after and resumed.generated == dec.generated
         resumed.run()
         assert resumed.generated == solo.generated, (drafter, width, temperature, stop_after)
@@ -57,14 +57,14 @@ def test_known_bad_control_a_resume_without_the_generator_state_diverges(tiny_mo
     continued stream must differ from the uninterrupted one, or the test above could not tell."""
     target, ids = tiny_models["llama"], prompt_ids(tiny_models["llama"])
     config = _config("ngram", 1, 1.0)
-    solo = build_decoder(config, target, ids)
+    solo = build_decoder(config, RunModels(target), ids)
     solo.run()
-    dec = build_decoder(config, target, ids)
+    dec = build_decoder(config, RunModels(target), ids)
     for _ in range(3):
         dec.step()
     saved = _saved(dec)
-    fresh_state = replace(build_decoder(config, target, ids).state(), num_rounds=len(saved.records))  # the seed's: what a naive restore uses
-    bad = resume_decoder(config, target, ids, SavedDecoder(saved.generated, saved.records, fresh_state, saved.seed))
+    fresh_state = replace(build_decoder(config, RunModels(target), ids).state(), num_rounds=len(saved.records))  # the seed's: what a naive restore uses
+    bad = resume_decoder(config, RunModels(target), ids, SavedDecoder(saved.generated, saved.records, fresh_state, saved.seed))
     bad.run()
     assert bad.generated != solo.generated
 
@@ -82,11 +82,11 @@ def test_bad_saved_states_are_refused(raw):
 def test_a_state_that_does_not_fit_the_generator_is_a_value_error(tiny_models):
     target, ids = tiny_models["llama"], prompt_ids(tiny_models["llama"])
     config = _config("ngram", 1, 1.0)
-    dec = build_decoder(config, target, ids)
+    dec = build_decoder(config, RunModels(target), ids)
     dec.step()
     saved = _saved(dec)
     broken = RunState.from_dict({"generator": "AAAA", "draft_generator": None, "k": 3, "finished": False}, len(saved.records))
     with pytest.raises(ValueError, match="does not fit"):
-        resume_decoder(config, target, ids, SavedDecoder(saved.generated, saved.records, broken, saved.seed))
+        resume_decoder(config, RunModels(target), ids, SavedDecoder(saved.generated, saved.records, broken, saved.seed))
     with pytest.raises(ValueError, match="not the ones"):
-        resume_decoder(config, target, ids, SavedDecoder([1, 2], saved.records, saved.state, saved.seed))
+        resume_decoder(config, RunModels(target), ids, SavedDecoder([1, 2], saved.records, saved.state, saved.seed))

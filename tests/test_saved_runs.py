@@ -12,7 +12,7 @@ import pytest
 
 from specviz.config import RunConfig
 from specviz.recording.build import build_recording, recorded_run
-from specviz.runs import build_decoder
+from specviz.runs import RunModels, build_decoder
 from specviz.workshop import saved_runs
 from specviz.workshop.presentation import PresentationStore
 from specviz.workshop.saved_runs import (
@@ -39,7 +39,7 @@ def saved(tiny_models) -> SavedRun:
     target = tiny_models["llama"]
     ids = prompt_ids(target)
     config = RunConfig(target="llama", temperature=1.0, max_new_tokens=12, ngram_threshold=0.0)
-    dec = build_decoder(config, target, ids)
+    dec = build_decoder(config, RunModels(target), ids)
     dec.step()
     dec.step()
     recording = build_recording(

@@ -11,7 +11,7 @@ import openai
 import pytest
 
 from specviz.config import EMBEDDED_TARGET, RunConfig
-from specviz.runs import decoder_for, resolve_models
+from specviz.runs import build_decoder, resolve_models
 from specviz.workshop.service.config import ServiceConfig
 from specviz.workshop.service.server import Service
 from specviz.workshop.service.text import Detokenizer, StopText
@@ -46,7 +46,7 @@ def client(url):
 
 def plain_text(smollm, prompt_ids, n: int) -> tuple[list[int], str]:
     run = RunConfig(target=MODEL, drafter="none", max_new_tokens=n, dtype="float32", device="cpu")
-    d = decoder_for(run, resolve_models(run, target=smollm), prompt_ids)
+    d = build_decoder(run, resolve_models(run, target=smollm), prompt_ids)
     d.run()
     return d.generated, smollm.tokenizer.decode(d.generated, skip_special_tokens=True)
 

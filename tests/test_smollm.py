@@ -7,7 +7,7 @@ import torch
 
 from specviz.config import RunConfig
 from specviz.models import LoadedModel, encode_prompt
-from specviz.runs import build_decoder
+from specviz.runs import RunModels, build_decoder
 from tests.conftest import VERIFIED_PRECISIONS
 
 pytestmark = [pytest.mark.smollm, pytest.mark.usefixtures("one_thread")]  # see conftest.one_thread
@@ -57,7 +57,7 @@ def test_the_prompt_is_wrapped_in_the_chat_template(smollm, prompt_ids):
 
 @pytest.mark.parametrize("precision", VERIFIED_PRECISIONS)
 def test_baseline_equals_generate(smollm_at, prompt_ids, reference, precision):
-    dec = build_decoder(RunConfig(max_new_tokens=MAX_NEW), smollm_at(precision), prompt_ids, baseline=True)
+    dec = build_decoder(RunConfig(max_new_tokens=MAX_NEW), RunModels(smollm_at(precision)), prompt_ids, baseline=True)
     dec.run()
     assert dec.generated == reference(precision)
     assert len(reference(precision)) == MAX_NEW  # the copy is long enough that the limit, not EOS, ends it
@@ -69,7 +69,7 @@ def test_greedy_speculative_equals_generate(smollm_at, prompt_ids, reference, dr
     smollm = smollm_at(precision)
     # the default drafter with its default settings; the others at k = 4
     config = RunConfig(max_new_tokens=MAX_NEW) if drafter == "ngram" else RunConfig(drafter=drafter, num_draft_tokens=4, auto_k=False, max_new_tokens=MAX_NEW)
-    dec = build_decoder(config, smollm, prompt_ids)
+    dec = build_decoder(config, RunModels(smollm), prompt_ids)
     dec.run()
     assert dec.generated == reference(precision)
     stats = dec.stats()
@@ -84,6 +84,6 @@ def test_the_default_example_speculates_from_the_first_round(smollm: LoadedModel
 
     config = RunConfig()
     example = load_examples()[0]
-    dec = build_decoder(config, smollm, encode_prompt(smollm.tokenizer, example.prompt, chat=config.chat))
+    dec = build_decoder(config, RunModels(smollm), encode_prompt(smollm.tokenizer, example.prompt, chat=config.chat))
     first = dec.step()
     assert first.num_drafted >= 1 and first.num_accepted >= 1 and len(first.emitted) > 1, (first.num_drafted, first.num_accepted, first.emitted)

@@ -67,7 +67,7 @@ def test_a_model_without_custom_masks_says_so(tiny_models, monkeypatch):
 
 from specviz.config import RunConfig  # noqa: E402
 from specviz.models import encode_prompt  # noqa: E402
-from specviz.runs import build_decoder  # noqa: E402
+from specviz.runs import RunModels, build_decoder  # noqa: E402
 from tests.conftest import VERIFIED_PRECISIONS  # noqa: E402
 from tests.test_models import MAX_NEW, hf_greedy, prompt_ids, run_checked  # noqa: E402
 
@@ -85,7 +85,7 @@ def test_greedy_tree_equals_generate(tiny_models_at, target_name, drafter, preci
         target=target_name, drafter=drafter, draft="d" if draft else None, exit_layer=1, num_draft_tokens=6,
         tree_width=width, ngram_threshold=0.0, auto_k=False, max_new_tokens=MAX_NEW,
     )  # fmt: skip
-    dec = run_checked(build_decoder(config, target, ids, draft))
+    dec = run_checked(build_decoder(config, RunModels(target, draft), ids))
     assert dec.generated == hf_greedy(target, ids)
     assert dec.use_tree == (width > 1 and drafter != "lookup")
     assert dec.stats().target_passes == len(dec.records)
@@ -103,12 +103,12 @@ def test_greedy_tree_equals_plain_greedy_on_smollm(smollm_at, precision):
     smollm = smollm_at(precision)
     widths = (1, 2, 3, 4) if precision == "float32" else (3,)  # fp16-weights: widths 1-3 run on the tiny models
     ids = encode_prompt(smollm.tokenizer, SMOL_PROMPT, chat=True)
-    plain = build_decoder(RunConfig(max_new_tokens=MAX_NEW), smollm, ids, baseline=True)
+    plain = build_decoder(RunConfig(max_new_tokens=MAX_NEW), RunModels(smollm), ids, baseline=True)
     plain.run()
     for drafter in ("ngram", "early-exit", "recycle"):
         for width in widths:
             config = RunConfig(drafter=drafter, num_draft_tokens=6, auto_k=False, tree_width=width, max_new_tokens=MAX_NEW)
-            dec = build_decoder(config, smollm, ids)
+            dec = build_decoder(config, RunModels(smollm), ids)
             dec.run()
             assert dec.generated == plain.generated, (drafter, width)
             assert dec.use_tree == (width > 1)
@@ -122,7 +122,7 @@ def test_a_model_without_custom_masks_falls_back_to_chains(tiny_models, monkeypa
     monkeypatch.setattr(HFCachedLM, "tree_problem", property(lambda self: message))
     config = RunConfig(target="llama", drafter="ngram", num_draft_tokens=6, auto_k=False, tree_width=3, ngram_threshold=0.0, max_new_tokens=MAX_NEW)
     with caplog.at_level("WARNING"):
-        dec = build_decoder(config, target, ids)
+        dec = build_decoder(config, RunModels(target), ids)
     assert not dec.use_tree and message in caplog.text
     dec.run()
     assert dec.generated == hf_greedy(target, ids) and not any(r.is_tree for r in dec.records)

@@ -287,13 +287,13 @@ def greedy_equals_plain(config, target, prompts: Sequence[Sequence[int]], width:
     """Greedy speculative decoding of every prompt equals plain greedy decoding, token for token, and drafts trees
     exactly when width > 1; check(decoder) looks at each run too. Returns (accepted, rejected) drafts over all of
     them, so a test can say both branches of the rule were taken."""
-    from specviz.runs import build_decoder
+    from specviz.runs import RunModels, build_decoder
 
     accepted = rejected = 0
     for i, ids in enumerate(prompts):
-        spec = build_decoder(config, target, list(ids))
+        spec = build_decoder(config, RunModels(target), list(ids))
         spec.run()
-        plain = build_decoder(config, target, list(ids), baseline=True)
+        plain = build_decoder(config, RunModels(target), list(ids), baseline=True)
         plain.run()
         assert spec.generated == plain.generated, f"prompt {i}"
         assert spec.use_tree == (width > 1)
@@ -320,20 +320,20 @@ def paused_and_resumed(config, target, ids: Sequence[int], steps: int = 2):
     import json
 
     from specviz.core.resume import RunState
-    from specviz.runs import SavedDecoder, build_decoder, resume_decoder
+    from specviz.runs import RunModels, SavedDecoder, build_decoder, resume_decoder
 
-    dec = build_decoder(config, target, list(ids))
+    dec = build_decoder(config, RunModels(target), list(ids))
     for _ in range(steps):
         dec.step()
     state = RunState.from_dict(json.loads(json.dumps(dec.state().to_dict())), len(dec.records))
-    return dec, state, resume_decoder(config, target, list(ids), SavedDecoder(list(dec.generated), list(dec.records), state, config.seed))
+    return dec, state, resume_decoder(config, RunModels(target), list(ids), SavedDecoder(list(dec.generated), list(dec.records), state, config.seed))
 
 
 def assert_same_run(resumed, config, target, ids: Sequence[int]) -> None:
     """The resumed run, run to its end, equals one uninterrupted run: its tokens and every round's drafts."""
-    from specviz.runs import build_decoder
+    from specviz.runs import RunModels, build_decoder
 
-    solo = build_decoder(config, target, list(ids))
+    solo = build_decoder(config, RunModels(target), list(ids))
     solo.run()
     resumed.run()
     assert resumed.generated == solo.generated

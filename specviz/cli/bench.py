@@ -73,14 +73,13 @@ def run(args: argparse.Namespace) -> int:
             raise ValueError(f"{out} has other columns than this benchmark writes; --append needs a CSV from this version or an earlier one.")
     where = RunConfig(**run_values(args, only=BENCH_FIELDS, skip=("seed", "max_new_tokens", "chat")))
     models = resolve_models(where, drafters=[d for d in spec.drafters if d != "model" or args.draft])  # run_sweep names a missing draft
-    target, draft = models.target, models.draft
+    target = models.target
     emit(
         f"benchmark: {len(prompts)} prompts, {spec.num_settings(len(prompts))} settings x ({spec.warmup} warm-up + "
         f"{spec.repeats} repeats) = {spec.num_runs(len(prompts))} runs on {target.name} ({target.device}, {target.precision})",
         err=True,
     )
-    frame = rows_to_frame(run_sweep(target, prompts, spec, draft=draft, early_exit=models.early_exit, heads=models.heads, eagle=models.eagle,
-                                    on_progress=print_progress))  # fmt: skip
+    frame = rows_to_frame(run_sweep(models, prompts, spec, on_progress=print_progress))
     if out is not None:
         out.parent.mkdir(parents=True, exist_ok=True)
         if out.suffix.lower() == ".json":

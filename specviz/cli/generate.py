@@ -49,7 +49,7 @@ def _coloured(tokenizer, prompt_ids: list[int], records) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    from specviz.runs import decoder_for, prompt_ids, resolve_models
+    from specviz.runs import build_decoder, prompt_ids, resolve_models
 
     config = config_from_args(args)
     if args.num_samples < 1:
@@ -73,7 +73,7 @@ def run(args: argparse.Namespace) -> int:
     samples: list[dict] = []  # what --json prints; nothing else of a sample outlives its loop turn
     recorded = []  # what --record writes: each sample's records
     for i in range(args.num_samples):
-        decoder = decoder_for(config, models, ids, seed=sample_seed(config.seed, i), baseline=args.baseline)
+        decoder = build_decoder(config, models, ids, seed=sample_seed(config.seed, i), baseline=args.baseline)
         decoder.run()
         difference = None
         if check is not None:
@@ -122,14 +122,14 @@ def _write_recording(path: str, config: RunConfig, text: str, prompt_ids: list[i
     its plain run is the baseline, so the JSON's speedup and the recording's are one number."""
     from specviz.models import environment, token_bytes
     from specviz.recording.build import build_recording, recorded_run, save_recording
-    from specviz.runs import build_decoder
+    from specviz.runs import RunModels, build_decoder
     from specviz.viz.tokens import TokenTable
 
     base = None
     if check is not None:
         base = recorded_run("baseline (plain decoding)", config, check[2], seed=config.seed, prefill_ms=check[3])
     elif not baseline:
-        plain = build_decoder(config, target, prompt_ids, seed=runs[0].seed, baseline=True)
+        plain = build_decoder(config, RunModels(target), prompt_ids, seed=runs[0].seed, baseline=True)
         needed = max(r.metrics.new_tokens for r in runs)
         while not plain.done and len(plain.generated) < needed:
             plain.step()
@@ -147,9 +147,9 @@ def _baseline_for_check(args: argparse.Namespace, config: RunConfig, target, pro
     prefill time (for --record's baseline), kept (the decoder is not)."""
     if not args.check_baseline:
         return None
-    from specviz.runs import build_decoder
+    from specviz.runs import RunModels, build_decoder
 
-    plain = build_decoder(config, target, prompt_ids, seed=config.seed, baseline=True)
+    plain = build_decoder(config, RunModels(target), prompt_ids, seed=config.seed, baseline=True)
     plain.run()
     return plain.generated, emitted_margins(plain.records), plain.records, plain.prefill_ms
 

@@ -31,9 +31,10 @@ from specviz.drafters.model import ModelDrafter
 from specviz.drafters.ngram import NGramDrafter
 from specviz.drafters.recycle import RecycleDrafter
 
-# what a drafter drafts with, beyond the context: a second model, the target's first layers, heads on the target, an
-# EAGLE layer over the target's features, or nothing but the target's own passes
-DraftLM = Literal["draft", "early-exit", "heads", "eagle", "target"]
+# a drafter's model source: what it drafts with beyond the context, named by the specviz.runs.RunModels field that holds
+# it (a second model, the target's first layers, Medusa heads on the target, an EAGLE layer over the target's features),
+# or "target" (nothing but the target's own passes) or "none" (the context alone)
+ModelSource = Literal["none", "target", "draft", "early_exit", "heads", "eagle"]
 
 
 class DrafterSettings(Protocol):
@@ -92,7 +93,7 @@ class DrafterSpec:
     short_name: str  # in run names, tables and messages
     cls: type  # the drafter class, which declares can_branch and has_q
     build: Build  # (settings, vocab size, what it drafts with or None, display name) -> the drafter
-    lm: DraftLM | None = None  # what it drafts with: "draft" needs a second model loaded, "heads" Medusa heads, "eagle" an EAGLE head
+    source: ModelSource = "none"  # what it drafts with (ModelSource): the RunModels field resolve_models loads for it
     baseline: bool = False  # plain decoding: the baseline every speedup divides by
 
     @property
@@ -113,7 +114,7 @@ class DrafterSpec:
     @property
     def needs_model(self) -> bool:
         """A second model must be loaded (and chosen) for this drafter."""
-        return self.lm == "draft"
+        return self.source == "draft"
 
     @property
     def can_branch(self) -> bool:
@@ -132,7 +133,7 @@ class DrafterSpec:
     @property
     def cuts_vocab(self) -> bool:
         """It scores the target's LM head, so a draft vocabulary (RunConfig.draft_vocab) makes its steps cheaper."""
-        return self.lm in ("heads", "eagle")
+        return self.source in ("heads", "eagle")
 
 
 def _model(settings: DrafterSettings, vocab: int, lm: CachedLM | None, name: str) -> Drafter:
@@ -166,11 +167,11 @@ DRAFTERS: tuple[DrafterSpec, ...] = (  # the default first (menus start there)
         "lookup", "prompt lookup (copies n-grams from the context)", "prompt lookup", PromptLookupDrafter,
         lambda s, vocab, lm, name: PromptLookupDrafter(s.ngram_max, s.ngram_min),
     ),
-    DrafterSpec("model", "draft model (a smaller LM)", "draft model", ModelDrafter, _model, lm="draft"),
-    DrafterSpec("early-exit", "early exit (the target's first L layers)", "early exit", ModelDrafter, _model, lm="early-exit"),
-    DrafterSpec("medusa", "Medusa heads (the target guesses its own future)", "Medusa heads", MedusaDrafter, _medusa, lm="heads"),
-    DrafterSpec("eagle", "EAGLE (one layer continues the target's features)", "EAGLE", EagleDrafter, _eagle, lm="eagle"),
-    DrafterSpec("recycle", "token recycling (the target's own past guesses)", "token recycling", RecycleDrafter, _recycle, lm="target"),
+    DrafterSpec("model", "draft model (a smaller LM)", "draft model", ModelDrafter, _model, source="draft"),
+    DrafterSpec("early-exit", "early exit (the target's first L layers)", "early exit", ModelDrafter, _model, source="early_exit"),
+    DrafterSpec("medusa", "Medusa heads (the target guesses its own future)", "Medusa heads", MedusaDrafter, _medusa, source="heads"),
+    DrafterSpec("eagle", "EAGLE (one layer continues the target's features)", "EAGLE", EagleDrafter, _eagle, source="eagle"),
+    DrafterSpec("recycle", "token recycling (the target's own past guesses)", "token recycling", RecycleDrafter, _recycle, source="target"),
     DrafterSpec("none", "none: plain target decoding", "plain decoding", NoDrafter, lambda s, vocab, lm, name: NoDrafter(), baseline=True),
 )  # fmt: skip
 DRAFTER_KINDS: tuple[str, ...] = tuple(d.kind for d in DRAFTERS)

@@ -131,7 +131,7 @@ def batch_decoder(models: RunModels, setup: BatchSetup, prompts: list[list[int]]
         drafters = [NoDrafter() for _ in prompts]
         decode = replace(decode, num_draft_tokens=0)
     else:
-        drafters = [make_drafter(config, target, models.draft, models.early_exit) for _ in prompts]
+        drafters = [make_drafter(config, models) for _ in prompts]
     return BatchDecoder(HFBatchedLM(target.model, vocab, len(prompts)), drafters, prompts, decode)
 
 

@@ -39,7 +39,7 @@ from specviz.core.metrics import RunMetrics, pooled_histogram
 from specviz.core.protocols import Turn
 from specviz.core.theory import alpha_from_acceptance_rate, speedup
 from specviz.core.tree import MAX_TREE_WIDTH
-from specviz.drafters.specs import SPECULATIVE_KINDS
+from specviz.drafters.specs import SPECULATIVE_KINDS, drafter_spec
 from specviz.experiments.measure import ProgressFn, Spread, paired_ratio
 from specviz.experiments.prompts import BenchPrompt
 from specviz.experiments.timed_runs import BASELINE, RunSample, measure_setups
@@ -48,6 +48,7 @@ if TYPE_CHECKING:
     import pandas as pd
 
     from specviz.models import LoadedModel
+    from specviz.runs import RunModels
 
 BENCH_DRAFTERS = SPECULATIVE_KINDS  # every drafter but plain decoding, the baseline
 SHIPPED_BENCH = Path(__file__).resolve().parents[2] / "assets" / "bench_cpu.csv"  # measured on a quiet 2-core CPU (docs/benchmarks.md)
@@ -254,18 +255,24 @@ class SweepModels:
             tree_width=tree_width, auto_k=False,  # a cell measures one fixed k
         )  # fmt: skip
 
+    @property
+    def run_models(self) -> RunModels:
+        """What every decoder of the sweep is built from."""
+        from specviz.runs import RunModels
+
+        return RunModels(self.target, self.draft, self.early_exit, self.heads, self.eagle)
+
     def resolved(self) -> SweepModels:
-        """These models with each swept drafter's own part built once (early exit, Medusa, EAGLE), unless handed in."""
+        """These models with each swept drafter's own part built once (early exit, Medusa, EAGLE: its model source in
+        the drafter table), unless handed in. The draft model is always handed in (a sweep never loads one here)."""
         from specviz.runs import resolve_models
 
-        models, drafters = self, self.spec.drafters
-        if "early-exit" in drafters and models.early_exit is None:
-            models = replace(models, early_exit=resolve_models(models.config("early-exit", 1, 0.0), target=models.target).early_exit)
-        if "medusa" in drafters and models.heads is None:
-            models = replace(models, heads=resolve_models(models.config("medusa", 1, 0.0), target=models.target).heads)
-        if "eagle" in drafters and models.eagle is None:
-            models = replace(models, eagle=resolve_models(models.config("eagle", 1, 0.0), target=models.target).eagle)
-        return models
+        parts = {drafter_spec(d).source: d for d in self.spec.drafters if drafter_spec(d).source in ("early_exit", "heads", "eagle")}
+        missing = {part: kind for part, kind in parts.items() if getattr(self, part) is None}
+        if not missing:
+            return self
+        found = resolve_models(self.config(next(iter(missing.values())), 1, 0.0), target=self.target, drafters=list(missing.values()))
+        return replace(self, **{part: getattr(found, part) for part in missing})
 
     def factory(
         self, ids: list[int], drafter: str, k: int, temperature: float, baseline: bool, tree_width: int = 1
@@ -273,9 +280,8 @@ class SweepModels:
         from specviz.runs import build_decoder
 
         cfg = self.config(drafter, k, temperature, tree_width)
-        return lambda: build_decoder(
-            cfg, self.target, ids, self.draft, early_exit=self.early_exit, heads=self.heads, eagle=self.eagle, baseline=baseline
-        )
+        models = self.run_models
+        return lambda: build_decoder(cfg, models, ids, baseline=baseline)
 
 
 def sweep_progress(on_progress: ProgressFn | None, where: str, offset: int, total: int) -> Callable[[int, int, str, RunSample], None]:
@@ -308,35 +314,28 @@ def measure_rotation(
 
 
 def run_sweep(
-    target: LoadedModel,
-    prompts: Sequence[BenchPrompt],
-    spec: SweepSpec,
-    *,
-    draft: LoadedModel | None = None,
-    early_exit=None,
-    heads=None,
-    eagle=None,
-    on_progress: ProgressFn | None = None,
-    turn: Turn | None = None,
+    models: RunModels, prompts: Sequence[BenchPrompt], spec: SweepSpec, *, on_progress: ProgressFn | None = None, turn: Turn | None = None
 ) -> list[BenchRow]:
-    """Run the sweep and return one BenchRow per speculative setting. early_exit: a cached early_exit_view of the
-    target, heads: its loaded Medusa heads, eagle: its loaded EAGLE head (each built here when needed and not given).
-    on_progress(done, total, message) follows every run, warm-ups included. turn: on a shared server, one model turn per run."""
+    """Run the sweep and return one BenchRow per speculative setting. models: the target, a draft model, and any of
+    early exit's view, Medusa's heads and EAGLE's head the caller keeps (each built here when a drafter needs it and
+    it is not given). on_progress(done, total, message) follows every run, warm-ups included. turn: on a shared
+    server, one model turn per run."""
     from specviz.runs import prompt_ids
 
     if not prompts:
         raise ValueError("No prompts to benchmark: choose at least one category.")
-    models = SweepModels(target, spec, draft, early_exit, heads, eagle)
+    target = models.target
+    sweep = SweepModels(target, spec, models.draft, models.early_exit, models.heads, models.eagle)
     for drafter in spec.drafters:  # before any run: RunConfig.validate says what a drafter lacks (a draft model)
-        models.config(drafter, spec.ks[0], spec.temperatures[0])
-    models = models.resolved()
+        sweep.config(drafter, spec.ks[0], spec.temperatures[0])
+    sweep = sweep.resolved()
     total, offset = spec.num_runs(len(prompts)), 0
     rows: list[BenchRow] = []
     for prompt in prompts:
         ids = prompt_ids(target, prompt.prompt, spec.chat, max_new_tokens=spec.max_new_tokens, num_draft_tokens=max(spec.ks))  # within the context
         for temperature in spec.temperatures:
             progress = sweep_progress(on_progress, f"{prompt.category} {prompt.title!r} T={_fmt_t(temperature)}", offset, total)
-            measured, runs = measure_rotation(models, prompt, ids, temperature, progress, turn)
+            measured, runs = measure_rotation(sweep, prompt, ids, temperature, progress, turn)
             rows += measured
             offset += runs
     return rows

@@ -94,10 +94,10 @@ def sample_fast(config: RunConfig, target: LoadedModel, prompt_ids: list[int], e
     first round), then the target's pass over the prompt's last token gives p_target."""
     from specviz.core.sampling import warp
     from specviz.core.verify import one_hot_q
-    from specviz.runs import build_decoder
+    from specviz.runs import RunModels, build_decoder
 
     generator = torch.Generator().manual_seed(config.seed)
-    decoder = build_decoder(config, target, prompt_ids, early_exit=early_exit, heads=heads, eagle=eagle)
+    decoder = build_decoder(config, RunModels(target, early_exit=early_exit, heads=heads, eagle=eagle), prompt_ids)
     decoder.hand_over()
     drafter = decoder.drafter
     p1 = warp(decoder.target.extend(prompt_ids[-1:])[-1], config.sampling).float().cpu()  # (V,)
@@ -116,14 +116,14 @@ def sample_engine(
     """N fresh speculative runs (k = 1, two new tokens) and N fresh plain one-token runs -> (speculative ids,
     target ids, p_target (V,) and q_draft (V,) over the first round's top-N (zero elsewhere), runs that drafted).
     Each pair of runs is one model turn."""
-    from specviz.runs import build_decoder
+    from specviz.runs import RunModels, build_decoder
 
     spec_tokens, target_tokens, first, drafted_runs = [], [], None, 0
     for i in range(n):
         with turn():
-            spec = build_decoder(config, target, prompt_ids, early_exit=early_exit, heads=heads, eagle=eagle, seed=2 * i)
+            spec = build_decoder(config, RunModels(target, early_exit=early_exit, heads=heads, eagle=eagle), prompt_ids, seed=2 * i)
             record = spec.step()
-            plain = build_decoder(dataclasses.replace(config, max_new_tokens=1), target, prompt_ids, seed=2 * i + 1, baseline=True)
+            plain = build_decoder(dataclasses.replace(config, max_new_tokens=1), RunModels(target), prompt_ids, seed=2 * i + 1, baseline=True)
             target_tokens.append(plain.step().emitted[0])
             del spec, plain  # their caches go before the next pair's prefill: two runs' caches at most
         if first is None:
@@ -203,10 +203,10 @@ def _heads(config: RunConfig, target: LoadedModel, heads, eagle):
     """The Medusa heads or the EAGLE head a config drafts with, loaded once for many runs (None for other drafters)."""
     from specviz.runs import load_target_eagle, load_target_heads
 
-    lm = drafter_spec(config.drafter).lm
-    if heads is None and lm == "heads":
+    source = drafter_spec(config.drafter).source
+    if heads is None and source == "heads":
         heads = load_target_heads(config.medusa_heads, target)
-    if eagle is None and lm == "eagle":
+    if eagle is None and source == "eagle":
         eagle = load_target_eagle(config.eagle_head, target)
     return heads, eagle
 
@@ -218,15 +218,15 @@ def greedy_side_by_side(
     second: specviz.experiments.timed_runs.run_in_turns)."""
     from specviz.experiments.timed_runs import run_in_turns
     from specviz.models import encode_prompt
-    from specviz.runs import build_decoder
+    from specviz.runs import RunModels, build_decoder
 
     validate_prompt(prompt)
     if config.temperature != 0.0:
         raise ValueError(f"The side-by-side check is for greedy decoding (temperature 0); got {config.temperature:g}.")
     prompt_ids = encode_prompt(target.tokenizer, prompt, config.chat)
     heads, eagle = _heads(config, target, heads, eagle)
-    spec, _, _ = run_in_turns(lambda: build_decoder(config, target, prompt_ids, early_exit=early_exit, heads=heads, eagle=eagle), turn)
-    plain, _, _ = run_in_turns(lambda: build_decoder(config, target, prompt_ids, baseline=True), turn)
+    spec, _, _ = run_in_turns(lambda: build_decoder(config, RunModels(target, early_exit=early_exit, heads=heads, eagle=eagle), prompt_ids), turn)
+    plain, _, _ = run_in_turns(lambda: build_decoder(config, RunModels(target), prompt_ids, baseline=True), turn)
     return GreedyResult(
         config=config, prompt=prompt, spec_ids=tuple(spec.generated), plain_ids=tuple(plain.generated),
         spec_text=target.tokenizer.decode(spec.generated, skip_special_tokens=True),

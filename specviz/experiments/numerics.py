@@ -80,13 +80,13 @@ def greedy_trace(
     """Greedy decoding with the engine: plain (one token per pass) or speculative (the given drafter, k drafts).
     turn: one model turn per round (the first one also holds the prefill)."""
     from specviz.experiments.timed_runs import run_in_turns
-    from specviz.runs import build_decoder
+    from specviz.runs import RunModels, build_decoder
 
     config = RunConfig(
         target=target.name, drafter=drafter if speculative else "none", num_draft_tokens=k, temperature=0.0,
         max_new_tokens=max_new_tokens, ngram_threshold=0.0 if drafter == "ngram" else RunConfig.ngram_threshold, auto_k=False,
     )
-    make = lambda: build_decoder(config, target, list(prompt_ids), baseline=not speculative)  # noqa: E731
+    make = lambda: build_decoder(config, RunModels(target), list(prompt_ids), baseline=not speculative)  # noqa: E731
     decoder, _, _ = run_in_turns(make, turn, slice_s=0.0)  # slice 0: one round per turn
     margins = tuple(m for r in decoder.records for m in r.emitted_margin)
     dtype = target.precision

@@ -112,7 +112,7 @@ def draft_runners(
     import torch
 
     from specviz.config import RunConfig
-    from specviz.runs import build_decoder
+    from specviz.runs import RunModels, build_decoder
 
     runners: dict[str, Callable[[], object]] = {}
     drafted_per_call: dict[str, int] = {}
@@ -126,7 +126,7 @@ def draft_runners(
                            eagle_head=eagle_folder, draft_vocab=vocab)  # fmt: skip
         try:
             with turn():  # the prefill (and early exit's own layers) run the target
-                decoder = build_decoder(config, target, context)
+                decoder = build_decoder(config, RunModels(target), context)
                 decoder.hand_over()
                 drafter = decoder.drafter
                 drafted_per_call[name] = max(1, len(drafter.propose(context, draft_k, generator).token_ids))

@@ -32,7 +32,7 @@ from specviz.core.protocols import Turn, no_turn, paused_s
 from specviz.core.race import RaceLane, RaceResult, lane_of
 from specviz.drafters.specs import branches, drafter_spec, short_name
 from specviz.experiments.cost_profile import device_name
-from specviz.runs import RunModels, decoder_for
+from specviz.runs import RunModels, build_decoder
 
 WARMUP_PASSES = 2
 PASSES_PER_TURN = 8  # rounds of a lane per model turn: a waiting Step gets in after at most this many passes
@@ -115,13 +115,13 @@ def run_race(
     load_before = _load_average()
     if warmup:
         with turn():
-            warm = decoder_for(config, models, ids, baseline=True, top_n=1)
+            warm = build_decoder(config, models, ids, baseline=True, top_n=1)
             for _ in range(WARMUP_PASSES):
                 if not warm.done:
                     warm.step()
             del warm
-    plain = time_lane(lambda: decoder_for(config, models, ids, baseline=True, top_n=1), "plain decoding", turn, passes_per_turn)
-    speculative = time_lane(lambda: decoder_for(config, models, ids, top_n=1), lane_label(config), turn, passes_per_turn, speculative=True)
+    plain = time_lane(lambda: build_decoder(config, models, ids, baseline=True, top_n=1), "plain decoding", turn, passes_per_turn)
+    speculative = time_lane(lambda: build_decoder(config, models, ids, top_n=1), lane_label(config), turn, passes_per_turn, speculative=True)
     target = models.target
     machine = {
         "device": device_name(target.device), "threads": str(torch.get_num_threads()), "torch": torch.__version__,

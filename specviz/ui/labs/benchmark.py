@@ -84,10 +84,7 @@ def run_bench(
     longest = max(len(budgets.prompt_ids(models.target, p.prompt, spec.chat, spec.max_new_tokens, max(spec.ks))) for p in prompts)
     with budgets.job_memory(models.target, sweep_kv_tokens(models, spec, longest), "The benchmark sweep"), \
             turns.long_job(models.target, "a benchmark sweep", "the sweep's next run") as turn:  # fmt: skip
-        rows = run_sweep(
-            models.target, prompts, spec, draft=models.draft, early_exit=models.early_exit, heads=models.heads, eagle=models.eagle,
-            on_progress=on_progress, turn=turn,
-        )
+        rows = run_sweep(models, prompts, spec, on_progress=on_progress, turn=turn)
     return rows_to_frame(rows)
 
 

@@ -23,14 +23,13 @@ from dataclasses import replace
 import streamlit as st
 
 from specviz.config import RunConfig
-from specviz.drafters.specs import drafter_spec
 from specviz.models import encode_prompt
 from specviz.recording.schema import RecordedRun
-from specviz.runs import RunModels, SavedDecoder, exit_layer_for, resume_decoder
+from specviz.runs import RunModels, SavedDecoder, resume_decoder
 from specviz.ui.common import budgets
 from specviz.ui.common.access import current_policy
 from specviz.ui.common.errors import friendly_error
-from specviz.ui.common.models import TokenTexts, get_eagle, get_early_exit, get_heads, get_model, load_target
+from specviz.ui.common.models import TokenTexts, load_target, run_models
 from specviz.ui.common.turns import model_turn
 from specviz.ui.step_through.replay import session_recording
 from specviz.ui.step_through.session import (
@@ -252,11 +251,12 @@ def rebuild_session(saved: SavedRun) -> StepSession:
     if rec.environment.vocab_size != target.vocab_size or encode_prompt(target.tokenizer, rec.prompt, configs[0].chat) != prompt_ids:
         raise SavedRunError("This saved run was made with another model than this server's, so a fresh run starts.")
     budgets.check_ids(target, len(prompt_ids), max(c.max_new_tokens for c in configs), max(c.k_ceiling for c in configs))
-    models = [_models(c, target) for c in configs]  # loaded (cached) before the turn: a slow load must not hold the queue
+    models = [run_models(c, target=target) for c in configs]  # loaded (cached) before the turn: a slow load must not hold the queue
     reservation = budgets.reserve("step-through", target, session_kv_tokens(configs, models, len(prompt_ids)))
     try:
         with model_turn(target, "restoring your run"):  # the re-prefill is a model pass like any round
-            runs = [Run(r.label, c, _resumed(r, state, target, prompt_ids, c), r.error) for r, c, state in zip(rec.runs, configs, saved.states)]
+            resumed = [_resumed(r, state, m, prompt_ids, c) for r, c, m, state in zip(rec.runs, configs, models, saved.states)]
+            runs = [Run(r.label, c, d, r.error) for r, c, d in zip(rec.runs, configs, resumed)]
     except BaseException:
         reservation.release()
         raise
@@ -265,23 +265,13 @@ def rebuild_session(saved: SavedRun) -> StepSession:
     return StepSession(rec.prompt, configs[0], compare, prompt_ids, TokenTexts(target.tokenizer), runs, baseline, target).hold(reservation)
 
 
-def _models(config: RunConfig, target) -> RunModels:
-    """The models a saved run's drafter needs, from the shared caches (loaded before the model turn)."""
-    lm = drafter_spec(config.drafter).lm
-    draft = get_model(config.draft or "", **config.load_options()) if lm == "draft" else None
-    early_exit = get_early_exit(target, exit_layer_for(config, target)) if lm == "early-exit" else None
-    heads = get_heads(config.medusa_heads, target) if lm == "heads" else None
-    eagle = get_eagle(config.eagle_head, target) if lm == "eagle" else None
-    return RunModels(target, draft, early_exit, heads, eagle)
-
-
-def _resumed(run: RecordedRun, state, target, prompt_ids: list[int], config: RunConfig | None = None):
-    """The recorded run continued, under config (the recorded one checked against the policy; default: as recorded)."""
+def _resumed(run: RecordedRun, state, models: RunModels, prompt_ids: list[int], config: RunConfig | None = None):
+    """The recorded run continued with the models its drafter needs (specviz.ui.common.models.run_models), under
+    config (the recorded one checked against the policy; default: as recorded)."""
     config = config or run.config
-    models = _models(config, target)
     generated = [t for r in run.records for t in r.emitted]
     saved = SavedDecoder(generated, run.records, state, run.seed, run.prefill_ms)
     try:
-        return resume_decoder(config, target, prompt_ids, saved, models.draft, early_exit=models.early_exit, heads=models.heads, eagle=models.eagle)
+        return resume_decoder(config, models, prompt_ids, saved)
     except ValueError as exc:  # the pieces do not fit (specviz.core.resume): trying again cannot help
         raise SavedRunError(f"The saved run does not fit this server ({exc}), so a fresh run starts.") from None

@@ -34,7 +34,7 @@ log = logging.getLogger(__name__)
 def by_head(config: RunConfig) -> bool:
     """The run drafts with Medusa heads (its DRAFTERS row drafts with "heads"), so each drafted token has a head."""
     try:
-        return drafter_spec(config.drafter).lm == "heads"
+        return drafter_spec(config.drafter).source == "heads"
     except ValueError:  # a recording of a drafter this version does not know
         return False
 
@@ -43,7 +43,7 @@ def by_table(config: RunConfig) -> bool:
     """The run drafts by following a table of the target's own guesses (token recycling: its DRAFTERS row drafts with
     nothing but the target's passes), so each drafted token came from a table entry."""
     try:
-        return drafter_spec(config.drafter).lm == "target"
+        return drafter_spec(config.drafter).source == "target"
     except ValueError:  # a recording of a drafter this version does not know
         return False
 

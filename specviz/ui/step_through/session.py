@@ -27,7 +27,7 @@ from specviz.core.decoding import SpeculativeDecoder
 from specviz.core.records import StepRecord
 from specviz.drafters.specs import branches, short_name
 from specviz.models import LoadedModel
-from specviz.runs import RunModels, build_decoder, decoder_for, kv_tokens
+from specviz.runs import RunModels, build_decoder, kv_tokens
 from specviz.ui.common import budgets, timing
 from specviz.ui.common.errors import friendly_error
 from specviz.ui.common.keys import STEP_THROUGH_KEY
@@ -204,7 +204,7 @@ def request_baseline(config: RunConfig, target: LoadedModel, prompt_ids: list[in
     ids = list(prompt_ids)
 
     def make_decoder() -> SpeculativeDecoder:  # holds the model, the config and the ids: no session object
-        return build_decoder(config, target, ids, baseline=True)
+        return build_decoder(config, RunModels(target), ids, baseline=True)
 
     return baseline_worker().request(shared_baseline_key(config, target, ids), make_decoder, target_queue(target), config.max_new_tokens)
 
@@ -231,7 +231,7 @@ def start_session(state: PageState, config: RunConfig, compare: RunConfig | None
     reservation = budgets.reserve("step-through", target, session_kv_tokens(configs, models, len(ids)))
     try:
         with model_turn(target, "your prefill"):  # building a decoder runs the prefill: a model pass like any round
-            runs = [Run(label, c, decoder_for(c, m, ids)) for label, c, m in zip(labels, configs, models)]
+            runs = [Run(label, c, build_decoder(c, m, ids)) for label, c, m in zip(labels, configs, models)]
     except BaseException:
         reservation.release()
         raise

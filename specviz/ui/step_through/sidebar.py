@@ -255,9 +255,9 @@ def _drafter_widgets(policy: Policy, with_compare: bool = True) -> tuple[dict, s
     if "early-exit" in kinds_in_use:
         fields["exit_layer"] = draw("exit_layer", policy)
     specs = [drafter_spec(d) for d in kinds_in_use if d != COMPARE_OFF]
-    if any(s.lm == "heads" for s in specs):
+    if any(s.source == "heads" for s in specs):
         fields["medusa_heads"] = _heads_widget(policy, "medusa_heads")
-    if any(s.lm == "eagle" for s in specs):
+    if any(s.source == "eagle" for s in specs):
         fields["eagle_head"] = _heads_widget(policy, "eagle_head")
     if any(s.cuts_vocab for s in specs):
         fields["draft_vocab"] = draw("draft_vocab", policy, format_func=lambda v: f"the {v:,} tokens the target says most" if v else "the full vocabulary")

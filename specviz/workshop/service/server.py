@@ -314,10 +314,10 @@ class Service:
         decoder: SpeculativeDecoder | None = None
         start = last = time.perf_counter()
         try:
-            from specviz.runs import decoder_for
+            from specviz.runs import build_decoder
 
             def build() -> SpeculativeDecoder:
-                return decoder_for(job.run, self.models, job.prompt_ids, top_n=1)
+                return build_decoder(job.run, self.models, job.prompt_ids, top_n=1)
 
             decoder: SpeculativeDecoder = await self._turn_for(LongPrefill(build) if len(job.prompt_ids) > PREFILL_CHUNK_TOKENS else build)
             self.decoders.add(decoder)
