@@ -136,6 +136,34 @@ def test_greedy_follows_the_child_equal_to_the_argmax():
     assert (d.path, d.next_token, d.next_fate) == ((), 2, "target")
 
 
+@pytest.mark.parametrize("scheme", ["distinct", "iid"])
+def test_greedy_takes_the_argmax_and_spends_no_random_number_but_the_uniforms(scheme):
+    """With one-hot p (the temperature-0 warp) greedy=True decides what the race would, bit for bit (path, fates,
+    accept probabilities, the p each child was tried against, the next token and its distribution), and leaves the
+    generator where the m uniforms alone leave it: no race over the vocabulary, no residual."""
+    for seed in range(40):
+        make = torch.Generator().manual_seed(seed)
+        tree = toy_tree(int(torch.randint(V, (1,), generator=make)), scheme, make, width=2)
+        m = len(tree.token_ids)
+        rows = torch.randint(V, (m + 1,), generator=make).tolist()  # the target's argmax at the root and after each node
+        for node in range(-1, m):  # often it is a drafted child (not always the first), so paths go deep
+            kids = [tree.token_ids[c] for c, j in enumerate(tree.parents) if j == node]
+            if kids and torch.rand(1, generator=make) < 0.6:
+                rows[node + 1] = kids[int(torch.randint(len(kids), (1,), generator=make))]
+        p_target = torch.eye(V)[rows]  # (m+1, V) one-hot
+        q_rule = tree_rule_q(tree, V, "cpu")
+        drawn, taken = torch.Generator().manual_seed(seed), torch.Generator().manual_seed(seed)
+        a = decide_tree(p_target, tree.token_ids, tree.parents, q_rule, drawn)
+        b = decide_tree(p_target, tree.token_ids, tree.parents, q_rule, taken, greedy=True)
+        assert (b.path, b.next_token, b.next_fate, b.fates) == (a.path, a.next_token, a.next_fate, a.fates)
+        assert (b.uniforms, b.accept_prob, b.p_current) == (a.uniforms, a.accept_prob, a.p_current)
+        assert torch.equal(b.next_dist, a.next_dist)
+        replay = torch.Generator().manual_seed(seed)
+        torch.rand(m, generator=replay)
+        assert torch.equal(taken.get_state(), replay.get_state())
+        assert not torch.equal(drawn.get_state(), replay.get_state())  # the control: the race spends numbers
+
+
 def test_all_children_rejected_resamples_without_them():
     g = torch.Generator().manual_seed(0)
     p = dist(0.5, 0.5, 0.0)

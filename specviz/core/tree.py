@@ -137,10 +137,15 @@ def decide_tree(
     q_rule: torch.Tensor,
     generator: torch.Generator,
     *,
+    greedy: bool = False,
     _drop_rejected: bool = True,
     _resample_residual: bool = True,
 ) -> TreeDecision:
     """p_target (m+1, V): row 0 at the root, row i+1 after node i; q_rule (m, V) from tree_rule_q().
+    greedy: p_target is the temperature-0 warp, one-hot rows (as verify.decide's greedy). A one-hot p's residual
+    against any q is p itself, bit for bit (a rejected child has p(x) = 0, or q puts all its mass on p's argmax), so
+    the residual is not computed, and the next token is p's argmax, which is what a draw from a one-hot p returns:
+    no race over the vocabulary, no random number but the uniforms.
     The private flags exist only so tests can build the known-bad variants; never pass them."""
     m = len(token_ids)
     if p_target.shape[0] != m + 1 or q_rule.shape[0] != m or len(parents) != m:
@@ -168,7 +173,7 @@ def decide_tree(
                 fates[c], chosen = "accepted", c
                 break
             fates[c] = "rejected"
-            if _drop_rejected:
+            if _drop_rejected and not greedy:
                 diff = (p - q).clamp_min(0.0)
                 mass = diff.sum()
                 p = torch.where(mass > 0, diff / mass.clamp_min(1e-30), p)  # residual; p itself if nothing is left
@@ -176,8 +181,9 @@ def decide_tree(
             if kids and not _resample_residual:
                 p = p_target[node + 1]
             fate: EmitFate = "resampled" if kids else ("bonus" if path else "target")
+            token = int((p.argmax() if greedy else draw(p, generator)).item())
             return TreeDecision(
-                tuple(path), int(draw(p, generator).item()), fate, tuple(fates), tuple(uniforms), tuple(accept), tuple(p_now), p
+                tuple(path), token, fate, tuple(fates), tuple(uniforms), tuple(accept), tuple(p_now), p
             )
         path.append(chosen)
         node = chosen

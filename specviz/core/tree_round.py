@@ -45,7 +45,7 @@ class TreeRound:
         logits = self.target.extend_tree([*pending, *drafted.ids], parents)[a - 1 :]  # (m+1, V)
         p_target = warp(logits, self.sampling)  # (m+1, V)
         q_rule = tree_rule_q(drafted.as_tree(), p_target.shape[-1], p_target.device)  # (m, V)
-        decision = decide_tree(p_target, drafted.ids, drafted.parents, q_rule, generator)
+        decision = decide_tree(p_target, drafted.ids, drafted.parents, q_rule, generator, greedy=self.sampling.greedy)
         device = p_target.device
         return Verified(
             logits=logits,
