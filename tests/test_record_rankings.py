@@ -13,8 +13,9 @@ from specviz.core.decoding import DecodeConfig, SpeculativeDecoder
 from specviz.core.records import StepRecord, TokenDist
 from specviz.core.rounds import Drafted, Verified
 from specviz.core.sampling import SamplingConfig
+from specviz.core.tree import TreeDraft
 from specviz.core.verify import residual
-from specviz.drafters import ModelDrafter, NoDrafter, PromptLookupDrafter
+from specviz.drafters import ModelDrafter, NGramDrafter, NoDrafter, PromptLookupDrafter
 from tests.toys import TableLM, TreeTableLM
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -75,18 +76,58 @@ def check(record: StepRecord, drafted: Drafted, verified: Verified, top_n: int) 
         assert record.overlap == ()
 
 
+class NoQTrees(NGramDrafter):
+    """The n-gram drafter's trees without its q: a tree drafter that proposes tokens only."""
+
+    def propose_tree(self, context, k, width, generator) -> TreeDraft:
+        tree = super().propose_tree(context, k, width, generator)
+        return TreeDraft(tree.token_ids, tree.parents)
+
+
 def drafter(kind: str, sampling: SamplingConfig):
     if kind == "none":
         return NoDrafter()
     if kind == "lookup":
         return PromptLookupDrafter(ngram_max=3)
+    if kind == "ngram":  # trees with the n-gram model's q
+        return NGramDrafter(V, n_max=3, threshold=0.0)
+    if kind == "ngram-no-q":  # trees without a q
+        return NoQTrees(V, n_max=3, threshold=0.0)
     return ModelDrafter(TableLM(0, vocab_size=V, noise=2.0), sampling)
 
 
 @pytest.mark.parametrize("top_n", [3, 20, 64])
 @pytest.mark.parametrize("temperature", [0.0, 1.0])
-@pytest.mark.parametrize("kind,width", [("none", 1), ("lookup", 1), ("model", 1), ("model", 3)])
+@pytest.mark.parametrize("kind,width", [("none", 1), ("lookup", 1), ("model", 1), ("model", 3), ("ngram", 3), ("ngram-no-q", 3)])
 def test_every_rounds_rankings_equal_the_slow_reference(monkeypatch, kind, width, temperature, top_n):
+    seen = run(monkeypatch, kind, width, temperature, top_n)
+    for record, drafted, verified in seen:
+        check(record, drafted, verified, top_n)
+    fates = {f for record, _, _ in seen for f in record.emitted_fates}
+    assert fates >= ({"target"} if kind == "none" else {"accepted", "resampled"})  # the rows with a q and without
+    assert any(r.is_tree for r, _, _ in seen) == (width > 1)
+
+
+@pytest.mark.parametrize("kind,width", [("none", 1), ("lookup", 1), ("ngram-no-q", 3)])
+def test_a_greedy_record_ranks_only_rows_without_a_q(monkeypatch, kind, width):
+    """At temperature 0, for a drafter without a q, the rows with a drafted child need no ranking (their candidates
+    with any mass are the emitted token and the drafted one): the only row ranked is the bonus or plain row, and the
+    margins take no ranking either."""
+    ranked: list[int] = []
+    topk = torch.topk
+
+    def counting(t, k, *args, **kwargs):
+        if k == 20:  # the record's rankings (the n-gram drafter ranks its followers for a tree's top-W)
+            ranked.append(t.shape[0] if t.dim() > 1 else 1)
+        return topk(t, k, *args, **kwargs)
+
+    monkeypatch.setattr(torch, "topk", counting)
+    seen = run(monkeypatch, kind, width, 0.0, 20)
+    assert sum(ranked) == sum(r.emitted_fates[-1] in ("bonus", "target") for r, _, _ in seen) > 0
+
+
+def run(monkeypatch, kind: str, width: int, temperature: float, top_n: int) -> list[tuple[StepRecord, Drafted, Verified]]:
+    """A toy run; every round's record with the round it was built from."""
     seen: list[tuple[StepRecord, Drafted, Verified]] = []
     build = decoding.build_record
 
@@ -99,8 +140,4 @@ def test_every_rounds_rankings_equal_the_slow_reference(monkeypatch, kind, width
     sampling = SamplingConfig(temperature=temperature)
     config = DecodeConfig(num_draft_tokens=0 if kind == "none" else 4, sampling=sampling, max_new_tokens=40, top_n=top_n, tree_width=width, seed=1)
     SpeculativeDecoder(TreeTableLM(0, vocab_size=V), drafter(kind, sampling), PROMPT, config).run()
-    for record, drafted, verified in seen:
-        check(record, drafted, verified, top_n)
-    fates = {f for record, _, _ in seen for f in record.emitted_fates}
-    assert fates >= ({"target"} if kind == "none" else {"accepted", "resampled"})  # the rows with a q and without
-    assert any(r.is_tree for r, _, _ in seen) == (width > 1)
+    return seen

@@ -43,7 +43,7 @@ from typing import Literal
 import torch
 
 from specviz.core.sampling import draw
-from specviz.core.verify import DraftFate, EmitFate, one_hot_q
+from specviz.core.verify import DraftFate, EmitFate, one_hot_q, residual
 
 MAX_TREE_WIDTH = 4
 ChildScheme = Literal["distinct", "iid"]
@@ -174,9 +174,7 @@ def decide_tree(
                 break
             fates[c] = "rejected"
             if _drop_rejected and not greedy:
-                diff = (p - q).clamp_min(0.0)
-                mass = diff.sum()
-                p = torch.where(mass > 0, diff / mass.clamp_min(1e-30), p)  # residual; p itself if nothing is left
+                p = residual(p, q)  # p itself if nothing is left
         if chosen is None:
             if kids and not _resample_residual:
                 p = p_target[node + 1]
