@@ -5,6 +5,7 @@ mask sees exactly the ancestors."""
 
 from __future__ import annotations
 
+import contextlib
 import functools
 
 import pytest
@@ -136,11 +137,34 @@ def test_greedy_follows_the_child_equal_to_the_argmax():
     assert (d.path, d.next_token, d.next_fate) == ((), 2, "target")
 
 
+@contextlib.contextmanager
+def reads():
+    """Count the host reads (Tensor.item, Tensor.tolist) made inside the block."""
+    count = {"tolist": 0, "item": 0}
+    originals = {name: getattr(torch.Tensor, name) for name in count}
+
+    def counted(name):
+        def read(self, *args, **kwargs):
+            count[name] += 1
+            return originals[name](self, *args, **kwargs)
+
+        return read
+
+    for name in count:
+        setattr(torch.Tensor, name, counted(name))
+    try:
+        yield count
+    finally:
+        for name, fn in originals.items():
+            setattr(torch.Tensor, name, fn)
+
+
 @pytest.mark.parametrize("scheme", ["distinct", "iid"])
 def test_greedy_takes_the_argmax_and_spends_no_random_number_but_the_uniforms(scheme):
     """With one-hot p (the temperature-0 warp) greedy=True decides what the race would, bit for bit (path, fates,
     accept probabilities, the p each child was tried against, the next token and its distribution), and leaves the
-    generator where the m uniforms alone leave it: no race over the vocabulary, no residual."""
+    generator where the m uniforms alone leave it: no race over the vocabulary, no residual; and reads the device back
+    twice, not twice per tried child."""
     for seed in range(40):
         make = torch.Generator().manual_seed(seed)
         tree = toy_tree(int(torch.randint(V, (1,), generator=make)), scheme, make, width=2)
@@ -154,7 +178,9 @@ def test_greedy_takes_the_argmax_and_spends_no_random_number_but_the_uniforms(sc
         q_rule = tree_rule_q(tree, V, "cpu")
         drawn, taken = torch.Generator().manual_seed(seed), torch.Generator().manual_seed(seed)
         a = decide_tree(p_target, tree.token_ids, tree.parents, q_rule, drawn)
-        b = decide_tree(p_target, tree.token_ids, tree.parents, q_rule, taken, greedy=True)
+        with reads() as count:
+            b = decide_tree(p_target, tree.token_ids, tree.parents, q_rule, taken, greedy=True)
+        assert count == {"tolist": 1, "item": 1}  # every node's numbers at once, then the argmax
         assert (b.path, b.next_token, b.next_fate, b.fates) == (a.path, a.next_token, a.next_fate, a.fates)
         assert (b.uniforms, b.accept_prob, b.p_current) == (a.uniforms, a.accept_prob, a.p_current)
         assert torch.equal(b.next_dist, a.next_dist)

@@ -150,7 +150,9 @@ def decide_tree(
     m = len(token_ids)
     if p_target.shape[0] != m + 1 or q_rule.shape[0] != m or len(parents) != m:
         raise ValueError(f"need p_target of m+1 rows, q of m rows and m parents for a tree of m={m} nodes")
-    uniforms = torch.rand(m, generator=generator, device=p_target.device).tolist() if m else []
+    drawn = torch.rand(m, generator=generator, device=p_target.device) if m else p_target.new_zeros(0)  # (m,)
+    read = _read_greedy(p_target, token_ids, parents, q_rule, drawn) if greedy and m else None
+    uniforms = read[0] if read is not None else drawn.tolist()
     children: dict[int, list[int]] = {}
     for i, j in enumerate(parents):
         children.setdefault(int(j), []).append(i)
@@ -166,7 +168,7 @@ def decide_tree(
         for c in kids:
             x = int(token_ids[c])
             q = q_rule[c]
-            p_x, q_x = p[x].item(), q[x].item()
+            p_x, q_x = (read[1][c], read[2][c]) if read is not None else (p[x].item(), q[x].item())
             p_now[c] = p_x
             accept[c] = min(1.0, p_x / q_x) if q_x > 0 else 0.0
             if uniforms[c] < accept[c]:
@@ -185,3 +187,14 @@ def decide_tree(
             )
         path.append(chosen)
         node = chosen
+
+
+def _read_greedy(p_target: torch.Tensor, token_ids: Sequence[int], parents: Sequence[int], q_rule: torch.Tensor,
+                 uniforms: torch.Tensor) -> tuple[list[float], list[float], list[float]]:  # fmt: skip
+    """At temperature 0 nothing is subtracted from p, so every node is tried against its parent's row as it is: the
+    uniforms, p(x) and q(x) of every node in one host read (the same values as reading each when it is tried)."""
+    m, device = len(token_ids), p_target.device
+    ids = torch.tensor(token_ids, dtype=torch.long, device=device)
+    rows = torch.tensor([j + 1 for j in parents], dtype=torch.long, device=device)
+    flat = torch.cat([uniforms, p_target[rows, ids], q_rule[torch.arange(m, device=device), ids]]).tolist()
+    return flat[:m], flat[m : 2 * m], flat[2 * m :]
