@@ -90,7 +90,7 @@ def test_every_named_part_lands_in_its_field():
 
 def test_a_row_without_q_ranks_p_alone(monkeypatch):
     """Plain decoding's row (and a bonus row) has no q and no residual: its record shows p's top-N alone, so building
-    it ranks p's row and the raw logits' (for the margin), never rows of zeros."""
+    it ranks p's row alone: never rows of zeros, and the margin is a max, not a ranking of the raw logits."""
     ranked: list[int] = []
     topk = torch.topk
 
@@ -106,7 +106,7 @@ def test_a_row_without_q_ranks_p_alone(monkeypatch):
     )  # fmt: skip
     monkeypatch.setattr(torch, "topk", counting)
     record = build_record(RoundContext(0, 7, 0, 1, 3, False), Drafted((), torch.zeros(0, dtype=torch.long), None), verified, [1], ["target"], RoundTimes(0, 0, 0, 0))
-    assert sum(ranked) == 2  # p's row, the logits' row
+    assert sum(ranked) == 1  # p's row
     (dist,) = record.dists
     assert dist.token_ids == (1, 2, 3) and dist.q_draft is None and dist.residual is None
     assert dist.p_target == pytest.approx(tuple(p[0, [1, 2, 3]].tolist()))

@@ -5,6 +5,7 @@ mask sees exactly the ancestors."""
 
 from __future__ import annotations
 
+import contextlib
 import functools
 
 import pytest
@@ -134,6 +135,59 @@ def test_greedy_follows_the_child_equal_to_the_argmax():
     assert d.fates == ("rejected", "accepted", "rejected", "accepted", "discarded")
     d = decide_tree(p_target[[0]], (), (), torch.zeros(0, 6), g)
     assert (d.path, d.next_token, d.next_fate) == ((), 2, "target")
+
+
+@contextlib.contextmanager
+def reads():
+    """Count the host reads (Tensor.item, Tensor.tolist) made inside the block."""
+    count = {"tolist": 0, "item": 0}
+    originals = {name: getattr(torch.Tensor, name) for name in count}
+
+    def counted(name):
+        def read(self, *args, **kwargs):
+            count[name] += 1
+            return originals[name](self, *args, **kwargs)
+
+        return read
+
+    for name in count:
+        setattr(torch.Tensor, name, counted(name))
+    try:
+        yield count
+    finally:
+        for name, fn in originals.items():
+            setattr(torch.Tensor, name, fn)
+
+
+@pytest.mark.parametrize("scheme", ["distinct", "iid"])
+def test_greedy_takes_the_argmax_and_spends_no_random_number_but_the_uniforms(scheme):
+    """With one-hot p (the temperature-0 warp) greedy=True decides what the race would, bit for bit (path, fates,
+    accept probabilities, the p each child was tried against, the next token and its distribution), and leaves the
+    generator where the m uniforms alone leave it: no race over the vocabulary, no residual; and reads the device back
+    twice, not twice per tried child."""
+    for seed in range(40):
+        make = torch.Generator().manual_seed(seed)
+        tree = toy_tree(int(torch.randint(V, (1,), generator=make)), scheme, make, width=2)
+        m = len(tree.token_ids)
+        rows = torch.randint(V, (m + 1,), generator=make).tolist()  # the target's argmax at the root and after each node
+        for node in range(-1, m):  # often it is a drafted child (not always the first), so paths go deep
+            kids = [tree.token_ids[c] for c, j in enumerate(tree.parents) if j == node]
+            if kids and torch.rand(1, generator=make) < 0.6:
+                rows[node + 1] = kids[int(torch.randint(len(kids), (1,), generator=make))]
+        p_target = torch.eye(V)[rows]  # (m+1, V) one-hot
+        q_rule = tree_rule_q(tree, V, "cpu")
+        drawn, taken = torch.Generator().manual_seed(seed), torch.Generator().manual_seed(seed)
+        a = decide_tree(p_target, tree.token_ids, tree.parents, q_rule, drawn)
+        with reads() as count:
+            b = decide_tree(p_target, tree.token_ids, tree.parents, q_rule, taken, greedy=True)
+        assert count == {"tolist": 1, "item": 1}  # every node's numbers at once, then the argmax
+        assert (b.path, b.next_token, b.next_fate, b.fates) == (a.path, a.next_token, a.next_fate, a.fates)
+        assert (b.uniforms, b.accept_prob, b.p_current) == (a.uniforms, a.accept_prob, a.p_current)
+        assert torch.equal(b.next_dist, a.next_dist)
+        replay = torch.Generator().manual_seed(seed)
+        torch.rand(m, generator=replay)
+        assert torch.equal(taken.get_state(), replay.get_state())
+        assert not torch.equal(drawn.get_state(), replay.get_state())  # the control: the race spends numbers
 
 
 def test_all_children_rejected_resamples_without_them():

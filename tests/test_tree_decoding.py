@@ -56,6 +56,19 @@ def test_greedy_tree_equals_plain_greedy(kind, width, k):
         assert r.num_accepted == len(r.accepted_path)
 
 
+@pytest.mark.parametrize("kind", ["ngram", "model"])
+def test_a_greedy_tree_round_spends_random_numbers_on_its_uniforms_only(kind):
+    """At temperature 0 the tree rule takes the argmax (no race over the vocabulary): the run's generator ends where
+    drawing each round's uniforms alone leaves it, and the tokens are plain greedy's."""
+    dec = run_checked(decoder(kind, 4, 3, max_new=24))
+    assert dec.generated == plain_greedy(TableLM(0), PROMPT, 24)
+    assert any(r.is_tree for r in dec.records)
+    replay = torch.Generator().manual_seed(0)
+    for record in dec.records:
+        assert tuple(torch.rand(record.num_drafted, generator=replay).tolist()) == record.uniforms
+    assert torch.equal(dec.generator.get_state(), replay.get_state())
+
+
 def test_trees_accept_siblings_a_chain_would_have_missed():
     records = run_checked(decoder("model", 6, 3, max_new=60)).records
     assert any(r.accepted_path and r.tree_parents[r.accepted_path[0]] == -1 and r.accepted_path[0] != 0 for r in records)

@@ -211,7 +211,8 @@ class SpeculativeDecoder:
         self.rollback(verified)
         self.keep_for_drafter(newest, drafted, verified, len(emitted))
         t3 = self._clock()
-        context = RoundContext(len(self.records), len(self.tokens) - len(emitted), k, self.round.width, self.config.top_n, self.done, choice)
+        context = RoundContext(len(self.records), len(self.tokens) - len(emitted), k, self.round.width, self.config.top_n, self.done, choice,
+                               self.config.sampling.greedy)  # fmt: skip
         record = build_record(context, drafted, verified, emitted, fates, RoundTimes(t0, t1, t2, t3))
         self.records.append(record)
         self.k = next_k(self.k, record.num_drafted, record.num_accepted, self.config)

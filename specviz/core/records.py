@@ -102,6 +102,7 @@ class RoundContext:
     top_n: int
     finished: bool
     k_choice: KChoice | None = None  # auto's reason for k, when auto chose it
+    greedy: bool = False  # temperature 0: p_target's rows are one-hot on the token each emitted (see _candidates)
 
 
 @dataclass(frozen=True)
@@ -145,7 +146,7 @@ def build_record(ctx: RoundContext, drafted: Drafted, verified: Verified, emitte
     draft_fates = tuple(f if (e > len(path) or depth[i] < e) else "discarded" for i, f in enumerate(verified.node_fates))
     rows, kids = _rows(drafted, verified, e)
     with_q, top = len(kids), min(ctx.top_n, verified.p_target.shape[-1])
-    host = _to_host(_parts(drafted, verified, rows, kids, top))
+    host = _to_host(_parts(drafted, verified, rows, kids, top, emitted if ctx.greedy else None))
     resampled = verified.next_fate == "resampled" and e > len(path)  # the next token's q row is the rule's residual
     width = 3 * top
     dists = tuple(
@@ -194,21 +195,18 @@ def _rows(drafted: Drafted, verified: Verified, e: int) -> tuple[list[int], list
     return rows, [first_kid[r] for r in rows[:with_q]]
 
 
-def _parts(drafted: Drafted, verified: Verified, rows: list[int], kids: list[int], top: int) -> RecordParts[torch.Tensor]:
-    """The record's numbers, gathered on the device: nothing is read back here."""
+def _parts(drafted: Drafted, verified: Verified, rows: list[int], kids: list[int], top: int, argmax: list[int] | None) -> RecordParts[torch.Tensor]:
+    """The record's numbers, gathered on the device: nothing is read back here. argmax: at temperature 0, the emitted
+    tokens, each its row's argmax (of p, one-hot there, and of the raw logits p was warped from)."""
     p, q = verified.p_target, verified.q_shown
     m, e, with_q, token = len(drafted.ids), len(rows), len(kids), verified.next_token
     p_rows, q_rows, logit_rows, p_parent = _select(drafted, verified, rows, kids)  # (e, V), (with_q, V), (e, V), (m, V)
-    res = residual(p_rows[:with_q], q_rows)  # (with_q, V)
-    if verified.next_fate == "resampled" and e > len(verified.path):  # drawn from the rule's residual (after every rejected sibling)
-        res = torch.cat([res[:-1], verified.next_dist.view(1, -1)])
-    p_top, q_top, res_top = (torch.topk(t, top, dim=-1).indices for t in (p_rows, q_rows, res))  # (e, N), (with_q, N) x 2
-    # The bonus row has no q: its candidates are p's top-N only (_dist reads no others), so its q and residual
-    # columns repeat them instead of ranking rows of zeros.
-    cand = torch.cat([p_top, torch.cat([q_top, p_top[with_q:]]), torch.cat([res_top, p_top[with_q:]])], dim=-1)  # (e, 3N)
-    pad = torch.zeros_like(p_rows[with_q:])
-    q_rows, res_rows = torch.cat([q_rows, pad]), torch.cat([res, pad])  # (e, V)
-    top2 = torch.topk(logit_rows.float(), min(2, p.shape[-1]), dim=-1).values  # (e, 2)
+    # The residual at each row with a child; the resampled token's row shows what the rule drew it from (the residual
+    # after every rejected sibling), kept apart rather than copied under the others.
+    drawn = verified.next_dist.view(1, -1) if verified.next_fate == "resampled" and e > len(verified.path) else None
+    res = residual(p_rows[: with_q - (drawn is not None)], q_rows[: with_q - (drawn is not None)])  # (with_q or with_q - 1, V)
+    known = [(argmax[i], drafted.ids[kid]) for i, kid in enumerate(kids)] if argmax is not None and drafted.q_draft is None else None
+    cand = _candidates(p_rows, q_rows, res, drawn, top, known)  # (e, 3N)
     ids = drafted.on_device.view(-1, 1)
     last_row = verified.path[-1] + 1 if verified.path else 0  # the row the next token was drawn at
     overlaps = drafted.q_draft is not None and not drafted.is_tree
@@ -220,18 +218,69 @@ def _parts(drafted: Drafted, verified: Verified, rows: list[int], kids: list[int
         next_p_target=p[last_row, token].view(1),
         next_dist=verified.next_dist[token].view(1),
         overlap=torch.minimum(p_rows[:with_q], q_rows[:with_q]).sum(dim=-1) if overlaps else p.new_zeros(0),
-        emitted_margin=top2[:, 0] - top2[:, -1],
+        emitted_margin=_margins(logit_rows, argmax),
         candidates=cand.flatten(),
         cand_p=p_rows.gather(1, cand).flatten(),
-        cand_q=q_rows.gather(1, cand).flatten(),
-        cand_residual=res_rows.gather(1, cand).flatten(),
+        cand_q=_gather_rows([q_rows], cand).flatten(),
+        cand_residual=_gather_rows([res] if drawn is None else [res, drawn], cand).flatten(),
     )
 
 
+def _candidates(p_rows: torch.Tensor, q_rows: torch.Tensor, res: torch.Tensor, drawn: torch.Tensor | None, top: int,
+                known: list[tuple[int, int]] | None) -> torch.Tensor:  # fmt: skip
+    """(e, 3N) ids: per row p's, q's and the residual's top-N (rows with a q first; drawn, when given, is the last of
+    the residual's rows). The bonus row has no q: its candidates are p's top-N only (_dist reads no others), so its q
+    and residual columns repeat them instead of ranking rows of zeros.
+
+    known (temperature 0, a drafter without a q: every q row one-hot on the row's first child x): per row with a q, the
+    token it emitted, a, and x. Then p is one-hot on a (the emitted token is p's argmax), q on x, and the residual on a
+    (p itself when x = a, the rule's draw from a one-hot p otherwise), so of the three top-N only a and x have any mass:
+    every other candidate _dist drops is a zero tied with others, whichever ones a ranking picked. The rows need no
+    ranking, each one a pass over the vocabulary."""
+    with_q = q_rows.shape[0]
+    p_top = torch.topk(p_rows[with_q:], top, dim=-1).indices  # (e - with_q, N)
+    bonus = torch.cat([p_top, p_top, p_top], dim=-1)
+    if known is not None:
+        kept = torch.tensor([[a] + [x] * (3 * top - 1) for a, x in known], dtype=torch.long).view(-1, 3 * top)
+        return torch.cat([kept.to(p_rows.device), bonus])
+    ranked = [torch.topk(t, top, dim=-1).indices for t in (p_rows[:with_q], q_rows, res)]  # (with_q, N) each
+    if drawn is not None:  # the resampled row: what the rule drew from
+        ranked[2] = torch.cat([ranked[2], torch.topk(drawn, top, dim=-1).indices])
+    return torch.cat([torch.cat(ranked, dim=-1), bonus])
+
+
+def _gather_rows(parts: list[torch.Tensor], cand: torch.Tensor) -> torch.Tensor:
+    """(e, 3N) the values of the rows in parts (stacked, with_q rows in all) at cand's ids, 0 at the rows after them
+    (the bonus row's, which has no q): no (e, V) copy of the rows is made."""
+    at, out = 0, []
+    for rows in parts:
+        out.append(rows.gather(1, cand[at : at + rows.shape[0]]))
+        at += rows.shape[0]
+    out.append(torch.zeros(cand.shape[0] - at, cand.shape[1], dtype=parts[0].dtype, device=cand.device))
+    return torch.cat(out)
+
+
+def _margins(logit_rows: torch.Tensor, argmax: list[int] | None) -> torch.Tensor:
+    """(e, V) raw logits -> (e,) top-1 minus top-2: the row's max less the max of the rest, with one max entry set to
+    -inf (a tie leaves its twin: 0). The same values as ranking the row (torch.topk), in cheaper passes; at temperature
+    0 the argmax is known (argmax: per row), so the max is a gather."""
+    x = logit_rows.float()
+    if argmax is None:
+        top1, at = x.max(dim=-1, keepdim=True)  # (e, 1)
+    else:
+        at = torch.tensor(argmax, dtype=torch.long).view(-1, 1).to(x.device)  # (e, 1)
+        top1 = x.gather(-1, at)
+    if x.shape[-1] < 2:
+        return (top1 - top1).view(-1)
+    top2 = x.scatter(-1, at, float("-inf")).amax(dim=-1, keepdim=True)  # (e, 1)
+    return (top1 - top2).view(-1)
+
+
 def _to_host(parts: RecordParts[torch.Tensor]) -> RecordParts[list[float]]:
-    """Every part in one float64 transfer (the record's one host read), split back by name."""
+    """Every part in one float64 transfer (the record's one host read), split back by name: one cat, whose type
+    promotion to float64 (the empty part) converts every part exactly."""
     device = parts.p_target.device
-    flat = torch.cat([t.to(device, torch.float64).view(-1) for t in parts]).tolist()
+    flat = torch.cat([t.reshape(-1) for t in parts] + [torch.zeros(0, dtype=torch.float64, device=device)]).tolist()
     out, at = [], 0
     for t in parts:
         out.append(flat[at : at + t.numel()])

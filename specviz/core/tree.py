@@ -137,15 +137,22 @@ def decide_tree(
     q_rule: torch.Tensor,
     generator: torch.Generator,
     *,
+    greedy: bool = False,
     _drop_rejected: bool = True,
     _resample_residual: bool = True,
 ) -> TreeDecision:
     """p_target (m+1, V): row 0 at the root, row i+1 after node i; q_rule (m, V) from tree_rule_q().
+    greedy: p_target is the temperature-0 warp, one-hot rows (as verify.decide's greedy). A one-hot p's residual
+    against any q is p itself, bit for bit (a rejected child has p(x) = 0, or q puts all its mass on p's argmax), so
+    the residual is not computed, and the next token is p's argmax, which is what a draw from a one-hot p returns:
+    no race over the vocabulary, no random number but the uniforms.
     The private flags exist only so tests can build the known-bad variants; never pass them."""
     m = len(token_ids)
     if p_target.shape[0] != m + 1 or q_rule.shape[0] != m or len(parents) != m:
         raise ValueError(f"need p_target of m+1 rows, q of m rows and m parents for a tree of m={m} nodes")
-    uniforms = torch.rand(m, generator=generator, device=p_target.device).tolist() if m else []
+    drawn = torch.rand(m, generator=generator, device=p_target.device) if m else p_target.new_zeros(0)  # (m,)
+    read = _read_greedy(p_target, token_ids, parents, q_rule, drawn) if greedy and m else None
+    uniforms = read[0] if read is not None else drawn.tolist()
     children: dict[int, list[int]] = {}
     for i, j in enumerate(parents):
         children.setdefault(int(j), []).append(i)
@@ -161,21 +168,33 @@ def decide_tree(
         for c in kids:
             x = int(token_ids[c])
             q = q_rule[c]
-            p_x, q_x = p[x].item(), q[x].item()
+            p_x, q_x = (read[1][c], read[2][c]) if read is not None else (p[x].item(), q[x].item())
             p_now[c] = p_x
             accept[c] = min(1.0, p_x / q_x) if q_x > 0 else 0.0
             if uniforms[c] < accept[c]:
                 fates[c], chosen = "accepted", c
                 break
             fates[c] = "rejected"
-            if _drop_rejected:
+            if _drop_rejected and not greedy:
                 p = residual(p, q)  # p itself if nothing is left
         if chosen is None:
             if kids and not _resample_residual:
                 p = p_target[node + 1]
             fate: EmitFate = "resampled" if kids else ("bonus" if path else "target")
+            token = int((p.argmax() if greedy else draw(p, generator)).item())
             return TreeDecision(
-                tuple(path), int(draw(p, generator).item()), fate, tuple(fates), tuple(uniforms), tuple(accept), tuple(p_now), p
+                tuple(path), token, fate, tuple(fates), tuple(uniforms), tuple(accept), tuple(p_now), p
             )
         path.append(chosen)
         node = chosen
+
+
+def _read_greedy(p_target: torch.Tensor, token_ids: Sequence[int], parents: Sequence[int], q_rule: torch.Tensor,
+                 uniforms: torch.Tensor) -> tuple[list[float], list[float], list[float]]:  # fmt: skip
+    """At temperature 0 nothing is subtracted from p, so every node is tried against its parent's row as it is: the
+    uniforms, p(x) and q(x) of every node in one host read (the same values as reading each when it is tried)."""
+    m, device = len(token_ids), p_target.device
+    ids = torch.tensor(token_ids, dtype=torch.long, device=device)
+    rows = torch.tensor([j + 1 for j in parents], dtype=torch.long, device=device)
+    flat = torch.cat([uniforms, p_target[rows, ids], q_rule[torch.arange(m, device=device), ids]]).tolist()
+    return flat[:m], flat[m : 2 * m], flat[2 * m :]

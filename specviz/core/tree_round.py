@@ -3,7 +3,8 @@ tree_round()): draft a tree, verify every node in one target pass with the tree 
 target's cache to the accepted path. Committing and the record are the chain's (specviz.core.records).
 
 Unlike a chain round, the rule walks the tree on the host: it reads one probability pair per tried child
-(at most k small transfers a round), which is nothing on a CPU and a few syncs on a GPU.
+(at most k small transfers a round), which is nothing on a CPU and a few syncs on a GPU; at temperature 0 it reads
+every node's at once (nothing is subtracted from p there), and takes the argmax for the next token.
 """
 
 from __future__ import annotations
@@ -45,7 +46,7 @@ class TreeRound:
         logits = self.target.extend_tree([*pending, *drafted.ids], parents)[a - 1 :]  # (m+1, V)
         p_target = warp(logits, self.sampling)  # (m+1, V)
         q_rule = tree_rule_q(drafted.as_tree(), p_target.shape[-1], p_target.device)  # (m, V)
-        decision = decide_tree(p_target, drafted.ids, drafted.parents, q_rule, generator)
+        decision = decide_tree(p_target, drafted.ids, drafted.parents, q_rule, generator, greedy=self.sampling.greedy)
         device = p_target.device
         return Verified(
             logits=logits,
