@@ -314,7 +314,7 @@ def test_bad_costs_are_clear_errors(bad, message):
 
 def test_the_round_costs_are_what_the_shipped_drafting_table_gives():
     """runs.DRAFT_ROUND_COST is the median over assets/drafting_cpu.json's chain rows of (drafting per round - k * the
-    shipped profile's c per token), per drafter and draft vocabulary, to two significant figures."""
+    shipped profile's c per token), per drafter and draft vocabulary, to two significant figures, and at least 0."""
     import json
     import re
     import statistics
@@ -328,7 +328,7 @@ def test_the_round_costs_are_what_the_shipped_drafting_table_gives():
         if m:
             key = {"n-gram": "ngram"}.get(m[1], m[1]) + ("@8192" if m[3] else "")
             excess.setdefault(key, []).append(row["draft"] - int(m[2]) * c[key])
-    derived = {key: statistics.median(v) for key, v in excess.items()}
+    derived = {key: max(0.0, statistics.median(v)) for key, v in excess.items()}
     assert set(derived) | {"lookup"} == set(DRAFT_ROUND_COST)
     for key, r in derived.items():
         assert DRAFT_ROUND_COST[key] == pytest.approx(r, rel=0.1, abs=0.001), key
