@@ -17,7 +17,7 @@ from tests.toys import BigramLM, TableLM, assert_first_two, first_two_tokens, pl
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
-CPU_LIKE = VerifyCurve((1.0, 1.19, 1.18, 1.44, 1.49, 1.71, 1.76, 1.91, 1.95))  # the shape of assets/profile_cpu.json
+CPU_LIKE = VerifyCurve((1.0, 1.19, 1.18, 1.44, 1.49, 1.71, 1.76, 1.91, 1.95))  # the first shipped profile_cpu.json's shape
 PROMPT = [1, 2, 3, 4, 1, 2, 3]
 
 
@@ -56,7 +56,7 @@ def test_k_grows_with_acceptance():
     low = choose_k(costs, evidence_of([(4, 1)] * 10, costs), 1, 16)
     high = choose_k(costs, evidence_of([(4, 4)] * 10, costs), 1, 16)
     assert 0 < low.k < high.k
-    assert high.acceptance[0] > 0.85 and low.acceptance[1] < 0.25  # position 2 leans on position 1 (0.88) as its prior
+    assert high.acceptance[0] > 0.8 and low.acceptance[1] < 0.3  # position 2 leans on position 1 (0.85) as its prior
     assert high.tokens_per_pass >= high.next_tokens_per_pass  # the chosen k beats the runner-up
 
 
@@ -132,6 +132,45 @@ def test_probes_back_off_and_start_again_after_a_kept_draft():
     assert ev.failed_probes >= 4
     kept = observe(costs, Evidence(ev.reached, ev.accepted, 8, ev.failed_probes), 1, 1, 1)
     assert kept.failed_probes == 0 and costs.probe_wait(kept.failed_probes) == 8
+
+
+def test_a_probe_can_draft_the_k_the_estimate_favours():
+    """probe_k="best": a probe drafts the k > 0 worth most on this run's estimate (here k = 2: 1.56 tokens for 1.6
+    passes beats k = 1's 1.4 for 1.5), not k = 1; "prior" probes at the k the prior alone picks (c0551ae)."""
+    curve = VerifyCurve((1.0, 1.5, 1.6, 1.7, 1.8))
+    ev = Evidence(reached=(10.0, 4.0), accepted=(4.0, 1.6), plain_streak=8)  # acceptance 0.4 at both positions
+    one = choose_k(AutoCosts(verify=curve, draft_cost=0.0, prior=(0.4,)), ev, 1, 4)
+    best = choose_k(AutoCosts(verify=curve, draft_cost=0.0, prior=(0.4,), probe_k="best"), ev, 1, 4)
+    assert one.probe and one.k == 1 and best.probe and best.k == 2, (one, best)
+    assert best.tokens_per_pass < 1.05 and "a probe" in best.sentence()
+    prior = AutoCosts(verify=curve, draft_cost=0.0, prior=(0.9,), probe_k="prior")
+    assert choose_k(prior, Evidence((10.0,), (0.0,), plain_streak=8), 1, 4).k == 4  # the prior alone: 0.9 pays at k = 4
+    with pytest.raises(ValueError, match="probe_k"):
+        AutoCosts(verify=curve, draft_cost=0.0, probe_k="sometimes")
+
+
+def test_when_copyable_text_ends_k_comes_down_within_five_rounds():
+    """Evidence forgets at 0.8 a drafted round (tuned with scripts/auto_k_check.py --modeled): after ten rounds whose
+    every draft was kept, the text stops copying (nothing kept) and k = 8 lasts five rounds, not ten (0.9 before)."""
+    costs = AutoCosts(verify=CPU_LIKE, draft_cost=0.002, prior=(0.5,), round_cost=0.002)
+    ev, ks = evidence_of([(8, 8)] * 10, costs), []
+    for _ in range(12):
+        k = choose_k(costs, ev, 1, 8).k
+        ks.append(k)
+        ev = observe(costs, ev, k, 0, k)
+    assert ks.count(8) == 5 and ks[5] < 8, ks
+
+
+def test_the_first_round_probe_can_be_turned_off():
+    """probe_first=False (c0551ae): no evidence and a prior that does not pay give plain passes until probe_every."""
+    costs = AutoCosts(verify=CPU_LIKE, draft_cost=0.02, prior=(0.15,), probe_first=False, probe_every=4)
+    ev = Evidence()
+    ks = []
+    for _ in range(5):
+        k = choose_k(costs, ev, 1, 8).k
+        ks.append(k)
+        ev = observe(costs, ev, k, 0, k)
+    assert ks == [0, 0, 0, 0, 1], ks
 
 
 def test_copy_text_after_a_probe_still_climbs_to_a_long_k():
