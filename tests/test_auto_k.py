@@ -401,3 +401,22 @@ def test_the_benchmark_page_draws_auto_round_by_round():
     assert not at.exception
     assert any("k: auto round by round on one prose and one copying prompt" in c.value for c in at.caption)
     assert any(s.value == "k: auto, round by round" for s in at.subheader)
+
+
+def test_the_modeled_check_charges_rounds_and_reads_variants():
+    """scripts/auto_k_check.py --modeled: a round costs c_verify(drafted) + drafted*c + r (a plain round 1), and
+    --variant names AutoCosts overrides over the current defaults or a preset (old: c0551ae)."""
+    import runpy
+    from pathlib import Path
+
+    check = runpy.run_path(str(Path(__file__).resolve().parents[1] / "scripts" / "auto_k_check.py"), run_name="auto_k_check")
+    costs = AutoCosts(verify=VerifyCurve((1.0, 1.2, 1.3)), draft_cost=0.1, round_cost=0.05)
+    assert check["round_cost"](costs, 0) == 1.0 and check["round_cost"](costs, 2) == pytest.approx(1.3 + 0.2 + 0.05)
+    name, old = check["parse_variant"]("old+margin=0.02")
+    assert name == "old+margin=0.02" and old["margin"] == 0.02 and old["probe_k"] == "prior" and old["decay"] == 0.9
+    assert check["parse_variant"]("probe_every=4,probe_k=best,probe_first=false")[1] == {
+        "probe_every": 4,
+        "probe_k": "best",
+        "probe_first": False,
+    }
+    AutoCosts(verify=1.2, draft_cost=0.0, **old)  # every preset field is an AutoCosts field
