@@ -22,6 +22,14 @@ no quiet machine.
 
     python scripts/auto_k_check.py --trace assets/auto_k_rounds_cpu.json --drafters ngram medusa --max-new-tokens 64
 
+--modeled times nothing either: every setup (those setups() builds) runs once over every prompt of each category and is
+charged a modeled time, per round c_verify(drafted) + drafted*c + r (r only when it drafted; a plain round 1) from the
+costs k: auto prices with (the profile's, or --curve), so a policy can be compared on a busy machine. --variant (one
+column each) overrides AutoCosts fields: 'old' (c0551ae), '9e74cec', 'current', 'margin=0.02,probe_every=4',
+'old+margin=0.02'. At temperature 0 every variant's output must equal plain decoding's (exit code 1 otherwise).
+
+    python scripts/auto_k_check.py --modeled --max-new-tokens 48 --variant old --variant 9e74cec --variant current
+
 Numbers count only from a quiet machine: it prints the load average before and after and the CPU.
 """
 
@@ -38,6 +46,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from specviz.config import RunConfig
+from specviz.core.theory import verify_cost_at
 from specviz.drafters.specs import ONE_MODEL_KINDS, drafter_spec
 from specviz.experiments.bench import SweepModels, SweepSpec
 from specviz.experiments.cost_profile import device_name, load_average
@@ -48,14 +57,20 @@ log = logging.getLogger("auto_k_check")
 PLAIN, AUTO = "plain", "auto"
 TRACE_SCHEMA = "specviz.auto_k_rounds/1"
 TRACE_CATEGORIES = ("prose", "copy")
+GOAL_PLAIN, GOAL_BEST = 0.97, 0.95  # issue 44: auto >= 0.97x plain decoding and >= 0.95x the best fixed k of its cell
 
 
-def setups(models: SweepModels, drafter: str, ids: list[int], temperature: float, ks: list[int]) -> dict:
-    """name -> a factory of fresh decoders: plain decoding, k: auto, and each fixed k, at the drafter's best tree width."""
+def setups(models: SweepModels, drafter: str, ids: list[int], temperature: float, ks: list[int],
+           variants: dict[str, dict] | None = None) -> dict:  # fmt: skip
+    """name -> a factory of fresh decoders: plain decoding, k: auto, and each fixed k, at the drafter's best tree width;
+    with ``variants`` (name -> AutoCosts fields to override), also 'auto:NAME', k: auto under those costs."""
+    from specviz.core.auto_k import AutoK
     from specviz.runs import build_decoder
 
     best = drafter_spec(drafter).defaults
-    base = dataclasses.replace(models.config(drafter, best.num_draft_tokens, temperature, best.tree_width), draft_vocab=best.draft_vocab)
+    base = dataclasses.replace(
+        models.config(drafter, best.num_draft_tokens, temperature, best.tree_width), draft_vocab=best.draft_vocab
+    )
 
     def make(config: RunConfig, baseline: bool = False):
         def decoder():
@@ -66,8 +81,163 @@ def setups(models: SweepModels, drafter: str, ids: list[int], temperature: float
 
         return decoder
 
+    def variant(overrides: dict):
+        def decoder():
+            d = make(dataclasses.replace(base, auto_k=True))()
+            costs = dataclasses.replace(d.config.auto, **overrides)
+            d.config = dataclasses.replace(d.config, auto=costs)
+            d.auto = AutoK(costs, d.auto.width)  # before its first round: nothing observed yet
+            return d
+
+        return decoder
+
     out = {PLAIN: make(base, baseline=True), AUTO: make(dataclasses.replace(base, auto_k=True))}
+    out |= {f"{AUTO}:{name}": variant(overrides) for name, overrides in (variants or {}).items()}
     return out | {f"k={k}": make(dataclasses.replace(base, num_draft_tokens=k)) for k in ks}
+
+
+# --variant presets (AutoCosts fields); any other variant is "field=value,field=value" over the current defaults
+PRESETS: dict[str, dict] = {
+    "current": {},  # specviz.core.auto_k's defaults
+    # 9e74cec: the 5 % margin, r, k = 1 probes backing off, evidence decaying at 0.9
+    "9e74cec": {"decay": 0.9},
+    # c0551ae: no margin, no per-round cost, no probe on the first round, a probe every 8 plain rounds (never backing
+    # off) at the k the prior alone picks, evidence decaying at 0.9
+    "old": {
+        "margin": 0.0,
+        "round_cost": 0.0,
+        "probe_first": False,
+        "probe_every": 8,
+        "max_backoff": 0,
+        "probe_k": "prior",
+        "decay": 0.9,
+    },
+}
+
+
+def parse_variant(text: str) -> tuple[str, dict]:
+    """'old' / 'current' (PRESETS), or 'margin=0.02,probe_every=4' -> (name, AutoCosts overrides); 'old+margin=0.02'
+    starts from a preset."""
+    base, _, rest = text.partition("+") if "+" in text or text in PRESETS else ("", "", text)
+    if base and base not in PRESETS:
+        raise SystemExit(f"--variant: no preset {base!r} (known: {', '.join(PRESETS)})")
+    overrides = dict(PRESETS.get(base, {}))
+    for item in filter(None, rest.split(",")):
+        key, eq, raw = item.partition("=")
+        if not eq:
+            raise SystemExit(f"--variant: {item!r} is not field=value")
+        overrides[key.strip()] = _value(raw.strip())
+    return text, overrides
+
+
+def _value(raw: str):
+    if raw in ("true", "false"):
+        return raw == "true"
+    for kind in (int, float):
+        try:
+            return kind(raw)
+        except ValueError:
+            pass
+    return raw
+
+
+def round_cost(costs, drafted: int) -> float:
+    """A round's modeled time in 1-token passes: c_verify(drafted) + drafted*c + r (r only when it drafted); 1.0 for a
+    plain round. The prefill is left out (every setup shares it)."""
+    return verify_cost_at(costs.verify, drafted) + drafted * costs.draft_cost + (costs.round_cost if drafted else 0.0)
+
+
+def modeled_runs(factories: dict, costs) -> dict[str, dict]:
+    """Each setup run once, untimed: name -> its generated tokens, modeled time (passes) and tokens per pass."""
+    out = {}
+    for name, factory in factories.items():
+        decoder = factory()
+        decoder.run()
+        passes = sum(round_cost(costs, r.num_drafted) for r in decoder.records)
+        ks = [r.num_draft_tokens for r in decoder.records]
+        out[name] = {"generated": tuple(decoder.generated), "passes": passes, "speed": len(decoder.generated) / passes,
+                     "rounds": len(ks), "drafted_rounds": sum(r.num_drafted > 0 for r in decoder.records)}  # fmt: skip
+    return out
+
+
+def modeled_cell(drafter: str, category: str, temperature: float, per_prompt: list[dict], autos: list[str]) -> dict:
+    """One cell, modeled, as cell_row: per auto setup the median over the cell's prompts of auto/plain and of
+    auto/(the prompt's best fixed k), and whether it meets both goals."""
+    row = {"drafter": drafter, "category": category, "T": temperature, "prompts": len(per_prompt)}
+    best = [max((v["speed"], n) for n, v in runs.items() if n.startswith("k=")) for runs in per_prompt]
+    row["best_fixed_vs_plain"] = statistics.median(b[0] / runs[PLAIN]["speed"] for b, runs in zip(best, per_prompt, strict=True))
+    row["best_fixed"] = statistics.mode(b[1] for b in best)
+    for name in autos:
+        vs_plain = statistics.median(runs[name]["speed"] / runs[PLAIN]["speed"] for runs in per_prompt)
+        vs_best = statistics.median(runs[name]["speed"] / b[0] for b, runs in zip(best, per_prompt, strict=True))
+        row[name] = {"vs_plain": vs_plain, "vs_best_fixed": vs_best, "meets": vs_plain >= GOAL_PLAIN and vs_best >= GOAL_BEST}
+    return row
+
+
+def modeled(args, models: SweepModels, target) -> int:
+    """--modeled: every setup once, untimed, over every prompt of each category, charged the modeled time."""
+    from specviz.core.theory import VerifyCurve
+    from specviz.runs import prompt_ids
+
+    variants = dict(parse_variant(v) for v in args.variant or ["current"])
+    curve = None
+    if args.curve:
+        curve = VerifyCurve(tuple(float(x) for x in args.curve.split(",")))
+        variants = {name: {**o, "verify": curve} for name, o in variants.items()}
+    autos = [f"{AUTO}:{name}" for name in variants]
+    prompts = load_prompts(args.prompts, args.categories)
+    cells: dict[tuple[str, str, float], list] = {}
+    differs, charged = [], {}
+    for prompt in prompts:
+        ids = prompt_ids(target, prompt.prompt, True, max_new_tokens=args.max_new_tokens, num_draft_tokens=16)
+        for temperature in args.temperatures:
+            for drafter in args.drafters:
+                factories = setups(models, drafter, ids, temperature, args.ks, variants)
+                costs = factories.pop(AUTO)().config.auto  # what auto prices rounds with: the profile's, not a variant's
+                costs = dataclasses.replace(costs, verify=curve) if curve is not None else costs
+                charged[drafter] = {
+                    "verify": list(getattr(costs.verify, "costs", [costs.verify])),
+                    "c": costs.draft_cost,
+                    "r": costs.round_cost,
+                }
+                runs = modeled_runs(factories, costs)
+                if temperature == 0:
+                    differs += [
+                        f"{name} {drafter} on {prompt.title!r}"
+                        for name in autos
+                        if runs[name]["generated"] != runs[PLAIN]["generated"]
+                    ]
+                cells.setdefault((drafter, prompt.category, temperature), []).append(runs)
+                log.info("%s %s T=%g %r: %s", drafter, prompt.category, temperature, prompt.title,
+                         ", ".join(f"{n} {runs[n]['speed'] / runs[PLAIN]['speed']:.2f}x" for n in [*autos, *(f"k={k}" for k in args.ks)]))  # fmt: skip
+    rows = [modeled_cell(d, c, t, per_prompt, autos) for (d, c, t), per_prompt in cells.items()]
+    summary = {name: {"meets": sum(r[name]["meets"] for r in rows), "cells": len(rows),
+                      "worst_vs_plain": min(r[name]["vs_plain"] for r in rows),
+                      "worst_vs_best_fixed": min(r[name]["vs_best_fixed"] for r in rows)} for name in autos}  # fmt: skip
+    table = {"modeled": True, "settings": {k: v for k, v in vars(args).items() if k not in ("json", "out", "trace")},
+             "charged": charged, "variants": {n: {k: str(v) for k, v in o.items()} for n, o in variants.items()},
+             "summary": summary, "cells": rows, "greedy_differs": differs}  # fmt: skip
+    if args.out:
+        Path(args.out).write_text(json.dumps(table, indent=1) + "\n", encoding="utf-8")
+    if args.json:
+        print(json.dumps(table))
+    else:
+        print("modeled time (deterministic, not wall-clock): c_verify(drafted) + drafted*c + r a round, 1 a plain round")
+        head = "".join(f" {n[len(AUTO) + 1 :][:22]:>23}" for n in autos)
+        print(f"{'drafter':<10} {'category':<9} {'T':>4} {'best k':>7} {'best/plain':>10}{head}   (auto/plain auto/best)")
+        for r in rows:
+            cols = "".join(
+                f" {r[n]['vs_plain']:>9.2f}x {r[n]['vs_best_fixed']:>6.2f}x{'*' if not r[n]['meets'] else ' '}" for n in autos
+            )
+            print(
+                f"{r['drafter']:<10} {r['category']:<9} {r['T']:>4g} {r['best_fixed']:>7} {r['best_fixed_vs_plain']:>9.2f}x{cols}"
+            )
+        for n, v in summary.items():
+            print(f"{n}: {v['meets']} of {v['cells']} cells meet both goals; worst auto/plain {v['worst_vs_plain']:.2f}x, "
+                  f"worst auto/best fixed {v['worst_vs_best_fixed']:.2f}x")  # fmt: skip
+    for d in differs:
+        log.error("greedy output of k: auto differs from plain decoding: %s", d)
+    return 1 if differs else 0
 
 
 def trace(models: SweepModels, drafter: str, ids: list[int]) -> list[dict]:
@@ -131,6 +301,11 @@ def main() -> int:
     p.add_argument("--json", action="store_true", help="print one JSON object instead of the table")
     p.add_argument("--out", help="also write the table (and the machine, the command's settings) as JSON to this path")
     p.add_argument("--trace", help="write auto's k per round on one prose and one copying prompt to this JSON; time nothing")
+    p.add_argument("--modeled", action="store_true", help="time nothing: charge each run the modeled time (every prompt)")
+    p.add_argument("--variant", action="append", help="--modeled: a k: auto variant (repeatable): current, 9e74cec, old, "
+                   "'margin=0.02,probe_every=4', 'old+margin=0.02' (AutoCosts fields)")  # fmt: skip
+    p.add_argument("--curve", help="--modeled: the verify curve c_verify(0..) to charge and to let auto price with, "
+                   "'1,1.18,1.25,...' (default: the profile's)")  # fmt: skip
     args = p.parse_args()
 
     from specviz.models import load_model
@@ -141,6 +316,8 @@ def main() -> int:
     spec = SweepSpec(drafters=tuple(args.drafters), ks=tuple(args.ks), temperatures=tuple(args.temperatures), max_new_tokens=args.max_new_tokens,
                      repeats=args.repeats, warmup=args.warmup)  # fmt: skip
     models = SweepModels(target, spec).resolved()
+    if args.modeled:
+        return modeled(args, models, target)
     if args.trace:
         machine = {"cpu": device_name(target.device), "precision": target.precision, "load": f"{load_before} -> {load_average()}"}
         write_trace(args.trace, models, args.drafters, args.prompts, args.max_new_tokens, machine)
@@ -168,8 +345,12 @@ def main() -> int:
     if args.json:
         print(json.dumps(table))
     else:
-        print(f"{machine['cpu']}; {machine['precision']}; load average before {machine['load_before']}, after {machine['load_after']}")
-        print(f"{'drafter':<10} {'category':<9} {'T':>4} {'auto/plain':>11} {'auto/best k':>12} {'best k/plain':>13} {'best k':>7}")
+        print(
+            f"{machine['cpu']}; {machine['precision']}; load average before {machine['load_before']}, after {machine['load_after']}"
+        )
+        print(
+            f"{'drafter':<10} {'category':<9} {'T':>4} {'auto/plain':>11} {'auto/best k':>12} {'best k/plain':>13} {'best k':>7}"
+        )
         for r in rows:
             print(f"{r['drafter']:<10} {r['category']:<9} {r['T']:>4g} {r['auto_vs_plain']:>10.2f}x {r['auto_vs_best_fixed']:>11.2f}x "
                   f"{r['best_fixed_vs_plain']:>12.2f}x {r['best_fixed']:>7}")  # fmt: skip

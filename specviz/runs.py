@@ -52,10 +52,11 @@ ASSETS = Path(__file__).resolve().parents[1] / "assets"
 PROFILE_ENV = "SPECVIZ_PROFILE"  # a profile measured here (`python -m specviz profile --out PATH`), for k: auto
 UNKNOWN_DRAFT_COST = 0.2  # k: auto's drafting cost per token for a drafter the profile does not time (a second model)
 # k: auto's fixed cost of a drafted round beyond the profile's per-token cost, in 1-token passes: the median over
-# assets/drafting_cpu.json's chain rows of (drafting per round - k * the profile's c); tests/test_auto_k.py re-derives it.
+# assets/drafting_cpu.json's chain rows of (drafting per round - k * the profile's c), at least 0 (the n-gram model's is
+# below 0 on the 2026-12-05 profile: its c covers the round); tests/test_auto_k.py re-derives it.
 # Prompt lookup drafts as the n-gram model does (a dict look-up); a drafter not in that table is charged ROUND_COST_UNKNOWN.
 DRAFT_ROUND_COST: dict[str, float] = {
-    "ngram": 0.002, "lookup": 0.002, "recycle": 0.013, "medusa": 0.11, "medusa@8192": 0.053, "eagle": 0.10, "eagle@8192": 0.07,
+    "ngram": 0.0, "lookup": 0.0, "recycle": 0.024, "medusa": 0.12, "medusa@8192": 0.055, "eagle": 0.20, "eagle@8192": 0.076,
 }  # fmt: skip
 ROUND_COST_UNKNOWN = 0.05
 log = logging.getLogger(__name__)

@@ -11,15 +11,25 @@ Where the numbers come from:
 - c_verify(k) and c: the machine's cost profile (`specviz profile`, or a shipped one for this class of machine),
   fixed for the run, so a run's k sequence repeats exactly with the same seed; r, a drafted round's fixed cost beyond
   c per token (the drafter's per-round work the profile's per-token cost leaves out), is charged once per drafted round;
-- a_i: this run's acceptance at draft position i, counted from its records and forgotten at ``decay`` per drafted
-  round (the text changes), mixed with a prior from the benchmark worth ``prior_weight`` rounds (capped, at each
+- a_i: this run's acceptance at draft position i, counted from its records and forgotten at ``decay`` (0.8) per drafted
+  round (the text changes: at 0.8 the counts are worth at most 5 rounds, so k follows text that stops or starts
+  copying within a few rounds), mixed with a prior from the benchmark worth ``prior_weight`` rounds (capped, at each
   position, by the estimate at the position before).
 A k must beat a plain pass by ``margin`` (5 %): one that barely pays on the model's numbers loses on the machine
 (the engine's own work around a drafted round is not in the profile). When no k does, auto probes at ``probe_k`` (1, or
 the smallest k that would pay if every draft were kept; no probe when none would): on the first round, and after
 ``probe_every`` plain rounds in a row, a wait that doubles after each probe that kept nothing (up to 2**max_backoff
 times) and starts again after a round that kept a draft, to notice when the text turns copyable at the price of one
-cheap round.
+cheap round. ``probe_k`` "best" probes at the k worth most on the estimate instead, "prior" at the k the prior alone
+picks; ``probe_first`` False skips the first round's probe (both as c0551ae did, for A/B checks).
+
+Tuned on the modeled time of ``scripts/auto_k_check.py --modeled`` (each round charged c_verify + k*c + r from the
+profile, a plain round 1: deterministic on a busy machine), replaying greedy n-gram and prompt-lookup rounds over every
+prompt (48 tokens; their drafts depend on the tokens only, so one pass per prompt prices any policy): on the
+re-measured profile, margin 0 / 0.02 / 0.05, the backoff (none, 2x, 8x), probing at k = 1 or at the best k, and the
+first round's probe moved no cell across a goal; a faster decay (0.8 against 0.9) raised the worst auto / best fixed
+k from 0.95x to 0.96x and lost nothing against plain decoding; a lighter prior (prior_weight 1) lost the copy cells
+(0.87x the best k), a heavier one (4) one more (docs/benchmarks.md).
 """
 
 from __future__ import annotations
@@ -31,6 +41,8 @@ from dataclasses import dataclass, field
 from specviz.core.limits import MAX_DRAFT_TOKENS
 from specviz.core.theory import VerifyCost, VerifyCurve, expected_tokens_by_position, verify_cost_at
 
+PROBE_KS = ("best", "prior")  # AutoCosts.probe_k besides a number
+
 
 @dataclass(frozen=True)
 class AutoCosts:
@@ -40,13 +52,15 @@ class AutoCosts:
     draft_cost: float  # c: drafting one token / a 1-token target pass
     prior: tuple[float, ...] = (0.5,)  # acceptance by draft position before any evidence (the last repeats)
     prior_weight: float = 2.0  # how many drafted rounds the prior counts as
-    decay: float = 0.9  # each drafted round, earlier evidence counts this much less (the text changes)
+    decay: float = 0.8  # each drafted round, earlier evidence counts this much less (the text changes)
     probe_every: int = 8  # after this many plain rounds in a row, draft once again (doubled after each failed probe)
     source: str = ""  # where the costs come from, for the record's sentence ("profile_cpu (shipped)")
     round_cost: float = 0.0  # r: a drafted round's fixed drafting cost / a 1-token target pass, beyond c per token
     margin: float = 0.05  # a k must beat a plain pass by this fraction of its tokens per pass-equivalent
-    probe_k: int = 1  # a probe drafts this many tokens
+    probe_k: int | str = 1  # a probe drafts this many tokens; "best": the k > 0 worth most on the estimate so far;
+    # "prior": the k the prior alone picks (c0551ae)
     max_backoff: int = 3  # the probe wait doubles at most this many times (8 -> 64 plain rounds)
+    probe_first: bool = True  # probe on the first round when no k pays on the prior alone
 
     def __post_init__(self) -> None:
         if not isinstance(self.verify, VerifyCurve) and not (math.isfinite(self.verify) and self.verify > 0):
@@ -61,8 +75,8 @@ class AutoCosts:
             raise ValueError(
                 f"auto k: the round cost must be >= 0 and the margin in [0, 1); got {self.round_cost}, {self.margin}."
             )
-        if not (self.probe_k >= 1 and self.max_backoff >= 0):
-            raise ValueError("auto k: probe_k >= 1 and max_backoff >= 0, please.")
+        if not ((self.probe_k in PROBE_KS or (isinstance(self.probe_k, int) and self.probe_k >= 1)) and self.max_backoff >= 0):
+            raise ValueError(f"auto k: probe_k >= 1 (or one of {PROBE_KS}) and max_backoff >= 0, please; got {self.probe_k}.")
 
     def probe_wait(self, failed_probes: int) -> int:
         """Plain rounds in a row before the next probe: probe_every, doubled after each probe that kept nothing."""
@@ -154,11 +168,18 @@ def best(acc: Sequence[float], costs: AutoCosts, width: int, k_max: int) -> tupl
     return (k if values[k] >= 1.0 + costs.margin else 0), values
 
 
-def probe_k(costs: AutoCosts, width: int, k_max: int) -> int:
+def probe_k(costs: AutoCosts, width: int, k_max: int, values: Sequence[float] = ()) -> int:
     """The k a probe drafts: the smallest k >= probe_k that would pay by the margin if every draft were kept; 0 (no
-    probe) when none would, e.g. a drafter nearly as dear as the target, which no text can make pay."""
+    probe) when none would, e.g. a drafter nearly as dear as the target, which no text can make pay. probe_k "best":
+    the k > 0 with the most tokens per pass-equivalent in ``values`` (this round's estimate), "prior": max(1, the k
+    the prior alone picks), as c0551ae probed (even where no k could pay)."""
+    if costs.probe_k == "prior":
+        return max(1, best(acceptance(costs, Evidence(), depth(k_max, width)), costs, width, k_max)[0]) if k_max else 0
     perfect = best((1.0,), costs, width, k_max)[1]
-    return next((k for k in range(min(costs.probe_k, k_max), k_max + 1) if k and perfect[k] >= 1.0 + costs.margin), 0)
+    pays = [k for k in range(1, k_max + 1) if perfect[k] >= 1.0 + costs.margin]
+    if costs.probe_k == "best":
+        return max(pays, key=lambda j: (values[j], -j)) if pays and values else 0
+    return next((k for k in pays if k >= min(int(costs.probe_k), k_max)), 0)
 
 
 def choose_k(costs: AutoCosts, evidence: Evidence, width: int, k_max: int) -> KChoice:
@@ -167,8 +188,8 @@ def choose_k(costs: AutoCosts, evidence: Evidence, width: int, k_max: int) -> KC
     k_max = max(0, min(k_max, MAX_DRAFT_TOKENS))
     acc = acceptance(costs, evidence, depth(k_max, width))
     k, values = best(acc, costs, width, k_max)
-    due = not evidence.reached or evidence.plain_streak >= costs.probe_wait(evidence.failed_probes)
-    probe_at = probe_k(costs, width, k_max) if k == 0 and due else 0
+    due = (not evidence.reached and costs.probe_first) or evidence.plain_streak >= costs.probe_wait(evidence.failed_probes)
+    probe_at = probe_k(costs, width, k_max, values) if k == 0 and due else 0
     probe = probe_at > 0
     if probe:
         k = probe_at
