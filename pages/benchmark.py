@@ -10,7 +10,7 @@ import streamlit as st
 from specviz.config import EMBEDDED_TARGET
 from specviz.core.limits import MAX_DRAFT_TOKENS, SEED_UI_MAX
 from specviz.core.tree import MAX_TREE_WIDTH
-from specviz.experiments.bench import SweepSpec
+from specviz.experiments.bench import SweepSpec, read_bench
 from specviz.ui.common import access, widgets
 from specviz.ui.common.keys import BENCH_RESULTS_KEY
 from specviz.ui.common.navigation import route_through_app
@@ -35,7 +35,7 @@ route_through_app()  # a fresh server's first request may land here without app.
 SHIPPED_TABLE = Path(__file__).resolve().parent.parent / "assets" / "bench_cpu.csv"
 TEMPERATURES = (0.0, 0.5, 1.0, 1.5)
 NUMBER_FORMATS = {
-    "alpha": "%.2f", "acceptance_rate": "%.2f", "alpha_implied": "%.2f", "tokens_per_pass": "%.2f", "tokens_per_s": "%.1f",
+    "alpha": "%.2f", "acceptance_rate": "%.2f", "alpha_implied": "%.2f", "tokens_per_target_pass": "%.2f", "tokens_per_s": "%.1f",
     "baseline_tokens_per_s": "%.1f", "speedup": "%.2f×", "speedup_low": "%.2f×", "speedup_high": "%.2f×", "speedup_cpu": "%.2f×",
     "speedup_cpu_low": "%.2f×", "speedup_cpu_high": "%.2f×", "cpu_s": "%.2f", "baseline_cpu_s": "%.2f", "draft_cost": "%.2f", "verify_cost": "%.2f", "predicted_speedup": "%.2f×",
     "wall_s": "%.2f", "baseline_wall_s": "%.2f",
@@ -180,7 +180,7 @@ def shipped() -> None:
         "medians of 3 interleaved repeats after a discarded warm-up, on one thread. A sweep you run here goes in its own tab beside it."
     )
     try:
-        show_results(pd.read_csv(SHIPPED_TABLE), "bench_cpu")
+        show_results(read_bench(SHIPPED_TABLE), "bench_cpu")
     except (ValueError, KeyError) as exc:
         st.error(f"Could not read {SHIPPED_TABLE.name}: {md_text(exc)}")
     st.subheader("Each drafter's defaults: its measured best here")

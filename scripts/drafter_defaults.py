@@ -31,6 +31,7 @@ import pandas as pd
 from specviz.core.auto_k import depth
 from specviz.core.theory import expected_tokens
 from specviz.drafters.specs import DRAFTER_KINDS, Tuning
+from specviz.experiments.bench import read_bench
 
 ROOT = Path(__file__).resolve().parent.parent
 SHIPPED = (ROOT / "assets" / "bench_cpu.csv", ROOT / "assets" / "drafting_cpu.json", ROOT / "assets" / "bench_trees_cpu.csv")  # the
@@ -67,13 +68,13 @@ def read_table(path: Path) -> pd.DataFrame:
                              draft_vocab=int(m["vocab"] or 0) * 1024, temperature=float(r["T"]), category=r["category"],
                              speedup=float(r["speedup"]), tau=float(r["tau"]), alpha=float("nan")))  # fmt: skip
         return pd.DataFrame(rows, columns=SETTING + MEASURES)
-    frame = pd.read_csv(path)
+    frame = read_bench(path)
     for column in ("tree_width", "draft_vocab"):  # older sweeps: chains over the full vocabulary
         if column not in frame:
             frame[column] = 1 if column == "tree_width" else 0
     frame["tree_width"] = frame["tree_width"].fillna(1).astype(int)
     frame["draft_vocab"] = frame["draft_vocab"].fillna(0).astype(int)
-    frame["tau"] = frame["tokens_per_pass"] if "tokens_per_pass" in frame else float("nan")
+    frame["tau"] = frame["tokens_per_target_pass"] if "tokens_per_target_pass" in frame else float("nan")
     frame["alpha"] = frame["alpha_implied"] if "alpha_implied" in frame else float("nan")
     return frame[SETTING + MEASURES].dropna(subset=["speedup"])
 

@@ -23,6 +23,7 @@ from pathlib import Path
 import pandas as pd
 
 from specviz.core.theory import speedup
+from specviz.experiments.bench import read_bench
 from specviz.experiments.cost_profile import load_profile
 
 REPO = Path(__file__).resolve().parents[1]
@@ -66,7 +67,7 @@ def cost_model_predictions(bench: pd.DataFrame, profile, c_from: str = "profile"
         if c is None or pd.isna(c) or not r.target_passes:
             continue
         m = r.drafted / r.target_passes  # drafted tokens per round
-        tpp = float(r.tokens_per_pass)
+        tpp = float(r.tokens_per_target_pass)
         rows.append(
             {
                 "category": r.category, "drafter": r.drafter, "k": int(r.k), "measured_cpu": r.speedup_cpu, "measured_wall": r.speedup,
@@ -96,7 +97,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--profile", default=str(REPO / "assets" / "profile_cpu.json"))
     parser.add_argument("--c-from", choices=("profile", "bench"), default="profile", help="the drafter's cost c: from the profile (as the theory page does) or each bench row")
     args = parser.parse_args(argv)
-    bench = pd.read_csv(args.bench)
+    bench = read_bench(args.bench)
     profile = load_profile(args.profile)
     pred = predictions(bench, profile, args.c_from)
     print(f"{len(pred)} benchmark rows from {args.bench}; profile {profile.name} ({profile.clock} clock); c from the {args.c_from}")

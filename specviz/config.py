@@ -15,7 +15,8 @@ import typing
 from dataclasses import asdict, dataclass
 from typing import Any, Literal
 
-from specviz.core.decoding import MAX_DRAFT_TOKENS, DecodeConfig
+from specviz.core.decoding import DecodeConfig
+from specviz.core.limits import MAX_DRAFT_TOKENS, SEED_UI_MAX
 from specviz.core.sampling import SamplingConfig
 from specviz.core.tree import MAX_TREE_WIDTH
 from specviz.drafters.specs import DRAFTER_KINDS, DRAFTERS, TREE_KINDS, DrafterKind, drafter_spec, short_name
@@ -440,7 +441,7 @@ class RunConfig:
     seed: int = setting(
         0,
         Check(low=0, message="The seed must be >= {low}; got {value}."),
-        Widget("number", "sampling", "seed", high=2**31 - 1, seeded=True),
+        Widget("number", "sampling", "seed", high=SEED_UI_MAX, seeded=True),
         Flag("--seed"),
         carry="link",
     )

@@ -32,7 +32,7 @@ def test_cli_writes_csv_with_documented_columns(tiny_dir, prompts_file, tmp_path
     assert (frame["repeats"] == 2).all() and (frame["device"] == "cpu").all() and (frame["dtype"] == "float32").all()
     for col in ("speedup", "speedup_cpu"):  # the median lies within the min-max of the repeats
         assert (frame[f"{col}_low"] <= frame[col] + 1e-9).all() and (frame[col] <= frame[f"{col}_high"] + 1e-9).all()
-    assert (frame["new_tokens"] <= 6).all() and (frame["tokens_per_pass"] >= 1).all()
+    assert (frame["new_tokens"] <= 6).all() and (frame["tokens_per_target_pass"] >= 1).all()
     # greedy speculative output is token-identical to plain greedy decoding
     greedy = frame[frame["temperature"] == 0]
     assert greedy["same_as_baseline"].astype(bool).all()
@@ -92,9 +92,9 @@ def test_run_sweep_in_process(tiny_models, tmp_path, prompts_file):
     # the copy prompt repeats itself, so prompt lookup finds something to draft (a random model rarely agrees)
     assert frame["drafted"].sum() > 0
     assert (frame["accepted"] <= frame["drafted"]).all()
-    assert (frame["tokens_per_pass"] == frame["new_tokens"] / frame["target_passes"]).all()
+    assert (frame["tokens_per_target_pass"] == frame["new_tokens"] / frame["target_passes"]).all()
     summary = summary_table(frame)
-    assert len(summary) == 2 and {"speedup", "tokens_per_pass"} <= set(summary.columns)
+    assert len(summary) == 2 and {"speedup", "tokens_per_target_pass"} <= set(summary.columns)
 
 
 def test_bench_drafters_follow_config():
@@ -263,3 +263,20 @@ def test_the_csv_carries_vllms_histogram_and_appends_to_an_older_csv(tiny_dir, p
     assert histograms_by_setting(frame[old_columns], "copy") == {}  # an older table: no histograms
     with pytest.raises(ValueError, match="JSON list of counts"):
         histogram_of("[1, -2]")
+
+
+def test_a_csv_written_before_the_rename_reads_and_appends_under_todays_names(tmp_path):
+    """tokens_per_pass became tokens_per_target_pass: a CSV with the older header reads under today's name, and
+    --append rewrites it with today's header, its rows kept."""
+    from specviz.experiments.bench import COLUMNS, RENAMED, append_csv, read_bench
+
+    old_name = {v: k for k, v in RENAMED.items()}
+    row = {c: 1.0 for c in COLUMNS} | {"category": "copy", "prompt": "t", "drafter": "lookup", "acceptance_histogram": "1"}
+    old = tmp_path / "old.csv"
+    pd.DataFrame([row]).rename(columns=old_name).to_csv(old, index=False)
+    assert "tokens_per_pass" in old.read_text().splitlines()[0]
+    frame = read_bench(old)
+    assert "tokens_per_target_pass" in frame.columns and "tokens_per_pass" not in frame.columns
+    append_csv(pd.DataFrame([row]), old)
+    again = read_bench(old)
+    assert old.read_text().splitlines()[0].split(",") == list(COLUMNS) and len(again) == 2

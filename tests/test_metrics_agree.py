@@ -131,7 +131,7 @@ def bench_view(records) -> dict:
     sample = RunSample(generated=(), stats=run_metrics(records), verify_ms=(), drafted=(), draft_ms=0.0, cpu_s=1.0, wall_s=1.0)
     row = compare_to_baseline(BenchPrompt("copy", "t", "p"), "lookup", 4, 0.0, SweepSpec(), [sample], [sample])
     return {"new_tokens": row.new_tokens, "target_passes": row.target_passes, "alpha": row.alpha, "acceptance_rate": row.acceptance_rate,
-            "tokens_per_target_pass": row.tokens_per_pass}  # fmt: skip
+            "tokens_per_target_pass": row.tokens_per_target_pass}  # fmt: skip
 
 
 @pytest.mark.parametrize("situation", list(BASELINES))

@@ -35,9 +35,9 @@ def test_greedy_lanes_commit_the_same_ids(greedy_race, one_thread):
     race = greedy_race
     assert race.greedy and race.identical and race.first_difference is None
     assert race.plain.tokens == race.speculative.tokens and race.plain.num_tokens == 24
-    assert race.plain.tokens_per_pass == 1.0  # plain decoding: one token per pass
+    assert race.plain.tokens_per_target_pass == 1.0  # plain decoding: one token per pass
     assert race.speculative.target_passes < race.plain.target_passes  # the tiny llama repeats itself: lookup guesses right
-    assert race.speculative.tokens_per_pass > 1.0
+    assert race.speculative.tokens_per_target_pass > 1.0
     assert race.speculative.label == "prompt lookup, k=4"
 
 

@@ -23,7 +23,7 @@ def test_bench_sweeps_tree_widths(tiny_dir, prompts_file, tmp_path, capsys):
     assert sorted(frame["tree_width"]) == [1, 1, 2, 2]
     assert frame["same_as_baseline"].astype(bool).all()
     table = tree_vs_chain_table(frame)
-    assert len(table) == 4 and {"tokens_per_pass", "speedup", "tree_width"} <= set(table.columns)
+    assert len(table) == 4 and {"tokens_per_target_pass", "speedup", "tree_width"} <= set(table.columns)
     assert "trees vs chains" in capsys.readouterr().out
 
 

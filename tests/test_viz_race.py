@@ -52,7 +52,7 @@ def test_the_gap_histogram_marks_the_threshold_and_the_zero_gaps():
 
 def test_the_lane_table_has_one_row_per_lane():
     frame = lane_frame(race())
-    assert list(frame["tokens"]) == [4, 4] and list(frame["tokens per pass"]) == [1.0, 2.0]
+    assert list(frame["tokens"]) == [4, 4] and list(frame["tokens per target pass"]) == [1.0, 2.0]
     assert frame["gaps < 1 ms"].iloc[1] == 2 / 3
 
 

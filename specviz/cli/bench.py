@@ -90,7 +90,7 @@ def run(args: argparse.Namespace) -> int:
             else:
                 frame.to_csv(out, index=False, float_format="%.4g")
         emit(f"wrote {len(frame)} rows to {out}", err=True)
-    show = ["category", "prompt", "drafter", "k", "temperature", "alpha", "acceptance_rate", "tokens_per_pass",
+    show = ["category", "prompt", "drafter", "k", "temperature", "alpha", "acceptance_rate", "tokens_per_target_pass",
             "baseline_tokens_per_s", "speedup", "speedup_low", "speedup_high", "speedup_cpu", "verify_cost"]
     if len(spec.tree_widths) > 1:
         show.insert(4, "tree_width")

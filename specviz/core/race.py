@@ -66,7 +66,7 @@ class RaceLane:
         return len(self.ids)
 
     @property
-    def tokens_per_pass(self) -> float | None:
+    def tokens_per_target_pass(self) -> float | None:
         return self.num_tokens / self.target_passes if self.target_passes else None
 
     @property

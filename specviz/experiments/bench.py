@@ -14,7 +14,7 @@ One row per speculative setting; the columns are the fields of BenchRow (see COL
 category, prompt (its title), drafter, k, temperature, seed, max_new_tokens, device, dtype, repeats,
 new_tokens, target_passes, drafted, accepted, alpha (Leviathan's E[sum min(p, q)]; empty for drafters
 without a q_draft), acceptance_rate (accepted/drafted), alpha_implied (the alpha that accepted/drafted
-implies at this k under independence), tokens_per_pass, tokens_per_s, baseline_tokens_per_s (medians),
+implies at this k under independence), tokens_per_target_pass, tokens_per_s, baseline_tokens_per_s (medians),
 speedup (median of tokens_per_s / baseline_tokens_per_s over the repeats) with speedup_low and
 speedup_high (min and max over the repeats), speedup_cpu with speedup_cpu_low and speedup_cpu_high
 (the same from process CPU time, steadier than wall clock on a shared machine), draft_cost (c: ms per
@@ -133,7 +133,7 @@ class BenchRow:
     alpha: float | None  # Leviathan: mean sum_v min(p, q) over verified positions; None without q_draft
     acceptance_rate: float | None  # accepted/drafted; None when nothing was drafted
     alpha_implied: float | None  # the alpha giving this accepted/drafted at this k, positions independent
-    tokens_per_pass: float
+    tokens_per_target_pass: float
     tokens_per_s: float  # median over the repeats
     baseline_tokens_per_s: float  # median over the repeats
     speedup: float  # median over the repeats of tokens_per_s / baseline_tokens_per_s (paired by repeat)
@@ -218,7 +218,7 @@ def compare_to_baseline(
         category=prompt.category, prompt=prompt.title, drafter=drafter, k=k, temperature=temperature, seed=spec.seed,
         max_new_tokens=spec.max_new_tokens, device=device, dtype=dtype, repeats=len(runs),
         new_tokens=s.new_tokens, target_passes=s.target_passes, drafted=s.drafted, accepted=s.accepted,
-        alpha=s.alpha, acceptance_rate=s.acceptance_rate, alpha_implied=alpha_implied, tokens_per_pass=s.tokens_per_target_pass,
+        alpha=s.alpha, acceptance_rate=s.acceptance_rate, alpha_implied=alpha_implied, tokens_per_target_pass=s.tokens_per_target_pass,
         tokens_per_s=Spread.of([r.tokens_per_s for r in runs]).median,
         baseline_tokens_per_s=Spread.of([b.tokens_per_s for b in bases]).median,
         speedup=speed.median, speedup_low=speed.low, speedup_high=speed.high,
@@ -357,7 +357,7 @@ def summary_table(frame: pd.DataFrame) -> pd.DataFrame:
     widths = pd.to_numeric(frame["tree_width"], errors="coerce").fillna(1) if "tree_width" in frame else None
     if widths is not None and (widths > 1).any():  # all chains (or an older table): no tree column
         frame, keys = frame.assign(tree_width=widths.astype(int)), keys[:3] + ["tree_width"] + keys[3:]
-    means = ["alpha", "alpha_implied", "acceptance_rate", "tokens_per_pass", "tokens_per_s", "baseline_tokens_per_s",
+    means = ["alpha", "alpha_implied", "acceptance_rate", "tokens_per_target_pass", "tokens_per_s", "baseline_tokens_per_s",
              "speedup", "speedup_cpu", "verify_cost", "predicted_speedup"]
     agg: dict[str, tuple[str, str]] = {c: (c, "mean") for c in means if c in frame}
     for c in ("speedup_low", "speedup_cpu_low"):
@@ -395,19 +395,35 @@ def histograms_by_setting(frame: pd.DataFrame, category: str) -> dict[str, tuple
     return out
 
 
+RENAMED = {"tokens_per_pass": "tokens_per_target_pass"}  # a column's older name -> its name now (CSVs written before)
+
+
+def renamed(path: Path) -> bool:
+    """Whether the CSV at path names a column by an older name (RENAMED)."""
+    with path.open(encoding="utf-8") as fh:
+        return any(h in RENAMED for h in fh.readline().strip().split(","))
+
+
+def read_bench(path: Path | str) -> pd.DataFrame:
+    """A benchmark CSV as a frame, columns named as this version names them (a CSV written before a rename reads the same)."""
+    import pandas as pd
+
+    return pd.read_csv(path, dtype={"acceptance_histogram": str}).rename(columns=RENAMED)
+
+
 def append_csv(frame: pd.DataFrame, out: Path) -> None:
     """Add frame's rows to the CSV at out. A CSV from before the newest columns (its header a prefix of COLUMNS) is
     rewritten with every column, its rows' new cells empty; any other header is refused with a message."""
     import pandas as pd
 
     with out.open(encoding="utf-8") as fh:
-        header = fh.readline().strip().split(",")
-    if header == list(COLUMNS):
+        header = [RENAMED.get(h, h) for h in fh.readline().strip().split(",")]
+    if header == list(COLUMNS) and not renamed(out):
         frame.to_csv(out, index=False, float_format="%.4g", mode="a", header=False)
         return
     if header != list(COLUMNS[: len(header)]):
         raise ValueError(f"{out} has other columns than this benchmark writes; --append needs a CSV from this version or an earlier one.")
-    older = pd.read_csv(out, dtype={"acceptance_histogram": str}).reindex(columns=list(COLUMNS))
+    older = read_bench(out).reindex(columns=list(COLUMNS))
     both = pd.concat([older, frame], ignore_index=True) if len(older) else frame
     tmp = out.with_name(out.name + ".tmp")
     both.to_csv(tmp, index=False, float_format="%.4g")
@@ -418,7 +434,7 @@ def tree_vs_chain_table(frame: pd.DataFrame) -> pd.DataFrame:
     """Token trees against chains at the same node budget k: means over prompts per (drafter, k, temperature,
     tree_width) of tokens per target pass, the verify pass's cost and the speedups."""
     keys = ["drafter", "k", "temperature", "tree_width"]
-    cols = ["acceptance_rate", "tokens_per_pass", "verify_cost", "speedup", "speedup_cpu"]
+    cols = ["acceptance_rate", "tokens_per_target_pass", "verify_cost", "speedup", "speedup_cpu"]
     return frame.groupby(keys, sort=True)[cols].mean().reset_index()
 
 

@@ -53,7 +53,7 @@ COLUMN_LABELS = {
     "seed": "seed", "max_new_tokens": "max new tokens", "device": "device", "dtype": "precision", "repeats": "repeats",
     "new_tokens": "new tokens", "target_passes": "target passes", "drafted": "drafted", "accepted": "accepted",
     "alpha": "α (Σ min(p, q))", "acceptance_rate": "accepted / drafted", "alpha_implied": "α implied by accepted / drafted",
-    "tokens_per_pass": "tokens per target pass", "tokens_per_s": "tokens/s", "baseline_tokens_per_s": "plain decoding tokens/s",
+    "tokens_per_target_pass": "tokens per target pass", "tokens_per_s": "tokens/s", "baseline_tokens_per_s": "plain decoding tokens/s",
     "speedup": "speedup (wall clock)", "speedup_low": "speedup, lowest", "speedup_high": "speedup, highest",
     "speedup_cpu": "speedup (CPU time)", "speedup_cpu_low": "speedup (CPU time), lowest", "speedup_cpu_high": "speedup (CPU time), highest",
     "draft_cost": "draft cost c", "verify_cost": "verify cost", "predicted_speedup": "predicted speedup",
@@ -86,7 +86,7 @@ def mean_by_setting(frame: pd.DataFrame, metric: str = "speedup") -> pd.DataFram
     out = df.groupby(keys, sort=False).agg(
         speedup=(metric, "mean"), speedup_min=(metric, "min"), speedup_max=(metric, "max"),
         speedup_low=(low, "min"), speedup_high=(high, "max"),
-        tokens_per_pass=("tokens_per_pass", "mean"), alpha_theory=("alpha_theory", "mean"), prompts=("prompt", "nunique"),
+        tokens_per_target_pass=("tokens_per_target_pass", "mean"), alpha_theory=("alpha_theory", "mean"), prompts=("prompt", "nunique"),
     )
     return out.reset_index()
 

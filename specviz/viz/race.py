@@ -31,7 +31,7 @@ def lane_frame(race: RaceResult) -> pd.DataFrame:
         rows.append({
             "lane": lane.label, "time to first token (s)": lane.ttft_s, "time to last token (s)": lane.last_s,
             "tokens": lane.num_tokens, "tokens/s": lane.tokens_per_s, "target passes": lane.target_passes,
-            "tokens per pass": lane.tokens_per_pass, "gaps < 1 ms": report.share_fast, "gaps > 10 ms": report.share_slow,
+            "tokens per target pass": lane.tokens_per_target_pass, "gaps < 1 ms": report.share_fast, "gaps > 10 ms": report.share_slow,
         })  # fmt: skip
     return pd.DataFrame(rows)
 

@@ -113,7 +113,7 @@ def show_race(race: RaceResult) -> None:
     cols = st.columns(4)
     cols[0].metric("faster (time to last token)", f"{speedup:.2f}×" if speedup else "n/a",
                    help="Plain decoding's time to its last token ÷ speculative decoding's, same prompt, seed and target.")  # fmt: skip
-    cols[1].metric("tokens per target pass", f"{spec.tokens_per_pass:.2f}" if spec.tokens_per_pass else "n/a",
+    cols[1].metric("tokens per target pass", f"{spec.tokens_per_target_pass:.2f}" if spec.tokens_per_target_pass else "n/a",
                    help="Speculative lane: tokens ÷ verify passes. Plain decoding commits exactly one per pass.")  # fmt: skip
     cols[2].metric("plain: first / last token", f"{plain.ttft_s:.2f} / {plain.last_s:.2f} s")
     cols[3].metric("speculative: first / last token", f"{spec.ttft_s:.2f} / {spec.last_s:.2f} s")
@@ -127,7 +127,7 @@ def show_race(race: RaceResult) -> None:
     _identical_note(race)
     st.dataframe(lane_frame(race), hide_index=True, column_config={
         c: st.column_config.NumberColumn(format="%.3f") for c in ("time to first token (s)", "time to last token (s)")
-    } | {c: st.column_config.NumberColumn(format="%.2f") for c in ("tokens/s", "tokens per pass")}
+    } | {c: st.column_config.NumberColumn(format="%.2f") for c in ("tokens/s", "tokens per target pass")}
       | {c: st.column_config.NumberColumn(format="percent") for c in ("gaps < 1 ms", "gaps > 10 ms")})  # fmt: skip
     report = spec.bursts()
     st.plotly_chart(gap_histogram(gap_series(race), report.threshold.seconds, "Gaps between consecutive tokens"), key="race_gaps")
