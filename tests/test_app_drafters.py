@@ -8,6 +8,7 @@ from __future__ import annotations
 from specviz.config import RunConfig
 from specviz.core.metrics import table_slots
 from specviz.experiments.lab import LAB_DRAFTERS, greedy_side_by_side, sample_real
+from specviz.runs import RunModels
 from tests.test_app_compare_tree import PAGES, click, local, step_page  # noqa: F401  (local is a fixture)
 from tests.test_eagle import eagle_dir  # noqa: F401  (a fixture)
 
@@ -53,9 +54,9 @@ def test_the_lab_runs_both_new_drafters(tiny_models, eagle_dir):  # noqa: F811
     target = tiny_models["llama"]
     for drafter, extra in (("recycle", {}), ("eagle", {"eagle_head": str(eagle_dir)})):
         config = RunConfig(target="tiny", drafter=drafter, num_draft_tokens=1, auto_k=False, temperature=1.0, max_new_tokens=2, chat=False, **extra)
-        fast = sample_real(config, target, "the cat sat on the mat and the cat sat on the", "fast", 2_000)
+        fast = sample_real(config, RunModels(target), "the cat sat on the mat and the cat sat on the", "fast", 2_000)
         assert len(fast.spec_tokens) == 2_000
-        greedy = greedy_side_by_side(RunConfig(**(config.to_dict() | {"temperature": 0.0, "max_new_tokens": 12})), target, "the quick brown fox")
+        greedy = greedy_side_by_side(RunConfig(**(config.to_dict() | {"temperature": 0.0, "max_new_tokens": 12})), RunModels(target), "the quick brown fox")
         assert greedy.identical
 
 

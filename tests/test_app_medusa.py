@@ -8,6 +8,7 @@ import pytest
 
 from specviz.config import RunConfig
 from specviz.experiments.lab import LAB_DRAFTERS, sample_real
+from specviz.runs import RunModels
 from tests.test_app_compare_tree import click, local, step_page  # noqa: F401  (local is a fixture)
 
 STATE = "specviz_step_through"
@@ -64,9 +65,9 @@ def test_a_bad_heads_folder_is_a_message(local, tmp_path):  # noqa: F811
 
 def test_the_lab_samples_first_tokens_with_heads(tiny_models, tiny_heads):
     config = RunConfig(target="tiny", drafter="medusa", medusa_heads=str(tiny_heads), num_draft_tokens=1, auto_k=False, temperature=1.0, max_new_tokens=2, chat=False)
-    fast = sample_real(config, tiny_models["llama"], "the quick brown fox", "fast", 5_000)
+    fast = sample_real(config, RunModels(tiny_models["llama"]), "the quick brown fox", "fast", 5_000)
     assert fast.drafted_runs == 5_000 and fast.q_draft is not None  # head 1 drafted, with its real q
-    typical = sample_real(config, tiny_models["llama"], "the quick brown fox", "fast", 5_000, "typical_acceptance")
+    typical = sample_real(config, RunModels(tiny_models["llama"]), "the quick brown fox", "fast", 5_000, "typical_acceptance")
     assert typical.variant == "typical_acceptance" and len(typical.spec_tokens) == 5_000
 
 

@@ -495,6 +495,7 @@ def test_the_labs_fast_mode_runs_the_lm_head_on_the_last_position_only(tiny_mode
     """Issue 32: fast mode computed logits at every prompt position (80,000 rows for an 80,000-token prompt). Now the
     LM head sees one row per pass. Known-bad control: a pass asking for every row shows the prompt's length."""
     from specviz.experiments.lab import sample_real
+    from specviz.runs import RunModels
 
     target = tiny_models["llama"]
     rows: list[int] = []
@@ -502,7 +503,7 @@ def test_the_labs_fast_mode_runs_the_lm_head_on_the_last_position_only(tiny_mode
     try:
         prompt = words(60)
         config = RunConfig(target=target.name, drafter="lookup", num_draft_tokens=1, auto_k=False, temperature=1.0, max_new_tokens=2, chat=False)
-        sample_real(config, target, prompt, "fast", 100)
+        sample_real(config, RunModels(target), prompt, "fast", 100)
         assert rows and len(rows) <= 2 and set(rows) == {1}, rows  # a run's prefill keeps one row, the pass over the last token one
         rows.clear()
         HFCachedLM(target.model, target.vocab_size).extend(target.tokenizer(prompt)["input_ids"])  # the old way

@@ -8,6 +8,7 @@ import torch
 from specviz.config import RunConfig
 from specviz.core.toy import run_toy
 from specviz.experiments.lab import greedy_side_by_side, sample_real, summarize_real
+from specviz.runs import RunModels
 
 
 def test_run_toy_exact_and_biased():
@@ -23,13 +24,13 @@ def test_run_toy_exact_and_biased():
 def test_sample_real_fast_and_engine(tiny_models):
     target = tiny_models["llama"]
     config = RunConfig(target="tiny", drafter="early-exit", exit_layer=1, num_draft_tokens=1, auto_k=False, temperature=1.0, max_new_tokens=2, chat=False)
-    fast = sample_real(config, target, "the quick brown fox", "fast", 5_000)
+    fast = sample_real(config, RunModels(target), "the quick brown fox", "fast", 5_000)
     s = summarize_real(fast)
     assert len(fast.spec_tokens) == len(fast.target_tokens) == 5_000 and fast.drafted_runs == 5_000
     assert len(s.names) == len(s.p_buckets) == len(s.spec_counts) == len(fast.token_ids) + 1
     assert sum(s.spec_counts) == 5_000 and s.spec_tv < 0.05 and s.target_tv < 0.05
     seen = []
-    engine = sample_real(config, target, "the quick brown fox", "engine", 4, on_progress=lambda d, t: seen.append((d, t)))
+    engine = sample_real(config, RunModels(target), "the quick brown fox", "engine", 4, on_progress=lambda d, t: seen.append((d, t)))
     assert engine.variant == "exact" and len(engine.spec_tokens) == 4 and seen[-1] == (4, 4)
     assert 0.0 <= summarize_real(engine).target_pvalue <= 1.0
 
@@ -41,18 +42,18 @@ def test_sample_real_fast_and_engine(tiny_models):
 def test_sample_real_rejects_bad_arguments(tiny_models, mode, n, variant, message):
     config = RunConfig(target="tiny", drafter="lookup", num_draft_tokens=1, auto_k=False, temperature=1.0, max_new_tokens=2, chat=False)
     with pytest.raises(ValueError, match=message):
-        sample_real(config, tiny_models["llama"], "the cat", mode, n, variant)
+        sample_real(config, RunModels(tiny_models["llama"]), "the cat", mode, n, variant)
 
 
 def test_greedy_side_by_side(tiny_models):
     config = RunConfig(target="tiny", drafter="lookup", num_draft_tokens=3, auto_k=False, temperature=0.0, max_new_tokens=8, chat=False)
-    result = greedy_side_by_side(config, tiny_models["llama"], "the cat sat on the mat and the cat sat on the")
+    result = greedy_side_by_side(config, RunModels(tiny_models["llama"]), "the cat sat on the mat and the cat sat on the")
     assert result.identical and result.first_difference is None and len(result.spec_ids) == 8
     assert 0 <= result.accepted <= result.drafted and result.drafted > 0  # the check compared a run that drafted, not two plain runs (issue 43)
     with pytest.raises(ValueError, match="greedy"):
-        greedy_side_by_side(RunConfig(target="tiny", temperature=1.0, chat=False), tiny_models["llama"], "the cat")
+        greedy_side_by_side(RunConfig(target="tiny", temperature=1.0, chat=False), RunModels(tiny_models["llama"]), "the cat")
     with pytest.raises(ValueError):
-        greedy_side_by_side(config, tiny_models["llama"], "")
+        greedy_side_by_side(config, RunModels(tiny_models["llama"]), "")
 
 
 def test_the_p_value_check_over_seeds_tells_an_exact_rule_from_a_biased_one():

@@ -120,11 +120,12 @@ def test_lab_profile_and_numerics_take_many_turns(tiny_models):
     from specviz.experiments.cost_profile import measure_profile
     from specviz.experiments.lab import sample_real
     from specviz.experiments.numerics import compare
+    from specviz.runs import RunModels
 
     target = tiny_models["llama"]
     turn = CountingTurn()
     config = RunConfig(target=target.name, drafter="lookup", num_draft_tokens=1, auto_k=False, temperature=1.0, max_new_tokens=2, chat=False)
-    sample_real(config, target, "the cat sat on the cat sat on", "engine", 4, turn=turn)
+    sample_real(config, RunModels(target), "the cat sat on the cat sat on", "engine", 4, turn=turn)
     assert turn.count == 4  # one per pair of runs
     turn.count = 0
     measure_profile(target, max_tokens=3, context_length=8, repeats=2, number=1, drafters=("lookup",), turn=turn)

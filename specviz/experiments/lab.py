@@ -22,7 +22,7 @@ from specviz.core.toy import TOY_VARIANTS, chi_square_pvalue, sample_first_token
 from specviz.drafters.specs import ONE_MODEL_KINDS, drafter_spec
 
 if TYPE_CHECKING:
-    from specviz.models import LoadedModel
+    from specviz.runs import RunModels
 
 REAL_MODES = {"fast": "fast: the rule on one round's real distributions", "engine": "end to end: N fresh engine runs"}
 LAB_DRAFTERS = list(ONE_MODEL_KINDS)  # the drafters that need no second model
@@ -87,17 +87,17 @@ class GreedyResult:
         return first_difference(self.spec_ids, self.plain_ids)
 
 
-def sample_fast(config: RunConfig, target: LoadedModel, prompt_ids: list[int], early_exit, n: int, variant: str, heads=None, eagle=None):
+def sample_fast(config: RunConfig, models: RunModels, prompt_ids: list[int], n: int, variant: str):
     """Full p_target and q_draft at the first position, then N vectorised draws of the chosen rule and N
     from p_target -> (speculative ids, target ids, p_target (V,), q_draft (V,) or None when nothing was drafted).
     The drafter is set up by a decoder's prefill (whatever it reads of the target's passes handed over, as in a run's
     first round), then the target's pass over the prompt's last token gives p_target."""
     from specviz.core.sampling import warp
     from specviz.core.verify import one_hot_q
-    from specviz.runs import RunModels, build_decoder
+    from specviz.runs import build_decoder
 
     generator = torch.Generator().manual_seed(config.seed)
-    decoder = build_decoder(config, RunModels(target, early_exit=early_exit, heads=heads, eagle=eagle), prompt_ids)
+    decoder = build_decoder(config, models, prompt_ids)
     decoder.hand_over()
     drafter = decoder.drafter
     p1 = warp(decoder.target.extend(prompt_ids[-1:])[-1], config.sampling).float().cpu()  # (V,)
@@ -109,19 +109,18 @@ def sample_fast(config: RunConfig, target: LoadedModel, prompt_ids: list[int], e
     return sample_first_tokens(p1, q1, n, generator, variant).tolist(), target_tokens, p1, q1
 
 
-def sample_engine(
-    config: RunConfig, target: LoadedModel, prompt_ids: list[int], early_exit, n: int, on_progress: ProgressFn | None = None,
-    turn: Turn = no_turn, heads=None, eagle=None,
-):  # fmt: skip
+def sample_engine(config: RunConfig, models: RunModels, prompt_ids: list[int], n: int, on_progress: ProgressFn | None = None,
+                  turn: Turn = no_turn):  # fmt: skip
     """N fresh speculative runs (k = 1, two new tokens) and N fresh plain one-token runs -> (speculative ids,
     target ids, p_target (V,) and q_draft (V,) over the first round's top-N (zero elsewhere), runs that drafted).
     Each pair of runs is one model turn."""
     from specviz.runs import RunModels, build_decoder
 
+    target = models.target
     spec_tokens, target_tokens, first, drafted_runs = [], [], None, 0
     for i in range(n):
         with turn():
-            spec = build_decoder(config, RunModels(target, early_exit=early_exit, heads=heads, eagle=eagle), prompt_ids, seed=2 * i)
+            spec = build_decoder(config, models, prompt_ids, seed=2 * i)
             record = spec.step()
             plain = build_decoder(dataclasses.replace(config, max_new_tokens=1), RunModels(target), prompt_ids, seed=2 * i + 1, baseline=True)
             target_tokens.append(plain.step().emitted[0])
@@ -143,12 +142,12 @@ def sample_engine(
 
 
 def sample_real(
-    config: RunConfig, target: LoadedModel, prompt: str, mode: str, n: int, variant: str = "exact",
-    early_exit=None, on_progress: ProgressFn | None = None, turn: Turn = no_turn, heads=None, eagle=None,
+    config: RunConfig, models: RunModels, prompt: str, mode: str, n: int, variant: str = "exact", *,
+    on_progress: ProgressFn | None = None, turn: Turn = no_turn,
 ) -> RealResult:
     """The lab's real-model experiment: N first tokens both ways (mode 'fast' or 'engine'), with the target's top tokens.
-    turn: the model is taken one turn for the fast mode's two passes, one per pair of runs in engine mode. heads, eagle:
-    the Medusa heads or the EAGLE head, when the caller keeps them loaded (else loaded once here)."""
+    turn: the model is taken one turn for the fast mode's two passes, one per pair of runs in engine mode. models: the
+    run's models (the parts its drafter reads that models lacks are loaded once here, for all N runs)."""
     validate_prompt(prompt)
     if mode not in REAL_MODES:
         raise ValueError(f"Unknown mode {mode!r}; choose one of {', '.join(REAL_MODES)}.")
@@ -159,15 +158,16 @@ def sample_real(
         raise ValueError(f"N must be between 1 and {limit:,} in {mode} mode; got {n}.")
     from specviz.models import encode_prompt
 
+    target = models.target
     prompt_ids = encode_prompt(target.tokenizer, prompt, chat=config.chat)
-    heads, eagle = _heads(config, target, heads, eagle)
+    models = _with_parts(config, models)
     if mode == "fast":
         with turn():
-            spec_tokens, target_tokens, p1, q1 = sample_fast(config, target, prompt_ids, early_exit, n, variant, heads, eagle)
+            spec_tokens, target_tokens, p1, q1 = sample_fast(config, models, prompt_ids, n, variant)
         drafted_runs = n if q1 is not None else 0
     else:
         variant = "exact"  # the engine runs the exact rule
-        spec_tokens, target_tokens, p1, q1, drafted_runs = sample_engine(config, target, prompt_ids, early_exit, n, on_progress, turn, heads, eagle)
+        spec_tokens, target_tokens, p1, q1, drafted_runs = sample_engine(config, models, prompt_ids, n, on_progress, turn)
     ids = torch.topk(p1, min(TOP_TOKENS, p1.numel())).indices.tolist()
     return RealResult(
         config=config, prompt=prompt, mode=mode, variant=variant, token_ids=tuple(ids),
@@ -199,21 +199,19 @@ def summarize_real(real: RealResult) -> RealSummary:
     )
 
 
-def _heads(config: RunConfig, target: LoadedModel, heads, eagle):
-    """The Medusa heads or the EAGLE head a config drafts with, loaded once for many runs (None for other drafters)."""
+def _with_parts(config: RunConfig, models: RunModels) -> RunModels:
+    """models with the Medusa heads or the EAGLE head the config drafts with, loaded once for many runs when missing."""
     from specviz.runs import load_target_eagle, load_target_heads
 
     source = drafter_spec(config.drafter).source
-    if heads is None and source == "heads":
-        heads = load_target_heads(config.medusa_heads, target)
-    if eagle is None and source == "eagle":
-        eagle = load_target_eagle(config.eagle_head, target)
-    return heads, eagle
+    if models.heads is None and source == "heads":
+        return dataclasses.replace(models, heads=load_target_heads(config.medusa_heads, models.target))
+    if models.eagle is None and source == "eagle":
+        return dataclasses.replace(models, eagle=load_target_eagle(config.eagle_head, models.target))
+    return models
 
 
-def greedy_side_by_side(
-    config: RunConfig, target: LoadedModel, prompt: str, early_exit=None, turn: Turn = no_turn, heads=None, eagle=None
-) -> GreedyResult:
+def greedy_side_by_side(config: RunConfig, models: RunModels, prompt: str, *, turn: Turn = no_turn) -> GreedyResult:
     """Decode the prompt greedily twice, speculatively and plainly, from fresh runs (each in model turns of about a
     second: specviz.experiments.timed_runs.run_in_turns)."""
     from specviz.experiments.timed_runs import run_in_turns
@@ -223,9 +221,10 @@ def greedy_side_by_side(
     validate_prompt(prompt)
     if config.temperature != 0.0:
         raise ValueError(f"The side-by-side check is for greedy decoding (temperature 0); got {config.temperature:g}.")
+    target = models.target
     prompt_ids = encode_prompt(target.tokenizer, prompt, config.chat)
-    heads, eagle = _heads(config, target, heads, eagle)
-    spec, _, _ = run_in_turns(lambda: build_decoder(config, RunModels(target, early_exit=early_exit, heads=heads, eagle=eagle), prompt_ids), turn)
+    models = _with_parts(config, models)
+    spec, _, _ = run_in_turns(lambda: build_decoder(config, models, prompt_ids), turn)
     plain, _, _ = run_in_turns(lambda: build_decoder(config, RunModels(target), prompt_ids, baseline=True), turn)
     return GreedyResult(
         config=config, prompt=prompt, spec_ids=tuple(spec.generated), plain_ids=tuple(plain.generated),

@@ -37,8 +37,8 @@ def run_real(
     memory = kv_tokens(config, models, len(ids)) + (kv_tokens(config, models, len(ids), baseline=True) if mode == "engine" else 0)
     with budgets.job_memory(models.target, memory, "The lab's sampler"):
         with turns.long_job(models.target, "the lab's sampler", "your next sample") as turn:  # one model turn per pair of runs
-            return sample_real(config, models.target, prompt, mode, int(n), variant, early_exit=models.early_exit, on_progress=on_progress,
-                               turn=turn, heads=models.heads, eagle=models.eagle)  # fmt: skip
+            return sample_real(config, models, prompt, mode, int(n), variant, on_progress=on_progress,
+                               turn=turn)  # fmt: skip
 
 
 def run_greedy(prompt: str, target: str, device: str, drafter: str, k: int, max_new_tokens: int) -> GreedyResult:
@@ -50,7 +50,7 @@ def run_greedy(prompt: str, target: str, device: str, drafter: str, k: int, max_
     memory = kv_tokens(config, models, len(ids)) + kv_tokens(config, models, len(ids), baseline=True)  # both runs end side by side
     with budgets.job_memory(models.target, memory, "The side-by-side check"):
         with turns.long_job(models.target, "the side-by-side check", "your next rounds") as turn:
-            return greedy_side_by_side(config, models.target, prompt, early_exit=models.early_exit, turn=turn, heads=models.heads, eagle=models.eagle)
+            return greedy_side_by_side(config, models, prompt, turn=turn)
 
 
 def toy_distributions(p_weights: list[float], q_weights: list[float]) -> tuple[torch.Tensor, torch.Tensor]:
