@@ -81,7 +81,7 @@ with st.sidebar:
     show_measured = widgets.toggle("overlay this session's measured runs", value=True, key="theory_show_measured")
 
 numbers = theory_numbers(alpha, k, c, verify_cost)
-tokens, gain, kb, gain_best = numbers.tokens_per_pass, numbers.speedup, numbers.best_k, numbers.best_speedup
+tokens, gain, kb, gain_best = numbers.expected_tokens, numbers.speedup, numbers.best_k, numbers.best_speedup
 
 cols = st.columns(4)
 cols[0].metric("tokens per target pass", f"{tokens:.2f}", help="(1 − α^(k+1)) / (1 − α); k + 1 when α = 1")

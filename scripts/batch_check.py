@@ -73,7 +73,7 @@ def main(argv: list[str] | None = None) -> int:
         predicted_ratios.append((p.batch_size, predicted))
         rows = [sum(r * n for r, _, n in schedule) / sum(n for _, _, n in schedule) for schedule in (p.plain_schedule, p.spec_schedule)]
         print(f"| {p.batch_size} | {p.plain_tokens_per_s:.1f} | {p.spec_tokens_per_s:.1f} | {p.ratio:.2f} | {predicted:.2f} | {error:+.0%} "
-              f"| {p.spec_tokens_per_pass:.2f} | {p.spec_verify_width:.2f} | {p.spec_drafted_per_row:.2f} | {rows[0]:.1f}, {rows[1]:.1f} "
+              f"| {p.spec_tokens_per_target_pass:.2f} | {p.spec_verify_width:.2f} | {p.spec_drafted_per_row:.2f} | {rows[0]:.1f}, {rows[1]:.1f} "
               f"| {p.plain_pass_ms:.1f} / {plain_pass:.1f} | {p.spec_pass_ms:.1f} / {spec_pass:.1f} "
               f"| {p.plain_overhead_ms_per_row:.2f} / {p.spec_overhead_ms_per_row:.2f} | {p.load_average} |")  # fmt: skip
     crossover = crossover_batch(*zip(*measured_ratios)) if measured_ratios else None

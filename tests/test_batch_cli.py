@@ -41,7 +41,7 @@ def test_batch_json_and_file(capsys, tiny_dir, prompts_file, tmp_path, drafter):
     for p in points:
         assert p["plain_tokens_per_s"] > 0 and p["spec_tokens_per_s"] > 0 and p["mismatches"] == []
         assert p["plain_new_tokens"] == p["spec_new_tokens"] == 8 * p["batch_size"]  # no EOS in 8 tokens here
-        assert p["spec_tokens_per_pass"] >= 1.0 and "before" in p["load_average"]
+        assert p["spec_tokens_per_target_pass"] >= 1.0 and "before" in p["load_average"]
         assert p["plain_schedule"][-1][1] == 1 and sum(r * n for r, _, n in p["plain_schedule"]) == 8 * p["batch_size"]
         assert 1.0 <= p["spec_verify_width"] <= 4 and p["spec_pass_ms"] > 0 and p["plain_pass_ms"] > 0
     header, loaded = load_batch_points(path)
@@ -106,5 +106,15 @@ def test_smollm_greedy_rows_equal_plain_rows_at_the_same_batch_size(smollm):
     config = RunConfig(target="embedded", drafter="lookup", num_draft_tokens=4, max_new_tokens=12, temperature=0.0)
     setup = BatchSetup(config, tuple(load_prompts(categories=["copy"])[:2]), repeats=1, warmup=0)
     point = measure_batch(RunModels(smollm), setup, 3)
-    assert point.plain_new_tokens == point.spec_new_tokens and point.spec_tokens_per_pass > 1.0
+    assert point.plain_new_tokens == point.spec_new_tokens and point.spec_tokens_per_target_pass > 1.0
     assert bad_mismatches([point]) == [], point.mismatches
+
+
+def test_a_results_file_written_before_the_rename_reads_its_tokens_per_target_pass(tmp_path):
+    """spec_tokens_per_pass became spec_tokens_per_target_pass: a file with the older key reads the same; the new name wins."""
+    point = {"batch_size": 2, "plain_tokens_per_s": 5.0, "spec_tokens_per_s": 6.0}
+    old = tmp_path / "old.json"
+    old.write_text(json.dumps({"schema": SCHEMA, "points": [point | {"spec_tokens_per_pass": 1.75}]}))
+    assert load_batch_results(old)[1][0].spec_tokens_per_target_pass == 1.75
+    old.write_text(json.dumps({"schema": SCHEMA, "points": [point | {"spec_tokens_per_pass": 1.75, "spec_tokens_per_target_pass": 2.0}]}))
+    assert load_batch_results(old)[1][0].spec_tokens_per_target_pass == 2.0

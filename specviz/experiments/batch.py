@@ -61,7 +61,7 @@ class BatchPoint:
     batch_size: int
     plain_tokens_per_s: float
     spec_tokens_per_s: float
-    spec_tokens_per_pass: float  # mean tokens a row commits per batched verify it takes part in
+    spec_tokens_per_target_pass: float  # mean tokens a row commits per batched verify it takes part in
     plain_new_tokens: int
     spec_new_tokens: int
     load_average: str  # before and after this B
@@ -87,7 +87,7 @@ class BatchPoint:
     def physical(self) -> bool:
         """A round's pass costs at least a plain pass, so the ratio cannot beat the tokens per pass; above it the two
         sides did not run under the same conditions (the same rule as every measured speedup's)."""
-        return not speedup_disturbed(self.ratio, self.spec_tokens_per_pass)
+        return not speedup_disturbed(self.ratio, self.spec_tokens_per_target_pass)
 
     @property
     def measured_shape(self) -> bool:
@@ -241,7 +241,7 @@ def load_batch_results(path: Path = SHIPPED) -> tuple[dict, list[BatchPoint]] | 
 def _point(p: dict) -> BatchPoint:
     """One point of a results file, checked: positive B and tokens/s, finite non-negative shape fields."""
     point = BatchPoint(
-        int(p["batch_size"]), float(p["plain_tokens_per_s"]), float(p["spec_tokens_per_s"]), float(p.get("spec_tokens_per_pass", 1.0)),
+        int(p["batch_size"]), float(p["plain_tokens_per_s"]), float(p["spec_tokens_per_s"]), float(p.get("spec_tokens_per_target_pass", p.get("spec_tokens_per_pass", 1.0))),  # the older name in files written before
         int(p.get("plain_new_tokens", 0)), int(p.get("spec_new_tokens", 0)), str(p.get("load_average", ""))[:200], (),
         int(p.get("plain_rounds", 0)), int(p.get("spec_rounds", 0)), float(p.get("spec_verify_width", 0.0)),
         float(p.get("spec_drafted_per_row", 0.0)), float(p.get("plain_pass_ms", 0.0)), float(p.get("spec_pass_ms", 0.0)),

@@ -42,7 +42,7 @@ from specviz.viz.theory import MEASURED_COLUMNS, batch_frame, batch_ratios
 class TheoryNumbers:
     """The headline numbers at one (alpha, k, c, verify cost)."""
 
-    tokens_per_pass: float
+    expected_tokens: float  # E[tokens per target pass] at (alpha, k): 1 + alpha + ... + alpha**k
     round_cost: float  # c_verify(k) + k c, in 1-token target passes
     verify_cost: float  # c_verify(k)
     speedup: float
