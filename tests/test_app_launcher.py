@@ -19,7 +19,7 @@ from specviz.cli import app as app_cli
 from specviz.cli.main import main
 from specviz.loadtest.protocol import StSession
 from specviz.workshop.processes import answers_ok, free_port, stop_processes
-from specviz.workshop.room.supervisor import WARM_START
+from specviz.workshop.replicas.supervisor import WARM_START
 
 REPO = Path(__file__).resolve().parents[1]
 START_TIMEOUT_S = 120

@@ -421,8 +421,8 @@ def test_the_cgroup_memory_limit(tmp_path):
 
 
 def test_the_memory_share_setting_and_the_rooms_split():
-    from specviz.workshop.room.balancer import RoomError
-    from specviz.workshop.room.supervisor import replica_memory_share
+    from specviz.workshop.replicas.balancer import RoomError
+    from specviz.workshop.replicas.supervisor import replica_memory_share
 
     assert memory_share({}) == 0.25 and memory_share({MEMORY_SHARE_ENV: "0.5"}) == 0.5
     for bad in ("0", "-0.1", "1.5", "half", "nan"):

@@ -24,7 +24,7 @@ from specviz.recording.load import MAX_BYTES
 from specviz.ui.common import backmsgs
 from specviz.ui.common.backmsgs import ALLOWED, ALLOWED_OPERATIONS, MAX_NAMES, URL_REQUESTS_PER_MIN, Doors, UploadCaps
 from specviz.workshop.processes import free_port
-from specviz.workshop.room.balancer import MAX_UPLOAD_BODY, Backend, haproxy_config
+from specviz.workshop.replicas.balancer import MAX_UPLOAD_BODY, Backend, haproxy_config
 from tests.test_room_supervisor import HAPROXY, needs_haproxy
 
 REPO = Path(__file__).resolve().parents[1]

@@ -10,7 +10,7 @@ import pytest
 
 from specviz.workshop.clients import identify
 from specviz.workshop.policy import decide_mode, load_policy, mode_rule
-from specviz.workshop.room.supervisor import Replica, Room
+from specviz.workshop.replicas.supervisor import Replica, Supervisor
 
 OWNER, PARTICIPANT = True, False
 
@@ -80,14 +80,14 @@ def _room_env(monkeypatch, mode: str | None) -> dict[str, str]:
         monkeypatch.delenv("SPECVIZ_MODE", raising=False)
     else:
         monkeypatch.setenv("SPECVIZ_MODE", mode)
-    room = Room.__new__(Room)  # the environment only: no HAProxy, no port
+    room = Supervisor.__new__(Supervisor)  # the environment only: no HAProxy, no port
     room.replicas, room.backends = [Replica("r1", 1)], []
     return room._replica_env()
 
 
 @pytest.mark.parametrize("inherited", [None, "shared", "local", "LOCAL", "auto"])
 def test_a_room_runs_its_replicas_in_shared_mode_whatever_the_shell_says(monkeypatch, caplog, inherited):
-    with caplog.at_level(logging.WARNING, logger="specviz.workshop.room"):
+    with caplog.at_level(logging.WARNING, logger="specviz.workshop.replicas"):
         env = _room_env(monkeypatch, inherited)
     assert env["SPECVIZ_MODE"] == "shared"
     said = [r.getMessage() for r in caplog.records if "SPECVIZ_MODE" in r.getMessage()]

@@ -29,9 +29,9 @@ from specviz.cli import build_parser
 from specviz.loadtest.protocol import StSession
 from specviz.workshop import presenter_key as pk
 from specviz.workshop.processes import answers_ok, free_port
-from specviz.workshop.room.balancer import Backend, RoomError
-from specviz.workshop.room.supervisor import Room
-from specviz.workshop.room.worker import replica_id, worker_env
+from specviz.workshop.replicas.balancer import Backend, RoomError
+from specviz.workshop.replicas.supervisor import Supervisor
+from specviz.workshop.replicas.worker import replica_id, worker_env
 from tests.store_helpers import needs_redis
 from tests.test_room_supervisor import _status, needs_haproxy, wait_or_fail
 
@@ -88,13 +88,13 @@ def test_the_room_balances_backends_with_or_without_local_replicas(monkeypatch, 
     args = build_parser().parse_args(["room", "--replicas", "0", "--backend", "10.0.0.5:8501", "--backend", "worker-2:8501"])
     assert args.replicas == 0 and args.backend == ["10.0.0.5:8501", "worker-2:8501"]
     with pytest.raises(RoomError, match="at least 1 .*--backend"):
-        Room(0, free_port())
+        Supervisor(0, free_port())
     with pytest.raises(RoomError, match="not HOST:PORT"):
-        Room(0, free_port(), backends=["worker-2"])
+        Supervisor(0, free_port(), backends=["worker-2"])
     monkeypatch.delenv("STREAMLIT_SERVER_COOKIE_SECRET", raising=False)
     with pytest.raises(RoomError, match="cookie secret"):  # local replicas beside remote ones: one secret for all
-        Room(1, free_port(), backends=["10.0.0.5:8501"])
-    room = Room(0, free_port(), backends=["10.0.0.5:8501", "worker-2:8501"])
+        Supervisor(1, free_port(), backends=["10.0.0.5:8501"])
+    room = Supervisor(0, free_port(), backends=["10.0.0.5:8501", "worker-2:8501"])
     try:
         assert room.backends == [Backend("r1", "10.0.0.5", 8501), Backend("r2", "worker-2", 8501)]
         assert room.status()["backends"] == [{"id": "r1", "host": "10.0.0.5", "port": 8501}, {"id": "r2", "host": "worker-2", "port": 8501}]
@@ -102,10 +102,10 @@ def test_the_room_balances_backends_with_or_without_local_replicas(monkeypatch, 
         room.stop()
     monkeypatch.setenv("STREAMLIT_SERVER_COOKIE_SECRET", SECRET)
     monkeypatch.delenv("SPECVIZ_STORE", raising=False)
-    room = Room(1, free_port(), backends=["10.0.0.5:8501"])
+    room = Supervisor(1, free_port(), backends=["10.0.0.5:8501"])
     try:
         assert [b.id for b in room.backends] == ["r2"] and room.env["STREAMLIT_SERVER_COOKIE_SECRET"] == SECRET  # r1 is local
-        with caplog.at_level(logging.WARNING, logger="specviz.workshop.room"):
+        with caplog.at_level(logging.WARNING, logger="specviz.workshop.replicas"):
             room._check_store()
         assert "SPECVIZ_STORE is not set" in caplog.text  # local replicas beside remote ones would share nothing
         caplog.clear()

@@ -24,7 +24,7 @@ import pytest
 from specviz.loadtest.protocol import StSession
 from specviz.workshop.presenter_key import key_weakness
 from specviz.workshop.processes import free_port
-from specviz.workshop.room.balancer import (
+from specviz.workshop.replicas.balancer import (
     CONN_PER_SOURCE,
     CONN_PER_SOURCE_ENV,
     Backend,
@@ -33,7 +33,7 @@ from specviz.workshop.room.balancer import (
     conn_per_source,
     haproxy_config,
 )
-from specviz.workshop.room.key import room_presenter_key, secrets_table
+from specviz.workshop.replicas.key import room_presenter_key, secrets_table
 from tests.test_room_supervisor import HAPROXY, _alive, _status, needs_haproxy, wait_or_fail
 
 REPO = Path(__file__).resolve().parents[1]

@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 
 from specviz.workshop.processes import free_port
-from specviz.workshop.room.balancer import Backend, haproxy_config, parse_backend
-from specviz.workshop.room.supervisor import Room, threads_per_replica
+from specviz.workshop.replicas.balancer import Backend, haproxy_config, parse_backend
+from specviz.workshop.replicas.supervisor import Supervisor, threads_per_replica
 from specviz.workshop.store.directory import DirectoryStore
 
 REPO = Path(__file__).resolve().parents[1]
@@ -62,13 +62,13 @@ def test_replicas_share_the_cores_out_instead_of_each_taking_all():
 @needs_haproxy
 def test_each_replica_gets_its_share_of_threads_unless_the_owner_chose(monkeypatch):
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
-    room = Room(2, free_port())
+    room = Supervisor(2, free_port())
     try:
         assert room.env["OMP_NUM_THREADS"] == room.env["MKL_NUM_THREADS"] == str(threads_per_replica(2))
     finally:
         room.stop()
     monkeypatch.setenv("OMP_NUM_THREADS", "3")
-    room = Room(2, free_port())
+    room = Supervisor(2, free_port())
     try:
         assert room.env["OMP_NUM_THREADS"] == "3"
     finally:
@@ -162,10 +162,10 @@ def test_each_replica_gets_its_part_of_the_memory_share_and_the_room_logs_it(mon
 
     monkeypatch.delenv(MEMORY_SHARE_ENV, raising=False)
     monkeypatch.delenv("SPECVIZ_MAX_KV_TOKENS", raising=False)
-    room = Room(4, free_port())
+    room = Supervisor(4, free_port())
     try:
         assert float(room.env[MEMORY_SHARE_ENV]) == pytest.approx(0.25 / 4)
-        with caplog.at_level(logging.INFO, logger="specviz.workshop.room"):
+        with caplog.at_level(logging.INFO, logger="specviz.workshop.replicas"):
             room._log_budget()
         assert "each of 4 replicas may hold 6.2% of" in caplog.text and "GiB" in caplog.text
     finally:

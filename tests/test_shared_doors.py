@@ -23,7 +23,7 @@ from websockets.exceptions import ConnectionClosed
 from specviz.loadtest.protocol import StSession
 from specviz.ui.common.backmsgs import ALLOWED, UPLOAD_CAPS, URL_REQUESTS_PER_MIN
 from specviz.workshop.processes import answers_ok, free_port
-from specviz.workshop.room.supervisor import WARM_START
+from specviz.workshop.replicas.supervisor import WARM_START
 
 REPO = Path(__file__).resolve().parents[1]
 START_TIMEOUT_S = 120

@@ -2,7 +2,7 @@
 
 A plain `streamlit run app.py` runs no code of specviz's until a session's first script run, so until then a raw
 client's BackMsgs and uploads reach Streamlit unfiltered (docs/workshop-safety.md). This command starts the app the
-way a room's replica and the container do (specviz.workshop.room.supervisor.WARM_START: the guard, then Streamlit's
+way a room's replica and the container do (specviz.workshop.replicas.supervisor.WARM_START: the guard, then Streamlit's
 server), in this process, with any `streamlit run` flags passed on."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import argparse
 import os
 import sys
 
-from specviz.workshop.room.supervisor import REPO, WARM_START
+from specviz.workshop.replicas.supervisor import REPO, WARM_START
 
 APP = REPO / "app.py"
 

@@ -1,5 +1,5 @@
 """python -m specviz replica: one app replica on a worker machine, for a room whose balancer runs elsewhere
-(`specviz room --backend HOST:PORT`); the checks and the environment are specviz.workshop.room.worker's (docs/rooms.md)."""
+(`specviz room --backend HOST:PORT`); the checks and the environment are specviz.workshop.replicas.worker's (docs/rooms.md)."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import os
 import sys
 
 from specviz.cli.terminal import emit
-from specviz.workshop.room.balancer import RoomError
-from specviz.workshop.room.worker import exec_replica, worker_env
+from specviz.workshop.replicas.balancer import RoomError
+from specviz.workshop.replicas.worker import exec_replica, worker_env
 
 
 def add_parser(sub) -> None:

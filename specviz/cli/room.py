@@ -1,5 +1,5 @@
 """python -m specviz room: N app replicas behind HAProxy, supervised, and any replicas on other hosts (--backend); the
-room itself is plain Python in specviz.workshop.room (docs/rooms.md)."""
+room itself is plain Python in specviz.workshop.replicas (docs/rooms.md)."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import logging
 import os
 
 from specviz.cli.terminal import emit
-from specviz.workshop.room.balancer import Backend, RoomError, conn_per_source, haproxy_config, parse_backend
-from specviz.workshop.room.supervisor import Room, default_replicas
+from specviz.workshop.replicas.balancer import Backend, RoomError, conn_per_source, haproxy_config, parse_backend
+from specviz.workshop.replicas.supervisor import Supervisor, default_replicas
 
 
 def add_parser(sub) -> None:
@@ -26,7 +26,7 @@ def add_parser(sub) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    logging.getLogger("specviz.workshop.room").setLevel(logging.INFO)
+    logging.getLogger("specviz.workshop.replicas").setLevel(logging.INFO)
     try:
         if args.print_config:
             backends = [parse_backend(b, i) for i, b in enumerate(args.backend)]
@@ -34,7 +34,7 @@ def run(args: argparse.Namespace) -> int:
             config = haproxy_config(args.bind, args.port, backends, args.tls_cert, conn_per_source(dict(os.environ)))
             emit(config.removesuffix("\n"))  # a ValueError: the CLI's "error: ..."
             return 0
-        return Room(args.replicas, args.port, args.bind, args.status_file, args.streamlit_args, args.tls_cert, args.backend).run()
+        return Supervisor(args.replicas, args.port, args.bind, args.status_file, args.streamlit_args, args.tls_cert, args.backend).run()
     except RoomError as exc:
         emit(f"error: {exc}", err=True)
         return 2

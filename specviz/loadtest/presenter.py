@@ -16,7 +16,7 @@ again (polled until it is back within 10 %, for at most FREED_WITHIN_S: Streamli
 Reported (--json: one object): follower_redraw_s {p50, p95, n, missed} (missed: a follower that never showed a
 round), presenter_server_step_s {p50, p95} (the presenter's `specviz.timing` lines with a round), followers_round_s
 (the followers' model time: the round_s of their timing lines; must be 0), split (followers per replica),
-rss_mb {before, with_followers, after} summed over the replicas (the replicas start warm: specviz.workshop.room.supervisor's
+rss_mb {before, with_followers, after} summed over the replicas (the replicas start warm: specviz.workshop.replicas.supervisor's
 WARM_START), load_avg {before, after} (1-minute, around the followers' phase), exceptions, ok (followers' model time
 0, nothing missed or raised, memory back within 10 %).
 """

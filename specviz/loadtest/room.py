@@ -22,7 +22,7 @@ from specviz.loadtest.server import healthy, stop_server
 from specviz.ui.common.timing import parse_line
 from specviz.workshop.processes import free_port
 
-STICKY_COOKIE = "SERVERID"  # HAProxy's stickiness cookie (specviz.workshop.room.balancer.haproxy_config)
+STICKY_COOKIE = "SERVERID"  # HAProxy's stickiness cookie (specviz.workshop.replicas.balancer.haproxy_config)
 ROOM_START_TIMEOUT_S = 180
 
 

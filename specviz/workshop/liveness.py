@@ -6,7 +6,7 @@ out by itself). Any host sharing the store lists the live ones with store.replic
     wait_for_store(store)                          # logs "unreachable: waiting" until it answers (Redis down)
     Heartbeat(store, "r1", "host-a:8501").start()  # a daemon thread; a missed beat is logged once, not fatal
 
-A room's replica does both before Streamlit starts (replica_start, from specviz.workshop.room.supervisor's WARM_START).
+A room's replica does both before Streamlit starts (replica_start, from specviz.workshop.replicas.supervisor's WARM_START).
 Plain Python: no streamlit.
 """
 

@@ -17,7 +17,7 @@ from specviz.loadtest import harness as lp
 from specviz.loadtest.attacks.app_facts import KEY_GUESS, KEY_GUESS_SUBMIT, RACE_PAGE
 from specviz.loadtest.attacks.harness import ATTACKER_SOURCE, REPLICA_A, Config, Harness
 from specviz.loadtest.room import STICKY_COOKIE
-from specviz.workshop.room.balancer import conn_per_source
+from specviz.workshop.replicas.balancer import conn_per_source
 
 ANSWER_WITHIN_S = 10.0  # a file_urls_request's answer is due at once; none by then: dropped
 MB = 2**20

@@ -13,7 +13,7 @@ stay within UPLOAD_CAPS. The owner in local mode keeps Streamlit's behaviour. Fo
 over server.maxWidgetStateSize (1 MB: .streamlit/config.toml) is refused as it arrives, not read whole first.
 
 install() runs once per process. Run as a room's replica, the container or ``python -m specviz app`` (WARM_START in
-specviz.workshop.room.supervisor) it runs before the server starts; a plain ``streamlit run app.py`` runs no code of
+specviz.workshop.replicas.supervisor) it runs before the server starts; a plain ``streamlit run app.py`` runs no code of
 ours before a session's first script run, so there the guard starts then (specviz.ui.common.sessions; the log warns),
 and the upload route's early Content-Length check and the frame cap at arrival are missing (the check before storing
 and Streamlit's own frame check still hold). These are Streamlit internals (AppSession.handle_backmsg, the BackMsg

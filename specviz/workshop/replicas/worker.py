@@ -11,7 +11,7 @@ What every replica of one room shares, set in the environment of each worker:
 * the trusted proxies, SPECVIZ_TRUSTED_PROXIES and --trusted-proxy: the balancer's address as this replica sees it,
   so its X-Forwarded-For names the real client (specviz.workshop.clients); any other peer's header is never read.
 
-Started as the room's own replicas are (specviz.workshop.room.supervisor: replica_command, shared_env): shared mode,
+Started as the room's own replicas are (specviz.workshop.replicas.supervisor: replica_command, shared_env): shared mode,
 warm (WARM_START), headless. Plain Python, no streamlit import."""
 
 from __future__ import annotations
@@ -23,8 +23,8 @@ import socket
 from collections.abc import Mapping, Sequence
 
 from specviz.workshop.clients import TRUSTED_PROXIES_ENV
-from specviz.workshop.room.balancer import RoomError
-from specviz.workshop.room.supervisor import COOKIE_SECRET_ENV, REPO, replica_command, shared_env
+from specviz.workshop.replicas.balancer import RoomError
+from specviz.workshop.replicas.supervisor import COOKIE_SECRET_ENV, REPO, replica_command, shared_env
 from specviz.workshop.store import STORE_ENV, open_store
 
 log = logging.getLogger(__name__)

@@ -1,7 +1,7 @@
 """The room's supervisor: N `streamlit run app.py` replicas on loopback ports, started warm, their output relayed with
 each line prefixed by its replica's id, each started again when it exits (after a back-off when it keeps dying);
-HAProxy started in front (specviz.workshop.room.balancer) and again if it dies, in front of any replicas on other hosts
-too (--backend: started there by `specviz replica`, specviz.workshop.room.worker); a status file; everything stopped on
+HAProxy started in front (specviz.workshop.replicas.balancer) and again if it dies, in front of any replicas on other hosts
+too (--backend: started there by `specviz replica`, specviz.workshop.replicas.worker); a status file; everything stopped on
 SIGINT/SIGTERM. The replicas always run in shared mode and share one store (SPECVIZ_STORE, else one run directory) and
 one cookie secret. replica_command and shared_env are the one recipe for a replica, here and on a worker."""
 
@@ -26,7 +26,7 @@ from specviz.workshop.budgets import MEMORY_SHARE_ENV, memory_limit, memory_shar
 from specviz.workshop.files import write_atomic
 from specviz.workshop.presenter_key import KEY_ENV, KEY_SECRET
 from specviz.workshop.processes import die_with_parent, free_port, stop_processes
-from specviz.workshop.room.balancer import (
+from specviz.workshop.replicas.balancer import (
     Backend,
     RoomError,
     check_port_free,
@@ -36,7 +36,7 @@ from specviz.workshop.room.balancer import (
     haproxy_config,
     parse_backend,
 )
-from specviz.workshop.room.key import room_presenter_key, secrets_files, terminal
+from specviz.workshop.replicas.key import room_presenter_key, secrets_files, terminal
 from specviz.workshop.saved_runs import default_run_dir
 from specviz.workshop.store import STORE_ENV
 
@@ -112,7 +112,7 @@ class Replica:
     buffer: bytes = field(default=b"", repr=False)
 
 
-class Room:
+class Supervisor:
     """Start the replicas and the balancer, keep them running, stop all of them on SIGINT/SIGTERM."""
 
     def __init__(self, replicas: int, port: int, bind: str = "127.0.0.1", status_file: str | None = None, streamlit_args: Sequence[str] = (),

@@ -24,7 +24,7 @@ Plain Python: no streamlit import (the replicas are separate processes); the com
 specviz/cli/room.py and specviz/cli/replica.py.
 
 What lives where:
-- supervisor.py  Room: starts the replicas (warm) and the balancer, relays their output, starts again what exits,
+- supervisor.py  Supervisor: starts the replicas (warm) and the balancer, relays their output, starts again what exits,
                  writes the status file, stops everything; Replica, threads_per_replica, default_replicas
 - balancer.py    HAProxy: Backend, haproxy_config, find_haproxy, the port and TLS certificate checks, parse_backend;
                  RoomError
