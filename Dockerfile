@@ -66,6 +66,6 @@ EXPOSE 8501
 HEALTHCHECK --interval=30s --timeout=5s --start-period=60s --retries=3 \
     CMD ["python", "-c", "import os, urllib.request; urllib.request.urlopen('http://127.0.0.1:%s/_stcore/health' % os.environ.get('PORT', '8501'), timeout=4)"]
 # `streamlit run app.py` on all addresses and $PORT (hosted platforms set it), started as a room's replica is: the heavy
-# libraries imported first (specviz.workshop.room.supervisor.WARM_START), so healthy means ready and the first visitor does not
+# libraries imported first (specviz.workshop.replicas.supervisor.WARM_START), so healthy means ready and the first visitor does not
 # wait for them. `exec`: the server is PID 1 and gets `docker stop`'s SIGTERM.
-CMD ["sh", "-c", "exec python -c 'from specviz.workshop.room.supervisor import WARM_START; exec(WARM_START)' run app.py --server.address 0.0.0.0 --server.port \"${PORT:-8501}\""]
+CMD ["sh", "-c", "exec python -c 'from specviz.workshop.replicas.supervisor import WARM_START; exec(WARM_START)' run app.py --server.address 0.0.0.0 --server.port \"${PORT:-8501}\""]
