@@ -9,6 +9,6 @@ What lives where:
 - medusa.py    Medusa heads: labels, loss, held-out top-1/top-5, train_heads, ship
 - eagle.py     the EAGLE head: sequences and segments, EAGLE's loss, held-out first-draft-token top-1, train_eagle
                (a fresh head, or a trained one continued along its curve: read_start), ship_eagle
-- gate.py      issue 34's go/no-go for the EAGLE head: the draft step's cost against a target pass
+- gate.py      the EAGLE head's go/no-go (held-out first-draft top-1 >= 0.55, a draft step <= 0.06 of a target pass)
 - save.py      what a run writes: atomic saves, the training curve, token counts for a draft vocabulary
 """

@@ -13,7 +13,7 @@ over the training vocabulary (the tokens the data has as inputs or labels: the c
 Noise is EAGLE's U(-noise, noise) on the input features. The loop, the schedule and the checkpoints are
 training/loop.py's: a run resumed from its checkpoint ends with the same weights.
 
-Evaluation (the go/no-go gate of issue 34, training/gate.py): the held-out first-draft-token top-1, i.e. with the
+Evaluation (the head's go/no-go gate, training/gate.py): the held-out first-draft-token top-1, i.e. with the
 target's true features for every earlier position, whether argmax LM(g_t) over the full vocabulary is a_{t+1} (what a
 chain's first draft needs to be accepted at temperature 0), and the draft step's cost as a fraction of the target's
 1-token pass.

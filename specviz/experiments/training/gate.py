@@ -1,4 +1,4 @@
-"""Issue 34's go/no-go gate for an EAGLE head: the held-out first-draft-token top-1 (training/eagle.py measures it)
+"""The go/no-go gate for an EAGLE head (is it worth shipping as a drafter?): the held-out first-draft-token top-1 (training/eagle.py measures it)
 and the draft step's cost (one layer over one position plus the LM head over the draft vocabulary) as a fraction of
 the target's 1-token pass after the same context."""
 
@@ -14,7 +14,7 @@ if TYPE_CHECKING:  # specviz.models imports transformers
     from specviz.models import LoadedModel
     from specviz.models.eagle import EagleHead
 
-GATE_TOP1, GATE_STEP_COST = 0.55, 0.06  # issue 34's go/no-go: held-out first-draft-token top-1, draft step / pass
+GATE_TOP1, GATE_STEP_COST = 0.55, 0.06  # the go/no-go: held-out first-draft-token top-1, draft step / pass
 
 
 def step_cost(target: LoadedModel, head: EagleHead, draft_ids: torch.Tensor | None, context: int = 256, repeats: int = 30) -> float:
@@ -64,7 +64,7 @@ def step_cost(target: LoadedModel, head: EagleHead, draft_ids: torch.Tensor | No
 
 
 def gate_report(top1: float, cost: float, draft_vocab: int, positions_seen: int) -> tuple[bool, list[str]]:
-    """Issue 34's go/no-go: (passed, the lines the command prints)."""
+    """The go/no-go: (passed, the lines the command prints)."""
     ok1, ok2 = top1 >= GATE_TOP1, cost <= GATE_STEP_COST
     vocab = f"draft vocabulary {draft_vocab:,}" if draft_vocab else "full vocabulary"
     lines = [
