@@ -10,7 +10,7 @@ import streamlit as st
 from specviz.config import EMBEDDED_TARGET
 from specviz.core.limits import MAX_DRAFT_TOKENS, SEED_UI_MAX
 from specviz.core.tree import MAX_TREE_WIDTH
-from specviz.experiments.bench import SweepSpec, read_bench
+from specviz.experiments.bench import SweepSpec
 from specviz.ui.common import access, widgets
 from specviz.ui.common.keys import BENCH_RESULTS_KEY
 from specviz.ui.common.navigation import route_through_app
@@ -23,6 +23,7 @@ from specviz.ui.labs.benchmark import (
     chosen_prompts,
     drafter_defaults,
     run_bench,
+    shipped_table,
     summary,
     trees_vs_chains,
 )
@@ -180,7 +181,7 @@ def shipped() -> None:
         "medians of 3 interleaved repeats after a discarded warm-up, on one thread. A sweep you run here goes in its own tab beside it."
     )
     try:
-        show_results(read_bench(SHIPPED_TABLE), "bench_cpu")
+        show_results(shipped_table(SHIPPED_TABLE), "bench_cpu")
     except (ValueError, KeyError) as exc:
         st.error(f"Could not read {SHIPPED_TABLE.name}: {md_text(exc)}")
     st.subheader("Each drafter's defaults: its measured best here")

@@ -82,7 +82,7 @@ def token_heads_dir(tiny_models, tiny_dir, tmp_path_factory):
 
 
 def medusa_config(heads_dir, **kw) -> RunConfig:
-    base = dict(target="llama", drafter="medusa", medusa_heads=str(heads_dir), num_draft_tokens=6, max_new_tokens=24, chat=False)
+    base = dict(target="llama", drafter="medusa", medusa_heads=str(heads_dir), num_draft_tokens=6, auto_k=False, max_new_tokens=24, chat=False)  # a fixed k: both branches of the rule every run, whatever auto would pick
     return RunConfig(**(base | kw))
 
 

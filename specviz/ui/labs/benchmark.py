@@ -14,6 +14,7 @@ from specviz.drafters.specs import DRAFTERS, SPECULATIVE_KINDS
 from specviz.experiments.bench import (
     SweepSpec,
     histograms_by_setting,
+    read_bench,
     rows_to_frame,
     run_sweep,
     summary_table,
@@ -97,6 +98,11 @@ def bench_prompts() -> tuple[list[BenchPrompt], list[str]]:
 def chosen_prompts(prompts: list[BenchPrompt], categories: Sequence[str], per_category: int) -> list[BenchPrompt]:
     """The first per_category prompts of each chosen category."""
     return first_per_category([p for p in prompts if p.category in categories], per_category)
+
+
+def shipped_table(path) -> pd.DataFrame:
+    """A benchmark CSV (the shipped one) with today's column names, whatever version wrote it."""
+    return read_bench(path)
 
 
 def summary(frame: pd.DataFrame) -> pd.DataFrame:
