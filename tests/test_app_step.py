@@ -10,6 +10,7 @@ import torch
 from streamlit.testing.v1 import AppTest
 
 from specviz.core.decoding import SpeculativeDecoder
+from specviz.ui.step_through.step_views import counter_sentence
 
 PAGE = str(Path(__file__).resolve().parents[1] / "pages" / "step_through.py")
 STATE = "specviz_step_through"
@@ -173,7 +174,7 @@ def test_the_token_counter_leads_and_an_empty_round_says_why():
     at = click(page(max_new_tokens=12), "step")
     run = session(at).runs[0]
     tokens, passes = sum(len(r.emitted) for r in run.records), len(run.records)
-    assert f"**{tokens} tokens in {passes} target passes**; plain decoding needs {tokens}." in [m.value for m in at.markdown]
+    assert counter_sentence(tokens, passes) in [m.value for m in at.markdown]
     if run.records[-1].num_drafted == 0:  # the short prompt's first round: prompt lookup has nothing to copy yet
         assert any(c.value.startswith("Round 1 drafted nothing: prompt lookup found no earlier place") for c in at.caption), [c.value for c in at.caption]
     assert "rounds count from 0" not in " ".join(c.value for c in at.caption)
@@ -195,3 +196,10 @@ def test_a_disturbed_clock_is_said_in_a_sentence_with_the_quiet_machine_figure(m
     assert len(notes) == 1, [c.value for c in at.caption]
     assert f"On a quiet machine the shipped benchmark measured {quiet:.2f}× for this drafter at k = {k}" in notes[0]
     assert not any(m.value == "disturbed" for m in at.metric)
+
+
+def test_the_counter_says_one_target_pass_not_one_target_passes():
+    """The headline after a first round is grammatical: "2 tokens in 1 target pass"; plurals from 2 on."""
+    assert counter_sentence(2, 1) == "**2 tokens in 1 target pass**; plain decoding needs 2."
+    assert counter_sentence(1, 1) == "**1 token in 1 target pass**; plain decoding needs 1."
+    assert counter_sentence(7, 3) == "**7 tokens in 3 target passes**; plain decoding needs 7."

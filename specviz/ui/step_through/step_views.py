@@ -177,7 +177,9 @@ def glossary() -> None:
 
 def counter_sentence(tokens: int, passes: int) -> str:
     """The load-free headline: tokens committed, target passes used, and what plain decoding would need."""
-    return f"**{tokens} tokens in {passes} target passes**; plain decoding needs {tokens}."
+    tokens_text = "1 token" if tokens == 1 else f"{tokens} tokens"
+    passes_text = "1 target pass" if passes == 1 else f"{passes} target passes"
+    return f"**{tokens_text} in {passes_text}**; plain decoding needs {tokens}."
 
 
 # Why a drafter can propose nothing, by kind (the rest always propose k tokens while the text has room).
