@@ -398,12 +398,6 @@ def histograms_by_setting(frame: pd.DataFrame, category: str) -> dict[str, tuple
 RENAMED = {"tokens_per_pass": "tokens_per_target_pass"}  # a column's older name -> its name now (CSVs written before)
 
 
-def renamed(path: Path) -> bool:
-    """Whether the CSV at path names a column by an older name (RENAMED)."""
-    with path.open(encoding="utf-8") as fh:
-        return any(h in RENAMED for h in fh.readline().strip().split(","))
-
-
 def read_bench(path: Path | str) -> pd.DataFrame:
     """A benchmark CSV as a frame, columns named as this version names them (a CSV written before a rename reads the same)."""
     import pandas as pd
@@ -417,10 +411,11 @@ def append_csv(frame: pd.DataFrame, out: Path) -> None:
     import pandas as pd
 
     with out.open(encoding="utf-8") as fh:
-        header = [RENAMED.get(h, h) for h in fh.readline().strip().split(",")]
-    if header == list(COLUMNS) and not renamed(out):
+        written = fh.readline().strip().split(",")
+    if written == list(COLUMNS):
         frame.to_csv(out, index=False, float_format="%.4g", mode="a", header=False)
         return
+    header = [RENAMED.get(h, h) for h in written]  # an older CSV's names, as this version names them
     if header != list(COLUMNS[: len(header)]):
         raise ValueError(f"{out} has other columns than this benchmark writes; --append needs a CSV from this version or an earlier one.")
     older = read_bench(out).reindex(columns=list(COLUMNS))
