@@ -25,7 +25,7 @@ no quiet machine.
 --modeled times nothing either: every setup (those setups() builds) runs once over every prompt of each category and is
 charged a modeled time, per round c_verify(drafted) + drafted*c + r (r only when it drafted; a plain round 1) from the
 costs k: auto prices with (the profile's, or --curve), so a policy can be compared on a busy machine. --variant (one
-column each) overrides AutoCosts fields: 'old' (c0551ae), '9e74cec', 'current', 'margin=0.02,probe_every=4',
+column each) overrides AutoCosts fields: 'old' (c0551ae), '9e74cec', 'f4156ce', 'current', 'margin=0.02,probe_every=4',
 'old+margin=0.02'. At temperature 0 every variant's output must equal plain decoding's (exit code 1 otherwise).
 
     python scripts/auto_k_check.py --modeled --max-new-tokens 48 --variant old --variant 9e74cec --variant current
@@ -99,8 +99,10 @@ def setups(models: SweepModels, drafter: str, ids: list[int], temperature: float
 # --variant presets (AutoCosts fields); any other variant is "field=value,field=value" over the current defaults
 PRESETS: dict[str, dict] = {
     "current": {},  # specviz.core.auto_k's defaults
+    # f4156ce: the tuned policy before probes came every 4 plain rounds (every 8)
+    "f4156ce": {"probe_every": 8},
     # 9e74cec: the 5 % margin, r, k = 1 probes backing off, evidence decaying at 0.9
-    "9e74cec": {"decay": 0.9},
+    "9e74cec": {"decay": 0.9, "probe_every": 8},
     # c0551ae: no margin, no per-round cost, no probe on the first round, a probe every 8 plain rounds (never backing
     # off) at the k the prior alone picks, evidence decaying at 0.9
     "old": {
@@ -302,7 +304,7 @@ def main() -> int:
     p.add_argument("--out", help="also write the table (and the machine, the command's settings) as JSON to this path")
     p.add_argument("--trace", help="write auto's k per round on one prose and one copying prompt to this JSON; time nothing")
     p.add_argument("--modeled", action="store_true", help="time nothing: charge each run the modeled time (every prompt)")
-    p.add_argument("--variant", action="append", help="--modeled: a k: auto variant (repeatable): current, 9e74cec, old, "
+    p.add_argument("--variant", action="append", help="--modeled: a k: auto variant (repeatable): current, f4156ce, 9e74cec, old, "
                    "'margin=0.02,probe_every=4', 'old+margin=0.02' (AutoCosts fields)")  # fmt: skip
     p.add_argument("--curve", help="--modeled: the verify curve c_verify(0..) to charge and to let auto price with, "
                    "'1,1.18,1.25,...' (default: the profile's)")  # fmt: skip

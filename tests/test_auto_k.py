@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from specviz.core.auto_k import AutoCosts, Evidence, choose_k, observe
+from specviz.core.auto_k import AutoCosts, Evidence, acceptance, choose_k, observe
 from specviz.core.decoding import DecodeConfig, SpeculativeDecoder
 from specviz.core.sampling import SamplingConfig
 from specviz.core.theory import VerifyCurve
@@ -117,7 +117,7 @@ def test_the_first_round_probes_small_when_the_prior_says_no():
 
 
 def test_probes_back_off_and_start_again_after_a_kept_draft():
-    """Each probe that keeps nothing doubles the wait for the next (8, 16, 32, 64, then 64 again); a round that keeps a
+    """Each probe that keeps nothing doubles the wait for the next (4, 8, 16, 32, then 32 again); a round that keeps a
     draft starts the count again."""
     costs = AutoCosts(verify=CPU_LIKE, draft_cost=0.02, prior=(0.15,))
     ev, probes_at = observe(costs, Evidence(), 1, 0, 1), []
@@ -128,10 +128,27 @@ def test_probes_back_off_and_start_again_after_a_kept_draft():
             probes_at.append(r)
         ev = observe(costs, ev, choice.k, 0, choice.k)
     gaps = [b - a for a, b in zip([-1, *probes_at], probes_at)]
-    assert gaps[:5] == [9, 17, 33, 65, 65], gaps  # a wait of n plain rounds, then the probe
+    assert gaps[:5] == [5, 9, 17, 33, 33], gaps  # a wait of n plain rounds, then the probe
     assert ev.failed_probes >= 4
     kept = observe(costs, Evidence(ev.reached, ev.accepted, 8, ev.failed_probes), 1, 1, 1)
-    assert kept.failed_probes == 0 and costs.probe_wait(kept.failed_probes) == 8
+    assert kept.failed_probes == 0 and costs.probe_wait(kept.failed_probes) == 4
+
+
+def test_plain_rounds_can_fade_the_evidence_back_to_the_prior():
+    """plain_decay < 1 (an A/B knob, off by default): after rejected rounds, each plain round lets the estimate drift
+    back toward the prior; at 1 the rejections stand until the next drafted round."""
+    fading = AutoCosts(verify=CPU_LIKE, draft_cost=0.15, prior=(0.6,), plain_decay=0.5, probe_every=100)
+    standing = AutoCosts(verify=CPU_LIKE, draft_cost=0.15, prior=(0.6,), probe_every=100)
+    after = {}
+    for name, costs in {"fading": fading, "standing": standing}.items():
+        ev = evidence_of([(4, 0)] * 3, costs)
+        rejected = acceptance(costs, ev, 1)[0]
+        assert rejected < 0.4 and choose_k(costs, ev, 1, 8).k == 0
+        for _ in range(10):
+            ev = observe(costs, ev, 0, 0, 0)
+        after[name] = (rejected, acceptance(costs, ev, 1)[0], choose_k(costs, ev, 1, 8).k)
+    assert after["fading"][1] > 0.55 and after["fading"][2] > 0
+    assert after["standing"][1] == after["standing"][0] and after["standing"][2] == 0
 
 
 def test_a_probe_can_draft_the_k_the_estimate_favours():
@@ -345,6 +362,7 @@ def test_the_page_runs_auto_by_default_and_the_inspector_says_why(local):  # noq
 @pytest.mark.parametrize("bad, message", [
     (dict(verify=0.0, draft_cost=0.1), "verify cost"), (dict(verify=1.0, draft_cost=float("nan")), "drafting cost"),
     (dict(verify=1.0, draft_cost=0.1, prior=(1.5,)), "prior acceptance"), (dict(verify=1.0, draft_cost=0.1, decay=0.0), "decay"),
+    (dict(verify=1.0, draft_cost=0.1, plain_decay=1.5), "plain_decay"),
 ])  # fmt: skip
 def test_bad_costs_are_clear_errors(bad, message):
     with pytest.raises(ValueError, match=message):

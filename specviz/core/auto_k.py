@@ -21,7 +21,8 @@ the smallest k that would pay if every draft were kept; no probe when none would
 ``probe_every`` plain rounds in a row, a wait that doubles after each probe that kept nothing (up to 2**max_backoff
 times) and starts again after a round that kept a draft, to notice when the text turns copyable at the price of one
 cheap round. ``probe_k`` "best" probes at the k worth most on the estimate instead, "prior" at the k the prior alone
-picks; ``probe_first`` False skips the first round's probe (both as c0551ae did, for A/B checks).
+picks; ``probe_first`` False skips the first round's probe (both as c0551ae did, for A/B checks). ``plain_decay`` < 1
+lets the evidence fade back toward the prior during plain rounds (priced, not adopted: below).
 
 Tuned on the modeled time of ``scripts/auto_k_check.py --modeled`` (each round charged c_verify + k*c + r from the
 profile, a plain round 1: deterministic on a busy machine), replaying greedy n-gram and prompt-lookup rounds over every
@@ -29,7 +30,11 @@ prompt (48 tokens; their drafts depend on the tokens only, so one pass per promp
 re-measured profile, margin 0 / 0.02 / 0.05, the backoff (none, 2x, 8x), probing at k = 1 or at the best k, and the
 first round's probe moved no cell across a goal; a faster decay (0.8 against 0.9) raised the worst auto / best fixed
 k from 0.95x to 0.96x and lost nothing against plain decoding; a lighter prior (prior_weight 1) lost the copy cells
-(0.87x the best k), a heavier one (4) one more (docs/benchmarks.md).
+(0.87x the best k), a heavier one (4) one more (docs/benchmarks.md). Over every cell (5 drafters x 4 categories x
+T 0/0.7, all 13 prompts), probing after 4 plain rounds instead of 8 met both goals in 27 of 40 cells instead of 24
+(Medusa, EAGLE and recycling on code: one rejected first round no longer keeps them plain for most of a run) at the
+same worst auto / plain (0.97x); evidence fading back to the prior during plain rounds (plain_decay 0.8) won the T = 0.7
+code cells but fell below plain decoding on prose (23 of 40), and backing off once at most (max_backoff 1) 25 of 40.
 """
 
 from __future__ import annotations
@@ -53,14 +58,15 @@ class AutoCosts:
     prior: tuple[float, ...] = (0.5,)  # acceptance by draft position before any evidence (the last repeats)
     prior_weight: float = 2.0  # how many drafted rounds the prior counts as
     decay: float = 0.8  # each drafted round, earlier evidence counts this much less (the text changes)
-    probe_every: int = 8  # after this many plain rounds in a row, draft once again (doubled after each failed probe)
+    probe_every: int = 4  # after this many plain rounds in a row, draft once again (doubled after each failed probe)
     source: str = ""  # where the costs come from, for the record's sentence ("profile_cpu (shipped)")
     round_cost: float = 0.0  # r: a drafted round's fixed drafting cost / a 1-token target pass, beyond c per token
     margin: float = 0.05  # a k must beat a plain pass by this fraction of its tokens per pass-equivalent
     probe_k: int | str = 1  # a probe drafts this many tokens; "best": the k > 0 worth most on the estimate so far;
     # "prior": the k the prior alone picks (c0551ae)
-    max_backoff: int = 3  # the probe wait doubles at most this many times (8 -> 64 plain rounds)
+    max_backoff: int = 3  # the probe wait doubles at most this many times (4 -> 32 plain rounds)
     probe_first: bool = True  # probe on the first round when no k pays on the prior alone
+    plain_decay: float = 1.0  # each plain round, the evidence counts this much less: it fades back toward the prior
 
     def __post_init__(self) -> None:
         if not isinstance(self.verify, VerifyCurve) and not (math.isfinite(self.verify) and self.verify > 0):
@@ -69,8 +75,8 @@ class AutoCosts:
             raise ValueError(f"auto k: the drafting cost must be a number >= 0; got {self.draft_cost}.")
         if not self.prior or not all(0.0 <= a <= 1.0 for a in self.prior):
             raise ValueError(f"auto k: the prior acceptance must be probabilities; got {self.prior}.")
-        if not (self.prior_weight > 0 and 0.0 < self.decay <= 1.0 and self.probe_every >= 1):
-            raise ValueError("auto k: prior_weight > 0, 0 < decay <= 1 and probe_every >= 1, please.")
+        if not (self.prior_weight > 0 and 0.0 < self.decay <= 1.0 and 0.0 < self.plain_decay <= 1.0 and self.probe_every >= 1):
+            raise ValueError("auto k: prior_weight > 0, 0 < decay <= 1, 0 < plain_decay <= 1 and probe_every >= 1, please.")
         if not (math.isfinite(self.round_cost) and self.round_cost >= 0 and 0.0 <= self.margin < 1.0):
             raise ValueError(
                 f"auto k: the round cost must be >= 0 and the margin in [0, 1); got {self.round_cost}, {self.margin}."
@@ -209,7 +215,10 @@ def observe(costs: AutoCosts, evidence: Evidence, num_drafted: int, num_accepted
     A drafted round after plain rounds (a probe, or prompt lookup finding a match again) that keeps nothing counts as
     a failed probe; any round that keeps a draft clears the count."""
     if num_drafted == 0 or levels == 0:
-        return Evidence(evidence.reached, evidence.accepted, evidence.plain_streak + 1, evidence.failed_probes)
+        fade = costs.plain_decay
+        reached, accepted = (evidence.reached, evidence.accepted) if fade == 1.0 else (
+            tuple(fade * r for r in evidence.reached), tuple(fade * a for a in evidence.accepted))  # fmt: skip
+        return Evidence(reached, accepted, evidence.plain_streak + 1, evidence.failed_probes)
     failed = 0 if num_accepted > 0 else evidence.failed_probes + int(evidence.plain_streak > 0)
     reached_to = min(num_accepted + 1, levels)  # positions tried: up to the first rejection
     size = max(len(evidence.reached), levels)
