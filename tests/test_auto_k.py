@@ -438,3 +438,23 @@ def test_the_modeled_check_charges_rounds_and_reads_variants():
         "probe_first": False,
     }
     AutoCosts(verify=1.2, draft_cost=0.0, **old)  # every preset field is an AutoCosts field
+    for preset in check["PRESETS"].values():
+        AutoCosts(verify=1.2, draft_cost=0.0, **preset)
+
+
+def test_the_timed_check_records_autos_tokens_per_target_pass():
+    """Each timed cell carries auto's tokens per target pass (the median over its prompts), the ceiling of an honest
+    speedup: a cell whose auto / plain is above it drifted."""
+    import runpy
+    from pathlib import Path
+    from types import SimpleNamespace
+
+    check = runpy.run_path(str(Path(__file__).resolve().parents[1] / "scripts" / "auto_k_check.py"), run_name="auto_k_check")
+
+    def runs(speed: float, per_pass: float | None = 1.0):
+        return [SimpleNamespace(tokens_per_s=speed, stats=SimpleNamespace(tokens_per_target_pass=per_pass))] * 3
+
+    prompt = {"plain": runs(10.0), "auto": runs(13.0, 1.5), "k=1": runs(12.0, 1.4), "k=2": runs(14.0, 1.8)}
+    row = check["cell_row"]("ngram", "code", 0.0, [prompt, {**prompt, "auto": runs(11.0, 1.1)}])
+    assert row["auto_tokens_per_target_pass"] == pytest.approx(1.3) and row["best_fixed"] == "k=2"
+    assert row["auto_vs_plain"] == pytest.approx(1.2) and row["best_fixed_vs_plain"] == pytest.approx(1.4)
