@@ -14,6 +14,7 @@ from collections.abc import Callable
 import pytest
 import torch
 
+from specviz.core.sampling import greedy_warp
 from specviz.core.verify import decide, one_hot_q, residual
 from tests.toys import Verdict, pooled_pvalue, sample, verify, zero_uniforms
 
@@ -172,11 +173,14 @@ def test_greedy_keeps_drafts_while_they_equal_the_target_argmax():
     assert v.accept_prob.tolist() == [1.0, 1.0, 0.0]
 
 
+@pytest.mark.parametrize("k", [0, 4])
 @pytest.mark.parametrize("soft_q", [False, True])
-def test_greedy_takes_the_argmax_for_the_draw_and_spends_no_random_number_on_it(soft_q):
+def test_greedy_takes_the_argmax_for_the_draw_and_spends_no_random_number_on_it(soft_q, k):
     """With one-hot p (the temperature-0 warp) the next token's distribution is one-hot on p's argmax at row n, the
-    residual's too, so greedy=True must decide exactly what a draw would, using only the k uniforms of the generator."""
-    vocab, k = 8, 4
+    residual's too, so greedy=True must decide exactly what a draw would, using only the k uniforms of the generator;
+    given the warp's argmax (sampling.greedy_warp), it decides the same without ranking row n again. k = 0 is a plain
+    round."""
+    vocab = 8
     for seed in range(40):
         make = torch.Generator().manual_seed(seed)
         target = torch.randint(vocab, (k + 1,), generator=make)
@@ -189,6 +193,11 @@ def test_greedy_takes_the_argmax_for_the_draw_and_spends_no_random_number_on_it(
         assert torch.equal(b.next_dist, a.next_dist)  # the residual of a one-hot p is p itself, bit for bit
         assert int(b.next_token) == int(target[int(b.num_accepted)]) and torch.equal(a.uniforms, b.uniforms)
         assert torch.equal(taken.get_state(), _after_rand(seed, k))  # the uniforms, and nothing for the next token
+        p, argmax = greedy_warp(one_hot_q(target, vocab) * 3.0 - 1.0)  # logits whose argmax is target
+        assert torch.equal(p, one_hot_q(target, vocab)) and torch.equal(argmax, target)
+        c = decide(p, q, drafted, torch.Generator().manual_seed(seed), greedy=True, argmax=argmax)
+        assert (int(c.num_accepted), int(c.next_token)) == (int(b.num_accepted), int(b.next_token))
+        assert torch.equal(c.next_dist, b.next_dist) and torch.equal(c.accept_prob, b.accept_prob)
 
 
 def _after_rand(seed: int, k: int) -> torch.Tensor:

@@ -204,9 +204,10 @@ def _parts(drafted: Drafted, verified: Verified, rows: list[int], kids: list[int
     # The residual at each row with a child; the resampled token's row shows what the rule drew it from (the residual
     # after every rejected sibling), kept apart rather than copied under the others.
     drawn = verified.next_dist.view(1, -1) if verified.next_fate == "resampled" and e > len(verified.path) else None
-    res = residual(p_rows[: with_q - (drawn is not None)], q_rows[: with_q - (drawn is not None)])  # (with_q or with_q - 1, V)
+    kept = with_q - (drawn is not None)
+    res = residual(p_rows[:kept], q_rows[:kept]) if kept else p_rows[:0]  # (with_q or with_q - 1, V)
     known = [(argmax[i], drafted.ids[kid]) for i, kid in enumerate(kids)] if argmax is not None and drafted.q_draft is None else None
-    cand = _candidates(p_rows, q_rows, res, drawn, top, known)  # (e, 3N)
+    cand = _candidates(p_rows, q_rows, res, drawn, top, known, argmax[with_q:] if argmax is not None else None)  # (e, 3N)
     ids = drafted.on_device.view(-1, 1)
     last_row = verified.path[-1] + 1 if verified.path else 0  # the row the next token was drawn at
     overlaps = drafted.q_draft is not None and not drafted.is_tree
@@ -227,7 +228,7 @@ def _parts(drafted: Drafted, verified: Verified, rows: list[int], kids: list[int
 
 
 def _candidates(p_rows: torch.Tensor, q_rows: torch.Tensor, res: torch.Tensor, drawn: torch.Tensor | None, top: int,
-                known: list[tuple[int, int]] | None) -> torch.Tensor:  # fmt: skip
+                known: list[tuple[int, int]] | None, bonus: list[int] | None) -> torch.Tensor:  # fmt: skip
     """(e, 3N) ids: per row p's, q's and the residual's top-N (rows with a q first; drawn, when given, is the last of
     the residual's rows). The bonus row has no q: its candidates are p's top-N only (_dist reads no others), so its q
     and residual columns repeat them instead of ranking rows of zeros.
@@ -236,17 +237,29 @@ def _candidates(p_rows: torch.Tensor, q_rows: torch.Tensor, res: torch.Tensor, d
     token it emitted, a, and x. Then p is one-hot on a (the emitted token is p's argmax), q on x, and the residual on a
     (p itself when x = a, the rule's draw from a one-hot p otherwise), so of the three top-N only a and x have any mass:
     every other candidate _dist drops is a zero tied with others, whichever ones a ranking picked. The rows need no
-    ranking, each one a pass over the vocabulary."""
-    with_q = q_rows.shape[0]
-    p_top = torch.topk(p_rows[with_q:], top, dim=-1).indices  # (e - with_q, N)
-    bonus = torch.cat([p_top, p_top, p_top], dim=-1)
-    if known is not None:
-        kept = torch.tensor([[a] + [x] * (3 * top - 1) for a, x in known], dtype=torch.long).view(-1, 3 * top)
-        return torch.cat([kept.to(p_rows.device), bonus])
-    ranked = [torch.topk(t, top, dim=-1).indices for t in (p_rows[:with_q], q_rows, res)]  # (with_q, N) each
+    ranking, each one a pass over the vocabulary.
+
+    bonus (temperature 0): the token emitted at each row after those with a q, where p is one-hot: it is the row's
+    only candidate with mass (a plain round's one row). Its top-N would add zeros tied with all the others, which
+    carry nothing and were whichever ones a ranking picked; they are not ranked."""
+    with_q, width = q_rows.shape[0], 3 * top
+    head = [[a] + [x] * (width - 1) for a, x in known] if known is not None else _ranked(p_rows[:with_q], q_rows, res, drawn, top)
+    tail = [[a] * width for a in bonus] if bonus is not None else torch.topk(p_rows[with_q:], top, dim=-1).indices.repeat(1, 3)
+    if isinstance(head, list) and isinstance(tail, list):  # one tensor, one copy to the device
+        return torch.tensor(head + tail, dtype=torch.long).view(-1, width).to(p_rows.device)
+    return torch.cat([_ids(head, width, p_rows.device), _ids(tail, width, p_rows.device)])
+
+
+def _ranked(p_rows: torch.Tensor, q_rows: torch.Tensor, res: torch.Tensor, drawn: torch.Tensor | None, top: int) -> torch.Tensor:
+    """(with_q, 3N): each row's p, q and residual top-N ids; drawn, when given, is the last residual row."""
+    ranked = [torch.topk(t, top, dim=-1).indices for t in (p_rows, q_rows, res)]  # (with_q, N) each
     if drawn is not None:  # the resampled row: what the rule drew from
         ranked[2] = torch.cat([ranked[2], torch.topk(drawn, top, dim=-1).indices])
-    return torch.cat([torch.cat(ranked, dim=-1), bonus])
+    return torch.cat(ranked, dim=-1)
+
+
+def _ids(rows: torch.Tensor | list[list[int]], width: int, device: torch.device) -> torch.Tensor:
+    return rows if isinstance(rows, torch.Tensor) else torch.tensor(rows, dtype=torch.long).view(-1, width).to(device)
 
 
 def _gather_rows(parts: list[torch.Tensor], cand: torch.Tensor) -> torch.Tensor:
@@ -254,8 +267,9 @@ def _gather_rows(parts: list[torch.Tensor], cand: torch.Tensor) -> torch.Tensor:
     (the bonus row's, which has no q): no (e, V) copy of the rows is made."""
     at, out = 0, []
     for rows in parts:
-        out.append(rows.gather(1, cand[at : at + rows.shape[0]]))
-        at += rows.shape[0]
+        if rows.shape[0]:
+            out.append(rows.gather(1, cand[at : at + rows.shape[0]]))
+            at += rows.shape[0]
     out.append(torch.zeros(cand.shape[0] - at, cand.shape[1], dtype=parts[0].dtype, device=cand.device))
     return torch.cat(out)
 
@@ -278,9 +292,10 @@ def _margins(logit_rows: torch.Tensor, argmax: list[int] | None) -> torch.Tensor
 
 def _to_host(parts: RecordParts[torch.Tensor]) -> RecordParts[list[float]]:
     """Every part in one float64 transfer (the record's one host read), split back by name: one cat, whose type
-    promotion to float64 (the empty part) converts every part exactly."""
+    promotion to float64 (the empty part) converts every part exactly. Empty parts (a plain round's drafts) are left
+    out of the cat, which costs per part."""
     device = parts.p_target.device
-    flat = torch.cat([t.reshape(-1) for t in parts] + [torch.zeros(0, dtype=torch.float64, device=device)]).tolist()
+    flat = torch.cat([t.reshape(-1) for t in parts if t.numel()] + [torch.zeros(0, dtype=torch.float64, device=device)]).tolist()
     out, at = [], 0
     for t in parts:
         out.append(flat[at : at + t.numel()])

@@ -18,7 +18,7 @@ from typing import Protocol
 import torch
 
 from specviz.core.protocols import CachedLM, Drafter
-from specviz.core.sampling import SamplingConfig, warp
+from specviz.core.sampling import SamplingConfig, greedy_warp, warp
 from specviz.core.tree import ChildScheme, TreeDraft
 from specviz.core.verify import Decision, DraftFate, EmitFate, decide, draft_fates, next_fate, one_hot_q
 
@@ -109,9 +109,9 @@ def draft_chain(drafter: Drafter, context: Sequence[int], k: int, generator: tor
 def chain_rule(logits: torch.Tensor, drafted: Drafted, sampling: SamplingConfig, generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor, Decision]:
     """(m+1, V) logits at the newest committed token and after each draft -> (p_target (m+1, V), the q_draft the rule
     used (m, V): the drafter's, one-hot where it has none, the Decision), all on the device: nothing is read back."""
-    p_target = warp(logits, sampling)  # (m+1, V)
+    p_target, argmax = greedy_warp(logits) if sampling.greedy else (warp(logits, sampling), None)  # (m+1, V), (m+1,)
     q_draft = drafted.q_draft if drafted.q_draft is not None else one_hot_q(drafted.on_device, p_target.shape[-1])  # (m, V)
-    return p_target, q_draft, decide(p_target, q_draft, drafted.on_device, generator, greedy=sampling.greedy)
+    return p_target, q_draft, decide(p_target, q_draft, drafted.on_device, generator, greedy=sampling.greedy, argmax=argmax)
 
 
 class ChainRound:

@@ -30,8 +30,7 @@ def warp(logits: torch.Tensor, sampling: SamplingConfig) -> torch.Tensor:
     """(..., V) logits -> (..., V) float32 probabilities after temperature, top-k, top-p."""
     logits = logits.float()
     if sampling.greedy:
-        one_hot = torch.zeros_like(logits)
-        return one_hot.scatter_(-1, logits.argmax(dim=-1, keepdim=True), 1.0)
+        return greedy_warp(logits)[0]
     logits = logits / sampling.temperature
     vocab = logits.shape[-1]
     if 0 < sampling.top_k < vocab:
@@ -45,6 +44,14 @@ def warp(logits: torch.Tensor, sampling: SamplingConfig) -> torch.Tensor:
         probs = torch.zeros_like(probs).scatter_(-1, order, sorted_probs)
         probs = probs / probs.sum(dim=-1, keepdim=True)
     return probs
+
+
+def greedy_warp(logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(..., V) logits -> (the temperature-0 warp: (..., V) one-hot float32 rows, (...) the argmax each is hot at). The
+    argmax is the one pass over the vocabulary a greedy row needs (about 40 us over SmolLM2's 49,152 tokens on one CPU
+    thread); the rule and the record read it back from here instead of ranking the one-hot rows again."""
+    top = logits.argmax(dim=-1)
+    return torch.zeros_like(logits, dtype=torch.float32).scatter_(-1, top.unsqueeze(-1), 1.0), top
 
 
 def draw(probs: torch.Tensor, generator: torch.Generator) -> torch.Tensor:

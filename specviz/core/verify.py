@@ -69,6 +69,7 @@ def decide(
     generator: torch.Generator,
     *,
     greedy: bool = False,
+    argmax: torch.Tensor | None = None,
 ) -> Decision:
     """p_target (k+1, V), q_draft (k, V), drafted (k,) -> Decision, all on one device with a generator there.
     Branch-free, so the host never waits on the device inside the rule.
@@ -77,10 +78,16 @@ def decide(
     (p at row n, or the residual max(0, p - q) there, which is zero except at p's argmax, else p itself) is one-hot on
     p's argmax: the argmax *is* the draw, and no random number is spent on it (sampling.draw_draft does the same for
     drafts). The race over the vocabulary a draw takes costs about 2 ms over SmolLM2's 49,152 tokens on one CPU
-    thread: more than the rest of the rule."""
+    thread: more than the rest of the rule. argmax (k+1,): where each one-hot row is hot, when the warp has it
+    (sampling.greedy_warp); the next token is then read there instead of ranking row n again."""
     k = drafted.numel()
     if p_target.shape[0] != k + 1 or q_draft.shape[0] != k:
         raise ValueError(f"need p_target of k+1 rows and q_draft of k rows for k={k} drafts")
+    if k == 0:  # nothing drafted (plain decoding): a plain target sample; nothing to test, no residual to compute
+        n = torch.zeros((), dtype=torch.long, device=p_target.device)
+        next_dist, empty = p_target[0], p_target.new_zeros(0)
+        next_token = _greedy_next(next_dist, argmax, n) if greedy else draw(next_dist, generator)
+        return Decision(n, next_token, empty, empty, next_dist)
     uniforms = torch.rand(k, generator=generator, device=p_target.device)
     p_x = p_target[:k].gather(1, drafted.view(-1, 1)).view(-1)
     q_x = q_draft.gather(1, drafted.view(-1, 1)).view(-1)
@@ -90,14 +97,16 @@ def decide(
     # 1. first rejection, vectorised: count the leading run of accepts
     n = accepted.long().cumprod(dim=0).sum()  # ()
     # 2. rejected at position n: resample from the mass the draft under-weighted;
-    # 3. all accepted (n = k, or nothing drafted): the target's next distribution is free
-    if k == 0:  # nothing drafted (plain decoding): a plain target sample, no residual to compute
-        next_dist = p_target[0]
-    elif greedy:  # the residual of a one-hot p is p itself
+    # 3. all accepted (n = k): the target's next distribution is free
+    if greedy:  # the residual of a one-hot p is p itself
         next_dist = p_target.index_select(0, n.view(1))[0]  # (V,)
-    else:  # branch-free on n, so the host never waits for it
-        p_n = p_target.index_select(0, n.view(1))[0]  # (V,)
-        q_n = q_draft.index_select(0, n.clamp(max=k - 1).view(1))[0]  # (V,); unused when n = k
-        next_dist = torch.where(n < k, residual(p_n, q_n), p_n)
-    next_token = next_dist.argmax() if greedy else draw(next_dist, generator)
-    return Decision(n, next_token, uniforms, accept_prob, next_dist)
+        return Decision(n, _greedy_next(next_dist, argmax, n), uniforms, accept_prob, next_dist)
+    p_n = p_target.index_select(0, n.view(1))[0]  # (V,); branch-free on n, so the host never waits for it
+    q_n = q_draft.index_select(0, n.clamp(max=k - 1).view(1))[0]  # (V,); unused when n = k
+    next_dist = torch.where(n < k, residual(p_n, q_n), p_n)
+    return Decision(n, draw(next_dist, generator), uniforms, accept_prob, next_dist)
+
+
+def _greedy_next(next_dist: torch.Tensor, argmax: torch.Tensor | None, n: torch.Tensor) -> torch.Tensor:
+    """The greedy next token: where the one-hot row n is hot (argmax[n] when the warp kept it)."""
+    return next_dist.argmax() if argmax is None else argmax.index_select(0, n.view(1))[0]
