@@ -34,21 +34,27 @@ def make_drafter(kind: str, sampling: SamplingConfig = GREEDY, scale: float = 1.
 
 
 def check_caches(dec: SpeculativeDecoder) -> None:
-    """The target caches every committed token but the newest; a draft model's cache is a prefix."""
-    assert list(dec.target.tokens) == dec.tokens[:-1]
+    """The target caches every committed token but the newest (every one, before a run's first round, when the
+    prefill kept the newest one's row: carried); a draft model's cache is a prefix."""
+    assert list(dec.target.tokens) == (dec.tokens if carried(dec) else dec.tokens[:-1])
     lm = getattr(dec.drafter, "lm", None)
     if lm is not None:
         assert len(lm.tokens) <= len(dec.tokens)
         assert list(lm.tokens) == dec.tokens[: len(lm.tokens)]
 
 
+def carried(dec: SpeculativeDecoder) -> bool:
+    return dec.carried is not None and dec.carried[0] == len(dec.tokens)
+
+
 def run_checked(dec: SpeculativeDecoder) -> SpeculativeDecoder:
     check_caches(dec)
     while not dec.done:
         before = len(dec.tokens)
-        calls = dec.target.extend_calls
+        calls, first = dec.target.extend_calls, carried(dec)
         record = dec.step()
-        assert dec.target.extend_calls == calls + 1, "one target forward per round"
+        # one target forward per round; none for a plain first round whose row the prefill computed
+        assert dec.target.extend_calls == calls + (0 if first and not record.drafted else 1)
         assert dec.tokens[before:] == list(record.emitted)
         assert record.context_length == before
         check_caches(dec)
@@ -80,6 +86,31 @@ def test_plain_greedy_decoder_matches_the_reference():
     dec = run_checked(decoder("none", 0))
     assert dec.generated == plain_greedy(TableLM(0), PROMPT, 40)
     assert all(r.emitted_fates == ("target",) and r.drafted == () for r in dec.records)
+
+
+@pytest.mark.parametrize("kind,k", [("none", 0), ("lookup", 4), ("model", 4)])
+def test_the_first_token_comes_from_the_prefill_as_generate_takes_it(kind, k):
+    """The prefill feeds every prompt token and keeps the newest one's row (carried): a plain run of N tokens runs
+    N - 1 passes after it, and a speculative run's first pass feeds its drafts only. The tokens stay the reference's."""
+    dec = decoder(kind, k, max_new=10)
+    fed: list[int] = []
+    extend = dec.target.extend
+    dec.target.extend = lambda ids, last_only=False: fed.append(len(ids)) or extend(ids, last_only)  # type: ignore[method-assign]
+    first = dec.step()
+    assert fed == ([len(first.drafted)] if first.drafted else [])
+    run_checked(dec)
+    assert dec.generated == plain_greedy(TableLM(0), PROMPT, 10)
+    if kind == "none":
+        assert len(fed) == 9
+
+
+def test_a_drafter_reading_the_targets_rows_gets_them_from_the_first_pass():
+    """No carried row for a drafter that reads the pass's hidden rows, features or logits: the prefill leaves the
+    newest token for the first round's pass, which hands them over as every round's does."""
+    from specviz.drafters.recycle import RecycleDrafter
+
+    dec = SpeculativeDecoder(TableLM(0), RecycleDrafter(TableLM(0).vocab_size), PROMPT, DecodeConfig(num_draft_tokens=2, sampling=GREEDY))
+    assert dec.carried is None and list(dec.target.tokens) == PROMPT[:-1]
 
 
 @pytest.mark.parametrize("kind", ["model", "same", "lookup"])

@@ -138,19 +138,37 @@ class SpeculativeDecoder:
         self.hidden: torch.Tensor | None = None  # (H,) the newest committed token's hidden row, for a drafter reading it
         self.features: Features | None = None  # rows for a features reader, handed over at the next draft
         self.pass_logits: PassLogits | None = None  # the latest verify pass for a logits reader, handed over at the next draft
+        # (committed length, (1, V) logits): the newest token's row when the prefill computed it (see _start)
+        self.carried: tuple[int, torch.Tensor] | None = None
         measured_ms = self._start()
         self.prefill_ms = measured_ms if prefill_ms is None else prefill_ms
 
     def _start(self) -> float:
         """Prefill: the target caches all but the newest token, whose logits the first verify pass computes; the drafter
-        prepares and is handed what the prefill left it. Returns the ms it took."""
+        prepares and is handed what the prefill left it. Returns the ms it took.
+
+        A chain run whose drafter reads nothing of the target (plain decoding, prompt lookup, the n-gram model, a draft
+        model) prefills the newest token too and keeps its row (carried), as transformers' generate takes its first
+        token from the prefill: the first round feeds only its drafts, and a plain run saves a pass. A drafter that
+        reads the pass's hidden rows, features or logits is handed them by the first round's pass as by every other."""
         start, paused = self._clock(), paused_s()
         self.drafter.prepare(self.tokens)
-        if len(self.tokens) > 1:
+        if self._carries():
+            self.carried = (len(self.tokens), extend_last(self.target, self.tokens).view(1, -1))
+        elif len(self.tokens) > 1:
             self.prefill(self.tokens[:-1])
         self.observe(-1 if len(self.tokens) > 1 else None)  # the prefill's last row chose the newest token
         self.hand_over()  # a features reader is handed the prompt's rows (EAGLE feeds them at its first draft)
         return (self._clock() - start - (paused_s() - paused)) * 1000.0  # a long prefill's waits between chunks are not its time
+
+    def _carries(self) -> bool:
+        """Whether the prefill computes the newest token's row for the first round (see _start)."""
+        r = self.readers
+        return isinstance(self.round, ChainRound) and r.hidden is None and r.features is None and r.logits is None
+
+    def _carried_fits(self) -> bool:
+        """Whether the cache holds exactly the committed tokens and the carried row is the newest one's."""
+        return self.carried is not None and self.carried[0] == len(self.tokens)
 
     def prefill(self, ids: list[int]) -> None:
         """Cache ids in the target. No (L, V) logits for a prompt of L tokens, unless the drafter learns from them:
@@ -234,7 +252,13 @@ class SpeculativeDecoder:
         """2. One target pass over the committed tokens not yet cached plus every draft (m+1 distributions),
         then the rule: for a chain all on the device, the host learning only n and the next token (one
         transfer); for a tree the tree rule (specviz.core.tree_round)."""
-        return self.round.verify(self.tokens[len(self.target.tokens) :], drafted, self.generator)
+        pending = self.tokens[len(self.target.tokens) :]
+        if pending:
+            return self.round.verify(pending, drafted, self.generator)
+        carried = self.carried
+        if carried is None or carried[0] != len(self.tokens):
+            raise RuntimeError("The target has cached the newest token, but no row of it was kept.")
+        return self.round.verify(pending, drafted, self.generator, carried[1])
 
     def commit(self, drafted: Drafted, verified: Verified) -> tuple[list[int], list[EmitFate]]:
         """3. Commit the accepted path, then the resampled / bonus token; cut at EOS or the length limit."""
@@ -330,7 +354,8 @@ class SpeculativeDecoder:
             for record in self.records:
                 self._observe_auto(record)
         if cut:
-            self.target.crop(min(len(self.target.tokens), len(self.tokens) - 1))
+            keep = len(self.tokens) if self._carried_fits() else len(self.tokens) - 1  # back to the prefill: its row again
+            self.target.crop(min(len(self.target.tokens), keep))
             self.drafter.rollback(self.tokens)
         if state.hand_overs is not None:
             self._hand_back(state.hand_overs)

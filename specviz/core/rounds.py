@@ -75,8 +75,12 @@ class Round(Protocol):
         """1. Up to k drafted tokens after context, on the target's device."""
         ...
 
-    def verify(self, pending: Sequence[int], drafted: Drafted, generator: torch.Generator) -> Verified:
-        """2. One target pass over the committed tokens not yet cached plus every draft, then the rule."""
+    def verify(self, pending: Sequence[int], drafted: Drafted, generator: torch.Generator, carried: torch.Tensor | None = None) -> Verified:
+        """2. One target pass over the committed tokens not yet cached plus every draft, then the rule. carried (1, V):
+        the newest committed token's logits when the cache holds that token already (the prefill computed its row, as
+        transformers' generate takes its first token from the prefill; pending is then empty): only the drafts are
+        fed, and a plain round runs no pass. Only a chain round for a drafter that reads nothing of the target takes
+        one (SpeculativeDecoder decides)."""
         ...
 
     def keep(self, verified: Verified) -> None:
@@ -126,9 +130,13 @@ class ChainRound:
     def draft(self, context: Sequence[int], k: int, generator: torch.Generator) -> Drafted:
         return draft_chain(self.drafter, context, k, generator, self.device)
 
-    def verify(self, pending: Sequence[int], drafted: Drafted, generator: torch.Generator) -> Verified:
+    def verify(self, pending: Sequence[int], drafted: Drafted, generator: torch.Generator, carried: torch.Tensor | None = None) -> Verified:
         m, a = len(drafted.ids), len(pending)
-        logits = self.target.extend([*pending, *drafted.ids])[-(m + 1) :]  # (m+1, V)
+        if carried is None:
+            logits = self.target.extend([*pending, *drafted.ids])[-(m + 1) :]  # (m+1, V)
+        else:  # the newest token's row came with the prefill; row i + 1 still follows draft i
+            logits = torch.cat([carried, self.target.extend(drafted.ids)]) if m else carried
+            a = 1  # the rows below index logits (no reader of the pass's hidden rows is handed a carried row)
         p_target, q_draft, decision = chain_rule(logits, drafted, self.sampling, generator)
         n, next_token = decision.outcome().tolist()  # the rule's one host transfer
         return Verified(

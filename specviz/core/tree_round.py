@@ -38,9 +38,12 @@ class TreeRound:
         q = tree.q_draft.to(self.device, torch.float32) if tree.q_draft is not None and tree.token_ids else None
         return Drafted(tree.token_ids, torch.tensor(tree.token_ids, dtype=torch.long, device=self.device), q, tree.parents, tree.scheme)
 
-    def verify(self, pending: Sequence[int], drafted: Drafted, generator: torch.Generator) -> Verified:
+    def verify(self, pending: Sequence[int], drafted: Drafted, generator: torch.Generator, carried: torch.Tensor | None = None) -> Verified:
         """2. The committed tokens not yet cached (a chain) and the tree under the newest one, in one pass; then
-        the tree rule, which uses a one-hot q per distinct child."""
+        the tree rule, which uses a one-hot q per distinct child. A tree round takes no carried row (its pass feeds
+        the newest token as the tree's root context)."""
+        if carried is not None or not pending:
+            raise ValueError("a tree round feeds the newest committed token itself; it takes no carried row")
         a = len(pending)
         parents = [i - 1 for i in range(a)] + [a - 1 if j < 0 else a + j for j in drafted.parents]
         logits = self.target.extend_tree([*pending, *drafted.ids], parents)[a - 1 :]  # (m+1, V)
