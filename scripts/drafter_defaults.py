@@ -1,7 +1,8 @@
 """Each drafter's defaults (k, tree width, draft vocabulary) re-derived from measured tables, never typed in by hand.
 
-Reads `specviz bench` CSVs (assets/bench_cpu.csv, assets/bench_trees_cpu.csv) and the drafting table of
-scripts/medusa_check.py (assets/drafting_cpu.json: Medusa, EAGLE and token recycling with draft vocabularies), and
+Reads `specviz bench` CSVs (assets/bench_cpu.csv, assets/bench_trees_cpu.csv) and the drafting tables of
+scripts/medusa_check.py (assets/drafting_cpu.json: Medusa, EAGLE and token recycling with draft vocabularies;
+assets/drafting_eagle_cpu.json: EAGLE's retrained head), and
 prints specviz.drafters.specs.MEASURED_BEST (and PRIOR_ACCEPTANCE, the acceptance per draft position those runs imply,
 auto k's prior); --write puts it into specs.py. tests/test_drafter_defaults.py checks
 that the table there is what this script derives from the shipped files.
@@ -34,8 +35,10 @@ from specviz.drafters.specs import DRAFTER_KINDS, Tuning
 from specviz.experiments.bench import read_bench
 
 ROOT = Path(__file__).resolve().parent.parent
-SHIPPED = (ROOT / "assets" / "bench_cpu.csv", ROOT / "assets" / "drafting_cpu.json", ROOT / "assets" / "bench_trees_cpu.csv")  # the
-# main sweep first (both temperatures), then the drafting table, then the trees sweep (greedy only)
+SHIPPED = (ROOT / "assets" / "bench_cpu.csv", ROOT / "assets" / "drafting_eagle_cpu.json", ROOT / "assets" / "drafting_cpu.json",
+           ROOT / "assets" / "bench_trees_cpu.csv")  # fmt: skip
+# the main sweep first (both temperatures), then EAGLE's table on its retrained head (three prompts per category),
+# then the drafting table (Medusa, recycling; one prompt per category), then the trees sweep (greedy only)
 SPECS = ROOT / "specviz" / "drafters" / "specs.py"
 OPEN_TEXT = ("prose", "paragraph")  # the categories where a drafter is judged by its worst cell
 SETTING = ["drafter", "k", "tree_width", "draft_vocab"]
