@@ -36,22 +36,18 @@ def make_drafter(kind: str, sampling: SamplingConfig = GREEDY, scale: float = 1.
 def check_caches(dec: SpeculativeDecoder) -> None:
     """The target caches every committed token but the newest (every one, before a run's first round, when the
     prefill kept the newest one's row: carried); a draft model's cache is a prefix."""
-    assert list(dec.target.tokens) == (dec.tokens if carried(dec) else dec.tokens[:-1])
+    assert list(dec.target.tokens) == (dec.tokens if dec.carried_row is not None else dec.tokens[:-1])
     lm = getattr(dec.drafter, "lm", None)
     if lm is not None:
         assert len(lm.tokens) <= len(dec.tokens)
         assert list(lm.tokens) == dec.tokens[: len(lm.tokens)]
 
 
-def carried(dec: SpeculativeDecoder) -> bool:
-    return dec.carried is not None and dec.carried[0] == len(dec.tokens)
-
-
 def run_checked(dec: SpeculativeDecoder) -> SpeculativeDecoder:
     check_caches(dec)
     while not dec.done:
         before = len(dec.tokens)
-        calls, first = dec.target.extend_calls, carried(dec)
+        calls, first = dec.target.extend_calls, dec.carried_row is not None
         record = dec.step()
         # one target forward per round; none for a plain first round whose row the prefill computed
         assert dec.target.extend_calls == calls + (0 if first and not record.drafted else 1)

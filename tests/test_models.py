@@ -56,7 +56,7 @@ def reference(tiny_models_at):
 def check_caches(dec: SpeculativeDecoder) -> None:
     """Token lists and the real KV caches both hold the committed length: the target all but the newest (all of them
     before a run's first round when the prefill kept the newest one's row: carried)."""
-    cached = len(dec.tokens) - (0 if dec.carried is not None and dec.carried[0] == len(dec.tokens) else 1)
+    cached = len(dec.tokens) - (0 if dec.carried_row is not None else 1)
     assert list(dec.target.tokens) == dec.tokens[:cached]
     assert dec.target.cache.get_seq_length() == cached
     lm = getattr(dec.drafter, "lm", None)

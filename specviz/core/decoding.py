@@ -166,9 +166,12 @@ class SpeculativeDecoder:
         r = self.readers
         return isinstance(self.round, ChainRound) and r.hidden is None and r.features is None and r.logits is None
 
-    def _carried_fits(self) -> bool:
-        """Whether the cache holds exactly the committed tokens and the carried row is the newest one's."""
-        return self.carried is not None and self.carried[0] == len(self.tokens)
+    @property
+    def carried_row(self) -> torch.Tensor | None:
+        """(1, V): the newest committed token's logits when the prefill computed them and the cache holds exactly the
+        committed tokens (before the first round, or restored to it); else None."""
+        carried = self.carried
+        return carried[1] if carried is not None and carried[0] == len(self.tokens) else None
 
     def prefill(self, ids: list[int]) -> None:
         """Cache ids in the target. No (L, V) logits for a prompt of L tokens, unless the drafter learns from them:
@@ -255,10 +258,10 @@ class SpeculativeDecoder:
         pending = self.tokens[len(self.target.tokens) :]
         if pending:
             return self.round.verify(pending, drafted, self.generator)
-        carried = self.carried
-        if carried is None or carried[0] != len(self.tokens):
+        row = self.carried_row
+        if row is None:
             raise RuntimeError("The target has cached the newest token, but no row of it was kept.")
-        return self.round.verify(pending, drafted, self.generator, carried[1])
+        return self.round.verify(pending, drafted, self.generator, row)
 
     def commit(self, drafted: Drafted, verified: Verified) -> tuple[list[int], list[EmitFate]]:
         """3. Commit the accepted path, then the resampled / bonus token; cut at EOS or the length limit."""
@@ -354,7 +357,7 @@ class SpeculativeDecoder:
             for record in self.records:
                 self._observe_auto(record)
         if cut:
-            keep = len(self.tokens) if self._carried_fits() else len(self.tokens) - 1  # back to the prefill: its row again
+            keep = len(self.tokens) if self.carried_row is not None else len(self.tokens) - 1  # back to the prefill: its row again
             self.target.crop(min(len(self.target.tokens), keep))
             self.drafter.rollback(self.tokens)
         if state.hand_overs is not None:
