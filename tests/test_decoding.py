@@ -338,13 +338,13 @@ def test_building_the_record_is_outside_round_ms(kind, monkeypatch):
     import specviz.core.records as records  # the one record builder, chains and trees
 
     slow_ms = 150.0
-    to_host = records._to_host  # gathers the top-N rows and moves the record's numbers to the host
+    margins = records._margins  # every record reads its rows' margins, a plain greedy round's too (its only device part)
 
-    def slow_to_host(*args, **kwargs):
+    def slow_margins(*args, **kwargs):
         time.sleep(slow_ms / 1000.0)
-        return to_host(*args, **kwargs)
+        return margins(*args, **kwargs)
 
-    monkeypatch.setattr(records, "_to_host", slow_to_host)
+    monkeypatch.setattr(records, "_margins", slow_margins)
     dec = decoder(kind, 4, max_new=6)
     dec.run()
     assert dec.generated == plain_greedy(TableLM(0), PROMPT, 6)

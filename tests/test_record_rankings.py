@@ -9,6 +9,7 @@ import pytest
 import torch
 
 import specviz.core.decoding as decoding
+import specviz.core.records as records
 from specviz.core.decoding import DecodeConfig, SpeculativeDecoder
 from specviz.core.records import StepRecord, TokenDist
 from specviz.core.rounds import Drafted, Verified
@@ -144,3 +145,33 @@ def run(monkeypatch, kind: str, width: int, temperature: float, top_n: int) -> l
     config = DecodeConfig(num_draft_tokens=0 if kind == "none" else 4, sampling=sampling, max_new_tokens=40, top_n=top_n, tree_width=width, seed=1)
     SpeculativeDecoder(TreeTableLM(0, vocab_size=V), drafter(kind, sampling), PROMPT, config).run()
     return seen
+
+
+class TiedLM(TreeTableLM):
+    """Logits rounded to whole numbers: a row's top two often tie (margin 0), and its argmax is then the first of them."""
+
+    def logits_after(self, seq):
+        return super().logits_after(seq).round()
+
+
+@pytest.mark.parametrize("top_n", [3, 64])
+def test_a_plain_greedy_records_parts_equal_the_general_builders(monkeypatch, top_n):
+    """A plain round at temperature 0 builds its record's host parts without the device (but the margin): they must
+    equal, value for value, what the general builder gathers on the device and moves, on rows with and without ties."""
+    seen: list[tuple[StepRecord, Drafted, Verified]] = []
+    build = decoding.build_record
+
+    def keeping(ctx, drafted, verified, *args):
+        record = build(ctx, drafted, verified, *args)
+        seen.append((record, drafted, verified))
+        return record
+
+    monkeypatch.setattr(decoding, "build_record", keeping)
+    config = DecodeConfig(num_draft_tokens=0, sampling=SamplingConfig(temperature=0.0), max_new_tokens=40, top_n=top_n, seed=1)
+    SpeculativeDecoder(TiedLM(0, vocab_size=V), NoDrafter(), PROMPT, config).run()
+    assert len(seen) == 40
+    assert 0.0 in {m for r, _, _ in seen for m in r.emitted_margin}  # some rows tie
+    top = min(top_n, V)
+    for record, drafted, verified in seen:
+        general = records._to_host(records._parts(drafted, verified, [0], [], top, list(record.emitted)))
+        assert records._plain_greedy_host(verified, record.emitted[0], top) == general

@@ -2,7 +2,8 @@
 in specviz.core.metrics.
 
 ``build_record`` runs after the round's clock stopped. It gathers the record's numbers on the device, each a named
-part (``RecordParts``), and moves them to the host in one transfer; the record is then built field by field.
+part (``RecordParts``), and moves them to the host in one transfer; the record is then built field by field. A plain
+round at temperature 0 (plain decoding's every round) needs only its margin from the device: the host knows the rest.
 """
 
 from __future__ import annotations
@@ -146,7 +147,10 @@ def build_record(ctx: RoundContext, drafted: Drafted, verified: Verified, emitte
     draft_fates = tuple(f if (e > len(path) or depth[i] < e) else "discarded" for i, f in enumerate(verified.node_fates))
     rows, kids = _rows(drafted, verified, e)
     with_q, top = len(kids), min(ctx.top_n, verified.p_target.shape[-1])
-    host = _to_host(_parts(drafted, verified, rows, kids, top, emitted if ctx.greedy else None))
+    if ctx.greedy and not drafted.ids:  # a plain round at temperature 0: only its margin is on the device
+        host = _plain_greedy_host(verified, emitted[0], top)
+    else:
+        host = _to_host(_parts(drafted, verified, rows, kids, top, emitted if ctx.greedy else None))
     resampled = verified.next_fate == "resampled" and e > len(path)  # the next token's q row is the rule's residual
     width = 3 * top
     dists = tuple(
@@ -225,6 +229,19 @@ def _parts(drafted: Drafted, verified: Verified, rows: list[int], kids: list[int
         cand_q=_gather_rows([q_rows], cand).flatten(),
         cand_residual=_gather_rows([res] if drawn is None else [res, drawn], cand).flatten(),
     )
+
+
+def _plain_greedy_host(verified: Verified, token: int, top: int) -> RecordParts[list[float]]:
+    """The host parts of a plain round's record at temperature 0 (nothing drafted, one token emitted), as _to_host(_parts(...))
+    gives them, without the device: p is one-hot on the emitted token, which the rule took from p itself, so p there
+    and the draw's distribution there are 1; its row has no q and its one candidate with mass is the token (see
+    _candidates: the row's N candidates all name it, at q and residual 0). Only the margin reads the device."""
+    width = 3 * top
+    return RecordParts(
+        p_target=[], q_draft=[], accept_prob=[], uniforms=[], next_p_target=[1.0], next_dist=[1.0], overlap=[],
+        emitted_margin=_margins(verified.logits[:1], [token]).tolist(),
+        candidates=[float(token)] * width, cand_p=[1.0] * width, cand_q=[0.0] * width, cand_residual=[0.0] * width,
+    )  # fmt: skip
 
 
 def _candidates(p_rows: torch.Tensor, q_rows: torch.Tensor, res: torch.Tensor, drawn: torch.Tensor | None, top: int,

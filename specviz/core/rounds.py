@@ -114,7 +114,10 @@ def chain_rule(logits: torch.Tensor, drafted: Drafted, sampling: SamplingConfig,
     """(m+1, V) logits at the newest committed token and after each draft -> (p_target (m+1, V), the q_draft the rule
     used (m, V): the drafter's, one-hot where it has none, the Decision), all on the device: nothing is read back."""
     p_target, argmax = greedy_warp(logits) if sampling.greedy else (warp(logits, sampling), None)  # (m+1, V), (m+1,)
-    q_draft = drafted.q_draft if drafted.q_draft is not None else one_hot_q(drafted.on_device, p_target.shape[-1])  # (m, V)
+    if drafted.q_draft is not None:
+        q_draft = drafted.q_draft  # (m, V)
+    else:  # one-hot at each draft; a plain round's (0, V) is a view, no allocation
+        q_draft = one_hot_q(drafted.on_device, p_target.shape[-1]) if drafted.ids else p_target[:0]
     return p_target, q_draft, decide(p_target, q_draft, drafted.on_device, generator, greedy=sampling.greedy, argmax=argmax)
 
 

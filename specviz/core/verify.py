@@ -86,7 +86,10 @@ def decide(
     if k == 0:  # nothing drafted (plain decoding): a plain target sample; nothing to test, no residual to compute
         n = torch.zeros((), dtype=torch.long, device=p_target.device)
         next_dist, empty = p_target[0], p_target.new_zeros(0)
-        next_token = _greedy_next(next_dist, argmax, n) if greedy else draw(next_dist, generator)
+        if greedy:
+            next_token = next_dist.argmax() if argmax is None else argmax[0]
+        else:
+            next_token = draw(next_dist, generator)
         return Decision(n, next_token, empty, empty, next_dist)
     uniforms = torch.rand(k, generator=generator, device=p_target.device)
     p_x = p_target[:k].gather(1, drafted.view(-1, 1)).view(-1)
