@@ -100,13 +100,27 @@ def test_the_first_token_comes_from_the_prefill_as_generate_takes_it(kind, k):
         assert len(fed) == 9
 
 
-def test_a_drafter_reading_the_targets_rows_gets_them_from_the_first_pass():
-    """No carried row for a drafter that reads the pass's hidden rows, features or logits: the prefill leaves the
-    newest token for the first round's pass, which hands them over as every round's does."""
+def test_a_logits_reader_is_handed_each_row_once_the_carried_one_by_the_first_round():
+    """The prefill keeps the newest token's row (carried) for a drafter that reads the pass's logits too: it is handed
+    every prompt row but that one, then each round hands over its pass (the newest token's row, then each draft's),
+    the first round's beginning with the carried row. Each row reaches the drafter once, as it did when the first
+    round's pass fed the newest token itself."""
     from specviz.drafters.recycle import RecycleDrafter
 
-    dec = SpeculativeDecoder(TableLM(0), RecycleDrafter(TableLM(0).vocab_size), PROMPT, DecodeConfig(num_draft_tokens=2, sampling=GREEDY))
-    assert dec.carried is None and list(dec.target.tokens) == PROMPT[:-1]
+    target = TableLM(0)
+    drafter = RecycleDrafter(target.vocab_size)
+    handed: list[tuple[int, torch.Tensor]] = []
+    observe = drafter.observe_logits
+    drafter.observe_logits = lambda ids, logits: handed.extend(zip(ids, logits)) or observe(ids, logits)  # type: ignore[method-assign]
+    dec = SpeculativeDecoder(target, drafter, PROMPT, DecodeConfig(num_draft_tokens=2, sampling=GREEDY, max_new_tokens=12))
+    assert dec.carried_row is not None and list(dec.target.tokens) == PROMPT
+    assert [t for t, _ in handed] == PROMPT[:-1]
+    run_checked(dec)
+    assert dec.generated == plain_greedy(TableLM(0), PROMPT, 12)
+    rounds = [(dec.tokens[r.context_length - 1], *r.drafted) for r in dec.records[:-1]]  # the last round's is not handed yet
+    assert [t for t, _ in handed] == PROMPT[:-1] + [t for ids in rounds for t in ids]
+    torch.testing.assert_close(handed[len(PROMPT) - 1][1], TableLM(0).logits_after(PROMPT))  # the carried row
+    assert sum(len(r.drafted) for r in dec.records) > 0
 
 
 @pytest.mark.parametrize("kind", ["model", "same", "lookup"])

@@ -128,7 +128,7 @@ class LastRowsDecoder(SpeculativeDecoder):
     """Known-bad: hands the features reader the pass's last rows, not the rows that chose the committed tokens."""
 
     def keep_for_drafter(self, newest, drafted, verified, num_emitted):
-        rows = self.target.last_hidden
+        rows = self._last_hidden()  # the round's rows, one per row of its logits (a carried round's carried row first)
         super().keep_for_drafter(newest, drafted, verified, num_emitted)
         if self.features is not None:
             start, _, tokens = self.features

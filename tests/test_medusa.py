@@ -185,7 +185,7 @@ def test_token_input_heads_round_trip_and_are_refused_without_their_weights(tiny
 @pytest.mark.parametrize("width", [1, 3])
 def test_the_observed_row_is_the_one_whose_lm_head_chose_the_newest_token(tiny_models, heads_dir, width):
     """After every round, the hidden state handed over gives, through the target's LM head, exactly the newest
-    committed token (greedy): the row head i counts from. After the prefill it is the prefill's last row."""
+    committed token (greedy): the row head i counts from. After the prefill it is the row of the token before the newest."""
     target = tiny_models["llama"]
     ids = ids_of(target, TINY_PROMPTS[1]["prompt"])
     dec = build_decoder(medusa_config(heads_dir, tree_width=width), RunModels(target), ids)

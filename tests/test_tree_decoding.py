@@ -34,9 +34,10 @@ def decoder(kind, k, width, max_new=40, eos=(), sampling=GREEDY, seed=0, scale=1
 
 def run_checked(dec: SpeculativeDecoder) -> SpeculativeDecoder:
     while not dec.done:
-        before, calls = len(dec.tokens), dec.target.extend_calls
+        before, calls, first = len(dec.tokens), dec.target.extend_calls, dec.carried_row is not None
         record = dec.step()
-        assert dec.target.extend_calls == calls + 1, "one target pass per round"
+        # one target pass per round; none for a first round that drafted nothing (the prefill computed its row)
+        assert dec.target.extend_calls == calls + (0 if first and not record.drafted else 1), "one target pass per round"
         assert dec.tokens[before:] == list(record.emitted)
         assert len(record.drafted) <= record.num_draft_tokens
         check_caches(dec)
@@ -110,3 +111,27 @@ def test_tree_width_is_validated():
         DecodeConfig(tree_width=5)
     with pytest.raises(ValueError, match="tree_width"):
         DecodeConfig(tree_width=0)
+
+
+@pytest.mark.parametrize("kind", ["ngram", "model"])
+def test_a_tree_runs_first_pass_feeds_only_its_tree_under_the_carried_row(kind):
+    """The prefill cached the newest token and kept its row: the first tree hangs under the cache, its root's children
+    following the newest token, and the pass feeds only the nodes. The tokens stay plain greedy's."""
+    dec = decoder(kind, 6, 2, max_new=12)
+    assert dec.carried_row is not None and list(dec.target.tokens) == PROMPT
+    fed: list[tuple[int, ...]] = []
+    extend_tree = dec.target.extend_tree
+    dec.target.extend_tree = lambda ids, parents: fed.append(tuple(parents)) or extend_tree(ids, parents)  # type: ignore[method-assign]
+    first = dec.step()
+    assert first.is_tree and fed == [first.tree_parents]  # the nodes alone, the root's children at -1 (the cache)
+    run_checked(dec)
+    assert dec.generated == plain_greedy(TableLM(0), PROMPT, 12)
+
+
+def test_a_tree_round_takes_the_newest_token_pending_or_carried_not_both():
+    dec = decoder("model", 4, 2)
+    drafted = dec.draft(4)
+    with pytest.raises(ValueError, match="pending or its row carried"):
+        dec.round.verify([PROMPT[-1]], drafted, dec.generator, dec.carried_row)
+    with pytest.raises(ValueError, match="pending or its row carried"):
+        dec.round.verify([], drafted, dec.generator)

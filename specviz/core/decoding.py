@@ -20,7 +20,7 @@ import logging
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from typing import cast
+from typing import NamedTuple, cast
 
 import torch
 
@@ -47,6 +47,14 @@ from specviz.core.verify import EmitFate
 
 PREFILL_CHUNK = 256  # a logits reader's prefill: rows of (chunk, V) logits at a time, not (prompt, V) at once
 logger = logging.getLogger(__name__)
+
+
+class Carried(NamedTuple):
+    """The newest committed token's row, computed by the prefill (SpeculativeDecoder._start)."""
+
+    length: int  # committed tokens when it was computed: it serves while the cache holds exactly these
+    logits: torch.Tensor  # (1, V)
+    hidden: torch.Tensor | None  # (1, H) its hidden state, for a drafter that reads the target's hidden rows
 
 
 @dataclass(frozen=True)
@@ -138,47 +146,43 @@ class SpeculativeDecoder:
         self.hidden: torch.Tensor | None = None  # (H,) the newest committed token's hidden row, for a drafter reading it
         self.features: Features | None = None  # rows for a features reader, handed over at the next draft
         self.pass_logits: PassLogits | None = None  # the latest verify pass for a logits reader, handed over at the next draft
-        # (committed length, (1, V) logits): the newest token's row when the prefill computed it (see _start)
-        self.carried: tuple[int, torch.Tensor] | None = None
+        self.carried: Carried | None = None  # the newest token's row when the prefill computed it (see _start)
+        self._round_hidden: torch.Tensor | None = None  # a carried round's hidden rows, the carried one first (see verify)
         measured_ms = self._start()
         self.prefill_ms = measured_ms if prefill_ms is None else prefill_ms
 
     def _start(self) -> float:
-        """Prefill: the target caches all but the newest token, whose logits the first verify pass computes; the drafter
-        prepares and is handed what the prefill left it. Returns the ms it took.
-
-        A chain run whose drafter reads nothing of the target (plain decoding, prompt lookup, the n-gram model, a draft
-        model) prefills the newest token too and keeps its row (carried), as transformers' generate takes its first
-        token from the prefill: the first round feeds only its drafts, and a plain run saves a pass. A drafter that
-        reads the pass's hidden rows, features or logits is handed them by the first round's pass as by every other."""
+        """Prefill: the target caches every committed token and the run keeps the newest one's row (carried), as
+        transformers' generate takes its first token from the prefill: the first round feeds only its drafts (a chain,
+        or a tree whose root's children follow the cache), and a plain run saves a pass. The drafter prepares and is
+        handed what the prefill left it: the rows up to the one that chose the newest token (a reader of the pass's
+        hidden rows, features or logits is handed the carried row itself by the first round, with its pass's rows).
+        Returns the ms it took."""
         start, paused = self._clock(), paused_s()
         self.drafter.prepare(self.tokens)
-        if self._carries():
-            self.carried = (len(self.tokens), extend_last(self.target, self.tokens).view(1, -1))
-        elif len(self.tokens) > 1:
-            self.prefill(self.tokens[:-1])
-        self.observe(-1 if len(self.tokens) > 1 else None)  # the prefill's last row chose the newest token
+        row = self.prefill(self.tokens)
+        hidden = self._hidden_rows(self._last_hidden(), 1)[-1:].clone() if self.readers.hidden or self.readers.features else None  # (1, H)
+        self.carried = Carried(len(self.tokens), row, hidden)
+        self.observe(-2 if len(self.tokens) > 1 else None)  # the prefill's row that chose the newest token (none for a one-token prompt)
         self.hand_over()  # a features reader is handed the prompt's rows (EAGLE feeds them at its first draft)
         return (self._clock() - start - (paused_s() - paused)) * 1000.0  # a long prefill's waits between chunks are not its time
-
-    def _carries(self) -> bool:
-        """Whether the prefill computes the newest token's row for the first round (see _start)."""
-        r = self.readers
-        return isinstance(self.round, ChainRound) and r.hidden is None and r.features is None and r.logits is None
 
     @property
     def carried_row(self) -> torch.Tensor | None:
         """(1, V): the newest committed token's logits when the prefill computed them and the cache holds exactly the
         committed tokens (before the first round, or restored to it); else None."""
         carried = self.carried
-        return carried[1] if carried is not None and carried[0] == len(self.tokens) else None
+        return carried.logits if carried is not None and carried.length == len(self.tokens) else None
 
-    def prefill(self, ids: list[int]) -> None:
-        """Cache ids in the target. No (L, V) logits for a prompt of L tokens, unless the drafter learns from them:
-        then chunk by chunk, each handed over at once. A features reader gets every row's hidden state (start 0)."""
+    def prefill(self, ids: list[int]) -> torch.Tensor:
+        """Cache ids, every committed token, in the target -> (1, V) the newest one's logits. No (L, V) logits for a
+        prompt of L tokens, unless the drafter learns from them: then chunk by chunk, each handed over at once. A
+        features reader gets the rows' hidden states (start 0). The newest token's row chose a token not committed yet,
+        so the drafter is handed every row but that one (the first round hands it over with its pass)."""
         logits_reader = self.readers.logits
+        seen = len(ids) - 1  # the rows handed to the drafter
         if logits_reader is None:
-            extend_last(self.target, ids)
+            last = extend_last(self.target, ids).view(1, -1)
             rows = self._last_hidden() if self.readers.features else None
         else:
             kept = []
@@ -186,12 +190,16 @@ class SpeculativeDecoder:
                 if s:
                     pause_point()  # on a shared server a waiting participant's turn may go first (as extend_last's chunks)
                 chunk = ids[s : s + PREFILL_CHUNK]
-                logits_reader.observe_logits(chunk, self.target.extend(chunk))
+                logits = self.target.extend(chunk)
+                if seen > s:
+                    logits_reader.observe_logits(chunk[: seen - s], logits[: seen - s])
+                last = logits[-1:].clone()  # not a view that would keep the chunk's (T, V) rows alive
                 if self.readers.features:
                     kept.append(self._last_hidden())
             rows = torch.cat(kept) if kept else None
-        if self.readers.features:
-            self.features = (0, self._hidden_rows(rows, len(ids)), tuple(self.tokens[1 : len(ids) + 1]))
+        if self.readers.features and seen:
+            self.features = (0, self._hidden_rows(rows, len(ids))[:seen], tuple(self.tokens[1 : seen + 1]))
+        return last
 
     @property
     def generated(self) -> list[int]:
@@ -256,12 +264,17 @@ class SpeculativeDecoder:
         then the rule: for a chain all on the device, the host learning only n and the next token (one
         transfer); for a tree the tree rule (specviz.core.tree_round)."""
         pending = self.tokens[len(self.target.tokens) :]
+        self._round_hidden = None
         if pending:
             return self.round.verify(pending, drafted, self.generator)
         row = self.carried_row
         if row is None:
             raise RuntimeError("The target has cached the newest token, but no row of it was kept.")
-        return self.round.verify(pending, drafted, self.generator, row)
+        verified = self.round.verify(pending, drafted, self.generator, row)
+        hidden = cast(Carried, self.carried).hidden
+        if hidden is not None:  # the carried row's hidden state, then the pass's (when it ran): one per row of the logits
+            self._round_hidden = torch.cat([hidden, self._target_hidden()]) if drafted.ids else hidden
+        return verified
 
     def commit(self, drafted: Drafted, verified: Verified) -> tuple[list[int], list[EmitFate]]:
         """3. Commit the accepted path, then the resampled / bonus token; cut at EOS or the length limit."""
@@ -382,7 +395,12 @@ class SpeculativeDecoder:
             self.readers.hidden.observe(self.hidden)
 
     def _last_hidden(self) -> torch.Tensor | None:
-        """The target's hidden rows of its latest pass (only a drafter reading them asks: it needs a HiddenStateLM)."""
+        """The hidden rows of the latest round, one per row of its logits (a carried round's carried row first), or
+        of the prefill (only a drafter reading them asks: it needs a HiddenStateLM)."""
+        return self._round_hidden if self._round_hidden is not None else self._target_hidden()
+
+    def _target_hidden(self) -> torch.Tensor | None:
+        """The target's hidden rows of its latest pass."""
         return cast(HiddenStateLM, self.target).last_hidden
 
     def _hidden_rows(self, rows: torch.Tensor | None, need: int) -> torch.Tensor:

@@ -139,7 +139,7 @@ class ChainRound:
             logits = self.target.extend([*pending, *drafted.ids])[-(m + 1) :]  # (m+1, V)
         else:  # the newest token's row came with the prefill; row i + 1 still follows draft i
             logits = torch.cat([carried, self.target.extend(drafted.ids)]) if m else carried
-            a = 1  # the rows below index logits (no reader of the pass's hidden rows is handed a carried row)
+            a = 1  # the rows below index logits (the decoder lines the pass's hidden rows up after the carried one's)
         p_target, q_draft, decision = chain_rule(logits, drafted, self.sampling, generator)
         n, next_token = decision.outcome().tolist()  # the rule's one host transfer
         return Verified(

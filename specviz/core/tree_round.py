@@ -40,13 +40,18 @@ class TreeRound:
 
     def verify(self, pending: Sequence[int], drafted: Drafted, generator: torch.Generator, carried: torch.Tensor | None = None) -> Verified:
         """2. The committed tokens not yet cached (a chain) and the tree under the newest one, in one pass; then
-        the tree rule, which uses a one-hot q per distinct child. A tree round takes no carried row (its pass feeds
-        the newest token as the tree's root context)."""
-        if carried is not None or not pending:
-            raise ValueError("a tree round feeds the newest committed token itself; it takes no carried row")
-        a = len(pending)
-        parents = [i - 1 for i in range(a)] + [a - 1 if j < 0 else a + j for j in drafted.parents]
-        logits = self.target.extend_tree([*pending, *drafted.ids], parents)[a - 1 :]  # (m+1, V)
+        the tree rule, which uses a one-hot q per distinct child. carried (1, V): the newest token's row from the
+        prefill, which cached that token (pending is then empty): the pass feeds the tree alone, its root's children
+        following the cache, and a round that drafted nothing runs no pass."""
+        if (carried is None) == (not pending):
+            raise ValueError("a tree round needs the newest committed token pending or its row carried, not both")
+        if carried is None:
+            a = len(pending)
+            parents = [i - 1 for i in range(a)] + [a - 1 if j < 0 else a + j for j in drafted.parents]
+            logits = self.target.extend_tree([*pending, *drafted.ids], parents)[a - 1 :]  # (m+1, V)
+        else:  # row 0 is the carried row and node j's row 1 + j, as when the pass fed the newest token
+            a = 1  # the rows below index logits (the decoder lines the pass's hidden rows up after the carried one's)
+            logits = torch.cat([carried, self.target.extend_tree(drafted.ids, drafted.parents)]) if drafted.ids else carried
         p_target = warp(logits, self.sampling)  # (m+1, V)
         q_rule = tree_rule_q(drafted.as_tree(), p_target.shape[-1], p_target.device)  # (m, V)
         decision = decide_tree(p_target, drafted.ids, drafted.parents, q_rule, generator, greedy=self.sampling.greedy)
@@ -65,12 +70,14 @@ class TreeRound:
             next_row=a + decision.path[-1] if decision.path else a - 1,  # node j is pass row a + j; the root's row is a - 1
             rows=(a - 1, *(a + i for i in decision.path)),
             p_current=decision.p_current,
-            pending=a,
+            pending=len(pending),
         )
 
     def keep(self, verified: Verified) -> None:
-        """4. The target drops every node off the accepted path (the pending chain before the tree stays)."""
-        self.target.keep_path(list(range(verified.pending)) + [verified.pending + i for i in verified.path])
+        """4. The target drops every node off the accepted path (the pending chain before the tree stays); a carried
+        round that drafted nothing fed nothing."""
+        if verified.pending or verified.node_fates:
+            self.target.keep_path(list(range(verified.pending)) + [verified.pending + i for i in verified.path])
 
 
 def tree_round(target: CachedLM, drafter: Drafter, width: int, sampling: SamplingConfig) -> TreeRound | None:
