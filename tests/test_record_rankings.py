@@ -130,8 +130,8 @@ def test_a_greedy_record_ranks_no_row(monkeypatch, kind, width):
     assert sum(r.emitted_fates[-1] in ("bonus", "target") for r, _, _ in seen) > 0  # the run had rows without a q
 
 
-def run(monkeypatch, kind: str, width: int, temperature: float, top_n: int) -> list[tuple[StepRecord, Drafted, Verified]]:
-    """A toy run; every round's record with the round it was built from."""
+def keep_rounds(monkeypatch) -> list[tuple[StepRecord, Drafted, Verified]]:
+    """From now on, every round's record with the round it was built from (the list fills as the rounds run)."""
     seen: list[tuple[StepRecord, Drafted, Verified]] = []
     build = decoding.build_record
 
@@ -141,6 +141,12 @@ def run(monkeypatch, kind: str, width: int, temperature: float, top_n: int) -> l
         return record
 
     monkeypatch.setattr(decoding, "build_record", keeping)
+    return seen
+
+
+def run(monkeypatch, kind: str, width: int, temperature: float, top_n: int) -> list[tuple[StepRecord, Drafted, Verified]]:
+    """A toy run; every round's record with the round it was built from."""
+    seen = keep_rounds(monkeypatch)
     sampling = SamplingConfig(temperature=temperature)
     config = DecodeConfig(num_draft_tokens=0 if kind == "none" else 4, sampling=sampling, max_new_tokens=40, top_n=top_n, tree_width=width, seed=1)
     SpeculativeDecoder(TreeTableLM(0, vocab_size=V), drafter(kind, sampling), PROMPT, config).run()
@@ -158,15 +164,7 @@ class TiedLM(TreeTableLM):
 def test_a_plain_greedy_records_parts_equal_the_general_builders(monkeypatch, top_n):
     """A plain round at temperature 0 builds its record's host parts without the device (but the margin): they must
     equal, value for value, what the general builder gathers on the device and moves, on rows with and without ties."""
-    seen: list[tuple[StepRecord, Drafted, Verified]] = []
-    build = decoding.build_record
-
-    def keeping(ctx, drafted, verified, *args):
-        record = build(ctx, drafted, verified, *args)
-        seen.append((record, drafted, verified))
-        return record
-
-    monkeypatch.setattr(decoding, "build_record", keeping)
+    seen = keep_rounds(monkeypatch)
     config = DecodeConfig(num_draft_tokens=0, sampling=SamplingConfig(temperature=0.0), max_new_tokens=40, top_n=top_n, seed=1)
     SpeculativeDecoder(TiedLM(0, vocab_size=V), NoDrafter(), PROMPT, config).run()
     assert len(seen) == 40
