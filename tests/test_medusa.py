@@ -394,7 +394,7 @@ def test_a_resumed_medusa_run_continues_exactly(tiny_models, heads_dir, width, t
     config = medusa_config(heads_dir, tree_width=width, temperature=temperature, num_draft_tokens=4, max_new_tokens=20, seed=5)
     ids = ids_of(target, TINY_PROMPTS[2]["prompt"])
     dec, _, resumed = paused_and_resumed(config, target, ids)
-    torch.testing.assert_close(resumed.hidden, dec.hidden)  # the prefill's last row is the same row
+    torch.testing.assert_close(resumed.hidden, dec.hidden)  # the re-prefill's row that chose the newest token is the same row
     assert_same_run(resumed, config, target, ids)
 
 

@@ -4,8 +4,8 @@ for continuing exactly after the process is gone (a saved run, resumed).
 A run's future depends on four things: the committed tokens (prompt + generated), the generators' states, the
 adaptive k and whether the run finished. Everything else is derived from the committed tokens: the target's KV
 cache (re-prefilled), and every drafter's state (n-gram counts, the lookup index, a draft model's cache), which
-prepare() rebuilds from them, the hidden state Medusa heads read (the re-prefill's last row is the row that chose
-the newest committed token, the same rule as after a round: SpeculativeDecoder.observe), and an EAGLE drafter's own
+prepare() rebuilds from them, the hidden state Medusa heads read (the re-prefill's row before its last is the row
+that chose the newest committed token, the same rule as after a round: SpeculativeDecoder.observe), and an EAGLE drafter's own
 cache (rebuilt from the re-prefill's rows, each the row that chose the next committed token). So a RunState keeps
 those, plus the state of a drafter that declares one the committed tokens cannot give back (keeps_state: Token
 Recycling's table, learned from rejected drafts' rows too). In memory it also keeps what the latest pass left for
