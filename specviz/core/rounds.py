@@ -79,8 +79,8 @@ class Round(Protocol):
         """2. One target pass over the committed tokens not yet cached plus every draft, then the rule. carried (1, V):
         the newest committed token's logits when the cache holds that token already (the prefill computed its row, as
         transformers' generate takes its first token from the prefill; pending is then empty): only the drafts are
-        fed, and a plain round runs no pass. Only a chain round for a drafter that reads nothing of the target takes
-        one (SpeculativeDecoder decides)."""
+        fed, and a round that drafted nothing runs no pass. Every run's first round takes one (SpeculativeDecoder._start),
+        and so does the first round after a restore back to the prefill."""
         ...
 
     def keep(self, verified: Verified) -> None:
