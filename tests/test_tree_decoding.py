@@ -135,3 +135,25 @@ def test_a_tree_round_takes_the_newest_token_pending_or_carried_not_both():
         dec.round.verify([PROMPT[-1]], drafted, dec.generator, dec.carried_row)
     with pytest.raises(ValueError, match="pending or its row carried"):
         dec.round.verify([], drafted, dec.generator)
+
+
+@pytest.mark.parametrize("kind", ["ngram", "model"])
+def test_a_tree_runs_plain_rounds_are_chain_passes(kind):
+    """A round of a tree run that drafts nothing (k: auto's k = 0) is a plain pass: the chain's one-token extend, not a
+    tree pass with its mask over the whole context and a compaction of the cache. The tokens stay plain greedy's and
+    the cache stays the committed tokens'."""
+    dec = decoder(kind, 4, 2, max_new=24)
+    trees: list[int] = []
+    extend_tree = dec.target.extend_tree
+    dec.target.extend_tree = lambda ids, parents: trees.append(len(dec.records)) or extend_tree(ids, parents)  # type: ignore[method-assign]
+    plain = set()
+    while not dec.done:
+        dec.k = 0 if len(dec.records) % 2 else 4
+        calls = dec.target.extend_calls
+        record = dec.step()
+        if not record.drafted:
+            plain.add(record.index)
+            assert dec.target.extend_calls == calls + (record.index > 0)  # the first round's row came with the prefill
+        check_caches(dec)
+    assert plain and not plain & set(trees) and trees, (plain, trees)
+    assert dec.generated == plain_greedy(TableLM(0), PROMPT, 24)

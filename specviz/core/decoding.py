@@ -142,7 +142,8 @@ class SpeculativeDecoder:
         self.finished = False
         self.readers: Readers = readers(drafter)  # the drafter's declared capabilities, each as its protocol
         tree = tree_round(target, drafter, config.tree_width, config.sampling) if config.tree_width > 1 else None
-        self.round: Round = tree if tree is not None else ChainRound(target, drafter, config.sampling)
+        self.chain = ChainRound(target, drafter, config.sampling)  # also a tree run's rounds that draft nothing
+        self.round: Round = tree if tree is not None else self.chain
         self.hidden: torch.Tensor | None = None  # (H,) the newest committed token's hidden row, for a drafter reading it
         self.features: Features | None = None  # rows for a features reader, handed over at the next draft
         self.pass_logits: PassLogits | None = None  # the latest verify pass for a logits reader, handed over at the next draft
@@ -259,6 +260,12 @@ class SpeculativeDecoder:
         self.hand_over()
         return self.round.draft(self.tokens, k, self.draft_generator)
 
+    def shape(self, drafted: Drafted) -> Round:
+        """The round that verifies and keeps a proposal: the run's (a chain or a tree); a proposal of nothing is a plain
+        pass, the chain's (a tree run's plain round would pay a tree mask over the whole context, and a compaction of
+        its cache, for one token)."""
+        return self.round if drafted.ids else self.chain
+
     def verify(self, drafted: Drafted) -> Verified:
         """2. One target pass over the committed tokens not yet cached plus every draft (m+1 distributions),
         then the rule: for a chain all on the device, the host learning only n and the next token (one
@@ -266,11 +273,11 @@ class SpeculativeDecoder:
         pending = self.tokens[len(self.target.tokens) :]
         self._round_hidden = None
         if pending:
-            return self.round.verify(pending, drafted, self.generator)
+            return self.shape(drafted).verify(pending, drafted, self.generator)
         row = self.carried_row
         if row is None:
             raise RuntimeError("The target has cached the newest token, but no row of it was kept.")
-        verified = self.round.verify(pending, drafted, self.generator, row)
+        verified = self.shape(drafted).verify(pending, drafted, self.generator, row)
         hidden = cast(Carried, self.carried).hidden
         if hidden is not None:  # the carried row's hidden state, then the pass's (when it ran): one per row of the logits
             self._round_hidden = torch.cat([hidden, self._target_hidden()]) if drafted.ids else hidden
@@ -290,7 +297,7 @@ class SpeculativeDecoder:
         (a tree drops every node off the accepted path; nothing is recomputed); then the committed tokens before the
         newest one lead the cache, so cropping by length is enough (and costs nothing). A drafter reading hidden
         states is handed the pass's row that chose the newest token."""
-        self.round.keep(verified)
+        (self.round if verified.node_fates else self.chain).keep(verified)  # what shape() verified it with
         self.target.crop(len(self.tokens) - 1)
         self.drafter.rollback(self.tokens)
         self.observe(verified.next_row)
