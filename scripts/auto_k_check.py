@@ -5,11 +5,13 @@ For each prompt and temperature, plain decoding, k: auto and every fixed k in --
 .timed_runs.measure_setups: warm-up rotations discarded, the order shifting every rotation, so drift on a busy machine
 hits every setup alike); a setup's speed is the median tokens/s over its repeats, a cell's ratio the median over the
 category's prompts. Every setup runs the drafter at its measured-best tree width and draft vocabulary; the fixed ks are
-that setting with k swept. Every setup of a prompt and temperature runs with the same seed (SweepSpec.seed), so at
-T = 0.7 each pair samples from the same generator state. At temperature 0 auto's output must equal plain decoding's
-(exit code 1 otherwise). At T > 0 the setups sample different texts, and one that draws the end-of-text token early
-would compare its prefill-heavy tokens/s with a longer run's: there every setup ignores end-of-text and generates
---max-new-tokens tokens. --out writes the table (and the machine) as JSON.
+that setting with k swept. At temperature 0 auto's output must equal plain decoding's (exit code 1 otherwise), and
+each setup runs --repeats times. At T > 0 the setups sample different texts even from one seed (a k changes how the
+generator is drawn from, so texts part at the first rejection), and one draw's luck moves a 48-token run by 2x: each
+prompt is sampled with --seeds seeds (every setup of a seed starts from the same generator state; one timed run each)
+and a setup's speed is its median over those texts. One that draws the end-of-text token early would compare its
+prefill-heavy tokens/s with a longer run's: there every setup ignores end-of-text and generates --max-new-tokens
+tokens. --out writes the table (and the machine) as JSON.
 
     python scripts/auto_k_check.py          # every one-model drafter (n-gram, lookup, early exit, Medusa, EAGLE, recycle),
                                             # every category, T = 0 and 0.7, 2 prompts a category
@@ -61,9 +63,10 @@ GOAL_PLAIN, GOAL_BEST = 0.97, 0.95  # issue 44: auto >= 0.97x plain decoding and
 
 
 def setups(models: SweepModels, drafter: str, ids: list[int], temperature: float, ks: list[int],
-           variants: dict[str, dict] | None = None) -> dict:  # fmt: skip
+           variants: dict[str, dict] | None = None, seed: int | None = None) -> dict:  # fmt: skip
     """name -> a factory of fresh decoders: plain decoding, k: auto, and each fixed k, at the drafter's best tree width;
-    with ``variants`` (name -> AutoCosts fields to override), also 'auto:NAME', k: auto under those costs."""
+    with ``variants`` (name -> AutoCosts fields to override), also 'auto:NAME', k: auto under those costs. Every setup
+    samples with ``seed`` (default: the sweep's)."""
     from specviz.core.auto_k import AutoK
     from specviz.runs import build_decoder
 
@@ -71,6 +74,8 @@ def setups(models: SweepModels, drafter: str, ids: list[int], temperature: float
     base = dataclasses.replace(
         models.config(drafter, best.num_draft_tokens, temperature, best.tree_width), draft_vocab=best.draft_vocab
     )
+    if seed is not None:
+        base = dataclasses.replace(base, seed=seed)
 
     def make(config: RunConfig, baseline: bool = False):
         def decoder():
@@ -162,6 +167,12 @@ def modeled_runs(factories: dict, costs) -> dict[str, dict]:
     return out
 
 
+def over_texts(per_seed: list[dict[str, dict]]) -> dict[str, dict]:
+    """A sampled prompt's modeled runs, one per seed (name -> its run) -> name -> {"speed": the median over the texts}:
+    the best fixed k is then chosen once per prompt, not per text (the luckiest of four draws would beat any policy)."""
+    return {name: {"speed": statistics.median(runs[name]["speed"] for runs in per_seed)} for name in per_seed[0]}
+
+
 def modeled_cell(drafter: str, category: str, temperature: float, per_prompt: list[dict], autos: list[str]) -> dict:
     """One cell, modeled, as cell_row: per auto setup the median over the cell's prompts of auto/plain and of
     auto/(the prompt's best fixed k), and whether it meets both goals."""
@@ -188,13 +199,16 @@ def modeled(args, models: SweepModels, target) -> int:
         variants = {name: {**o, "verify": curve} for name, o in variants.items()}
     autos = [f"{AUTO}:{name}" for name in variants]
     prompts = load_prompts(args.prompts, args.categories)
+    if args.per_category is not None:
+        prompts = first_per_category(prompts, args.per_category)
     cells: dict[tuple[str, str, float], list] = {}
+    texts: dict[tuple[str, str, float, str], list] = {}  # a sampled prompt's runs, one per seed
     differs, charged = [], {}
     for prompt in prompts:
         ids = prompt_ids(target, prompt.prompt, True, max_new_tokens=args.max_new_tokens, num_draft_tokens=16)
-        for temperature in args.temperatures:
+        for temperature, seed in [(t, s) for t in args.temperatures for s in (range(args.seeds) if t > 0 else [None])]:
             for drafter in args.drafters:
-                factories = setups(models, drafter, ids, temperature, args.ks, variants)
+                factories = setups(models, drafter, ids, temperature, args.ks, variants, seed)
                 costs = factories.pop(AUTO)().config.auto  # what auto prices rounds with: the profile's, not a variant's
                 costs = dataclasses.replace(costs, verify=curve) if curve is not None else costs
                 charged[drafter] = {
@@ -209,9 +223,14 @@ def modeled(args, models: SweepModels, target) -> int:
                         for name in autos
                         if runs[name]["generated"] != runs[PLAIN]["generated"]
                     ]
-                cells.setdefault((drafter, prompt.category, temperature), []).append(runs)
-                log.info("%s %s T=%g %r: %s", drafter, prompt.category, temperature, prompt.title,
+                if seed is None:
+                    cells.setdefault((drafter, prompt.category, temperature), []).append(runs)
+                else:
+                    texts.setdefault((drafter, prompt.category, temperature, prompt.title), []).append(runs)
+                log.info("%s %s T=%g seed %s %r: %s", drafter, prompt.category, temperature, seed, prompt.title,
                          ", ".join(f"{n} {runs[n]['speed'] / runs[PLAIN]['speed']:.2f}x" for n in [*autos, *(f"k={k}" for k in args.ks)]))  # fmt: skip
+    for (d, c, t, _), per_seed in texts.items():
+        cells.setdefault((d, c, t), []).append(over_texts(per_seed))
     rows = [modeled_cell(d, c, t, per_prompt, autos) for (d, c, t), per_prompt in cells.items()]
     summary = {name: {"meets": sum(r[name]["meets"] for r in rows), "cells": len(rows),
                       "worst_vs_plain": min(r[name]["vs_plain"] for r in rows),
@@ -267,6 +286,20 @@ def write_trace(path: str, models: SweepModels, drafters: list[str], prompts: st
     log.info("wrote %s", path)
 
 
+def timed_cell(models: SweepModels, drafter: str, ids: list[int], temperature: float, args) -> dict[str, list[RunSample]]:
+    """Every setup of one prompt and temperature, interleaved: name -> its samples. Greedy: --repeats runs of the one
+    text. Sampled: one run per seed of --seeds (after --warmup rotations on the first), each seed a text of its own
+    shared by every setup, so a setup's speed is its median over texts, not one draw's luck."""
+    if temperature == 0 or args.seeds <= 1:
+        return measure_setups(setups(models, drafter, ids, temperature, args.ks), args.repeats, args.warmup)
+    samples: dict[str, list[RunSample]] = {}
+    for seed in range(args.seeds):
+        factories = setups(models, drafter, ids, temperature, args.ks, seed=seed)
+        for name, runs in measure_setups(factories, 1, args.warmup if seed == 0 else 0).items():
+            samples.setdefault(name, []).extend(runs)
+    return samples
+
+
 def speed(samples: list[RunSample]) -> float:
     return statistics.median(s.tokens_per_s for s in samples)
 
@@ -296,11 +329,13 @@ def main() -> int:
     p.add_argument("--drafters", nargs="+", default=list(ONE_MODEL_KINDS), choices=list(ONE_MODEL_KINDS))
     p.add_argument("--categories", nargs="+", default=None, help="default: every category of the prompt file")
     p.add_argument("--prompts", default=str(DEFAULT_PROMPTS))
-    p.add_argument("--per-category", type=int, default=2, help="prompts per category (default 2)")
+    p.add_argument("--per-category", type=int, default=None, help="prompts per category (default 2; --modeled: every prompt)")
     p.add_argument("--ks", type=int, nargs="+", default=[1, 2, 4, 8], help="the fixed ks to beat (default 1 2 4 8)")
     p.add_argument("--temperatures", type=float, nargs="+", default=[0.0, 0.7])
     p.add_argument("--max-new-tokens", type=int, default=64)
-    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--repeats", type=int, default=3, help="timed runs of each greedy setup (default 3)")
+    p.add_argument("--seeds", type=int, default=5, help="T > 0: texts sampled per prompt, seeds 0..N-1, one timed run "
+                   "each (--modeled: one run each); a setup's speed is its median over them (default 5)")  # fmt: skip
     p.add_argument("--warmup", type=int, default=1)
     p.add_argument("--device", default="cpu")
     p.add_argument("--dtype", default="auto")
@@ -328,14 +363,14 @@ def main() -> int:
         machine = {"cpu": device_name(target.device), "precision": target.precision, "load": f"{load_before} -> {load_average()}"}
         write_trace(args.trace, models, args.drafters, args.prompts, args.max_new_tokens, machine)
         return 0
-    prompts = first_per_category(load_prompts(args.prompts, args.categories), args.per_category)
+    prompts = first_per_category(load_prompts(args.prompts, args.categories), args.per_category or 2)
     cells: dict[tuple[str, str, float], list] = {}
     differs = []
     for prompt in prompts:
         ids = prompt_ids(target, prompt.prompt, True, max_new_tokens=args.max_new_tokens, num_draft_tokens=16)
         for temperature in args.temperatures:
             for drafter in args.drafters:
-                samples = measure_setups(setups(models, drafter, ids, temperature, args.ks), args.repeats, args.warmup)
+                samples = timed_cell(models, drafter, ids, temperature, args)
                 if temperature == 0 and samples[AUTO][0].generated != samples[PLAIN][0].generated:
                     differs.append(f"{drafter} on {prompt.title!r}")
                 cells.setdefault((drafter, prompt.category, temperature), []).append(samples)

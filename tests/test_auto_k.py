@@ -91,6 +91,22 @@ def test_a_k_that_barely_pays_loses_to_a_plain_pass():
     assert choice.k == 0 and 1.0 < choice.next_tokens_per_pass < 1.05 and "by 5%" in choice.sentence()
 
 
+def test_longer_within_picks_the_longest_k_near_the_best():
+    """longer_within: the longest k worth at least (1 - longer_within) of the best k's tokens per pass-equivalent (the
+    model prices acceptance position by position and undervalues a long chain on copyable sampled text); the margin
+    still judges the best k, so a k that does not pay stays a plain pass."""
+    flat = VerifyCurve((1.0, 1.2, 1.3, 1.4, 1.5, 1.6, 1.7, 1.8, 1.9))
+    plain = AutoCosts(verify=flat, draft_cost=0.0, prior=(0.6,), prior_weight=1.0)
+    ev = evidence_of([(8, 3)] * 6, plain)
+    base = choose_k(plain, ev, 1, 8)
+    near = choose_k(AutoCosts(verify=flat, draft_cost=0.0, prior=(0.6,), prior_weight=1.0, longer_within=0.1), ev, 1, 8)
+    assert 0 < base.k < near.k, (base.k, near.k)
+    assert near.tokens_per_pass >= 0.9 * base.tokens_per_pass
+    hopeless = dict(verify=flat, draft_cost=0.0, prior=(0.6,), probe_every=100)
+    ev0 = Evidence(reached=(10.0,), accepted=(0.0,), plain_streak=1)
+    assert choose_k(AutoCosts(**hopeless, longer_within=0.5), ev0, 1, 8).k == 0  # nothing pays: no k, however near
+
+
 def test_a_drafted_rounds_fixed_cost_is_charged_once_a_round():
     """r, the drafter's per-round work the profile's per-token cost leaves out, moves the choice: at a prior of 0.37
     the free round drafts k = 2, a round costing 0.3 passes more drafts nothing; the reason names it."""
@@ -363,6 +379,7 @@ def test_the_page_runs_auto_by_default_and_the_inspector_says_why(local):  # noq
     (dict(verify=0.0, draft_cost=0.1), "verify cost"), (dict(verify=1.0, draft_cost=float("nan")), "drafting cost"),
     (dict(verify=1.0, draft_cost=0.1, prior=(1.5,)), "prior acceptance"), (dict(verify=1.0, draft_cost=0.1, decay=0.0), "decay"),
     (dict(verify=1.0, draft_cost=0.1, plain_decay=1.5), "plain_decay"),
+    (dict(verify=1.0, draft_cost=0.1, longer_within=1.0), "longer_within"),
 ])  # fmt: skip
 def test_bad_costs_are_clear_errors(bad, message):
     with pytest.raises(ValueError, match=message):
@@ -440,6 +457,38 @@ def test_the_modeled_check_charges_rounds_and_reads_variants():
     AutoCosts(verify=1.2, draft_cost=0.0, **old)  # every preset field is an AutoCosts field
     for preset in check["PRESETS"].values():
         AutoCosts(verify=1.2, draft_cost=0.0, **preset)
+
+
+def test_sampled_cells_are_measured_over_several_texts():
+    """At T > 0 a setup's text depends on its k (texts part at the first rejection), so one seed compares different
+    texts and the best of four fixed ks is the luckiest draw: the timed check runs every setup once per seed of
+    --seeds (the warm-up on the first only), and the modeled one takes each setup's median over the seeds before
+    choosing a prompt's best fixed k. Greedy cells keep --repeats runs of their one text."""
+    import runpy
+    from pathlib import Path
+    from types import SimpleNamespace
+
+    check = runpy.run_path(str(Path(__file__).resolve().parents[1] / "scripts" / "auto_k_check.py"), run_name="auto_k_check")
+    calls = []
+    names = ("plain", "auto", "k=1")
+
+    def fake_setups(models, drafter, ids, temperature, ks, variants=None, seed=None):
+        return {name: seed for name in names}
+
+    def fake_measure(factories, repeats, warmup):
+        calls.append((next(iter(factories.values())), repeats, warmup))
+        return {name: [SimpleNamespace(seed=seed)] * repeats for name, seed in factories.items()}
+
+    check["timed_cell"].__globals__.update(setups=fake_setups, measure_setups=fake_measure)
+    args = SimpleNamespace(ks=[1], repeats=3, warmup=1, seeds=4)
+    sampled = check["timed_cell"](None, "ngram", [1], 0.7, args)
+    assert calls == [(0, 1, 1), (1, 1, 0), (2, 1, 0), (3, 1, 0)]
+    assert [s.seed for s in sampled["auto"]] == [0, 1, 2, 3] and set(sampled) == set(names)
+    calls.clear()
+    greedy = check["timed_cell"](None, "ngram", [1], 0.0, args)
+    assert calls == [(None, 3, 1)] and len(greedy["plain"]) == 3
+    per_seed = [{"plain": {"speed": 1.0}, "k=8": {"speed": s}} for s in (4.0, 1.0, 2.0)]
+    assert check["over_texts"](per_seed) == {"plain": {"speed": 1.0}, "k=8": {"speed": 2.0}}
 
 
 def test_the_timed_check_records_autos_tokens_per_target_pass():
