@@ -47,6 +47,8 @@ import sys
 from datetime import UTC, datetime
 from pathlib import Path
 
+import torch
+
 from specviz.config import RunConfig
 from specviz.core.theory import verify_cost_at
 from specviz.drafters.specs import ONE_MODEL_KINDS, drafter_spec
@@ -167,6 +169,44 @@ def modeled_runs(factories: dict, costs) -> dict[str, dict]:
     return out
 
 
+REPLAYABLE = ("lookup", "ngram")  # drafters whose drafts depend on the committed tokens only
+
+
+def replayed_runs(factories: dict, costs) -> dict[str, dict]:
+    """--replay: each setup replayed over the one text plain decoding drew (name -> its run, as modeled_runs gives it).
+    A round drafts from the committed tokens, keeps its drafts while they equal the text's next tokens, and commits one
+    more token of the text. For a drafter whose q is one-hot on its draft (prompt lookup) that is the rule's own law:
+    the rule keeps a draft x with probability p(x) and otherwise draws from p without x, so the committed token is
+    drawn from p and equals x exactly when x is kept; for the n-gram model's sampled drafts it is an approximation (the
+    rule keeps x with probability min(1, p(x)/q(x))). Every setup meets the same texts: a paired comparison, where
+    timed and modeled runs at T > 0 compare each setup's own texts. At temperature 0 it is the run itself."""
+    plain = factories[PLAIN]()
+    plain.run()
+    text = list(plain.generated)
+    out = {PLAIN: {"generated": tuple(text), "passes": float(len(text)), "speed": 1.0, "rounds": len(text), "drafted_rounds": 0}}
+    for name, factory in factories.items():
+        if name == PLAIN:
+            continue
+        d = factory()
+        tokens, pos, passes, rounds, drafted_rounds = list(d.tokens), 0, 0.0, 0, 0
+        generator = torch.Generator().manual_seed(d.config.seed)
+        while pos < len(text):
+            room = len(text) - pos - 1
+            k = d.auto.choose(min(d.config.max_draft_tokens, room)).k if d.auto is not None else min(d.k, room)
+            drafted = [int(t) for t in d.drafter.propose(tokens, k, generator).token_ids[:k]] if k > 0 else []
+            kept = next((i for i, t in enumerate(drafted) if t != text[pos + i]), len(drafted))
+            tokens += text[pos : pos + kept + 1]
+            pos += kept + 1
+            passes += round_cost(costs, len(drafted))
+            rounds, drafted_rounds = rounds + 1, drafted_rounds + bool(drafted)
+            if d.auto is not None:
+                d.auto.observe(len(drafted), kept, len(drafted))
+            d.drafter.rollback(tokens)
+        out[name] = {"generated": tuple(text), "passes": passes, "speed": len(text) / passes, "rounds": rounds,
+                     "drafted_rounds": drafted_rounds}  # fmt: skip
+    return out
+
+
 def over_texts(per_seed: list[dict[str, dict]]) -> dict[str, dict]:
     """A sampled prompt's modeled runs, one per seed (name -> its run) -> name -> {"speed": the median over the texts}:
     the best fixed k is then chosen once per prompt, not per text (the luckiest of four draws would beat any policy)."""
@@ -198,6 +238,8 @@ def modeled(args, models: SweepModels, target) -> int:
         curve = VerifyCurve(tuple(float(x) for x in args.curve.split(",")))
         variants = {name: {**o, "verify": curve} for name, o in variants.items()}
     autos = [f"{AUTO}:{name}" for name in variants]
+    if args.replay and set(args.drafters) - set(REPLAYABLE):
+        raise SystemExit(f"--replay: only drafters whose drafts depend on the tokens alone ({', '.join(REPLAYABLE)}), please")
     prompts = load_prompts(args.prompts, args.categories)
     if args.per_category is not None:
         prompts = first_per_category(prompts, args.per_category)
@@ -216,7 +258,7 @@ def modeled(args, models: SweepModels, target) -> int:
                     "c": costs.draft_cost,
                     "r": costs.round_cost,
                 }
-                runs = modeled_runs(factories, costs)
+                runs = replayed_runs(factories, costs) if args.replay else modeled_runs(factories, costs)
                 if temperature == 0:
                     differs += [
                         f"{name} {drafter} on {prompt.title!r}"
@@ -235,7 +277,7 @@ def modeled(args, models: SweepModels, target) -> int:
     summary = {name: {"meets": sum(r[name]["meets"] for r in rows), "cells": len(rows),
                       "worst_vs_plain": min(r[name]["vs_plain"] for r in rows),
                       "worst_vs_best_fixed": min(r[name]["vs_best_fixed"] for r in rows)} for name in autos}  # fmt: skip
-    table = {"modeled": True, "settings": {k: v for k, v in vars(args).items() if k not in ("json", "out", "trace")},
+    table = {"modeled": True, "replay": bool(args.replay), "settings": {k: v for k, v in vars(args).items() if k not in ("json", "out", "trace")},
              "charged": charged, "variants": {n: {k: str(v) for k, v in o.items()} for n, o in variants.items()},
              "summary": summary, "cells": rows, "greedy_differs": differs}  # fmt: skip
     if args.out:
@@ -243,7 +285,8 @@ def modeled(args, models: SweepModels, target) -> int:
     if args.json:
         print(json.dumps(table))
     else:
-        print("modeled time (deterministic, not wall-clock): c_verify(drafted) + drafted*c + r a round, 1 a plain round")
+        print("modeled time (deterministic, not wall-clock): c_verify(drafted) + drafted*c + r a round, 1 a plain round"
+              + ("; every setup replayed over plain decoding's texts" if args.replay else ""))  # fmt: skip
         head = "".join(f" {n[len(AUTO) + 1 :][:22]:>23}" for n in autos)
         print(f"{'drafter':<10} {'category':<9} {'T':>4} {'best k':>7} {'best/plain':>10}{head}   (auto/plain auto/best)")
         for r in rows:
@@ -345,6 +388,8 @@ def main() -> int:
     p.add_argument("--modeled", action="store_true", help="time nothing: charge each run the modeled time (every prompt)")
     p.add_argument("--variant", action="append", help="--modeled: a k: auto variant (repeatable): current, f4156ce, 9e74cec, old, "
                    "'margin=0.02,probe_every=4', 'old+margin=0.02' (AutoCosts fields)")  # fmt: skip
+    p.add_argument("--replay", action="store_true", help="--modeled: replay every setup over plain decoding's texts "
+                   "(paired; n-gram and lookup only)")  # fmt: skip
     p.add_argument("--curve", help="--modeled: the verify curve c_verify(0..) to charge and to let auto price with, "
                    "'1,1.18,1.25,...' (default: the profile's)")  # fmt: skip
     args = p.parse_args()
@@ -357,7 +402,8 @@ def main() -> int:
     spec = SweepSpec(drafters=tuple(args.drafters), ks=tuple(args.ks), temperatures=tuple(args.temperatures), max_new_tokens=args.max_new_tokens,
                      repeats=args.repeats, warmup=args.warmup)  # fmt: skip
     models = SweepModels(target, spec).resolved()
-    if args.modeled:
+    if args.modeled or args.replay:
+        args.modeled = True
         return modeled(args, models, target)
     if args.trace:
         machine = {"cpu": device_name(target.device), "precision": target.precision, "load": f"{load_before} -> {load_average()}"}

@@ -491,6 +491,35 @@ def test_sampled_cells_are_measured_over_several_texts():
     assert check["over_texts"](per_seed) == {"plain": {"speed": 1.0}, "k=8": {"speed": 2.0}}
 
 
+def test_the_replay_is_the_run_itself_at_temperature_0_and_pairs_the_texts_when_sampled():
+    """--replay: every setup replays the text plain decoding drew, keeping drafts while they equal it. Greedy, that is
+    each setup's own run (the engine's rounds, charged the same modeled time); sampled, every setup meets plain
+    decoding's text, so auto and each fixed k are compared on the same texts."""
+    import runpy
+    from pathlib import Path
+
+    check = runpy.run_path(str(Path(__file__).resolve().parents[1] / "scripts" / "auto_k_check.py"), run_name="auto_k_check")
+    costs = AutoCosts(verify=CPU_LIKE, draft_cost=0.0, prior=(0.5,))
+    prompt = [1, 2, 3, 4, 5, 1, 2, 3, 4, 5, 1, 2]
+
+    def factories(sampling: SamplingConfig) -> dict:
+        def make(k: int, auto: AutoCosts | None = None):
+            config = DecodeConfig(num_draft_tokens=k, sampling=sampling, seed=3, max_new_tokens=30, auto=auto, max_draft_tokens=8)
+            return lambda: SpeculativeDecoder(BigramLM(sharpness=0.5), PromptLookupDrafter(3), prompt, config)
+
+        return {"plain": make(0), "auto": make(4, costs), "k=2": make(2), "k=8": make(8)}
+
+    greedy = factories(SamplingConfig())
+    replayed, engine = check["replayed_runs"](greedy, costs), check["modeled_runs"](greedy, costs)
+    for name in ("auto", "k=2", "k=8"):
+        assert replayed[name]["passes"] == pytest.approx(engine[name]["passes"]), name
+        assert replayed[name]["rounds"] == engine[name]["rounds"] and replayed[name]["generated"] == engine[name]["generated"]
+    assert any(engine[n]["drafted_rounds"] for n in ("auto", "k=2", "k=8"))  # the text is copyable: drafts were kept
+    sampled = check["replayed_runs"](factories(SamplingConfig(temperature=1.0)), costs)
+    assert len({run["generated"] for run in sampled.values()}) == 1  # one text for every setup
+    assert sampled["plain"]["speed"] == 1.0 and all(run["passes"] > 0 for run in sampled.values())
+
+
 def test_the_timed_check_records_autos_tokens_per_target_pass():
     """Each timed cell carries auto's tokens per target pass (the median over its prompts), the ceiling of an honest
     speedup: a cell whose auto / plain is above it drifted."""
