@@ -32,6 +32,12 @@ column each) overrides AutoCosts fields: 'old' (c0551ae), '9e74cec', 'f4156ce', 
 
     python scripts/auto_k_check.py --modeled --max-new-tokens 48 --variant old --variant 9e74cec --variant current
 
+--replay (modeled time too) draws plain decoding's text once per seed and replays every setup over it, keeping each
+round's drafts while they equal the text: exact for prompt lookup, an approximation for the n-gram model's sampled
+drafts (replayed_runs). Every setup then meets the same texts, so sampled cells compare policies, not draws.
+
+    python scripts/auto_k_check.py --replay --drafters lookup ngram --seeds 8 --max-new-tokens 48
+
 Numbers count only from a quiet machine: it prints the load average before and after and the CPU.
 """
 
