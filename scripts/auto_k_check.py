@@ -156,9 +156,12 @@ def _value(raw: str):
     return raw
 
 
-def round_cost(costs, drafted: int) -> float:
+def round_cost(costs, drafted: int, first: bool = False) -> float:
     """A round's modeled time in 1-token passes: c_verify(drafted) + drafted*c + r (r only when it drafted); 1.0 for a
-    plain round. The prefill is left out (every setup shares it)."""
+    plain round. A run's first round takes the newest token's row from the prefill: plain it costs nothing, drafted
+    its pass feeds the drafts alone (c_verify(drafted - 1)). The prefill is left out (every setup shares it)."""
+    if first:
+        return verify_cost_at(costs.verify, drafted - 1) + drafted * costs.draft_cost + costs.round_cost if drafted else 0.0
     return verify_cost_at(costs.verify, drafted) + drafted * costs.draft_cost + (costs.round_cost if drafted else 0.0)
 
 
@@ -168,7 +171,7 @@ def modeled_runs(factories: dict, costs) -> dict[str, dict]:
     for name, factory in factories.items():
         decoder = factory()
         decoder.run()
-        passes = sum(round_cost(costs, r.num_drafted) for r in decoder.records)
+        passes = max(sum(round_cost(costs, r.num_drafted, i == 0) for i, r in enumerate(decoder.records)), 1.0)
         ks = [r.num_draft_tokens for r in decoder.records]
         out[name] = {"generated": tuple(decoder.generated), "passes": passes, "speed": len(decoder.generated) / passes,
                      "rounds": len(ks), "drafted_rounds": sum(r.num_drafted > 0 for r in decoder.records)}  # fmt: skip
@@ -189,7 +192,8 @@ def replayed_runs(factories: dict, costs) -> dict[str, dict]:
     plain = factories[PLAIN]()
     plain.run()
     text = list(plain.generated)
-    out = {PLAIN: {"generated": tuple(text), "passes": float(len(text)), "speed": 1.0, "rounds": len(text), "drafted_rounds": 0}}
+    passes = max(len(text) - 1.0, 1.0)  # its first token came from the prefill (a one-token text: one pass, not none)
+    out = {PLAIN: {"generated": tuple(text), "passes": passes, "speed": len(text) / passes, "rounds": len(text), "drafted_rounds": 0}}
     for name, factory in factories.items():
         if name == PLAIN:
             continue
@@ -198,16 +202,18 @@ def replayed_runs(factories: dict, costs) -> dict[str, dict]:
         generator = torch.Generator().manual_seed(d.config.seed)
         while pos < len(text):
             room = len(text) - pos - 1
-            k = d.auto.choose(min(d.config.max_draft_tokens, room)).k if d.auto is not None else min(d.k, room)
+            free = rounds == 0  # the engine's first round takes its row from the prefill
+            k = d.auto.choose(min(d.config.max_draft_tokens, room), free).k if d.auto is not None else min(d.k, room)
             drafted = [int(t) for t in d.drafter.propose(tokens, k, generator).token_ids[:k]] if k > 0 else []
             kept = next((i for i, t in enumerate(drafted) if t != text[pos + i]), len(drafted))
             tokens += text[pos : pos + kept + 1]
             pos += kept + 1
-            passes += round_cost(costs, len(drafted))
+            passes += round_cost(costs, len(drafted), free)
             rounds, drafted_rounds = rounds + 1, drafted_rounds + bool(drafted)
             if d.auto is not None:
                 d.auto.observe(len(drafted), kept, len(drafted))
             d.drafter.rollback(tokens)
+        passes = max(passes, 1.0)
         out[name] = {"generated": tuple(text), "passes": passes, "speed": len(text) / passes, "rounds": rounds,
                      "drafted_rounds": drafted_rounds}  # fmt: skip
     return out

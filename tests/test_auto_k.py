@@ -132,6 +132,24 @@ def test_the_first_round_probes_small_when_the_prior_says_no():
     assert choose_k(hopeless, Evidence((1.0,), (0.0,), plain_streak=500), 1, 8).k == 0
 
 
+def test_the_first_rounds_probe_waits_while_its_plain_pass_is_free():
+    """A run's first round takes its token from the prefill's row when it drafts nothing (no pass at all), so a probe
+    there costs a whole pass where one round later it costs a wider pass's difference: the first-round probe waits one
+    round. A k that pays on the prior alone is still drafted at once (the default example's first Step drafts)."""
+    costs = AutoCosts(verify=CPU_LIKE, draft_cost=0.02, prior=(0.2,))  # no k pays on the prior: a first-round probe
+    assert choose_k(costs, Evidence(), 1, 8).probe  # control: a round whose plain pass costs one
+    assert choose_k(costs, Evidence(), 1, 8, free_plain=True).k == 0
+    after = observe(costs, Evidence(), 0, 0, 0)  # that free plain round
+    assert choose_k(costs, after, 1, 8).probe and choose_k(costs, after, 1, 8).k == 1
+    paying = AutoCosts(verify=CPU_LIKE, draft_cost=0.02, prior=(0.8,))
+    assert choose_k(paying, Evidence(), 1, 8, free_plain=True).k > 0
+    assert choose_k(AutoCosts(verify=CPU_LIKE, draft_cost=0.02, prior=(0.2,), probe_free=True), Evidence(), 1, 8, free_plain=True).probe
+    dec = SpeculativeDecoder(BigramLM(), ModelDrafter(TableLM(0, noise=2.0), SamplingConfig()), PROMPT,
+                             DecodeConfig(max_new_tokens=6, num_draft_tokens=4, auto=costs))  # fmt: skip
+    first, second = dec.step(), dec.step()
+    assert first.num_drafted == 0 and second.k_choice is not None and second.k_choice.probe and second.num_drafted == 1
+
+
 def test_probes_back_off_and_start_again_after_a_kept_draft():
     """Each probe that keeps nothing doubles the wait for the next (4, 8, 16, 32, then 32 again); a round that keeps a
     draft starts the count again."""
@@ -447,6 +465,8 @@ def test_the_modeled_check_charges_rounds_and_reads_variants():
     check = runpy.run_path(str(Path(__file__).resolve().parents[1] / "scripts" / "auto_k_check.py"), run_name="auto_k_check")
     costs = AutoCosts(verify=VerifyCurve((1.0, 1.2, 1.3)), draft_cost=0.1, round_cost=0.05)
     assert check["round_cost"](costs, 0) == 1.0 and check["round_cost"](costs, 2) == pytest.approx(1.3 + 0.2 + 0.05)
+    # a run's first round: plain, its token comes from the prefill's row; drafted, the pass feeds the drafts alone
+    assert check["round_cost"](costs, 0, True) == 0.0 and check["round_cost"](costs, 2, True) == pytest.approx(1.2 + 0.2 + 0.05)
     name, old = check["parse_variant"]("old+margin=0.02")
     assert name == "old+margin=0.02" and old["margin"] == 0.02 and old["probe_k"] == "prior" and old["decay"] == 0.9
     assert check["parse_variant"]("probe_every=4,probe_k=best,probe_first=false")[1] == {
@@ -517,7 +537,8 @@ def test_the_replay_is_the_run_itself_at_temperature_0_and_pairs_the_texts_when_
     assert any(engine[n]["drafted_rounds"] for n in ("auto", "k=2", "k=8"))  # the text is copyable: drafts were kept
     sampled = check["replayed_runs"](factories(SamplingConfig(temperature=1.0)), costs)
     assert len({run["generated"] for run in sampled.values()}) == 1  # one text for every setup
-    assert sampled["plain"]["speed"] == 1.0 and all(run["passes"] > 0 for run in sampled.values())
+    assert sampled["plain"]["passes"] == len(sampled["plain"]["generated"]) - 1  # the first token: the prefill's
+    assert all(run["passes"] > 0 for run in sampled.values())
 
 
 def test_the_timed_check_records_autos_tokens_per_target_pass():

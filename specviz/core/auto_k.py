@@ -37,7 +37,11 @@ same worst auto / plain (0.97x); evidence fading back to the prior during plain 
 code cells but fell below plain decoding on prose (23 of 40), and backing off once at most (max_backoff 1) 25 of 40.
 At T = 0.7, where each setup samples its own text (the check takes each setup's median over 4 seeds a prompt), taking
 the longest k worth at least 95 % of the best (longer_within 0.05) met the same 12 of 20 cells and 90 % (0.1) 10 of
-20, so the default takes the best k itself.
+20, so the default takes the best k itself. A run's first round takes its token from the prefill's row when it drafts
+nothing, with no pass at all, so the first-round probe waits one round (where it costs a wider pass's difference, not
+a whole pass): modeled with that round charged as the engine runs it, recycling (the one drafter whose prior pays for
+no k) met both goals in 2 of its 4 greedy cells over all 13 prompts instead of 0, its worst auto / plain 0.99x
+instead of 0.95x, at the price of its code cell (auto / best fixed k 0.91x -> 0.83x); probe_free=True probes there.
 """
 
 from __future__ import annotations
@@ -71,6 +75,7 @@ class AutoCosts:
     probe_first: bool = True  # probe on the first round when no k pays on the prior alone
     plain_decay: float = 1.0  # each plain round, the evidence counts this much less: it fades back toward the prior
     longer_within: float = 0.0  # pick the longest k worth at least (1 - this) of the best k's tokens per pass-equivalent
+    probe_free: bool = False  # probe on the first round even when its plain pass is free (before: it did)
 
     def __post_init__(self) -> None:
         if not isinstance(self.verify, VerifyCurve) and not (math.isfinite(self.verify) and self.verify > 0):
@@ -200,13 +205,16 @@ def probe_k(costs: AutoCosts, width: int, k_max: int, values: Sequence[float] = 
     return next((k for k in pays if k >= min(int(costs.probe_k), k_max)), 0)
 
 
-def choose_k(costs: AutoCosts, evidence: Evidence, width: int, k_max: int) -> KChoice:
+def choose_k(costs: AutoCosts, evidence: Evidence, width: int, k_max: int, free_plain: bool = False) -> KChoice:
     """The round's k from the costs and past rounds only. k = 0 when no k pays by the margin; then a probe at probe_k
-    on the first rounds (before anything was drafted) and after probe_wait plain rounds in a row."""
+    on the first rounds (before anything was drafted) and after probe_wait plain rounds in a row. free_plain: this
+    round's plain pass costs nothing (the prefill computed the newest token's row): a first-round probe waits for the
+    next round, where it costs a pass's width over plain decoding's pass instead of a whole pass."""
     k_max = max(0, min(k_max, MAX_DRAFT_TOKENS))
     acc = acceptance(costs, evidence, depth(k_max, width))
     k, values = best(acc, costs, width, k_max)
-    due = (not evidence.reached and costs.probe_first) or evidence.plain_streak >= costs.probe_wait(evidence.failed_probes)
+    first = not evidence.reached and costs.probe_first and (costs.probe_free or not free_plain)
+    due = first or evidence.plain_streak >= costs.probe_wait(evidence.failed_probes)
     probe_at = probe_k(costs, width, k_max, values) if k == 0 and due else 0
     probe = probe_at > 0
     if probe:
@@ -249,8 +257,8 @@ class AutoK:
     width: int = 1
     evidence: Evidence = field(default_factory=Evidence)
 
-    def choose(self, k_max: int) -> KChoice:
-        return choose_k(self.costs, self.evidence, self.width, k_max)
+    def choose(self, k_max: int, free_plain: bool = False) -> KChoice:
+        return choose_k(self.costs, self.evidence, self.width, k_max, free_plain)
 
     def observe(self, num_drafted: int, num_accepted: int, levels: int) -> None:
         self.evidence = observe(self.costs, self.evidence, num_drafted, num_accepted, levels)

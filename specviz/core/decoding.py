@@ -229,7 +229,8 @@ class SpeculativeDecoder:
         if self.done:
             raise RuntimeError("This run is finished; reset to start again.")
         room = self.config.max_new_tokens - len(self.generated) - 1  # a round emits up to k+1 tokens
-        choice = self.auto.choose(min(self.config.max_draft_tokens, room)) if self.auto is not None else None
+        free = self.carried_row is not None  # a plain round here takes its token from the prefill's row, no pass
+        choice = self.auto.choose(min(self.config.max_draft_tokens, room), free) if self.auto is not None else None
         k = choice.k if choice is not None else min(self.k, room)
         t0 = self._clock()
         drafted = self.draft(k)
