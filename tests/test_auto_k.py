@@ -132,20 +132,21 @@ def test_the_first_round_probes_small_when_the_prior_says_no():
     assert choose_k(hopeless, Evidence((1.0,), (0.0,), plain_streak=500), 1, 8).k == 0
 
 
-def test_the_first_rounds_probe_waits_while_its_plain_pass_is_free():
+def test_the_first_rounds_probe_can_wait_while_its_plain_pass_is_free():
     """A run's first round takes its token from the prefill's row when it drafts nothing (no pass at all), so a probe
-    there costs a whole pass where one round later it costs a wider pass's difference: the first-round probe waits one
-    round. A k that pays on the prior alone is still drafted at once (the default example's first Step drafts)."""
-    costs = AutoCosts(verify=CPU_LIKE, draft_cost=0.02, prior=(0.2,))  # no k pays on the prior: a first-round probe
-    assert choose_k(costs, Evidence(), 1, 8).probe  # control: a round whose plain pass costs one
-    assert choose_k(costs, Evidence(), 1, 8, free_plain=True).k == 0
-    after = observe(costs, Evidence(), 0, 0, 0)  # that free plain round
-    assert choose_k(costs, after, 1, 8).probe and choose_k(costs, after, 1, 8).k == 1
-    paying = AutoCosts(verify=CPU_LIKE, draft_cost=0.02, prior=(0.8,))
+    there costs a whole pass where one round later it costs a wider pass's difference: with probe_free False the
+    first-round probe waits one round. The default probes at once (the app's first Step shows a drafted round), and a
+    k that pays on the prior alone is drafted at once either way (the default example's first Step drafts)."""
+    waiting = AutoCosts(verify=CPU_LIKE, draft_cost=0.02, prior=(0.2,), probe_free=False)  # no k pays on the prior
+    assert choose_k(waiting, Evidence(), 1, 8).probe  # control: a round whose plain pass costs one
+    assert choose_k(waiting, Evidence(), 1, 8, free_plain=True).k == 0
+    after = observe(waiting, Evidence(), 0, 0, 0)  # that free plain round
+    assert choose_k(waiting, after, 1, 8).probe and choose_k(waiting, after, 1, 8).k == 1
+    paying = AutoCosts(verify=CPU_LIKE, draft_cost=0.02, prior=(0.8,), probe_free=False)
     assert choose_k(paying, Evidence(), 1, 8, free_plain=True).k > 0
-    assert choose_k(AutoCosts(verify=CPU_LIKE, draft_cost=0.02, prior=(0.2,), probe_free=True), Evidence(), 1, 8, free_plain=True).probe
+    assert choose_k(AutoCosts(verify=CPU_LIKE, draft_cost=0.02, prior=(0.2,)), Evidence(), 1, 8, free_plain=True).probe
     dec = SpeculativeDecoder(BigramLM(), ModelDrafter(TableLM(0, noise=2.0), SamplingConfig()), PROMPT,
-                             DecodeConfig(max_new_tokens=6, num_draft_tokens=4, auto=costs))  # fmt: skip
+                             DecodeConfig(max_new_tokens=6, num_draft_tokens=4, auto=waiting))  # fmt: skip
     first, second = dec.step(), dec.step()
     assert first.num_drafted == 0 and second.k_choice is not None and second.k_choice.probe and second.num_drafted == 1
 

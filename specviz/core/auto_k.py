@@ -38,10 +38,12 @@ code cells but fell below plain decoding on prose (23 of 40), and backing off on
 At T = 0.7, where each setup samples its own text (the check takes each setup's median over 4 seeds a prompt), taking
 the longest k worth at least 95 % of the best (longer_within 0.05) met the same 12 of 20 cells and 90 % (0.1) 10 of
 20, so the default takes the best k itself. A run's first round takes its token from the prefill's row when it drafts
-nothing, with no pass at all, so the first-round probe waits one round (where it costs a wider pass's difference, not
-a whole pass): modeled with that round charged as the engine runs it, recycling (the one drafter whose prior pays for
-no k) met both goals in 2 of its 4 greedy cells over all 13 prompts instead of 0, its worst auto / plain 0.99x
-instead of 0.95x, at the price of its code cell (auto / best fixed k 0.91x -> 0.83x); probe_free=True probes there.
+nothing, with no pass at all; probe_free=False makes the first-round probe wait one round (where it costs a wider
+pass's difference, not a whole pass): modeled with that round charged as the engine runs it, recycling (the one
+drafter whose prior pays for no k) met both goals in 2 of its 4 greedy cells over all 13 prompts instead of 0, its
+worst auto / plain 0.99x instead of 0.95x, at the price of its code cell (auto / best fixed k 0.91x -> 0.83x). Not the
+default: a recycling run's first Step in the app would then draft nothing (the step-through page's first Step shows a
+drafted round, issue 43).
 """
 
 from __future__ import annotations
@@ -75,7 +77,7 @@ class AutoCosts:
     probe_first: bool = True  # probe on the first round when no k pays on the prior alone
     plain_decay: float = 1.0  # each plain round, the evidence counts this much less: it fades back toward the prior
     longer_within: float = 0.0  # pick the longest k worth at least (1 - this) of the best k's tokens per pass-equivalent
-    probe_free: bool = False  # probe on the first round even when its plain pass is free (before: it did)
+    probe_free: bool = True  # probe on the first round even when its plain pass is free (False: wait a round)
 
     def __post_init__(self) -> None:
         if not isinstance(self.verify, VerifyCurve) and not (math.isfinite(self.verify) and self.verify > 0):
@@ -208,8 +210,9 @@ def probe_k(costs: AutoCosts, width: int, k_max: int, values: Sequence[float] = 
 def choose_k(costs: AutoCosts, evidence: Evidence, width: int, k_max: int, free_plain: bool = False) -> KChoice:
     """The round's k from the costs and past rounds only. k = 0 when no k pays by the margin; then a probe at probe_k
     on the first rounds (before anything was drafted) and after probe_wait plain rounds in a row. free_plain: this
-    round's plain pass costs nothing (the prefill computed the newest token's row): a first-round probe waits for the
-    next round, where it costs a pass's width over plain decoding's pass instead of a whole pass."""
+    round's plain pass costs nothing (the prefill computed the newest token's row): with costs.probe_free False a
+    first-round probe waits for the next round, where it costs a pass's width over plain decoding's instead of a whole
+    pass."""
     k_max = max(0, min(k_max, MAX_DRAFT_TOKENS))
     acc = acceptance(costs, evidence, depth(k_max, width))
     k, values = best(acc, costs, width, k_max)
