@@ -187,10 +187,12 @@ def best(acc: Sequence[float], costs: AutoCosts, width: int, k_max: int) -> tupl
         tokens.append(tokens[-1] + reach)
     values = [1.0] + [tokens[depth(k, width)] / (verify_cost_at(costs.verify, k) + k * costs.draft_cost + costs.round_cost)
                       for k in range(1, k_max + 1)]  # fmt: skip
-    top = max(range(k_max + 1), key=lambda j: (values[j], -j))
-    if values[top] < 1.0 + costs.margin or not costs.longer_within:
-        return (top if values[top] >= 1.0 + costs.margin else 0), values
-    return max(j for j in range(top, k_max + 1) if values[j] >= (1.0 - costs.longer_within) * values[top]), values
+    k = max(range(k_max + 1), key=lambda j: (values[j], -j))
+    if values[k] < 1.0 + costs.margin:
+        return 0, values
+    if costs.longer_within:
+        k = max(j for j in range(k, k_max + 1) if values[j] >= (1.0 - costs.longer_within) * values[k])
+    return k, values
 
 
 def probe_k(costs: AutoCosts, width: int, k_max: int, values: Sequence[float] = ()) -> int:

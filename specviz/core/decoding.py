@@ -229,8 +229,9 @@ class SpeculativeDecoder:
         if self.done:
             raise RuntimeError("This run is finished; reset to start again.")
         room = self.config.max_new_tokens - len(self.generated) - 1  # a round emits up to k+1 tokens
-        free = self.carried_row is not None  # a plain round here takes its token from the prefill's row, no pass
-        choice = self.auto.choose(min(self.config.max_draft_tokens, room), free) if self.auto is not None else None
+        choice = None
+        if self.auto is not None:  # carried: a plain round here takes its token from the prefill's row, no pass
+            choice = self.auto.choose(min(self.config.max_draft_tokens, room), free_plain=self.carried_row is not None)
         k = choice.k if choice is not None else min(self.k, room)
         t0 = self._clock()
         drafted = self.draft(k)
@@ -261,11 +262,11 @@ class SpeculativeDecoder:
         self.hand_over()
         return self.round.draft(self.tokens, k, self.draft_generator)
 
-    def shape(self, drafted: Drafted) -> Round:
-        """The round that verifies and keeps a proposal: the run's (a chain or a tree); a proposal of nothing is a plain
-        pass, the chain's (a tree run's plain round would pay a tree mask over the whole context, and a compaction of
-        its cache, for one token)."""
-        return self.round if drafted.ids else self.chain
+    def shape(self, drafted: bool) -> Round:
+        """The round that verifies and keeps a proposal: the run's (a chain or a tree) when it drafted anything; a
+        proposal of nothing is a plain pass, the chain's (a tree run's plain round would pay a tree mask over the whole
+        context, and a compaction of its cache, for one token)."""
+        return self.round if drafted else self.chain
 
     def verify(self, drafted: Drafted) -> Verified:
         """2. One target pass over the committed tokens not yet cached plus every draft (m+1 distributions),
@@ -274,11 +275,11 @@ class SpeculativeDecoder:
         pending = self.tokens[len(self.target.tokens) :]
         self._round_hidden = None
         if pending:
-            return self.shape(drafted).verify(pending, drafted, self.generator)
+            return self.shape(bool(drafted.ids)).verify(pending, drafted, self.generator)
         row = self.carried_row
         if row is None:
             raise RuntimeError("The target has cached the newest token, but no row of it was kept.")
-        verified = self.shape(drafted).verify(pending, drafted, self.generator, row)
+        verified = self.shape(bool(drafted.ids)).verify(pending, drafted, self.generator, row)
         hidden = cast(Carried, self.carried).hidden
         if hidden is not None:  # the carried row's hidden state, then the pass's (when it ran): one per row of the logits
             self._round_hidden = torch.cat([hidden, self._target_hidden()]) if drafted.ids else hidden
@@ -298,7 +299,7 @@ class SpeculativeDecoder:
         (a tree drops every node off the accepted path; nothing is recomputed); then the committed tokens before the
         newest one lead the cache, so cropping by length is enough (and costs nothing). A drafter reading hidden
         states is handed the pass's row that chose the newest token."""
-        (self.round if verified.node_fates else self.chain).keep(verified)  # what shape() verified it with
+        self.shape(bool(verified.node_fates)).keep(verified)  # the round that verified it (a fate per drafted node)
         self.target.crop(len(self.tokens) - 1)
         self.drafter.rollback(self.tokens)
         self.observe(verified.next_row)
