@@ -209,9 +209,9 @@ def replayed_runs(factories: dict, costs) -> dict[str, dict]:
             tokens += text[pos : pos + kept + 1]
             pos += kept + 1
             passes += round_cost(costs, len(drafted), free)
-            rounds, drafted_rounds = rounds + 1, drafted_rounds + bool(drafted)
             if d.auto is not None:
-                d.auto.observe(len(drafted), kept, len(drafted))
+                d.auto.observe(len(drafted), kept, len(drafted), opening=free)
+            rounds, drafted_rounds = rounds + 1, drafted_rounds + bool(drafted)
             d.drafter.rollback(tokens)
         passes = max(passes, 1.0)
         out[name] = {"generated": tuple(text), "passes": passes, "speed": len(text) / passes, "rounds": rounds,

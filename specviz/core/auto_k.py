@@ -78,6 +78,8 @@ class AutoCosts:
     plain_decay: float = 1.0  # each plain round, the evidence counts this much less: it fades back toward the prior
     longer_within: float = 0.0  # pick the longest k worth at least (1 - this) of the best k's tokens per pass-equivalent
     probe_free: bool = True  # probe on the first round even when its plain pass is free (False: wait a round)
+    opening_evidence: bool = False  # count a run's first round as evidence (False: its drafts guess the answer's
+    # opening from the prompt's end, which the drafters that read the target keep almost never: docs/engine.md)
 
     def __post_init__(self) -> None:
         if not isinstance(self.verify, VerifyCurve) and not (math.isfinite(self.verify) and self.verify > 0):
@@ -234,11 +236,16 @@ def choose_k(costs: AutoCosts, evidence: Evidence, width: int, k_max: int, free_
                    round_cost=costs.round_cost, margin=costs.margin)  # fmt: skip
 
 
-def observe(costs: AutoCosts, evidence: Evidence, num_drafted: int, num_accepted: int, levels: int) -> Evidence:
+def observe(costs: AutoCosts, evidence: Evidence, num_drafted: int, num_accepted: int, levels: int, opening: bool = False) -> Evidence:
     """Evidence after a round that drafted num_drafted tokens over ``levels`` positions (a chain: num_drafted; a tree:
     its depth) and accepted num_accepted of them along one path. A round that drafted nothing adds to the plain streak.
     A drafted round after plain rounds (a probe, or prompt lookup finding a match again) that keeps nothing counts as
-    a failed probe; any round that keeps a draft clears the count."""
+    a failed probe; any round that keeps a draft clears the count. opening: the run's first round, whose drafts guess
+    the answer's first tokens from the prompt's end; unless costs.opening_evidence, it counts as drafted (no second
+    first-round probe) but leaves the acceptance at the prior: Medusa and token recycling kept 0 of 39 such drafts
+    at T = 0.7 where their later rounds keep 26-31 % (docs/engine.md)."""
+    if opening and num_drafted and levels and not costs.opening_evidence:
+        return Evidence((0.0,) * levels, (0.0,) * levels, 0, evidence.failed_probes)
     if num_drafted == 0 or levels == 0:
         fade = costs.plain_decay
         reached, accepted = (evidence.reached, evidence.accepted) if fade == 1.0 else (
@@ -265,5 +272,5 @@ class AutoK:
     def choose(self, k_max: int, free_plain: bool = False) -> KChoice:
         return choose_k(self.costs, self.evidence, self.width, k_max, free_plain)
 
-    def observe(self, num_drafted: int, num_accepted: int, levels: int) -> None:
-        self.evidence = observe(self.costs, self.evidence, num_drafted, num_accepted, levels)
+    def observe(self, num_drafted: int, num_accepted: int, levels: int, opening: bool = False) -> None:
+        self.evidence = observe(self.costs, self.evidence, num_drafted, num_accepted, levels, opening)

@@ -248,13 +248,14 @@ class SpeculativeDecoder:
         record = build_record(context, drafted, verified, emitted, fates, RoundTimes(t0, t1, t2, t3))
         self.records.append(record)
         self.k = next_k(self.k, record.num_drafted, record.num_accepted, self.config)
-        self._observe_auto(record)
+        self._observe_auto(record, opening=len(self.records) == 1)
         return record
 
-    def _observe_auto(self, record: StepRecord) -> None:
-        """Fold a round into auto's evidence: what it drafted, over how many positions, and how many it kept."""
+    def _observe_auto(self, record: StepRecord, opening: bool) -> None:
+        """Fold a round into auto's evidence: what it drafted, over how many positions, and how many it kept (opening:
+        the run's first round, drafted from the prompt's end)."""
         if self.auto is not None:
-            self.auto.observe(record.num_drafted, record.num_accepted, draft_depth(record))
+            self.auto.observe(record.num_drafted, record.num_accepted, draft_depth(record), opening)
 
     def draft(self, k: int) -> Drafted:
         """1. What the last pass left for the drafter (hand_over), then up to k drafted tokens (a chain, or a tree of
@@ -376,8 +377,8 @@ class SpeculativeDecoder:
         self.k = min(state.k, self.config.max_draft_tokens) if self.config.adaptive_k else state.k  # a ceiling lowered since a save holds
         if self.auto is not None:  # auto's evidence is derived from the records, so a saved state needs nothing more
             self.auto = AutoK(self.auto.costs, self.auto.width)
-            for record in self.records:
-                self._observe_auto(record)
+            for i, record in enumerate(self.records):
+                self._observe_auto(record, opening=i == 0)
         if cut:
             keep = len(self.tokens) if self.carried_row is not None else len(self.tokens) - 1  # back to the prefill: its row again
             self.target.crop(min(len(self.target.tokens), keep))
