@@ -10,7 +10,7 @@ from dataclasses import replace
 import pytest
 
 from specviz.core.auto_k import AutoCosts, Evidence, acceptance, choose_k, observe
-from specviz.core.decoding import DecodeConfig, SpeculativeDecoder
+from specviz.core.decoding import DecodeConfig, SpeculativeDecoder, resume
 from specviz.core.sampling import SamplingConfig
 from specviz.core.theory import VerifyCurve
 from specviz.drafters import ModelDrafter, NGramDrafter, PromptLookupDrafter
@@ -175,6 +175,7 @@ def test_the_opening_rounds_drafts_do_not_count_as_the_texts_acceptance():
     dec = SpeculativeDecoder(BigramLM(), ModelDrafter(TableLM(0, noise=2.0), SamplingConfig()), PROMPT, config)
     first = dec.step()
     assert first.num_drafted > 0 and set(dec.auto.evidence.reached) == {0.0}  # drafted, not counted
+    opened_only = dec.auto.evidence
     saved = dec.state()
     dec.step(), dec.step()
     live = dec.auto.evidence
@@ -186,6 +187,10 @@ def test_the_opening_rounds_drafts_do_not_count_as_the_texts_acceptance():
     assert dec.auto.evidence == live
     dec.restore(after_two)
     assert dec.auto.evidence == live  # rebuilt from the records, the first one marked as the opening
+    drafter = ModelDrafter(TableLM(0, noise=2.0), SamplingConfig())
+    resumed = resume(BigramLM(), drafter, PROMPT, dec.generated, dec.records, config, dec.state())
+    assert resumed.auto.evidence == live  # a saved run continued: the same evidence
+    assert SpeculativeDecoder(BigramLM(), drafter, PROMPT, config, records=dec.records[:1]).auto.evidence == opened_only
 
 
 def test_probes_back_off_and_start_again_after_a_kept_draft():

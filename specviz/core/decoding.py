@@ -137,8 +137,7 @@ class SpeculativeDecoder:
         self._devices = {self.device, draft_device}
         self.k = config.num_draft_tokens
         self.auto = None if config.auto is None or config.num_draft_tokens == 0 else AutoK(config.auto, config.tree_width)
-        for record in self.records:  # a continued run: auto's evidence from the rounds it already has
-            self._observe_auto(record)
+        self._replay_auto()  # a continued run: auto's evidence from the rounds it already has
         self.finished = False
         self.readers: Readers = readers(drafter)  # the drafter's declared capabilities, each as its protocol
         tree = tree_round(target, drafter, config.tree_width, config.sampling) if config.tree_width > 1 else None
@@ -250,6 +249,11 @@ class SpeculativeDecoder:
         self.k = next_k(self.k, record.num_drafted, record.num_accepted, self.config)
         self._observe_auto(record, opening=len(self.records) == 1)
         return record
+
+    def _replay_auto(self) -> None:
+        """Fold every record this run holds into auto's evidence, in order, the first as the run's opening round."""
+        for i, record in enumerate(self.records):
+            self._observe_auto(record, opening=i == 0)
 
     def _observe_auto(self, record: StepRecord, opening: bool) -> None:
         """Fold a round into auto's evidence: what it drafted, over how many positions, and how many it kept (opening:
@@ -377,8 +381,7 @@ class SpeculativeDecoder:
         self.k = min(state.k, self.config.max_draft_tokens) if self.config.adaptive_k else state.k  # a ceiling lowered since a save holds
         if self.auto is not None:  # auto's evidence is derived from the records, so a saved state needs nothing more
             self.auto = AutoK(self.auto.costs, self.auto.width)
-            for i, record in enumerate(self.records):
-                self._observe_auto(record, opening=i == 0)
+            self._replay_auto()
         if cut:
             keep = len(self.tokens) if self.carried_row is not None else len(self.tokens) - 1  # back to the prefill: its row again
             self.target.crop(min(len(self.target.tokens), keep))
