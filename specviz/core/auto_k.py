@@ -245,7 +245,8 @@ def observe(costs: AutoCosts, evidence: Evidence, num_drafted: int, num_accepted
     first-round probe) but leaves the acceptance at the prior: Medusa and token recycling kept 0 of 39 such drafts
     at T = 0.7 where their later rounds keep 26-31 % (docs/engine.md)."""
     if opening and num_drafted and levels and not costs.opening_evidence:
-        return Evidence((0.0,) * levels, (0.0,) * levels, 0, evidence.failed_probes)
+        return Evidence((0.0,) * levels, (0.0,) * levels, 0, evidence.failed_probes)  # positions reached 0 times: the
+        # prior's, while a non-empty `reached` tells choose_k the first-round probe is spent
     if num_drafted == 0 or levels == 0:
         fade = costs.plain_decay
         reached, accepted = (evidence.reached, evidence.accepted) if fade == 1.0 else (

@@ -251,9 +251,11 @@ class SpeculativeDecoder:
         return record
 
     def _replay_auto(self) -> None:
-        """Fold every record this run holds into auto's evidence, in order, the first as the run's opening round."""
-        for i, record in enumerate(self.records):
-            self._observe_auto(record, opening=i == 0)
+        """Auto's evidence afresh from every record this run holds, in order, the first as the run's opening round."""
+        if self.auto is not None:
+            self.auto = AutoK(self.auto.costs, self.auto.width)
+            for i, record in enumerate(self.records):
+                self._observe_auto(record, opening=i == 0)
 
     def _observe_auto(self, record: StepRecord, opening: bool) -> None:
         """Fold a round into auto's evidence: what it drafted, over how many positions, and how many it kept (opening:
@@ -379,9 +381,7 @@ class SpeculativeDecoder:
         del self.records[state.num_rounds :]
         self.finished = state.finished
         self.k = min(state.k, self.config.max_draft_tokens) if self.config.adaptive_k else state.k  # a ceiling lowered since a save holds
-        if self.auto is not None:  # auto's evidence is derived from the records, so a saved state needs nothing more
-            self.auto = AutoK(self.auto.costs, self.auto.width)
-            self._replay_auto()
+        self._replay_auto()  # auto's evidence is derived from the records, so a saved state needs nothing more
         if cut:
             keep = len(self.tokens) if self.carried_row is not None else len(self.tokens) - 1  # back to the prefill: its row again
             self.target.crop(min(len(self.target.tokens), keep))
