@@ -183,6 +183,8 @@ def test_a_room_of_replicas_it_did_not_start(tmp_path, tiny_dir, redis_server):
         assert status["replicas"] == [] and [b["id"] for b in status["backends"]] == ["r1", "r2"]
         url = status["url"]
         wait_or_fail(lambda: answers_ok(f"{url}/_stcore/health"), 60, "health through the balancer", room_log)
+        # one replica up answers health; the guesses below must find both in the rotation (HAProxy logs "2 active")
+        wait_or_fail(lambda: "2 active and" in room_log.read_text(errors="replace"), 60, "both replicas up behind the balancer", room_log)
         for w in ("w1", "w2"):
             text = (tmp_path / f"{w}.log").read_text(errors="replace")
             assert "SPECVIZ_STORE is not set" not in text and "no trusted proxy" not in text, text[-2000:]
