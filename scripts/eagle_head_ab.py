@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import platform
 import statistics
 from dataclasses import asdict, replace
 
@@ -26,15 +25,8 @@ from specviz.experiments.measure import paired_ratio
 from specviz.experiments.prompts import load_prompts
 from specviz.experiments.timed_runs import BASELINE, measure_setups
 from specviz.models import encode_prompt, load_model
+from specviz.models.environment import device_name
 from specviz.runs import RunModels, build_decoder, load_target_eagle
-
-
-def cpu_name() -> str:
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as f:
-            return next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
-    except (OSError, StopIteration):
-        return platform.processor() or "unknown"
 
 
 def main() -> int:
@@ -47,8 +39,9 @@ def main() -> int:
     p.add_argument("--threads", type=int, default=2)
     args = p.parse_args()
     torch.set_num_threads(args.threads)
-    print(f"CPU {cpu_name()}; load average before {os.getloadavg()}", flush=True)
+    load_before = os.getloadavg()
     target = load_model(EMBEDDED_TARGET, "cpu", "auto")
+    print(f"{device_name(target.device)}; load average before {load_before}", flush=True)
     models = {
         h: RunModels(target, eagle=load_target_eagle(folder, target)) for h, folder in (("old", args.old), ("new", args.new))
     }
