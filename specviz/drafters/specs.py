@@ -72,7 +72,7 @@ MEASURED_BEST: dict[str, Tuning] = {
     "lookup": Tuning(8, 1, 0),  # bench_cpu.csv: worst on open text 0.79x, mean 1.41x
     "early-exit": Tuning(4, 1, 0),  # bench_cpu.csv: worst on open text 0.37x, mean 0.40x
     "medusa": Tuning(2, 1, 8192),  # drafting_cpu.json: worst on open text 1.03x, mean 1.16x
-    "eagle": Tuning(4, 2, 8192),  # drafting_eagle_cpu.json: worst on open text 0.92x, mean 0.97x
+    "eagle": Tuning(3, 1, 8192),  # drafting_eagle_cpu.json: worst on open text 0.90x, mean 0.97x
     "recycle": Tuning(4, 1, 0),  # drafting_cpu.json: worst on open text 0.93x, mean 1.06x
 }
 PRIOR_ACCEPTANCE: dict[str, float] = {  # per draft position, implied by the same runs (auto k's prior)
@@ -80,7 +80,7 @@ PRIOR_ACCEPTANCE: dict[str, float] = {  # per draft position, implied by the sam
     "lookup": 0.5,
     "early-exit": 0.48,
     "medusa": 0.37,
-    "eagle": 0.4,
+    "eagle": 0.35,
     "recycle": 0.23,
 }
 # END MEASURED_BEST
