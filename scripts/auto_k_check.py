@@ -17,6 +17,11 @@ tokens. --out writes the table (and the machine) as JSON.
                                             # every category, T = 0 and 0.7, 2 prompts a category
     python scripts/auto_k_check.py --drafters ngram --categories prose --per-category 1 --repeats 1 --max-new-tokens 16
 
+--profile PATH (repeatable) also times k: auto pricing its rounds with that profile ('auto@STEM'), interleaved with
+the rest: a profile measured on this machine (`python -m specviz profile --out PATH`) against the shipped one.
+
+    python scripts/auto_k_check.py --drafters ngram medusa --categories code --per-category 1 --profile here.json
+
 --trace PATH writes, instead of timing anything, the k auto chose round by round and the tokens each round kept, on the
 first prose and the first copying prompt, for each of --drafters (greedy): assets/auto_k_rounds_cpu.json, drawn on the
 Benchmark page (specviz.viz.bench.auto_k_rounds_figure). auto's k depends on acceptance, not on time, so a trace needs
@@ -56,6 +61,7 @@ from pathlib import Path
 import torch
 
 from specviz.config import RunConfig
+from specviz.core.profile import load_profile
 from specviz.core.theory import verify_cost_at
 from specviz.drafters.specs import ONE_MODEL_KINDS, drafter_spec
 from specviz.experiments.bench import SweepModels, SweepSpec
@@ -71,12 +77,13 @@ GOAL_PLAIN, GOAL_BEST = 0.97, 0.95  # issue 44: auto >= 0.97x plain decoding and
 
 
 def setups(models: SweepModels, drafter: str, ids: list[int], temperature: float, ks: list[int],
-           variants: dict[str, dict] | None = None, seed: int | None = None) -> dict:  # fmt: skip
+           variants: dict[str, dict] | None = None, seed: int | None = None, profiles: dict | None = None) -> dict:  # fmt: skip
     """name -> a factory of fresh decoders: plain decoding, k: auto, and each fixed k, at the drafter's best tree width;
-    with ``variants`` (name -> AutoCosts fields to override), also 'auto:NAME', k: auto under those costs. Every setup
+    with ``variants`` (name -> AutoCosts fields to override), also 'auto:NAME', k: auto under those costs; with
+    ``profiles`` (name -> CostProfile), also 'auto@NAME', k: auto pricing its rounds with that profile. Every setup
     samples with ``seed`` (default: the sweep's)."""
     from specviz.core.auto_k import AutoK
-    from specviz.runs import build_decoder
+    from specviz.runs import auto_costs, build_decoder
 
     best = drafter_spec(drafter).defaults
     base = dataclasses.replace(
@@ -104,8 +111,19 @@ def setups(models: SweepModels, drafter: str, ids: list[int], temperature: float
 
         return decoder
 
+    def priced(name: str, profile):
+        def decoder():
+            d = make(dataclasses.replace(base, auto_k=True))()
+            costs = auto_costs(base, models.run_models.target, (profile, name))
+            d.config = dataclasses.replace(d.config, auto=costs)
+            d.auto = AutoK(costs, d.auto.width)
+            return d
+
+        return decoder
+
     out = {PLAIN: make(base, baseline=True), AUTO: make(dataclasses.replace(base, auto_k=True))}
     out |= {f"{AUTO}:{name}": variant(overrides) for name, overrides in (variants or {}).items()}
+    out |= {f"{AUTO}@{name}": priced(name, profile) for name, profile in (profiles or {}).items()}
     return out | {f"k={k}": make(dataclasses.replace(base, num_draft_tokens=k)) for k in ks}
 
 
@@ -311,6 +329,10 @@ def modeled(args, models: SweepModels, target) -> int:
         for n, v in summary.items():
             print(f"{n}: {v['meets']} of {v['cells']} cells meet both goals; worst auto/plain {v['worst_vs_plain']:.2f}x, "
                   f"worst auto/best fixed {v['worst_vs_best_fixed']:.2f}x")  # fmt: skip
+        for r in rows:
+            for name, v in ((n, v) for n, v in r.items() if n.startswith(f"{AUTO}@")):
+                print(f"{r['drafter']:<10} {r['category']:<9} {r['T']:>4g} {name}: {v['vs_plain']:.2f}x plain, "
+                      f"{v['vs_best_fixed']:.2f}x the best fixed k, {v['vs_auto']:.2f}x auto")  # fmt: skip
     for d in differs:
         log.error("greedy output of k: auto differs from plain decoding: %s", d)
     return 1 if differs else 0
@@ -345,11 +367,12 @@ def timed_cell(models: SweepModels, drafter: str, ids: list[int], temperature: f
     """Every setup of one prompt and temperature, interleaved: name -> its samples. Greedy: --repeats runs of the one
     text. Sampled: one run per seed of --seeds (after --warmup rotations on the first), each seed a text of its own
     shared by every setup, so a setup's speed is its median over texts, not one draw's luck."""
+    profiles = {Path(p).stem: load_profile(p) for p in args.profile or []}
     if temperature == 0 or args.seeds <= 1:
-        return measure_setups(setups(models, drafter, ids, temperature, args.ks), args.repeats, args.warmup)
+        return measure_setups(setups(models, drafter, ids, temperature, args.ks, profiles=profiles), args.repeats, args.warmup)
     samples: dict[str, list[RunSample]] = {}
     for seed in range(args.seeds):
-        factories = setups(models, drafter, ids, temperature, args.ks, seed=seed)
+        factories = setups(models, drafter, ids, temperature, args.ks, seed=seed, profiles=profiles)
         for name, runs in measure_setups(factories, 1, args.warmup if seed == 0 else 0).items():
             samples.setdefault(name, []).extend(runs)
     return samples
@@ -372,10 +395,16 @@ def cell_row(drafter: str, category: str, temperature: float, per_prompt: list[d
         best_plain.append(fixed[best] / speed(samples[PLAIN]))
         best_ks.append(best)
         per_pass.append(statistics.median(s.stats.tokens_per_target_pass or 1.0 for s in samples[AUTO]))
-    return {"drafter": drafter, "category": category, "T": temperature, "prompts": len(per_prompt),
-            "auto_vs_plain": statistics.median(auto_plain), "auto_vs_best_fixed": statistics.median(auto_best),
-            "best_fixed_vs_plain": statistics.median(best_plain), "best_fixed": statistics.mode(best_ks),
-            "auto_tokens_per_target_pass": statistics.median(per_pass)}  # fmt: skip
+    row = {"drafter": drafter, "category": category, "T": temperature, "prompts": len(per_prompt),
+           "auto_vs_plain": statistics.median(auto_plain), "auto_vs_best_fixed": statistics.median(auto_best),
+           "best_fixed_vs_plain": statistics.median(best_plain), "best_fixed": statistics.mode(best_ks),
+           "auto_tokens_per_target_pass": statistics.median(per_pass)}  # fmt: skip
+    for name in (n for n in per_prompt[0] if n.startswith(f"{AUTO}@")):  # --profile: auto priced with another profile
+        best = [max(speed(v) for n, v in samples.items() if n.startswith("k=")) for samples in per_prompt]
+        row[name] = {"vs_plain": statistics.median(speed(s[name]) / speed(s[PLAIN]) for s in per_prompt),
+                     "vs_best_fixed": statistics.median(speed(s[name]) / b for s, b in zip(per_prompt, best, strict=True)),
+                     "vs_auto": statistics.median(speed(s[name]) / speed(s[AUTO]) for s in per_prompt)}  # fmt: skip
+    return row
 
 
 def main() -> int:
@@ -402,6 +431,8 @@ def main() -> int:
                    "'margin=0.02,probe_every=4', 'old+margin=0.02' (AutoCosts fields)")  # fmt: skip
     p.add_argument("--replay", action="store_true", help="--modeled: replay every setup over plain decoding's texts "
                    "(paired; n-gram and lookup only)")  # fmt: skip
+    p.add_argument("--profile", action="append", help="also time k: auto pricing its rounds with this profile (repeatable; "
+                   "'auto@STEM' in the table), interleaved with the rest: this machine's own against the shipped one")  # fmt: skip
     p.add_argument("--curve", help="--modeled: the verify curve c_verify(0..) to charge and to let auto price with, "
                    "'1,1.18,1.25,...' (default: the profile's)")  # fmt: skip
     args = p.parse_args()
@@ -429,8 +460,9 @@ def main() -> int:
         for temperature in args.temperatures:
             for drafter in args.drafters:
                 samples = timed_cell(models, drafter, ids, temperature, args)
-                if temperature == 0 and samples[AUTO][0].generated != samples[PLAIN][0].generated:
-                    differs.append(f"{drafter} on {prompt.title!r}")
+                if temperature == 0:
+                    differs += [f"{name} {drafter} on {prompt.title!r}" for name in samples if name.startswith(AUTO)
+                                and samples[name][0].generated != samples[PLAIN][0].generated]  # fmt: skip
                 cells.setdefault((drafter, prompt.category, temperature), []).append(samples)
                 log.info("%s %s T=%g %r: auto %.2fx plain", drafter, prompt.category, temperature, prompt.title,
                          speed(samples[AUTO]) / speed(samples[PLAIN]))  # fmt: skip
@@ -454,6 +486,10 @@ def main() -> int:
             ceiling = "!" if r["auto_vs_plain"] > r["auto_tokens_per_target_pass"] else " "
             print(f"{r['drafter']:<10} {r['category']:<9} {r['T']:>4g} {r['auto_vs_plain']:>10.2f}x {r['auto_vs_best_fixed']:>11.2f}x "
                   f"{r['best_fixed_vs_plain']:>12.2f}x {r['best_fixed']:>7} {r['auto_tokens_per_target_pass']:>13.2f}{ceiling}")  # fmt: skip
+        for r in rows:
+            for name, v in ((n, v) for n, v in r.items() if n.startswith(f"{AUTO}@")):
+                print(f"{r['drafter']:<10} {r['category']:<9} {r['T']:>4g} {name}: {v['vs_plain']:.2f}x plain, "
+                      f"{v['vs_best_fixed']:.2f}x the best fixed k, {v['vs_auto']:.2f}x auto")  # fmt: skip
     for d in differs:
         log.error("greedy output of k: auto differs from plain decoding: %s", d)
     return 1 if differs else 0

@@ -15,9 +15,11 @@ KV cache, what a shared server reserves for it (specviz.workshop.budgets)."""
 
 from __future__ import annotations
 
+import hashlib
 import itertools
 import logging
 import os
+import re
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -38,6 +40,8 @@ from specviz.drafters.specs import DraftSource, ModelSource, drafter_spec
 from specviz.models import HFCachedLM, LoadedModel, check_same_tokenizer, early_exit_view, encode_prompt, load_model
 from specviz.models.adapter import default_exit_layer, kv_bytes_per_token
 from specviz.models.eagle import EagleCache, EagleHead, EagleShape, load_eagle, logits_fn, step_fn
+from specviz.models.environment import device_name
+from specviz.models.loading import cache_root
 from specviz.models.medusa import HeadsError, MedusaHeads, head_logits_fn, load_heads, target_fingerprint
 from specviz.models.precision import FP16_WEIGHTS, pack_fp16_linears
 from specviz.models.vocab import COUNTS_FILE, ReducedHead, VocabError, draft_vocab_ids, read_token_counts
@@ -49,7 +53,7 @@ EagleOf = Callable[[str | None, LoadedModel], EagleHead]  # (head folder or None
 SHIPPED_HEADS = Path(__file__).resolve().parents[1] / "assets" / "medusa_smollm2_135m"  # for the embedded target
 SHIPPED_EAGLE = Path(__file__).resolve().parents[1] / "assets" / "eagle_smollm2_135m"  # for the embedded target
 ASSETS = Path(__file__).resolve().parents[1] / "assets"
-PROFILE_ENV = "SPECVIZ_PROFILE"  # a profile measured here (`python -m specviz profile --out PATH`), for k: auto
+PROFILE_ENV = "SPECVIZ_PROFILE"  # a profile for k: auto (`specviz profile --out PATH`), before the one --save keeps
 UNKNOWN_DRAFT_COST = 0.2  # k: auto's drafting cost per token for a drafter the profile does not time (a second model)
 # k: auto's fixed cost of a drafted round beyond the profile's per-token cost, in 1-token passes: the median over
 # assets/drafting_cpu.json's chain rows of (drafting per round - k * the profile's c), at least 0 (the n-gram model's is
@@ -334,26 +338,41 @@ def _decode_config(config: RunConfig, target: LoadedModel, seed: int | None, bas
     return replace(decode, auto=auto_costs(config, target)) if config.k_policy == "auto" else decode
 
 
-def machine_profile(device_type: str, precision: str, measured: str = "") -> tuple[CostProfile | None, str]:
-    """(the cost profile k: auto prices rounds with, where it comes from): the file at $SPECVIZ_PROFILE when set
-    (measured here), else the one shipped for this class of machine (assets/profile_cpu*.json, by precision); none
-    for a GPU (shipped profiles are CPUs')."""
-    if measured:
+def saved_profile_path(target: LoadedModel) -> Path:
+    """Where `specviz profile --save` keeps this machine's profile of this target, for k: auto: one file per target,
+    precision and device as `device_name` names it (the CPU or GPU and torch's thread count: a profile timed at one
+    thread does not price a run at two), under the cache folder."""
+    key = f"{target.name}-{target.precision}-{device_name(target.device)}"
+    readable = re.sub(r"[^A-Za-z0-9._-]+", "_", key).strip("_")[:100]
+    return cache_root() / "profiles" / f"{readable}-{hashlib.sha256(key.encode()).hexdigest()[:10]}.json"
+
+
+def machine_profile(target: LoadedModel, measured: str = "") -> tuple[CostProfile | None, str]:
+    """(the cost profile k: auto prices rounds with, where it comes from): the file at $SPECVIZ_PROFILE when set,
+    else the one `specviz profile --save` measured on this machine for this target (saved_profile_path), else the one
+    shipped for this class of machine (assets/profile_cpu*.json, by precision); none for a GPU (shipped profiles are
+    CPUs'). A file that does not load is passed over with a warning."""
+    candidates = [(measured, "measured here")] if measured else []
+    saved = saved_profile_path(target)
+    if saved.is_file():
+        candidates.append((str(saved), "measured here by specviz profile --save"))
+    for path, where in candidates:
         try:
-            return load_profile(measured), f"{Path(measured).name} (measured here)"
+            return load_profile(path), f"{Path(path).name} ({where})"
         except ValueError as exc:
-            log.warning("k: auto ignores %s=%s: %s", PROFILE_ENV, measured, exc)
-    if device_type != "cpu":
-        return None, "no GPU profile shipped: a flat verify cost"
-    name = "profile_cpu_float32.json" if precision == "float32" else "profile_cpu.json"
+            log.warning("k: auto ignores the profile %s: %s", path, exc)
+    if target.device.type != "cpu":
+        return None, "no GPU profile shipped: a flat verify cost (`specviz profile --save` measures this GPU's)"
+    name = "profile_cpu_float32.json" if target.precision == "float32" else "profile_cpu.json"
     return load_profile(ASSETS / name), f"{name} (shipped for a 2-core CPU)"
 
 
-def auto_costs(config: RunConfig, target: LoadedModel) -> AutoCosts:
+def auto_costs(config: RunConfig, target: LoadedModel, priced: tuple[CostProfile | None, str] | None = None) -> AutoCosts:
     """What k: auto weighs for this run: the machine's verify curve and the drafter's cost per token from its profile
     (the draft vocabulary's where it cuts one), and the drafter's benchmark acceptance as the prior. Without a
-    profile (a GPU): a flat verify cost, a pass being bound by reading the weights, and the CPU's drafting costs."""
-    profile, source = machine_profile(target.device.type, target.precision, os.environ.get(PROFILE_ENV, ""))
+    profile (a GPU): a flat verify cost, a pass being bound by reading the weights, and the CPU's drafting costs.
+    priced: (a profile, where it comes from) to use instead of machine_profile's (a benchmark's A/B)."""
+    profile, source = priced or machine_profile(target, os.environ.get(PROFILE_ENV, ""))
     spec = drafter_spec(config.drafter)
     costs = (profile or load_profile(ASSETS / "profile_cpu.json")).draft_cost
     key = f"{config.drafter}@{config.draft_vocab}"

@@ -383,6 +383,35 @@ def test_a_run_is_priced_with_the_machines_profile_and_the_drafters_prior(tiny_m
     assert build_decoder(RunConfig(drafter="lookup"), RunModels(target), [1, 2, 3], baseline=True).config.auto is None
 
 
+def test_a_profile_saved_by_profile_save_prices_auto_on_this_machine(tiny_models, tiny_dir, tmp_path, monkeypatch, capsys):
+    import itertools
+    import json
+
+    from specviz.cli import main
+    from specviz.config import RunConfig
+    from specviz.core.profile import load_profile
+    from specviz.runs import ASSETS, PROFILE_ENV, auto_costs, saved_profile_path
+
+    monkeypatch.setenv("SPECVIZ_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.delenv(PROFILE_ENV, raising=False)
+    target = tiny_models["llama"]
+    assert "shipped" in auto_costs(RunConfig(drafter="lookup"), target).source  # nothing saved yet
+    args = ["profile", "--target", str(tiny_dir["llama"]), "--dtype", "float32", "--max-tokens", "3", "--context", "8", "--repeats", "1"]
+    assert main(args) == 0 and not saved_profile_path(target).exists()  # measuring alone keeps nothing
+    assert main([*args, "--save"]) == 0
+    saved = saved_profile_path(target)
+    assert saved.parent == tmp_path / "cache" / "profiles" and "saved" in capsys.readouterr().err
+    costs = auto_costs(RunConfig(drafter="lookup"), target)
+    assert "profile --save" in costs.source and costs.draft_cost == load_profile(saved).draft_cost["lookup"]
+    assert costs.verify.costs[:3] == tuple(itertools.accumulate(load_profile(saved).curve.costs[:3], max))
+    assert "shipped" in auto_costs(RunConfig(drafter="lookup"), tiny_models["gpt2"]).source  # another target: not its profile
+    monkeypatch.setenv(PROFILE_ENV, str(ASSETS / "profile_cpu.json"))  # $SPECVIZ_PROFILE still comes first
+    assert "measured here)" in auto_costs(RunConfig(drafter="lookup"), target).source
+    monkeypatch.delenv(PROFILE_ENV)
+    saved.write_text(json.dumps({"schema": "not a profile"}))  # a broken file: passed over, with a warning
+    assert "shipped" in auto_costs(RunConfig(drafter="lookup"), target).source
+
+
 def test_greedy_with_auto_through_build_decoder_equals_plain_on_a_tiny_model(tiny_models):
     from specviz.config import RunConfig
     from specviz.runs import RunModels, build_decoder
@@ -535,7 +564,7 @@ def test_sampled_cells_are_measured_over_several_texts():
     calls = []
     names = ("plain", "auto", "k=1")
 
-    def fake_setups(models, drafter, ids, temperature, ks, variants=None, seed=None):
+    def fake_setups(models, drafter, ids, temperature, ks, variants=None, seed=None, profiles=None):
         return {name: seed for name in names}
 
     def fake_measure(factories, repeats, warmup):
@@ -543,7 +572,7 @@ def test_sampled_cells_are_measured_over_several_texts():
         return {name: [SimpleNamespace(seed=seed)] * repeats for name, seed in factories.items()}
 
     check["timed_cell"].__globals__.update(setups=fake_setups, measure_setups=fake_measure)
-    args = SimpleNamespace(ks=[1], repeats=3, warmup=1, seeds=4)
+    args = SimpleNamespace(ks=[1], repeats=3, warmup=1, seeds=4, profile=None)
     sampled = check["timed_cell"](None, "ngram", [1], 0.7, args)
     assert calls == [(0, 1, 1), (1, 1, 0), (2, 1, 0), (3, 1, 0)]
     assert [s.seed for s in sampled["auto"]] == [0, 1, 2, 3] and set(sampled) == set(names)

@@ -23,6 +23,9 @@ def add_parser(sub) -> None:
     p.add_argument("--batch", type=batch_sizes_arg, default=(), metavar="B,B,...",
                    help="also time passes over B rows at once (e.g. 1,2,4,8,16,32), kept as batch_pass_ms")
     p.add_argument("--out", default=None, help="write the profile here as JSON")
+    p.add_argument("--save", action="store_true",
+                   help="keep it in the cache folder: k: auto then prices this target's runs on this machine (same precision and "
+                        "threads) with it, not the profile shipped for a 2-core CPU ($SPECVIZ_PROFILE still comes first)")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -44,6 +47,15 @@ def run(args: argparse.Namespace) -> int:
             json.dump(profile.to_json(), fh, indent=1)
             fh.write("\n")
         emit(f"wrote {args.out}", err=True)
+    if args.save:
+        from specviz.runs import saved_profile_path
+
+        saved = saved_profile_path(target)
+        saved.parent.mkdir(parents=True, exist_ok=True)
+        partial = saved.with_suffix(".part")
+        partial.write_text(json.dumps(profile.to_json(), indent=1) + "\n", encoding="utf-8")
+        partial.replace(saved)  # whole or not at all, for a run that reads it meanwhile
+        emit(f"saved {saved}: k: auto prices {target.name} ({target.precision}) on this machine with it from now on", err=True)
     emit(f"{profile.device_name}; {profile.dtype}; torch {profile.torch_version}; {profile.threads} threads; {profile.clock} clock; load average {profile.load_average}")
     emit(" k  tokens fed  pass ms  verify cost c_verify(k)")
     for k, ms, cost in profile_table(profile):

@@ -109,8 +109,12 @@ def inspector(session: ViewSource, narrow: bool = False) -> None:
 
 
 def k_note(record: StepRecord) -> str | None:
-    """Why k: auto chose this round's k, in one sentence (None for a fixed or adaptive k)."""
-    return None if record.k_choice is None else md_text(record.k_choice.sentence())
+    """Why k: auto chose this round's k, in one sentence, and where its costs come from (None for a fixed or adaptive
+    k)."""
+    if record.k_choice is None:
+        return None
+    source = f" Costs: {record.k_choice.source}." if record.k_choice.source else ""
+    return md_text(record.k_choice.sentence() + source)
 
 
 def _pick_round(records: Sequence[StepRecord]) -> int:
