@@ -101,20 +101,12 @@ def setups(models: SweepModels, drafter: str, ids: list[int], temperature: float
 
         return decoder
 
-    def variant(overrides: dict):
+    def auto_with(costs_of):
+        """k: auto under costs_of(the run's own costs), set before its first round (nothing observed yet)."""
+
         def decoder():
             d = make(dataclasses.replace(base, auto_k=True))()
-            costs = dataclasses.replace(d.config.auto, **overrides)
-            d.config = dataclasses.replace(d.config, auto=costs)
-            d.auto = AutoK(costs, d.auto.width)  # before its first round: nothing observed yet
-            return d
-
-        return decoder
-
-    def priced(name: str, profile):
-        def decoder():
-            d = make(dataclasses.replace(base, auto_k=True))()
-            costs = auto_costs(base, models.run_models.target, (profile, name))
+            costs = costs_of(d.config.auto)
             d.config = dataclasses.replace(d.config, auto=costs)
             d.auto = AutoK(costs, d.auto.width)
             return d
@@ -122,8 +114,8 @@ def setups(models: SweepModels, drafter: str, ids: list[int], temperature: float
         return decoder
 
     out = {PLAIN: make(base, baseline=True), AUTO: make(dataclasses.replace(base, auto_k=True))}
-    out |= {f"{AUTO}:{name}": variant(overrides) for name, overrides in (variants or {}).items()}
-    out |= {f"{AUTO}@{name}": priced(name, profile) for name, profile in (profiles or {}).items()}
+    out |= {f"{AUTO}:{name}": auto_with(lambda c, o=overrides: dataclasses.replace(c, **o)) for name, overrides in (variants or {}).items()}
+    out |= {f"{AUTO}@{name}": auto_with(lambda _, p=profile, n=name: auto_costs(base, models.run_models.target, (p, n))) for name, profile in (profiles or {}).items()}
     return out | {f"k={k}": make(dataclasses.replace(base, num_draft_tokens=k)) for k in ks}
 
 
