@@ -352,13 +352,14 @@ def machine_profile(target: LoadedModel, measured: str = "") -> tuple[CostProfil
     else the one `specviz profile --save` measured on this machine for this target (saved_profile_path), else the one
     shipped for this class of machine (assets/profile_cpu*.json, by precision); none for a GPU (shipped profiles are
     CPUs'). A file that does not load is passed over with a warning."""
-    candidates = [(measured, "measured here")] if measured else []
+    candidates = [(measured, lambda p: f"{Path(measured).name} (measured here)")] if measured else []
     saved = saved_profile_path(target)
     if saved.is_file():
-        candidates.append((str(saved), "measured here by specviz profile --save"))
-    for path, where in candidates:
+        candidates.append((str(saved), lambda p: f"this machine's profile (specviz profile --save, {p.created[:10]})"))
+    for path, says in candidates:
         try:
-            return load_profile(path), f"{Path(path).name} ({where})"
+            profile = load_profile(path)
+            return profile, says(profile)
         except ValueError as exc:
             log.warning("k: auto ignores the profile %s: %s", path, exc)
     if target.device.type != "cpu":
