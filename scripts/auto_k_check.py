@@ -321,10 +321,6 @@ def modeled(args, models: SweepModels, target) -> int:
         for n, v in summary.items():
             print(f"{n}: {v['meets']} of {v['cells']} cells meet both goals; worst auto/plain {v['worst_vs_plain']:.2f}x, "
                   f"worst auto/best fixed {v['worst_vs_best_fixed']:.2f}x")  # fmt: skip
-        for r in rows:
-            for name, v in ((n, v) for n, v in r.items() if n.startswith(f"{AUTO}@")):
-                print(f"{r['drafter']:<10} {r['category']:<9} {r['T']:>4g} {name}: {v['vs_plain']:.2f}x plain, "
-                      f"{v['vs_best_fixed']:.2f}x the best fixed k, {v['vs_auto']:.2f}x auto")  # fmt: skip
     for d in differs:
         log.error("greedy output of k: auto differs from plain decoding: %s", d)
     return 1 if differs else 0
@@ -355,11 +351,12 @@ def write_trace(path: str, models: SweepModels, drafters: list[str], prompts: st
     log.info("wrote %s", path)
 
 
-def timed_cell(models: SweepModels, drafter: str, ids: list[int], temperature: float, args) -> dict[str, list[RunSample]]:
+def timed_cell(models: SweepModels, drafter: str, ids: list[int], temperature: float, args,
+               profiles: dict | None = None) -> dict[str, list[RunSample]]:  # fmt: skip
     """Every setup of one prompt and temperature, interleaved: name -> its samples. Greedy: --repeats runs of the one
     text. Sampled: one run per seed of --seeds (after --warmup rotations on the first), each seed a text of its own
-    shared by every setup, so a setup's speed is its median over texts, not one draw's luck."""
-    profiles = {Path(p).stem: load_profile(p) for p in args.profile or []}
+    shared by every setup, so a setup's speed is its median over texts, not one draw's luck. profiles: --profile's,
+    loaded once (setups' 'auto@NAME')."""
     if temperature == 0 or args.seeds <= 1:
         return measure_setups(setups(models, drafter, ids, temperature, args.ks, profiles=profiles), args.repeats, args.warmup)
     samples: dict[str, list[RunSample]] = {}
@@ -391,11 +388,13 @@ def cell_row(drafter: str, category: str, temperature: float, per_prompt: list[d
            "auto_vs_plain": statistics.median(auto_plain), "auto_vs_best_fixed": statistics.median(auto_best),
            "best_fixed_vs_plain": statistics.median(best_plain), "best_fixed": statistics.mode(best_ks),
            "auto_tokens_per_target_pass": statistics.median(per_pass)}  # fmt: skip
+    best = [max(speed(v) for n, v in samples.items() if n.startswith("k=")) for samples in per_prompt]
     for name in (n for n in per_prompt[0] if n.startswith(f"{AUTO}@")):  # --profile: auto priced with another profile
-        best = [max(speed(v) for n, v in samples.items() if n.startswith("k=")) for samples in per_prompt]
         row[name] = {"vs_plain": statistics.median(speed(s[name]) / speed(s[PLAIN]) for s in per_prompt),
                      "vs_best_fixed": statistics.median(speed(s[name]) / b for s, b in zip(per_prompt, best, strict=True)),
-                     "vs_auto": statistics.median(speed(s[name]) / speed(s[AUTO]) for s in per_prompt)}  # fmt: skip
+                     "vs_auto": statistics.median(speed(s[name]) / speed(s[AUTO]) for s in per_prompt),
+                     "tokens_per_target_pass": statistics.median(statistics.median(r.stats.tokens_per_target_pass or 1.0 for r in s[name])
+                                                                 for s in per_prompt)}  # fmt: skip
     return row
 
 
@@ -447,11 +446,12 @@ def main() -> int:
     prompts = first_per_category(load_prompts(args.prompts, args.categories), args.per_category or 2)
     cells: dict[tuple[str, str, float], list] = {}
     differs = []
+    profiles = {Path(p).stem: load_profile(p) for p in args.profile or []}
     for prompt in prompts:
         ids = prompt_ids(target, prompt.prompt, True, max_new_tokens=args.max_new_tokens, num_draft_tokens=16)
         for temperature in args.temperatures:
             for drafter in args.drafters:
-                samples = timed_cell(models, drafter, ids, temperature, args)
+                samples = timed_cell(models, drafter, ids, temperature, args, profiles)
                 if temperature == 0:
                     differs += [f"{name} {drafter} on {prompt.title!r}" for name in samples if name.startswith(AUTO)
                                 and samples[name][0].generated != samples[PLAIN][0].generated]  # fmt: skip
@@ -478,10 +478,12 @@ def main() -> int:
             ceiling = "!" if r["auto_vs_plain"] > r["auto_tokens_per_target_pass"] else " "
             print(f"{r['drafter']:<10} {r['category']:<9} {r['T']:>4g} {r['auto_vs_plain']:>10.2f}x {r['auto_vs_best_fixed']:>11.2f}x "
                   f"{r['best_fixed_vs_plain']:>12.2f}x {r['best_fixed']:>7} {r['auto_tokens_per_target_pass']:>13.2f}{ceiling}")  # fmt: skip
-        for r in rows:
+        for r in rows:  # --profile; '!' as above, against that setup's own tokens per target pass
             for name, v in ((n, v) for n, v in r.items() if n.startswith(f"{AUTO}@")):
+                ceiling = "!" if v["vs_plain"] > v["tokens_per_target_pass"] else ""
                 print(f"{r['drafter']:<10} {r['category']:<9} {r['T']:>4g} {name}: {v['vs_plain']:.2f}x plain, "
-                      f"{v['vs_best_fixed']:.2f}x the best fixed k, {v['vs_auto']:.2f}x auto")  # fmt: skip
+                      f"{v['vs_best_fixed']:.2f}x the best fixed k, {v['vs_auto']:.2f}x auto, "
+                      f"{v['tokens_per_target_pass']:.2f} tokens a pass{ceiling}")  # fmt: skip
     for d in differs:
         log.error("greedy output of k: auto differs from plain decoding: %s", d)
     return 1 if differs else 0
